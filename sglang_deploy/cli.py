@@ -1,0 +1,48 @@
+"""The `sglang-deploy` command: checks that need no host."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from .profile import ProfileError, load_profile
+from .validate import TOPOLOGIES, check_profile
+from .validator_env import ValidatorEnvError
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    try:
+        profile = load_profile(args.profile)
+        report = check_profile(profile, gpus=args.gpus, topology=args.topology)
+    except ProfileError as error:
+        print("\n".join(error.problems), file=sys.stderr)
+        print(f"INVALID: {args.profile}", file=sys.stderr)
+        return 1
+    except ValidatorEnvError as error:
+        print(f"sglang-deploy: error: {error}", file=sys.stderr)
+        return 2
+    for line in report.lines():
+        print(line, file=sys.stderr)
+    for skipped in report.skipped:
+        print(f"  skipped: {skipped}")
+    if not report.ok:
+        print(f"INVALID: {args.profile} ({len(report.problems)} problem(s))", file=sys.stderr)
+        return 1
+    print(f"OK: {args.profile} (SGLang {profile.sglang.version} parser and the tool's rules)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sglang-deploy", allow_abbrev=False)
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="validate a profile without any host", allow_abbrev=False)
+    check.add_argument("profile")
+    check.add_argument("--gpus", type=int, help="GPU count of the target host (checks --tp-size)")
+    check.add_argument("--topology", choices=TOPOLOGIES, help="GPU interconnect of the target host (NCCL rules)")
+    check.set_defaults(func=cmd_check)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

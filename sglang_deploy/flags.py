@@ -1,0 +1,75 @@
+"""Profile -> SGLang command line. One place decides how every flag is spelled on the host."""
+
+from __future__ import annotations
+
+import re
+
+from .profile import Profile
+
+# systemd splits ExecStart= on whitespace and expands '%' specifiers and '$' variables.
+_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+
+
+def render_value(value) -> str:
+    if isinstance(value, float):
+        return repr(value)  # shortest round-trip form: 0.88, not 0.88000000000000001
+    return str(value)
+
+
+def flag_args(flags: dict) -> list[str]:
+    """sglang.flags in profile order: true -> bare flag, false -> omitted, list -> one flag, many values."""
+    argv: list[str] = []
+    for name, value in flags.items():
+        if value is True:
+            argv.append(name)
+        elif value is False:
+            continue
+        elif isinstance(value, list):
+            argv += [name, *(render_value(item) for item in value)]
+        else:
+            argv += [name, render_value(value)]
+    return argv
+
+
+def server_args(profile: Profile, port: int | None = None) -> list[str]:
+    """Everything after the launcher: the derived flags first, then sglang.flags as written."""
+    return [
+        "--model-path", profile.model.path,
+        "--served-model-name", profile.model.served_name,
+        "--host", profile.service.host,
+        "--port", str(port or profile.service.port),
+        *flag_args(profile.sglang.flags),
+    ]
+
+
+def launcher_args(profile: Profile, venv: str) -> list[str]:
+    if profile.sglang.launcher == "serve":
+        return [f"{venv}/bin/sglang", "serve"]
+    return [f"{venv}/bin/python", "-m", "sglang.launch_server"]
+
+
+def exec_start_args(profile: Profile, venv: str, config_file: str | None, port: int | None = None) -> list[str]:
+    """The service's full argv. The API key travels in --config FILE, never on the command line."""
+    argv = launcher_args(profile, venv) + server_args(profile, port)
+    if config_file:
+        argv += ["--config", config_file]
+    return argv
+
+
+def systemd_quote(arg: str) -> str:
+    """Quote one argument for ExecStart= so that systemd hands it to the process unchanged."""
+    if _SYSTEMD_SAFE.match(arg):
+        return arg
+    escaped = (arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
+               .replace("\n", "\\n").replace("\t", "\\t"))
+    return f'"{escaped}"'
+
+
+def exec_start_line(argv: list[str]) -> str:
+    """ExecStart value split over lines: the launcher, then one flag (with its values) per line."""
+    groups: list[list[str]] = [[]]
+    for arg in argv:
+        if arg.startswith("--") and groups[-1]:
+            groups.append([])
+        groups[-1].append(systemd_quote(arg))
+    return " \\\n    ".join(" ".join(group) for group in groups)

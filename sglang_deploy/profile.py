@@ -1,0 +1,274 @@
+"""Serving profiles: YAML files under profiles/ describing one SGLang server configuration.
+
+Loading checks the structure (pydantic, unknown keys are errors) and reports every problem with the
+file, the field path and the line. Whether the flags make sense is the job of ``validate``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
+from pydantic import ValidationError, field_validator, model_validator
+
+# Flags the tool derives from other sections; a profile must not set them under sglang.flags.
+DERIVED_FLAGS = {
+    "--model-path": "model.path",
+    "--served-model-name": "model.served_name",
+    "--host": "service.host",
+    "--port": "service.port",
+    "--api-key": "the host's API key secret (see README: secrets)",
+    "--config": "nothing: the tool owns --config (it carries the API key)",
+}
+ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
+FLAG_NAME = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+VERSION_PIN = re.compile(r"^\d+\.\d+\.\d+(\.post\d+|rc\d+)?$")
+UNIT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.@-]*$")
+
+FlagScalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
+FlagValue = Union[FlagScalar, list[Union[StrictInt, StrictFloat, StrictStr]]]
+
+
+class ProfileError(ValueError):
+    """A profile that cannot be used; ``problems`` are lines of the form 'file:line: field: message'."""
+
+    def __init__(self, path: Path | str, problems: list[str]):
+        self.path = str(path)
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSection(Strict):
+    path: StrictStr = Field(description="Absolute path of the checkpoint directory on the host.")
+    served_name: StrictStr = Field(description="Model name the API reports (--served-model-name).")
+    hybrid: StrictBool = Field(False, description="Hybrid linear-attention model (e.g. Gated DeltaNet + attention).")
+
+    @field_validator("path")
+    @classmethod
+    def absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must be an absolute path on the host, got {value!r}")
+        return value
+
+
+class SGLangSection(Strict):
+    version: StrictStr = Field(description="Exact SGLang release, e.g. 0.5.23.")
+    launcher: Literal["serve", "launch_server"] = Field(
+        "serve", description="'serve' runs `sglang serve`; 'launch_server' runs `python -m sglang.launch_server`.")
+    extras: list[StrictStr] = Field(default_factory=list, description="pip extras of the sglang package.")
+    flags: dict[str, FlagValue] = Field(
+        default_factory=dict,
+        description="Full flag names -> values; true renders a bare flag, false omits it, a list repeats values.")
+
+    @field_validator("version")
+    @classmethod
+    def pinned(cls, value: str) -> str:
+        if not VERSION_PIN.match(value):
+            raise ValueError(f"must be an exact release such as '0.5.23', got {value!r}")
+        return value
+
+    @field_validator("flags")
+    @classmethod
+    def flag_names(cls, flags: dict[str, Any]) -> dict[str, Any]:
+        for name in flags:
+            if not FLAG_NAME.match(name):
+                raise ValueError(f"flag {name!r} must be written as a full long option such as '--tp-size'")
+            if name in DERIVED_FLAGS:
+                raise ValueError(f"flag {name} is set by the tool from {DERIVED_FLAGS[name]}; remove it from sglang.flags")
+        return flags
+
+
+class EnvSetting(Strict):
+    value: Union[StrictStr, StrictInt, StrictFloat]
+    reason: StrictStr = Field(description="Why this setting is needed (required for NCCL debugging knobs).")
+
+
+class ServiceSection(Strict):
+    name: StrictStr = Field("sglang", description="systemd unit name (without .service).")
+    user: StrictStr = Field("sglang", description="Dedicated system user the server runs as.")
+    host: StrictStr = Field("127.0.0.1", description="Bind address (--host).")
+    port: Annotated[int, Field(ge=1, le=65535)] = Field(30000, description="Bind port (--port).")
+    start_timeout_s: Annotated[int, Field(ge=10, le=7200)] = Field(
+        1800, description="Seconds from restart until the server must answer /health (weights + CUDA graphs).")
+
+    @field_validator("name", "user")
+    @classmethod
+    def identifier(cls, value: str) -> str:
+        if not UNIT_NAME.match(value):
+            raise ValueError(f"must be letters, digits, '_', '.', '@' or '-', got {value!r}")
+        return value
+
+
+class GateSection(Strict):
+    min_decode_tok_s: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Floor for single-stream decode tokens/s (median).")
+    min_accept_length: Annotated[float, Field(ge=1)] | None = Field(
+        None, description="Floor for the speculative acceptance length tau (median).")
+    max_regression_pct: Annotated[float, Field(gt=0, lt=100)] = Field(
+        10.0, description="Fail when slower than the last good release by more than this.")
+    samples: Annotated[int, Field(ge=1, le=100)] = Field(5, description="Measured requests per metric.")
+    warmup: Annotated[int, Field(ge=0, le=20)] = Field(1, description="Unmeasured requests first.")
+    max_new_tokens: Annotated[int, Field(ge=16, le=4096)] = Field(256, description="Tokens per measured request.")
+    concurrency: Annotated[int, Field(ge=1, le=256)] = Field(4, description="Parallel streams for the aggregate figure.")
+    on_inconclusive: Literal["rollback", "keep"] = Field(
+        "rollback", description="What to do when the measurement is too noisy or requests fail.")
+    engine: Literal["builtin", "sglang-bench"] = Field("builtin", description="Benchmark engine.")
+
+
+class Profile(Strict):
+    description: StrictStr = ""
+    model: ModelSection
+    sglang: SGLangSection
+    environment: dict[str, Union[StrictStr, StrictInt, StrictFloat, EnvSetting]] = Field(
+        default_factory=dict, description="Variables for the server process (NCCL_*, SGLANG_*, CUDA_*, ...).")
+    service: ServiceSection = Field(default_factory=ServiceSection)
+    gate: GateSection = Field(default_factory=GateSection)
+    waivers: dict[StrictStr, StrictStr] = Field(
+        default_factory=dict, description="rule id -> reason, to switch off one of the tool's own rules on purpose.")
+    # Filled by load_profile, not by the YAML.
+    name: str = Field("", exclude=True)
+    source: str = Field("", exclude=True)
+
+    @field_validator("environment")
+    @classmethod
+    def environment_names(cls, env: dict[str, Any]) -> dict[str, Any]:
+        for key in env:
+            if not key.startswith(ENVIRONMENT_PREFIXES) or not re.match(r"^[A-Z][A-Z0-9_]*$", key):
+                raise ValueError(
+                    f"variable {key!r} is not accepted; names are upper case and start with one of "
+                    + ", ".join(ENVIRONMENT_PREFIXES))
+        return env
+
+    @model_validator(mode="after")
+    def known_waivers(self) -> "Profile":
+        from .validate import RULES  # rules live with the validator; imported late to avoid a cycle
+
+        for rule in self.waivers:
+            if rule not in RULES:
+                raise ValueError(f"waivers: unknown rule {rule!r}; rules are: {', '.join(sorted(RULES))}")
+        return self
+
+    def env_values(self) -> dict[str, str]:
+        """The profile's environment as plain strings, in profile order."""
+        return {key: str(value.value if isinstance(value, EnvSetting) else value)
+                for key, value in self.environment.items()}
+
+    def env_reason(self, key: str) -> str | None:
+        value = self.environment.get(key)
+        return value.reason if isinstance(value, EnvSetting) else None
+
+    def content_hash(self) -> str:
+        return hashlib.sha256(json.dumps(self.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+
+
+# --- loading with line numbers -------------------------------------------------------------------
+
+def _line_index(node: yaml.Node, path: tuple = (), index: dict | None = None) -> dict[tuple, int]:
+    """Map each field path (keys and list indices) to the 1-based line where it appears."""
+    index = {} if index is None else index
+    index.setdefault(path, node.start_mark.line + 1)
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            key = key_node.value
+            index[path + (key,)] = key_node.start_mark.line + 1
+            _line_index(value_node, path + (key,), index)
+    elif isinstance(node, yaml.SequenceNode):
+        for position, item in enumerate(node.value):
+            index[path + (position,)] = item.start_mark.line + 1
+            _line_index(item, path + (position,), index)
+    return index
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _format_location(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _clean_loc(loc: tuple) -> tuple:
+    # pydantic adds union-member names such as 'str' or 'EnvSetting' to the location; drop them.
+    noise = {"str", "int", "float", "bool", "list[union[int,float,str]]", "EnvSetting",
+             "function-after[identifier(), str]", "function-after[absolute(), str]", "function-after[pinned(), str]"}
+    return tuple(p for p in loc if not (isinstance(p, str) and (p in noise or p.startswith(("list[", "function-")))))
+
+
+def _pydantic_problems(source: str, error: ValidationError, lines: dict[tuple, int]) -> list[str]:
+    problems, seen = [], set()
+    for item in error.errors():
+        loc = _clean_loc(item["loc"])
+        field = _format_location(loc)
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key (not part of the profile format; see README 'Profile format')"
+        elif item["type"] == "missing":
+            message = "required field is missing"
+        key = (field, message)
+        if key in seen:
+            continue  # union members repeat the same complaint
+        seen.add(key)
+        probe = loc
+        while probe and probe not in lines:
+            probe = probe[:-1]
+        problems.append(f"{source}:{lines.get(probe, 1)}: {field}: {message}")
+    return problems
+
+
+def load_profile(path: Path | str) -> Profile:
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise ProfileError(path, [f"{source}: cannot read profile: {error.strerror}"]) from None
+    try:
+        node = yaml.compose(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f"{mark.line + 1}" if mark else "1"
+        problem = getattr(error, "problem", None) or str(error)
+        raise ProfileError(path, [f"{source}:{line}: invalid YAML: {problem}"]) from None
+    if not isinstance(data, dict):
+        raise ProfileError(path, [f"{source}:1: the profile must be a YAML mapping with model, sglang, ... sections"])
+    lines = _line_index(node) if node is not None else {}
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as error:
+        raise ProfileError(path, _pydantic_problems(source, error, lines)) from None
+    return profile.model_copy(update={"name": path.stem, "source": source})
+
+
+def line_of(path: Path | str, field_path: tuple) -> int:
+    """Line of a field in a profile file (for rule errors raised after loading); 1 when unknown."""
+    text = Path(path).read_text()
+    lines = _line_index(yaml.compose(text, Loader=_UniqueKeyLoader))
+    while field_path and field_path not in lines:
+        field_path = field_path[:-1]
+    return lines.get(field_path, 1)

@@ -1,0 +1,244 @@
+"""The simulated CT129: a Debian bookworm container with its own systemd, reachable over SSH on loopback.
+
+The container is booted with systemd-nspawn from a debootstrapped rootfs (cached as a tarball) and
+shares this machine's network namespace, so its sshd and the services it runs listen on 127.0.0.1.
+Only the GPU server is simulated (``sglang_deploy.sim``); systemd, SSH and HTTP are real.
+
+    python -m sglang_deploy.simhost up|down|status [--state-dir DIR] [--ssh-port N] [--fresh]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
+DEBIAN_MIRROR = os.environ.get("SGLANG_DEPLOY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
+ROOTFS_PACKAGES = [
+    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
+    "iproute2", "sudo", "ca-certificates", "curl", "procps",
+]
+# Bump when ROOTFS_PACKAGES or the rootfs recipe changes, so a stale cached tarball is not reused.
+ROOTFS_VERSION = 1
+ROOTFS_TARBALL = CACHE_DIR / "simhost" / f"bookworm-rootfs-v{ROOTFS_VERSION}.tar"
+PREREQUISITES = {
+    "debootstrap": "apt-get install debootstrap",
+    "systemd-nspawn": "apt-get install systemd-container",
+    "ssh": "apt-get install openssh-client",
+    "ssh-keygen": "apt-get install openssh-client",
+    "tar": "apt-get install tar",
+}
+HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+DEFAULT_STATE_DIR = Path(os.environ.get("SGLANG_DEPLOY_SIMHOST_DIR", REPO_ROOT / ".simhost"))
+DEFAULT_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_SIMHOST_PORT", "2222"))
+
+
+class SimHostError(RuntimeError):
+    pass
+
+
+def log(message: str) -> None:
+    print(f"[simhost] {message}", file=sys.stderr, flush=True)
+
+
+def check_prerequisites() -> None:
+    if os.geteuid() != 0:
+        raise SimHostError("the simulated host needs root (debootstrap and systemd-nspawn); run as root")
+    missing = [f"{tool} ({hint})" for tool, hint in PREREQUISITES.items() if not shutil.which(tool)]
+    if missing:
+        raise SimHostError("missing prerequisites: " + ", ".join(missing))
+
+
+def build_rootfs_tarball() -> Path:
+    """Debootstrap a minimal bookworm with systemd and sshd once; later calls reuse the tarball."""
+    if ROOTFS_TARBALL.exists():
+        return ROOTFS_TARBALL
+    ROOTFS_TARBALL.parent.mkdir(parents=True, exist_ok=True)
+    build_dir = ROOTFS_TARBALL.parent / "build"
+    shutil.rmtree(build_dir, ignore_errors=True)
+    log(f"debootstrapping Debian bookworm into {build_dir} (about a minute, cached afterwards)")
+    subprocess.run(
+        ["debootstrap", "--variant=minbase", "--include=" + ",".join(ROOTFS_PACKAGES),
+         "bookworm", str(build_dir), DEBIAN_MIRROR],
+        check=True, stdout=subprocess.DEVNULL,
+    )
+    # Every fresh copy should generate its own machine id at boot.
+    (build_dir / "etc/machine-id").write_text("")
+    partial = ROOTFS_TARBALL.with_suffix(".partial")
+    subprocess.run(["tar", "-C", str(build_dir), "-cf", str(partial), "."], check=True)
+    partial.rename(ROOTFS_TARBALL)
+    shutil.rmtree(build_dir, ignore_errors=True)
+    return ROOTFS_TARBALL
+
+
+@dataclass
+class SimHost:
+    state_dir: Path = DEFAULT_STATE_DIR
+    ssh_port: int = DEFAULT_SSH_PORT
+    machine: str = "ct129-sim"
+
+    @property
+    def rootfs(self) -> Path:
+        return self.state_dir / "rootfs"
+
+    @property
+    def key(self) -> Path:
+        return self.state_dir / "id_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.state_dir / "known_hosts"
+
+    @property
+    def pidfile(self) -> Path:
+        return self.state_dir / "nspawn.pid"
+
+    @property
+    def console_log(self) -> Path:
+        return self.state_dir / "console.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pidfile.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except FileNotFoundError:
+            return None
+        return pid if b"systemd-nspawn" in cmdline and str(self.rootfs).encode() in cmdline else None
+
+    def ssh_command(self, *remote: str) -> list[str]:
+        return [
+            "ssh", "-i", str(self.key), "-p", str(self.ssh_port),
+            "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+            "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "ConnectTimeout=3",
+            "root@127.0.0.1", *remote,
+        ]
+
+    def ssh(self, *remote: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(self.ssh_command(*remote), capture_output=True, text=True,
+                              check=check, timeout=timeout)
+
+    def _prepare_rootfs(self, fresh: bool) -> None:
+        if fresh or not self.rootfs.exists():
+            shutil.rmtree(self.rootfs, ignore_errors=True)
+            self.known_hosts.unlink(missing_ok=True)
+            self.rootfs.mkdir(parents=True)
+            subprocess.run(["tar", "-C", str(self.rootfs), "-xf", str(build_rootfs_tarball())], check=True)
+        if not self.key.exists():
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-deploy-simhost",
+                            "-f", str(self.key)], check=True)
+        ssh_dir = self.rootfs / "root/.ssh"
+        ssh_dir.mkdir(mode=0o700, exist_ok=True)
+        (ssh_dir / "authorized_keys").write_text(self.key.with_suffix(".pub").read_text())
+        (ssh_dir / "authorized_keys").chmod(0o600)
+        (self.rootfs / "etc/hostname").write_text(self.machine + "\n")
+        (self.rootfs / "etc/ssh/sshd_config.d/simhost.conf").write_text(
+            f"Port {self.ssh_port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n"
+        )
+        # A marker the deploy reads to say loudly that this host is simulated.
+        (self.rootfs / "etc/sglang-deploy-simulated").write_text(
+            "This host is the simulated CT129 (systemd-nspawn container); its GPU server is sglang_deploy.sim.\n"
+        )
+
+    def up(self, fresh: bool = False, timeout: float = 90) -> None:
+        check_prerequisites()
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        if self.pid():
+            log(f"already running (pid {self.pid()}, ssh port {self.ssh_port})")
+            return
+        self._prepare_rootfs(fresh)
+        command = [
+            "systemd-nspawn", "-b", "-D", str(self.rootfs), f"--machine={self.machine}",
+            "--register=no", "--keep-unit", "--console=read-only",
+        ]
+        if HOST_CA_BUNDLE.exists():
+            command.append(f"--bind-ro={HOST_CA_BUNDLE}:/etc/ssl/certs/host-ca.crt")
+        with open(self.console_log, "wb") as console:
+            process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=console,
+                                       stderr=subprocess.STDOUT, start_new_session=True)
+        self.pidfile.write_text(str(process.pid))
+        deadline = time.monotonic() + timeout
+        state = ""
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                raise SimHostError(f"systemd-nspawn exited with {process.returncode}; see {self.console_log}")
+            try:
+                result = self.ssh("systemctl", "is-system-running", check=False, timeout=10)
+                state = result.stdout.strip()
+                if state in ("running", "degraded"):
+                    (self.state_dir / "info.json").write_text(json.dumps(self.info(), indent=2))
+                    log(f"up: ssh -i {self.key} -p {self.ssh_port} root@127.0.0.1 (systemd {state})")
+                    return
+            except subprocess.TimeoutExpired:
+                pass
+            time.sleep(0.5)
+        self.down()
+        raise SimHostError(f"the container did not become reachable over SSH within {timeout:.0f} s "
+                           f"(last systemd state {state!r}); see {self.console_log}")
+
+    def down(self, timeout: float = 30) -> None:
+        pid = self.pid()
+        if not pid:
+            log("not running")
+            return
+        os.kill(pid, signal.SIGTERM)  # nspawn asks the container's systemd to power off
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.2)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+        self.pidfile.unlink(missing_ok=True)
+        log("down")
+
+    def info(self) -> dict:
+        return {
+            "running": bool(self.pid()),
+            "pid": self.pid(),
+            "ssh_host": "127.0.0.1",
+            "ssh_port": self.ssh_port,
+            "ssh_user": "root",
+            "ssh_key": str(self.key),
+            "known_hosts": str(self.known_hosts),
+            "rootfs": str(self.rootfs),
+        }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="simhost", description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=["up", "down", "status"])
+    parser.add_argument("--state-dir", type=Path, default=DEFAULT_STATE_DIR)
+    parser.add_argument("--ssh-port", type=int, default=DEFAULT_SSH_PORT)
+    parser.add_argument("--fresh", action="store_true", help="discard the container's disk and start from the cached image")
+    args = parser.parse_args(argv)
+    host = SimHost(state_dir=args.state_dir.resolve(), ssh_port=args.ssh_port)
+    try:
+        if args.action == "up":
+            host.up(fresh=args.fresh)
+        elif args.action == "down":
+            host.down()
+        else:
+            print(json.dumps(host.info(), indent=2))
+            return 0 if host.pid() else 3
+    except SimHostError as error:
+        print(f"simhost: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

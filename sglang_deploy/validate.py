@@ -1,0 +1,219 @@
+"""Two layers of flag validation: SGLang's own parser, then the rules the parser cannot know.
+
+Every problem names the profile file and line, the flag or variable, and what would be accepted.
+Nothing here touches a host: ``sglang-deploy check`` and the deploy both call ``check_profile``
+before any operation runs.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from . import validator_env
+from .flags import server_args
+from .profile import Profile, line_of
+
+# rule id -> what it protects. Ids are what `waivers:` in a profile refers to.
+RULES = {
+    "sglang-parser": "the pinned SGLang release's own argument parser accepts the command line",
+    "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
+    "flag-value-kind": "switches get true/false, valued flags get a value",
+    "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
+    "draft-tokens-chain": "with --speculative-eagle-topk 1, draft tokens = steps + 1",
+    "tp-matches-gpus": "--tp-size equals the host's GPU count",
+    "mem-fraction-range": "--mem-fraction-static between 0.5 and 0.95",
+    "decode-graph-covers-batch": "--cuda-graph-max-bs-decode >= --max-running-requests",
+    "cuda-graphs-on": "decode CUDA graphs stay enabled",
+    "no-adaptive-speculation-on-hybrid": "no --speculative-adaptive on hybrid (Gated DeltaNet) models",
+    "nccl-ll128-needs-nvlink": "NCCL_PROTO=LL128 is never forced on a PCIe-only host",
+    "nccl-p2p-level-nvl-needs-nvlink": "NCCL_P2P_LEVEL=NVL is never set on a PCIe-only host (it turns P2P off)",
+    "nccl-debug-knob-needs-reason": "NCCL debugging knobs carry a recorded reason",
+}
+# Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server
+# that does not start, or against corrupted results.
+WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on"}
+
+# NVIDIA documents these as debugging knobs, not production settings.
+NCCL_DEBUG_KNOBS = (
+    "NCCL_PROTO", "NCCL_ALGO", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
+    "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE",
+    "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
+)
+# Flags removed or renamed in recent SGLang releases, with what to write instead.
+RENAMED_FLAGS = {
+    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (and/or --cuda-graph-max-bs-prefill)",
+    "--cuda-graph-bs": "--cuda-graph-bs-decode (and/or --cuda-graph-bs-prefill)",
+    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
+    "--disable-piecewise-cuda-graph": "--cuda-graph-backend-prefill (piecewise graphs were replaced)",
+    "--enable-piecewise-cuda-graph": "--cuda-graph-backend-prefill breakable (the default on CUDA)",
+}
+MEM_FRACTION_RANGE = (0.5, 0.95)
+TOPOLOGIES = ("pcie", "nvlink")
+
+
+@dataclass(frozen=True)
+class Problem:
+    rule: str
+    field: tuple  # field path inside the profile, e.g. ("sglang", "flags", "--tp-size")
+    message: str
+
+    def format(self, profile: Profile) -> str:
+        line = line_of(profile.source, self.field) if profile.source else 1
+        where = ".".join(str(p) for p in self.field)
+        return f"{profile.source}:{line}: {where}: {self.message} [{self.rule}]"
+
+
+@dataclass
+class Report:
+    profile: Profile
+    problems: list[Problem]
+    skipped: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def lines(self) -> list[str]:
+        return [p.format(self.profile) for p in self.problems]
+
+
+def _flag(name: str) -> tuple:
+    return ("sglang", "flags", name)
+
+
+def _env(name: str) -> tuple:
+    return ("environment", name)
+
+
+def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> list[Problem]:
+    """Layer a: names, value kinds and the real parser's verdict."""
+    problems: list[Problem] = []
+    options = {opt: action for action in spec for opt in action["options"]}
+    for name, value in profile.sglang.flags.items():
+        if name in options:
+            action = options[name]
+            switch = action["kind"] in ("store_true", "store_false")
+            if switch and not isinstance(value, bool):
+                problems.append(Problem("flag-value-kind", _flag(name),
+                                        f"{name} is a switch: write `{name}: true` (or false to omit it), not {value!r}"))
+            elif not switch and isinstance(value, bool):
+                accepted = f"one of {', '.join(action['choices'])}" if action["choices"] else "a value"
+                problems.append(Problem("flag-value-kind", _flag(name),
+                                        f"{name} takes {accepted}, not a bare true/false"))
+            continue
+        prefixed = sorted(opt for opt in options if opt.startswith(name))
+        if name in RENAMED_FLAGS:
+            message = f"{name} is not accepted by SGLang {profile.sglang.version}; use {RENAMED_FLAGS[name]}"
+        elif len(prefixed) == 1:
+            message = f"{name} is an abbreviation; write the full name {prefixed[0]}"
+        elif prefixed:
+            message = f"{name} is ambiguous in SGLang {profile.sglang.version}: it could be {', '.join(prefixed)}"
+        else:
+            close = difflib.get_close_matches(name, options, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            message = f"{name} is not a flag of SGLang {profile.sglang.version}{hint}"
+        problems.append(Problem("full-flag-names" if len(prefixed) == 1 else "sglang-parser", _flag(name), message))
+    if not problems and not probe["results"][0]["ok"]:
+        problems.append(Problem("sglang-parser", ("sglang", "flags"),
+                                f"SGLang {profile.sglang.version}'s parser rejects the command line: {probe['results'][0]['error']}"))
+    return problems
+
+
+def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Problem]:
+    flags = profile.sglang.flags
+    problems = []
+    algorithm = flags.get("--speculative-algorithm")
+    if isinstance(algorithm, str) and algorithm_errors.get(algorithm):
+        problems.append(Problem(
+            "speculative-algorithm", _flag("--speculative-algorithm"),
+            f"{algorithm!r} is not a speculative algorithm of SGLang {profile.sglang.version} "
+            f"({algorithm_errors[algorithm]}); accepted: EAGLE, EAGLE3, NEXTN (MTP heads), STANDALONE, NGRAM, DFLASH"))
+    steps, topk, drafts = (flags.get("--speculative-num-steps"), flags.get("--speculative-eagle-topk"),
+                           flags.get("--speculative-num-draft-tokens"))
+    if topk == 1 and isinstance(steps, int) and isinstance(drafts, int) and drafts != steps + 1:
+        problems.append(Problem(
+            "draft-tokens-chain", _flag("--speculative-num-draft-tokens"),
+            f"with --speculative-eagle-topk 1 and --speculative-num-steps {steps}, "
+            f"--speculative-num-draft-tokens must be {steps + 1} (SGLang forces it), not {drafts}"))
+    if profile.model.hybrid and flags.get("--speculative-adaptive"):
+        problems.append(Problem(
+            "no-adaptive-speculation-on-hybrid", _flag("--speculative-adaptive"),
+            "--speculative-adaptive breaks on hybrid Gated-DeltaNet models (model.hybrid: true); remove it"))
+    return problems
+
+
+def resource_problems(profile: Profile, gpus: int | None) -> list[Problem]:
+    flags = profile.sglang.flags
+    problems = []
+    tp = flags.get("--tp-size", 1)
+    if gpus is not None and tp != gpus:
+        problems.append(Problem("tp-matches-gpus", _flag("--tp-size"),
+                                f"--tp-size {tp} does not match the host's {gpus} GPU(s); accepted: {gpus}"))
+    fraction = flags.get("--mem-fraction-static")
+    low, high = MEM_FRACTION_RANGE
+    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and not low <= fraction <= high:
+        problems.append(Problem("mem-fraction-range", _flag("--mem-fraction-static"),
+                                f"--mem-fraction-static {fraction} is outside the sane range {low}-{high}"))
+    graph_bs, running = flags.get("--cuda-graph-max-bs-decode"), flags.get("--max-running-requests")
+    if isinstance(graph_bs, int) and isinstance(running, int) and graph_bs < running:
+        problems.append(Problem(
+            "decode-graph-covers-batch", _flag("--cuda-graph-max-bs-decode"),
+            f"--cuda-graph-max-bs-decode {graph_bs} is below --max-running-requests {running}: batches above "
+            f"{graph_bs} would decode without CUDA graphs; accepted: {running} or more"))
+    if flags.get("--disable-cuda-graph") is True:
+        problems.append(Problem("cuda-graphs-on", _flag("--disable-cuda-graph"),
+                                "--disable-cuda-graph turns decode CUDA graphs off (at least 25 % slower decode); remove it"))
+    if flags.get("--cuda-graph-backend-decode") == "disabled":
+        problems.append(Problem("cuda-graphs-on", _flag("--cuda-graph-backend-decode"),
+                                "--cuda-graph-backend-decode disabled turns decode CUDA graphs off; accepted: full, breakable"))
+    return problems
+
+
+def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
+    env = profile.env_values()
+    problems = []
+    proto = env.get("NCCL_PROTO", "")
+    if topology == "pcie" and "ll128" in proto.lower() and not proto.startswith("^"):
+        problems.append(Problem(
+            "nccl-ll128-needs-nvlink", _env("NCCL_PROTO"),
+            f"NCCL_PROTO={proto} forces LL128 on a PCIe-only host; NCCL enables LL128 only over NVLink and "
+            "forcing it elsewhere can corrupt data. Remove NCCL_PROTO"))
+    if topology == "pcie" and env.get("NCCL_P2P_LEVEL", "").upper() == "NVL":
+        problems.append(Problem(
+            "nccl-p2p-level-nvl-needs-nvlink", _env("NCCL_P2P_LEVEL"),
+            "NCCL_P2P_LEVEL=NVL on a PCIe-only host disables P2P between the GPUs; remove it "
+            "(NCCL picks PCIe P2P by itself)"))
+    reported = {p.field for p in problems}
+    for key in NCCL_DEBUG_KNOBS:
+        if key in env and _env(key) not in reported and not profile.env_reason(key):
+            problems.append(Problem(
+                "nccl-debug-knob-needs-reason", _env(key),
+                f"{key} is an NCCL debugging knob; NCCL's defaults are best unless a verified fault needs it. "
+                f"Write it as `{key}: {{value: \"{env[key]}\", reason: \"...\"}}` or remove it"))
+    return problems
+
+
+def check_profile(profile: Profile, gpus: int | None = None, topology: str | None = None) -> Report:
+    """Run both layers; the parser runs in the cached validator env of the profile's SGLang version."""
+    if topology is not None and topology not in TOPOLOGIES:
+        raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
+    algorithm = profile.sglang.flags.get("--speculative-algorithm")
+    probe = validator_env.run_probe(
+        profile.sglang.version, [server_args(profile)],
+        [algorithm] if isinstance(algorithm, str) else [])
+    problems = parser_problems(profile, tuple(probe["actions"]), probe)
+    problems += speculative_problems(profile, probe["algorithms"])
+    problems += resource_problems(profile, gpus)
+    problems += nccl_problems(profile, topology)
+    problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
+    for rule in profile.waivers:
+        if rule not in WAIVABLE:
+            problems.append(Problem(rule, ("waivers", rule),
+                                    f"rule {rule} cannot be waived; waivable rules: {', '.join(sorted(WAIVABLE))}"))
+    skipped = []
+    if gpus is None:
+        skipped.append("tp-matches-gpus (GPU count unknown: pass --gpus N or check against a host)")
+    if topology is None:
+        skipped.append("nccl-ll128-needs-nvlink, nccl-p2p-level-nvl-needs-nvlink (topology unknown: pass --topology)")
+    return Report(profile, problems, skipped)

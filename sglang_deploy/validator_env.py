@@ -1,0 +1,92 @@
+"""Cached virtualenvs holding a pinned SGLang without its GPU stack, used only to parse flags.
+
+One environment per SGLang version, created on first use under
+``$SGLANG_DEPLOY_CACHE/validators/sglang-<version>`` (default ``~/.cache/sglang-deploy``), so a
+profile pinned to another SGLang version is checked against that version's own parser.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import subprocess
+import sys
+from functools import lru_cache
+from pathlib import Path
+
+CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
+PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
+# What `from sglang.srt.server_args import ServerArgs` needs on a CPU-only machine (verified for 0.5.23).
+PARSER_DEPENDENCIES = [
+    "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette",
+    "pydantic", "pyzmq", "tqdm", "IPython", "aiohttp", "msgspec", "pyyaml", "triton",
+]
+# A CPU build of torch is enough to import the parser; override for machines with another wheel at hand.
+TORCH_REQUIREMENT = os.environ.get("SGLANG_DEPLOY_VALIDATOR_TORCH", "torch==2.13.0")
+
+
+class ValidatorEnvError(RuntimeError):
+    pass
+
+
+def env_dir(version: str) -> Path:
+    return CACHE_DIR / "validators" / f"sglang-{version}"
+
+
+def ensure_env(version: str, quiet: bool = False) -> Path:
+    """Return the validator env's python, creating the env (once, under a lock) when missing."""
+    target = env_dir(version)
+    python = target / "bin" / "python"
+    if (target / ".complete").exists():
+        return python
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".sglang-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (target / ".complete").exists():
+            return python
+        if not quiet:
+            print(f"[check] creating the flag-validation environment for SGLang {version} in {target} "
+                  "(once; a few minutes)", file=sys.stderr, flush=True)
+        shutil.rmtree(target, ignore_errors=True)
+        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        steps = [
+            [sys.executable, "-m", "venv", str(target)],
+            pip + ["--no-deps", f"sglang=={version}"],
+            pip + [TORCH_REQUIREMENT, *PARSER_DEPENDENCIES],
+        ]
+        for step in steps:
+            result = subprocess.run(step, capture_output=True, text=True)
+            if result.returncode != 0:
+                shutil.rmtree(target, ignore_errors=True)
+                raise ValidatorEnvError(
+                    f"could not create the validation environment for SGLang {version}: "
+                    f"{' '.join(step[:6])} ... failed:\n{result.stderr.strip()[-2000:]}"
+                )
+        (target / ".complete").write_text(version + "\n")
+    return python
+
+
+def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = ()) -> dict:
+    """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape."""
+    python = ensure_env(version)
+    request = json.dumps({"argvs": argvs, "algorithms": list(algorithms)})
+    result = subprocess.run([str(python), str(PROBE_SCRIPT)], input=request, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise ValidatorEnvError(
+            f"SGLang {version}'s parser could not be loaded from {env_dir(version)}:\n{result.stderr.strip()[-2000:]}"
+        )
+    answer = json.loads(result.stdout)
+    if answer.get("sglang_version") != version:
+        raise ValidatorEnvError(
+            f"validation environment {env_dir(version)} holds SGLang {answer.get('sglang_version')}, not {version}; "
+            "delete it to have it rebuilt"
+        )
+    return answer
+
+
+@lru_cache(maxsize=None)
+def parser_spec(version: str) -> tuple[dict, ...]:
+    """The option table of SGLang <version>'s parser (cached for this process)."""
+    return tuple(run_probe(version, [])["actions"])
