@@ -43,6 +43,7 @@ def describe(action):
         "choices": [str(c) for c in action.choices] if action.choices else None,
         "type": getattr(action.type, "__name__", None) if action.type else None,
         "deprecated": "Deprecated" in type(action).__name__,
+        "default": action.default if isinstance(action.default, (bool, int, float, str, type(None))) else str(action.default),
     }
 
 

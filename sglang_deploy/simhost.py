@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import secrets
 import os
 import shutil
 import signal
@@ -154,6 +155,10 @@ class SimHost:
     def up(self, fresh: bool = False, timeout: float = 90) -> None:
         check_prerequisites()
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        api_key = self.state_dir / "api_key"  # the demo's API key, to show it never leaks
+        if not api_key.exists():
+            api_key.touch(mode=0o600)
+            api_key.write_text("sk-sim-" + secrets.token_urlsafe(24) + "\n")
         if self.pid():
             log(f"already running (pid {self.pid()}, ssh port {self.ssh_port})")
             return

@@ -90,3 +90,13 @@ def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = ()) 
 def parser_spec(version: str) -> tuple[dict, ...]:
     """The option table of SGLang <version>'s parser (cached for this process)."""
     return tuple(run_probe(version, [])["actions"])
+
+
+def export_flag_table(version: str, destination: Path) -> None:
+    """Write SGLang <version>'s option table as JSON (the simulator parses its command line with it)."""
+    table = {"sglang_version": version, "actions": list(run_probe(version, [])["actions"])}
+    destination.write_text(json.dumps(table, indent=0, sort_keys=True) + "\n")
+
+
+if __name__ == "__main__":  # python -m sglang_deploy.validator_env VERSION DEST.json
+    export_flag_table(sys.argv[1], Path(sys.argv[2]))

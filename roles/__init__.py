@@ -1,0 +1,1 @@
+"""pyinfra deploy functions, one concern per module; the logic they apply lives in sglang_deploy/."""

@@ -1,0 +1,607 @@
+"""A simulated SGLang server: SGLang 0.5.23's command line and HTTP API, with the speed of a modelled GPU host.
+
+It stands in for the GPU server only, and says so everywhere: its logs, ``/server_info``
+(``"simulated": true``) and ``/model_info``. Tokens are emitted in real time at the rate the hardware
+model gives, so clients measure wall-clock time exactly as against a real server.
+
+Standard library only (it runs with the simulated host's system python3).
+
+Environment knobs (all optional; faults are planted by a test profile's ``environment:``):
+  SGLANG_SIM_MACHINE / SGLANG_SIM_MODEL   data files under data/ (default 2xa6000-pcie, qwen3.6-27b-fp8)
+  SGLANG_SIM_START_SECONDS                weight loading + graph capture time (default 3)
+  SGLANG_SIM_SEED                         noise seed (default 0)
+  SGLANG_SIM_P2P=0                        the board has no working GPU peer-to-peer
+  SGLANG_SIM_CRASH_AT_START=1             exit 1 during start
+  SGLANG_SIM_HANG_AT_START=1              never become healthy
+  SGLANG_SIM_DIE_AFTER_REQUESTS=N         exit after N generation requests
+  SGLANG_SIM_SLOWDOWN_PCT=X               every cycle X % slower (a regression only a benchmark sees)
+  SGLANG_SIM_GENERATE_5XX=1               generation endpoints answer 500
+  SGLANG_SIM_ACCEPT_COLLAPSE=1            speculative acceptance collapses (tau ~1.2)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import queue
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+from . import hardware
+
+SGLANG_VERSION = "0.5.23"
+FLAG_TABLE = Path(__file__).resolve().parent / f"sglang-{SGLANG_VERSION}-flags.json"
+DECODE_LOG_INTERVAL = 40  # cycles between "Decode batch" log lines, as SGLang's --decode-log-interval
+WORDS = ("the", "model", "server", "token", "decode", "graph", "memory", "bandwidth", "cache", "layer",
+         "request", "batch", "kernel", "stream", "value", "return", "def", "for", "in", "data", "result",
+         "system", "time", "speed", "and", "of", "to", "a", "is", "with")
+
+log = logging.getLogger("sglang.sim")
+
+
+# --- command line ---------------------------------------------------------------------------------
+
+def _human_readable_int(text: str) -> int:
+    units = {"k": 1_000, "K": 1_024, "m": 1_000_000, "M": 1_048_576}
+    return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
+
+
+TYPES = {"int": int, "float": float, "human_readable_int": _human_readable_int}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """SGLang's own option table (exported from the real parser) rebuilt with argparse."""
+    table = json.loads(FLAG_TABLE.read_text())
+    parser = argparse.ArgumentParser(prog="sglang serve", add_help=False)
+    for action in table["actions"]:
+        kwargs = {"dest": action["dest"], "default": action["default"]}
+        if action["kind"] == "store_true":
+            kwargs["action"] = "store_true"
+        elif action["kind"] == "store_false":
+            kwargs["action"] = "store_false"
+        else:
+            if action["nargs"] is not None:
+                kwargs["nargs"] = action["nargs"]
+            if action["choices"]:
+                kwargs["choices"] = action["choices"]
+            else:
+                kwargs["type"] = TYPES.get(action["type"], str)
+        parser.add_argument(*action["options"], **kwargs)
+    return parser
+
+
+def merge_config(argv: list[str]) -> list[str]:
+    """--config FILE: YAML 'flag-name: value' lines become flags in front of the command line."""
+    if "--config" not in argv:
+        return argv
+    position = argv.index("--config")
+    path = argv[position + 1]
+    config_args = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or ":" not in line:
+            continue
+        key, value = (part.strip() for part in line.split(":", 1))
+        value = json.loads(value) if value.startswith('"') else value
+        if value in ("true", True):
+            config_args.append(f"--{key.replace('_', '-')}")
+        elif value not in ("false", False):
+            config_args += [f"--{key.replace('_', '-')}", str(value)]
+    return config_args + argv[:position] + argv[position + 2:]
+
+
+# --- the engine -----------------------------------------------------------------------------------
+
+class Request:
+    def __init__(self, prompt: str, params: dict, rng: random.Random):
+        self.rid = uuid.uuid4().hex
+        self.prompt_tokens = max(1, len(prompt.split()) * 4 // 3)
+        self.max_new_tokens = int(params.get("max_new_tokens", 128))
+        self.kind = classify_prompt(prompt)
+        self.rng = rng
+        self.events: queue.Queue = queue.Queue()  # ("tokens", ids) ... ("done", meta)
+        self.output_ids: list[int] = []
+        self.verify_ct = 0
+        self.created = time.monotonic()
+        self.first_token_at: float | None = None
+        self.accept_probabilities: list[float] = []
+
+
+def classify_prompt(prompt: str) -> str:
+    lowered = prompt.lower()
+    if any(marker in prompt for marker in ("def ", "```", "{", "();", "import ")) or "code" in lowered:
+        return "code"
+    if lowered.startswith(("user:", "hi", "hello", "can you", "what", "how", "why")) or "?" in prompt:
+        return "chat"
+    return "prose"
+
+
+class Engine:
+    """Continuous batching in real time: one thread runs decode cycles for every running request."""
+
+    def __init__(self, args: argparse.Namespace, env: dict):
+        self.args = vars(args)
+        self.env = env
+        self.machine = hardware.load_data(env.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
+        if env.get("SGLANG_SIM_P2P") == "0":
+            self.machine = {**self.machine, "p2p": False}
+        self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
+        self.eff = hardware.resolve(self.args, env, self.machine)
+        self.seed = env.get("SGLANG_SIM_SEED", "0")
+        self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
+        self.collapse = env.get("SGLANG_SIM_ACCEPT_COLLAPSE") == "1"
+        self.die_after = int(env.get("SGLANG_SIM_DIE_AFTER_REQUESTS", "0"))
+        self.waiting: list[Request] = []
+        self.running: list[Request] = []
+        self.lock = threading.Condition()
+        self.request_count = 0
+        self.ready = False
+        self.cycles = 0
+        self.stats = {"generation_tokens": 0, "prompt_tokens": 0, "verify_calls": 0, "requests": 0,
+                      "graph_passes": 0, "eager_passes": 0, "accepted_total": 0, "cycles_spec": 0}
+        self.last_gen_throughput = 0.0
+        self.histograms = {name: [] for name in ("ttft", "itl", "e2e")}
+        self.rng = random.Random(f"{self.seed}:engine")
+
+    # requests
+    def submit(self, prompt: str, params: dict) -> Request:
+        with self.lock:
+            self.request_count += 1
+            index = self.request_count
+        if self.die_after and index > self.die_after:
+            log.error("SIMULATED FAULT: dying after %d requests (SGLANG_SIM_DIE_AFTER_REQUESTS)", self.die_after)
+            os._exit(1)
+        request = Request(prompt, params, random.Random(f"{self.seed}:{index}:{prompt}"))
+        request.accept_probabilities = hardware.accept_probabilities(self.eff, self.model, request.kind, self.collapse)
+        with self.lock:
+            self.waiting.append(request)
+            self.lock.notify()
+        return request
+
+    def loop(self) -> None:
+        window_tokens, window_start = 0, time.monotonic()
+        while True:
+            with self.lock:
+                while not self.waiting and not self.running:
+                    self.lock.wait()
+                admitted = []
+                while self.waiting and len(self.running) + len(admitted) < self.eff.max_running:
+                    admitted.append(self.waiting.pop(0))
+            if admitted:  # prefill batch: new requests get their first token
+                prompt_tokens = sum(r.prompt_tokens for r in admitted)
+                time.sleep(hardware.prefill_ms(prompt_tokens, self.machine) / 1e3 * self.slowdown)
+                for request in admitted:
+                    self.stats["prompt_tokens"] += request.prompt_tokens
+                    request.first_token_at = time.monotonic()
+                    self._emit(request, 1)
+                with self.lock:
+                    self.running += [r for r in admitted if not self._finished(r)]
+                    for request in admitted:
+                        if self._finished(request):
+                            self._finish(request)
+                continue
+            batch = list(self.running)
+            cycle = hardware.cycle_ms(self.eff, self.machine, self.model, len(batch))
+            cycle *= hardware.jitter(self.rng, self.machine["noise_cycle_sigma"]) * self.slowdown
+            time.sleep(cycle / 1e3)
+            graphs = self.eff.decode_graphs and len(batch) <= self.eff.graph_max_bs
+            self.stats["graph_passes" if graphs else "eager_passes"] += 1
+            emitted = 0
+            for request in batch:
+                tokens = hardware.draw_accepted(request.accept_probabilities, request.rng)
+                if self.eff.spec_steps:
+                    request.verify_ct += 1
+                    self.stats["verify_calls"] += 1
+                    self.stats["accepted_total"] += tokens
+                emitted += self._emit(request, tokens)
+            self.cycles += 1
+            window_tokens += emitted
+            if self.cycles % DECODE_LOG_INTERVAL == 0:
+                now = time.monotonic()
+                self.last_gen_throughput = window_tokens / (now - window_start)
+                self._log_decode_batch(len(batch), graphs)
+                window_tokens, window_start = 0, now
+            with self.lock:
+                for request in [r for r in self.running if self._finished(r)]:
+                    self.running.remove(request)
+                    self._finish(request)
+
+    def _finished(self, request: Request) -> bool:
+        return len(request.output_ids) >= request.max_new_tokens
+
+    def _emit(self, request: Request, count: int) -> int:
+        count = min(count, request.max_new_tokens - len(request.output_ids))
+        ids = [request.rng.randrange(1000, 150000) for _ in range(count)]
+        request.output_ids += ids
+        self.stats["generation_tokens"] += count
+        request.events.put(("tokens", ids))
+        return count
+
+    def _finish(self, request: Request) -> None:
+        now = time.monotonic()
+        completion = len(request.output_ids)
+        ttft = request.first_token_at - request.created
+        e2e = now - request.created
+        self.stats["requests"] += 1
+        self.histograms["ttft"].append(ttft)
+        self.histograms["e2e"].append(e2e)
+        if completion > 1:
+            self.histograms["itl"].append((e2e - ttft) / (completion - 1))
+        meta = {
+            "id": request.rid, "finish_reason": {"type": "length", "length": completion},
+            "prompt_tokens": request.prompt_tokens, "completion_tokens": completion,
+            "cached_tokens": 0, "e2e_latency": e2e,
+        }
+        if self.eff.spec_steps:
+            meta["spec_verify_ct"] = request.verify_ct
+            meta["spec_accept_length"] = completion / request.verify_ct if request.verify_ct else 1.0
+        if self.args.get("enable_metrics"):
+            meta["first_token_latency"] = ttft
+            meta["decode_throughput"] = (completion - 1) / (e2e - ttft) if completion > 1 and e2e > ttft else 0.0
+        request.events.put(("done", meta))
+
+    def _log_decode_batch(self, batch: int, graphs: bool) -> None:
+        accept = (f"accept len: {self.avg_accept_length():.2f}, " if self.eff.spec_steps else "")
+        log.info("Decode batch, #running-req: %d, #token: %d, token usage: 0.01, %scuda graph: %s, "
+                 "gen throughput (token/s): %.2f, #queue-req: %d",
+                 batch, sum(len(r.output_ids) for r in self.running), accept, graphs,
+                 self.last_gen_throughput, len(self.waiting))
+
+    def avg_accept_length(self) -> float:
+        if not self.stats["verify_calls"]:
+            return 0.0
+        return self.stats["accepted_total"] / self.stats["verify_calls"]
+
+    def text_of(self, ids: list[int]) -> str:
+        return "".join(" " + WORDS[i % len(WORDS)] for i in ids)
+
+    def memory_usage(self) -> dict:
+        weights = self.model["weights_gib"] / self.eff.tp
+        decode_graph = 0.62 if self.eff.decode_graphs else 0.0
+        prefill_graph = 0.31 if (self.eff.decode_graphs and self.args.get("cuda_graph_backend_prefill") != "disabled") else 0.0
+        fraction = self.args.get("mem_fraction_static") or 0.85
+        kv = max(0.0, fraction * self.machine["gpu_memory_gib"] - weights - decode_graph - prefill_graph)
+        return {"weight": round(weights, 2), "kvcache": round(kv, 2),
+                "graph": round(decode_graph + prefill_graph, 2),
+                "cuda_graph_decode": decode_graph, "cuda_graph_prefill": prefill_graph, "token_capacity": int(kv * 40000)}
+
+
+# --- HTTP -----------------------------------------------------------------------------------------
+
+OPEN_PATHS = {"/health", "/health_generate", "/ready", "/metrics"}
+
+
+def make_handler(engine: Engine, server_args: dict):
+    api_key = server_args.get("api_key")
+    served_name = server_args.get("served_model_name") or server_args.get("model_path")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = f"sglang-sim/{SGLANG_VERSION}"
+
+        def log_message(self, fmt, *args):  # uvicorn-like access log
+            log.debug("%s - %s", self.address_string(), fmt % args)
+
+        # helpers
+        def send_json(self, status: int, body) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def read_json(self) -> dict:
+            length = int(self.headers.get("Content-Length") or 0)
+            try:
+                return json.loads(self.rfile.read(length) or b"{}")
+            except json.JSONDecodeError as error:
+                raise ValueError(f"invalid JSON body: {error}") from None
+
+        def authorized(self, path: str) -> bool:
+            if not api_key or path in OPEN_PATHS:
+                return True
+            if self.headers.get("Authorization", "") == f"Bearer {api_key}":
+                return True
+            self.send_json(401, {"error": "Unauthorized"})
+            return False
+
+        def starting(self) -> bool:
+            if engine.ready:
+                return False
+            self.send_json(503, {"error": "server is starting (loading weights / capturing CUDA graphs)"})
+            return True
+
+        # routes
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            if not self.authorized(path):
+                return
+            if path == "/ready":
+                return self.send_json(200 if engine.ready else 503, {"status": "ready" if engine.ready else "starting"})
+            if path in ("/health", "/health_generate"):
+                if self.starting():
+                    return
+                if path == "/health_generate":
+                    request = engine.submit("health check", {"max_new_tokens": 1})
+                    self.wait_done(request, timeout=20)
+                return self.send_json(200, {})
+            if path == "/metrics" and server_args.get("enable_metrics"):
+                return self.send_metrics()
+            if self.starting():
+                return
+            if path in ("/server_info", "/get_server_info"):
+                return self.send_json(200, self.server_info())
+            if path in ("/model_info", "/get_model_info"):
+                return self.send_json(200, {
+                    "model_path": server_args["model_path"], "tokenizer_path": server_args["model_path"],
+                    "is_generation": True, "served_model_name": served_name, "simulated": True,
+                    "architectures": [engine.model["architecture"]]})
+            if path == "/v1/models":
+                return self.send_json(200, {"object": "list", "data": [
+                    {"id": served_name, "object": "model", "owned_by": "sglang", "root": served_name,
+                     "max_model_len": server_args.get("context_length") or engine.model["context_length"]}]})
+            self.send_json(404, {"detail": "Not Found"})
+
+        def do_POST(self):
+            path = self.path.split("?")[0]
+            if not self.authorized(path) or self.starting():
+                return
+            try:
+                body = self.read_json()
+            except ValueError as error:
+                return self.send_json(400, {"error": str(error)})
+            if path in ("/generate", "/v1/completions", "/v1/chat/completions") and \
+                    engine.env.get("SGLANG_SIM_GENERATE_5XX") == "1":
+                return self.send_json(500, {"error": "SIMULATED FAULT: internal server error (SGLANG_SIM_GENERATE_5XX)"})
+            if path == "/generate":
+                return self.generate(body)
+            if path == "/v1/completions":
+                return self.openai(body, chat=False)
+            if path == "/v1/chat/completions":
+                return self.openai(body, chat=True)
+            self.send_json(404, {"detail": "Not Found"})
+
+        def server_info(self) -> dict:
+            usage = engine.memory_usage()
+            info = dict(server_args)
+            info.pop("api_key", None)
+            info.update({
+                "version": SGLANG_VERSION, "simulated": True,
+                "simulated_machine": engine.machine["name"], "simulated_model": engine.model["name"],
+                "disable_custom_all_reduce": not engine.eff.custom_allreduce,
+                "speculative_num_draft_tokens": engine.eff.draft_tokens if engine.eff.spec_steps else None,
+                "cuda_graph_max_bs_decode": engine.eff.graph_max_bs,
+                "max_running_requests": engine.eff.max_running,
+                "internal_states": [{
+                    "avg_spec_accept_length": engine.avg_accept_length(),
+                    "last_gen_throughput": engine.last_gen_throughput,
+                    "memory_usage": usage,
+                    "cuda_graph_decode_enabled": engine.eff.decode_graphs,
+                    "effective_max_running_requests_per_dp": engine.eff.max_running,
+                }],
+            })
+            return info
+
+        def wait_done(self, request: Request, timeout: float = 600):
+            while True:
+                kind, payload = request.events.get(timeout=timeout)
+                if kind == "done":
+                    return payload
+
+        def generate(self, body: dict):
+            text = body.get("text")
+            if not isinstance(text, str):
+                return self.send_json(400, {"error": "'text' (a string) is required"})
+            request = engine.submit(text, body.get("sampling_params") or {})
+            if body.get("stream"):
+                return self.stream(request, lambda ids_so_far, meta: {
+                    "text": engine.text_of(ids_so_far), "output_ids": ids_so_far, "meta_info": meta})
+            meta = self.wait_done(request)
+            self.send_json(200, {"text": engine.text_of(request.output_ids), "output_ids": request.output_ids,
+                                 "meta_info": meta})
+
+        def stream(self, request: Request, chunk):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self.close_connection = True
+            ids_so_far: list[int] = []
+            while True:
+                kind, payload = request.events.get(timeout=600)
+                if kind == "tokens":
+                    ids_so_far += payload
+                    meta = {"id": request.rid, "prompt_tokens": request.prompt_tokens,
+                            "completion_tokens": len(ids_so_far)}
+                    data = chunk(list(ids_so_far), meta)
+                else:
+                    data = chunk(list(ids_so_far), payload)
+                if data is not None:
+                    self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+                    self.wfile.flush()
+                if kind == "done":
+                    break
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+
+        def openai(self, body: dict, chat: bool):
+            if chat:
+                messages = body.get("messages") or []
+                prompt = "\n".join(str(m.get("content", "")) for m in messages if isinstance(m, dict))
+            else:
+                prompt = body.get("prompt") or ""
+                prompt = prompt if isinstance(prompt, str) else " ".join(map(str, prompt))
+            if not prompt:
+                return self.send_json(400, {"error": {"message": "messages or prompt is required"}})
+            params = {"max_new_tokens": body.get("max_tokens") or body.get("max_completion_tokens") or 128}
+            request = engine.submit(prompt, params)
+            created, model_name = int(time.time()), body.get("model") or served_name
+            object_name = "chat.completion" if chat else "text_completion"
+            spec_details = bool(body.get("return_spec_tokens_details"))
+            if body.get("stream"):
+                sent = [0]
+
+                def chunk(ids, meta):
+                    delta = engine.text_of(ids[sent[0]:])
+                    sent[0] = len(ids)
+                    done = "e2e_latency" in meta
+                    choice = {"index": 0, "finish_reason": "length" if done else None}
+                    choice.update({"delta": {"content": delta}} if chat else {"text": delta})
+                    return {"id": request.rid, "object": object_name + ".chunk", "created": created,
+                            "model": model_name, "choices": [choice]}
+                return self.stream(request, chunk)
+            meta = self.wait_done(request)
+            text = engine.text_of(request.output_ids)
+            choice = {"index": 0, "finish_reason": "length"}
+            choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
+            usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
+                     "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}
+            response = {"id": request.rid, "object": object_name, "created": created, "model": model_name,
+                        "choices": [choice], "usage": usage}
+            if spec_details and "spec_verify_ct" in meta:
+                response["sglext"] = {"spec_verify_ct": meta["spec_verify_ct"],
+                                      "spec_accept_length": meta["spec_accept_length"]}
+            self.send_json(200, response)
+
+        def send_metrics(self):
+            labels = f'model_name="{served_name}"'
+            s = engine.stats
+            lines = [
+                "# HELP sglang:num_running_reqs The number of running requests.",
+                "# TYPE sglang:num_running_reqs gauge",
+                f"sglang:num_running_reqs{{{labels}}} {len(engine.running)}",
+                "# TYPE sglang:gen_throughput gauge",
+                f"sglang:gen_throughput{{{labels}}} {engine.last_gen_throughput}",
+                "# TYPE sglang:spec_accept_length gauge",
+                f"sglang:spec_accept_length{{{labels}}} {engine.avg_accept_length()}",
+                "# TYPE sglang:is_cuda_graph gauge",
+                f"sglang:is_cuda_graph{{{labels}}} {1.0 if engine.eff.decode_graphs else 0.0}",
+                "# TYPE sglang:generation_tokens_total counter",
+                f"sglang:generation_tokens_total{{{labels}}} {s['generation_tokens']}",
+                "# TYPE sglang:prompt_tokens_total counter",
+                f"sglang:prompt_tokens_total{{{labels}}} {s['prompt_tokens']}",
+                "# TYPE sglang:spec_verify_calls_total counter",
+                f"sglang:spec_verify_calls_total{{{labels}}} {s['verify_calls']}",
+                "# TYPE sglang:cuda_graph_passes_total counter",
+                f'sglang:cuda_graph_passes_total{{{labels},mode="decode_cuda_graph"}} {s["graph_passes"]}',
+                f'sglang:cuda_graph_passes_total{{{labels},mode="decode_none"}} {s["eager_passes"]}',
+            ]
+            for name, key in (("time_to_first_token_seconds", "ttft"), ("inter_token_latency_seconds", "itl"),
+                              ("e2e_request_latency_seconds", "e2e")):
+                values = engine.histograms[key]
+                lines.append(f"# TYPE sglang:{name} histogram")
+                for bound in (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60):
+                    lines.append(f'sglang:{name}_bucket{{{labels},le="{bound}"}} {sum(v <= bound for v in values)}')
+                lines.append(f'sglang:{name}_bucket{{{labels},le="+Inf"}} {len(values)}')
+                lines.append(f"sglang:{name}_sum{{{labels}}} {sum(values)}")
+                lines.append(f"sglang:{name}_count{{{labels}}} {len(values)}")
+            data = ("\n".join(lines) + "\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+# --- start-up -------------------------------------------------------------------------------------
+
+def fail(message: str) -> int:
+    log.error(message)
+    return 1
+
+
+def startup_errors(args: argparse.Namespace, engine: Engine) -> str | None:
+    """The checks real SGLang makes before serving, with its kind of messages."""
+    model_dir = Path(args.model_path)
+    if not (model_dir / "config.json").exists():
+        return f"OSError: {args.model_path} does not appear to have a file named config.json"
+    if (args.tp_size or 1) > engine.machine["gpu_count"]:
+        return (f"RuntimeError: tp_size={args.tp_size} but only {engine.machine['gpu_count']} GPUs are visible "
+                "(CUDA error: invalid device ordinal)")
+    algorithm = args.speculative_algorithm
+    known = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
+    if algorithm and algorithm.upper() not in known:
+        return f"ValueError: Unknown speculative algorithm name: {algorithm}"
+    if args.speculative_adaptive and engine.model.get("hybrid"):
+        return "RuntimeError: adaptive speculative decoding is not supported for hybrid GDN models (illegal memory access)"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "serve":
+        argv = argv[1:]
+    if argv[:1] == ["version"]:
+        print(f"sglang version: {SGLANG_VERSION} (SIMULATED by sglang-deploy)")
+        return 0
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout,
+                        format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
+    parser = build_parser()
+    try:
+        argv = merge_config(argv)
+    except (OSError, IndexError, ValueError) as error:
+        print(f"sglang serve: error: --config: {error}", file=sys.stderr)
+        return 2
+    args = parser.parse_args(argv)  # unknown, removed or ambiguous flags exit 2, as in SGLang
+    env = dict(os.environ)
+    log.info("SIMULATED SGLang %s (sglang-deploy simulator, no GPU is used): %s", SGLANG_VERSION,
+             " ".join(a for a in sys.argv[1:]))
+    engine = Engine(args, env)
+    error = startup_errors(args, engine)
+    if error:
+        return fail(error)
+    server_args = {k: v for k, v in vars(args).items()}
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine, server_args))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True, name="http").start()
+    signal.signal(signal.SIGTERM, lambda *_: (log.info("Received SIGTERM, shutting down"), os._exit(0)))
+
+    start_seconds = float(env.get("SGLANG_SIM_START_SECONDS", "3"))
+    log.info("Load weight begin. avail mem=%.2f GB (simulated %s x%d)", engine.machine["gpu_memory_gib"],
+             engine.machine["gpu"], engine.eff.tp)
+    time.sleep(start_seconds * 0.5)
+    if env.get("SGLANG_SIM_CRASH_AT_START") == "1":
+        return fail("SIMULATED FAULT: RuntimeError: CUDA error: an illegal memory access was encountered "
+                    "(SGLANG_SIM_CRASH_AT_START)")
+    usage = engine.memory_usage()
+    log.info("Load weight end. type=%s, dtype=fp8, mem usage=%.2f GB.", engine.model["architecture"], usage["weight"])
+    for note in engine.eff.notes:
+        log.warning(note)
+    if engine.eff.decode_graphs:
+        if engine.eff.spec_steps:
+            log.info("Capture target verify CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
+            log.info("Capture draft decode CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
+            log.info("Capture draft extend CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
+        else:
+            log.info("Capture decode CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
+    else:
+        log.info("Decode CUDA graph is disabled; every decode step launches its kernels from Python")
+    time.sleep(start_seconds * 0.5)
+    if env.get("SGLANG_SIM_HANG_AT_START") == "1":
+        log.error("SIMULATED FAULT: hanging during CUDA graph capture (SGLANG_SIM_HANG_AT_START)")
+        threading.Event().wait()
+    if engine.eff.decode_graphs:
+        log.info("Capture cuda graph end. mem usage=%.2f GB.", usage["cuda_graph_decode"])
+    log.info("max_total_num_tokens=%d, max_running_requests=%d, context_len=%s",
+             usage["token_capacity"], engine.eff.max_running, args.context_length or engine.model["context_length"])
+    engine.ready = True
+    log.info("The server is fired up and ready to roll! (SIMULATED)")
+    engine.loop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
