@@ -1,6 +1,6 @@
 """Runs inside a validator virtualenv that holds a pinned SGLang (no GPU dependencies).
 
-Reads JSON from stdin: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...]}
+Reads JSON lines from stdin: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...]}
 Writes JSON to stdout:
   {"sglang_version": ..., "actions": [...], "results": [{"ok": bool, "error": str|null}, ...],
    "algorithms": {name: error-or-null}}
@@ -47,16 +47,7 @@ def describe(action):
     }
 
 
-def main():
-    request = json.load(sys.stdin)
-    logging.disable(logging.CRITICAL)
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        import sglang
-        from sglang.srt.server_args import ServerArgs
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
-
-    parser = ProbeParser(prog="sglang serve", add_help=False)
-    ServerArgs.add_cli_args(parser)
+def answer(request, sglang, parser, SpeculativeAlgorithm):
 
     results = []
     for argv in request.get("argvs", []):
@@ -75,12 +66,29 @@ def main():
         except Exception as error:  # noqa: BLE001 - the message is the answer
             algorithms[name] = str(error)
 
-    json.dump({
+    return {
         "sglang_version": getattr(sglang, "__version__", None),
         "actions": [describe(a) for a in parser._actions if a.option_strings],
         "results": results,
         "algorithms": algorithms,
-    }, sys.stdout)
+    }
+
+
+def main():
+    """One JSON request per stdin line, one JSON answer per stdout line, until stdin closes."""
+    logging.disable(logging.CRITICAL)
+    real_stdout = sys.stdout
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        import sglang
+        from sglang.srt.server_args import ServerArgs
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        parser = ProbeParser(prog="sglang serve", add_help=False)
+        ServerArgs.add_cli_args(parser)
+        for line in sys.stdin:
+            if line.strip():
+                real_stdout.write(json.dumps(answer(json.loads(line), sglang, parser, SpeculativeAlgorithm)) + "\n")
+                real_stdout.flush()
 
 
 if __name__ == "__main__":

@@ -68,16 +68,32 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
     return python
 
 
+_probes: dict[str, subprocess.Popen] = {}
+
+
+def _probe_process(version: str) -> subprocess.Popen:
+    """One long-lived probe per version and controller process (importing sglang takes seconds)."""
+    process = _probes.get(version)
+    if process is None or process.poll() is not None:
+        python = ensure_env(version)
+        process = subprocess.Popen([str(python), str(PROBE_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+        _probes[version] = process
+    return process
+
+
 def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = ()) -> dict:
     """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape."""
-    python = ensure_env(version)
-    request = json.dumps({"argvs": argvs, "algorithms": list(algorithms)})
-    result = subprocess.run([str(python), str(PROBE_SCRIPT)], input=request, capture_output=True, text=True)
-    if result.returncode != 0:
+    process = _probe_process(version)
+    process.stdin.write(json.dumps({"argvs": argvs, "algorithms": list(algorithms)}) + "\n")
+    process.stdin.flush()
+    line = process.stdout.readline()
+    if not line:
+        _probes.pop(version, None)
         raise ValidatorEnvError(
-            f"SGLang {version}'s parser could not be loaded from {env_dir(version)}:\n{result.stderr.strip()[-2000:]}"
+            f"SGLang {version}'s parser could not be loaded from {env_dir(version)}:\n{process.stderr.read()[-2000:]}"
         )
-    answer = json.loads(result.stdout)
+    answer = json.loads(line)
     if answer.get("sglang_version") != version:
         raise ValidatorEnvError(
             f"validation environment {env_dir(version)} holds SGLang {answer.get('sglang_version')}, not {version}; "

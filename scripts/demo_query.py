@@ -1,0 +1,19 @@
+"""Demo step: ask the deployed (simulated) server for a completion over SSH and print what it measured."""
+import json
+import sys
+
+from sglang_deploy.simhost import SimHost
+
+host = SimHost()
+request = json.dumps({"text": "Explain CUDA graphs in one paragraph.",
+                      "sampling_params": {"max_new_tokens": 128, "temperature": 0, "ignore_eos": True}})
+command = ("key=$(sed -n 's/^api-key: \"\\(.*\\)\"$/\\1/p' /etc/sglang-deploy/sglang/secrets.yaml); "
+           f"curl -sf -H \"Authorization: Bearer $key\" http://127.0.0.1:30000/generate -d '{request}'")
+print(host.ssh("systemctl --no-pager --lines=0 status sglang | head -3").stdout, end="")
+result = host.ssh(command, check=False)
+if result.returncode != 0:
+    sys.exit(f"the server did not answer /generate: {result.stderr}")
+meta = json.loads(result.stdout)["meta_info"]
+decode = (meta["completion_tokens"] - 1) / (meta["e2e_latency"] - meta["first_token_latency"])
+print(f"generated {meta['completion_tokens']} tokens in {meta['e2e_latency']:.2f} s: {decode:.1f} tok/s decode, "
+      f"acceptance length {meta['spec_accept_length']:.2f}  (SIMULATED server: sglang_deploy.sim)")

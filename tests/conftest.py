@@ -1,0 +1,105 @@
+"""Shared fixtures. Tests marked `simhost` boot a fresh simulated CT129 container for the session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PROFILES = REPO / "profiles"
+PROVEN = PROFILES / "qwen3.6-27b-mtp-2xa6000.yaml"
+INCIDENT = PROFILES / "qwen3.6-27b-mtp1-2xa6000.yaml"
+# Distinct from the demo's ports (2222 / 30000) so tests and a running demo do not collide.
+TEST_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SSH_PORT", "2232"))
+TEST_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100"))
+
+
+def write_profile(tmp_path: Path, text: str, name: str = "profile.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def proven_with(tmp_path: Path, old: str, new: str, name: str = "variant.yaml") -> Path:
+    """The proven profile with one textual change (asserting the change applied)."""
+    text = PROVEN.read_text()
+    assert old in text, f"{old!r} not in the proven profile"
+    return write_profile(tmp_path, text.replace(old, new, 1), name)
+
+
+class SimHostSession:
+    def __init__(self, state_dir: Path):
+        from sglang_deploy.simhost import SimHost
+
+        self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine="ct129-test")
+        self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
+                    "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
+
+    def pyinfra(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        command = [sys.executable, "-m", "pyinfra", "inventory/sim.py", *args]
+        if "--dry" not in args:
+            command.insert(3, "-y")
+        return subprocess.run(command, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def deploy(self, *extra: str, profile: Path | None = None, **kwargs) -> subprocess.CompletedProcess:
+        args = ["deploy.py", *extra]
+        if profile:
+            args += ["--data", f"profile={profile}"]
+        return self.pyinfra(*args, **kwargs)
+
+    def sh(self, command: str, check: bool = True) -> str:
+        result = self.host.ssh(command, check=False)  # ssh hands the string to the remote shell
+        if check and result.returncode != 0:
+            raise AssertionError(f"{command!r} failed on the sim host: {result.stderr}")
+        return result.stdout
+
+    def start_timestamp(self, service: str = "sglang") -> str:
+        return self.sh(f"systemctl show -p ExecMainStartTimestampMonotonic --value {service}").strip()
+
+    def main_pid(self, service: str = "sglang") -> int:
+        return int(self.sh(f"systemctl show -p MainPID --value {service}").strip())
+
+    def checksums(self, *paths: str) -> str:
+        return self.sh("sha256sum " + " ".join(paths) + " 2>&1; true")
+
+    def http(self, path: str, key: str | None = None) -> tuple[int, str]:
+        """GET a path of the service from inside the host; returns (status, body)."""
+        header = f'-H "Authorization: Bearer {key}"' if key else ""
+        out = self.sh(f"curl -s -w \"\\n%{{http_code}}\" {header} http://127.0.0.1:{TEST_SERVICE_PORT}{path}")
+        body, _, status = out.rpartition("\n")
+        return int(status), body
+
+    @property
+    def api_key(self) -> str:
+        return (self.host.state_dir / "api_key").read_text().strip()
+
+
+def simhost_available() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root"
+    for tool in ("debootstrap", "systemd-nspawn", "ssh"):
+        if not shutil.which(tool):
+            return f"{tool} is not installed"
+    return None
+
+
+@pytest.fixture(scope="session")
+def simhost(tmp_path_factory):
+    reason = simhost_available()
+    if reason:
+        if os.environ.get("SGLANG_DEPLOY_REQUIRE_SIMHOST") == "1":
+            pytest.fail(f"the simulated host is required but unavailable: {reason}")
+        pytest.skip(f"simulated host unavailable: {reason}")
+    session = SimHostSession(tmp_path_factory.mktemp("simhost"))
+    session.host.up(fresh=True)
+    session.api_key_original = session.api_key
+    try:
+        yield session
+    finally:
+        session.host.down()
+        shutil.rmtree(session.host.rootfs, ignore_errors=True)

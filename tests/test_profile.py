@@ -1,0 +1,106 @@
+"""Profile loading: structure errors name the file, the field path and the line."""
+
+import pytest
+
+from conftest import INCIDENT, PROVEN, proven_with, write_profile
+from sglang_deploy.profile import ProfileError, load_profile
+
+
+def problems_of(path):
+    with pytest.raises(ProfileError) as raised:
+        load_profile(path)
+    return raised.value.problems
+
+
+def test_proven_profile_loads_with_the_incident_flags():
+    profile = load_profile(PROVEN)
+    flags = profile.sglang.flags
+    assert profile.sglang.version == "0.5.23"
+    assert flags["--speculative-algorithm"] == "NEXTN"
+    assert (flags["--speculative-num-steps"], flags["--speculative-num-draft-tokens"]) == (3, 4)
+    assert flags["--cuda-graph-max-bs-decode"] == 16 and flags["--max-running-requests"] == 16
+    assert profile.gate.min_decode_tok_s == 45 and profile.gate.min_accept_length == 2.8
+    assert profile.name == "qwen3.6-27b-mtp-2xa6000"
+
+
+def test_incident_profile_is_one_step():
+    flags = load_profile(INCIDENT).sglang.flags
+    assert (flags["--speculative-num-steps"], flags["--speculative-num-draft-tokens"]) == (1, 2)
+
+
+def test_bad_yaml_names_file_and_line(tmp_path):
+    path = write_profile(tmp_path, "model:\n  path: /x\n  served_name: [unclosed\nsglang: {}\n")
+    [problem] = problems_of(path)
+    assert problem.startswith(f"{path}:4: invalid YAML")
+
+
+def test_unknown_key_names_field_and_line(tmp_path):
+    path = proven_with(tmp_path, "service:\n", "service:\n  restart_policy: always\n")
+    [problem] = problems_of(path)
+    line = path.read_text().splitlines().index("  restart_policy: always") + 1
+    assert problem == f"{path}:{line}: service.restart_policy: unknown key (not part of the profile format; see README 'Profile format')"
+
+
+def test_wrong_type_names_field(tmp_path):
+    path = proven_with(tmp_path, "  port: 30000", "  port: thirty")
+    [problem] = problems_of(path)
+    assert ": service.port: " in problem and "integer" in problem
+
+
+def test_missing_model_path(tmp_path):
+    path = proven_with(tmp_path, "  path: /srv/models/Qwen3.6-27B-FP8\n", "")
+    [problem] = problems_of(path)
+    assert problem.endswith("model: required field is missing".replace("model:", "model.path:"))
+    assert f"{path}:" in problem
+
+
+def test_relative_model_path_is_refused(tmp_path):
+    path = proven_with(tmp_path, "  path: /srv/models/Qwen3.6-27B-FP8", "  path: models/qwen")
+    [problem] = problems_of(path)
+    assert "model.path: must be an absolute path on the host" in problem
+
+
+def test_duplicate_key_is_an_error(tmp_path):
+    path = proven_with(tmp_path, "    --tp-size: 2 ", "    --tp-size: 2\n    --tp-size: 1 ")
+    [problem] = problems_of(path)
+    assert "duplicate key '--tp-size'" in problem
+
+
+def test_flag_that_the_tool_derives_is_refused(tmp_path):
+    path = proven_with(tmp_path, "    --tp-size: 2 ", "    --port: 8000\n    --tp-size: 2 ")
+    [problem] = problems_of(path)
+    assert "sglang.flags: flag --port is set by the tool from service.port" in problem
+
+
+def test_flag_without_dashes_is_refused(tmp_path):
+    path = proven_with(tmp_path, "    --tp-size: 2 ", "    tp-size: 2 ")
+    [problem] = problems_of(path)
+    assert "flag 'tp-size' must be written as a full long option such as '--tp-size'" in problem
+
+
+def test_unpinned_version_is_refused(tmp_path):
+    path = proven_with(tmp_path, 'version: "0.5.23"', 'version: ">=0.5"')
+    assert "sglang.version: must be an exact release" in problems_of(path)[0]
+
+
+def test_environment_names_are_restricted(tmp_path):
+    path = proven_with(tmp_path, "  NCCL_CUMEM_ENABLE: \"0\"", "  LD_PRELOAD: /tmp/evil.so")
+    [problem] = problems_of(path)
+    assert "environment: variable 'LD_PRELOAD' is not accepted" in problem and "NCCL_" in problem
+
+
+def test_several_problems_are_reported_together(tmp_path):
+    text = PROVEN.read_text().replace("  port: 30000", "  port: 0").replace("  samples: 5", "  samples: many")
+    problems = problems_of(write_profile(tmp_path, text))
+    assert len(problems) == 2
+    assert any("service.port" in p for p in problems) and any("gate.samples" in p for p in problems)
+
+
+def test_unknown_waiver_rule(tmp_path):
+    path = write_profile(tmp_path, PROVEN.read_text() + "waivers:\n  faster-please: because\n")
+    assert "unknown rule 'faster-please'" in problems_of(path)[0]
+
+
+def test_missing_file():
+    [problem] = problems_of("/nonexistent/profile.yaml")
+    assert "cannot read profile" in problem
