@@ -9,7 +9,7 @@ Standard library only (it runs with the simulated host's system python3).
 Environment knobs (all optional; faults are planted by a test profile's ``environment:``):
   SGLANG_SIM_MACHINE / SGLANG_SIM_MODEL   data files under data/ (default 2xa6000-pcie, qwen3.6-27b-fp8)
   SGLANG_SIM_START_SECONDS                weight loading + graph capture time (default 3)
-  SGLANG_SIM_SEED                         noise seed (default 0)
+  SGLANG_SIM_SEED                         timing-noise seed (default: random per process)
   SGLANG_SIM_P2P=0                        the board has no working GPU peer-to-peer
   SGLANG_SIM_CRASH_AT_START=1             exit 1 during start
   SGLANG_SIM_HANG_AT_START=1              never become healthy
@@ -114,6 +114,7 @@ class Request:
         self.created = time.monotonic()
         self.first_token_at: float | None = None
         self.accept_probabilities: list[float] = []
+        self.slowness = 1.0
 
 
 def classify_prompt(prompt: str) -> str:
@@ -136,7 +137,7 @@ class Engine:
             self.machine = {**self.machine, "p2p": False}
         self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
         self.eff = hardware.resolve(self.args, env, self.machine)
-        self.seed = env.get("SGLANG_SIM_SEED", "0")
+        self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         self.collapse = env.get("SGLANG_SIM_ACCEPT_COLLAPSE") == "1"
         self.die_after = int(env.get("SGLANG_SIM_DIE_AFTER_REQUESTS", "0"))
@@ -160,7 +161,12 @@ class Engine:
         if self.die_after and index > self.die_after:
             log.error("SIMULATED FAULT: dying after %d requests (SGLANG_SIM_DIE_AFTER_REQUESTS)", self.die_after)
             os._exit(1)
-        request = Request(prompt, params, random.Random(f"{self.seed}:{index}:{prompt}"))
+        # Greedy decoding is deterministic: the same prompt gives the same tokens and acceptance pattern,
+        # as on a real server. Only sampled requests and timing depend on the process's seed.
+        greedy = float(params.get("temperature", 1.0)) == 0.0
+        rng = random.Random(f"greedy:{prompt}" if greedy else f"{self.seed}:{index}:{prompt}")
+        request = Request(prompt, params, rng)
+        request.slowness = hardware.jitter(self.rng, self.machine["noise_request_sigma"])
         request.accept_probabilities = hardware.accept_probabilities(self.eff, self.model, request.kind, self.collapse)
         with self.lock:
             self.waiting.append(request)
@@ -191,7 +197,8 @@ class Engine:
                 continue
             batch = list(self.running)
             cycle = hardware.cycle_ms(self.eff, self.machine, self.model, len(batch))
-            cycle *= hardware.jitter(self.rng, self.machine["noise_cycle_sigma"]) * self.slowdown
+            slowness = sum(r.slowness for r in batch) / len(batch)
+            cycle *= hardware.jitter(self.rng, self.machine["noise_cycle_sigma"]) * slowness * self.slowdown
             time.sleep(cycle / 1e3)
             graphs = self.eff.decode_graphs and len(batch) <= self.eff.graph_max_bs
             self.stats["graph_passes" if graphs else "eager_passes"] += 1

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Measure an SGLang server from the host it runs on (standard library only; prints JSON on stdout).
+
+    python3 bench.py --url http://127.0.0.1:30000 [--api-key-file F] [--samples 5] [--warmup 1]
+                     [--max-new-tokens 256] [--concurrency 4] [--aggregate-rounds 2]
+
+Single-stream samples: one streaming /generate request at a time, temperature 0, ignore_eos, fixed
+max_new_tokens, prompts cycling through a shipped mix of prose, code and chat (MTP acceptance depends
+on the text). Per sample: decode tok/s = (completion_tokens - 1) / (e2e - time to first token), both
+measured on the client's clock; TTFT; tau = meta_info.spec_accept_length. Then aggregate output tok/s
+with `concurrency` parallel streams. Progress goes to stderr.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+PROMPTS = [
+    ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "
+              "cable, covering the engineering challenges, the failed attempts, and its effect on commerce."),
+    ("code", "Write a Python function that parses an nginx access log line into a dataclass with fields for "
+             "the client address, timestamp, method, path, status and bytes sent. Include type hints and tests.\n"
+             "```python\nimport re\nfrom dataclasses import dataclass\n"),
+    ("chat", "User: I have two GPUs in one server without an NVLink bridge. How should I think about tensor "
+             "parallel versus running two replicas of a 27B model? What are the trade-offs?\nAssistant:"),
+    ("prose", "Summarise the main arguments for and against building high-speed rail between two cities "
+              "500 km apart, for a city council that has to vote on funding next week."),
+    ("code", "Implement a thread-safe LRU cache in Go with generics, a capacity limit, and per-entry expiry. "
+             "Explain the locking strategy in comments.\n```go\npackage cache\n"),
+    ("chat", "User: My sourdough starter smells like nail polish remover. What does that mean and what "
+             "should I change in my feeding schedule?\nAssistant:"),
+]
+
+
+def read_api_key(path):
+    if not path:
+        return None
+    for line in open(path):
+        if line.strip().startswith("api-key:"):
+            value = line.split(":", 1)[1].strip()
+            return json.loads(value) if value.startswith('"') else value
+    return None
+
+
+class Client:
+    def __init__(self, url, api_key, timeout):
+        self.url = url.rstrip("/")
+        self.headers = {"Content-Type": "application/json"}
+        if api_key:
+            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.timeout = timeout
+
+    def get_json(self, path):
+        request = urllib.request.Request(self.url + path, headers=self.headers)
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            return json.load(response)
+
+    def generate(self, prompt, max_new_tokens):
+        """One streaming request; returns the sample measured on this client's clock."""
+        body = json.dumps({"text": prompt, "stream": True, "sampling_params": {
+            "max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}).encode()
+        request = urllib.request.Request(self.url + "/generate", data=body, headers=self.headers)
+        start = time.perf_counter()
+        first = None
+        meta = None
+        with urllib.request.urlopen(request, timeout=self.timeout) as response:
+            for raw in response:
+                line = raw.decode().strip()
+                if not line.startswith("data:"):
+                    continue
+                payload = line[5:].strip()
+                if payload == "[DONE]":
+                    break
+                chunk = json.loads(payload)
+                if first is None and chunk.get("meta_info", {}).get("completion_tokens", 0) > 0:
+                    first = time.perf_counter()
+                meta = chunk.get("meta_info", meta)
+        end = time.perf_counter()
+        if meta is None or first is None:
+            raise RuntimeError("the stream ended without tokens")
+        tokens = int(meta.get("completion_tokens", 0))
+        decode_time = end - first
+        return {
+            "completion_tokens": tokens,
+            "e2e_s": end - start,
+            "ttft_s": first - start,
+            "decode_tok_s": (tokens - 1) / decode_time if tokens > 1 and decode_time > 0 else 0.0,
+            "accept_length": meta.get("spec_accept_length"),
+            "server_e2e_s": meta.get("e2e_latency"),
+        }
+
+
+def summary(values):
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    median = statistics.median(values)
+    return {
+        "median": median, "min": min(values), "max": max(values), "n": len(values), "values": values,
+        "spread_pct": (max(values) - min(values)) / median * 100 if median else 0.0,
+        "cv_pct": statistics.pstdev(values) / statistics.mean(values) * 100 if len(values) > 1 and statistics.mean(values) else 0.0,
+    }
+
+
+def aggregate_round(client, concurrency, max_new_tokens, offset, errors):
+    results = [None] * concurrency
+
+    def worker(i):
+        kind, prompt = PROMPTS[(offset + i) % len(PROMPTS)]
+        try:
+            results[i] = client.generate(prompt, max_new_tokens)
+        except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
+            errors.append(f"aggregate stream {i}: {error}")
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    done = [r for r in results if r]
+    return sum(r["completion_tokens"] for r in done) / wall if done and len(done) == concurrency else None
+
+
+def progress(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--api-key-file")
+    parser.add_argument("--samples", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--aggregate-rounds", type=int, default=2)
+    parser.add_argument("--timeout", type=float, default=300)
+    args = parser.parse_args()
+
+    client = Client(args.url, read_api_key(args.api_key_file), args.timeout)
+    errors = []
+    started = time.perf_counter()
+    try:
+        info = client.get_json("/server_info")
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        info = {}
+        errors.append(f"/server_info: {error}")
+
+    for i in range(args.warmup):
+        progress(f"warmup {i + 1}/{args.warmup}")
+        try:
+            client.generate(PROMPTS[i % len(PROMPTS)][1], min(64, args.max_new_tokens))
+        except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
+            errors.append(f"warmup {i + 1}: {error}")
+
+    samples = []
+    for i in range(args.samples):
+        kind, prompt = PROMPTS[i % len(PROMPTS)]
+        try:
+            sample = client.generate(prompt, args.max_new_tokens)
+        except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
+            errors.append(f"sample {i + 1}: {error}")
+            progress(f"sample {i + 1}/{args.samples} ({kind}): error {error}")
+            continue
+        sample["kind"] = kind
+        samples.append(sample)
+        tau = sample["accept_length"]
+        progress(f"sample {i + 1}/{args.samples} ({kind}): {sample['decode_tok_s']:.1f} tok/s, "
+                 f"TTFT {sample['ttft_s'] * 1000:.0f} ms" + (f", tau {tau:.2f}" if tau else ""))
+
+    aggregates = []
+    if args.concurrency > 1:
+        for r in range(args.aggregate_rounds):
+            value = aggregate_round(client, args.concurrency, args.max_new_tokens, r, errors)
+            aggregates.append(value)
+            progress(f"aggregate {r + 1}/{args.aggregate_rounds} at concurrency {args.concurrency}: "
+                     + (f"{value:.1f} tok/s" if value else "failed"))
+
+    print(json.dumps({
+        "url": args.url,
+        "simulated": bool(info.get("simulated")),
+        "sglang_version": info.get("version"),
+        "config": {"samples": args.samples, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
+                   "concurrency": args.concurrency, "aggregate_rounds": args.aggregate_rounds},
+        "samples": samples,
+        "decode_tok_s": summary([s["decode_tok_s"] for s in samples]),
+        "ttft_s": summary([s["ttft_s"] for s in samples]),
+        "accept_length": summary([s["accept_length"] for s in samples]),
+        "aggregate_tok_s": summary(aggregates),
+        "errors": errors,
+        "duration_s": time.perf_counter() - started,
+    }, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""The simulator's calibration table (../shared/notes/perf-model.md), measured with the gate's client.
+
+Each configuration runs as its own local simulator process (all at once, distinct ports), everything
+else as the proven profile. A fixed seed makes the comparison between rows paired: the same timing
+noise, so ratios reflect the hardware model rather than luck.
+"""
+
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from .local import LocalSim, stub_model_dir
+
+PROVEN = ["--tp-size", "2", "--speculative-algorithm", "NEXTN", "--speculative-num-steps", "3",
+          "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", "--mem-fraction-static", "0.88",
+          "--max-running-requests", "16", "--cuda-graph-max-bs-decode", "16", "--enable-metrics"]
+
+
+def without_spec(flags):
+    out, skip = [], False
+    for arg in flags:
+        if skip:
+            skip = False
+            continue
+        if arg.startswith("--speculative"):
+            skip = True
+            continue
+        out.append(arg)
+    return out
+
+
+def replace(flags, name, value):
+    out = list(flags)
+    out[out.index(name) + 1] = value
+    return out
+
+
+# name, flags, env, band description, check(tok_s, tau, proven_tok_s)
+ROWS = [
+    ("proven (NEXTN 3 steps, graphs, custom AR)", PROVEN, {}, "47-57 tok/s, tau 3.0-3.5",
+     lambda t, tau, p: 47 <= t <= 57 and 3.0 <= tau <= 3.5),
+    ("incident: 1 step, 2 draft tokens", replace(replace(PROVEN, "--speculative-num-steps", "1"),
+                                                 "--speculative-num-draft-tokens", "2"), {},
+     "38-42 tok/s, tau ~1.75", lambda t, tau, p: 38 <= t <= 42 and 1.6 <= tau <= 1.9),
+    ("no speculation", without_spec(PROVEN), {}, "~30 tok/s (27-33), tau 1.0",
+     lambda t, tau, p: 27 <= t <= 33 and tau in (None, 1.0)),
+    ("decode CUDA graphs disabled", PROVEN + ["--disable-cuda-graph"], {}, ">= 25 % slower than proven",
+     lambda t, tau, p: t <= 0.75 * p),
+    ("custom all-reduce disabled", PROVEN + ["--disable-custom-all-reduce"], {}, "3-8 % slower than proven",
+     lambda t, tau, p: 0.92 * p <= t <= 0.97 * p),
+    ("NCCL P2P disabled (+ custom AR off)", PROVEN + ["--disable-custom-all-reduce"], {"NCCL_P2P_DISABLE": "1"},
+     "10-20 % slower than proven", lambda t, tau, p: 0.80 * p <= t <= 0.90 * p),
+]
+
+
+def measure(samples: int, max_new_tokens: int, seed: str = "7") -> list[dict]:
+    with tempfile.TemporaryDirectory() as tmp:
+        model = stub_model_dir(Path(tmp) / "model")
+        sims = [LocalSim(flags, {**env, "SGLANG_SIM_SEED": seed}, model).start(Path(tmp) / f"sim{i}.log")
+                for i, (_, flags, env, _, _) in enumerate(ROWS)]
+        try:
+            for sim in sims:
+                sim.wait_ready()
+            args = ["--samples", str(samples), "--warmup", "1", "--max-new-tokens", str(max_new_tokens),
+                    "--concurrency", "1"]
+            with ThreadPoolExecutor(len(sims)) as pool:
+                results = list(pool.map(lambda sim: sim.bench(*args), sims))
+        finally:
+            for sim in sims:
+                sim.stop()
+    proven = results[0]["decode_tok_s"]["median"]
+    table = []
+    for (name, _, _, band, check), result in zip(ROWS, results):
+        tok_s = result["decode_tok_s"]["median"]
+        tau = result["accept_length"]["median"] if result["accept_length"] else None
+        table.append({"name": name, "tok_s": tok_s, "tau": tau, "vs_proven": tok_s / proven, "band": band,
+                      "cv_pct": result["decode_tok_s"]["cv_pct"], "in_band": bool(check(tok_s, tau, proven))})
+    return table
+
+

@@ -1,0 +1,88 @@
+"""Run the simulator as a local process (tests, benchmarks): no container, same HTTP interface."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCH = REPO_ROOT / "sglang_deploy" / "hostside" / "bench.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class LocalSim:
+    """A simulator process on 127.0.0.1 with the given flags and environment."""
+
+    def __init__(self, flags: list[str], env: dict | None = None, model_dir: str | None = None, port: int | None = None):
+        self.port = port or free_port()
+        self.model_dir = model_dir
+        self.flags = flags
+        self.env = {**os.environ, "SGLANG_SIM_START_SECONDS": "0.4", **(env or {})}
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", "sglang_deploy.sim.server", "serve", "--model-path", self.model_dir,
+                "--host", "127.0.0.1", "--port", str(self.port), *self.flags]
+
+    def start(self, log_path: Path) -> "LocalSim":
+        self.log_path = log_path
+        with open(log_path, "wb") as log:
+            self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                            cwd=REPO_ROOT)
+        return self
+
+    def wait_ready(self, timeout: float = 30) -> "LocalSim":
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"simulator exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
+                    if response.status == 200:
+                        return self
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        raise TimeoutError(f"simulator not ready within {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(5)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+
+    def bench(self, *args: str) -> dict:
+        """Measure with the gate's own client (hostside/bench.py)."""
+        result = subprocess.run([sys.executable, str(BENCH), "--url", self.url, *args],
+                                capture_output=True, text=True, timeout=600)
+        if result.returncode != 0:
+            raise RuntimeError(result.stderr)
+        return json.loads(result.stdout)
+
+
+def stub_model_dir(path: Path) -> str:
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "simulated": True}))
+    return str(path)
