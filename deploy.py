@@ -1,18 +1,20 @@
-"""Deploy the SGLang server described by the host's profile.
+"""Deploy the SGLang server described by the host's profile, as a new release when anything changed.
 
     pyinfra inventory/sim.py deploy.py [--data profile=profiles/X.yaml] [--dry --diff]
 
-validate (no host change on failure) -> service user -> [simulator, on simulated hosts] -> unit,
-environment, secrets -> daemon-reload/restart only when they changed -> wait until ready.
+validate (nothing changes on failure) -> service user -> [simulator on simulated hosts] -> secrets ->
+stage release -> switch (restart, staged readiness, automatic rollback on failure) -> prune.
 """
 
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 
-from roles import service_user, sglang_service, simulator
+from roles import release, service_user, sglang_service, simulator
+from roles.facts import ReleaseStore
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout
 from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.releases import build_meta, decide, profile_snapshot
 
 try:
     plan = plan_for_host(host.data)
@@ -20,6 +22,7 @@ except PlanError as error:
     raise DeployError(f"{host.name}: nothing was changed on the host.\n{error}") from None
 
 profile = plan.profile
+service = profile.service.name
 host_is_simulated = bool(host.get_fact(File, path=SIMULATED_MARKER))
 if plan.simulated != host_is_simulated:
     raise DeployError(
@@ -33,11 +36,29 @@ logger.info(f"[{host.name}] profile {profile.name}: SGLang {profile.sglang.versi
 for skipped in plan.skipped_rules:
     logger.warning(f"[{host.name}] rule skipped: {skipped}")
 
-layout = ServiceLayout(profile.service.name)
-service_user.install(user=profile.service.user, home=layout.state_dir)
-if plan.simulated:
-    simulator.install(profile=profile)
-unit, env, secrets = sglang_service.configure(rendered=plan.rendered, service=profile.service.name,
-                                              user=profile.service.user)
-sglang_service.activate(service=profile.service.name, probe_url=plan.probe_url,
-                        start_timeout_s=profile.service.start_timeout_s, unit=unit, changed=[unit, env, secrets])
+store = host.get_fact(ReleaseStore, service=service)
+if store["lock"]:
+    holder = store["lock"]
+    raise DeployError(f"{host.name}: another deploy or rollback is running: {holder.get('owner')} "
+                      f"(pid {holder.get('pid')}, since {holder.get('since')}); nothing was changed")
+
+service_user.install(user=profile.service.user, home=ServiceLayout(service).state_dir)
+runtime_ops = simulator.install(profile=profile) if plan.simulated else []
+release.install_programs()
+secrets = sglang_service.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
+
+decision = decide(plan, store, restart_needed=any(op.will_change for op in [secrets, *runtime_ops]))
+if decision.switch:
+    logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
+    release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
+    if decision.is_new:
+        release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
+                      env=plan.rendered.env, profile_json=profile_snapshot(plan),
+                      meta=build_meta(plan, decision.release_id))
+    release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
+                   timeout=profile.service.start_timeout_s, reason="deploy",
+                   max_auto_rollbacks=int(host.data.get("max_auto_rollbacks") or 3),
+                   force=bool(host.data.get("force")))
+    release.prune(service=service, keep=int(host.data.get("keep_releases") or 5))
+else:
+    logger.info(f"[{host.name}] release {decision.release_id} is active and unchanged: nothing to switch")

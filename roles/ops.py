@@ -1,4 +1,4 @@
-"""Operations pyinfra does not have: a managed file whose --diff output never shows a secret."""
+"""Operations pyinfra does not have: managed files and previews whose --diff never shows a secret."""
 
 from __future__ import annotations
 
@@ -13,22 +13,25 @@ from pyinfra.operations import files
 from sglang_deploy.render import mask_secrets
 
 
+def _log_masked_diff(dest: str, content: str) -> None:
+    current = host.get_fact(FileContents, path=dest) if host.get_fact(File, path=dest) else None
+    old_text = "\n".join(current) + "\n" if current else ""
+    if old_text == content:
+        return
+    old, new = mask_secrets(old_text), mask_secrets(content)
+    host.log(f"Will {'modify' if current is not None else 'create'} {dest}", logger.info)
+    for line in difflib.unified_diff(old.splitlines(), new.splitlines(), f"{dest} (host)", f"{dest} (new)",
+                                     lineterm="", n=2):
+        logger.info("  %s", line)
+    if old == new:
+        logger.info("  (only secret values differ; they are not shown)")
+
+
 @operation()
-def managed_file(dest: str, content: str, mode: int, user: str = "root", group: str = "root"):
-    """Upload ``content`` to ``dest`` when it differs; the diff is printed with secrets masked."""
-    if state.config.DIFF:
-        current = host.get_fact(FileContents, path=dest) if host.get_fact(File, path=dest) else None
-        old_text = "\n".join(current) + "\n" if current else ""
-        if old_text != content:
-            old, new = mask_secrets(old_text), mask_secrets(content)
-            verb = "modify" if current is not None else "create"
-            host.log(f"Will {verb} {dest}", logger.info)
-            diff = difflib.unified_diff(old.splitlines(), new.splitlines(), f"{dest} (host)", f"{dest} (release)",
-                                        lineterm="", n=2)
-            for line in diff:
-                logger.info("  %s", line)
-            if old == new:
-                logger.info("  (only secret values differ; they are not shown)")
+def managed_file(dest: str, content: str, mode: int, user: str = "root", group: str = "root", diff: bool = True):
+    """Upload ``content`` to ``dest`` when it differs; with --diff the change is printed, secrets masked."""
+    if state.config.DIFF and diff:
+        _log_masked_diff(dest, content)
     # files.put decides what to upload from checksums; its own diff is switched off (it would show secrets).
     show_diff, state.config.DIFF = state.config.DIFF, False
     try:
@@ -36,3 +39,11 @@ def managed_file(dest: str, content: str, mode: int, user: str = "root", group: 
     finally:
         state.config.DIFF = show_diff
     yield from commands
+
+
+@operation()
+def preview_diff(dest: str, content: str):
+    """With --diff, print how ``content`` differs from ``dest`` on the host (secrets masked); change nothing."""
+    if state.config.DIFF:
+        _log_masked_diff(dest, content)
+    yield from ()

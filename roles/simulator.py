@@ -30,14 +30,15 @@ def install(profile: Profile):
         raise ValueError("the simulator implements the 'serve' launcher only; set sglang.launcher: serve")
     venv = venv_path(profile)
     lib = f"{venv}/lib/sglang-sim"
-    files.sync(name="Simulator package", src=str(SIM_PACKAGE), dest=f"{lib}/sglang_sim",
+    package = files.sync(name="Simulator package", src=str(SIM_PACKAGE), dest=f"{lib}/sglang_sim",
                exclude=["*.pyc", "__pycache__"], delete=True)
-    files.put(name="Simulated `sglang` executable", src=_text(SHIM.format(lib=lib)),
+    shim = files.put(name="Simulated `sglang` executable", src=_text(SHIM.format(lib=lib)),
               dest=f"{venv}/bin/sglang", mode=755, create_remote_dir=True)
     files.put(name="Stub checkpoint (config.json only)", dest=f"{profile.model.path}/config.json",
               src=_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "simulated": True,
                                     "note": "stub checkpoint for the SGLang simulator"}, indent=2) + "\n"),
               mode=644, create_remote_dir=True)
+    return [package, shim]
 
 
 def _text(content: str):

@@ -55,13 +55,19 @@ def resolve_api_key(data) -> str | None:
     return os.environ.get(_get(data, "api_key_env", DEFAULT_API_KEY_ENV)) or None
 
 
+def resolve_profile_path(profile_path) -> Path:
+    """Relative paths are tried from the working directory, then from the repository."""
+    path = Path(profile_path)
+    if not path.is_absolute() and not path.exists():
+        path = REPO_ROOT / path
+    return path
+
+
 def plan_for_host(data) -> Plan:
     profile_path = _get(data, "profile")
     if not profile_path:
         raise PlanError("no profile: set `profile` in the host's inventory data or pass --data profile=PATH")
-    path = Path(profile_path)
-    if not path.is_absolute() and not path.exists():
-        path = REPO_ROOT / path
+    path = resolve_profile_path(profile_path)
     try:
         profile = load_profile(path)
     except ProfileError as error:

@@ -1,0 +1,36 @@
+"""Roll the SGLang service back to the previous good release, or to any retained one.
+
+    pyinfra inventory/sim.py rollback.py [--data release=0003-1a2b3c4d] [--dry --diff]
+
+The target's unit and environment are installed, the service restarts and must become ready; if it
+does not, the release that was running comes back. `pyinfra inventory/X.py releases.py` lists them.
+"""
+
+from pyinfra import host, logger
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import FileContents
+
+from roles import release
+from roles.facts import ReleaseStore
+from sglang_deploy.releases import release_dir, rollback_target, service_of
+
+service = service_of(host.data)
+store = host.get_fact(ReleaseStore, service=service)
+if store["lock"]:
+    raise DeployError(f"{host.name}: another deploy or rollback is running: {store['lock'].get('owner')} "
+                      f"(since {store['lock'].get('since')}); nothing was changed")
+try:
+    target = rollback_target(store, host.data.get("release"))
+except ValueError as error:
+    raise DeployError(f"{host.name}: {error}; nothing was changed") from None
+
+meta = next(r for r in store["releases"] if r["id"] == target)
+active = store["state"].get("active")
+logger.info(f"[{host.name}] rollback {service}: {active or 'nothing active'} -> {target} "
+            f"({meta.get('profile')}, SGLang {meta.get('sglang_version')}, {meta.get('verdict') or 'unverified'})")
+directory = release_dir(service, target)
+unit, env = (host.get_fact(FileContents, path=f"{directory}/{name}") for name in ("sglang.service", "sglang.env"))
+release.install_programs()
+release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n")
+release.switch(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
+               reason="rollback", auto_rollback=True, mark_good=False, force=True)

@@ -1,0 +1,489 @@
+#!/usr/bin/env python3
+"""The release store on a deployed host, and the one program that switches the service between releases.
+
+Layout (``/var/lib/sglang-deploy/<service>/``):
+  releases/<id>/      sglang.service, sglang.env (0600), profile.json, meta.json (written last = complete)
+  state.json          {"active", "last_good", "auto_rollbacks_in_row", "switching"}
+  lock                flock held for the whole switch; lock.json says who holds it
+
+Commands (each prints one JSON document on stdout; progress on stderr):
+  state    --service S                       releases, active/last good, lock holder, installed vs running
+  switch   --service S --release ID ...      install, daemon-reload, restart, staged readiness; on failure
+                                             roll back to the last good release (--auto-rollback)
+  mark     --service S --release ID --verdict good|bad [--gate-file F]
+  prune    --service S --keep N              drop old releases (never the active or last good one) and
+                                             virtualenvs no retained release points at
+
+Standard library only: runs with the host's python3. SIGHUP is ignored, so a dropped SSH connection
+or a killed controller does not stop a switch half-way; the flock dies with the process.
+"""
+
+import argparse
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
+VENV_ROOT = "/opt/sglang-deploy/venvs"
+RELEASE_ID = re.compile(r"^(\d{4,})-([0-9a-f]{8})$")
+EXIT_FAILED_ROLLED_BACK = 1
+EXIT_LOCKED = 4
+EXIT_ROLLBACK_FAILED = 3
+
+
+# --- pure helpers (imported by the controller's tests) --------------------------------------------
+
+def content_hash(unit: str, env: str) -> str:
+    """A release is defined by its unit and its environment file (the secrets file is not part of it)."""
+    return hashlib.sha256(unit.encode() + b"\0" + env.encode()).hexdigest()
+
+
+def next_release_id(existing_ids, digest: str) -> str:
+    sequence = max((int(RELEASE_ID.match(i).group(1)) for i in existing_ids if RELEASE_ID.match(i)), default=0)
+    return f"{sequence + 1:04d}-{digest[:8]}"
+
+
+def releases_to_prune(ids_oldest_first, keep: int, protected) -> list:
+    """Everything but the newest `keep`, except protected ids (active, last good)."""
+    keep_ids = set(ids_oldest_first[-keep:]) if keep > 0 else set()
+    return [i for i in ids_oldest_first if i not in keep_ids and i not in protected]
+
+
+def cmdline_matches(cmdline, exec_start) -> bool:
+    """A script's process shows its interpreter first (`python3 /venv/bin/sglang serve ...`)."""
+    if not cmdline or not exec_start:
+        return False
+    if cmdline == exec_start:
+        return True
+    return os.path.basename(cmdline[0]).startswith("python") and cmdline[1:] == exec_start
+
+
+def flag_differences(argv, reference) -> list:
+    """'--flag: reference -> argv' for every flag whose value differs (launcher excluded)."""
+    def flags(args):
+        out, current = {}, None
+        for arg in args:
+            if arg.startswith("--"):
+                current = arg
+                out[current] = []
+            elif current:
+                out[current].append(arg)
+        return {k: " ".join(v) or "on" for k, v in out.items()}
+
+    mine, theirs = flags(argv or []), flags(reference or [])
+    return [f"{name}: {theirs.get(name, '(absent)')} -> {mine.get(name, '(absent)')}"
+            for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
+
+
+# --- store ----------------------------------------------------------------------------------------
+
+class Store:
+    def __init__(self, service):
+        self.service = service
+        self.root = os.path.join(STORE_ROOT, service)
+        self.releases_dir = os.path.join(self.root, "releases")
+        self.state_path = os.path.join(self.root, "state.json")
+        self.unit_path = f"/etc/systemd/system/{service}.service"
+        self.env_path = f"/etc/sglang-deploy/{service}/sglang.env"
+        self.secrets_path = f"/etc/sglang-deploy/{service}/secrets.yaml"
+
+    def release_dir(self, release_id):
+        return os.path.join(self.releases_dir, release_id)
+
+    def ids(self):
+        """Complete releases (meta.json present), oldest first."""
+        if not os.path.isdir(self.releases_dir):
+            return []
+        ids = [i for i in os.listdir(self.releases_dir)
+               if RELEASE_ID.match(i) and os.path.exists(os.path.join(self.releases_dir, i, "meta.json"))]
+        return sorted(ids, key=lambda i: int(RELEASE_ID.match(i).group(1)))
+
+    def meta(self, release_id):
+        with open(os.path.join(self.release_dir(release_id), "meta.json")) as f:
+            return json.load(f)
+
+    def write_meta(self, release_id, meta):
+        atomic_write(os.path.join(self.release_dir(release_id), "meta.json"), json.dumps(meta, indent=1) + "\n", 0o644)
+
+    def state(self):
+        try:
+            with open(self.state_path) as f:
+                return json.load(f)
+        except FileNotFoundError:
+            return {"active": None, "last_good": None, "auto_rollbacks_in_row": 0, "switching": None}
+
+    def save_state(self, state):
+        os.makedirs(self.root, exist_ok=True)
+        atomic_write(self.state_path, json.dumps(state, indent=1) + "\n", 0o644)
+
+    def read(self, path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+
+def atomic_write(path, content, mode):
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, mode)
+    os.replace(tmp, path)
+
+
+def log(message):
+    try:
+        print(f"[releases] {message}", file=sys.stderr, flush=True)
+    except (BrokenPipeError, OSError):
+        pass  # the controller went away; carry on
+
+
+def emit(document):
+    try:
+        print(json.dumps(document, indent=1), flush=True)
+    except (BrokenPipeError, OSError):
+        pass
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# --- service inspection ---------------------------------------------------------------------------
+
+def systemctl(*args):
+    return subprocess.run(["systemctl", *args], capture_output=True, text=True)
+
+
+def service_status(service):
+    show = systemctl("show", "-p", "ActiveState", "-p", "MainPID", "-p", "ExecMainStartTimestampMonotonic",
+                     f"{service}.service").stdout
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    pid = int(props.get("MainPID") or 0)
+    cmdline = None
+    if pid:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = [a.decode() for a in f.read().split(b"\0") if a]
+        except FileNotFoundError:
+            pass
+    return {"active_state": props.get("ActiveState"), "main_pid": pid, "cmdline": cmdline,
+            "started_monotonic_us": props.get("ExecMainStartTimestampMonotonic")}
+
+
+def journal_tail(service, since, lines=25):
+    result = subprocess.run(["journalctl", "-u", f"{service}.service", "--no-pager", "-o", "cat", "-n", str(lines),
+                             "--since", since], capture_output=True, text=True)
+    return result.stdout.rstrip()
+
+
+def read_api_key(path):
+    try:
+        for line in open(path):
+            if line.strip().startswith("api-key:"):
+                value = line.split(":", 1)[1].strip()
+                return json.loads(value) if value.startswith('"') else value
+    except FileNotFoundError:
+        pass
+    return None
+
+
+def http(url, body=None, api_key=None, timeout=10):
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode() if body is not None else None, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read()
+    except (urllib.error.URLError, OSError) as error:
+        return None, str(error).encode()
+
+
+def wait_ready(store, probe_url, timeout, settle):
+    """Stages: unit active after the settle time -> /health 200 -> a real /generate returns tokens."""
+    start = time.monotonic()
+    since = (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
+    api_key = read_api_key(store.secrets_path)
+    stage, detail = "active", ""
+    while time.monotonic() - start < timeout:
+        elapsed = time.monotonic() - start
+        state = service_status(store.service)["active_state"]
+        if state in ("failed", "inactive") or (state != "active" and elapsed > settle):
+            return {"ready": False, "stage": "active", "detail": f"{store.service}.service is {state}",
+                    "elapsed_s": round(elapsed, 1), "journal": journal_tail(store.service, since)}
+        if elapsed < settle:
+            time.sleep(0.3)
+            continue
+        stage = "health"
+        status, body = http(probe_url + "/health", timeout=5)
+        if status != 200:
+            detail = f"/health answered {status}"
+            time.sleep(0.5)
+            continue
+        stage = "generate"
+        status, body = http(probe_url + "/generate", {"text": "Say hello.", "sampling_params": {
+            "max_new_tokens": 8, "temperature": 0}}, api_key=api_key, timeout=max(5, timeout - elapsed))
+        try:
+            tokens = json.loads(body)["meta_info"]["completion_tokens"] if status == 200 else 0
+        except (ValueError, KeyError, TypeError):
+            tokens = 0
+        if tokens > 0:
+            return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1)}
+        detail = f"/generate answered {status}: {body[:200].decode(errors='replace')}"
+        time.sleep(0.5)
+    return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({detail})",
+            "elapsed_s": round(time.monotonic() - start, 1), "journal": journal_tail(store.service, since)}
+
+
+# --- switching ------------------------------------------------------------------------------------
+
+class Locked(Exception):
+    pass
+
+
+class Lock:
+    def __init__(self, store, owner):
+        self.path = os.path.join(store.root, "lock")
+        self.info_path = os.path.join(store.root, "lock.json")
+        self.owner = owner
+        self.handle = None
+
+    def __enter__(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Locked(holder(self.info_path)) from None
+        atomic_write(self.info_path, json.dumps({"owner": self.owner, "pid": os.getpid(), "since": now()}) + "\n", 0o644)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            os.unlink(self.info_path)
+        except FileNotFoundError:
+            pass
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+def holder(info_path):
+    try:
+        with open(info_path) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return {"owner": "unknown"}
+
+
+def lock_holder(store):
+    """The current holder, or None (a stale lock.json of a dead process does not count)."""
+    path = os.path.join(store.root, "lock")
+    if not os.path.exists(path):
+        return None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return holder(os.path.join(store.root, "lock.json"))
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+def install(store, release_id):
+    """Put a release's unit and environment in place (atomic renames) and make systemd see them."""
+    source = store.release_dir(release_id)
+    os.makedirs(os.path.dirname(store.env_path), exist_ok=True)
+    atomic_write(store.env_path, store.read(os.path.join(source, "sglang.env")), 0o600)
+    atomic_write(store.unit_path, store.read(os.path.join(source, "sglang.service")), 0o644)
+    if os.environ.get("SGLANG_DEPLOY_TEST_DIE_AFTER") == "unit-written":
+        log("TEST HOOK: dying after the unit was written, before the restart")
+        os._exit(9)
+    systemctl("daemon-reload")
+    systemctl("enable", f"{store.service}.service")
+
+
+def activate(store, release_id, probe_url, timeout, settle):
+    install(store, release_id)
+    log(f"restarting {store.service}.service on release {release_id}")
+    systemctl("restart", f"{store.service}.service")
+    return wait_ready(store, probe_url, timeout, settle)
+
+
+def cmd_switch(args):
+    store = Store(args.service)
+    if args.release not in store.ids():
+        emit({"ok": False, "error": f"release {args.release} is not in {store.releases_dir}; "
+                                    f"retained: {', '.join(store.ids()) or 'none'}"})
+        return 2
+    try:
+        with Lock(store, args.owner):
+            return switch_locked(store, args)
+    except Locked as locked:
+        info = locked.args[0]
+        emit({"ok": False, "locked": True, "holder": info,
+              "error": f"another deploy or rollback holds the lock: {info.get('owner')} (pid {info.get('pid')}, "
+                       f"since {info.get('since')})"})
+        return EXIT_LOCKED
+
+
+def switch_locked(store, args):
+    state = store.state()
+    previous = state.get("active")
+    if args.auto_rollback and state.get("auto_rollbacks_in_row", 0) >= args.max_auto_rollbacks and not args.force:
+        emit({"ok": False, "error": f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap "
+                                    f"{args.max_auto_rollbacks}); fix the cause, or deploy with --data force=true"})
+        return 2
+    state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
+    store.save_state(state)
+    meta = store.meta(args.release)
+    result = activate(store, args.release, args.probe_url, args.timeout, args.settle)
+    document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result}
+    if result["ready"]:
+        meta.setdefault("history", []).append({"at": now(), "event": f"activated ({args.reason})"})
+        if args.mark_good_on_ready:
+            meta["verdict"] = "good"
+            state["auto_rollbacks_in_row"] = 0
+        if meta.get("verdict") == "good":
+            state["last_good"] = args.release
+        store.write_meta(args.release, meta)
+        state.update(active=args.release, switching=None)
+        store.save_state(state)
+        document.update(ok=True, active=args.release)
+        emit(document)
+        return 0
+
+    log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
+    meta["verdict"] = "bad"
+    meta.setdefault("history", []).append({"at": now(), "event": f"failed to start: {result.get('detail')}"})
+    store.write_meta(args.release, meta)
+    document["ok"] = False
+    target = state.get("last_good")
+    if not args.auto_rollback or not target or target == args.release:
+        state.update(active=None if target == args.release else state.get("active"), switching=None)
+        store.save_state(state)
+        document["rolled_back_to"] = None
+        emit(document)
+        return EXIT_FAILED_ROLLED_BACK
+    log(f"automatic rollback to the last good release {target}")
+    back = activate(store, target, args.probe_url, args.rollback_timeout, args.settle)
+    state.update(active=target if back["ready"] else None, switching=None,
+                 auto_rollbacks_in_row=state.get("auto_rollbacks_in_row", 0) + 1)
+    store.save_state(state)
+    document.update(rolled_back_to=target, rollback_readiness=back)
+    emit(document)
+    return EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED
+
+
+def cmd_mark(args):
+    store = Store(args.service)
+    meta = store.meta(args.release)
+    meta["verdict"] = args.verdict
+    if args.gate_file:
+        with open(args.gate_file) as f:
+            meta["gate"] = json.load(f)
+    meta.setdefault("history", []).append({"at": now(), "event": f"marked {args.verdict}"})
+    store.write_meta(args.release, meta)
+    state = store.state()
+    if args.verdict == "good":
+        state.update(last_good=args.release, auto_rollbacks_in_row=0)
+        store.save_state(state)
+    emit({"ok": True, "release": args.release, "verdict": args.verdict})
+    return 0
+
+
+def cmd_state(args):
+    store = Store(args.service)
+    state = store.state()
+    releases = []
+    for release_id in store.ids():
+        meta = store.meta(release_id)
+        meta["id"] = release_id
+        releases.append(meta)
+    unit, env = store.read(store.unit_path), store.read(store.env_path)
+    installed = content_hash(unit, env) if unit is not None and env is not None else None
+    running = service_status(args.service)
+    active_meta = next((r for r in releases if r["id"] == state.get("active")), None)
+    consistent = bool(active_meta and installed == active_meta.get("content_hash")
+                      and running["active_state"] == "active" and cmdline_matches(running["cmdline"], active_meta.get("exec_start"))
+                      and not state.get("switching"))
+    emit({"service": args.service, "state": state, "releases": releases, "lock": lock_holder(store),
+          "installed_hash": installed, "running": running, "consistent": consistent})
+    return 0
+
+
+def cmd_prune(args):
+    store = Store(args.service)
+    state = store.state()
+    protected = {state.get("active"), state.get("last_good"), (state.get("switching") or {}).get("to")}
+    removed = releases_to_prune(store.ids(), args.keep, protected)
+    for release_id in removed:
+        shutil.rmtree(store.release_dir(release_id))
+    # Virtualenvs stay while any retained release of any service points at them.
+    in_use = set()
+    for service in os.listdir(STORE_ROOT) if os.path.isdir(STORE_ROOT) else []:
+        other = Store(service)
+        for release_id in other.ids():
+            in_use.add(other.meta(release_id).get("venv"))
+    dropped_venvs = []
+    if os.path.isdir(VENV_ROOT) and in_use:
+        for name in os.listdir(VENV_ROOT):
+            path = os.path.join(VENV_ROOT, name)
+            if path not in in_use and args.prune_venvs:
+                shutil.rmtree(path)
+                dropped_venvs.append(path)
+    emit({"ok": True, "removed": removed, "kept": store.ids(), "removed_venvs": dropped_venvs})
+    return 0
+
+
+def main():
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    parser = argparse.ArgumentParser(prog="releases.py")
+    sub = parser.add_subparsers(dest="command", required=True)
+    state = sub.add_parser("state")
+    state.add_argument("--service", required=True)
+    switch = sub.add_parser("switch")
+    switch.add_argument("--service", required=True)
+    switch.add_argument("--release", required=True)
+    switch.add_argument("--probe-url", required=True)
+    switch.add_argument("--timeout", type=float, required=True)
+    switch.add_argument("--rollback-timeout", type=float)
+    switch.add_argument("--settle", type=float, default=2.0)
+    switch.add_argument("--reason", default="deploy")
+    switch.add_argument("--owner", default="unknown")
+    switch.add_argument("--auto-rollback", action="store_true")
+    switch.add_argument("--mark-good-on-ready", action="store_true")
+    switch.add_argument("--max-auto-rollbacks", type=int, default=3)
+    switch.add_argument("--force", action="store_true")
+    mark = sub.add_parser("mark")
+    mark.add_argument("--service", required=True)
+    mark.add_argument("--release", required=True)
+    mark.add_argument("--verdict", choices=["good", "bad"], required=True)
+    mark.add_argument("--gate-file")
+    prune = sub.add_parser("prune")
+    prune.add_argument("--service", required=True)
+    prune.add_argument("--keep", type=int, default=5)
+    prune.add_argument("--prune-venvs", action="store_true")
+    args = parser.parse_args()
+    if getattr(args, "rollback_timeout", 0) is None:
+        args.rollback_timeout = args.timeout
+    return {"state": cmd_state, "switch": cmd_switch, "mark": cmd_mark, "prune": cmd_prune}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

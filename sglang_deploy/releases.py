@@ -1,0 +1,146 @@
+"""Controller-side release decisions: which release a deploy or rollback switches to, and the listing.
+
+The host side (hostside/releases.py) owns the store and the switch; this module only reads the store's
+state (as reported by `releases.py state`) and decides. Pure and unit-tested.
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import socket
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from .hostside.releases import RELEASE_ID, content_hash, flag_differences, next_release_id
+from .layout import venv_path
+from .plan import Plan
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+STORE_ROOT = "/var/lib/sglang-deploy"
+DEFAULT_KEEP = 5
+DEFAULT_MAX_AUTO_ROLLBACKS = 3
+
+
+def release_dir(service: str, release_id: str) -> str:
+    return f"{STORE_ROOT}/{service}/releases/{release_id}"
+
+
+@dataclass(frozen=True)
+class Decision:
+    release_id: str
+    is_new: bool  # the release directory must be staged
+    switch: bool  # the service must be switched (restart + readiness)
+    reason: str
+
+
+def controller_identity() -> str:
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
+def git_revision() -> dict:
+    def git(*args):
+        result = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True)
+        return result.stdout.strip() if result.returncode == 0 else None
+
+    return {"revision": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
+
+
+def build_meta(plan: Plan, release_id: str) -> dict:
+    from datetime import datetime, timezone
+
+    profile = plan.profile
+    return {
+        "id": release_id,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "deployed_by": controller_identity(),
+        "git": git_revision(),
+        "profile": profile.name,
+        "sglang_version": profile.sglang.version,
+        "venv": venv_path(profile),
+        "content_hash": content_hash(plan.rendered.unit, plan.rendered.env),
+        "exec_start": plan.rendered.exec_start,
+        "simulated": plan.simulated,
+        "service": profile.service.name,
+        "probe_url": plan.probe_url,
+        "start_timeout_s": profile.service.start_timeout_s,
+        "verdict": None,
+        "gate": None,
+    }
+
+
+def profile_snapshot(plan: Plan) -> str:
+    return json.dumps(plan.profile.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+
+
+def decide(plan: Plan, store: dict, restart_needed: bool = False) -> Decision:
+    """New release when the content differs from every retained one; switch when anything is off."""
+    digest = content_hash(plan.rendered.unit, plan.rendered.env)
+    releases = store.get("releases", [])
+    active = store.get("state", {}).get("active")
+    same = [r["id"] for r in releases if r.get("content_hash") == digest]
+    if active in same:
+        release_id, is_new = active, False
+    elif same:
+        release_id, is_new = same[-1], False
+    else:
+        release_id, is_new = next_release_id([r["id"] for r in releases], digest), True
+    if release_id != active:
+        reason = "new release" if is_new else f"switch to retained release {release_id}"
+    elif not store.get("consistent", False):
+        reason = "host not consistent with its active release (interrupted switch, or service not running as declared)"
+    elif restart_needed:
+        reason = "secrets or server program changed: restart"
+    else:
+        return Decision(release_id, False, False, "unchanged")
+    return Decision(release_id, is_new, True, reason)
+
+
+def rollback_target(store: dict, requested: str | None = None) -> str:
+    """The requested retained release, else the newest good release older than the active one."""
+    releases = store.get("releases", [])
+    ids = [r["id"] for r in releases]
+    active = store.get("state", {}).get("active")
+    if requested:
+        if requested not in ids:
+            raise ValueError(f"release {requested} is not retained on the host; retained: {', '.join(ids) or 'none'}")
+        return requested
+    good = [r["id"] for r in releases if r.get("verdict") == "good" and r["id"] != active]
+    if not good:
+        raise ValueError("no good release to roll back to (retained: " + (", ".join(
+            f"{r['id']} {r.get('verdict') or 'unverified'}" for r in releases) or "none") + ")")
+    sequence = int(RELEASE_ID.match(active).group(1)) if active else None
+    older = [i for i in good if sequence is None or int(RELEASE_ID.match(i).group(1)) < sequence]
+    return (older or good)[-1]
+
+
+def listing(store: dict) -> list[str]:
+    """One line per retained release, newest first: id, time, SGLang, verdict, gate, flags vs active."""
+    state = store.get("state", {})
+    releases = store.get("releases", [])
+    active = next((r for r in releases if r["id"] == state.get("active")), None)
+    lines = [f"{'':2}{'release':14} {'created':25} {'sglang':8} {'profile':28} {'verdict':9} {'gate':22} flags vs active"]
+    for release in reversed(releases):
+        marks = ("*" if release["id"] == state.get("active") else " ") + ("g" if release["id"] == state.get("last_good") else " ")
+        gate = release.get("gate") or {}
+        gate_text = gate.get("summary") or (gate.get("verdict") or "-")
+        diffs = flag_differences(release.get("exec_start"), active.get("exec_start")) if active else []
+        lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} "
+                     f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:22]:22} "
+                     f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}")
+    lines.append("(* active, g last good)")
+    return lines
+
+
+def service_of(data) -> str:
+    """The service a rollback or listing addresses: host data `service`, else the host's profile's."""
+    from .profile import ProfileError, load_profile
+    from .plan import resolve_profile_path
+
+    if data.get("service"):
+        return data.get("service")
+    try:
+        return load_profile(resolve_profile_path(data.get("profile"))).service.name
+    except (ProfileError, TypeError):
+        return "sglang"

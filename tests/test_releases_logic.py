@@ -1,0 +1,91 @@
+"""Release decisions without a host: ids, retention, flag differences, what to switch to."""
+
+import pytest
+
+from conftest import PROVEN, proven_with
+from sglang_deploy.hostside.releases import (cmdline_matches, content_hash, flag_differences, next_release_id,
+                                             releases_to_prune)
+from sglang_deploy.plan import plan_for_host
+from sglang_deploy.releases import build_meta, decide, listing, rollback_target
+
+
+def plan_of(path):
+    return plan_for_host({"profile": str(path), "gpus": 2, "gpu_topology": "pcie"})
+
+
+def store_with(*releases, active=None, last_good=None, consistent=True):
+    return {"releases": list(releases), "state": {"active": active, "last_good": last_good},
+            "consistent": consistent, "lock": None}
+
+
+def test_release_ids_are_ordered_sequence_plus_hash():
+    assert next_release_id([], "abcdef0123") == "0001-abcdef01"
+    assert next_release_id(["0001-aaaaaaaa", "0009-bbbbbbbb", "junk"], "c" * 64) == "0010-cccccccc"
+
+
+def test_content_hash_covers_unit_and_env_only():
+    assert content_hash("u", "e") != content_hash("u", "e2") != content_hash("u2", "e")
+    assert content_hash("ab", "c") != content_hash("a", "bc")
+
+
+def test_prune_keeps_newest_and_protected():
+    ids = [f"{i:04d}-aaaaaaaa" for i in range(1, 8)]
+    assert releases_to_prune(ids, 5, {"0001-aaaaaaaa"}) == ["0002-aaaaaaaa"]
+    assert releases_to_prune(ids, 5, set()) == ids[:2]
+
+
+def test_flag_differences():
+    base = ["/v/bin/sglang", "serve", "--tp-size", "2", "--speculative-num-steps", "3", "--enable-metrics"]
+    other = ["/v/bin/sglang", "serve", "--tp-size", "2", "--speculative-num-steps", "1"]
+    assert flag_differences(other, base) == ["--enable-metrics: on -> (absent)", "--speculative-num-steps: 3 -> 1"]
+    assert flag_differences(base, base) == []
+
+
+def test_cmdline_match_allows_the_script_interpreter():
+    argv = ["/v/bin/sglang", "serve", "--port", "1"]
+    assert cmdline_matches(argv, argv)
+    assert cmdline_matches(["/v/bin/python3", *argv], argv)
+    assert not cmdline_matches(["/v/bin/python3", *argv[:-1], "2"], argv)
+
+
+def test_decide_new_unchanged_and_inconsistent():
+    plan = plan_of(PROVEN)
+    meta = build_meta(plan, "0001-x")
+    assert meta["content_hash"] == content_hash(plan.rendered.unit, plan.rendered.env)
+    first = decide(plan, store_with())
+    assert first.is_new and first.switch and first.release_id.startswith("0001-")
+    stored = {**meta, "id": first.release_id}
+    same = decide(plan, store_with(stored, active=first.release_id))
+    assert not same.switch and not same.is_new
+    broken = decide(plan, store_with(stored, active=first.release_id, consistent=False))
+    assert broken.switch and not broken.is_new and "not consistent" in broken.reason
+    restart = decide(plan, store_with(stored, active=first.release_id), restart_needed=True)
+    assert restart.switch and restart.release_id == first.release_id
+
+
+def test_decide_reuses_a_retained_release_with_the_same_content(tmp_path):
+    proven, variant = plan_of(PROVEN), plan_of(proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12"))
+    r1 = {**build_meta(proven, "0001-a"), "id": "0001-aaaaaaaa"}
+    r2 = {**build_meta(variant, "0002-b"), "id": "0002-bbbbbbbb"}
+    decision = decide(proven, store_with(r1, r2, active="0002-bbbbbbbb"))
+    assert (decision.release_id, decision.is_new, decision.switch) == ("0001-aaaaaaaa", False, True)
+
+
+def test_rollback_target_is_previous_good_or_requested():
+    releases = [{"id": "0001-aaaaaaaa", "verdict": "good"}, {"id": "0002-bbbbbbbb", "verdict": "bad"},
+                {"id": "0003-cccccccc", "verdict": "good"}]
+    store = store_with(*releases, active="0003-cccccccc")
+    assert rollback_target(store) == "0001-aaaaaaaa"
+    assert rollback_target(store, "0002-bbbbbbbb") == "0002-bbbbbbbb"
+    with pytest.raises(ValueError, match="not retained"):
+        rollback_target(store, "0099-deadbeef")
+    with pytest.raises(ValueError, match="no good release"):
+        rollback_target(store_with({"id": "0001-aaaaaaaa", "verdict": None}, active="0001-aaaaaaaa"))
+
+
+def test_listing_marks_active_and_shows_flag_differences():
+    a = {"id": "0001-aaaaaaaa", "verdict": "good", "exec_start": ["x", "--steps", "3"], "sglang_version": "0.5.23"}
+    b = {"id": "0002-bbbbbbbb", "verdict": "bad", "exec_start": ["x", "--steps", "1"], "sglang_version": "0.5.23"}
+    lines = listing(store_with(a, b, active="0001-aaaaaaaa", last_good="0001-aaaaaaaa"))
+    assert lines[1].startswith(" ") and "0002-bbbbbbbb" in lines[1] and "--steps: 3 -> 1" in lines[1]
+    assert lines[2].startswith("*g0001-aaaaaaaa") and "(active)" in lines[2]

@@ -1,0 +1,159 @@
+"""Releases on the simulated CT129: rollback, automatic rollback, interrupted switches, lock, retention."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PROVEN, REPO, proven_with
+
+pytestmark = pytest.mark.simhost
+
+UNIT = "/etc/systemd/system/sglang.service"
+ENV = "/etc/sglang-deploy/sglang/sglang.env"
+STORE = "/var/lib/sglang-deploy/sglang"
+
+
+def state(simhost) -> dict:
+    out = simhost.sh(f"python3 /opt/sglang-deploy/bin/releases.py state --service sglang")
+    return json.loads(out)
+
+
+def release_of(store, release_id) -> dict:
+    return next(r for r in store["releases"] if r["id"] == release_id)
+
+
+def deploy_ok(simhost, profile, *extra):
+    result = simhost.deploy(*extra, profile=profile)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    return state(simhost)["state"]["active"]
+
+
+def env_variant(tmp_path, name, **env):
+    lines = "".join(f'  {key}: "{value}"\n' for key, value in env.items())
+    return proven_with(tmp_path, "environment:\n", "environment:\n" + lines, name)
+
+
+def assert_running(simhost, release_id):
+    store = state(simhost)
+    assert store["state"]["active"] == release_id and store["consistent"], json.dumps(store, indent=1)[-3000:]
+    assert simhost.http("/health")[0] == 200
+    meta = release_of(store, release_id)
+    cmdline = simhost.sh(f"tr '\\0' '\\n' < /proc/{simhost.main_pid()}/cmdline").splitlines()
+    assert cmdline[1:] == meta["exec_start"]  # python3 + the release's ExecStart
+    return store
+
+
+def test_two_deploys_then_rollback_restores_release_one_byte_for_byte(simhost, tmp_path):
+    first = deploy_ok(simhost, PROVEN)
+    second = deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 14"))
+    assert first != second
+    result = simhost.pyinfra("rollback.py")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert_running(simhost, first)
+    for name, installed in (("sglang.service", UNIT), ("sglang.env", ENV)):
+        assert simhost.sh(f"sha256sum < {installed}") == simhost.sh(f"sha256sum < {STORE}/releases/{first}/{name}")
+
+
+def test_rollback_to_any_retained_release_and_the_listing(simhost, tmp_path):
+    target = deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 13"))
+    deploy_ok(simhost, PROVEN)
+    dry = simhost.pyinfra("rollback.py", "--data", f"release={target}", "--dry", "--diff")
+    assert dry.returncode == 0 and "+    --max-running-requests 13 \\" in dry.stdout + dry.stderr
+    result = simhost.pyinfra("rollback.py", "--data", f"release={target}")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert_running(simhost, target)
+    listing = simhost.pyinfra("releases.py")
+    output = listing.stdout + listing.stderr
+    assert f"*g{target}" in output or f"* {target}" in output
+    assert "--max-running-requests: 13 -> 16" in output
+    missing = simhost.pyinfra("rollback.py", "--data", "release=0999-deadbeef")
+    assert missing.returncode != 0 and "release 0999-deadbeef is not retained on the host" in missing.stdout + missing.stderr
+
+
+def test_crash_at_start_rolls_back_automatically(simhost, tmp_path):
+    good = deploy_ok(simhost, PROVEN)
+    result = simhost.deploy(profile=env_variant(tmp_path, "crash.yaml", SGLANG_SIM_CRASH_AT_START=1))
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "FAILED at stage 'active'" in output and "SIMULATED FAULT" in output  # the journal of the failed start
+    assert f"automatic rollback to {good}: healthy again" in output
+    store = assert_running(simhost, good)
+    bad = [r for r in store["releases"] if r.get("verdict") == "bad"]
+    assert bad and bad[-1]["history"][-1]["event"].startswith("failed to start")
+
+
+def test_hang_at_start_times_out_and_rolls_back(simhost, tmp_path):
+    good = deploy_ok(simhost, PROVEN)
+    hang = env_variant(tmp_path, "hang.yaml", SGLANG_SIM_HANG_AT_START=1)
+    hang.write_text(hang.read_text().replace("start_timeout_s: 1800", "start_timeout_s: 12"))
+    result = simhost.deploy(profile=hang)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "FAILED at stage 'health'" in output and "not ready within 12 s" in output
+    assert_running(simhost, good)
+
+
+def test_automatic_rollbacks_are_capped(simhost, tmp_path):
+    deploy_ok(simhost, PROVEN)
+    crash = env_variant(tmp_path, "crash2.yaml", SGLANG_SIM_CRASH_AT_START=1, SGLANG_SIM_NOTE="cap")
+    first = simhost.deploy("--data", "max_auto_rollbacks=1", profile=crash)
+    assert first.returncode != 0 and "automatic rollback" in first.stdout + first.stderr
+    second = simhost.deploy("--data", "max_auto_rollbacks=1", profile=crash)
+    assert second.returncode != 0 and "1 automatic rollbacks in a row (cap 1)" in second.stdout + second.stderr
+    deploy_ok(simhost, PROVEN)  # the running good release is still there; a good deploy resets the count
+
+
+def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simhost, tmp_path):
+    first = deploy_ok(simhost, PROVEN)
+    variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 11")
+    second = deploy_ok(simhost, variant)
+    running_pid = simhost.main_pid()
+    # The switch back to `first` dies after writing the unit and before the restart.
+    died = simhost.host.ssh(
+        f"SGLANG_DEPLOY_TEST_DIE_AFTER=unit-written python3 /opt/sglang-deploy/bin/releases.py switch "
+        f"--service sglang --release {first} --probe-url http://127.0.0.1:30100 --timeout 30", check=False)
+    assert died.returncode == 9
+    store = state(simhost)
+    assert not store["consistent"] and store["state"]["switching"]["to"] == first
+    assert simhost.sh(f"test -s {UNIT} && systemctl is-active sglang").strip() == "active"
+    assert simhost.main_pid() == running_pid  # the old release still serves
+    # The next deploy (of whatever profile) converges: here the second release again.
+    result = simhost.deploy(profile=variant)
+    assert result.returncode == 0 and "not consistent" in result.stdout + result.stderr
+    assert_running(simhost, second)
+
+
+def test_killed_controller_does_not_stop_the_switch_and_a_concurrent_deploy_is_refused(simhost, tmp_path):
+    deploy_ok(simhost, PROVEN)
+    slow = env_variant(tmp_path, "slow.yaml", SGLANG_SIM_START_SECONDS=8)
+    controller = subprocess.Popen([sys.executable, "-m", "pyinfra", "-y", "inventory/sim.py", "deploy.py",
+                                   "--data", f"profile={slow}"], cwd=REPO, env=simhost.env,
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not state(simhost)["lock"]:
+        time.sleep(0.3)
+    holder = state(simhost)["lock"]
+    assert holder, "the switch never took the lock"
+    concurrent = simhost.deploy(profile=PROVEN)
+    output = concurrent.stdout + concurrent.stderr
+    assert concurrent.returncode != 0 and "another deploy or rollback is running" in output
+    assert holder["owner"] in output
+    controller.send_signal(signal.SIGKILL)  # the controller dies mid-switch; SSH drops
+    controller.wait()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and (state(simhost)["lock"] or not state(simhost)["consistent"]):
+        time.sleep(0.5)
+    store = state(simhost)
+    assert store["consistent"] and release_of(store, store["state"]["active"])["profile"] == "slow"
+
+
+def test_retention_after_seven_deploys(simhost, tmp_path):
+    ids = [deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16",
+                                          f"--max-running-requests: {n}", f"keep{n}.yaml")) for n in range(3, 10)]
+    store = state(simhost)
+    retained = [r["id"] for r in store["releases"]]
+    assert set(ids[-5:]) <= set(retained) and not set(ids[:2]) & set(retained)
+    assert store["state"]["last_good"] in retained and len(retained) <= 6
