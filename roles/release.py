@@ -10,12 +10,11 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import OperationError
 from pyinfra.operations import files, python, server
 
 from roles.ops import managed_file, preview_diff
 from sglang_deploy.layout import TOOL_BIN, ServiceLayout
-from sglang_deploy.releases import controller_identity, release_dir
+from sglang_deploy.releases import STORE_ROOT, controller_identity, release_dir
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 HOST_PROGRAMS = ("releases.py", "bench.py")
@@ -50,52 +49,35 @@ def show_changes(service: str, unit: str, env: str):
     preview_diff(name="Diff: environment", dest=layout.env_path, content=env)
 
 
-def _switch(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good, max_auto_rollbacks, force):
+def switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good, max_auto_rollbacks,
+                   force) -> str:
     command = [
         "python3", f"{TOOL_BIN}/releases.py", "switch", "--service", service, "--release", release_id,
         "--probe-url", probe_url, "--timeout", str(timeout), "--reason", reason,
-        "--owner", f"{controller_identity()} ({reason})",
-        "--max-auto-rollbacks", str(max_auto_rollbacks),
+        "--owner", f"{controller_identity()} ({reason})", "--max-auto-rollbacks", str(max_auto_rollbacks),
     ]
     command += ["--auto-rollback"] * auto_rollback + ["--mark-good-on-ready"] * mark_good + ["--force"] * force
-    ok, output = host.run_shell_command(" ".join(shlex.quote(c) for c in command))
-    try:
-        result = json.loads(output.stdout)
-    except ValueError:
-        raise OperationError(f"switch to {release_id} gave no result:\n{output.stderr}") from None
-    host.data.switch_result = result
-    if result.get("ok"):
-        ready = result["readiness"]
-        host.log(f"release {release_id} is active and ready ({ready['stage']} after {ready['elapsed_s']} s)",
-                 logger.info)
-        return
-    raise OperationError(describe_failure(result))
+    return " ".join(shlex.quote(c) for c in command)
 
 
-def describe_failure(result: dict) -> str:
-    if result.get("locked") or "readiness" not in result:
-        return result.get("error", "switch failed")
-    ready = result["readiness"]
-    lines = [f"release {result['release']} FAILED at stage '{ready['stage']}': {ready.get('detail')} "
-             f"(after {ready['elapsed_s']} s)"]
-    if ready.get("journal"):
-        lines += ["last journal lines of the failed start:", *("  " + l for l in ready["journal"].splitlines())]
-    target = result.get("rolled_back_to")
-    if target:
-        back = result.get("rollback_readiness", {})
-        lines.append(f"automatic rollback to {target}: " + ("healthy again" if back.get("ready")
-                                                               else f"ALSO FAILED ({back.get('detail')})"))
-    else:
-        lines.append("no good release to roll back to: the service is left as it is")
-    return "\n".join(lines)
+def _report(service):
+    """After a successful switch: say so (the host program's summary is shown by pyinfra only on failure)."""
+    ok, output = host.run_shell_command(f"cat {STORE_ROOT}/{service}/last_switch.json")
+    if ok:
+        document = json.loads(output.stdout)
+        ready = document["readiness"]
+        host.log(f"release {document['release']} is active and ready ({ready['stage']} answered after "
+                 f"{ready['elapsed_s']} s)", logger.info)
 
 
 @deploy("Release: switch")
 def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: str, auto_rollback: bool = True,
            mark_good: bool = True, max_auto_rollbacks: int = 3, force: bool = False):
-    python.call(name=f"Switch {service} to release {release_id} ({reason})", function=_switch,
-                service=service, release_id=release_id, probe_url=probe_url, timeout=timeout, reason=reason,
-                auto_rollback=auto_rollback, mark_good=mark_good, max_auto_rollbacks=max_auto_rollbacks, force=force)
+    server.shell(name=f"Switch {service} to release {release_id} ({reason}): restart, readiness"
+                      + (", automatic rollback on failure" if auto_rollback else ""),
+                 commands=[switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good,
+                                          max_auto_rollbacks, force)])
+    python.call(name="Report", function=_report, service=service)
 
 
 @deploy("Release: prune")

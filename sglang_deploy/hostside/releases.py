@@ -6,7 +6,7 @@ Layout (``/var/lib/sglang-deploy/<service>/``):
   state.json          {"active", "last_good", "auto_rollbacks_in_row", "switching"}
   lock                flock held for the whole switch; lock.json says who holds it
 
-Commands (each prints one JSON document on stdout; progress on stderr):
+Commands (state, mark and prune print JSON on stdout; switch writes last_switch.json; progress on stderr):
   state    --service S                       releases, active/last good, lock holder, installed vs running
   switch   --service S --release ID ...      install, daemon-reload, restart, staged readiness; on failure
                                              roll back to the last good release (--auto-rollback)
@@ -169,8 +169,8 @@ def systemctl(*args):
 
 
 def service_status(service):
-    show = systemctl("show", "-p", "ActiveState", "-p", "MainPID", "-p", "ExecMainStartTimestampMonotonic",
-                     f"{service}.service").stdout
+    show = systemctl("show", "-p", "ActiveState", "-p", "SubState", "-p", "Result", "-p", "MainPID",
+                     "-p", "ExecMainStartTimestampMonotonic", f"{service}.service").stdout
     props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
     pid = int(props.get("MainPID") or 0)
     cmdline = None
@@ -180,7 +180,8 @@ def service_status(service):
                 cmdline = [a.decode() for a in f.read().split(b"\0") if a]
         except FileNotFoundError:
             pass
-    return {"active_state": props.get("ActiveState"), "main_pid": pid, "cmdline": cmdline,
+    return {"active_state": props.get("ActiveState"), "sub_state": props.get("SubState"),
+            "result": props.get("Result"), "main_pid": pid, "cmdline": cmdline,
             "started_monotonic_us": props.get("ExecMainStartTimestampMonotonic")}
 
 
@@ -223,9 +224,11 @@ def wait_ready(store, probe_url, timeout, settle):
     stage, detail = "active", ""
     while time.monotonic() - start < timeout:
         elapsed = time.monotonic() - start
-        state = service_status(store.service)["active_state"]
+        status = service_status(store.service)
+        state = status["active_state"]
         if state in ("failed", "inactive") or (state != "active" and elapsed > settle):
-            return {"ready": False, "stage": "active", "detail": f"{store.service}.service is {state}",
+            return {"ready": False, "stage": "active",
+                    "detail": f"{store.service}.service is {state} ({status['sub_state']}, result {status['result']})",
                     "elapsed_s": round(elapsed, 1), "journal": journal_tail(store.service, since)}
         if elapsed < settle:
             time.sleep(0.3)
@@ -328,17 +331,17 @@ def activate(store, release_id, probe_url, timeout, settle):
 def cmd_switch(args):
     store = Store(args.service)
     if args.release not in store.ids():
-        emit({"ok": False, "error": f"release {args.release} is not in {store.releases_dir}; "
-                                    f"retained: {', '.join(store.ids()) or 'none'}"})
+        message = f"release {args.release} is not in {store.releases_dir}; retained: {', '.join(store.ids()) or 'none'}"
+        log(message)
         return 2
     try:
         with Lock(store, args.owner):
             return switch_locked(store, args)
     except Locked as locked:
         info = locked.args[0]
-        emit({"ok": False, "locked": True, "holder": info,
-              "error": f"another deploy or rollback holds the lock: {info.get('owner')} (pid {info.get('pid')}, "
-                       f"since {info.get('since')})"})
+        message = (f"another deploy or rollback is running: {info.get('owner')} (pid {info.get('pid')}, "
+                   f"since {info.get('since')})")
+        log(message)
         return EXIT_LOCKED
 
 
@@ -346,9 +349,9 @@ def switch_locked(store, args):
     state = store.state()
     previous = state.get("active")
     if args.auto_rollback and state.get("auto_rollbacks_in_row", 0) >= args.max_auto_rollbacks and not args.force:
-        emit({"ok": False, "error": f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap "
-                                    f"{args.max_auto_rollbacks}); fix the cause, or deploy with --data force=true"})
-        return 2
+        return finish(store, {"ok": False, "release": args.release, "error": (
+            f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
+            "fix the cause, or deploy with --data force=true")}, 2)
     state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
     store.save_state(state)
     meta = store.meta(args.release)
@@ -365,8 +368,7 @@ def switch_locked(store, args):
         state.update(active=args.release, switching=None)
         store.save_state(state)
         document.update(ok=True, active=args.release)
-        emit(document)
-        return 0
+        return finish(store, document, 0)
 
     log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
     meta["verdict"] = "bad"
@@ -378,16 +380,45 @@ def switch_locked(store, args):
         state.update(active=None if target == args.release else state.get("active"), switching=None)
         store.save_state(state)
         document["rolled_back_to"] = None
-        emit(document)
-        return EXIT_FAILED_ROLLED_BACK
+        return finish(store, document, EXIT_FAILED_ROLLED_BACK)
     log(f"automatic rollback to the last good release {target}")
     back = activate(store, target, args.probe_url, args.rollback_timeout, args.settle)
     state.update(active=target if back["ready"] else None, switching=None,
                  auto_rollbacks_in_row=state.get("auto_rollbacks_in_row", 0) + 1)
     store.save_state(state)
     document.update(rolled_back_to=target, rollback_readiness=back)
-    emit(document)
-    return EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED
+    return finish(store, document, EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED)
+
+
+def describe(document):
+    """The switch's outcome for a person (stderr, and pyinfra shows it when the command fails)."""
+    if "readiness" not in document:
+        return f"switch refused: {document.get('error')}"
+    ready = document["readiness"]
+    if document.get("ok"):
+        return (f"release {document['release']} is active and ready "
+                f"({ready['stage']} answered after {ready['elapsed_s']} s; previous: {document.get('previous')})")
+    lines = [f"release {document['release']} FAILED at stage '{ready['stage']}': {ready.get('detail')} "
+             f"(after {ready['elapsed_s']} s)"]
+    if ready.get("journal"):
+        lines += ["last journal lines of the failed start:", *("  " + l for l in ready["journal"].splitlines())]
+    target = document.get("rolled_back_to")
+    if target:
+        back = document.get("rollback_readiness", {})
+        lines.append(f"automatic rollback to {target}: " + ("healthy again" if back.get("ready")
+                                                               else f"ALSO FAILED ({back.get('detail')})"))
+    else:
+        lines.append("no good release to roll back to: the service is left as it is")
+    return "\n".join(lines)
+
+
+def finish(store, document, code):
+    document["exit_code"] = code
+    document["finished"] = now()
+    os.makedirs(store.root, exist_ok=True)
+    atomic_write(os.path.join(store.root, "last_switch.json"), json.dumps(document, indent=1) + "\n", 0o644)
+    log(describe(document))  # the full document is in last_switch.json
+    return code
 
 
 def cmd_mark(args):
