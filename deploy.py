@@ -14,6 +14,7 @@ from roles import release, service_user, sglang_service, simulator
 from roles.facts import ReleaseStore
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout
 from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.gate import gate_config
 from sglang_deploy.releases import build_meta, decide, profile_snapshot
 
 try:
@@ -47,18 +48,22 @@ runtime_ops = simulator.install(profile=profile) if plan.simulated else []
 release.install_programs()
 secrets = sglang_service.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
 
+skip_gate = str(host.data.get("skip_gate") or "").lower() in ("1", "true", "yes")
+if skip_gate:
+    logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
 decision = decide(plan, store, restart_needed=any(op.will_change for op in [secrets, *runtime_ops]))
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
     if decision.is_new:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
-                      env=plan.rendered.env, profile_json=profile_snapshot(plan),
+                      env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
                       meta=build_meta(plan, decision.release_id))
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
                    timeout=profile.service.start_timeout_s, reason="deploy",
                    max_auto_rollbacks=int(host.data.get("max_auto_rollbacks") or 3),
-                   force=bool(host.data.get("force")))
+                   force=bool(host.data.get("force")), gate=not skip_gate, mark_good=skip_gate,
+                   on_inconclusive=profile.gate.on_inconclusive)
     release.prune(service=service, keep=int(host.data.get("keep_releases") or 5))
 else:
     logger.info(f"[{host.name}] release {decision.release_id} is active and unchanged: nothing to switch")

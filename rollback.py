@@ -33,4 +33,4 @@ unit, env = (host.get_fact(FileContents, path=f"{directory}/{name}") for name in
 release.install_programs()
 release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n")
 release.switch(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
-               reason="rollback", auto_rollback=True, mark_good=False, force=True)
+               reason="rollback", auto_rollback=True, force=True)

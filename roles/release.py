@@ -13,11 +13,13 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, python, server
 
 from roles.ops import managed_file, preview_diff
+from sglang_deploy.gate import save_result
+from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import TOOL_BIN, ServiceLayout
 from sglang_deploy.releases import STORE_ROOT, controller_identity, release_dir
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
-HOST_PROGRAMS = ("releases.py", "bench.py")
+HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py")
 
 
 @deploy("Release: host programs")
@@ -28,7 +30,7 @@ def install_programs():
 
 
 @deploy("Release: stage")
-def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, meta: dict):
+def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, gate_config: dict, meta: dict):
     """Write releases/<id>/; meta.json goes last, so a directory without it is never used."""
     directory = release_dir(service, release_id)
     files.directory(name=f"Release directory {release_id}", path=directory, mode=755)
@@ -38,6 +40,8 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
                  diff=False)
     managed_file(name=f"{release_id}/profile.json", dest=f"{directory}/profile.json", content=profile_json, mode=644,
                  diff=False)
+    managed_file(name=f"{release_id}/gate-config.json", dest=f"{directory}/gate-config.json",
+                 content=json.dumps(gate_config, indent=1) + "\n", mode=644, diff=False)
     managed_file(name=f"{release_id}/meta.json", dest=f"{directory}/meta.json",
                  content=json.dumps(meta, indent=1) + "\n", mode=644, diff=False)
 
@@ -50,33 +54,45 @@ def show_changes(service: str, unit: str, env: str):
 
 
 def switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good, max_auto_rollbacks,
-                   force) -> str:
+                   force, gate, on_inconclusive) -> str:
     command = [
         "python3", f"{TOOL_BIN}/releases.py", "switch", "--service", service, "--release", release_id,
         "--probe-url", probe_url, "--timeout", str(timeout), "--reason", reason,
         "--owner", f"{controller_identity()} ({reason})", "--max-auto-rollbacks", str(max_auto_rollbacks),
     ]
     command += ["--auto-rollback"] * auto_rollback + ["--mark-good-on-ready"] * mark_good + ["--force"] * force
+    command += ["--gate", "--on-inconclusive", on_inconclusive] if gate else []
     return " ".join(shlex.quote(c) for c in command)
 
 
 def _report(service):
-    """After a successful switch: say so (the host program's summary is shown by pyinfra only on failure)."""
+    """After a successful switch: print the outcome and the gate table, keep the document locally.
+
+    (The host program's own summary is shown by pyinfra only when the switch fails.)
+    """
     ok, output = host.run_shell_command(f"cat {STORE_ROOT}/{service}/last_switch.json")
-    if ok:
-        document = json.loads(output.stdout)
-        ready = document["readiness"]
-        host.log(f"release {document['release']} is active and ready ({ready['stage']} answered after "
-                 f"{ready['elapsed_s']} s)", logger.info)
+    if not ok:
+        return
+    document = json.loads(output.stdout)
+    saved = save_result(host.name, document)
+    ready = document["readiness"]
+    host.log(f"release {document['release']} is active ({document.get('verdict') or 'unverified'}); ready after "
+             f"{ready['elapsed_s']} s; result saved to {saved}", logger.info)
+    if document.get("gate"):
+        if document["gate"].get("simulated"):
+            host.log("the gate measured a SIMULATED server (sglang_deploy.sim)", logger.warning)
+        for line in gate_table(document["gate"]).splitlines():
+            logger.info(f"    {line}")
 
 
 @deploy("Release: switch")
 def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: str, auto_rollback: bool = True,
-           mark_good: bool = True, max_auto_rollbacks: int = 3, force: bool = False):
+           mark_good: bool = False, max_auto_rollbacks: int = 3, force: bool = False, gate: bool = False,
+           on_inconclusive: str = "rollback"):
     server.shell(name=f"Switch {service} to release {release_id} ({reason}): restart, readiness"
-                      + (", automatic rollback on failure" if auto_rollback else ""),
+                      + (", gate" if gate else "") + (", automatic rollback on failure" if auto_rollback else ""),
                  commands=[switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good,
-                                          max_auto_rollbacks, force)])
+                                          max_auto_rollbacks, force, gate, on_inconclusive)])
     python.call(name="Report", function=_report, service=service)
 
 

@@ -73,7 +73,8 @@ def test_server_info_reports_resolved_settings_and_says_simulated(server):
     assert info["disable_custom_all_reduce"] is False and info["cuda_graph_max_bs_decode"] == 16
     assert "api_key" not in info
     state = info["internal_states"][0]
-    assert state["memory_usage"]["cuda_graph_decode"] > 0 and "avg_spec_accept_length" in state
+    graph = state["memory_usage"]["graph"]  # SGLang's per-phase schema
+    assert graph["target_verify"] > 0 and graph["draft_decode"] > 0 and "avg_spec_accept_length" in state
 
 
 def test_model_info(server):
@@ -190,7 +191,7 @@ def test_decode_log_lines_and_graphs_off(start_sim):
     assert "Custom allreduce is disabled" in log
     assert "cuda graph: False" in log and "accept len:" in log and "gen throughput (token/s):" in log
     state = json.loads(call(sim.url, "/server_info")[1])["internal_states"][0]
-    assert state["memory_usage"]["cuda_graph_decode"] == 0
+    assert not any(state["memory_usage"]["graph"].values())
 
 
 def test_nccl_environment_of_the_process_is_honoured(start_sim):

@@ -357,27 +357,46 @@ def switch_locked(store, args):
     meta = store.meta(args.release)
     result = activate(store, args.release, args.probe_url, args.timeout, args.settle)
     document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result}
-    if result["ready"]:
-        meta.setdefault("history", []).append({"at": now(), "event": f"activated ({args.reason})"})
-        if args.mark_good_on_ready:
-            meta["verdict"] = "good"
-            state["auto_rollbacks_in_row"] = 0
-        if meta.get("verdict") == "good":
-            state["last_good"] = args.release
-        store.write_meta(args.release, meta)
-        state.update(active=args.release, switching=None)
-        store.save_state(state)
-        document.update(ok=True, active=args.release)
-        return finish(store, document, 0)
+    if not result["ready"]:
+        log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
+        return fail_and_roll_back(store, state, meta, document, args, f"failed to start: {result.get('detail')}")
 
-    log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
-    meta["verdict"] = "bad"
-    meta.setdefault("history", []).append({"at": now(), "event": f"failed to start: {result.get('detail')}"})
+    verdict = "good" if args.mark_good_on_ready else meta.get("verdict")
+    if args.gate:
+        try:
+            gate_result = run_gate(store, args, meta, state)
+        except Exception as error:  # noqa: BLE001 - a broken gate must not leave the switch half-done
+            gate_result = {"verdict": "inconclusive", "reasons": [], "rows": [], "config_problems": [],
+                           "inconclusive": [f"the gate could not run: {type(error).__name__}: {error}"]}
+        document["gate"] = gate_result
+        meta["gate"] = {"verdict": gate_result["verdict"], "summary": gate_summary(gate_result),
+                        "at": now(), "simulated": gate_result.get("simulated")}
+        if gate_result["verdict"] == "fail" or (gate_result["verdict"] == "inconclusive"
+                                                and args.on_inconclusive == "rollback"):
+            return fail_and_roll_back(store, state, meta, document, args,
+                                      f"gate {gate_result['verdict']}: " + "; ".join(
+                                          gate_result["reasons"] + gate_result["inconclusive"]),
+                                      verdict="bad" if gate_result["verdict"] == "fail" else "inconclusive")
+        verdict = "good" if gate_result["verdict"] == "pass" else "inconclusive"
+    meta["verdict"] = verdict
+    meta.setdefault("history", []).append({"at": now(), "event": f"activated ({args.reason})"})
     store.write_meta(args.release, meta)
-    document["ok"] = False
+    if verdict == "good":
+        state.update(last_good=args.release, auto_rollbacks_in_row=0)
+    state.update(active=args.release, switching=None)
+    store.save_state(state)
+    document.update(ok=True, active=args.release, verdict=verdict)
+    return finish(store, document, 0)
+
+
+def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad"):
+    meta["verdict"] = verdict
+    meta.setdefault("history", []).append({"at": now(), "event": event})
+    store.write_meta(args.release, meta)
+    document.update(ok=False, failure=event)
     target = state.get("last_good")
     if not args.auto_rollback or not target or target == args.release:
-        state.update(active=None if target == args.release else state.get("active"), switching=None)
+        state.update(active=args.release if target != args.release else None, switching=None)
         store.save_state(state)
         document["rolled_back_to"] = None
         return finish(store, document, EXIT_FAILED_ROLLED_BACK)
@@ -390,16 +409,59 @@ def switch_locked(store, args):
     return finish(store, document, EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED)
 
 
+def gate_module():
+    try:
+        from . import gate  # imported as sglang_deploy.hostside.releases
+    except ImportError:
+        import gate  # run as /opt/sglang-deploy/bin/releases.py
+    return gate
+
+
+def run_gate(store, args, meta, state):
+    gate = gate_module()
+    directory = store.release_dir(args.release)
+    with open(os.path.join(directory, "gate-config.json")) as f:
+        config = json.load(f)
+    baseline = None
+    last_good = state.get("last_good")
+    if last_good and last_good != args.release and last_good in store.ids():
+        previous = store.read(os.path.join(store.release_dir(last_good), "gate-result.json"))
+        baseline = json.loads(previous).get("measurement") if previous else None
+    status = service_status(store.service)
+    log(f"gate: checking the running server against release {args.release}, then measuring")
+    result = gate.run(args.probe_url, store.secrets_path, read_api_key(store.secrets_path), status["main_pid"],
+                      cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
+                      baseline, directory)
+    result["baseline_release"] = last_good if baseline else None
+    atomic_write(os.path.join(directory, "gate-result.json"), json.dumps(result, indent=1) + "\n", 0o644)
+    log("gate result:\n" + gate.table(result))
+    return result
+
+
+def gate_summary(result):
+    measurement = result.get("measurement") or {}
+    decode, tau = measurement.get("decode_tok_s"), measurement.get("accept_length")
+    parts = [result["verdict"]]
+    if decode:
+        parts.append(f"{decode['median']:.1f} tok/s")
+    if tau:
+        parts.append(f"tau {tau['median']:.2f}")
+    return " ".join(parts)
+
+
 def describe(document):
     """The switch's outcome for a person (stderr, and pyinfra shows it when the command fails)."""
     if "readiness" not in document:
         return f"switch refused: {document.get('error')}"
     ready = document["readiness"]
     if document.get("ok"):
-        return (f"release {document['release']} is active and ready "
-                f"({ready['stage']} answered after {ready['elapsed_s']} s; previous: {document.get('previous')})")
-    lines = [f"release {document['release']} FAILED at stage '{ready['stage']}': {ready.get('detail')} "
-             f"(after {ready['elapsed_s']} s)"]
+        return (f"release {document['release']} is active ({document.get('verdict') or 'unverified'}; ready after "
+                f"{ready['elapsed_s']} s; previous: {document.get('previous')})")
+    if ready.get("ready"):
+        lines = [f"release {document['release']} FAILED: {document.get('failure')}"]
+    else:
+        lines = [f"release {document['release']} FAILED at stage '{ready['stage']}': {ready.get('detail')} "
+                 f"(after {ready['elapsed_s']} s)"]
     if ready.get("journal"):
         lines += ["last journal lines of the failed start:", *("  " + l for l in ready["journal"].splitlines())]
     target = document.get("rolled_back_to")
@@ -501,6 +563,8 @@ def main():
     switch.add_argument("--mark-good-on-ready", action="store_true")
     switch.add_argument("--max-auto-rollbacks", type=int, default=3)
     switch.add_argument("--force", action="store_true")
+    switch.add_argument("--gate", action="store_true", help="run the gate (releases/<id>/gate-config.json) once ready")
+    switch.add_argument("--on-inconclusive", choices=["rollback", "keep"], default="rollback")
     mark = sub.add_parser("mark")
     mark.add_argument("--service", required=True)
     mark.add_argument("--release", required=True)

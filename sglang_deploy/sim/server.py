@@ -17,6 +17,7 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_SLOWDOWN_PCT=X               every cycle X % slower (a regression only a benchmark sees)
   SGLANG_SIM_GENERATE_5XX=1               generation endpoints answer 500
   SGLANG_SIM_ACCEPT_COLLAPSE=1            speculative acceptance collapses (tau ~1.2)
+  SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server runs eagerly
 """
 
 from __future__ import annotations
@@ -137,6 +138,10 @@ class Engine:
             self.machine = {**self.machine, "p2p": False}
         self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
         self.eff = hardware.resolve(self.args, env, self.machine)
+        if env.get("SGLANG_SIM_GRAPH_CAPTURE_FAIL") == "1" and self.eff.decode_graphs:
+            self.eff = hardware.replace(self.eff, decode_graphs=False, notes=self.eff.notes + (
+                "SIMULATED FAULT: Disable decode CUDA graph because capture failed: CUDA error: out of memory "
+                "(SGLANG_SIM_GRAPH_CAPTURE_FAIL)",))
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         self.collapse = env.get("SGLANG_SIM_ACCEPT_COLLAPSE") == "1"
@@ -272,14 +277,25 @@ class Engine:
         return "".join(" " + WORDS[i % len(WORDS)] for i in ids)
 
     def memory_usage(self) -> dict:
+        """SGLang 0.5.23's schema: GB per GPU, graph memory per capture phase (0 = not captured)."""
         weights = self.model["weights_gib"] / self.eff.tp
-        decode_graph = 0.62 if self.eff.decode_graphs else 0.0
-        prefill_graph = 0.31 if (self.eff.decode_graphs and self.args.get("cuda_graph_backend_prefill") != "disabled") else 0.0
+        phases = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"), 0.0)
+        if self.eff.decode_graphs:
+            if self.eff.spec_steps:
+                phases.update(target_verify=0.41, draft_decode=0.14, draft_extend=0.07)
+            else:
+                phases["decode"] = 0.45
+            if self.args.get("cuda_graph_backend_prefill") != "disabled":
+                phases["prefill"] = 0.31
         fraction = self.args.get("mem_fraction_static") or 0.85
-        kv = max(0.0, fraction * self.machine["gpu_memory_gib"] - weights - decode_graph - prefill_graph)
-        return {"weight": round(weights, 2), "kvcache": round(kv, 2),
-                "graph": round(decode_graph + prefill_graph, 2),
-                "cuda_graph_decode": decode_graph, "cuda_graph_prefill": prefill_graph, "token_capacity": int(kv * 40000)}
+        kv = max(0.0, fraction * self.machine["gpu_memory_gib"] - weights - sum(phases.values()))
+        return {"weight": round(weights, 3), "kvcache": round(kv, 3),
+                "startup_available": self.machine["gpu_memory_gib"], "token_capacity": int(kv * 40000),
+                "token_capacity_swa": None, "graph": phases}
+
+    def decode_graph_gb(self) -> float:
+        graph = self.memory_usage()["graph"]
+        return graph["decode"] + graph["target_verify"] + graph["draft_decode"] + graph["draft_extend"]
 
 
 # --- HTTP -----------------------------------------------------------------------------------------
@@ -393,7 +409,6 @@ def make_handler(engine: Engine, server_args: dict):
                     "avg_spec_accept_length": engine.avg_accept_length(),
                     "last_gen_throughput": engine.last_gen_throughput,
                     "memory_usage": usage,
-                    "cuda_graph_decode_enabled": engine.eff.decode_graphs,
                     "effective_max_running_requests_per_dp": engine.eff.max_running,
                 }],
             })
@@ -601,7 +616,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("SIMULATED FAULT: hanging during CUDA graph capture (SGLANG_SIM_HANG_AT_START)")
         threading.Event().wait()
     if engine.eff.decode_graphs:
-        log.info("Capture cuda graph end. mem usage=%.2f GB.", usage["cuda_graph_decode"])
+        log.info("Capture cuda graph end. mem usage=%.2f GB.", engine.decode_graph_gb())
     log.info("max_total_num_tokens=%d, max_running_requests=%d, context_len=%s",
              usage["token_capacity"], engine.eff.max_running, args.context_length or engine.model["context_length"])
     engine.ready = True

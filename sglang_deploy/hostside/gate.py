@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""The post-deploy gate: effective-config checks, then a measurement, then a verdict.
+
+Runs on the host (inside `releases.py switch`, under the release lock), standard library only.
+Also imported by the controller's tests: every function below except `run` is pure.
+
+Verdicts: pass (the release is marked good), fail (rolled back), inconclusive (too noisy or request
+errors; the profile's gate.on_inconclusive decides).
+"""
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+# --- effective configuration ------------------------------------------------------------------------
+
+def decode_graph_gb(server_info):
+    graph = ((server_info.get("internal_states") or [{}])[0].get("memory_usage") or {}).get("graph") or {}
+    return sum(graph.get(phase) or 0.0 for phase in ("decode", "target_verify", "draft_decode", "draft_extend"))
+
+
+def config_problems(server_info, environ, cmdline_ok, cmdline, expect):
+    """Differences between what the release declares and what the running server and process report."""
+    problems = []
+    if not cmdline_ok:
+        problems.append(f"process command line differs from the release's ExecStart: running {cmdline!r}")
+    if expect.get("decode_graphs"):
+        if server_info.get("disable_cuda_graph") or server_info.get("cuda_graph_backend_decode") == "disabled":
+            problems.append("decode CUDA graphs are disabled in the running server "
+                            f"(disable_cuda_graph={server_info.get('disable_cuda_graph')}, "
+                            f"cuda_graph_backend_decode={server_info.get('cuda_graph_backend_decode')})")
+        elif decode_graph_gb(server_info) <= 0:
+            problems.append("decode CUDA graphs were not captured (graph memory for decode/target_verify/draft "
+                            "phases is 0 in /server_info)")
+    if expect.get("custom_all_reduce") and server_info.get("disable_custom_all_reduce"):
+        problems.append("custom all-reduce is disabled in the running server (declared: enabled); "
+                        "check GPU P2P (nvidia-smi topo -p2p r)")
+    for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
+        if key in expect and server_info.get(key) != expect[key]:
+            problems.append(f"{key}: declared {expect[key]!r}, running {server_info.get(key)!r}")
+    for key, value in (expect.get("environment") or {}).items():
+        if key not in environ:
+            problems.append(f"environment: {key} is declared ({key}={value}) but missing from the server process")
+        elif environ[key] != value:
+            problems.append(f"environment: {key} is declared as {value!r} but the server process has {environ[key]!r}")
+    return problems
+
+
+# --- statistics --------------------------------------------------------------------------------------
+
+def paired_ratios(samples, baseline_samples):
+    """new/old decode rate for samples at the same position (same prompt) in both runs."""
+    ratios = []
+    for new, old in zip(samples, baseline_samples):
+        if new.get("kind") == old.get("kind") and old.get("decode_tok_s"):
+            ratios.append(new["decode_tok_s"] / old["decode_tok_s"])
+    return ratios
+
+
+def ratio_interval(ratios):
+    """Median ratio and the half-width of a ~95 % interval around it (1.253 = median's efficiency)."""
+    median = statistics.median(ratios)
+    if len(ratios) < 2:
+        return median, float("inf")
+    return median, 2 * 1.253 * statistics.stdev(ratios) / math.sqrt(len(ratios))
+
+
+def evaluate(measurement, settings, baseline=None):
+    """Floors, then the comparison with the last good release measured on the same host."""
+    rows, reasons, inconclusive = [], [], []
+    decode = measurement.get("decode_tok_s") or {}
+    tau = measurement.get("accept_length") or {}
+    if measurement.get("errors"):
+        inconclusive.append(f"{len(measurement['errors'])} request error(s): {measurement['errors'][0]}")
+    if not decode:
+        inconclusive.append("no successful sample")
+    previous = (baseline or {}).get("decode_tok_s") or {}
+
+    def row(metric, value, spread, threshold, prev, verdict):
+        rows.append({"metric": metric, "value": value, "spread_pct": spread, "threshold": threshold,
+                     "previous": prev, "verdict": verdict})
+
+    floor = settings.get("min_decode_tok_s")
+    if decode:
+        ok = floor is None or decode["median"] >= floor
+        row("decode tok/s (1 stream, median)", decode["median"], decode.get("spread_pct"),
+            f">= {floor}" if floor else None, previous.get("median"), "pass" if ok else "FAIL")
+        if not ok:
+            reasons.append(f"single-stream decode {decode['median']:.1f} tok/s is below the floor {floor}")
+    floor_tau = settings.get("min_accept_length")
+    if tau:
+        ok = floor_tau is None or tau["median"] >= floor_tau
+        row("acceptance length tau (median)", tau["median"], tau.get("spread_pct"),
+            f">= {floor_tau}" if floor_tau else None, ((baseline or {}).get("accept_length") or {}).get("median"),
+            "pass" if ok else "FAIL")
+        if not ok:
+            reasons.append(f"acceptance length {tau['median']:.2f} is below the floor {floor_tau}")
+    elif floor_tau:
+        row("acceptance length tau (median)", None, None, f">= {floor_tau}", None, "FAIL")
+        reasons.append("no acceptance length reported (speculative decoding is off?)")
+    ttft = measurement.get("ttft_s") or {}
+    if ttft:
+        row("time to first token s (median)", ttft["median"], ttft.get("spread_pct"), None,
+            ((baseline or {}).get("ttft_s") or {}).get("median"), "info")
+    aggregate = measurement.get("aggregate_tok_s") or {}
+    if aggregate:
+        row(f"aggregate tok/s (concurrency {measurement.get('config', {}).get('concurrency')})", aggregate["median"],
+            aggregate.get("spread_pct"), None, ((baseline or {}).get("aggregate_tok_s") or {}).get("median"), "info")
+
+    tolerance = settings.get("max_regression_pct", 10.0) / 100
+    comparison = None
+    if baseline and decode:
+        ratios = paired_ratios(measurement.get("samples", []), baseline.get("samples", []))
+        if len(ratios) >= 2:
+            median, half_width = ratio_interval(ratios)
+            regression = 1 - median
+            comparison = {"ratio": median, "half_width": half_width, "regression_pct": regression * 100,
+                          "pairs": len(ratios)}
+            if regression - half_width > 0 and regression + half_width >= tolerance:
+                verdict = "FAIL"  # significantly slower, and a regression of the tolerance cannot be ruled out
+                reasons.append(f"{regression * 100:.1f} % (+/-{half_width * 100:.1f}) slower than the last good "
+                               f"release; a regression of {tolerance * 100:.0f} % cannot be ruled out")
+            elif half_width > tolerance / 2:
+                verdict = "inconclusive"
+                inconclusive.append(f"too noisy to compare with the previous release: +/-{half_width * 100:.1f} % "
+                                    f"(needs <= {tolerance * 50:.1f} %)")
+            else:
+                verdict = "pass"
+            row("vs last good release (paired ratio)", median, half_width * 100, f"> {1 - tolerance:.2f}",
+                1.0, verdict)
+        else:
+            inconclusive.append("the previous release's samples do not pair with these (different prompts or N)")
+    if reasons:
+        verdict = "fail"
+    elif inconclusive:
+        verdict = "inconclusive"
+    else:
+        verdict = "pass"
+    return {"verdict": verdict, "reasons": reasons, "inconclusive": inconclusive, "rows": rows,
+            "comparison": comparison}
+
+
+def format_value(value, metric=""):
+    if value is None:
+        return "-"
+    if "ratio" in metric or "tau" in metric:
+        return f"{value:.3f}" if "ratio" in metric else f"{value:.2f}"
+    if "s (median)" in metric and "tok/s" not in metric:
+        return f"{value * 1000:.0f} ms"
+    return f"{value:.1f}"
+
+
+def table(result):
+    """The gate's outcome as a text table (metric, value, spread, threshold, previous, verdict)."""
+    header = f"{'metric':40} {'value':>10} {'spread':>8} {'threshold':>10} {'previous':>10}  verdict"
+    lines = [header, "-" * len(header)]
+    for row in result.get("rows", []):
+        spread = f"{row['spread_pct']:.1f} %" if row.get("spread_pct") is not None else "-"
+        lines.append(f"{row['metric']:40} {format_value(row['value'], row['metric']):>10} {spread:>8} "
+                     f"{row['threshold'] or '-':>10} {format_value(row['previous'], row['metric']):>10}  {row['verdict']}")
+    for problem in result.get("config_problems", []):
+        lines.append(f"effective config: {problem}  FAIL")
+    lines.append(f"GATE {result['verdict'].upper()}" + (": " + "; ".join(result["reasons"] + result["inconclusive"])
+                                                        if result["reasons"] or result["inconclusive"] else ""))
+    return "\n".join(lines)
+
+
+# --- running on the host -------------------------------------------------------------------------------
+
+def read_environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            pairs = [item.decode(errors="replace").split("=", 1) for item in f.read().split(b"\0") if b"=" in item]
+        return dict(pairs)
+    except FileNotFoundError:
+        return {}
+
+
+def get_json(url, api_key, timeout=30):
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
+        return json.load(response)
+
+
+def measure_builtin(probe_url, secrets_path, settings):
+    command = [sys.executable, os.path.join(HERE, "bench.py"), "--url", probe_url, "--api-key-file", secrets_path,
+               "--samples", str(settings["samples"]), "--warmup", str(settings["warmup"]),
+               "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"])]
+    result = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # progress goes straight to stderr
+    if result.returncode != 0:
+        return {"errors": [f"bench.py exited with {result.returncode}"]}
+    return json.loads(result.stdout)
+
+
+def from_sglang_bench(records, config):
+    """Map `python -m sglang.benchmark.serving --output-file` records into the builtin result format."""
+    record = records[-1]
+
+    def one(value):
+        return None if value is None else {"median": value, "min": value, "max": value, "n": 1, "values": [value],
+                                           "spread_pct": 0.0, "cv_pct": 0.0}
+    tpot = record.get("median_tpot_ms")
+    return {"engine": "sglang-bench", "config": config, "samples": [],
+            "decode_tok_s": one(1000.0 / tpot if tpot else None), "ttft_s": one((record.get("median_ttft_ms") or 0) / 1000),
+            "accept_length": one(record.get("accept_length")), "aggregate_tok_s": one(record.get("output_throughput")),
+            "errors": [] if record.get("completed", 1) else ["no request completed"]}
+
+
+def measure_sglang_bench(probe_url, venv, model_path, settings, workdir):
+    """SGLang's own benchmark in the release's venv (real hosts only: random ids, local tokenizer, offline)."""
+    python = os.path.join(venv, "bin", "python")
+    if os.path.exists("/etc/sglang-deploy-simulated"):
+        return {"errors": ["gate.engine sglang-bench needs the real SGLang; this host is simulated"]}
+    output = os.path.join(workdir, "sglang-bench.jsonl")
+    command = [python, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--base-url", probe_url,
+               "--dataset-name", "random-ids", "--tokenizer", model_path, "--random-input-len", "256",
+               "--random-output-len", str(settings["max_new_tokens"]), "--num-prompts",
+               str(settings["samples"] * max(1, settings["concurrency"])), "--max-concurrency",
+               str(settings["concurrency"]), "--output-file", output]
+    result = subprocess.run(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True)
+    if result.returncode != 0:
+        return {"errors": [f"sglang.benchmark.serving failed: {result.stderr.strip()[-500:]}"]}
+    with open(output) as f:
+        records = [json.loads(line) for line in f if line.strip()]
+    return from_sglang_bench(records, settings)
+
+
+def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, baseline, workdir):
+    """Effective-config checks, then the measurement, then the verdict (config problems fail at once)."""
+    started = time.monotonic()
+    settings, expect = config["settings"], config["expect"]
+    try:
+        server_info = get_json(probe_url + "/server_info", api_key)
+    except (urllib.error.URLError, OSError, ValueError) as error:
+        server_info = {}
+        print(f"[gate] /server_info: {error}", file=sys.stderr)
+    problems = config_problems(server_info, read_environ(pid), cmdline_ok, cmdline, expect)
+    if problems:
+        result = {"verdict": "fail", "reasons": ["the running server differs from the release"], "inconclusive": [],
+                  "rows": [], "comparison": None, "measurement": None}
+    else:
+        if settings.get("engine") == "sglang-bench":
+            measurement = measure_sglang_bench(probe_url, expect["venv"], expect["model_path"], settings, workdir)
+        else:
+            measurement = measure_builtin(probe_url, secrets_path, settings)
+        result = evaluate(measurement, settings, baseline)
+        result["measurement"] = measurement
+    result.update(config_problems=problems, simulated=bool(server_info.get("simulated")),
+                  duration_s=round(time.monotonic() - started, 1))
+    return result

@@ -1,0 +1,103 @@
+"""Gate statistics and effective-config checks without a host."""
+
+import pytest
+
+from conftest import INCIDENT, PROVEN
+from sglang_deploy.gate import expectations, gate_config
+from sglang_deploy.hostside.gate import config_problems, evaluate, from_sglang_bench, table
+from sglang_deploy.plan import plan_for_host
+
+SETTINGS = {"min_decode_tok_s": 45, "min_accept_length": 2.8, "max_regression_pct": 10}
+KINDS = ["prose", "code", "chat", "prose", "code"]
+
+
+def measurement(rates, taus=None, errors=()):
+    taus = taus or [3.2] * len(rates)
+    samples = [{"kind": k, "decode_tok_s": r, "accept_length": t} for k, r, t in zip(KINDS, rates, taus)]
+
+    def summary(values):
+        ordered = sorted(values)
+        median = ordered[len(values) // 2]
+        return {"median": median, "min": ordered[0], "max": ordered[-1], "spread_pct": (ordered[-1] - ordered[0]) / median * 100}
+    return {"samples": samples, "decode_tok_s": summary(rates), "accept_length": summary(taus), "errors": list(errors),
+            "config": {"concurrency": 4}}
+
+
+BASE = [49.0, 55.0, 52.0, 49.5, 54.5]  # per-prompt differences are deterministic
+
+
+def test_pass_on_floors_without_baseline():
+    result = evaluate(measurement(BASE), SETTINGS)
+    assert result["verdict"] == "pass" and result["comparison"] is None
+
+
+def test_incident_fails_on_both_floors():
+    result = evaluate(measurement([39.5, 42.0, 40.6, 40.1, 42.1], [1.7, 1.8, 1.8, 1.75, 1.84]), SETTINGS,
+                      baseline=measurement(BASE))
+    assert result["verdict"] == "fail"
+    assert any("below the floor 45" in r for r in result["reasons"]) and any("2.8" in r for r in result["reasons"])
+    assert "GATE FAIL" in table(result)
+
+
+def test_ten_percent_regression_fails_although_above_the_floor():
+    slow = [r * 0.90 * (1 + e) for r, e in zip(BASE, [0.01, -0.01, 0.005, 0.0, -0.005])]
+    result = evaluate(measurement(slow), {**SETTINGS, "min_decode_tok_s": 40}, baseline=measurement(BASE))
+    assert result["verdict"] == "fail" and "slower than the last good release" in result["reasons"][0]
+    assert result["comparison"]["regression_pct"] == pytest.approx(10, abs=1.5)
+
+
+def test_noise_alone_passes():
+    noisy = [r * (1 + e) for r, e in zip(BASE, [0.02, -0.015, 0.01, -0.02, 0.015])]
+    assert evaluate(measurement(noisy), SETTINGS, baseline=measurement(BASE))["verdict"] == "pass"
+
+
+def test_a_small_significant_slowdown_under_the_tolerance_passes():
+    slower = [r * 0.97 for r in BASE]
+    assert evaluate(measurement(slower), SETTINGS, baseline=measurement(BASE))["verdict"] == "pass"
+
+
+def test_too_noisy_is_inconclusive():
+    wild = [r * (1 + e) for r, e in zip(BASE, [0.15, -0.12, 0.1, -0.14, 0.13])]
+    result = evaluate(measurement(wild), {**SETTINGS, "min_decode_tok_s": None}, baseline=measurement(BASE))
+    assert result["verdict"] == "inconclusive" and "too noisy" in result["inconclusive"][0]
+
+
+def test_request_errors_are_inconclusive():
+    result = evaluate(measurement(BASE, errors=["sample 3: HTTP Error 500"]), SETTINGS)
+    assert result["verdict"] == "inconclusive" and "request error" in result["inconclusive"][0]
+
+
+def test_config_problems_name_the_exact_difference():
+    expect = {"decode_graphs": True, "custom_all_reduce": True, "speculative_num_steps": 3,
+              "environment": {"NCCL_CUMEM_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}
+    info = {"disable_custom_all_reduce": True, "speculative_num_steps": 1,
+            "internal_states": [{"memory_usage": {"graph": {"decode": 0.0, "target_verify": 0.0}}}]}
+    problems = config_problems(info, {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, False, ["x"], expect)
+    text = "\n".join(problems)
+    assert "decode CUDA graphs were not captured" in text and "custom all-reduce is disabled" in text
+    assert "speculative_num_steps: declared 3, running 1" in text
+    assert "NCCL_CUMEM_ENABLE is declared (NCCL_CUMEM_ENABLE=0) but missing from the server process" in text
+    assert "CUDA_DEVICE_ORDER is declared as 'PCI_BUS_ID' but the server process has 'FASTEST_FIRST'" in text
+    assert "process command line differs" in text
+    ok_info = {"speculative_num_steps": 3, "internal_states": [{"memory_usage": {"graph": {"target_verify": 0.4}}}]}
+    assert config_problems(ok_info, {"NCCL_CUMEM_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, True, [], expect) == []
+
+
+def test_expectations_follow_the_profile():
+    plan = plan_for_host({"profile": str(PROVEN), "gpus": 2})
+    expect = expectations(plan)
+    assert expect["decode_graphs"] and expect["custom_all_reduce"]
+    assert (expect["speculative_algorithm"], expect["speculative_num_steps"], expect["speculative_num_draft_tokens"]) == ("NEXTN", 3, 4)
+    assert expect["environment"]["NCCL_CUMEM_ENABLE"] == "0"
+    assert gate_config(plan_for_host({"profile": str(INCIDENT)}))["expect"]["speculative_num_steps"] == 1
+    assert gate_config(plan)["settings"]["min_decode_tok_s"] == 45
+
+
+def test_sglang_bench_output_maps_to_the_same_format():
+    record = {"output_throughput": 180.5, "median_ttft_ms": 120.0, "median_tpot_ms": 19.2, "accept_length": 3.1,
+              "completed": 20}
+    mapped = from_sglang_bench([record], {"concurrency": 4})
+    assert mapped["decode_tok_s"]["median"] == pytest.approx(52.08, abs=0.01)
+    assert mapped["accept_length"]["median"] == 3.1 and mapped["aggregate_tok_s"]["median"] == 180.5
+    assert mapped["ttft_s"]["median"] == pytest.approx(0.12)
+    assert evaluate(mapped, SETTINGS)["verdict"] == "pass"
