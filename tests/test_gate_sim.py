@@ -1,0 +1,87 @@
+"""The gate on the simulated CT129: the seed incident, a hidden slowdown, and planted config faults."""
+
+import json
+
+import pytest
+
+from conftest import INCIDENT, PROVEN, proven_with
+from test_releases_sim import state
+
+pytestmark = pytest.mark.simhost
+# These tests fail deploys on purpose, one after another: lift the cap on automatic rollbacks in a row.
+NO_CAP = ("--data", "max_auto_rollbacks=100")
+
+
+def gated_baseline(simhost, tmp_path, note):
+    """A fresh release of the proven profile that passes the gate (its measurement is the baseline)."""
+    profile = proven_with(tmp_path, "environment:\n", f'environment:\n  SGLANG_SIM_NOTE: "{note}"\n', f"{note}.yaml")
+    result = simhost.deploy(profile=profile, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "GATE PASS" in output, output[-4000:]
+    return state(simhost)["state"]["active"], output
+
+
+def quick_bench(simhost):
+    out = simhost.sh("python3 /opt/sglang-deploy/bin/bench.py --url http://127.0.0.1:30100 --api-key-file "
+                     "/etc/sglang-deploy/sglang/secrets.yaml --samples 3 --warmup 0 --max-new-tokens 160 "
+                     "--concurrency 1 2>/dev/null")
+    return json.loads(out)
+
+
+def test_seed_incident_is_refused_and_the_proven_release_restored(simhost, tmp_path):
+    good, output = gated_baseline(simhost, tmp_path, "incident-baseline")
+    assert "the gate measured a SIMULATED server" in output
+    result = simhost.deploy(profile=INCIDENT, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "is below the floor 45" in output and "acceptance length" in output and "below the floor 2.8" in output
+    assert "GATE FAIL" in output and f"automatic rollback to {good}: healthy again" in output
+    store = state(simhost)
+    assert store["state"]["active"] == good and store["consistent"]
+    bad = store["releases"][-1] if store["releases"][-1]["profile"] == INCIDENT.stem else None
+    assert bad and bad["verdict"] == "bad" and bad["gate"]["verdict"] == "fail"
+    speed = quick_bench(simhost)
+    assert speed["decode_tok_s"]["median"] >= 45 and speed["accept_length"]["median"] >= 2.8
+    # The gate result is stored with the release and shown by the listing.
+    gate_file = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{good}/gate-result.json"))
+    assert gate_file["verdict"] == "pass" and gate_file["measurement"]["decode_tok_s"]["n"] == 5
+    listing = simhost.pyinfra("releases.py")
+    assert f"pass {gate_file['measurement']['decode_tok_s']['median']:.1f} tok/s" in listing.stdout + listing.stderr
+
+
+def test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor(simhost, tmp_path):
+    gated_baseline(simhost, tmp_path, "slowdown-baseline")
+    slow = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_SLOWDOWN_PCT: "15"\n', "slow.yaml")
+    slow.write_text(slow.read_text().replace("min_decode_tok_s: 45", "min_decode_tok_s: 40"))
+    result = simhost.deploy(profile=slow, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "slower than the last good release" in output and "below the floor" not in output
+
+
+@pytest.mark.parametrize("plant, expected", [
+    ({"SGLANG_SIM_GRAPH_CAPTURE_FAIL": "1"}, "decode CUDA graphs were not captured"),
+    ({"SGLANG_SIM_P2P": "0"}, "custom all-reduce is disabled in the running server"),
+])
+def test_planted_config_faults_fail_the_effective_config_check(simhost, tmp_path, plant, expected):
+    assert simhost.deploy(profile=PROVEN).returncode == 0  # a good release to come back to
+    lines = "".join(f'  {k}: "{v}"\n' for k, v in plant.items())
+    result = simhost.deploy(*NO_CAP, profile=proven_with(tmp_path, "environment:\n", "environment:\n" + lines), gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and expected in output and "effective config:" in output
+    assert "healthy again" in output
+
+
+def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
+    """A local drop-in (the kind of override the tool never touches) unsets a declared variable."""
+    simhost.sh("mkdir -p /etc/systemd/system/sglang.service.d && printf '[Service]\\nUnsetEnvironment=NCCL_CUMEM_ENABLE\\n'"
+               " > /etc/systemd/system/sglang.service.d/local.conf")
+    assert simhost.deploy(profile=PROVEN).returncode == 0  # a good release to come back to
+    try:
+        variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 10")
+        result = simhost.deploy(*NO_CAP, profile=variant, gate=True)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0
+        assert "environment: NCCL_CUMEM_ENABLE is declared (NCCL_CUMEM_ENABLE=0) but missing from the server process" in output
+    finally:
+        simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload")
