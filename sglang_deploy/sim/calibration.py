@@ -78,3 +78,23 @@ def measure(samples: int, max_new_tokens: int, seed: str = "7") -> list[dict]:
     return table
 
 
+
+
+DEFAULT_GATE = {"samples": 5, "warmup": 1, "max_new_tokens": 256, "concurrency": 4}
+
+
+def gate_trials(env_list: list[dict], settings: dict = DEFAULT_GATE) -> list[dict]:
+    """Run the gate's measurement (bench.py, default settings) against one local proven-profile
+    simulator per entry of env_list, all at once; returns the measurements in order."""
+    with tempfile.TemporaryDirectory() as tmp:
+        model = stub_model_dir(Path(tmp) / "model")
+        sims = [LocalSim(PROVEN, env, model).start(Path(tmp) / f"sim{i}.log") for i, env in enumerate(env_list)]
+        try:
+            for sim in sims:
+                sim.wait_ready()
+            args = [item for key, value in settings.items() for item in (f"--{key.replace('_', '-')}", str(value))]
+            with ThreadPoolExecutor(len(sims)) as pool:
+                return list(pool.map(lambda sim: sim.bench(*args), sims))
+        finally:
+            for sim in sims:
+                sim.stop()
