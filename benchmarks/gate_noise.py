@@ -33,17 +33,26 @@ def main():
     baseline, *unchanged = gate_trials([{"SGLANG_SIM_SEED": f"base-{i}"} for i in range(args.runs + 1)])
     medians = [m["decode_tok_s"]["median"] for m in unchanged]
     durations = [m["duration_s"] for m in unchanged]
-    verdicts = [evaluate(m, SETTINGS, baseline)["verdict"] for m in unchanged]
+    results = [evaluate(m, SETTINGS, baseline) for m in unchanged]
+    verdicts = [r["verdict"] for r in results]
     cv = statistics.pstdev(medians) / statistics.mean(medians) * 100
     print(f"gate measurement duration: median {statistics.median(durations):.1f} s (max {max(durations):.1f})")
     print(f"decode median across {len(medians)} unchanged runs: {statistics.mean(medians):.1f} tok/s, CV {cv:.2f} %")
     print(f"false alarms (unchanged release failed): {verdicts.count('fail')} of {len(verdicts)}; "
           f"inconclusive {verdicts.count('inconclusive')}")
+    for result in results:
+        if result["verdict"] != "pass":
+            print(f"  {result['verdict']}: {'; '.join(result['reasons'] + result['inconclusive'])}")
     smallest = None
     for slowdown in slowdowns:
         runs = gate_trials([{"SGLANG_SIM_SEED": f"slow-{slowdown}-{i}", "SGLANG_SIM_SLOWDOWN_PCT": str(slowdown)}
                             for i in range(args.runs)])
-        caught = [evaluate(m, SETTINGS, baseline)["verdict"] == "fail" for m in runs]
+        verdicts = [evaluate(m, SETTINGS, baseline) for m in runs]
+        caught = [v["verdict"] == "fail" for v in verdicts]
+        for v in verdicts:
+            if v["verdict"] != "fail":
+                print(f"  missed ({v['verdict']}): ratio {v['comparison'] and round(v['comparison']['ratio'], 3)}, "
+                      f"+/-{v['comparison'] and round(v['comparison']['half_width'] * 100, 1)} %")
         ratio = statistics.median(m["decode_tok_s"]["median"] for m in runs) / baseline["decode_tok_s"]["median"]
         print(f"planted {slowdown:4.1f} % slowdown (measured ratio {ratio:.3f}): caught in {sum(caught)} of {len(caught)}")
         if smallest is None and sum(caught) >= 0.9 * len(caught):

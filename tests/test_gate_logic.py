@@ -57,7 +57,7 @@ def test_a_small_significant_slowdown_under_half_the_tolerance_passes():
 
 
 def test_too_noisy_is_inconclusive():
-    wild = [r * (1 + e) for r, e in zip(BASE, [0.15, -0.12, 0.1, -0.14, 0.13])]
+    wild = [r * (1 + e) for r, e in zip(BASE, [0.35, -0.3, 0.25, -0.32, 0.3])]
     result = evaluate(measurement(wild), {**SETTINGS, "min_decode_tok_s": None}, baseline=measurement(BASE))
     assert result["verdict"] == "inconclusive" and "too noisy" in result["inconclusive"][0]
 
