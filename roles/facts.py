@@ -24,3 +24,57 @@ class ReleaseStore(FactBase):
 
     def process(self, output):
         return json.loads("\n".join(output))
+
+
+class GpuHost(FactBase):
+    """GPUs, drivers, container, CUDA toolkit, NCCL and topology in one round trip (all optional)."""
+
+    def command(self) -> str:
+        from sglang_deploy.hostfacts import GPU_QUERY
+
+        sections = {
+            "gpus": f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits",
+            "proc_driver": "cat /proc/driver/nvidia/version",
+            "container": "systemd-detect-virt --container || (grep -qa 'container=lxc' /proc/1/environ && echo lxc)",
+            "nvcc": "/usr/local/cuda/bin/nvcc --version || nvcc --version",
+            "nccl_deb": "dpkg-query -W -f='${Version}' libnccl2",
+            "topo": "nvidia-smi topo -m",
+            "p2p": "nvidia-smi topo -p2p r",
+        }
+        # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
+        return "; ".join(f"echo '@@{name}'; ({command}) 2>/dev/null; echo" for name, command in sections.items()) + "; true"
+
+    def process(self, output):
+        from sglang_deploy import hostfacts
+
+        sections, current = {}, None
+        for line in output:
+            if line.startswith("@@"):
+                current = line[2:]
+                sections[current] = []
+            elif current:
+                sections[current].append(line)
+        text = {key: "\n".join(value) for key, value in sections.items()}
+        return {
+            "gpus": hostfacts.parse_gpus(text.get("gpus", "")),
+            "kernel_driver": hostfacts.parse_kernel_driver(text.get("proc_driver", "")),
+            "container": (text.get("container", "").strip() or "none").splitlines()[0],
+            "cuda_toolkit": hostfacts.parse_nvcc(text.get("nvcc", "")),
+            "system_nccl": text.get("nccl_deb", "").strip() or None,
+            "topology": hostfacts.parse_topology(text.get("topo", ""), text.get("p2p", "")),
+        }
+
+
+class VenvTorch(FactBase):
+    """The torch that a virtualenv (or a python) loads: versions of torch, CUDA and NCCL, GPUs it sees."""
+
+    def command(self, python: str) -> str:
+        program = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
+                   "'nccl': '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None, "
+                   "'cuda_available': torch.cuda.is_available(), 'device_count': torch.cuda.device_count()}))")
+        return f"{python} -c \"{program}\" 2>/dev/null || echo null"
+
+    def process(self, output):
+        from sglang_deploy.hostfacts import parse_venv_torch
+
+        return parse_venv_torch("\n".join(output))

@@ -1,0 +1,24 @@
+"""Print what a GPU host reports: GPUs, driver (kernel and user space), container, CUDA toolkit,
+NCCL (system and the venv's torch), GPU topology and P2P, and whether the driver is adequate.
+
+    pyinfra inventory/X.py facts.py [--data python=/opt/sglang-deploy/venvs/.../bin/python]
+
+Reads only; changes nothing.
+"""
+
+import json
+
+from pyinfra import host, logger
+
+from roles.facts import GpuHost, VenvTorch
+from sglang_deploy.hostfacts import driver_verdict
+
+facts = host.get_fact(GpuHost)
+python = host.data.get("python") or "python3"
+facts["venv_torch"] = host.get_fact(VenvTorch, python=python)
+facts["driver"] = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"],
+                                 cuda_major=int(host.data.get("cuda_major") or 13))
+torch_nccl = (facts["venv_torch"] or {}).get("nccl")
+if facts["system_nccl"] and torch_nccl and not facts["system_nccl"].startswith(torch_nccl):
+    facts["nccl_warning"] = f"system libnccl2 {facts['system_nccl']} differs from the NCCL torch loads ({torch_nccl})"
+logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))

@@ -1,0 +1,95 @@
+"""Parsing what a GPU host reports (nvidia-smi, /proc, dpkg, the venv's torch) into plain dicts.
+
+Pure functions over command output, so they are unit-tested with recorded outputs; roles/facts.py
+wraps them as pyinfra facts. Every parser degrades to None/[] when the command was missing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+GPU_QUERY = ("index,name,memory.total,driver_version,pcie.link.gen.current,pcie.link.gen.max,"
+             "pcie.link.width.current,pcie.link.width.max,clocks.sm,clocks.max.sm,power.draw,power.limit")
+# Minimum driver branch per CUDA major version (CUDA 13 needs R580).
+MIN_DRIVER_FOR_CUDA = {12: 525, 13: 580}
+
+
+def _number(text: str):
+    text = text.strip()
+    try:
+        return float(text) if "." in text else int(text)
+    except ValueError:
+        return None  # "[N/A]", "[Not Supported]"
+
+
+def parse_gpus(output: str) -> list[dict]:
+    """`nvidia-smi --query-gpu=GPU_QUERY --format=csv,noheader,nounits` -> one dict per GPU."""
+    gpus = []
+    for line in output.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != len(GPU_QUERY.split(",")) or not fields[0].isdigit():
+            continue
+        keys = GPU_QUERY.split(",")
+        gpu = {key: (value if key in ("name", "driver_version") else _number(value)) for key, value in zip(keys, fields)}
+        gpus.append(gpu)
+    return gpus
+
+
+def parse_kernel_driver(proc_version: str) -> str | None:
+    """/proc/driver/nvidia/version -> the kernel module's version (on LXC: the Proxmox host's)."""
+    match = re.search(r"Kernel Module(?: for [\w]+)?\s+([\d.]+)", proc_version or "")
+    return match.group(1) if match else None
+
+
+def driver_branch(version: str | None) -> int | None:
+    return int(version.split(".")[0]) if version else None
+
+
+def parse_topology(topo_matrix: str, p2p_read: str) -> dict:
+    """`nvidia-smi topo -m` and `nvidia-smi topo -p2p r` -> interconnect and P2P status between GPUs."""
+    links = set()
+    for line in (topo_matrix or "").splitlines():
+        if re.match(r"^GPU\d+\s", line):
+            cells = line.split()[1:]
+            links.update(cell for cell in cells if re.match(r"^(NV\d+|PIX|PXB|PHB|NODE|SYS)$", cell))
+    interconnect = "nvlink" if any(link.startswith("NV") for link in links) else ("pcie" if links else None)
+    statuses = set()
+    for line in (p2p_read or "").splitlines():
+        if re.match(r"^\s*GPU\d+\s", line):
+            statuses.update(cell for cell in line.split()[1:] if cell in ("OK", "NS", "CNS", "TNS", "NA"))
+    p2p = None if not statuses else statuses == {"OK"}
+    return {"interconnect": interconnect, "links": sorted(links), "p2p_read_ok": p2p,
+            "p2p_read_statuses": sorted(statuses)}
+
+
+def parse_nvcc(output: str) -> str | None:
+    match = re.search(r"release (\d+\.\d+)", output or "")
+    return match.group(1) if match else None
+
+
+def parse_venv_torch(output: str) -> dict | None:
+    try:
+        return json.loads(output.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None
+
+
+def driver_verdict(gpus: list[dict], kernel_driver: str | None, container: str | None, cuda_major: int) -> dict:
+    """Is the NVIDIA driver adequate for this CUDA major version, and what would have to change?"""
+    minimum = MIN_DRIVER_FOR_CUDA.get(cuda_major)
+    userspace = gpus[0]["driver_version"] if gpus else None
+    in_container = bool(container and container != "none")
+    problems = []
+    if kernel_driver is None and not gpus:
+        problems.append("no NVIDIA driver: /proc/driver/nvidia/version is missing and nvidia-smi found no GPU"
+                        + (" (in a container the kernel module belongs to the host: install it on the Proxmox host)"
+                           if in_container else ""))
+    if kernel_driver and userspace and kernel_driver != userspace:
+        problems.append(f"user-space driver {userspace} does not match the kernel module {kernel_driver}; "
+                        f"install user-space libraries of exactly {kernel_driver}")
+    version = kernel_driver or userspace
+    if version and minimum and driver_branch(version) < minimum:
+        problems.append(f"driver {version} is older than R{minimum}, the minimum for CUDA {cuda_major}")
+    return {"ok": not problems, "problems": problems, "kernel_driver": kernel_driver, "userspace_driver": userspace,
+            "container": container if in_container else None, "minimum_branch": minimum}

@@ -1,0 +1,61 @@
+"""Host fact parsers on outputs recorded on a real GPU machine (2x H200, NVLink) and on CT129-like text."""
+
+from pathlib import Path
+
+from sglang_deploy.hostfacts import (driver_verdict, parse_gpus, parse_kernel_driver, parse_nvcc,
+                                     parse_topology)
+
+RECORDED = (Path(__file__).parent / "fixtures" / "h200x2-host-commands.txt").read_text()
+
+
+def section(index: int) -> str:
+    return RECORDED.split("===")[index]
+
+
+def test_recorded_h200_host():
+    gpus = parse_gpus(section(0))
+    assert [g["name"] for g in gpus] == ["NVIDIA H200", "NVIDIA H200"]
+    assert gpus[0]["driver_version"] == "580.159.04" and gpus[0]["memory.total"] == 143771
+    assert gpus[0]["pcie.link.width.max"] == 16 and gpus[0]["power.limit"] == 700.0
+    assert parse_kernel_driver(section(1)) == "580.159.04"
+    topology = parse_topology(section(2), section(3))
+    assert topology["interconnect"] == "nvlink" and topology["links"] == ["NV18"] and topology["p2p_read_ok"] is True
+    assert parse_nvcc(section(4)) == "13.0"
+    assert driver_verdict(gpus, "580.159.04", None, cuda_major=13)["ok"]
+
+
+CT129_TOPO = """\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity
+GPU0\t X \tPHB\t0-31\t0
+GPU1\tPHB\t X \t0-31\t0
+"""
+CT129_P2P_BROKEN = """ \tGPU0\tGPU1\t
+ GPU0\tX\tCNS\t
+ GPU1\tCNS\tX\t
+"""
+
+
+def test_pcie_pair_and_broken_p2p():
+    topology = parse_topology(CT129_TOPO, CT129_P2P_BROKEN)
+    assert topology["interconnect"] == "pcie" and topology["p2p_read_ok"] is False
+    assert parse_topology("", "")["interconnect"] is None  # no nvidia-smi: unknown, not an error
+
+
+def test_lxc_driver_mismatch_names_both_versions():
+    gpus = [{"driver_version": "570.86.10"}]
+    verdict = driver_verdict(gpus, "580.95.05", "lxc", cuda_major=13)
+    assert not verdict["ok"] and "570.86.10" in verdict["problems"][0] and "580.95.05" in verdict["problems"][0]
+
+
+def test_old_driver_is_refused_for_cuda_13():
+    verdict = driver_verdict([{"driver_version": "570.86.10"}], "570.86.10", None, cuda_major=13)
+    assert "older than R580, the minimum for CUDA 13" in verdict["problems"][0]
+
+
+def test_no_driver_in_a_container_points_at_the_host():
+    verdict = driver_verdict([], None, "lxc", cuda_major=13)
+    assert "install it on the Proxmox host" in verdict["problems"][0]
+
+
+def test_missing_fields_degrade():
+    assert parse_gpus("0, NVIDIA RTX A6000, 49140, 580.95.05, 4, 4, 16, 16, [N/A], 2100, [N/A], 300.00")[0]["clocks.sm"] is None
+    assert parse_kernel_driver("") is None and parse_nvcc("") is None
