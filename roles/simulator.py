@@ -9,7 +9,9 @@ import json
 from pathlib import Path
 
 from pyinfra.api import deploy
-from pyinfra.operations import files
+from pyinfra import host
+from pyinfra.facts.files import File
+from pyinfra.operations import files, server
 
 from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import Profile
@@ -29,6 +31,7 @@ def install(profile: Profile):
     if profile.sglang.launcher != "serve":
         raise ValueError("the simulator implements the 'serve' launcher only; set sglang.launcher: serve")
     venv = venv_path(profile)
+    checkpoint_present = bool(host.get_fact(File, path=f"{profile.model.path}/model.safetensors.index.json"))
     lib = f"{venv}/lib/sglang-sim"
     package = files.sync(name="Simulator package", src=str(SIM_PACKAGE), dest=f"{lib}/sglang_sim",
                exclude=["*.pyc", "__pycache__"], delete=True)
@@ -38,6 +41,9 @@ def install(profile: Profile):
               src=_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "simulated": True,
                                     "note": "stub checkpoint for the SGLang simulator"}, indent=2) + "\n"),
               mode=644, create_remote_dir=True)
+    if not checkpoint_present:
+        server.shell(name="Synthetic checkpoint headers (sparse files, Qwen3.6-27B FP8 byte counts)",
+                     commands=[f"python3 {lib}/sglang_sim/checkpoint.py {profile.model.path}"])
     return [package, shim]
 
 

@@ -39,10 +39,10 @@ def gate_config(plan: Plan) -> dict:
     return {"settings": plan.profile.gate.model_dump(mode="json"), "expect": expectations(plan)}
 
 
-def save_result(host_name: str, document: dict, results_dir: Path = RESULTS_DIR) -> Path:
-    """Keep the switch document (readiness + gate) locally: results/<host>/<release>-<UTC time>.json."""
+def save_result(host_name: str, document: dict, kind: str = "switch", results_dir: Path = RESULTS_DIR) -> Path:
+    """Keep a document locally: results/<host>/<release>-<kind>-<UTC time>.json (kind: switch, doctor)."""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = results_dir / host_name / f"{document.get('release', 'unknown')}-{stamp}.json"
+    path = results_dir / host_name / f"{document.get('release', 'unknown')}-{kind}-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
     return path

@@ -401,6 +401,7 @@ def make_handler(engine: Engine, server_args: dict):
             info.update({
                 "version": SGLANG_VERSION, "simulated": True,
                 "simulated_machine": engine.machine["name"], "simulated_model": engine.model["name"],
+                "simulated_gpu": engine.machine["gpu"],
                 "disable_custom_all_reduce": not engine.eff.custom_allreduce,
                 "speculative_num_draft_tokens": engine.eff.draft_tokens if engine.eff.spec_steps else None,
                 "cuda_graph_max_bs_decode": engine.eff.graph_max_bs,

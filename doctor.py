@@ -1,0 +1,55 @@
+"""The perf doctor: roofline from the checkpoint's bytes and a ranked list of what leaves perf on the table.
+
+    pyinfra inventory/X.py doctor.py [--data probe=true] [--data probe_force=true]
+
+Reads the running server, its process and the GPUs; `probe=true` also runs the GPU probe (bandwidth,
+P2P, all-reduce latency) in the release's venv, which refuses while the GPUs are in use (stop the
+service first, or probe_force=true). The report is printed, saved with the active release
+(doctor.json) and locally in results/<host>/.
+"""
+
+import json
+from io import StringIO
+
+from pyinfra import host, logger
+from pyinfra.api.exceptions import DeployError
+from pyinfra.operations import python
+
+from roles import release
+from roles.facts import GpuHost
+from sglang_deploy.doctor import diagnose, format_report
+from sglang_deploy.gate import save_result
+from sglang_deploy.layout import TOOL_BIN
+from sglang_deploy.releases import STORE_ROOT, service_of
+
+service = service_of(host.data)
+gpu_facts = host.get_fact(GpuHost)
+probe = str(host.data.get("probe") or "").lower() in ("1", "true", "yes")
+probe_force = str(host.data.get("probe_force") or "").lower() in ("1", "true", "yes")
+
+
+def run_doctor():
+    command = f"python3 {TOOL_BIN}/doctor_collect.py --service {service}" + " --probe" * probe + " --probe-force" * probe_force
+    ok, output = host.run_shell_command(command)
+    if not ok:
+        raise DeployError(f"collecting the doctor's inputs failed:\n{output.stderr}")
+    collected = json.loads(output.stdout)
+    if not collected.get("active"):
+        raise DeployError(f"{host.name}: no active release of {service} to examine")
+    gpus = [dict(gpu, clocks_event_reasons=collected["clock_reasons"].get(str(gpu["index"]))) for gpu in gpu_facts["gpus"]]
+    info = collected["server_info"]
+    result = diagnose({"server_info": info, "environ": collected["environ"], "topology": gpu_facts["topology"],
+                       "gpus": gpus, "gate": collected["gate"], "probe": collected.get("probe"),
+                       "checkpoint": collected["checkpoint"], "simulated_gpu": info.get("simulated_gpu")})
+    result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"))
+    logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
+    for line in (format_report(result) + ("\n" + "\n".join(collected["errors"]) if collected["errors"] else "")).splitlines():
+        logger.info(f"    {line}")
+    host.put_file(StringIO(json.dumps(result, indent=1) + "\n"),
+                  f"{STORE_ROOT}/{service}/releases/{collected['active']}/doctor.json")
+    saved = save_result(host.name, result, kind="doctor")
+    logger.info(f"    saved with the release (doctor.json) and in {saved}")
+
+
+release.install_programs()
+python.call(name="Perf doctor", function=run_doctor)

@@ -1,0 +1,199 @@
+"""The perf doctor: a ranked list of concrete reasons a deployment is slower than it could be.
+
+Input is what the host reports (the running server's /server_info, the server process's environment,
+GPU facts, the checkpoint's bytes, the last gate measurement, optionally the GPU probe); output is a
+roofline and suspects, each with what was seen, the expected gain and the profile change that fixes it.
+Pure: unit-tested without a host. Expected gains come from ../shared/notes/perf-model.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from .hostside.gate import decode_graph_gb
+from .roofline import datasheet_bandwidth, roofline
+
+NCCL_DEBUG_KNOBS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
+                    "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
+PROVEN_STEPS = 3
+PROVEN_TAU = 2.8
+
+
+@dataclass
+class Suspect:
+    id: str
+    title: str
+    evidence: str
+    expected_gain: str
+    gain_pct: float  # midpoint, for ranking
+    fix: str
+    severity: str = "perf"  # "correctness" ranks above any perf suspect
+
+    def rank_key(self):
+        return (0 if self.severity == "correctness" else 1, -self.gain_pct)
+
+
+def _tp(info: dict) -> int:
+    return int(info.get("tp_size") or 1)
+
+
+def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate: dict | None,
+                  probe: dict | None) -> list[Suspect]:
+    found: list[Suspect] = []
+    tp = _tp(info)
+    # CUDA graphs
+    graphs_disabled = info.get("disable_cuda_graph") or info.get("cuda_graph_backend_decode") == "disabled"
+    if graphs_disabled or (info.get("internal_states") and decode_graph_gb(info) <= 0):
+        found.append(Suspect(
+            "cuda-graphs", "decode CUDA graphs are off or were not captured",
+            f"disable_cuda_graph={info.get('disable_cuda_graph')}, cuda_graph_backend_decode="
+            f"{info.get('cuda_graph_backend_decode')}, decode/verify/draft graph memory {decode_graph_gb(info):.2f} GB",
+            "+33 % or more (without graphs a 64-layer TP decode step is launch-bound)", 40.0,
+            "remove --disable-cuda-graph; keep --cuda-graph-backend-decode full and --cuda-graph-max-bs-decode >= "
+            "--max-running-requests; if capture failed, read the 'Disable ... CUDA graph because' log line"))
+    # Interconnect
+    proto = (environ.get("NCCL_PROTO") or "").upper()
+    interconnect = (topology or {}).get("interconnect")
+    if "LL128" in proto and not proto.startswith("^") and interconnect != "nvlink":
+        found.append(Suspect(
+            "nccl-ll128-forced", "NCCL_PROTO=LL128 is forced without NVLink",
+            f"server process environment has NCCL_PROTO={environ.get('NCCL_PROTO')}; interconnect {interconnect or 'unknown'}",
+            "correctness first (NCCL enables LL128 only over NVLink; forced elsewhere it can corrupt data); "
+            "latency: defaults were best at every decode size measured", 5.0,
+            "remove NCCL_PROTO from the profile's environment (and from any systemd drop-in)", "correctness"))
+    p2p_off_reason = None
+    if environ.get("NCCL_P2P_DISABLE") == "1":
+        p2p_off_reason = "NCCL_P2P_DISABLE=1 in the server process"
+    elif (environ.get("NCCL_P2P_LEVEL") or "").upper() in ("LOC",) or (
+            (environ.get("NCCL_P2P_LEVEL") or "").upper() == "NVL" and interconnect != "nvlink"):
+        p2p_off_reason = f"NCCL_P2P_LEVEL={environ.get('NCCL_P2P_LEVEL')} on a {interconnect or 'non-NVLink'} host"
+    elif (topology or {}).get("p2p_read_ok") is False:
+        p2p_off_reason = f"nvidia-smi topo -p2p r reports {', '.join(topology.get('p2p_read_statuses', []))}"
+    elif probe and probe.get("p2p") and not probe["p2p"].get("can_access_0_1"):
+        p2p_off_reason = "torch.cuda.can_device_access_peer(0, 1) is False"
+    if tp > 1 and p2p_off_reason:
+        found.append(Suspect(
+            "p2p-unavailable", "GPU peer-to-peer is off: NCCL falls back to host memory",
+            p2p_off_reason, "+10-20 % (all-reduce through host memory costs ~40-70 us instead of ~6-20 us)", 15.0,
+            "remove NCCL_P2P_DISABLE / NCCL_P2P_LEVEL; if the board breaks P2P, fix ACS/IOMMU on the Proxmox host"))
+    if tp > 1 and info.get("disable_custom_all_reduce"):
+        found.append(Suspect(
+            "custom-all-reduce", "SGLang's custom all-reduce is disabled",
+            "/server_info disable_custom_all_reduce=true" + (f" ({p2p_off_reason})" if p2p_off_reason else ""),
+            "+3-8 % (every decode all-reduce goes through NCCL)", 5.5,
+            "remove --disable-custom-all-reduce (it needs working P2P)"))
+    ll128_reported = any(s.id == "nccl-ll128-forced" for s in found)
+    knobs = [k for k in NCCL_DEBUG_KNOBS if k in environ and not (k == "NCCL_PROTO" and ll128_reported)]
+    if knobs:
+        measured = ""
+        if probe and probe.get("allreduce_profile") and probe.get("allreduce_default"):
+            default, forced = probe["allreduce_default"]["latency_us"], probe["allreduce_profile"]["latency_us"]
+            measured = "; probe: " + ", ".join(f"{size} {default[size]:.0f} -> {forced[size]:.0f} us" for size in default)
+        found.append(Suspect(
+            "nccl-debug-knobs", "NCCL debugging knobs are forced",
+            ", ".join(f"{k}={environ[k]}" for k in knobs) + measured,
+            "a few % (NCCL's defaults were best at every decode size measured)", 3.0,
+            "remove them unless an A/B measurement shows a reproducible gain; record the reason in the profile"))
+    # Speculation
+    algorithm = info.get("speculative_algorithm")
+    steps = int(info.get("speculative_num_steps") or 0) if algorithm else 0
+    if not algorithm:
+        found.append(Suspect(
+            "no-speculation", "speculative decoding (MTP) is off",
+            "/server_info speculative_algorithm is empty", "+70-80 % (about 30 -> 52 tok/s on CT129)", 75.0,
+            "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
+            "--speculative-num-draft-tokens 4 (the proven profile)"))
+    elif steps < PROVEN_STEPS:
+        found.append(Suspect(
+            "weak-speculation", f"speculation is weaker than the proven {PROVEN_STEPS} steps",
+            f"{algorithm} with {steps} step(s), {info.get('speculative_num_draft_tokens')} draft tokens",
+            "+25-35 % (the incident: 1 step ~40 tok/s, 3 steps ~52 tok/s)", 30.0,
+            f"--speculative-num-steps {PROVEN_STEPS} --speculative-num-draft-tokens {PROVEN_STEPS + 1}"))
+    tau = ((gate or {}).get("accept_length") or {}).get("median") or \
+        ((info.get("internal_states") or [{}])[0].get("avg_spec_accept_length") or None)
+    if algorithm and steps >= PROVEN_STEPS and tau and tau < PROVEN_TAU:
+        found.append(Suspect(
+            "low-acceptance", "acceptance length is low for the prompt mix",
+            f"tau {tau:.2f} with {steps} steps (the proven configuration reaches 3.0-3.5)",
+            f"+{(3.25 / tau - 1) * 100:.0f} % if tau reached 3.25", (3.25 / tau - 1) * 100,
+            "check that the MTP heads loaded (draft weights), the chat template, and sampling (temperature 0 "
+            "accepts most); compare tau on the gate's prompt mix"))
+    # Batch limits
+    concurrency = ((gate or {}).get("config") or {}).get("concurrency")
+    running, graph_bs = info.get("max_running_requests"), info.get("cuda_graph_max_bs_decode")
+    if concurrency and running and concurrency > running:
+        found.append(Suspect("batch-limit", "max-running-requests is below the measured concurrency",
+                             f"concurrency {concurrency} > --max-running-requests {running}",
+                             "aggregate throughput at that concurrency", 8.0,
+                             f"--max-running-requests {concurrency} (and --cuda-graph-max-bs-decode to match)"))
+    elif concurrency and graph_bs and concurrency > graph_bs:
+        found.append(Suspect("graph-batch-limit", "decode CUDA graphs do not cover the measured batch",
+                             f"concurrency {concurrency} > --cuda-graph-max-bs-decode {graph_bs}",
+                             "batches above the graph size decode eagerly (+25 % or more for them)", 8.0,
+                             f"--cuda-graph-max-bs-decode {max(concurrency, running or 0)}"))
+    # GPUs
+    for gpu in gpus or []:
+        width, gen = gpu.get("pcie.link.width.current"), gpu.get("pcie.link.gen.max")
+        if (width and width < 16) or (gen and gen < 4):
+            found.append(Suspect("pcie-link", f"GPU {gpu.get('index')} PCIe link below x16 Gen4",
+                                 f"link width x{width}, max generation {gen}", "+5-15 % (all-reduce and P2P traffic)",
+                                 8.0, "reseat the card / check the slot and BIOS link settings"))
+        reasons = gpu.get("clocks_event_reasons")
+        if reasons and reasons not in ("0x0000000000000000", "0x0000000000000001"):
+            found.append(Suspect("clocks", f"GPU {gpu.get('index')} clocks are held back",
+                                 f"clocks_event_reasons.active={reasons}, SM {gpu.get('clocks.sm')} of "
+                                 f"{gpu.get('clocks.max.sm')} MHz, power {gpu.get('power.draw')} of {gpu.get('power.limit')} W",
+                                 "up to the clock deficit", 5.0, "check cooling and the power limit (nvidia-smi -q -d PERFORMANCE)"))
+    return sorted(found, key=Suspect.rank_key)
+
+
+def diagnose(report: dict) -> dict:
+    """report: {server_info, environ, topology, gpus, gate, probe, checkpoint, simulated_gpu}."""
+    info = report.get("server_info") or {}
+    gate = report.get("gate")
+    suspects = suspects_from(info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
+                             gate, report.get("probe"))
+    gpu_name = (report.get("gpus") or [{}])[0].get("name") or info.get("simulated_gpu")
+    probe = report.get("probe") or {}
+    if probe.get("bandwidth"):
+        bandwidth, source = min(b["read_gbs"] for b in probe["bandwidth"]), "measured (probe, read-only reduction)"
+    else:
+        bandwidth, source = datasheet_bandwidth(gpu_name), f"datasheet ({gpu_name})"
+    algorithm = info.get("speculative_algorithm")
+    steps = int(info.get("speculative_num_steps") or 0) if algorithm else 0
+    tau = ((gate or {}).get("accept_length") or {}).get("median") or (1.0 if not algorithm else 3.25)
+    measured = ((gate or {}).get("decode_tok_s") or {}).get("median")
+    bound = None
+    if report.get("checkpoint") and bandwidth:
+        bound = roofline(report["checkpoint"], _tp(info), steps, tau, bandwidth, measured)
+        bound["bandwidth_source"] = source
+    notes = []
+    if bound and bound.get("mbu") is not None and bound["mbu"] < 0.5 and not suspects:
+        notes.append(f"MBU {bound['mbu'] * 100:.0f} % with no configuration suspect: the gap to the roofline is "
+                     "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
+    return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
+            "simulated": bool(info.get("simulated"))}
+
+
+def format_report(result: dict) -> str:
+    lines = []
+    bound = result.get("roofline")
+    if bound:
+        lines.append(f"roofline: {bound['roofline_tok_s']:.0f} tok/s at tau {bound['tau']:.2f}, {bound['steps']} draft "
+                     f"steps ({bound['cycle_gb_per_gpu']:.1f} GB per GPU per cycle at {bound['bandwidth_gbs']:.0f} GB/s, "
+                     f"{bound['bandwidth_source']}); {bound['at_75pct_mbu_tok_s']:.0f} tok/s at 75 % MBU")
+        if bound.get("mbu") is not None:
+            lines.append(f"measured: {bound['measured_tok_s']:.1f} tok/s = {bound['mbu'] * 100:.0f} % MBU")
+    else:
+        lines.append("roofline: unavailable (no checkpoint bytes or bandwidth)")
+    if result["suspects"]:
+        lines.append("suspects, most likely gain first:")
+        for i, s in enumerate(result["suspects"], 1):
+            lines += [f"{i}. [{s['id']}] {s['title']}" + (" (CORRECTNESS)" if s["severity"] == "correctness" else ""),
+                      f"   seen: {s['evidence']}", f"   expected gain: {s['expected_gain']}", f"   fix: {s['fix']}"]
+    else:
+        lines.append("suspects: none found")
+    lines += result.get("notes", [])
+    if result.get("simulated"):
+        lines.append("(SIMULATED server: sglang_deploy.sim)")
+    return "\n".join(lines)

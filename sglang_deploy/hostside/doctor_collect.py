@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""Collect what the perf doctor needs from the host, as JSON (standard library only).
+
+    python3 doctor_collect.py --service S [--probe [--probe-force]]
+
+The active release (meta, profile, last gate measurement), the running server's /server_info, the
+server process's environment, the checkpoint's bytes by role, GPU clock-limit reasons, and, when
+asked, the GPU probe run with the release's own virtualenv (it refuses while the GPUs are in use).
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpoint  # noqa: E402
+import gate  # noqa: E402
+from releases import Store, read_api_key, service_status  # noqa: E402
+
+
+def clock_reasons():
+    for field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
+        result = subprocess.run(["nvidia-smi", f"--query-gpu=index,{field}", "--format=csv,noheader"],
+                                capture_output=True, text=True) if shutil_which("nvidia-smi") else None
+        if result and result.returncode == 0:
+            return {int(i): r.strip() for i, r in (line.split(",") for line in result.stdout.strip().splitlines())}
+    return {}
+
+
+def shutil_which(name):
+    import shutil
+
+    return shutil.which(name)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--service", required=True)
+    parser.add_argument("--probe", action="store_true")
+    parser.add_argument("--probe-force", action="store_true")
+    args = parser.parse_args()
+    store = Store(args.service)
+    state = store.state()
+    active = state.get("active")
+    report = {"active": active, "errors": []}
+    meta = store.meta(active) if active else {}
+    report["meta"] = meta
+    gate_result = store.read(os.path.join(store.release_dir(active), "gate-result.json")) if active else None
+    report["gate"] = (json.loads(gate_result).get("measurement") if gate_result else None)
+    status = service_status(args.service)
+    report["environ"] = gate.read_environ(status["main_pid"]) if status["main_pid"] else {}
+    try:
+        report["server_info"] = gate.get_json(meta.get("probe_url", "http://127.0.0.1:30000") + "/server_info",
+                                              read_api_key(store.secrets_path))
+    except Exception as error:  # noqa: BLE001 - reported, the doctor works with what it has
+        report["server_info"] = {}
+        report["errors"].append(f"/server_info: {error}")
+    model_path = report["server_info"].get("model_path")
+    try:
+        report["checkpoint"] = checkpoint.summarize(model_path) if model_path else None
+    except (OSError, ValueError) as error:
+        report["checkpoint"] = None
+        report["errors"].append(f"checkpoint {model_path}: {error}")
+    report["clock_reasons"] = clock_reasons()
+    if args.probe:
+        python = os.path.join(meta.get("venv", ""), "bin", "python")
+        command = [python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py")]
+        nccl = {k: v for k, v in report["environ"].items() if k.startswith("NCCL_")}
+        command += ["--allreduce-env", json.dumps(nccl)] + ["--force"] * args.probe_force
+        result = subprocess.run(command, capture_output=True, text=True) if os.path.exists(python) else None
+        try:
+            report["probe"] = json.loads(result.stdout) if result else {"error": f"{python} not found"}
+        except ValueError:
+            report["probe"] = {"error": (result.stderr or "no output")[-500:]}
+    print(json.dumps(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

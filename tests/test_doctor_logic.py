@@ -1,0 +1,123 @@
+"""Roofline from safetensors headers, and the doctor's suspects, without a host."""
+
+import json
+import struct
+
+import pytest
+
+from sglang_deploy.doctor import diagnose, format_report, suspects_from
+from sglang_deploy.hostside.checkpoint import summarize
+from sglang_deploy.roofline import roofline
+from sglang_deploy.sim.checkpoint import write as write_qwen_like
+
+
+def write_checkpoint(directory, tensors, config=None):
+    """A real safetensors file: header with the given (name, dtype, shape), data region as a hole."""
+    header, offset = {}, 0
+    sizes = {"F8_E4M3": 1, "BF16": 2, "F32": 4}
+    for name, dtype, shape in tensors:
+        size = sizes[dtype]
+        for dim in shape:
+            size *= dim
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    with open(directory / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)
+    (directory / "config.json").write_text(json.dumps(config or {}))
+
+
+TENSORS = [
+    ("model.embed_tokens.weight", "BF16", [500, 1000]),           # 1 MB, gathered: not read
+    ("model.layers.0.mlp.up_proj.weight", "F8_E4M3", [1000, 1000]),  # 1 MB
+    ("model.layers.1.mlp.up_proj.weight", "F8_E4M3", [1000, 1000]),  # 1 MB
+    ("model.layers.1.input_layernorm.weight", "F32", [250]),        # 1 KB
+    ("lm_head.weight", "BF16", [500, 1000]),                         # 1 MB
+    ("mtp.layers.0.mlp.up_proj.weight", "F8_E4M3", [1000, 1000]),   # 1 MB
+    ("model.visual.blocks.0.attn.qkv.weight", "BF16", [100, 100]),   # not read in text decode
+]
+
+
+def test_bytes_by_role_from_headers(tmp_path):
+    summary = summarize(tmp_path) if write_checkpoint(tmp_path, TENSORS) is None else None
+    assert summary["bytes"] == {"layers": 2_001_000, "lm_head": 1_000_000, "embedding": 1_000_000,
+                                "mtp": 1_000_000, "vision": 20_000}
+
+
+def test_roofline_arithmetic(tmp_path):
+    write_checkpoint(tmp_path, TENSORS)
+    result = roofline(summarize(tmp_path), tp=2, steps=3, tau=3.0, bandwidth_gbs=1.0, measured_tok_s=200)
+    # per GPU: verify (2.001 + 1) / 2 MB, draft (1 + 1) / 2 MB; cycle 1.5005 + 3 MB = 4.5005 MB at 1 GB/s
+    assert result["verify_gb_per_gpu"] == pytest.approx(0.0015005)
+    assert result["draft_step_gb_per_gpu"] == pytest.approx(0.001)
+    assert result["roofline_tok_s"] == pytest.approx(3.0 / 0.0045005)
+    assert result["mbu"] == pytest.approx(200 / (3.0 / 0.0045005))
+
+
+def test_tied_embeddings_count_as_the_lm_head(tmp_path):
+    write_checkpoint(tmp_path, [t for t in TENSORS if t[0] != "lm_head.weight"], {"tie_word_embeddings": True})
+    assert summarize(tmp_path)["bytes"]["lm_head"] == 1_000_000
+
+
+def test_ct129_roofline_near_139_tok_s(tmp_path):
+    write_qwen_like(tmp_path)
+    result = roofline(summarize(tmp_path), tp=2, steps=3, tau=3.25, bandwidth_gbs=768)
+    assert result["verify_gb_per_gpu"] == pytest.approx(13.5, abs=0.1)
+    assert result["draft_step_gb_per_gpu"] == pytest.approx(1.48, abs=0.05)
+    assert result["roofline_tok_s"] == pytest.approx(139, abs=2)
+
+
+PROVEN_INFO = {"tp_size": 2, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3,
+               "speculative_num_draft_tokens": 4, "disable_custom_all_reduce": False, "max_running_requests": 16,
+               "cuda_graph_max_bs_decode": 16,
+               "internal_states": [{"avg_spec_accept_length": 3.2, "memory_usage": {"graph": {"target_verify": 0.4}}}]}
+PCIE = {"interconnect": "pcie", "p2p_read_ok": True, "p2p_read_statuses": ["OK"]}
+GATE = {"accept_length": {"median": 3.2}, "decode_tok_s": {"median": 52.0}, "config": {"concurrency": 4}}
+
+
+def top(info=PROVEN_INFO, environ=None, topology=PCIE, gpus=(), gate=GATE):
+    found = suspects_from(info, environ or {}, topology, list(gpus), gate, None)
+    return [s.id for s in found]
+
+
+def test_proven_configuration_has_no_suspect():
+    assert top() == []
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"disable_cuda_graph": True}, "cuda-graphs"),
+    ({"internal_states": [{"memory_usage": {"graph": {"target_verify": 0.0}}}]}, "cuda-graphs"),
+    ({"disable_custom_all_reduce": True}, "custom-all-reduce"),
+    ({"speculative_num_steps": 1, "speculative_num_draft_tokens": 2}, "weak-speculation"),
+    ({"speculative_algorithm": None}, "no-speculation"),
+    ({"max_running_requests": 2}, "batch-limit"),
+])
+def test_server_side_defects(change, expected):
+    assert top({**PROVEN_INFO, **change})[0] == expected
+
+
+def test_environment_defects_and_ranking():
+    assert top(environ={"NCCL_P2P_DISABLE": "1"}) == ["p2p-unavailable"]
+    assert top(environ={"NCCL_P2P_LEVEL": "NVL"}) == ["p2p-unavailable"]
+    assert top(environ={"NCCL_ALGO": "Tree"}) == ["nccl-debug-knobs"]
+    # LL128 is a correctness risk: it ranks above a bigger perf suspect.
+    assert top({**PROVEN_INFO, "speculative_num_steps": 1}, environ={"NCCL_PROTO": "LL128"})[:2] == [
+        "nccl-ll128-forced", "weak-speculation"]
+    assert top(environ={"NCCL_PROTO": "LL128"}, topology={"interconnect": "nvlink"}) == ["nccl-debug-knobs"]
+
+
+def test_hardware_defects():
+    assert top(topology={**PCIE, "p2p_read_ok": False, "p2p_read_statuses": ["CNS"]}) == ["p2p-unavailable"]
+    assert top(gpus=[{"index": 1, "pcie.link.width.current": 8, "pcie.link.gen.max": 4}]) == ["pcie-link"]
+    assert top(gate={**GATE, "accept_length": {"median": 2.1}}) == ["low-acceptance"]
+
+
+def test_report_with_roofline_and_no_suspect(tmp_path):
+    write_qwen_like(tmp_path)
+    result = diagnose({"server_info": {**PROVEN_INFO, "simulated": True}, "environ": {}, "topology": PCIE,
+                       "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "gate": GATE,
+                       "checkpoint": summarize(tmp_path)})
+    assert result["suspects"] == [] and result["roofline"]["bandwidth_source"].startswith("datasheet")
+    text = format_report(result)
+    assert "suspects: none found" in text and "measured: 52.0 tok/s" in text and "SIMULATED" in text
