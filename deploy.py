@@ -10,7 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 
-from roles import release, service_user, sglang_service, simulator
+from roles import provision, release, service_user, sglang_service, simulator
 from roles.facts import ReleaseStore
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout
 from sglang_deploy.plan import PlanError, plan_for_host
@@ -43,6 +43,10 @@ if store["lock"]:
     raise DeployError(f"{host.name}: another deploy or rollback is running: {holder.get('owner')} "
                       f"(pid {holder.get('pid')}, since {holder.get('since')}); nothing was changed")
 
+if not plan.simulated and host.data.get("provision") is not False:
+    provision_mode = host.data.get("provision_mode") or "install"
+    provision.nvidia_stack(mode=provision_mode)
+    provision.python_env(profile=profile, mode=provision_mode)
 service_user.install(user=profile.service.user, home=ServiceLayout(service).state_dir)
 runtime_ops = simulator.install(profile=profile) if plan.simulated else []
 release.install_programs()

@@ -15,3 +15,21 @@ keep_releases = 5
 max_auto_rollbacks = 3
 # True only for the simulated CT129 (the host must carry /etc/sglang-deploy-simulated).
 simulated = False
+
+# --- provisioning (real hosts; skipped on the simulated one) ---
+# install: install what is missing; verify: change nothing, fail with what would have to change.
+provision_mode = "install"
+provision = True
+# The pinned SGLang (0.5.23) is built for CUDA 13, which needs the R580 driver branch.
+cuda_major = 13
+cuda_version = "13.0"
+driver_branch = 580
+nccl_version = None  # pin the system libnccl2 (e.g. "2.28.3"); PyTorch in the venv brings its own NCCL
+# NVIDIA's CUDA apt repository (point these at a mirror for air-gapped hosts).
+cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
+cuda_repo_key_url = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub"
+cuda_repo_origin = "developer.download.nvidia.com"
+# A local directory of wheels for an offline Python env install (GPU hosts are often firewalled).
+wheelhouse = None
+# The python whose torch reports the NCCL it loads (default: the host's python3).
+verify_python = None

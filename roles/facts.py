@@ -78,3 +78,13 @@ class VenvTorch(FactBase):
         from sglang_deploy.hostfacts import parse_venv_torch
 
         return parse_venv_torch("\n".join(output))
+
+
+class SGLangVersion(FactBase):
+    """The SGLang version importable by a python (None when absent)."""
+
+    def command(self, python: str) -> str:
+        return f"{python} -c 'import sglang; print(sglang.__version__)' 2>/dev/null || true"
+
+    def process(self, output):
+        return output[-1].strip() if output and output[-1].strip() else None
