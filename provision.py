@@ -9,11 +9,12 @@ would have to change.
 from pyinfra import host
 
 from roles import provision
-from sglang_deploy.plan import PlanError, plan_for_host
 
 mode = host.data.get("provision_mode") or "install"
 provision.nvidia_stack(mode=mode)
 if not host.data.get("skip_python_env"):
+    from sglang_deploy.plan import PlanError, plan_for_host  # needs pydantic; the NVIDIA stack does not
+
     try:
         profile = plan_for_host(host.data).profile
     except PlanError as error:

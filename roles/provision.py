@@ -12,7 +12,6 @@ from pyinfra.operations import apt, files, server
 
 from roles.facts import GpuHost, SGLangVersion, VenvTorch
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.profile import Profile
 from sglang_deploy.provision import cuda_toolkit_step, driver_step, nccl_step
 
 CUDA_SOURCES = """Types: deb
@@ -59,7 +58,7 @@ def nvidia_stack(mode: str):
 
 
 @deploy("Provision: Python environment")
-def python_env(profile: Profile, mode: str):
+def python_env(profile, mode: str):
     venv = venv_path(profile)
     installed = host.get_fact(SGLangVersion, python=f"{venv}/bin/python")
     if installed == profile.sglang.version:

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .profile import Profile
+if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on bare GPU hosts)
+    from .profile import Profile
 
 VENV_ROOT = "/opt/sglang-deploy/venvs"
 TOOL_BIN = "/opt/sglang-deploy/bin"
 SIMULATED_MARKER = "/etc/sglang-deploy-simulated"
 
 
-def requirements(profile: Profile) -> list[str]:
+def requirements(profile: "Profile") -> list[str]:
     extras = f"[{','.join(sorted(profile.sglang.extras))}]" if profile.sglang.extras else ""
     return [f"sglang{extras}=={profile.sglang.version}"]
 
 
-def venv_path(profile: Profile) -> str:
+def venv_path(profile: "Profile") -> str:
     """Versioned: SGLang version plus a hash of the requirements, so releases can point at old envs."""
     digest = hashlib.sha256("\n".join(requirements(profile)).encode()).hexdigest()[:10]
     return f"{VENV_ROOT}/sglang-{profile.sglang.version}-{digest}"
