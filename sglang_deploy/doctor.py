@@ -109,8 +109,7 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
             f"{algorithm} with {steps} step(s), {info.get('speculative_num_draft_tokens')} draft tokens",
             "+25-35 % (the incident: 1 step ~40 tok/s, 3 steps ~52 tok/s)", 30.0,
             f"--speculative-num-steps {PROVEN_STEPS} --speculative-num-draft-tokens {PROVEN_STEPS + 1}"))
-    tau = ((gate or {}).get("accept_length") or {}).get("median") or \
-        ((info.get("internal_states") or [{}])[0].get("avg_spec_accept_length") or None)
+    tau = ((gate or {}).get("accept_length") or {}).get("median")  # measured on the prompt mix, not a probe
     if algorithm and steps >= PROVEN_STEPS and tau and tau < PROVEN_TAU:
         found.append(Suspect(
             "low-acceptance", "acceptance length is low for the prompt mix",

@@ -49,6 +49,11 @@ def main():
     report["meta"] = meta
     gate_result = store.read(os.path.join(store.release_dir(active), "gate-result.json")) if active else None
     report["gate"] = (json.loads(gate_result).get("measurement") if gate_result else None)
+    if report["gate"] is None and meta:
+        # No gate ran for this release (skip_gate): take a short measurement of our own for tau and MBU.
+        report["gate"] = gate.measure_builtin(meta.get("probe_url", "http://127.0.0.1:30000"), store.secrets_path,
+                                              {"samples": 3, "warmup": 1, "max_new_tokens": 192, "concurrency": 1})
+        report["gate_source"] = "doctor (3 x 192 tokens; the release has no gate result)"
     status = service_status(args.service)
     report["environ"] = gate.read_environ(status["main_pid"]) if status["main_pid"] else {}
     try:

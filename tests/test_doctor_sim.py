@@ -1,0 +1,70 @@
+"""The perf doctor on the simulated CT129: each planted defect is the top suspect; the proven profile has none."""
+
+import json
+
+import pytest
+
+from conftest import INCIDENT, PROVEN, proven_with, write_profile
+
+pytestmark = pytest.mark.simhost
+
+
+def doctor(simhost) -> str:
+    result = simhost.pyinfra("doctor.py")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    print(output)
+    return output
+
+
+def top_suspect(output: str) -> str | None:
+    for line in output.splitlines():
+        if line.strip().startswith("1. ["):
+            return line.split("[", 1)[1].split("]", 1)[0]
+    return None
+
+
+def deploy(simhost, profile):
+    result = simhost.deploy(profile=profile)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
+def test_proven_profile_no_false_suspect_and_roofline(simhost):
+    deploy(simhost, PROVEN)
+    output = doctor(simhost)
+    assert "suspects: none found" in output and top_suspect(output) is None
+    assert "roofline: 1" in output and "datasheet (NVIDIA RTX A6000)" in output and "SIMULATED" in output
+    active = json.loads(simhost.sh("cat /var/lib/sglang-deploy/sglang/state.json"))["active"]
+    saved = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{active}/doctor.json"))
+    assert saved["suspects"] == [] and saved["roofline"]["verify_gb_per_gpu"] == pytest.approx(13.5, abs=0.1)
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("    --enable-metrics: true ", "    --enable-metrics: true\n    --disable-cuda-graph: true ",
+      "waivers:\n  cuda-graphs-on: doctor test\n"), "cuda-graphs"),
+    (("    --enable-metrics: true ", "    --enable-metrics: true\n    --disable-custom-all-reduce: true ", ""),
+     "custom-all-reduce"),
+    (("environment:\n", 'environment:\n  NCCL_P2P_DISABLE: {value: "1", reason: doctor test}\n', ""), "p2p-unavailable"),
+])
+def test_planted_defects_are_the_top_suspect(simhost, tmp_path, change, expected):
+    old, new, extra = change
+    deploy(simhost, write_profile(tmp_path, proven_with(tmp_path, old, new).read_text() + extra, "defect.yaml"))
+    assert top_suspect(doctor(simhost)) == expected
+
+
+def test_one_step_speculation_is_the_top_suspect(simhost):
+    deploy(simhost, INCIDENT)
+    assert top_suspect(doctor(simhost)) == "weak-speculation"
+
+
+def test_ll128_forced_by_a_local_override_is_the_top_suspect(simhost):
+    """LL128 cannot pass validation on PCIe; a local systemd drop-in is how it sneaks in."""
+    deploy(simhost, PROVEN)
+    simhost.sh("mkdir -p /etc/systemd/system/sglang.service.d && printf '[Service]\\nEnvironment=NCCL_PROTO=LL128\\n'"
+               " > /etc/systemd/system/sglang.service.d/tuning.conf && systemctl daemon-reload && systemctl restart sglang"
+               " && sleep 4")
+    try:
+        output = doctor(simhost)
+        assert top_suspect(output) == "nccl-ll128-forced" and "(CORRECTNESS)" in output
+    finally:
+        simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload && systemctl restart sglang")
