@@ -8,8 +8,6 @@ from conftest import INCIDENT, PROVEN, proven_with
 from test_releases_sim import state
 
 pytestmark = pytest.mark.simhost
-# These tests fail deploys on purpose, one after another: lift the cap on automatic rollbacks in a row.
-NO_CAP = ("--data", "max_auto_rollbacks=100")
 
 
 def gated_baseline(simhost, tmp_path, note):
@@ -66,7 +64,7 @@ def test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor(simhost, tmp_
 def test_planted_config_faults_fail_the_effective_config_check(simhost, tmp_path, plant, expected):
     assert simhost.deploy(profile=PROVEN).returncode == 0  # a good release to come back to
     lines = "".join(f'  {k}: "{v}"\n' for k, v in plant.items())
-    result = simhost.deploy(*NO_CAP, profile=proven_with(tmp_path, "environment:\n", "environment:\n" + lines), gate=True)
+    result = simhost.deploy(profile=proven_with(tmp_path, "environment:\n", "environment:\n" + lines), gate=True)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and expected in output and "effective config:" in output
     assert "healthy again" in output
@@ -79,7 +77,7 @@ def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
     assert simhost.deploy(profile=PROVEN).returncode == 0  # a good release to come back to
     try:
         variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 10")
-        result = simhost.deploy(*NO_CAP, profile=variant, gate=True)
+        result = simhost.deploy(profile=variant, gate=True)
         output = result.stdout + result.stderr
         assert result.returncode != 0
         assert "environment: NCCL_CUMEM_ENABLE is declared (NCCL_CUMEM_ENABLE=0) but missing from the server process" in output

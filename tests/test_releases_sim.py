@@ -99,9 +99,9 @@ def test_hang_at_start_times_out_and_rolls_back(simhost, tmp_path):
 def test_automatic_rollbacks_are_capped(simhost, tmp_path):
     deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 15"))  # count 0
     crash = env_variant(tmp_path, "crash2.yaml", SGLANG_SIM_CRASH_AT_START=1, SGLANG_SIM_NOTE="cap")
-    first = simhost.deploy("--data", "max_auto_rollbacks=1", profile=crash)
+    first = simhost.deploy(profile=crash, cap=1)
     assert first.returncode != 0 and "automatic rollback" in first.stdout + first.stderr
-    second = simhost.deploy("--data", "max_auto_rollbacks=1", profile=crash)
+    second = simhost.deploy(profile=crash, cap=1)
     assert second.returncode != 0 and "1 automatic rollbacks in a row (cap 1)" in second.stdout + second.stderr
     assert "switch refused" in second.stdout + second.stderr
     deploy_ok(simhost, PROVEN)  # the running good release is still there; a good deploy resets the count
