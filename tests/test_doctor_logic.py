@@ -1,7 +1,6 @@
 """Roofline from safetensors headers, and the doctor's suspects, without a host."""
 
 import json
-import struct
 
 import pytest
 
@@ -9,22 +8,11 @@ from sglang_deploy.doctor import diagnose, format_report, suspects_from
 from sglang_deploy.hostside.checkpoint import summarize
 from sglang_deploy.roofline import roofline
 from sglang_deploy.sim.checkpoint import write as write_qwen_like
+from sglang_deploy.sim.checkpoint import write_safetensors
 
 
 def write_checkpoint(directory, tensors, config=None):
-    """A real safetensors file: header with the given (name, dtype, shape), data region as a hole."""
-    header, offset = {}, 0
-    sizes = {"F8_E4M3": 1, "BF16": 2, "F32": 4}
-    for name, dtype, shape in tensors:
-        size = sizes[dtype]
-        for dim in shape:
-            size *= dim
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-        offset += size
-    raw = json.dumps(header).encode()
-    with open(directory / "model.safetensors", "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)
+    write_safetensors(directory / "model.safetensors", tensors)
     (directory / "config.json").write_text(json.dumps(config or {}))
 
 
@@ -40,7 +28,8 @@ TENSORS = [
 
 
 def test_bytes_by_role_from_headers(tmp_path):
-    summary = summarize(tmp_path) if write_checkpoint(tmp_path, TENSORS) is None else None
+    write_checkpoint(tmp_path, TENSORS)
+    summary = summarize(tmp_path)
     assert summary["bytes"] == {"layers": 2_001_000, "lm_head": 1_000_000, "embedding": 1_000_000,
                                 "mtp": 1_000_000, "vision": 20_000}
 

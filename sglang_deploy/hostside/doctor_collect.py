@@ -11,6 +11,7 @@ asked, the GPU probe run with the release's own virtualenv (it refuses while the
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -21,18 +22,15 @@ from releases import Store, read_api_key, service_status  # noqa: E402
 
 
 def clock_reasons():
+    """Why each GPU's clocks are held back (bitmask); the field was renamed in recent drivers."""
+    if not shutil.which("nvidia-smi"):
+        return {}
     for field in ("clocks_event_reasons.active", "clocks_throttle_reasons.active"):
         result = subprocess.run(["nvidia-smi", f"--query-gpu=index,{field}", "--format=csv,noheader"],
-                                capture_output=True, text=True) if shutil_which("nvidia-smi") else None
-        if result and result.returncode == 0:
+                                capture_output=True, text=True)
+        if result.returncode == 0:
             return {int(i): r.strip() for i, r in (line.split(",") for line in result.stdout.strip().splitlines())}
     return {}
-
-
-def shutil_which(name):
-    import shutil
-
-    return shutil.which(name)
 
 
 def main():

@@ -44,26 +44,31 @@ def shards():
     return out
 
 
-SIZES = {"F8_E4M3": 1, "BF16": 2}
+SIZES = {"F8_E4M3": 1, "BF16": 2, "F32": 4}
+
+
+def write_safetensors(path, tensors):
+    """One safetensors file with real headers for (name, dtype, shape); the data region is a hole."""
+    header, offset = {"__metadata__": {"format": "pt", "note": "synthetic (sglang-deploy)"}}, 0
+    for name, dtype, shape in tensors:
+        size = SIZES[dtype]
+        for dim in shape:
+            size *= dim
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
+        offset += size
+    raw = json.dumps(header).encode()
+    raw += b" " * (-len(raw) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw)) + raw)
+        f.truncate(8 + len(raw) + offset)  # no data blocks are written: a sparse file
 
 
 def write(model_dir):
     os.makedirs(model_dir, exist_ok=True)
     weight_map = {}
     for file_name, tensors in shards():
-        header, offset = {"__metadata__": {"format": "pt", "note": "synthetic (sglang-deploy simulator)"}}, 0
-        for name, dtype, shape in tensors:
-            size = SIZES[dtype]
-            for dim in shape:
-                size *= dim
-            header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + size]}
-            offset += size
-            weight_map[name] = file_name
-        raw = json.dumps(header).encode()
-        raw += b" " * (-len(raw) % 8)
-        with open(os.path.join(model_dir, file_name), "wb") as f:
-            f.write(struct.pack("<Q", len(raw)) + raw)
-            f.truncate(8 + len(raw) + offset)  # a hole: no data blocks are written
+        write_safetensors(os.path.join(model_dir, file_name), tensors)
+        weight_map.update((name, file_name) for name, _, _ in tensors)
     with open(os.path.join(model_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
 
