@@ -120,14 +120,14 @@ def listing(store: dict) -> list[str]:
     state = store.get("state", {})
     releases = store.get("releases", [])
     active = next((r for r in releases if r["id"] == state.get("active")), None)
-    lines = [f"{'':2}{'release':14} {'created':25} {'sglang':8} {'profile':28} {'verdict':9} {'gate':22} flags vs active"]
+    lines = [f"{'':2}{'release':14} {'created':25} {'sglang':8} {'profile':28} {'verdict':9} {'gate':28} flags vs active"]
     for release in reversed(releases):
         marks = ("*" if release["id"] == state.get("active") else " ") + ("g" if release["id"] == state.get("last_good") else " ")
         gate = release.get("gate") or {}
         gate_text = gate.get("summary") or (gate.get("verdict") or "-")
         diffs = flag_differences(release.get("exec_start"), active.get("exec_start")) if active else []
         lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} "
-                     f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:22]:22} "
+                     f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:28]:28} "
                      f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}")
     lines.append("(* active, g last good)")
     return lines
