@@ -13,7 +13,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostside.releases import RELEASE_ID, content_hash, flag_differences, next_release_id
+from .hostside.releases import content_hash, flag_differences, last_used, next_release_id
 from .layout import venv_path
 from .plan import Plan
 
@@ -98,7 +98,7 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False) -> Decision:
 
 
 def rollback_target(store: dict, requested: str | None = None) -> str:
-    """The requested retained release, else the newest good release older than the active one."""
+    """The requested retained release, else the most recently used good release other than the active one."""
     releases = store.get("releases", [])
     ids = [r["id"] for r in releases]
     active = store.get("state", {}).get("active")
@@ -110,9 +110,8 @@ def rollback_target(store: dict, requested: str | None = None) -> str:
     if not good:
         raise ValueError("no good release to roll back to (retained: " + (", ".join(
             f"{r['id']} {r.get('verdict') or 'unverified'}" for r in releases) or "none") + ")")
-    sequence = int(RELEASE_ID.match(active).group(1)) if active else None
-    older = [i for i in good if sequence is None or int(RELEASE_ID.match(i).group(1)) < sequence]
-    return (older or good)[-1]
+    by_id = {r["id"]: r for r in releases}
+    return max(good, key=lambda release_id: last_used(by_id[release_id]))
 
 
 def listing(store: dict) -> list[str]:

@@ -40,20 +40,26 @@ class SimHostSession:
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
                     "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
 
-    def pyinfra(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    def pyinfra_command(self, *args: str) -> list[str]:
         command = [sys.executable, "-m", "pyinfra", "inventory/sim.py", *args]
         if "--dry" not in args:
             command.insert(3, "-y")
-        return subprocess.run(command, cwd=REPO, env=self.env, capture_output=True, text=True, timeout=timeout)
+        return command
+
+    def pyinfra(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(self.pyinfra_command(*args), cwd=REPO, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    @staticmethod
+    def deploy_args(*extra: str, profile: Path | None = None, gate: bool = False, cap: int = 100) -> list[str]:
+        """The throughput gate (about 40 s) runs only where a test asks for it. Tests fail deploys on
+        purpose, so the cap on automatic rollbacks in a row is lifted unless a test sets its own."""
+        args = ["deploy.py", *extra, "--data", f"max_auto_rollbacks={cap}"] + ([] if gate else ["--data", "skip_gate=true"])
+        return args + (["--data", f"profile={profile}"] if profile else [])
 
     def deploy(self, *extra: str, profile: Path | None = None, gate: bool = False, cap: int = 100,
                **kwargs) -> subprocess.CompletedProcess:
-        """Deploy; the throughput gate (about 40 s) runs only where a test asks for it. Tests fail deploys
-        on purpose, so the cap on automatic rollbacks in a row is lifted unless a test sets its own."""
-        args = ["deploy.py", *extra, "--data", f"max_auto_rollbacks={cap}"] + ([] if gate else ["--data", "skip_gate=true"])
-        if profile:
-            args += ["--data", f"profile={profile}"]
-        return self.pyinfra(*args, **kwargs)
+        return self.pyinfra(*self.deploy_args(*extra, profile=profile, gate=gate, cap=cap), **kwargs)
 
     def sh(self, command: str, check: bool = True) -> str:
         result = self.host.ssh(command, check=False)  # ssh hands the string to the remote shell

@@ -36,8 +36,8 @@ def test_seed_incident_is_refused_and_the_proven_release_restored(simhost, tmp_p
     assert "GATE FAIL" in output and f"automatic rollback to {good}: healthy again" in output
     store = state(simhost)
     assert store["state"]["active"] == good and store["consistent"]
-    bad = store["releases"][-1] if store["releases"][-1]["profile"] == INCIDENT.stem else None
-    assert bad and bad["verdict"] == "bad" and bad["gate"]["verdict"] == "fail"
+    [bad] = [r for r in store["releases"] if r["profile"] == INCIDENT.stem]
+    assert bad["verdict"] == "bad" and bad["gate"]["verdict"] == "fail"
     speed = quick_bench(simhost)
     assert speed["decode_tok_s"]["median"] >= 45 and speed["accept_length"]["median"] >= 2.8
     # The gate result is stored with the release and shown by the listing.

@@ -3,8 +3,8 @@
 import pytest
 
 from conftest import PROVEN, proven_with
-from sglang_deploy.hostside.releases import (cmdline_matches, content_hash, flag_differences, next_release_id,
-                                             releases_to_prune)
+from sglang_deploy.hostside.releases import (cmdline_matches, content_hash, flag_differences, last_used,
+                                             next_release_id, releases_to_prune)
 from sglang_deploy.plan import plan_for_host
 from sglang_deploy.releases import build_meta, decide, listing, rollback_target
 
@@ -26,6 +26,11 @@ def test_release_ids_are_ordered_sequence_plus_hash():
 def test_content_hash_covers_unit_and_env_only():
     assert content_hash("u", "e") != content_hash("u", "e2") != content_hash("u2", "e")
     assert content_hash("ab", "c") != content_hash("a", "bc")
+
+
+def test_last_used_prefers_the_latest_activation():
+    assert last_used(used("2026-11-05T00:00:00+00:00")) == "2026-11-05T00:00:00+00:00"
+    assert last_used({"created": "2026-11-01T00:00:00+00:00"}) == "2026-11-01T00:00:00+00:00"
 
 
 def test_prune_keeps_newest_and_protected():
@@ -71,11 +76,17 @@ def test_decide_reuses_a_retained_release_with_the_same_content(tmp_path):
     assert (decision.release_id, decision.is_new, decision.switch) == ("0001-aaaaaaaa", False, True)
 
 
+def used(at):
+    return {"created": "2026-11-01T00:00:00+00:00", "history": [{"at": at, "event": "activated (deploy)"}]}
+
+
 def test_rollback_target_is_previous_good_or_requested():
-    releases = [{"id": "0001-aaaaaaaa", "verdict": "good"}, {"id": "0002-bbbbbbbb", "verdict": "bad"},
-                {"id": "0003-cccccccc", "verdict": "good"}]
+    releases = [{"id": "0001-aaaaaaaa", "verdict": "good", **used("2026-11-02T00:00:00+00:00")},
+                {"id": "0002-bbbbbbbb", "verdict": "bad", **used("2026-11-03T00:00:00+00:00")},
+                {"id": "0003-cccccccc", "verdict": "good", **used("2026-11-04T00:00:00+00:00")},
+                {"id": "0004-dddddddd", "verdict": "good", **used("2026-11-01T12:00:00+00:00")}]
     store = store_with(*releases, active="0003-cccccccc")
-    assert rollback_target(store) == "0001-aaaaaaaa"
+    assert rollback_target(store) == "0001-aaaaaaaa"  # the good release used most recently before the active one
     assert rollback_target(store, "0002-bbbbbbbb") == "0002-bbbbbbbb"
     with pytest.raises(ValueError, match="not retained"):
         rollback_target(store, "0099-deadbeef")

@@ -53,10 +53,16 @@ def next_release_id(existing_ids, digest: str) -> str:
     return f"{sequence + 1:04d}-{digest[:8]}"
 
 
-def releases_to_prune(ids_oldest_first, keep: int, protected) -> list:
-    """Everything but the newest `keep`, except protected ids (active, last good)."""
-    keep_ids = set(ids_oldest_first[-keep:]) if keep > 0 else set()
-    return [i for i in ids_oldest_first if i not in keep_ids and i not in protected]
+def last_used(meta) -> str:
+    """When a release last became active (a redeploy reuses an old release), else when it was created."""
+    activations = [e["at"] for e in meta.get("history", []) if e.get("event", "").startswith("activated")]
+    return max(activations + [meta.get("created") or ""])
+
+
+def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
+    """Everything but the `keep` most recently used, except protected ids (active, last good)."""
+    keep_ids = set(ids_least_recent_first[-keep:]) if keep > 0 else set()
+    return [i for i in ids_least_recent_first if i not in keep_ids and i not in protected]
 
 
 def cmdline_matches(cmdline, exec_start) -> bool:
@@ -402,6 +408,10 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         return finish(store, document, EXIT_FAILED_ROLLED_BACK)
     log(f"automatic rollback to the last good release {target}")
     back = activate(store, target, args.probe_url, args.rollback_timeout, args.settle)
+    if back["ready"]:
+        target_meta = store.meta(target)
+        target_meta.setdefault("history", []).append({"at": now(), "event": "activated (automatic rollback)"})
+        store.write_meta(target, target_meta)
     state.update(active=target if back["ready"] else None, switching=None,
                  auto_rollbacks_in_row=state.get("auto_rollbacks_in_row", 0) + 1)
     store.save_state(state)
@@ -524,7 +534,8 @@ def cmd_prune(args):
     store = Store(args.service)
     state = store.state()
     protected = {state.get("active"), state.get("last_good"), (state.get("switching") or {}).get("to")}
-    removed = releases_to_prune(store.ids(), args.keep, protected)
+    by_use = sorted(store.ids(), key=lambda release_id: last_used(store.meta(release_id)))
+    removed = releases_to_prune(by_use, args.keep, protected)
     for release_id in removed:
         shutil.rmtree(store.release_dir(release_id))
     # Virtualenvs stay while any retained release of any service points at them.
