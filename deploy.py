@@ -2,8 +2,9 @@
 
     pyinfra inventory/sim.py deploy.py [--data profile=profiles/X.yaml] [--dry --diff]
 
-validate (nothing changes on failure) -> service user -> [simulator on simulated hosts] -> secrets ->
-stage release -> switch (restart, staged readiness, automatic rollback on failure) -> prune.
+validate (nothing changes on failure) -> [provision: driver, CUDA, NCCL, venv on real hosts] -> service
+user -> [simulator on simulated hosts] -> secrets -> stage release -> switch (restart, staged readiness,
+the gate, automatic rollback on failure) -> prune.
 """
 
 from pyinfra import host, logger
@@ -13,7 +14,7 @@ from pyinfra.facts.files import File
 from roles import provision, release, service_user, sglang_service, simulator
 from roles.facts import ReleaseStore
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout
-from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.plan import PlanError, host_flag, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.releases import build_meta, decide, profile_snapshot
 
@@ -43,7 +44,7 @@ if store["lock"]:
     raise DeployError(f"{host.name}: another deploy or rollback is running: {holder.get('owner')} "
                       f"(pid {holder.get('pid')}, since {holder.get('since')}); nothing was changed")
 
-if not plan.simulated and host.data.get("provision") is not False:
+if not plan.simulated and host_flag(host.data, "provision", default=True):
     provision_mode = host.data.get("provision_mode") or "install"
     provision.nvidia_stack(mode=provision_mode)
     provision.python_env(profile=profile, mode=provision_mode)
@@ -52,7 +53,7 @@ runtime_ops = simulator.install(profile=profile) if plan.simulated else []
 release.install_programs()
 secrets = sglang_service.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
 
-skip_gate = str(host.data.get("skip_gate") or "").lower() in ("1", "true", "yes")
+skip_gate = host_flag(host.data, "skip_gate")
 if skip_gate:
     logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
 decision = decide(plan, store, restart_needed=any(op.will_change for op in [secrets, *runtime_ops]))
@@ -66,7 +67,7 @@ if decision.switch:
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
                    timeout=profile.service.start_timeout_s, reason="deploy",
                    max_auto_rollbacks=int(host.data.get("max_auto_rollbacks") or 3),
-                   force=bool(host.data.get("force")), gate=not skip_gate, mark_good=skip_gate,
+                   force=host_flag(host.data, "force"), gate=not skip_gate, mark_good=skip_gate,
                    on_inconclusive=profile.gate.on_inconclusive)
     release.prune(service=service, keep=int(host.data.get("keep_releases") or 5))
 else:

@@ -20,12 +20,13 @@ from roles.facts import GpuHost
 from sglang_deploy.doctor import diagnose, format_report
 from sglang_deploy.gate import save_result
 from sglang_deploy.layout import TOOL_BIN
+from sglang_deploy.plan import host_flag
 from sglang_deploy.releases import STORE_ROOT, service_of
 
 service = service_of(host.data)
 gpu_facts = host.get_fact(GpuHost)
-probe = str(host.data.get("probe") or "").lower() in ("1", "true", "yes")
-probe_force = str(host.data.get("probe_force") or "").lower() in ("1", "true", "yes")
+probe = host_flag(host.data, "probe")
+probe_force = host_flag(host.data, "probe_force")
 
 
 def run_doctor():

@@ -12,7 +12,7 @@ from roles import provision
 
 mode = host.data.get("provision_mode") or "install"
 provision.nvidia_stack(mode=mode)
-if not host.data.get("skip_python_env"):
+if str(host.data.get("skip_python_env") or "").lower() not in ("1", "true", "yes"):
     from sglang_deploy.plan import PlanError, plan_for_host  # needs pydantic; the NVIDIA stack does not
 
     try:

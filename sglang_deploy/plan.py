@@ -43,6 +43,14 @@ def _get(data, key, default=None):
     return default if value is None else value
 
 
+def host_flag(data, name: str, default: bool = False) -> bool:
+    """A yes/no host setting; `--data name=false` arrives as the string "false", not False."""
+    value = _get(data, name)
+    if value is None:
+        return default
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
 def resolve_api_key(data) -> str | None:
     """The API key comes from a file (host data api_key_file) or an environment variable of the controller."""
     key_file = _get(data, "api_key_file")

@@ -100,3 +100,10 @@ def test_listing_marks_active_and_shows_flag_differences():
     lines = listing(store_with(a, b, active="0001-aaaaaaaa", last_good="0001-aaaaaaaa"))
     assert lines[1].startswith(" ") and "0002-bbbbbbbb" in lines[1] and "--steps: 3 -> 1" in lines[1]
     assert lines[2].startswith("*g0001-aaaaaaaa") and "(active)" in lines[2]
+
+
+def test_host_flags_parse_strings_from_the_command_line():
+    from sglang_deploy.plan import host_flag
+
+    assert host_flag({"force": "false"}, "force") is False and host_flag({"force": "true"}, "force") is True
+    assert host_flag({}, "provision", default=True) is True and host_flag({"provision": "no"}, "provision") is False
