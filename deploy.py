@@ -14,7 +14,8 @@ from pyinfra.facts.files import File
 from roles import provision, release, service_user, sglang_service, simulator
 from roles.facts import ReleaseStore
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout
-from sglang_deploy.plan import PlanError, host_flag, plan_for_host
+from sglang_deploy.hostdata import host_flag
+from sglang_deploy.plan import PlanError, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.releases import build_meta, decide, profile_snapshot
 

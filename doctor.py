@@ -20,7 +20,7 @@ from roles.facts import GpuHost
 from sglang_deploy.doctor import diagnose, format_report
 from sglang_deploy.gate import save_result
 from sglang_deploy.layout import TOOL_BIN
-from sglang_deploy.plan import host_flag
+from sglang_deploy.hostdata import host_flag
 from sglang_deploy.releases import STORE_ROOT, service_of
 
 service = service_of(host.data)

@@ -9,10 +9,11 @@ would have to change.
 from pyinfra import host
 
 from roles import provision
+from sglang_deploy.hostdata import host_flag
 
 mode = host.data.get("provision_mode") or "install"
 provision.nvidia_stack(mode=mode)
-if str(host.data.get("skip_python_env") or "").lower() not in ("1", "true", "yes"):
+if not host_flag(host.data, "skip_python_env"):
     from sglang_deploy.plan import PlanError, plan_for_host  # needs pydantic; the NVIDIA stack does not
 
     try:

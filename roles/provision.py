@@ -4,6 +4,8 @@ Decisions come from sglang_deploy.provision (pure) over host facts; this module 
 pyinfra operations. `provision_mode=verify` turns every install into an error and changes nothing.
 """
 
+from io import StringIO
+
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
@@ -49,9 +51,9 @@ def nvidia_stack(mode: str):
     keyring = "/usr/share/keyrings/nvidia-cuda.asc"
     files.download(name="NVIDIA CUDA repository key", src=setting("cuda_repo_key_url"), dest=keyring, mode=644)
     files.put(name="NVIDIA CUDA repository (deb822)", dest="/etc/apt/sources.list.d/nvidia-cuda.sources",
-              src=_text(CUDA_SOURCES.format(url=setting("cuda_repo_url"), keyring=keyring)), mode=644)
+              src=StringIO(CUDA_SOURCES.format(url=setting("cuda_repo_url"), keyring=keyring)), mode=644)
     files.put(name="Prefer NVIDIA's repository for CUDA packages", dest="/etc/apt/preferences.d/nvidia-cuda",
-              src=_text(CUDA_PIN.format(origin=setting("cuda_repo_origin"))), mode=644)
+              src=StringIO(CUDA_PIN.format(origin=setting("cuda_repo_origin"))), mode=644)
     apt.packages(name=f"Install {', '.join(packages)}", packages=packages, update=True, cache_time=3600)
     if any(step.reboot_needed for step in steps):
         logger.warning(f"[{host.name}] a new kernel driver was installed: REBOOT NEEDED (not done automatically)")
@@ -79,8 +81,3 @@ def python_env(profile, mode: str):
                  commands=[f"{venv}/bin/pip install -q {pip_args} " + " ".join(f"'{r}'" for r in requirements(profile)),
                            f"{venv}/bin/python -c 'import sglang; assert sglang.__version__ == \"{profile.sglang.version}\"'"])
 
-
-def _text(content):
-    from io import StringIO
-
-    return StringIO(content)

@@ -6,6 +6,7 @@ config.json stands in for the model weights.
 """
 
 import json
+from io import StringIO
 from pathlib import Path
 
 from pyinfra.api import deploy
@@ -34,20 +35,15 @@ def install(profile: Profile):
     checkpoint_present = bool(host.get_fact(File, path=f"{profile.model.path}/model.safetensors.index.json"))
     lib = f"{venv}/lib/sglang-sim"
     package = files.sync(name="Simulator package", src=str(SIM_PACKAGE), dest=f"{lib}/sglang_sim",
-               exclude=["*.pyc", "__pycache__"], delete=True)
-    shim = files.put(name="Simulated `sglang` executable", src=_text(SHIM.format(lib=lib)),
-              dest=f"{venv}/bin/sglang", mode=755, create_remote_dir=True)
+                         exclude=["*.pyc", "__pycache__"], delete=True)
+    shim = files.put(name="Simulated `sglang` executable", src=StringIO(SHIM.format(lib=lib)),
+                     dest=f"{venv}/bin/sglang", mode=755, create_remote_dir=True)
     files.put(name="Stub checkpoint (config.json only)", dest=f"{profile.model.path}/config.json",
-              src=_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "simulated": True,
-                                    "note": "stub checkpoint for the SGLang simulator"}, indent=2) + "\n"),
+              src=StringIO(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "simulated": True,
+                                       "note": "stub checkpoint for the SGLang simulator"}, indent=2) + "\n"),
               mode=644, create_remote_dir=True)
     if not checkpoint_present:
         server.shell(name="Synthetic checkpoint headers (sparse files, Qwen3.6-27B FP8 byte counts)",
                      commands=[f"python3 {lib}/sglang_sim/checkpoint.py {profile.model.path}"])
     return [package, shim]
 
-
-def _text(content: str):
-    from io import StringIO
-
-    return StringIO(content)

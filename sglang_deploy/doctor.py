@@ -12,9 +12,10 @@ from dataclasses import asdict, dataclass
 
 from .hostside.gate import decode_graph_gb
 from .roofline import datasheet_bandwidth, roofline
+from .validate import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 
-NCCL_DEBUG_KNOBS = ("NCCL_PROTO", "NCCL_ALGO", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
-                    "NCCL_BUFFSIZE", "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS")
+# The P2P knobs get their own suspect (p2p-unavailable); the rest are reported as debugging knobs.
+NCCL_DEBUG_KNOBS = tuple(k for k in VALIDATED_KNOBS if k not in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"))
 PROVEN_STEPS = 3
 PROVEN_TAU = 2.8
 

@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .hostdata import get as _get, host_flag  # noqa: F401 - host_flag is part of this module's interface
 from .profile import Profile, ProfileError, load_profile
 from .render import Rendered, render
 from .validate import check_profile
@@ -36,19 +37,6 @@ class Plan:
     def probe_url(self) -> str:
         host = self.profile.service.host
         return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}"
-
-
-def _get(data, key, default=None):
-    value = data.get(key) if hasattr(data, "get") else None
-    return default if value is None else value
-
-
-def host_flag(data, name: str, default: bool = False) -> bool:
-    """A yes/no host setting; `--data name=false` arrives as the string "false", not False."""
-    value = _get(data, name)
-    if value is None:
-        return default
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
 
 
 def resolve_api_key(data) -> str | None:

@@ -17,7 +17,7 @@ STORE = "/var/lib/sglang-deploy/sglang"
 
 
 def state(simhost) -> dict:
-    out = simhost.sh(f"python3 /opt/sglang-deploy/bin/releases.py state --service sglang")
+    out = simhost.sh("python3 /opt/sglang-deploy/bin/releases.py state --service sglang")
     return json.loads(out)
 
 

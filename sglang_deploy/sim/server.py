@@ -23,7 +23,7 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
 from __future__ import annotations
 
 import argparse
-import hashlib
+import dataclasses
 import json
 import logging
 import os
@@ -139,7 +139,7 @@ class Engine:
         self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
         self.eff = hardware.resolve(self.args, env, self.machine)
         if env.get("SGLANG_SIM_GRAPH_CAPTURE_FAIL") == "1" and self.eff.decode_graphs:
-            self.eff = hardware.replace(self.eff, decode_graphs=False, notes=self.eff.notes + (
+            self.eff = dataclasses.replace(self.eff, decode_graphs=False, notes=self.eff.notes + (
                 "SIMULATED FAULT: Disable decode CUDA graph because capture failed: CUDA error: out of memory "
                 "(SGLANG_SIM_GRAPH_CAPTURE_FAIL)",))
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
