@@ -69,8 +69,11 @@ def test_rollback_to_any_retained_release_and_the_listing(simhost, tmp_path):
     output = listing.stdout + listing.stderr
     assert f"*g{target}" in output or f"* {target}" in output
     assert "--max-running-requests: 13 -> 16" in output
+    before = simhost.checksums(UNIT, ENV), simhost.start_timestamp()
     missing = simhost.pyinfra("rollback.py", "--data", "release=0999-deadbeef")
     assert missing.returncode != 0 and "release 0999-deadbeef is not retained on the host" in missing.stdout + missing.stderr
+    assert (simhost.checksums(UNIT, ENV), simhost.start_timestamp()) == before  # nothing changed
+    assert state(simhost)["state"]["active"] == target
 
 
 def test_crash_at_start_rolls_back_automatically(simhost, tmp_path):
