@@ -36,6 +36,7 @@ class GpuHost(FactBase):
             "gpus": f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits",
             "proc_driver": "cat /proc/driver/nvidia/version",
             "container": "systemd-detect-virt --container || (grep -qa 'container=lxc' /proc/1/environ && echo lxc)",
+            "libcuda": "ls -1 /usr/lib/*-linux-gnu/libcuda.so.* /usr/lib64/libcuda.so.*",
             "nvcc": "/usr/local/cuda/bin/nvcc --version || nvcc --version",
             "nccl_deb": "dpkg-query -W -f='${Version}' libnccl2",
             "topo": "nvidia-smi topo -m",
@@ -58,6 +59,7 @@ class GpuHost(FactBase):
         return {
             "gpus": hostfacts.parse_gpus(text.get("gpus", "")),
             "kernel_driver": hostfacts.parse_kernel_driver(text.get("proc_driver", "")),
+            "libcuda": hostfacts.parse_libcuda(text.get("libcuda", "")),
             "container": (text.get("container", "").strip() or "none").splitlines()[0],
             "cuda_toolkit": hostfacts.parse_nvcc(text.get("nvcc", "")),
             "system_nccl": text.get("nccl_deb", "").strip() or None,

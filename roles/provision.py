@@ -10,12 +10,19 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
+from pyinfra.facts.server import Which
 from pyinfra.operations import apt, files, server
 
 from roles.facts import GpuHost, SGLangVersion, VenvTorch
+from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.provision import cuda_toolkit_step, driver_step, nccl_step
+from sglang_deploy.provision import (DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION, USERSPACE_DRIVER_PACKAGES,
+                                     cuda_toolkit_step, driver_step, nccl_step)
 
+KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
+SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
+REPO_PREFERENCE = "/etc/apt/preferences.d/nvidia-cuda"
+HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
 CUDA_SOURCES = """Types: deb
 URIs: {url}
 Suites: /
@@ -25,37 +32,85 @@ CUDA_PIN = """Package: *
 Pin: origin {origin}
 Pin-Priority: 600
 """
+HOLD = """Package: {package}
+Pin: version {version}
+Pin-Priority: 1001
+"""
 
 
-def setting(name):
-    return host.data.get(name)
+def setting(name, default=None):
+    value = host.data.get(name)
+    return default if value is None else value
+
+
+def nvidia_repository():
+    """NVIDIA's CUDA apt repository (or a mirror): keyring, deb822 source, preference for its packages."""
+    key = setting("cuda_repo_key_url")
+    if "://" in key:
+        files.download(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
+    else:  # a key file on the controller (air-gapped hosts)
+        files.put(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
+    source = files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
+                       src=StringIO(CUDA_SOURCES.format(url=setting("cuda_repo_url"), keyring=KEYRING)))
+    files.put(name="Prefer NVIDIA's repository for CUDA packages", dest=REPO_PREFERENCE, mode="644",
+              src=StringIO(CUDA_PIN.format(origin=setting("cuda_repo_origin"))))
+    return source
+
+
+def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
+    """Before touching packages: NVIDIA's repository must carry user space of exactly the kernel module's version."""
+    checks = " && ".join(
+        f"{{ apt-cache madison {package} | awk '{{print $3}}' | grep -qxF '{version}' || "
+        f"{{ echo \"{package} {version} is not in the repository (it has: $(apt-cache madison {package} | "
+        f"awk '{{print $3}}' | tr '\\n' ' ')); the kernel module is {kernel}, user space here is "
+        f"{userspace or 'missing'}: they must match, so nothing was installed\" >&2; exit 1; }}; }}"
+        for package, version in hold.items())
+    server.shell(name=f"Check the repository has user space {kernel}", commands=[checks])
 
 
 @deploy("Provision: NVIDIA driver, CUDA toolkit, NCCL")
 def nvidia_stack(mode: str):
     facts = host.get_fact(GpuHost)
-    torch = host.get_fact(VenvTorch, python=setting("verify_python") or "python3")
+    torch = host.get_fact(VenvTorch, python=setting("verify_python", "python3"))
+    cuda_version = setting("cuda_version")
+    driver = driver_step(facts, int(setting("cuda_major")), int(setting("driver_branch")), mode,
+                         userspace_packages=setting("driver_userspace_packages", USERSPACE_DRIVER_PACKAGES),
+                         package_version=setting("driver_package_version", DRIVER_PACKAGE_VERSION))
     steps = [
-        driver_step(facts, int(setting("cuda_major")), int(setting("driver_branch")), mode),
-        cuda_toolkit_step(facts, setting("cuda_version"), mode),
-        nccl_step(facts, setting("nccl_version"), (torch or {}).get("nccl"), mode),
+        driver,
+        cuda_toolkit_step(facts, cuda_version, mode),
+        nccl_step(facts, setting("nccl_version"), (torch or {}).get("nccl"), mode, cuda_version=cuda_version,
+                  package_version=setting("nccl_package_version", NCCL_PACKAGE_VERSION)),
     ]
     for step in steps:
         host.log(f"{step.role}: {step.action}: {step.message}", logger.info if step.action != "error" else logger.error)
     errors = [step for step in steps if step.action == "error"]
     if errors:
-        raise DeployError(f"{host.name}: provisioning cannot continue:\n" + "\n".join(f"  {s.role}: {s.message}" for s in errors))
-    packages = [package for step in steps if step.action == "install" for package in step.packages]
-    if not packages:
+        raise DeployError(f"{host.name}: provisioning cannot continue; nothing was changed:\n"
+                          + "\n".join(f"  {s.role}: {s.message}" for s in errors))
+    if mode == "verify":
         return
-    keyring = "/usr/share/keyrings/nvidia-cuda.asc"
-    files.download(name="NVIDIA CUDA repository key", src=setting("cuda_repo_key_url"), dest=keyring, mode=644)
-    files.put(name="NVIDIA CUDA repository (deb822)", dest="/etc/apt/sources.list.d/nvidia-cuda.sources",
-              src=StringIO(CUDA_SOURCES.format(url=setting("cuda_repo_url"), keyring=keyring)), mode=644)
-    files.put(name="Prefer NVIDIA's repository for CUDA packages", dest="/etc/apt/preferences.d/nvidia-cuda",
-              src=StringIO(CUDA_PIN.format(origin=setting("cuda_repo_origin"))), mode=644)
-    apt.packages(name=f"Install {', '.join(packages)}", packages=packages, update=True, cache_time=3600)
-    if any(step.reboot_needed for step in steps):
+    source = nvidia_repository()
+    packages = [package for step in steps if step.action == "install" for package in step.packages]
+    if packages or source.will_change:
+        apt.update(name="apt update (NVIDIA repository)")
+    if driver.action == "install" and driver.hold:
+        userspace_available_check(driver.hold, facts["kernel_driver"], userspace_driver(facts["gpus"], facts["libcuda"]))
+    holds = {package: version for step in steps for package, version in step.hold.items()}
+    if packages:
+        # --allow-downgrades: a container's user space may have to go back to the host module's version.
+        apt.packages(name=f"Install {', '.join(packages)}", packages=packages,
+                     extra_install_args="--allow-downgrades")
+    if holds:
+        files.put(name="Hold driver user space and NCCL at their exact versions", dest=HOLDS, mode="644",
+                  src=StringIO("\n".join(HOLD.format(package=p, version=v) for p, v in sorted(holds.items()))))
+    if driver.action == "install" and driver.hold:
+        kernel = facts["kernel_driver"]
+        server.shell(name=f"Check user space is now {kernel}", commands=[
+            f"ls /usr/lib/*-linux-gnu/libcuda.so.{kernel} /usr/lib64/libcuda.so.{kernel} 2>/dev/null | grep -q . || "
+            f"{{ echo \"libcuda.so.{kernel} is missing after the install: the kernel module is {kernel}, user space is "
+            f"$(ls /usr/lib/*-linux-gnu/libcuda.so.*.* 2>/dev/null | sed 's/.*libcuda.so.//' | tr '\\n' ' ')\" >&2; exit 1; }}"])
+    if driver.reboot_needed:
         logger.warning(f"[{host.name}] a new kernel driver was installed: REBOOT NEEDED (not done automatically)")
 
 
@@ -69,15 +124,23 @@ def python_env(profile, mode: str):
     if mode == "verify":
         raise DeployError(f"{host.name}: verify mode: {venv} has SGLang {installed or 'nothing'}, "
                           f"the profile pins {profile.sglang.version}")
-    wheelhouse = setting("wheelhouse")  # a local directory of wheels: install offline
-    pip_args = ""
+    wheelhouse = setting("wheelhouse")  # a directory of wheels on the controller: install offline
+    index_args = ""
     if wheelhouse:
         remote = f"/opt/sglang-deploy/wheelhouse/sglang-{profile.sglang.version}"
-        files.sync(name="Upload the wheelhouse", src=wheelhouse, dest=remote)
-        pip_args = f"--no-index --find-links {remote}"
+        files.sync(name="Upload the wheelhouse", src=wheelhouse, dest=remote, delete=True)
+        index_args = f"--no-index --find-links {remote}"
+    wanted = " ".join(f"'{r}'" for r in requirements(profile))
+    use_uv = bool(host.get_fact(Which, command="uv"))
     if not host.get_fact(File, path=f"{venv}/bin/python"):
-        server.shell(name=f"Create {venv}", commands=[f"python3 -m venv {venv}"])
-    server.shell(name=f"Install {' '.join(requirements(profile))} into {venv}",
-                 commands=[f"{venv}/bin/pip install -q {pip_args} " + " ".join(f"'{r}'" for r in requirements(profile)),
-                           f"{venv}/bin/python -c 'import sglang; assert sglang.__version__ == \"{profile.sglang.version}\"'"])
-
+        create = f"uv venv --seed --python python3 {venv}" if use_uv else f"python3 -m venv {venv}"
+        server.shell(name=f"Create {venv}", commands=[create])
+    install = (f"uv pip install --python {venv}/bin/python {index_args} {wanted}" if use_uv
+               else f"{venv}/bin/pip install -q --disable-pip-version-check {index_args} {wanted}")
+    checks = [f"{venv}/bin/python -c 'import sglang; v = sglang.__version__; "
+              f"assert v == \"{profile.sglang.version}\", f\"sglang {{v}} imported, {profile.sglang.version} pinned\"'"]
+    gpus = len(host.get_fact(GpuHost)["gpus"])
+    if gpus:  # a real GPU host: the venv's torch must see every GPU
+        checks.append(f"{venv}/bin/python -c 'import torch; n = torch.cuda.device_count(); "
+                      f"assert torch.cuda.is_available() and n == {gpus}, f\"torch sees {{n}} of {gpus} GPUs\"'")
+    server.shell(name=f"Install {wanted} into {venv}", commands=[install, *checks])

@@ -63,6 +63,21 @@ def parse_topology(topo_matrix: str, p2p_read: str) -> dict:
             "p2p_read_statuses": sorted(statuses)}
 
 
+def parse_libcuda(listing: str) -> list[str]:
+    """`ls` of libcuda.so.* -> the user-space driver versions installed (libcuda.so.580.95.05 -> 580.95.05).
+
+    Known even where nvidia-smi cannot run (no GPU visible, or "Driver/library version mismatch")."""
+    versions = {match.group(1) for match in re.finditer(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)\s*$", listing or "", re.M)}
+    return sorted(versions, key=lambda v: [int(part) for part in v.split(".")])
+
+
+def userspace_driver(gpus: list[dict], libcuda: list[str]) -> str | None:
+    """The user-space driver version: nvidia-smi's when it runs, else the newest libcuda.so.VERSION."""
+    if gpus and gpus[0].get("driver_version"):
+        return gpus[0]["driver_version"]
+    return libcuda[-1] if libcuda else None
+
+
 def parse_nvcc(output: str) -> str | None:
     match = re.search(r"release (\d+\.\d+)", output or "")
     return match.group(1) if match else None
@@ -75,19 +90,23 @@ def parse_venv_torch(output: str) -> dict | None:
         return None
 
 
-def driver_verdict(gpus: list[dict], kernel_driver: str | None, container: str | None, cuda_major: int) -> dict:
+def driver_verdict(gpus: list[dict], kernel_driver: str | None, container: str | None, cuda_major: int,
+                   libcuda: list[str] | None = None) -> dict:
     """Is the NVIDIA driver adequate for this CUDA major version, and what would have to change?"""
     minimum = MIN_DRIVER_FOR_CUDA.get(cuda_major)
-    userspace = gpus[0]["driver_version"] if gpus else None
+    userspace = userspace_driver(gpus, libcuda or [])
     in_container = bool(container and container != "none")
     problems = []
     if kernel_driver is None and not gpus:
         problems.append("no NVIDIA driver: /proc/driver/nvidia/version is missing and nvidia-smi found no GPU"
                         + (" (in a container the kernel module belongs to the host: install it on the Proxmox host)"
                            if in_container else ""))
+    if kernel_driver and not userspace:
+        problems.append(f"no user-space driver libraries (libcuda) for the kernel module {kernel_driver}")
     if kernel_driver and userspace and kernel_driver != userspace:
-        problems.append(f"user-space driver {userspace} does not match the kernel module {kernel_driver}; "
-                        f"install user-space libraries of exactly {kernel_driver}")
+        problems.append(f"user-space driver {userspace} does not match the kernel module {kernel_driver}"
+                        + (" (loaded by the container's host)" if in_container else "")
+                        + f"; user-space libraries must be exactly {kernel_driver}")
     version = kernel_driver or userspace
     if version and minimum and driver_branch(version) < minimum:
         problems.append(f"driver {version} is older than R{minimum}, the minimum for CUDA {cuda_major}")

@@ -1,8 +1,8 @@
 """Provisioning decisions (pure): what the driver, CUDA, NCCL and Python-env roles must do on a host.
 
 Each function takes host facts and the settings from group data, and returns a Step: nothing to do,
-an install to perform (with the packages), or an error that names what was found and what is needed.
-In verify mode an install becomes an error, so `provision_mode=verify` changes nothing.
+an install to perform (exact package versions), or an error that names what was found and what is
+needed. In verify mode an install becomes an error, so `provision_mode=verify` changes nothing.
 """
 
 from __future__ import annotations
@@ -11,26 +11,49 @@ from dataclasses import dataclass, field
 
 from .hostfacts import driver_branch, driver_verdict
 
+# NVIDIA's user-space compute driver packages (their debian12 CUDA repository); no kernel module.
+USERSPACE_DRIVER_PACKAGES = ("libcuda1", "libnvidia-ml1", "nvidia-smi")
+DRIVER_PACKAGE_VERSION = "{version}-1"  # 580.95.05 -> 580.95.05-1 in NVIDIA's repository
+NCCL_PACKAGE_VERSION = "{version}-1+cuda{cuda}"  # 2.28.3 -> 2.28.3-1+cuda13.0
+
 
 @dataclass
 class Step:
     role: str
     action: str  # "ok", "install", "error"
     message: str
-    packages: list[str] = field(default_factory=list)
+    packages: list[str] = field(default_factory=list)  # apt names, "name=version" where exact
     reboot_needed: bool = False
+    # Exact versions apt must keep (written to /etc/apt/preferences.d) and may downgrade to.
+    hold: dict[str, str] = field(default_factory=dict)
 
 
-def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str) -> Step:
-    verdict = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"], cuda_major)
+def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str,
+                userspace_packages=USERSPACE_DRIVER_PACKAGES, package_version: str = DRIVER_PACKAGE_VERSION) -> Step:
+    verdict = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"], cuda_major,
+                             facts.get("libcuda"))
+    kernel, userspace, minimum = verdict["kernel_driver"], verdict["userspace_driver"], verdict["minimum_branch"]
+    # In a container, apt must keep user space at exactly the host module's version (no `apt upgrade` drift).
+    hold = ({package: package_version.format(version=kernel) for package in userspace_packages}
+            if verdict["container"] and kernel else {})
     if verdict["ok"]:
-        return Step("driver", "ok", f"NVIDIA driver {verdict['kernel_driver'] or verdict['userspace_driver']} "
-                                    f"(>= R{verdict['minimum_branch']}) works: nothing to install")
+        return Step("driver", "ok", f"NVIDIA driver {kernel or userspace} (>= R{minimum}) works: nothing to install",
+                    hold=hold)
     if verdict["container"]:
-        # The kernel module belongs to the Proxmox host: never install one here.
-        return Step("driver", "error", f"in a {verdict['container']} container: " + "; ".join(verdict["problems"]))
-    if facts["kernel_driver"] and driver_branch(facts["kernel_driver"]) >= verdict["minimum_branch"]:
-        return Step("driver", "error", "; ".join(verdict["problems"]))
+        # The kernel module belongs to the Proxmox host: never install one here. Only the user-space
+        # libraries can be fixed in the container, and only to exactly the host module's version.
+        where = f"in a {verdict['container']} container"
+        if not kernel or driver_branch(kernel) < minimum:
+            return Step("driver", "error", f"{where}: " + "; ".join(verdict["problems"])
+                        + (f"; upgrade the driver on the Proxmox host to R{minimum} or newer" if kernel else ""))
+        if mode == "verify":
+            return Step("driver", "error", f"verify mode, {where}: " + "; ".join(verdict["problems"]))
+        return Step("driver", "install",
+                    f"{where}: user-space driver {userspace or 'missing'} -> {kernel} (the host's kernel module)",
+                    [f"{package}={version}" for package, version in hold.items()], hold=hold)
+    if kernel and driver_branch(kernel) >= minimum:
+        # The module is adequate but user space disagrees: typically a driver upgrade before a reboot.
+        return Step("driver", "error", "; ".join(verdict["problems"]) + "; if the driver was just upgraded, reboot")
     if mode == "verify":
         return Step("driver", "error", "verify mode: " + "; ".join(verdict["problems"]))
     return Step("driver", "install", f"install the R{driver_branch_pin} driver from NVIDIA's CUDA repository",
@@ -47,13 +70,23 @@ def cuda_toolkit_step(facts: dict, cuda_version: str, mode: str) -> Step:
     return Step("cuda-toolkit", "install", f"CUDA toolkit {found} -> {cuda_version}", [package])
 
 
-def nccl_step(facts: dict, nccl_pin: str | None, torch_nccl: str | None, mode: str) -> Step:
+def nccl_package_version(nccl_pin: str, cuda_version: str, template: str = NCCL_PACKAGE_VERSION) -> str:
+    """A pin is an upstream version (2.28.3) or already a Debian version (2.28.3-1+cuda13.0)."""
+    return nccl_pin if "-" in nccl_pin else template.format(version=nccl_pin, cuda=cuda_version)
+
+
+def nccl_step(facts: dict, nccl_pin: str | None, torch_nccl: str | None, mode: str, cuda_version: str = "13.0",
+              package_version: str = NCCL_PACKAGE_VERSION) -> Step:
     system = facts["system_nccl"]
     note = ""
-    if torch_nccl and system and not system.startswith(torch_nccl):
+    if torch_nccl and system and not system.startswith(torch_nccl + "-"):
         note = f"; note: PyTorch in the venv loads its own NCCL {torch_nccl}, not the system's {system}"
-    if not nccl_pin or (system and system.startswith(nccl_pin)):
-        return Step("nccl", "ok", f"system libnccl2 {system or 'not installed (PyTorch brings its own)'}{note}")
+    if not nccl_pin:
+        return Step("nccl", "ok", f"system libnccl2 {system or 'not installed (PyTorch brings its own)'} (not pinned){note}")
+    wanted = nccl_package_version(nccl_pin, cuda_version, package_version)
+    if system == wanted:
+        return Step("nccl", "ok", f"system libnccl2 {system}{note}", hold={"libnccl2": wanted})
     if mode == "verify":
-        return Step("nccl", "error", f"verify mode: libnccl2 {system or 'missing'}, pinned {nccl_pin}{note}")
-    return Step("nccl", "install", f"libnccl2 {system or 'missing'} -> {nccl_pin}{note}", [f"libnccl2={nccl_pin}*"])
+        return Step("nccl", "error", f"verify mode: libnccl2 {system or 'missing'}, pinned {wanted}{note}")
+    return Step("nccl", "install", f"libnccl2 {system or 'missing'} -> {wanted}{note}", [f"libnccl2={wanted}"],
+                hold={"libnccl2": wanted})

@@ -86,6 +86,9 @@ class SimHost:
     state_dir: Path = DEFAULT_STATE_DIR
     ssh_port: int = DEFAULT_SSH_PORT
     machine: str = "ct129-sim"
+    # False: a bare Debian container without the simulator marker, the stand-in for a fresh LXC container
+    # that provisioning tests install onto.
+    simulated: bool = True
 
     @property
     def rootfs(self) -> Path:
@@ -148,9 +151,10 @@ class SimHost:
             f"Port {self.ssh_port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n"
         )
         # A marker the deploy reads to say loudly that this host is simulated.
-        (self.rootfs / "etc/sglang-deploy-simulated").write_text(
-            "This host is the simulated CT129 (systemd-nspawn container); its GPU server is sglang_deploy.sim.\n"
-        )
+        if self.simulated:
+            (self.rootfs / "etc/sglang-deploy-simulated").write_text(
+                "This host is the simulated CT129 (systemd-nspawn container); its GPU server is sglang_deploy.sim.\n"
+            )
 
     def up(self, fresh: bool = False, timeout: float = 90) -> None:
         check_prerequisites()
@@ -209,6 +213,18 @@ class SimHost:
             os.kill(pid, signal.SIGKILL)
         self.pidfile.unlink(missing_ok=True)
         log("down")
+
+    def set_kernel_module(self, proc_version: str | None) -> None:
+        """What the container sees in /proc/driver/nvidia/version: in an LXC container, the Proxmox host's
+        kernel module. A tmpfs over /proc/driver in the container's mount namespace (None removes it)."""
+        init = subprocess.run(["pgrep", "-P", str(self.pid()), "-x", "systemd"], capture_output=True, text=True)
+        if init.returncode != 0:
+            raise SimHostError("the container's systemd is not running")
+        script = ("mountpoint -q /proc/driver || mount -t tmpfs -o mode=755,size=64k sglang-deploy-fake /proc/driver; "
+                  + ("mkdir -p /proc/driver/nvidia && cat > /proc/driver/nvidia/version" if proc_version is not None
+                     else "rm -rf /proc/driver/nvidia"))
+        subprocess.run(["nsenter", "-t", init.stdout.split()[0], "-m", "sh", "-c", script],
+                       input=proc_version or "", text=True, check=True)
 
     def info(self) -> dict:
         return {

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from sglang_deploy.hostfacts import (driver_verdict, parse_gpus, parse_kernel_driver, parse_nvcc,
-                                     parse_topology)
+from sglang_deploy.hostfacts import (driver_verdict, parse_gpus, parse_kernel_driver, parse_libcuda, parse_nvcc,
+                                     parse_topology, userspace_driver)
 
 RECORDED = (Path(__file__).parent / "fixtures" / "h200x2-host-commands.txt").read_text()
 
@@ -59,3 +59,15 @@ def test_no_driver_in_a_container_points_at_the_host():
 def test_missing_fields_degrade():
     assert parse_gpus("0, NVIDIA RTX A6000, 49140, 580.95.05, 4, 4, 16, 16, [N/A], 2100, [N/A], 300.00")[0]["clocks.sm"] is None
     assert parse_kernel_driver("") is None and parse_nvcc("") is None
+
+
+def test_libcuda_listing_gives_the_user_space_version_without_nvidia_smi():
+    listing = ("/usr/lib/x86_64-linux-gnu/libcuda.so.1\n/usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06\n"
+               "/usr/lib/x86_64-linux-gnu/libcuda.so.580.105.08\n")
+    assert parse_libcuda(listing) == ["580.65.06", "580.105.08"]  # numeric order, not text order
+    assert userspace_driver([], parse_libcuda(listing)) == "580.105.08"
+    assert userspace_driver([{"driver_version": "580.95.05"}], ["580.65.06"]) == "580.95.05"  # nvidia-smi wins
+    verdict = driver_verdict([], "580.95.05", "lxc", cuda_major=13, libcuda=["580.65.06"])
+    assert not verdict["ok"] and "580.65.06 does not match the kernel module 580.95.05" in verdict["problems"][0]
+    no_libs = driver_verdict([], "580.95.05", "lxc", cuda_major=13, libcuda=[])
+    assert "no user-space driver libraries" in no_libs["problems"][0]

@@ -13,11 +13,39 @@ def test_working_host_needs_nothing():
     assert step.action == "ok" and "PyTorch in the venv loads its own NCCL 2.28.9" in step.message
 
 
-def test_lxc_never_installs_a_driver():
-    lxc = {**H200, "container": "lxc", "gpus": [{"driver_version": "570.86.10"}], "kernel_driver": "580.95.05"}
+def test_lxc_gets_user_space_of_exactly_the_host_module_never_a_kernel_module():
+    lxc = {**H200, "container": "lxc", "gpus": [], "libcuda": ["580.65.06"], "kernel_driver": "580.95.05"}
     step = driver_step(lxc, 13, 580, "install")
-    assert step.action == "error" and "570.86.10" in step.message and "580.95.05" in step.message
-    assert not step.packages
+    assert step.action == "install" and not step.reboot_needed
+    assert step.packages == ["libcuda1=580.95.05-1", "libnvidia-ml1=580.95.05-1", "nvidia-smi=580.95.05-1"]
+    assert not any("dkms" in p or "cuda-drivers" in p or "kernel" in p for p in step.packages)
+    assert step.hold == {"libcuda1": "580.95.05-1", "libnvidia-ml1": "580.95.05-1", "nvidia-smi": "580.95.05-1"}
+    verify = driver_step(lxc, 13, 580, "verify")
+    assert verify.action == "error" and "580.65.06" in verify.message and "580.95.05" in verify.message
+    # The versions follow settings (a mirror with another Debian revision, other package names).
+    custom = driver_step(lxc, 13, 580, "install", userspace_packages=["libcuda1"], package_version="{version}-0ubuntu1")
+    assert custom.packages == ["libcuda1=580.95.05-0ubuntu1"]
+
+
+def test_lxc_with_an_old_or_absent_host_module_is_an_error():
+    old = {**H200, "container": "lxc", "gpus": [], "libcuda": [], "kernel_driver": "570.86.10"}
+    step = driver_step(old, 13, 580, "install")
+    assert step.action == "error" and "older than R580" in step.message and "Proxmox host" in step.message
+    absent = driver_step({**old, "kernel_driver": None}, 13, 580, "install")
+    assert absent.action == "error" and "install it on the Proxmox host" in absent.message
+
+
+def test_a_working_lxc_keeps_its_hold():
+    lxc = {**H200, "container": "lxc", "libcuda": ["580.159.04"]}
+    step = driver_step(lxc, 13, 580, "install")
+    assert step.action == "ok" and step.hold["libcuda1"] == "580.159.04-1"
+
+
+def test_bare_metal_user_space_ahead_of_the_module_asks_for_a_reboot():
+    upgraded = {**H200, "gpus": [], "libcuda": ["580.170.01"]}
+    step = driver_step(upgraded, 13, 580, "install")
+    assert step.action == "error" and "580.170.01" in step.message and "580.159.04" in step.message
+    assert "reboot" in step.message
 
 
 def test_bare_metal_without_driver_installs_and_says_reboot():
@@ -31,4 +59,9 @@ def test_toolkit_and_nccl_pins():
     old = {**H200, "cuda_toolkit": "12.4", "system_nccl": None}
     assert cuda_toolkit_step(old, "13.0", "install").packages == ["cuda-toolkit-13-0"]
     assert "12.4 found, 13.0 required" in cuda_toolkit_step(old, "13.0", "verify").message
-    assert nccl_step(old, "2.28.3", None, "install").packages == ["libnccl2=2.28.3*"]
+    assert nccl_step(old, "2.28.3", None, "install").packages == ["libnccl2=2.28.3-1+cuda13.0"]
+    assert nccl_step(old, "2.28.3-1+cuda12.9", None, "install").packages == ["libnccl2=2.28.3-1+cuda12.9"]
+    assert nccl_step(old, "2.28.3", None, "install", cuda_version="13.1").packages == ["libnccl2=2.28.3-1+cuda13.1"]
+    assert "pinned 2.28.3-1+cuda13.0" in nccl_step(old, "2.28.3", None, "verify").message
+    # A cuda12.9 build of the same NCCL is not the pinned one.
+    assert nccl_step({**H200, "system_nccl": "2.28.3-1+cuda12.9"}, "2.28.3", None, "install").action == "install"
