@@ -12,15 +12,18 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 
 from roles import provision, release, service_user, sglang_service, simulator
-from roles.facts import ReleaseStore
+from roles.facts import GpuHost, ReleaseStore
+from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.plan import PlanError, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.releases import build_meta, decide, profile_snapshot
 
+# A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
+detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
 try:
-    plan = plan_for_host(host.data)
+    plan = plan_for_host(host.data, detected=detected)
 except PlanError as error:
     raise DeployError(f"{host.name}: nothing was changed on the host.\n{error}") from None
 
@@ -36,6 +39,8 @@ if plan.simulated:
                    "2x RTX A6000), not SGLang; systemd, SSH and HTTP are real.")
 logger.info(f"[{host.name}] profile {profile.name}: SGLang {profile.sglang.version}, "
             f"{profile.model.served_name} on port {plan.port}")
+for note in plan.hardware_notes:
+    logger.info(f"[{host.name}] {note}")
 for skipped in plan.skipped_rules:
     logger.warning(f"[{host.name}] rule skipped: {skipped}")
 

@@ -11,13 +11,14 @@ import json
 from pyinfra import host, logger
 
 from roles.facts import GpuHost, VenvTorch
-from sglang_deploy.hostfacts import driver_verdict
+from sglang_deploy.hostfacts import detected_hardware, driver_verdict
 
 facts = host.get_fact(GpuHost)
 python = host.data.get("python") or "python3"
 facts["venv_torch"] = host.get_fact(VenvTorch, python=python)
 facts["driver"] = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"],
-                                 cuda_major=int(host.data.get("cuda_major") or 13))
+                                 cuda_major=int(host.data.get("cuda_major") or 13), libcuda=facts["libcuda"])
+facts["validation_uses"] = detected_hardware(facts)  # GPU count and topology deploy.py checks the profile against
 torch_nccl = (facts["venv_torch"] or {}).get("nccl")
 if facts["system_nccl"] and torch_nccl and not facts["system_nccl"].startswith(torch_nccl):
     facts["nccl_warning"] = f"system libnccl2 {facts['system_nccl']} differs from the NCCL torch loads ({torch_nccl})"

@@ -112,3 +112,10 @@ def driver_verdict(gpus: list[dict], kernel_driver: str | None, container: str |
         problems.append(f"driver {version} is older than R{minimum}, the minimum for CUDA {cuda_major}")
     return {"ok": not problems, "problems": problems, "kernel_driver": kernel_driver, "userspace_driver": userspace,
             "container": container if in_container else None, "minimum_branch": minimum}
+
+
+def detected_hardware(facts: dict) -> dict:
+    """What the host itself says about GPU count and interconnect (None where it cannot tell: no GPU visible yet)."""
+    gpus = len(facts.get("gpus") or []) or None
+    topology = (facts.get("topology") or {}).get("interconnect")
+    return {"gpus": gpus, "gpu_topology": topology if gpus and gpus > 1 else None}

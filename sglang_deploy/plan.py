@@ -32,6 +32,7 @@ class Plan:
     port: int
     simulated: bool
     skipped_rules: tuple[str, ...]
+    hardware_notes: tuple[str, ...] = ()
 
     @property
     def probe_url(self) -> str:
@@ -59,7 +60,24 @@ def resolve_profile_path(profile_path) -> Path:
     return path
 
 
-def plan_for_host(data) -> Plan:
+def reconcile_hardware(data, detected: dict | None) -> tuple[int | None, str | None, list[str]]:
+    """GPU count and topology for the validation rules: the host's own facts where it is reachable,
+    the inventory's values otherwise. Both present and different is an error naming both."""
+    notes = []
+    values = {}
+    for name in ("gpus", "gpu_topology"):
+        declared, found = _get(data, name), (detected or {}).get(name)
+        if declared is not None and found is not None and str(declared) != str(found):
+            raise PlanError(f"inventory says {name}={declared} but the host reports {found} "
+                            f"(nvidia-smi); correct the inventory, or remove {name} to use what the host reports")
+        if declared is None and found is not None:
+            notes.append(f"{name}={found} from the host's facts")
+        values[name] = declared if declared is not None else found
+    gpus = values["gpus"]
+    return (int(gpus) if gpus is not None else None), values["gpu_topology"], notes
+
+
+def plan_for_host(data, detected: dict | None = None) -> Plan:
     profile_path = _get(data, "profile")
     if not profile_path:
         raise PlanError("no profile: set `profile` in the host's inventory data or pass --data profile=PATH")
@@ -68,10 +86,9 @@ def plan_for_host(data) -> Plan:
         profile = load_profile(path)
     except ProfileError as error:
         raise PlanError("invalid profile:\n" + "\n".join(error.problems)) from None
-    gpus = _get(data, "gpus")
-    topology = _get(data, "gpu_topology")
+    gpus, topology, notes = reconcile_hardware(data, detected)
     try:
-        report = check_profile(profile, gpus=int(gpus) if gpus is not None else None, topology=topology)
+        report = check_profile(profile, gpus=gpus, topology=topology)
     except (ValidatorEnvError, ValueError) as error:
         raise PlanError(f"cannot validate {path}: {error}") from None
     if not report.ok:
@@ -79,4 +96,4 @@ def plan_for_host(data) -> Plan:
     port = int(_get(data, "port", profile.service.port))
     rendered = render(profile, api_key=resolve_api_key(data), port=port)
     return Plan(profile=profile, rendered=rendered, port=port, simulated=bool(_get(data, "simulated", False)),
-                skipped_rules=tuple(report.skipped))
+                skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes))

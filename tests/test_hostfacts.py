@@ -71,3 +71,25 @@ def test_libcuda_listing_gives_the_user_space_version_without_nvidia_smi():
     assert not verdict["ok"] and "580.65.06 does not match the kernel module 580.95.05" in verdict["problems"][0]
     no_libs = driver_verdict([], "580.95.05", "lxc", cuda_major=13, libcuda=[])
     assert "no user-space driver libraries" in no_libs["problems"][0]
+
+
+def test_host_facts_feed_the_validation_rules():
+    from sglang_deploy.hostfacts import detected_hardware
+    from sglang_deploy.plan import PlanError, reconcile_hardware
+
+    h200 = {"gpus": parse_gpus(section(0)), "topology": parse_topology(section(2), section(3))}
+    detected = detected_hardware(h200)
+    assert detected == {"gpus": 2, "gpu_topology": "nvlink"}
+    # Nothing declared: the host's facts are used (and said so).
+    assert reconcile_hardware({}, detected) == (2, "nvlink", ["gpus=2 from the host's facts",
+                                                            "gpu_topology=nvlink from the host's facts"])
+    # Declared and agreeing, or the host cannot tell yet (no GPU visible before the driver): the inventory's.
+    assert reconcile_hardware({"gpus": 2, "gpu_topology": "nvlink"}, detected)[:2] == (2, "nvlink")
+    assert reconcile_hardware({"gpus": 2, "gpu_topology": "pcie"}, detected_hardware({"gpus": []}))[:2] == (2, "pcie")
+    # Declared and contradicted: an error naming both.
+    try:
+        reconcile_hardware({"gpus": 2, "gpu_topology": "pcie"}, detected)
+    except PlanError as error:
+        assert "gpu_topology=pcie but the host reports nvlink" in str(error)
+    else:
+        raise AssertionError("a contradicted topology was accepted")
