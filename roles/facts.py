@@ -35,8 +35,11 @@ class GpuHost(FactBase):
         sections = {
             "gpus": f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits",
             "proc_driver": "cat /proc/driver/nvidia/version",
-            "container": "systemd-detect-virt --container || (grep -qa 'container=lxc' /proc/1/environ && echo lxc)",
-            "libcuda": "ls -1 /usr/lib/*-linux-gnu/libcuda.so.* /usr/lib64/libcuda.so.*",
+            "container": "systemd-detect-virt --container || (grep -qa 'container=lxc' /proc/1/environ && echo lxc) "
+                         "|| ([ -e /.dockerenv ] && echo docker) || ([ -e /run/.containerenv ] && echo podman)",
+            # The files dpkg installs, and wherever the dynamic loader finds libcuda (container runtimes mount it).
+            "libcuda": "ls -1 /usr/lib/*-linux-gnu/libcuda.so.* /usr/lib64/libcuda.so.*; "
+                       "ldconfig -p | awk '/libcuda\\.so/ {print $NF}' | xargs -r readlink -f",
             "nvcc": "/usr/local/cuda/bin/nvcc --version || nvcc --version",
             "nccl_deb": "dpkg-query -W -f='${Version}' libnccl2",
             "topo": "nvidia-smi topo -m",

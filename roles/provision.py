@@ -72,14 +72,14 @@ def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
 def nvidia_stack(mode: str):
     facts = host.get_fact(GpuHost)
     torch = host.get_fact(VenvTorch, python=setting("verify_python", "python3"))
-    cuda_version = setting("cuda_version")
+    cuda_version = str(setting("cuda_version"))  # `--data cuda_version=13.1` arrives as a float
     driver = driver_step(facts, int(setting("cuda_major")), int(setting("driver_branch")), mode,
                          userspace_packages=setting("driver_userspace_packages", USERSPACE_DRIVER_PACKAGES),
                          package_version=setting("driver_package_version", DRIVER_PACKAGE_VERSION))
     steps = [
         driver,
         cuda_toolkit_step(facts, cuda_version, mode),
-        nccl_step(facts, setting("nccl_version"), (torch or {}).get("nccl"), mode, cuda_version=cuda_version,
+        nccl_step(facts, str(setting("nccl_version")) if setting("nccl_version") else None, (torch or {}).get("nccl"), mode, cuda_version=cuda_version,
                   package_version=setting("nccl_package_version", NCCL_PACKAGE_VERSION)),
     ]
     for step in steps:
