@@ -14,7 +14,7 @@ from pyinfra.facts.files import File
 from roles import provision, release, service_user, sglang_service, simulator
 from roles.facts import GpuHost, ReleaseStore
 from sglang_deploy.hostfacts import detected_hardware
-from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout
+from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.plan import PlanError, plan_for_host
 from sglang_deploy.gate import gate_config
@@ -52,7 +52,7 @@ if store["lock"]:
 
 if not plan.simulated and host_flag(host.data, "provision", default=True):
     provision_mode = host.data.get("provision_mode") or "install"
-    provision.nvidia_stack(mode=provision_mode)
+    provision.nvidia_stack(mode=provision_mode, python=f"{venv_path(profile)}/bin/python")
     provision.python_env(profile=profile, mode=provision_mode)
 service_user.install(user=profile.service.user, home=ServiceLayout(service).state_dir)
 runtime_ops = simulator.install(profile=profile) if plan.simulated else []

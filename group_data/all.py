@@ -35,5 +35,5 @@ cuda_repo_key_url = "https://developer.download.nvidia.com/compute/cuda/repos/de
 cuda_repo_origin = "developer.download.nvidia.com"
 # A local directory of wheels for an offline Python env install (GPU hosts are often firewalled).
 wheelhouse = None
-# The python whose torch reports the NCCL it loads (default: the host's python3).
+# The python whose torch reports the NCCL it loads (default: the profile's venv in deploy.py, else python3).
 verify_python = None

@@ -69,9 +69,10 @@ def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
 
 
 @deploy("Provision: NVIDIA driver, CUDA toolkit, NCCL")
-def nvidia_stack(mode: str):
+def nvidia_stack(mode: str, python: str | None = None):
+    """python: the interpreter whose torch reports the NCCL that is actually loaded (the profile's venv)."""
     facts = host.get_fact(GpuHost)
-    torch = host.get_fact(VenvTorch, python=setting("verify_python", "python3"))
+    torch = host.get_fact(VenvTorch, python=setting("verify_python") or python or "python3")
     cuda_version = str(setting("cuda_version"))  # `--data cuda_version=13.1` arrives as a float
     driver = driver_step(facts, int(setting("cuda_major")), int(setting("driver_branch")), mode,
                          userspace_packages=setting("driver_userspace_packages", USERSPACE_DRIVER_PACKAGES),
@@ -133,9 +134,9 @@ def python_env(profile, mode: str):
     wanted = " ".join(f"'{r}'" for r in requirements(profile))
     use_uv = bool(host.get_fact(Which, command="uv"))
     if not host.get_fact(File, path=f"{venv}/bin/python"):
-        create = f"uv venv --seed --python python3 {venv}" if use_uv else f"python3 -m venv {venv}"
+        create = f"UV_PYTHON_DOWNLOADS=never uv venv --python python3 {venv}" if use_uv else f"python3 -m venv {venv}"
         server.shell(name=f"Create {venv}", commands=[create])
-    install = (f"uv pip install --python {venv}/bin/python {index_args} {wanted}" if use_uv
+    install = (f"uv pip install -q --python {venv}/bin/python {index_args} {wanted}" if use_uv
                else f"{venv}/bin/pip install -q --disable-pip-version-check {index_args} {wanted}")
     checks = [f"{venv}/bin/python -c 'import sglang; v = sglang.__version__; "
               f"assert v == \"{profile.sglang.version}\", f\"sglang {{v}} imported, {profile.sglang.version} pinned\"'"]

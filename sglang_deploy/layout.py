@@ -16,7 +16,7 @@ SIMULATED_MARKER = "/etc/sglang-deploy-simulated"
 
 def requirements(profile: "Profile") -> list[str]:
     extras = f"[{','.join(sorted(profile.sglang.extras))}]" if profile.sglang.extras else ""
-    return [f"sglang{extras}=={profile.sglang.version}"]
+    return [f"sglang{extras}=={profile.sglang.version}", *sorted(profile.sglang.pins)]
 
 
 def venv_path(profile: "Profile") -> str:

@@ -94,6 +94,8 @@ def plan_for_host(data, detected: dict | None = None) -> Plan:
     if not report.ok:
         raise PlanError(f"{path} fails validation ({len(report.problems)} problem(s)):\n" + "\n".join(report.lines()))
     port = int(_get(data, "port", profile.service.port))
-    rendered = render(profile, api_key=resolve_api_key(data), port=port)
+    cuda_version = _get(data, "cuda_version")
+    rendered = render(profile, api_key=resolve_api_key(data), port=port,
+                      cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None)
     return Plan(profile=profile, rendered=rendered, port=port, simulated=bool(_get(data, "simulated", False)),
                 skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes))

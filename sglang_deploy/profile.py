@@ -27,6 +27,7 @@ DERIVED_FLAGS = {
 }
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
 FLAG_NAME = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
+PIP_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!-]*$")
 VERSION_PIN = re.compile(r"^\d+\.\d+\.\d+(\.post\d+|rc\d+)?$")
 UNIT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.@-]*$")
 
@@ -65,6 +66,9 @@ class SGLangSection(Strict):
     launcher: Literal["serve", "launch_server"] = Field(
         "serve", description="'serve' runs `sglang serve`; 'launch_server' runs `python -m sglang.launch_server`.")
     extras: list[StrictStr] = Field(default_factory=list, description="pip extras of the sglang package.")
+    pins: list[StrictStr] = Field(
+        default_factory=list,
+        description="Exact pins installed next to sglang, e.g. 'nvidia-nccl-cu13==2.28.9' for the NCCL PyTorch loads.")
     flags: dict[str, FlagValue] = Field(
         default_factory=dict,
         description="Full flag names -> values; true renders a bare flag, false omits it, a list repeats values.")
@@ -75,6 +79,14 @@ class SGLangSection(Strict):
         if not VERSION_PIN.match(value):
             raise ValueError(f"must be an exact release such as '0.5.23', got {value!r}")
         return value
+
+    @field_validator("pins")
+    @classmethod
+    def exact_pins(cls, pins: list[str]) -> list[str]:
+        for pin in pins:
+            if not PIP_PIN.match(pin):
+                raise ValueError(f"pin {pin!r} must be an exact requirement such as 'nvidia-nccl-cu13==2.28.9'")
+        return pins
 
     @field_validator("flags")
     @classmethod

@@ -17,14 +17,21 @@ _ENV_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]*$")
 SECRET_MASK = "********"
 
 
-def base_environment(layout: ServiceLayout) -> dict[str, str]:
+SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def base_environment(layout: ServiceLayout, venv: str, cuda_home: str | None = None) -> dict[str, str]:
     """Settings every SGLang service needs; the profile's environment is applied on top."""
-    return {
+    environment = {
         "HOME": layout.state_dir,
         "SGLANG_CACHE_DIR": layout.cache_dir,  # parent of the Triton/Inductor/FlashInfer JIT caches
         "HF_HOME": f"{layout.cache_dir}/huggingface",
         "HF_HUB_OFFLINE": "1",  # local checkpoint only: no hub access at start
     }
+    if cuda_home:  # the pinned toolkit's nvcc for SGLang's JIT-compiled kernels, not whatever is on PATH
+        environment["CUDA_HOME"] = cuda_home
+        environment["PATH"] = f"{cuda_home}/bin:{venv}/bin:{SYSTEM_PATH}"
+    return environment
 
 
 def env_quote(value: str) -> str:
@@ -51,12 +58,14 @@ def _jinja() -> jinja2.Environment:
     )
 
 
-def render(profile: Profile, api_key: str | None = None, port: int | None = None) -> Rendered:
+def render(profile: Profile, api_key: str | None = None, port: int | None = None,
+           cuda_home: str | None = None) -> Rendered:
     """Same profile and key -> byte-identical files. The key only ever lands in the secrets file."""
     layout = ServiceLayout(profile.service.name)
     secrets_file = layout.secrets_path if api_key else None
-    argv = exec_start_args(profile, venv_path(profile), secrets_file, port)
-    environment = {**base_environment(layout), **profile.env_values()}
+    venv = venv_path(profile)
+    argv = exec_start_args(profile, venv, secrets_file, port)
+    environment = {**base_environment(layout, venv, cuda_home), **profile.env_values()}
     env = _jinja()
     context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key)
     unit = env.get_template("sglang.service.j2").render(exec_start=exec_start_line(argv), **context)

@@ -104,3 +104,14 @@ def test_unknown_waiver_rule(tmp_path):
 def test_missing_file():
     [problem] = problems_of("/nonexistent/profile.yaml")
     assert "cannot read profile" in problem
+
+
+def test_pins_go_into_the_versioned_venv(tmp_path):
+    from sglang_deploy.layout import requirements, venv_path
+
+    pinned = load_profile(proven_with(tmp_path, '  launcher: serve\n',
+                                      '  launcher: serve\n  pins: ["nvidia-nccl-cu13==2.28.9"]\n'))
+    assert requirements(pinned) == ["sglang==0.5.23", "nvidia-nccl-cu13==2.28.9"]
+    assert venv_path(pinned) != venv_path(load_profile(PROVEN))  # another env, so old releases keep theirs
+    loose = proven_with(tmp_path, '  launcher: serve\n', '  launcher: serve\n  pins: ["nvidia-nccl-cu13>=2.28"]\n', "loose.yaml")
+    assert any("sglang.pins" in p and "must be an exact requirement" in p for p in problems_of(loose))

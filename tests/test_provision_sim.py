@@ -225,3 +225,31 @@ def test_python_env_from_a_wheelhouse_offline_and_idempotent(bare, tmp_path):
     operations, changed, errors, unchanged = grand_total(second)
     assert (changed, errors, unchanged) == ("-", "-", operations), output(second)[-3000:]
     assert f"python env: {venv} has SGLang 0.5.23" in output(second)
+
+
+def test_python_env_prefers_uv_when_the_host_has_it(bare, tmp_path):
+    from shutil import copy2
+
+    from sglang_deploy.layout import venv_path
+    from sglang_deploy.profile import load_profile
+
+    uv = Path(sys.executable).parent / "uv"  # from the test extra; the same binary a host would have
+    if not uv.exists():
+        pytest.skip("uv is not installed in this venv (pip install -e '.[test]')")
+    bare.host.set_kernel_module(proc_version("580.65.06"))
+    wheelhouse = tmp_path / "wheelhouse"
+    wheelhouse.mkdir()
+    build_wheel(wheelhouse, "sglang", "0.5.23")
+    venv = venv_path(load_profile(PROVEN))
+    bare.sh(f"rm -rf {venv}")
+    copy2(uv, bare.host.rootfs / "usr/local/bin/uv")
+    try:
+        first = bare.provision("nccl_version=2.28.9", f"wheelhouse={wheelhouse}", python_env=True)
+        assert first.returncode == 0, output(first)[-3000:]
+        assert "uv = " in bare.sh(f"cat {venv}/pyvenv.cfg")  # the venv was made by uv, offline
+        assert bare.sh(f"{venv}/bin/python -c 'import sglang; print(sglang.__version__)'").strip() == "0.5.23"
+        second = bare.provision("nccl_version=2.28.9", f"wheelhouse={wheelhouse}", python_env=True)
+        operations, changed, errors, unchanged = grand_total(second)
+        assert (changed, errors, unchanged) == ("-", "-", operations), output(second)[-3000:]
+    finally:
+        bare.sh("rm -f /usr/local/bin/uv")

@@ -19,7 +19,7 @@ KEY = "sk-golden-$ecret%key"
     ("proven.service", lambda r: r.unit), ("proven.env", lambda r: r.env), ("proven.secrets.yaml", lambda r: r.secrets),
 ])
 def test_golden_files(name, content):
-    rendered = content(render(load_profile(PROVEN), api_key=KEY))
+    rendered = content(render(load_profile(PROVEN), api_key=KEY, cuda_home="/usr/local/cuda-13.0"))
     golden = GOLDEN / name
     if os.environ.get("UPDATE_GOLDEN") == "1":
         golden.write_text(rendered)
