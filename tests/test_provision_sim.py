@@ -253,3 +253,20 @@ def test_python_env_prefers_uv_when_the_host_has_it(bare, tmp_path):
         assert (changed, errors, unchanged) == ("-", "-", operations), output(second)[-3000:]
     finally:
         bare.sh("rm -f /usr/local/bin/uv")
+
+
+def test_deploy_dry_run_on_a_real_host_provisions_first_and_changes_nothing(bare):
+    """deploy.py on a host without the simulator marker: hardware from its facts, provisioning first."""
+    bare.host.set_kernel_module(proc_version("580.65.06"))
+    before = bare.sh(f"dpkg-query -W; ls /etc/systemd/system; cat {HOLDS}")
+    result = subprocess.run([sys.executable, "-m", "pyinfra", str(bare.inventory), "deploy.py", "--dry",
+                             "--data", "nccl_version=2.28.9"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    text = output(result)
+    assert result.returncode == 0, text[-3000:]
+    assert "SIMULATED HOST" not in text
+    assert "driver: ok: NVIDIA driver 580.65.06" in text and "nccl: ok: system libnccl2 2.28.9-1+cuda13.0" in text, text[-4000:]
+    # No GPU is visible here, so the GPU-count rule cannot use host facts and says it was skipped.
+    assert "rule skipped: tp-matches-gpus" in text
+    assert "python env: /opt/sglang-deploy/venvs/sglang-0.5.23-" in text and "Switch sglang to release" in text
+    assert bare.sh(f"dpkg-query -W; ls /etc/systemd/system; cat {HOLDS}") == before
