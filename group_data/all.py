@@ -27,11 +27,14 @@ driver_branch = 580
 nccl_version = None  # pin the system libnccl2 (e.g. "2.28.3"); PyTorch in the venv brings its own NCCL
 nccl_package_version = "{version}-1+cuda{cuda}"  # NVIDIA's Debian version of a libnccl2 pin
 # In a container: the user-space driver packages installed at exactly the host kernel module's version.
-driver_userspace_packages = ["libcuda1", "libnvidia-ml1", "nvidia-smi"]
-driver_package_version = "{version}-1"  # NVIDIA's Debian version of driver 580.95.05 is 580.95.05-1
+# None: by distribution (Debian: libcuda1 libnvidia-ml1 nvidia-smi at "{version}-1"; Ubuntu:
+# libnvidia-compute-{branch} nvidia-utils-{branch} at "{version}-0ubuntu1").
+driver_userspace_packages = None
+driver_package_version = None
 # NVIDIA's CUDA apt repository (point these at a mirror for air-gapped hosts; the key may be a local file).
-cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/"
-cuda_repo_key_url = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub"
+# {distro} and {arch} are the host's (debian12, ubuntu2404; x86_64, sbsa).
+cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/"
+cuda_repo_key_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub"
 cuda_repo_origin = "developer.download.nvidia.com"
 # A local directory of wheels for an offline Python env install (GPU hosts are often firewalled).
 wheelhouse = None

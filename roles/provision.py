@@ -10,14 +10,14 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
-from pyinfra.facts.server import Which
+from pyinfra.facts.server import Arch, LinuxDistribution, Which
 from pyinfra.operations import apt, files, server
 
 from roles.facts import GpuHost, SGLangVersion, VenvTorch
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.provision import (DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION, USERSPACE_DRIVER_PACKAGES,
-                                     cuda_toolkit_step, driver_step, nccl_step)
+from sglang_deploy.provision import (NCCL_PACKAGE_VERSION, cuda_toolkit_step, driver_step, nccl_step,
+                                     nvidia_repo_path, userspace_driver_defaults)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
 SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
@@ -43,15 +43,26 @@ def setting(name, default=None):
     return default if value is None else value
 
 
+def os_release() -> dict:
+    return host.get_fact(LinuxDistribution)["release_meta"]
+
+
 def nvidia_repository():
-    """NVIDIA's CUDA apt repository (or a mirror): keyring, deb822 source, preference for its packages."""
-    key = setting("cuda_repo_key_url")
+    """NVIDIA's CUDA apt repository (or a mirror): keyring, deb822 source, preference for its packages.
+    {distro} and {arch} in the URLs come from the host (debian12/x86_64, ubuntu2404/sbsa, ...)."""
+    url, key = setting("cuda_repo_url"), setting("cuda_repo_key_url")
+    if "{" in url + key:
+        try:
+            path = nvidia_repo_path(os_release(), host.get_fact(Arch))
+        except ValueError as error:
+            raise DeployError(f"{host.name}: {error}") from None
+        url, key = url.format(**path), key.format(**path)
     if "://" in key:
         files.download(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
     else:  # a key file on the controller (air-gapped hosts)
         files.put(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
     source = files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
-                       src=StringIO(CUDA_SOURCES.format(url=setting("cuda_repo_url"), keyring=KEYRING)))
+                       src=StringIO(CUDA_SOURCES.format(url=url, keyring=KEYRING)))
     files.put(name="Prefer NVIDIA's repository for CUDA packages", dest=REPO_PREFERENCE, mode="644",
               src=StringIO(CUDA_PIN.format(origin=setting("cuda_repo_origin"))))
     return source
@@ -74,9 +85,10 @@ def nvidia_stack(mode: str, python: str | None = None):
     facts = host.get_fact(GpuHost)
     torch = host.get_fact(VenvTorch, python=setting("verify_python") or python or "python3")
     cuda_version = str(setting("cuda_version"))  # `--data cuda_version=13.1` arrives as a float
+    default_packages, default_version = userspace_driver_defaults(os_release())
     driver = driver_step(facts, int(setting("cuda_major")), int(setting("driver_branch")), mode,
-                         userspace_packages=setting("driver_userspace_packages", USERSPACE_DRIVER_PACKAGES),
-                         package_version=setting("driver_package_version", DRIVER_PACKAGE_VERSION))
+                         userspace_packages=setting("driver_userspace_packages", default_packages),
+                         package_version=setting("driver_package_version", default_version))
     steps = [
         driver,
         cuda_toolkit_step(facts, cuda_version, mode),

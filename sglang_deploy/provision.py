@@ -14,7 +14,30 @@ from .hostfacts import driver_branch, driver_verdict
 # NVIDIA's user-space compute driver packages (their debian12 CUDA repository); no kernel module.
 USERSPACE_DRIVER_PACKAGES = ("libcuda1", "libnvidia-ml1", "nvidia-smi")
 DRIVER_PACKAGE_VERSION = "{version}-1"  # 580.95.05 -> 580.95.05-1 in NVIDIA's repository
+# Ubuntu repositories package the driver per branch, with Ubuntu's revision suffix.
+USERSPACE_DRIVER_PACKAGES_UBUNTU = ("libnvidia-compute-{branch}", "nvidia-utils-{branch}")
+DRIVER_PACKAGE_VERSION_UBUNTU = "{version}-0ubuntu1"
 NCCL_PACKAGE_VERSION = "{version}-1+cuda{cuda}"  # 2.28.3 -> 2.28.3-1+cuda13.0
+REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}  # `uname -m` -> NVIDIA's repository directory
+
+
+def nvidia_repo_path(os_release: dict, machine: str) -> dict:
+    """The {distro} and {arch} of NVIDIA's repository URLs for a host: debian12/x86_64, ubuntu2404/sbsa."""
+    distro_id = (os_release.get("ID") or "").lower()
+    version = (os_release.get("VERSION_ID") or "").replace(".", "")
+    if distro_id not in ("debian", "ubuntu") or not version:
+        raise ValueError(f"NVIDIA's CUDA apt repositories cover Debian and Ubuntu; this host is "
+                         f"{distro_id or 'unknown'} {os_release.get('VERSION_ID', '')}: set cuda_repo_url to a repository for it")
+    if machine not in REPO_ARCH:
+        raise ValueError(f"no NVIDIA CUDA repository for architecture {machine}; accepted: {', '.join(REPO_ARCH)}")
+    return {"distro": f"{distro_id}{version}", "arch": REPO_ARCH[machine]}
+
+
+def userspace_driver_defaults(os_release: dict) -> tuple[tuple[str, ...], str]:
+    """Package names and Debian version template of the user-space driver on this distribution."""
+    if (os_release.get("ID") or "").lower() == "ubuntu":
+        return USERSPACE_DRIVER_PACKAGES_UBUNTU, DRIVER_PACKAGE_VERSION_UBUNTU
+    return USERSPACE_DRIVER_PACKAGES, DRIVER_PACKAGE_VERSION
 
 
 @dataclass
@@ -34,8 +57,8 @@ def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str,
                              facts.get("libcuda"))
     kernel, userspace, minimum = verdict["kernel_driver"], verdict["userspace_driver"], verdict["minimum_branch"]
     # In a container, apt must keep user space at exactly the host module's version (no `apt upgrade` drift).
-    hold = ({package: package_version.format(version=kernel) for package in userspace_packages}
-            if verdict["container"] and kernel else {})
+    hold = ({package.format(branch=driver_branch(kernel)): package_version.format(version=kernel)
+             for package in userspace_packages} if verdict["container"] and kernel else {})
     if verdict["ok"]:
         return Step("driver", "ok", f"NVIDIA driver {kernel or userspace} (>= R{minimum}) works: nothing to install",
                     hold=hold)

@@ -14,11 +14,14 @@ import gzip
 import hashlib
 import http.server
 import os
+import platform
 import subprocess
 import threading
 from dataclasses import dataclass
 from email.utils import formatdate
 from pathlib import Path
+
+from sglang_deploy.provision import REPO_ARCH
 
 ARCH = subprocess.run(["dpkg", "--print-architecture"], capture_output=True, text=True, check=True).stdout.strip()
 LIBDIR = {"amd64": "x86_64-linux-gnu", "arm64": "aarch64-linux-gnu"}.get(ARCH, f"{ARCH}-linux-gnu")
@@ -83,9 +86,11 @@ def build_deb(package: Package, out: Path) -> Path:
 class AptRepo:
     """Build, sign and serve the repository; add packages later (a "new upstream release") with publish()."""
 
-    def __init__(self, directory: Path):
+    def __init__(self, directory: Path, path: str = f"debian12/{REPO_ARCH.get(platform.machine(), platform.machine())}"):
+        """path: where the repository lies under the server's root, as on NVIDIA's server."""
         self.directory = directory
-        self.pool = directory / "repo"
+        self.root = directory / "www"
+        self.pool = self.root / path
         self.pool.mkdir(parents=True)
         self.gnupg = directory / "gnupg"
         self.gnupg.mkdir(mode=0o700)
@@ -121,7 +126,8 @@ class AptRepo:
             subprocess.run(["rm", "-rf", str(build)], check=True)
 
     def serve(self) -> str:
-        handler = functools.partial(QuietHandler, directory=str(self.pool))
+        """The server's root URL; the repository is at ROOT/<path>/."""
+        handler = functools.partial(QuietHandler, directory=str(self.root))
         self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self.server.server_address[1]}/"

@@ -65,3 +65,24 @@ def test_toolkit_and_nccl_pins():
     assert "pinned 2.28.3-1+cuda13.0" in nccl_step(old, "2.28.3", None, "verify").message
     # A cuda12.9 build of the same NCCL is not the pinned one.
     assert nccl_step({**H200, "system_nccl": "2.28.3-1+cuda12.9"}, "2.28.3", None, "install").action == "install"
+
+
+def test_repository_path_and_driver_packages_follow_the_distribution():
+    from sglang_deploy.provision import nvidia_repo_path, userspace_driver_defaults
+
+    debian, ubuntu = {"ID": "debian", "VERSION_ID": "12"}, {"ID": "ubuntu", "VERSION_ID": "24.04"}
+    assert nvidia_repo_path(debian, "x86_64") == {"distro": "debian12", "arch": "x86_64"}
+    assert nvidia_repo_path(ubuntu, "aarch64") == {"distro": "ubuntu2404", "arch": "sbsa"}
+    for bad, machine, expected in [({"ID": "fedora", "VERSION_ID": "41"}, "x86_64", "fedora 41: set cuda_repo_url"),
+                                   (debian, "riscv64", "no NVIDIA CUDA repository for architecture riscv64")]:
+        try:
+            nvidia_repo_path(bad, machine)
+        except ValueError as error:
+            assert expected in str(error)
+        else:
+            raise AssertionError(f"{bad} {machine} accepted")
+    packages, version = userspace_driver_defaults(ubuntu)
+    lxc = {**H200, "container": "lxc", "gpus": [], "libcuda": [], "kernel_driver": "580.95.05"}
+    step = driver_step(lxc, 13, 580, "install", userspace_packages=packages, package_version=version)
+    assert step.packages == ["libnvidia-compute-580=580.95.05-0ubuntu1", "nvidia-utils-580=580.95.05-0ubuntu1"]
+    assert userspace_driver_defaults(debian)[0] == ("libcuda1", "libnvidia-ml1", "nvidia-smi")

@@ -44,7 +44,9 @@ class BareHost:
             "ssh_key": str(self.host.key), "ssh_known_hosts_file": str(self.host.known_hosts),
             "ssh_strict_host_key_checking": "accept-new",
             "profile": str(PROVEN),
-            "cuda_repo_url": url, "cuda_repo_key_url": str(repo.key_file), "cuda_repo_origin": "127.0.0.1",
+            # As the defaults in group_data/all.py: {distro}/{arch} are filled from the host (debian12/x86_64).
+            "cuda_repo_url": url + "{distro}/{arch}/", "cuda_repo_key_url": str(repo.key_file),
+            "cuda_repo_origin": "127.0.0.1",
         }
         self.inventory.write_text(f"bare = [('ct129-bare', {data!r})]\n")
 
@@ -117,7 +119,8 @@ def test_first_run_installs_second_changes_nothing(bare):
     # Never a kernel module in a container; the repository the role configured is the signed one.
     assert "dkms" not in bare.sh("dpkg -l") and "cuda-drivers" not in bare.sh("dpkg -l")
     assert "release 13.0" in bare.sh("/usr/local/cuda/bin/nvcc --version")
-    assert "Signed-By: /usr/share/keyrings/nvidia-cuda.asc" in bare.sh("cat /etc/apt/sources.list.d/nvidia-cuda.sources")
+    sources = bare.sh("cat /etc/apt/sources.list.d/nvidia-cuda.sources")
+    assert "Signed-By: /usr/share/keyrings/nvidia-cuda.asc" in sources and "/debian12/x86_64/" in sources
     # apt keeps user space at the host module's version and NCCL at its pin, even through `apt upgrade`.
     holds = bare.sh(f"cat {HOLDS}")
     assert "Package: libcuda1\nPin: version 580.95.05-1\nPin-Priority: 1001" in holds
