@@ -61,11 +61,10 @@ def nvidia_repository():
         files.download(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
     else:  # a key file on the controller (air-gapped hosts)
         files.put(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
-    source = files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
-                       src=StringIO(CUDA_SOURCES.format(url=url, keyring=KEYRING)))
+    files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
+              src=StringIO(CUDA_SOURCES.format(url=url, keyring=KEYRING)))
     files.put(name="Prefer NVIDIA's repository for CUDA packages", dest=REPO_PREFERENCE, mode="644",
               src=StringIO(CUDA_PIN.format(origin=setting("cuda_repo_origin"))))
-    return source
 
 
 def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
@@ -103,9 +102,11 @@ def nvidia_stack(mode: str, python: str | None = None):
                           + "\n".join(f"  {s.role}: {s.message}" for s in errors))
     if mode == "verify":
         return
-    source = nvidia_repository()
     packages = [package for step in steps if step.action == "install" for package in step.packages]
-    if packages or source.will_change:
+    # The repository is touched only when something must be installed: a working (often firewalled)
+    # host needs no network at all.
+    if packages:
+        nvidia_repository()
         apt.update(name="apt update (NVIDIA repository)")
     if driver.action == "install" and driver.hold:
         userspace_available_check(driver.hold, facts["kernel_driver"], userspace_driver(facts["gpus"], facts["libcuda"]))
