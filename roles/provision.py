@@ -84,6 +84,7 @@ def nvidia_stack(mode: str, python: str | None = None):
     facts = host.get_fact(GpuHost)
     torch = host.get_fact(VenvTorch, python=setting("verify_python") or python or "python3")
     cuda_version = str(setting("cuda_version"))  # `--data cuda_version=13.1` arrives as a float
+    nccl_pin = setting("nccl_version")
     default_packages, default_version = userspace_driver_defaults(os_release())
     driver = driver_step(facts, int(setting("cuda_major")), int(setting("driver_branch")), mode,
                          userspace_packages=setting("driver_userspace_packages", default_packages),
@@ -91,8 +92,8 @@ def nvidia_stack(mode: str, python: str | None = None):
     steps = [
         driver,
         cuda_toolkit_step(facts, cuda_version, mode),
-        nccl_step(facts, str(setting("nccl_version")) if setting("nccl_version") else None, (torch or {}).get("nccl"), mode, cuda_version=cuda_version,
-                  package_version=setting("nccl_package_version", NCCL_PACKAGE_VERSION)),
+        nccl_step(facts, str(nccl_pin) if nccl_pin else None, (torch or {}).get("nccl"), mode,
+                  cuda_version=cuda_version, package_version=setting("nccl_package_version", NCCL_PACKAGE_VERSION)),
     ]
     for step in steps:
         host.log(f"{step.role}: {step.action}: {step.message}", logger.info if step.action != "error" else logger.error)
@@ -103,23 +104,23 @@ def nvidia_stack(mode: str, python: str | None = None):
     if mode == "verify":
         return
     packages = [package for step in steps if step.action == "install" for package in step.packages]
+    container_user_space = driver.action == "install" and bool(driver.hold)
+    kernel = facts["kernel_driver"]
     # The repository is touched only when something must be installed: a working (often firewalled)
     # host needs no network at all.
     if packages:
         nvidia_repository()
         apt.update(name="apt update (NVIDIA repository)")
-    if driver.action == "install" and driver.hold:
-        userspace_available_check(driver.hold, facts["kernel_driver"], userspace_driver(facts["gpus"], facts["libcuda"]))
-    holds = {package: version for step in steps for package, version in step.hold.items()}
-    if packages:
+        if container_user_space:
+            userspace_available_check(driver.hold, kernel, userspace_driver(facts["gpus"], facts["libcuda"]))
         # --allow-downgrades: a container's user space may have to go back to the host module's version.
         apt.packages(name=f"Install {', '.join(packages)}", packages=packages,
                      extra_install_args="--allow-downgrades")
+    holds = {package: version for step in steps for package, version in step.hold.items()}
     if holds:
         files.put(name="Hold driver user space and NCCL at their exact versions", dest=HOLDS, mode="644",
                   src=StringIO("\n".join(HOLD.format(package=p, version=v) for p, v in sorted(holds.items()))))
-    if driver.action == "install" and driver.hold:
-        kernel = facts["kernel_driver"]
+    if container_user_space:
         server.shell(name=f"Check user space is now {kernel}", commands=[
             f"ls /usr/lib/*-linux-gnu/libcuda.so.{kernel} /usr/lib64/libcuda.so.{kernel} 2>/dev/null | grep -q . || "
             f"{{ echo \"libcuda.so.{kernel} is missing after the install: the kernel module is {kernel}, user space is "
