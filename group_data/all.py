@@ -27,10 +27,10 @@ driver_branch = 580
 nccl_version = None  # pin the system libnccl2 (e.g. "2.28.3"); PyTorch in the venv brings its own NCCL
 nccl_package_version = "{version}-1+cuda{cuda}"  # NVIDIA's Debian version of a libnccl2 pin
 # In a container: the user-space driver packages installed at exactly the host kernel module's version.
-# None: by distribution (Debian: libcuda1 libnvidia-ml1 nvidia-smi at "{version}-1"; Ubuntu:
-# libnvidia-compute-{branch} nvidia-utils-{branch} at "{version}-0ubuntu1").
+# None: by distribution (Debian: libcuda1 libnvidia-ml1 nvidia-smi; Ubuntu: libnvidia-compute-{branch}
+# nvidia-utils-{branch}). The version is an apt glob: the module's version, any packaging revision.
 driver_userspace_packages = None
-driver_package_version = None
+driver_package_version = "{version}-*"
 # NVIDIA's CUDA apt repository (point these at a mirror for air-gapped hosts; the key may be a local file).
 # {distro} and {arch} are the host's (debian12, ubuntu2404; x86_64, sbsa).
 cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/"

@@ -4,6 +4,7 @@ Decisions come from sglang_deploy.provision (pure) over host facts; this module 
 pyinfra operations. `provision_mode=verify` turns every install into an error and changes nothing.
 """
 
+import shlex
 from io import StringIO
 
 from pyinfra import host, logger
@@ -70,10 +71,11 @@ def nvidia_repository():
 def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
     """Before touching packages: NVIDIA's repository must carry user space of exactly the kernel module's version."""
     checks = " && ".join(
-        f"{{ apt-cache madison {package} | awk '{{print $3}}' | grep -qxF '{version}' || "
-        f"{{ echo \"{package} {version} is not in the repository (it has: $(apt-cache madison {package} | "
-        f"awk '{{print $3}}' | tr '\\n' ' ')); the kernel module is {kernel}, user space here is "
-        f"{userspace or 'missing'}: they must match, so nothing was installed\" >&2; exit 1; }}; }}"
+        f"available=$(apt-cache madison {package} | awk '{{print $3}}'); "
+        f"for v in $available; do case $v in {version}) found={package};; esac; done; "
+        f"[ \"$found\" = {package} ] || {{ echo \"{package} {version} is not in the repository (it has: "
+        f"$(echo $available)); the kernel module is {kernel}, user space here is {userspace or 'missing'}: "
+        f"they must match, so nothing was installed\" >&2; exit 1; }}"
         for package, version in hold.items())
     server.shell(name=f"Check the repository has user space {kernel}", commands=[checks])
 
@@ -113,9 +115,12 @@ def nvidia_stack(mode: str, python: str | None = None):
         apt.update(name="apt update (NVIDIA repository)")
         if container_user_space:
             userspace_available_check(driver.hold, kernel, userspace_driver(facts["gpus"], facts["libcuda"]))
+        # Whether to install was decided from facts; versions may be globs (580.95.05-*), hence quoted.
         # --allow-downgrades: a container's user space may have to go back to the host module's version.
-        apt.packages(name=f"Install {', '.join(packages)}", packages=packages,
-                     extra_install_args="--allow-downgrades")
+        server.shell(name=f"Install {', '.join(packages)}", commands=[
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+            "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
+            + " ".join(shlex.quote(package) for package in packages)])
     holds = {package: version for step in steps for package, version in step.hold.items()}
     if holds:
         files.put(name="Hold driver user space and NCCL at their exact versions", dest=HOLDS, mode="644",

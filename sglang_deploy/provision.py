@@ -13,10 +13,11 @@ from .hostfacts import driver_branch, driver_verdict
 
 # NVIDIA's user-space compute driver packages (their debian12 CUDA repository); no kernel module.
 USERSPACE_DRIVER_PACKAGES = ("libcuda1", "libnvidia-ml1", "nvidia-smi")
-DRIVER_PACKAGE_VERSION = "{version}-1"  # 580.95.05 -> 580.95.05-1 in NVIDIA's repository
-# Ubuntu repositories package the driver per branch, with Ubuntu's revision suffix.
+# Ubuntu repositories package the driver per branch.
 USERSPACE_DRIVER_PACKAGES_UBUNTU = ("libnvidia-compute-{branch}", "nvidia-utils-{branch}")
-DRIVER_PACKAGE_VERSION_UBUNTU = "{version}-0ubuntu1"
+# Exactly the kernel module's version, any packaging revision (580.95.05-1, -0ubuntu1, -1ubuntu1):
+# an apt version glob, also valid in apt preferences.
+DRIVER_PACKAGE_VERSION = "{version}-*"
 NCCL_PACKAGE_VERSION = "{version}-1+cuda{cuda}"  # 2.28.3 -> 2.28.3-1+cuda13.0
 REPO_ARCH = {"x86_64": "x86_64", "aarch64": "sbsa"}  # `uname -m` -> NVIDIA's repository directory
 
@@ -36,7 +37,7 @@ def nvidia_repo_path(os_release: dict, machine: str) -> dict:
 def userspace_driver_defaults(os_release: dict) -> tuple[tuple[str, ...], str]:
     """Package names and Debian version template of the user-space driver on this distribution."""
     if (os_release.get("ID") or "").lower() == "ubuntu":
-        return USERSPACE_DRIVER_PACKAGES_UBUNTU, DRIVER_PACKAGE_VERSION_UBUNTU
+        return USERSPACE_DRIVER_PACKAGES_UBUNTU, DRIVER_PACKAGE_VERSION
     return USERSPACE_DRIVER_PACKAGES, DRIVER_PACKAGE_VERSION
 
 

@@ -35,8 +35,8 @@ class Package:
     postinst: str = ""
 
 
-def driver_packages(version: str) -> list[Package]:
-    deb = f"{version}-1"
+def driver_packages(version: str, revision: str = "1") -> list[Package]:
+    deb = f"{version}-{revision}"
     return [
         Package("libcuda1", deb, {f"usr/lib/{LIBDIR}/libcuda.so.{version}": f"test fixture: libcuda {version}\n",
                                   f"usr/lib/{LIBDIR}/libcuda.so.1": f"->libcuda.so.{version}"}),
