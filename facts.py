@@ -3,10 +3,12 @@ NCCL (system and the venv's torch), GPU topology and P2P, and whether the driver
 
     pyinfra inventory/X.py facts.py [--data python=/opt/sglang-deploy/venvs/.../bin/python]
 
-Reads only; changes nothing.
+Reads only; changes nothing on the host. Saves results/<host>/facts.json on the controller, which
+`sglang-deploy check PROFILE --facts results/<host>/facts.json` checks a profile against.
 """
 
 import json
+from pathlib import Path
 
 from pyinfra import host, logger
 
@@ -23,3 +25,7 @@ torch_nccl = (facts["venv_torch"] or {}).get("nccl")
 if facts["system_nccl"] and torch_nccl and not facts["system_nccl"].startswith(torch_nccl + "-"):
     facts["nccl_warning"] = f"system libnccl2 {facts['system_nccl']} differs from the NCCL torch loads ({torch_nccl})"
 logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))
+saved = Path(__file__).resolve().parent / "results" / host.name / "facts.json"
+saved.parent.mkdir(parents=True, exist_ok=True)
+saved.write_text(json.dumps(facts, indent=1) + "\n")
+logger.info(f"[{host.name}] saved {saved}")

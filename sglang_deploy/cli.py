@@ -3,17 +3,43 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
+from .hostfacts import detected_hardware
+from .plan import PlanError, reconcile_hardware
 from .profile import ProfileError, load_profile
 from .validate import TOPOLOGIES, check_profile
 from .validator_env import ValidatorEnvError
 
 
+def hardware_for_check(args: argparse.Namespace) -> tuple[int | None, str | None]:
+    """--gpus/--topology, or what a host reported (facts.py's JSON); a contradiction is an error."""
+    if not args.facts:
+        return args.gpus, args.topology
+    try:
+        facts = json.loads(Path(args.facts).read_text())
+        detected = detected_hardware(facts)
+    except (OSError, ValueError, AttributeError, TypeError) as error:
+        raise PlanError(f"--facts {args.facts}: not a facts file written by facts.py ({error})") from None
+    gpus, topology, notes = reconcile_hardware({"gpus": args.gpus, "gpu_topology": args.topology}, detected,
+                                               declared_by="the command line",
+                                               labels={"gpus": "--gpus", "gpu_topology": "--topology"})
+    for note in notes:
+        print(f"  {note} ({args.facts})")
+    return gpus, topology
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     try:
+        gpus, topology = hardware_for_check(args)
+    except PlanError as error:
+        print(f"sglang-deploy: error: {error}", file=sys.stderr)
+        return 2
+    try:
         profile = load_profile(args.profile)
-        report = check_profile(profile, gpus=args.gpus, topology=args.topology)
+        report = check_profile(profile, gpus=gpus, topology=topology)
     except ProfileError as error:
         print("\n".join(error.problems), file=sys.stderr)
         print(f"INVALID: {args.profile}", file=sys.stderr)
@@ -39,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("profile")
     check.add_argument("--gpus", type=int, help="GPU count of the target host (checks --tp-size)")
     check.add_argument("--topology", choices=TOPOLOGIES, help="GPU interconnect of the target host (NCCL rules)")
+    check.add_argument("--facts", metavar="FILE",
+                       help="GPU count and interconnect from a host's facts (results/<host>/facts.json of facts.py)")
     check.set_defaults(func=cmd_check)
     args = parser.parse_args(argv)
     return args.func(args)

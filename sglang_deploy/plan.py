@@ -60,18 +60,20 @@ def resolve_profile_path(profile_path) -> Path:
     return path
 
 
-def reconcile_hardware(data, detected: dict | None) -> tuple[int | None, str | None, list[str]]:
+def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventory",
+                       labels: dict | None = None) -> tuple[int | None, str | None, list[str]]:
     """GPU count and topology for the validation rules: the host's own facts where it is reachable,
     the inventory's values otherwise. Both present and different is an error naming both."""
     notes = []
     values = {}
     for name in ("gpus", "gpu_topology"):
         declared, found = _get(data, name), (detected or {}).get(name)
+        label = (labels or {}).get(name, name)
         if declared is not None and found is not None and str(declared) != str(found):
-            raise PlanError(f"inventory says {name}={declared} but the host reports {found} "
-                            f"(nvidia-smi); correct the inventory, or remove {name} to use what the host reports")
+            raise PlanError(f"{declared_by} says {label} {declared} but the host reports {found} "
+                            f"(nvidia-smi); correct {declared_by}, or leave out {label} to use what the host reports")
         if declared is None and found is not None:
-            notes.append(f"{name}={found} from the host's facts")
+            notes.append(f"{label} {found} from the host's facts")
         values[name] = declared if declared is not None else found
     gpus = values["gpus"]
     return (int(gpus) if gpus is not None else None), values["gpu_topology"], notes

@@ -39,3 +39,34 @@ def test_gpu_count_mismatch_exits_1():
 def test_bad_topology_is_a_usage_error():
     result = run_check(PROVEN, "--topology", "infiniband")
     assert result.returncode == 2 and "invalid choice" in result.stderr
+
+
+def facts_file(tmp_path, gpus: int, interconnect: str):
+    """A facts.json as facts.py saves it (only the fields the check reads matter)."""
+    import json
+
+    path = tmp_path / f"facts-{gpus}-{interconnect}.json"
+    path.write_text(json.dumps({"gpus": [{"index": i, "driver_version": "580.95.05"} for i in range(gpus)],
+                                "topology": {"interconnect": interconnect, "links": ["PHB"]}}))
+    return path
+
+
+def test_check_against_a_hosts_facts(tmp_path):
+    ct129 = facts_file(tmp_path, 2, "pcie")
+    result = run_check(PROVEN, "--facts", ct129)
+    assert result.returncode == 0, result.stderr
+    assert f"--gpus 2 from the host's facts ({ct129})" in result.stdout
+    assert f"--topology pcie from the host's facts ({ct129})" in result.stdout
+    assert "skipped" not in result.stdout  # every hardware rule ran
+    one_gpu = run_check(PROVEN, "--facts", facts_file(tmp_path, 1, "pcie"))
+    assert one_gpu.returncode == 1 and "--tp-size 2 does not match the host's 1 GPU(s)" in one_gpu.stderr
+
+
+def test_check_refuses_a_command_line_that_contradicts_the_facts(tmp_path):
+    result = run_check(PROVEN, "--topology", "pcie", "--facts", facts_file(tmp_path, 2, "nvlink"))
+    assert result.returncode == 2
+    assert "the command line says --topology pcie but the host reports nvlink" in result.stderr
+    broken = tmp_path / "broken.json"
+    broken.write_text("not json")
+    result = run_check(PROVEN, "--facts", broken)
+    assert result.returncode == 2 and f"--facts {broken}: not a facts file written by facts.py" in result.stderr

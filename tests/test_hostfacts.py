@@ -81,8 +81,8 @@ def test_host_facts_feed_the_validation_rules():
     detected = detected_hardware(h200)
     assert detected == {"gpus": 2, "gpu_topology": "nvlink"}
     # Nothing declared: the host's facts are used (and said so).
-    assert reconcile_hardware({}, detected) == (2, "nvlink", ["gpus=2 from the host's facts",
-                                                            "gpu_topology=nvlink from the host's facts"])
+    assert reconcile_hardware({}, detected) == (2, "nvlink", ["gpus 2 from the host's facts",
+                                                            "gpu_topology nvlink from the host's facts"])
     # Declared and agreeing, or the host cannot tell yet (no GPU visible before the driver): the inventory's.
     assert reconcile_hardware({"gpus": 2, "gpu_topology": "nvlink"}, detected)[:2] == (2, "nvlink")
     assert reconcile_hardware({"gpus": 2, "gpu_topology": "pcie"}, detected_hardware({"gpus": []}))[:2] == (2, "pcie")
@@ -90,6 +90,6 @@ def test_host_facts_feed_the_validation_rules():
     try:
         reconcile_hardware({"gpus": 2, "gpu_topology": "pcie"}, detected)
     except PlanError as error:
-        assert "gpu_topology=pcie but the host reports nvlink" in str(error)
+        assert "inventory says gpu_topology pcie but the host reports nvlink" in str(error)
     else:
         raise AssertionError("a contradicted topology was accepted")

@@ -279,3 +279,24 @@ def test_deploy_dry_run_on_a_real_host_provisions_first_and_changes_nothing(bare
     assert "rule skipped: tp-matches-gpus" in text
     assert "python env: /opt/sglang-deploy/venvs/sglang-0.5.23-" in text and "Switch sglang to release" in text
     assert bare.sh(f"dpkg-query -W; ls /etc/systemd/system; cat {HOLDS}") == before
+
+
+def test_facts_are_saved_for_the_profile_check(bare):
+    import json
+
+    bare.host.set_kernel_module(proc_version("580.65.06"))
+    result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(bare.inventory), "facts.py"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, output(result)[-3000:]
+    saved = REPO / "results" / "ct129-bare" / "facts.json"
+    try:
+        facts = json.loads(saved.read_text())
+        assert facts["kernel_driver"] == "580.65.06" and facts["libcuda"] == ["580.65.06"]
+        assert facts["container"] == "systemd-nspawn" and facts["cuda_toolkit"] == "13.0"
+        assert facts["system_nccl"] == "2.28.9-1+cuda13.0" and facts["driver"]["ok"]
+        check = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "check", str(PROVEN), "--facts", str(saved)],
+                               cwd=REPO, capture_output=True, text=True, timeout=300)
+        # No GPU is visible in the container, so the GPU-count rule is skipped rather than guessed.
+        assert check.returncode == 0 and "skipped: tp-matches-gpus" in check.stdout, check.stdout + check.stderr
+    finally:
+        saved.unlink(missing_ok=True)
