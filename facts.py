@@ -13,7 +13,7 @@ from pathlib import Path
 from pyinfra import host, logger
 
 from roles.facts import GpuHost, VenvTorch
-from sglang_deploy.hostfacts import detected_hardware, driver_verdict
+from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs
 
 facts = host.get_fact(GpuHost)
 python = host.data.get("python") or "python3"
@@ -22,7 +22,7 @@ facts["driver"] = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["c
                                  cuda_major=int(host.data.get("cuda_major") or 13), libcuda=facts["libcuda"])
 facts["validation_uses"] = detected_hardware(facts)  # GPU count and topology deploy.py checks the profile against
 torch_nccl = (facts["venv_torch"] or {}).get("nccl")
-if facts["system_nccl"] and torch_nccl and not facts["system_nccl"].startswith(torch_nccl + "-"):
+if nccl_differs(facts["system_nccl"], torch_nccl):
     facts["nccl_warning"] = f"system libnccl2 {facts['system_nccl']} differs from the NCCL torch loads ({torch_nccl})"
 logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))
 saved = Path(__file__).resolve().parent / "results" / host.name / "facts.json"

@@ -23,10 +23,6 @@ from aptrepo import AptRepo, cuda_toolkit_package, driver_packages, nccl_package
 from sglang_deploy.simhost import SimHost  # noqa: E402
 
 
-def proc_version(version: str) -> str:
-    return f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Sep 23 09:55:41 UTC 2025\n"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -39,9 +35,7 @@ def main() -> None:
                       cuda_toolkit_package("13.0", "13.0.88"), nccl_package("2.28.3", "13.0")])
         url = repo.serve()
         host = SimHost(state_dir=scratch / "host", ssh_port=args.ssh_port, machine="provision-timing", simulated=False)
-        data = {"ssh_hostname": "127.0.0.1", "ssh_port": args.ssh_port, "ssh_user": "root", "ssh_key": str(host.key),
-                "ssh_known_hosts_file": str(host.known_hosts), "ssh_strict_host_key_checking": "accept-new",
-                "cuda_repo_url": url + "{distro}/{arch}/", "cuda_repo_key_url": str(repo.key_file),
+        data = {**host.ssh_data(), "cuda_repo_url": url + "{distro}/{arch}/", "cuda_repo_key_url": str(repo.key_file),
                 "cuda_repo_origin": "127.0.0.1", "nccl_version": "2.28.3", "skip_python_env": True}
         inventory = scratch / "inventory.py"
         inventory.write_text(f"bare = [('bare', {data!r})]\n")
@@ -57,12 +51,12 @@ def main() -> None:
         host.up(fresh=True)
         try:
             host.ssh("mv /etc/apt/sources.list /etc/apt/sources.list.disabled")
-            host.set_kernel_module(proc_version("580.95.05"))
+            host.set_kernel_module("580.95.05")
             first = provision()
             noop = [provision() for _ in range(args.runs)]
             changes = []
             for version in ["580.65.06", "580.95.05"] * ((args.runs + 1) // 2):
-                host.set_kernel_module(proc_version(version))
+                host.set_kernel_module(version)
                 changes.append(provision())
         finally:
             host.down()

@@ -15,6 +15,7 @@ from pyinfra.facts.server import Arch, LinuxDistribution, Which
 from pyinfra.operations import apt, files, server
 
 from roles.facts import GpuHost, SGLangVersion, VenvTorch
+from sglang_deploy.hostdata import get
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
 from sglang_deploy.provision import (NCCL_PACKAGE_VERSION, cuda_toolkit_step, driver_step, nccl_step,
@@ -40,8 +41,7 @@ Pin-Priority: 1001
 
 
 def setting(name, default=None):
-    value = host.data.get(name)
-    return default if value is None else value
+    return get(host.data, name, default)
 
 
 def os_release() -> dict:

@@ -78,6 +78,11 @@ def userspace_driver(gpus: list[dict], libcuda: list[str]) -> str | None:
     return libcuda[-1] if libcuda else None
 
 
+def nccl_differs(system_nccl: str | None, torch_nccl: str | None) -> bool:
+    """Does the system libnccl2 (2.28.3-1+cuda13.0) differ from the NCCL torch loads (2.28.9)?"""
+    return bool(system_nccl and torch_nccl and not system_nccl.startswith(torch_nccl + "-"))
+
+
 def parse_nvcc(output: str) -> str | None:
     match = re.search(r"release (\d+\.\d+)", output or "")
     return match.group(1) if match else None

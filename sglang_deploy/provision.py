@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .hostfacts import driver_branch, driver_verdict
+from .hostfacts import driver_branch, driver_verdict, nccl_differs
 
 # NVIDIA's user-space compute driver packages (their debian12 CUDA repository); no kernel module.
 USERSPACE_DRIVER_PACKAGES = ("libcuda1", "libnvidia-ml1", "nvidia-smi")
@@ -103,7 +103,7 @@ def nccl_step(facts: dict, nccl_pin: str | None, torch_nccl: str | None, mode: s
               package_version: str = NCCL_PACKAGE_VERSION) -> Step:
     system = facts["system_nccl"]
     note = ""
-    if torch_nccl and system and not system.startswith(torch_nccl + "-"):
+    if nccl_differs(system, torch_nccl):
         note = f"; note: PyTorch in the venv loads its own NCCL {torch_nccl}, not the system's {system}"
     if not nccl_pin:
         return Step("nccl", "ok", f"system libnccl2 {system or 'not installed (PyTorch brings its own)'} (not pinned){note}")

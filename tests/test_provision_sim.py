@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -27,11 +28,6 @@ BARE_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_BARE_SSH_PORT", "2233"))
 HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
 
 
-def proc_version(version: str) -> str:
-    return (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Sep 23 09:55:41 UTC 2025\n"
-            "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n")
-
-
 class BareHost:
     def __init__(self, state_dir: Path, repo: AptRepo, url: str):
         from sglang_deploy.simhost import SimHost
@@ -40,9 +36,7 @@ class BareHost:
         state_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = state_dir / "inventory.py"
         data = {
-            "ssh_hostname": "127.0.0.1", "ssh_port": BARE_SSH_PORT, "ssh_user": "root",
-            "ssh_key": str(self.host.key), "ssh_known_hosts_file": str(self.host.known_hosts),
-            "ssh_strict_host_key_checking": "accept-new",
+            **self.host.ssh_data(),
             "profile": str(PROVEN),
             # As the defaults in group_data/all.py: {distro}/{arch} are filled from the host (debian12/x86_64).
             "cuda_repo_url": url + "{distro}/{arch}/", "cuda_repo_key_url": str(repo.key_file),
@@ -81,7 +75,7 @@ def grand_total(result) -> list[str]:
 
 @pytest.fixture(scope="module")
 def bare(tmp_path_factory):
-    reason = simhost_available() or (None if all(map(_which, ("gpg", "dpkg-deb", "nsenter"))) else "needs gpg, dpkg-deb, nsenter")
+    reason = simhost_available() or (None if all(map(shutil.which, ("gpg", "dpkg-deb", "nsenter"))) else "needs gpg, dpkg-deb, nsenter")
     if reason:
         if os.environ.get("SGLANG_DEPLOY_REQUIRE_SIMHOST") == "1":
             pytest.fail(f"the bare test host is required but unavailable: {reason}")
@@ -103,14 +97,8 @@ def bare(tmp_path_factory):
         subprocess.run(["rm", "-rf", str(host.host.rootfs)], check=False)
 
 
-def _which(tool: str) -> bool:
-    from shutil import which
-
-    return which(tool) is not None
-
-
 def test_first_run_installs_second_changes_nothing(bare):
-    bare.host.set_kernel_module(proc_version("580.95.05"))
+    bare.host.set_kernel_module("580.95.05")
     first = bare.provision("nccl_version=2.28.3")
     assert first.returncode == 0, output(first)[-3000:]
     assert bare.installed("libcuda1", "libnvidia-ml1", "nvidia-smi", "cuda-toolkit-13-0", "libnccl2") == {
@@ -149,11 +137,11 @@ def test_user_space_follows_the_host_kernel_module(bare):
     """The Proxmox host's module changes: the container's libraries must match it exactly, whatever the
     packaging revision, up or down."""
     bare.repo.publish(driver_packages("580.82.07", revision="2"))
-    bare.host.set_kernel_module(proc_version("580.82.07"))
+    bare.host.set_kernel_module("580.82.07")
     result = bare.provision("nccl_version=2.28.9")
     assert result.returncode == 0, output(result)[-3000:]
     assert bare.installed("libcuda1")["libcuda1"] == "580.82.07-2"
-    bare.host.set_kernel_module(proc_version("580.65.06"))
+    bare.host.set_kernel_module("580.65.06")
     result = bare.provision("nccl_version=2.28.9")
     assert result.returncode == 0, output(result)[-3000:]
     assert "user-space driver 580.82.07 -> 580.65.06" in output(result)
@@ -162,7 +150,7 @@ def test_user_space_follows_the_host_kernel_module(bare):
 
 
 def test_mismatch_in_verify_mode_names_both_versions_and_changes_nothing(bare):
-    bare.host.set_kernel_module(proc_version("580.95.05"))
+    bare.host.set_kernel_module("580.95.05")
     before = bare.sh(f"dpkg-query -W; cat {HOLDS}")
     result = bare.provision("nccl_version=2.28.9", "provision_mode=verify")
     assert result.returncode != 0
@@ -172,7 +160,7 @@ def test_mismatch_in_verify_mode_names_both_versions_and_changes_nothing(bare):
 
 
 def test_host_module_missing_from_the_repository_fails_naming_both(bare):
-    bare.host.set_kernel_module(proc_version("580.126.01"))
+    bare.host.set_kernel_module("580.126.01")
     before = bare.sh("dpkg-query -W")
     result = bare.provision("nccl_version=2.28.9")
     assert result.returncode != 0
@@ -183,7 +171,7 @@ def test_host_module_missing_from_the_repository_fails_naming_both(bare):
 
 def test_old_or_missing_host_driver_is_refused_before_any_change(bare):
     before = bare.sh(f"dpkg-query -W; cat {HOLDS}; cat /etc/apt/sources.list.d/nvidia-cuda.sources")
-    bare.host.set_kernel_module(proc_version("570.86.10"))
+    bare.host.set_kernel_module("570.86.10")
     old = bare.provision("nccl_version=2.28.9")
     assert old.returncode != 0
     assert ("driver 570.86.10 is older than R580, the minimum for CUDA 13" in output(old)
@@ -216,7 +204,7 @@ def test_python_env_from_a_wheelhouse_offline_and_idempotent(bare, tmp_path):
     from sglang_deploy.layout import venv_path
     from sglang_deploy.profile import load_profile
 
-    bare.host.set_kernel_module(proc_version("580.65.06"))
+    bare.host.set_kernel_module("580.65.06")
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
     build_wheel(wheelhouse, "sglang", "0.5.23")
@@ -245,7 +233,7 @@ def test_python_env_prefers_uv_when_the_host_has_it(bare, tmp_path):
     uv = Path(sys.executable).parent / "uv"  # from the test extra; the same binary a host would have
     if not uv.exists():
         pytest.skip("uv is not installed in this venv (pip install -e '.[test]')")
-    bare.host.set_kernel_module(proc_version("580.65.06"))
+    bare.host.set_kernel_module("580.65.06")
     wheelhouse = tmp_path / "wheelhouse"
     wheelhouse.mkdir()
     build_wheel(wheelhouse, "sglang", "0.5.23")
@@ -266,7 +254,7 @@ def test_python_env_prefers_uv_when_the_host_has_it(bare, tmp_path):
 
 def test_deploy_dry_run_on_a_real_host_provisions_first_and_changes_nothing(bare):
     """deploy.py on a host without the simulator marker: hardware from its facts, provisioning first."""
-    bare.host.set_kernel_module(proc_version("580.65.06"))
+    bare.host.set_kernel_module("580.65.06")
     before = bare.sh(f"dpkg-query -W; ls /etc/systemd/system; cat {HOLDS}")
     result = subprocess.run([sys.executable, "-m", "pyinfra", str(bare.inventory), "deploy.py", "--dry",
                              "--data", "nccl_version=2.28.9"],
@@ -284,7 +272,7 @@ def test_deploy_dry_run_on_a_real_host_provisions_first_and_changes_nothing(bare
 def test_facts_are_saved_for_the_profile_check(bare):
     import json
 
-    bare.host.set_kernel_module(proc_version("580.65.06"))
+    bare.host.set_kernel_module("580.65.06")
     result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(bare.inventory), "facts.py"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, output(result)[-3000:]
