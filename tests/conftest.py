@@ -17,6 +17,8 @@ INCIDENT = PROFILES / "qwen3.6-27b-mtp1-2xa6000.yaml"
 # Distinct from the demo's ports (2222 / 30000) so tests and a running demo do not collide.
 TEST_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SSH_PORT", "2232"))
 TEST_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100"))
+# systemd-nspawn machine names are machine-wide: two suites running side by side need distinct ones.
+TEST_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test")
 
 
 def write_profile(tmp_path: Path, text: str, name: str = "profile.yaml") -> Path:
@@ -36,7 +38,7 @@ class SimHostSession:
     def __init__(self, state_dir: Path):
         from sglang_deploy.simhost import SimHost
 
-        self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine="ct129-test")
+        self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine=TEST_MACHINE)
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
                     "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
 
