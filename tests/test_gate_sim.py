@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import INCIDENT, PROVEN, proven_with
+from conftest import INCIDENT, PROVEN, TEST_SERVICE_PORT, proven_with
 from test_releases_sim import state
 
 pytestmark = pytest.mark.simhost
@@ -20,7 +20,7 @@ def gated_baseline(simhost, tmp_path, note):
 
 
 def quick_bench(simhost):
-    out = simhost.sh("python3 /opt/sglang-deploy/bin/bench.py --url http://127.0.0.1:30100 --api-key-file "
+    out = simhost.sh(f"python3 /opt/sglang-deploy/bin/bench.py --url http://127.0.0.1:{TEST_SERVICE_PORT} --api-key-file "
                      "/etc/sglang-deploy/sglang/secrets.yaml --samples 3 --warmup 0 --max-new-tokens 160 "
                      "--concurrency 1 2>/dev/null")
     return json.loads(out)

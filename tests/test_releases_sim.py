@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import PROVEN, REPO, proven_with
+from conftest import PROVEN, REPO, TEST_SERVICE_PORT, proven_with
 
 pytestmark = pytest.mark.simhost
 
@@ -117,7 +117,7 @@ def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simho
     # The switch back to `first` dies after writing the unit and before the restart.
     died = simhost.host.ssh(
         f"SGLANG_DEPLOY_TEST_DIE_AFTER=unit-written python3 /opt/sglang-deploy/bin/releases.py switch "
-        f"--service sglang --release {first} --probe-url http://127.0.0.1:30100 --timeout 30", check=False)
+        f"--service sglang --release {first} --probe-url http://127.0.0.1:{TEST_SERVICE_PORT} --timeout 30", check=False)
     assert died.returncode == 9
     store = state(simhost)
     assert not store["consistent"] and store["state"]["switching"]["to"] == first
