@@ -69,6 +69,7 @@ if decision.switch:
     if decision.is_new:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
+                      resolution=plan.resolution,
                       meta=build_meta(plan, decision.release_id))
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
                    timeout=profile.service.start_timeout_s, reason="deploy",

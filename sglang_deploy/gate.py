@@ -12,27 +12,23 @@ from pathlib import Path
 
 from .layout import venv_path
 from .plan import Plan
+from .resolution import COMPARED_FIELDS, decode_backend
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
 
 def expectations(plan: Plan) -> dict:
-    """Declared settings the gate verifies in the running server and process (not in the unit)."""
-    flags = plan.profile.sglang.flags
-    expect: dict = {
-        "decode_graphs": not (flags.get("--disable-cuda-graph") is True
-                              or flags.get("--cuda-graph-backend-decode") == "disabled"),
-        "custom_all_reduce": int(flags.get("--tp-size", 1)) > 1 and flags.get("--disable-custom-all-reduce") is not True,
+    """What the running server and process must show: SGLang's own resolution of the release's command
+    line (the same document the simulator serves), and the declared environment."""
+    resolved = plan.resolution["resolved"]
+    return {
+        "decode_graphs": decode_backend(resolved) != "disabled",
+        "custom_all_reduce": int(resolved.get("tp_size") or 1) > 1 and not resolved.get("disable_custom_all_reduce"),
+        "resolved": {key: resolved.get(key) for key in COMPARED_FIELDS},
         "environment": dict(plan.rendered.environment),
         "venv": venv_path(plan.profile),
         "model_path": plan.profile.model.path,
     }
-    if flags.get("--speculative-algorithm"):
-        for flag in ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
-                     "--speculative-num-draft-tokens"):
-            if flag in flags:
-                expect[flag[2:].replace("-", "_")] = flags[flag]
-    return expect
 
 
 def gate_config(plan: Plan) -> dict:

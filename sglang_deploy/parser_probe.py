@@ -1,13 +1,22 @@
 """Runs inside a validator virtualenv that holds a pinned SGLang (no GPU dependencies).
 
-Reads JSON lines from stdin: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...]}
+Reads JSON lines from stdin: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...],
+                               "resolve": {"argv": [...], "architectures": [...]} (optional)}
 Writes JSON to stdout:
   {"sglang_version": ..., "actions": [...], "results": [{"ok": bool, "error": str|null}, ...],
-   "algorithms": {name: error-or-null}}
+   "algorithms": {name: error-or-null}, "resolution": {...} (when asked)}
 
 Every argv is parsed by SGLang's own ``ServerArgs.add_cli_args`` parser, so unknown, removed and
 ambiguous flags fail exactly as they would at server start. Standard library + sglang only: this file
-is executed by path, the ``sglang_deploy`` package is not installed in the validator environment.
+is executed by path (``python -P``: the folder of this file, which holds a ``profile.py``, must not
+shadow the standard library's ``profile``), the ``sglang_deploy`` package is not installed there.
+
+Resolution: the argv is parsed by SGLang's own ``prepare_server_args``, then SGLang's own resolution
+hooks that run without a GPU and without the checkpoint are applied in the pipeline's order
+(``handle_cuda_graph_config``, ``handle_speculative_decoding``), and the answer is SGLang's own
+``ServerArgs.resolved_dict()`` -- the projection ``/server_info`` serves. The rest of SGLang's
+``run_resolution_pipeline`` imports the GPU layer stack and reads the checkpoint: it runs only on a
+GPU host; docs/conformance.md names the fields this leaves unresolved.
 """
 
 import argparse
@@ -74,6 +83,66 @@ def answer(request, sglang, parser, SpeculativeAlgorithm):
     }
 
 
+# The hooks this probe runs, in the order of run_resolution_pipeline (srt/arg_groups/pipeline.py).
+RESOLUTION_HOOKS = (
+    ("sglang.srt.arg_groups.cuda_graph_hook", "handle_cuda_graph_config"),
+    ("sglang.srt.arg_groups.speculative_hook", "handle_speculative_decoding"),
+)
+
+
+class _CapturedLog(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines = []
+
+    def emit(self, record):
+        self.lines.append(record.getMessage())
+
+
+def resolve(request):
+    """SGLang's own parse + the GPU-free resolution hooks + resolved_dict() for one argv."""
+    import importlib
+    import types
+
+    from sglang.srt.server_args import prepare_server_args
+
+    try:
+        server_args = prepare_server_args(list(request["argv"]))
+    except SystemExit:  # argparse refused the argv: the parse results already say why
+        return {"resolved": None, "hooks": [], "error": "SGLang's parser refuses the command line", "log": [],
+                "architectures": list(request.get("architectures") or [])}
+    # ``model_config_of`` (srt/arg_groups/model_override_base.py) hands back a configuration memoized on
+    # the record without building one; it imports ModelConfig first, and that module pulls the GPU layer
+    # stack. Only the checkpoint's architectures are read by the hooks run here (speculative_hook.py:
+    # _handle_eagle_family), so the memo carries them, and the class import is satisfied without the stack.
+    stub = types.ModuleType("sglang.srt.configs.model_config")
+    stub.ModelConfig = type("ModelConfig", (), {})
+    sys.modules.setdefault("sglang.srt.configs.model_config", stub)
+    architectures = list(request.get("architectures") or ["UnknownForCausalLM"])
+    server_args._model_config = types.SimpleNamespace(
+        hf_config=types.SimpleNamespace(architectures=architectures), is_hybrid_swa=False)
+    captured = _CapturedLog()
+    logging.disable(logging.NOTSET)
+    root = logging.getLogger()
+    root.addHandler(captured)
+    root.setLevel(logging.INFO)
+    hooks, error = [], None
+    try:
+        for module, name in RESOLUTION_HOOKS:
+            getattr(importlib.import_module(module), name)(server_args)
+            hooks.append(f"{module}.{name}")
+    except Exception as failure:  # noqa: BLE001 - SGLang's own refusal is the answer
+        error = f"{type(failure).__name__}: {failure}"
+    finally:
+        root.removeHandler(captured)
+        logging.disable(logging.CRITICAL)
+    resolved = server_args.resolved_dict()
+    for secret in ("api_key", "admin_api_key"):
+        resolved.pop(secret, None)
+    return {"resolved": json.loads(json.dumps(resolved, default=str)), "hooks": hooks, "error": error,
+            "log": captured.lines, "architectures": architectures}
+
+
 def main():
     """One JSON request per stdin line, one JSON answer per stdout line, until stdin closes."""
     logging.disable(logging.CRITICAL)
@@ -87,7 +156,11 @@ def main():
         ServerArgs.add_cli_args(parser)
         for line in sys.stdin:
             if line.strip():
-                real_stdout.write(json.dumps(answer(json.loads(line), sglang, parser, SpeculativeAlgorithm)) + "\n")
+                request = json.loads(line)
+                reply = answer(request, sglang, parser, SpeculativeAlgorithm)
+                if request.get("resolve"):
+                    reply["resolution"] = resolve(request["resolve"])
+                real_stdout.write(json.dumps(reply) + "\n")
                 real_stdout.flush()
 
 

@@ -33,6 +33,7 @@ class Plan:
     simulated: bool
     skipped_rules: tuple[str, ...]
     hardware_notes: tuple[str, ...] = ()
+    resolution: dict | None = None  # what SGLang resolves for the unit's command line (resolution.py)
 
     @property
     def probe_url(self) -> str:
@@ -89,15 +90,15 @@ def plan_for_host(data, detected: dict | None = None) -> Plan:
     except ProfileError as error:
         raise PlanError("invalid profile:\n" + "\n".join(error.problems)) from None
     gpus, topology, notes = reconcile_hardware(data, detected)
+    port = int(_get(data, "port", profile.service.port))
     try:
-        report = check_profile(profile, gpus=gpus, topology=topology)
+        report = check_profile(profile, gpus=gpus, topology=topology, port=port)
     except (ValidatorEnvError, ValueError) as error:
         raise PlanError(f"cannot validate {path}: {error}") from None
     if not report.ok:
         raise PlanError(f"{path} fails validation ({len(report.problems)} problem(s)):\n" + "\n".join(report.lines()))
-    port = int(_get(data, "port", profile.service.port))
     cuda_version = _get(data, "cuda_version")
     rendered = render(profile, api_key=resolve_api_key(data), port=port,
                       cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None)
     return Plan(profile=profile, rendered=rendered, port=port, simulated=bool(_get(data, "simulated", False)),
-                skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes))
+                skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes), resolution=report.resolution)

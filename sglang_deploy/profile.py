@@ -52,6 +52,16 @@ class ModelSection(Strict):
     path: StrictStr = Field(description="Absolute path of the checkpoint directory on the host.")
     served_name: StrictStr = Field(description="Model name the API reports (--served-model-name).")
     hybrid: StrictBool = Field(False, description="Hybrid linear-attention model (e.g. Gated DeltaNet + attention).")
+    architecture: StrictStr | None = Field(
+        None, description="The checkpoint's config.json architectures[0], e.g. Qwen3_5ForConditionalGeneration; "
+                          "SGLang's speculative resolution reads it.")
+
+    @field_validator("architecture")
+    @classmethod
+    def python_identifier(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+            raise ValueError(f"must be a model class name such as Qwen3_5ForConditionalGeneration, got {value!r}")
+        return value
 
     @field_validator("path")
     @classmethod

@@ -10,13 +10,14 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from . import validator_env
+from . import resolution, validator_env
 from .flags import server_args
 from .profile import Profile, line_of
 
 # rule id -> what it protects. Ids are what `waivers:` in a profile refers to.
 RULES = {
     "sglang-parser": "the pinned SGLang release's own argument parser accepts the command line",
+    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line",
     "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
@@ -69,6 +70,7 @@ class Report:
     profile: Profile
     problems: list[Problem]
     skipped: list[str]
+    resolution: dict | None = None  # what SGLang resolves for the command line (resolution.py)
 
     @property
     def ok(self) -> bool:
@@ -143,7 +145,18 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
     return problems
 
 
-def resource_problems(profile: Profile, gpus: int | None) -> list[Problem]:
+# The flags that decide the decode CUDA graph backend and batch size, highest precedence first
+# (cuda_graph_hook.handle_cuda_graph_config).
+DECODE_BACKEND_FLAGS = ("--cuda-graph-config", "--cuda-graph-backend-decode", "--disable-decode-cuda-graph",
+                        "--disable-cuda-graph")
+DECODE_MAX_BS_FLAGS = ("--cuda-graph-config", "--cuda-graph-max-bs-decode")
+
+
+def _first_present(flags: dict, names, default: str) -> str:
+    return next((name for name in names if flags.get(name) not in (None, False)), default)
+
+
+def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None = None) -> list[Problem]:
     flags = profile.sglang.flags
     problems = []
     tp = flags.get("--tp-size", 1)
@@ -155,18 +168,21 @@ def resource_problems(profile: Profile, gpus: int | None) -> list[Problem]:
     if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and not low <= fraction <= high:
         problems.append(Problem("mem-fraction-range", _flag("--mem-fraction-static"),
                                 f"--mem-fraction-static {fraction} is outside the sane range {low}-{high}"))
-    graph_bs, running = flags.get("--cuda-graph-max-bs-decode"), flags.get("--max-running-requests")
+    # Decode graphs as SGLang folds every graph flag, read from its own resolution.
+    decode = ((resolved or {}).get("cuda_graph_config") or {}).get("decode") or {}
+    graph_bs, running = decode.get("max_bs"), (resolved or {}).get("max_running_requests")
     if isinstance(graph_bs, int) and isinstance(running, int) and graph_bs < running:
         problems.append(Problem(
-            "decode-graph-covers-batch", _flag("--cuda-graph-max-bs-decode"),
-            f"--cuda-graph-max-bs-decode {graph_bs} is below --max-running-requests {running}: batches above "
-            f"{graph_bs} would decode without CUDA graphs; accepted: {running} or more"))
-    if flags.get("--disable-cuda-graph") is True:
-        problems.append(Problem("cuda-graphs-on", _flag("--disable-cuda-graph"),
-                                "--disable-cuda-graph turns decode CUDA graphs off (at least 25 % slower decode); remove it"))
-    if flags.get("--cuda-graph-backend-decode") == "disabled":
-        problems.append(Problem("cuda-graphs-on", _flag("--cuda-graph-backend-decode"),
-                                "--cuda-graph-backend-decode disabled turns decode CUDA graphs off; accepted: full, breakable"))
+            "decode-graph-covers-batch", _flag(_first_present(flags, DECODE_MAX_BS_FLAGS, "--cuda-graph-max-bs-decode")),
+            f"decode CUDA graphs are captured up to batch {graph_bs}, below max-running-requests {running} (as "
+            f"SGLang resolves them): batches above {graph_bs} would decode without CUDA graphs; accepted: "
+            f"--cuda-graph-max-bs-decode {running} or more"))
+    if decode.get("backend") == "disabled":
+        flag = _first_present(flags, DECODE_BACKEND_FLAGS, "--cuda-graph-backend-decode")
+        problems.append(Problem("cuda-graphs-on", _flag(flag),
+                                f"{flag} turns decode CUDA graphs off (SGLang resolves cuda_graph_config.decode."
+                                "backend to 'disabled'; at least 25 % slower decode); accepted: remove it, or "
+                                "--cuda-graph-backend-decode full or breakable"))
     return problems
 
 
@@ -194,17 +210,26 @@ def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
     return problems
 
 
-def check_profile(profile: Profile, gpus: int | None = None, topology: str | None = None) -> Report:
-    """Run both layers; the parser runs in the cached validator env of the profile's SGLang version."""
+def check_profile(profile: Profile, gpus: int | None = None, topology: str | None = None,
+                  port: int | None = None) -> Report:
+    """Run both layers; the parser and SGLang's resolution run in the cached validator env of the profile's
+    SGLang version (answers cached by content). `port` is the one the unit will use."""
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
     algorithm = profile.sglang.flags.get("--speculative-algorithm")
-    probe = validator_env.run_probe(
-        profile.sglang.version, [server_args(profile)],
-        [algorithm] if isinstance(algorithm, str) else [])
+    argv = server_args(profile, port)
+    architectures = [profile.model.architecture] if profile.model.architecture else []
+    probe = validator_env.probe_cached(
+        profile.sglang.version, [argv], [algorithm] if isinstance(algorithm, str) else [],
+        resolve=resolution.request(argv, architectures))
     problems = parser_problems(profile, tuple(probe["actions"]), probe)
+    resolved = resolution.document(profile.sglang.version, argv, probe)
+    if not problems and resolved["error"]:
+        problems.append(Problem("sglang-resolution", ("sglang", "flags"),
+                                f"SGLang {profile.sglang.version}'s own resolution refuses the command line: "
+                                f"{resolved['error']}"))
     problems += speculative_problems(profile, probe["algorithms"])
-    problems += resource_problems(profile, gpus)
+    problems += resource_problems(profile, gpus, resolved["resolved"])
     problems += nccl_problems(profile, topology)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     for rule in profile.waivers:
@@ -216,4 +241,4 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         skipped.append("tp-matches-gpus (GPU count unknown: pass --gpus N or check against a host)")
     if topology is None:
         skipped.append("nccl-ll128-needs-nvlink, nccl-p2p-level-nvl-needs-nvlink (topology unknown: pass --topology)")
-    return Report(profile, problems, skipped)
+    return Report(profile, problems, skipped, resolved)

@@ -8,6 +8,7 @@ profile pinned to another SGLang version is checked against that version's own p
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -18,13 +19,19 @@ from pathlib import Path
 
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
 PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
-# What `from sglang.srt.server_args import ServerArgs` needs on a CPU-only machine (verified for 0.5.23).
+# What `from sglang.srt.server_args import ServerArgs` needs on a CPU-only machine, plus what SGLang's
+# GPU-free resolution hooks (arg_groups/cuda_graph_hook.py, speculative_hook.py) import (verified for
+# 0.5.23; at the versions sglang 0.5.23 pins, torch included).
 PARSER_DEPENDENCIES = [
     "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette",
     "pydantic", "pyzmq", "tqdm", "IPython", "aiohttp", "msgspec", "pyyaml", "triton",
+    "safetensors", "dill", "transformers==5.19.0", "tokenizers==0.23.2", "sentencepiece==0.2.1",
 ]
-# A CPU build of torch is enough to import the parser; override for machines with another wheel at hand.
-TORCH_REQUIREMENT = os.environ.get("SGLANG_DEPLOY_VALIDATOR_TORCH", "torch==2.13.0")
+# The resolution hooks import transformers, which loads torchvision's operators: torch and torchvision
+# must be a matched pair. Override for machines with other wheels at hand.
+TORCH_REQUIREMENTS = os.environ.get("SGLANG_DEPLOY_VALIDATOR_TORCH", "torch==2.14.1 torchvision==0.29.1").split()
+# Bump when the recipe above changes: an environment built by an older recipe is rebuilt.
+ENV_RECIPE = "2"
 
 
 class ValidatorEnvError(RuntimeError):
@@ -39,12 +46,12 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
     """Return the validator env's python, creating the env (once, under a lock) when missing."""
     target = env_dir(version)
     python = target / "bin" / "python"
-    if (target / ".complete").exists():
+    if _complete(target):
         return python
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".sglang-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (target / ".complete").exists():
+        if _complete(target):
             return python
         if not quiet:
             print(f"[check] creating the flag-validation environment for SGLang {version} in {target} "
@@ -54,7 +61,7 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
         steps = [
             [sys.executable, "-m", "venv", str(target)],
             pip + ["--no-deps", f"sglang=={version}"],
-            pip + [TORCH_REQUIREMENT, *PARSER_DEPENDENCIES],
+            pip + [*TORCH_REQUIREMENTS, *PARSER_DEPENDENCIES],
         ]
         for step in steps:
             result = subprocess.run(step, capture_output=True, text=True)
@@ -64,8 +71,15 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
                     f"could not create the validation environment for SGLang {version}: "
                     f"{' '.join(step[:6])} ... failed:\n{result.stderr.strip()[-2000:]}"
                 )
-        (target / ".complete").write_text(version + "\n")
+        (target / ".complete").write_text(f"{version} recipe {ENV_RECIPE}\n")
     return python
+
+
+def _complete(target: Path) -> bool:
+    try:
+        return (target / ".complete").read_text().split()[-1:] == [ENV_RECIPE]
+    except FileNotFoundError:
+        return False
 
 
 _probes: dict[str, subprocess.Popen] = {}
@@ -76,16 +90,19 @@ def _probe_process(version: str) -> subprocess.Popen:
     process = _probes.get(version)
     if process is None or process.poll() is not None:
         python = ensure_env(version)
-        process = subprocess.Popen([str(python), str(PROBE_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        process = subprocess.Popen([str(python), "-P", str(PROBE_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True)
         _probes[version] = process
     return process
 
 
-def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = ()) -> dict:
+def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None) -> dict:
     """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape."""
     process = _probe_process(version)
-    process.stdin.write(json.dumps({"argvs": argvs, "algorithms": list(algorithms)}) + "\n")
+    request = {"argvs": argvs, "algorithms": list(algorithms)}
+    if resolve:
+        request["resolve"] = resolve
+    process.stdin.write(json.dumps(request) + "\n")
     process.stdin.flush()
     line = process.stdout.readline()
     if not line:
@@ -99,6 +116,24 @@ def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = ()) 
             f"validation environment {env_dir(version)} holds SGLang {answer.get('sglang_version')}, not {version}; "
             "delete it to have it rebuilt"
         )
+    return answer
+
+
+def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None) -> dict:
+    """run_probe, answered from a cache keyed by the request's content, SGLang's version, the validator
+    env's recipe and the probe's own source: an unchanged profile is not parsed or resolved again."""
+    request = [version, argvs, list(algorithms), resolve, ENV_RECIPE,
+               hashlib.sha256(PROBE_SCRIPT.read_bytes()).hexdigest()]
+    path = CACHE_DIR / "answers" / f"{hashlib.sha256(json.dumps(request).encode()).hexdigest()}.json"
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        pass
+    answer = run_probe(version, argvs, algorithms, resolve)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(answer))
+    tmp.replace(path)
     return answer
 
 

@@ -69,9 +69,12 @@ def test_other_endpoints_need_the_key(server, path):
 def test_server_info_reports_resolved_settings_and_says_simulated(server):
     info = json.loads(call(server.url, "/server_info", key=KEY)[1])
     assert info["simulated"] is True and info["version"] == "0.5.23"
-    assert (info["speculative_algorithm"], info["speculative_num_steps"], info["speculative_num_draft_tokens"]) == ("NEXTN", 3, 4)
-    assert info["disable_custom_all_reduce"] is False and info["cuda_graph_max_bs_decode"] == 16
-    assert "api_key" not in info
+    # SGLang's speculative_hook resolves NEXTN to EAGLE; /server_info serves resolved values.
+    assert (info["speculative_algorithm"], info["speculative_num_steps"], info["speculative_num_draft_tokens"]) == ("EAGLE", 3, 4)
+    assert info["disable_custom_all_reduce"] is False
+    assert info["cuda_graph_config"]["decode"]["backend"] == "full" and info["cuda_graph_config"]["decode"]["max_bs"] == 16
+    # As SGLang's build_server_info: the key itself, and the launch command after the --config merge.
+    assert info["api_key"] == KEY and f"--api-key {KEY}" in info["launch_command"]
     state = info["internal_states"][0]
     graph = state["memory_usage"]["graph"]  # SGLang's per-phase schema
     assert graph["target_verify"] > 0 and graph["draft_decode"] > 0 and "avg_spec_accept_length" in state
@@ -147,17 +150,19 @@ def test_metrics_absent_without_enable_metrics(start_sim):
     assert "first_token_latency" not in meta
 
 
-def test_503_while_starting_then_capture_logs(start_sim):
+def test_refused_while_loading_then_503_during_warmup_then_up(start_sim):
     sim = start_sim(env={"SGLANG_SIM_START_SECONDS": "3"}, wait=False)
-    deadline = time.monotonic() + 5
-    statuses = set()
-    while time.monotonic() < deadline and 200 not in statuses:
+    deadline = time.monotonic() + 8
+    seen = []  # http_server.py: no listener until the schedulers are ready, 503 during the warmup
+    while time.monotonic() < deadline and 200 not in seen:
         try:
-            statuses.add(call(sim.url, "/health", timeout=2)[0])
+            status = call(sim.url, "/health", timeout=2)[0]
         except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    assert 503 in statuses and 200 in statuses
+            status = "refused"
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        time.sleep(0.05)
+    assert seen == ["refused", 503, 200], seen
     assert call(sim.url, "/ready")[0] == 200
     log = sim.log()
     assert "SIMULATED SGLang 0.5.23" in log and "Capture target verify CUDA graph begin" in log
@@ -173,10 +178,10 @@ def test_unknown_or_removed_flags_exit_non_zero_like_sglang(model_dir, flag):
     assert ("ambiguous option" if flag[0] == "--cuda-graph-max-bs" else "unrecognized arguments") in result.stderr
 
 
-def test_mtp_algorithm_fails_at_start_like_sglang(start_sim):
+def test_mtp_algorithm_fails_at_start_with_sglangs_own_error(start_sim):
     sim = start_sim([*PROVEN[:3], "MTP", *PROVEN[4:]], wait=False)
     assert sim.process.wait(20) == 1
-    assert "Unknown speculative algorithm name: MTP" in sim.log()
+    assert "MTP" in sim.log() and "ValueError" in sim.log()  # raised by SGLang's own speculative hook
 
 
 def test_missing_checkpoint_fails_at_start(tmp_path):
@@ -184,21 +189,24 @@ def test_missing_checkpoint_fails_at_start(tmp_path):
     assert sim.process.wait(20) == 1 and "config.json" in sim.log()
 
 
-def test_decode_log_lines_and_graphs_off(start_sim):
-    sim = start_sim(PROVEN + ["--disable-cuda-graph", "--disable-custom-all-reduce"])
+@pytest.mark.parametrize("flags", [["--disable-cuda-graph"], ["--disable-decode-cuda-graph"],
+                                   ["--cuda-graph-config", '{"decode": {"backend": "disabled"}}']])
+def test_decode_log_lines_and_graphs_off_by_any_flag_sglang_folds(start_sim, flags):
+    sim = start_sim(PROVEN + flags)
     call(sim.url, "/generate", {"text": "long", "sampling_params": {"max_new_tokens": 200, "ignore_eos": True}})
-    log = sim.log()
-    assert "Custom allreduce is disabled" in log
-    assert "cuda graph: False" in log and "accept len:" in log and "gen throughput (token/s):" in log
-    state = json.loads(call(sim.url, "/server_info")[1])["internal_states"][0]
-    assert not any(state["memory_usage"]["graph"].values())
+    assert "cuda graph: False" in sim.log() and "accept len:" in sim.log() and "gen throughput (token/s):" in sim.log()
+    info = json.loads(call(sim.url, "/server_info")[1])
+    assert info["cuda_graph_config"]["decode"]["backend"] == "disabled"
+    assert not any(info["internal_states"][0]["memory_usage"]["graph"][phase]
+                   for phase in ("decode", "target_verify", "draft_decode", "draft_extend"))
 
 
-def test_nccl_environment_of_the_process_is_honoured(start_sim):
+def test_no_p2p_drops_custom_all_reduce_with_sglangs_warning_and_keeps_the_field(start_sim):
     sim = start_sim(env={"SGLANG_SIM_P2P": "0"})
     info = json.loads(call(sim.url, "/server_info")[1])
-    assert info["disable_custom_all_reduce"] is True
-    assert "Custom allreduce is disabled because this process does not have GPU P2P access" in sim.log()
+    assert info["disable_custom_all_reduce"] is False  # SGLang never writes the runtime fallback back
+    assert ("CustomAllreduce is disabled because your platform lacks GPU P2P capability or P2P test failed."
+            in sim.log())
 
 
 # --- faults -----------------------------------------------------------------------------------------
@@ -211,7 +219,17 @@ def test_fault_crash_at_start(start_sim):
 def test_fault_hang_at_start(start_sim):
     sim = start_sim(env={"SGLANG_SIM_HANG_AT_START": "1"}, wait=False)
     time.sleep(2)
-    assert sim.process.poll() is None and call(sim.url, "/health")[0] == 503
+    assert sim.process.poll() is None
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        call(sim.url, "/health", timeout=2)
+
+
+def test_fault_graph_capture_failure_kills_the_server_as_0_5_23_does(start_sim):
+    sim = start_sim(env={"SGLANG_SIM_GRAPH_CAPTURE_FAIL": "1"}, wait=False)
+    assert sim.process.wait(20) == -9  # launch_phase_sigquit_handler: kill_process_tree(os.getpid())
+    log = sim.log()
+    assert "Capture cuda graph failed: CUDA error: out of memory" in log
+    assert "Received sigquit from a child process. It usually means the child failed." in log
 
 
 def test_fault_die_after_requests(start_sim):

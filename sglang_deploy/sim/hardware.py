@@ -40,34 +40,54 @@ class Effective:
     notes: tuple[str, ...] = field(default=())  # log lines explaining fallbacks
 
 
-def resolve(args: dict, env: dict, machine: dict) -> Effective:
-    """Apply SGLang's resolution rules to parsed args (dest -> value) and the process environment."""
+# SGLang's own custom all-reduce warning when P2P is missing
+# (srt/distributed/device_communicators/custom_all_reduce_utils.py, 0.5.23).
+CUSTOM_ALLREDUCE_NO_P2P = ("CustomAllreduce is disabled because your platform lacks GPU P2P capability or P2P test "
+                           "failed. To silence this warning, specify disable_custom_all_reduce=True explicitly.")
+
+
+def default_decode_max_bs(gpu_memory_gib: float, tp: int) -> int:
+    """The decode graph batch limit SGLang picks by GPU memory when none is given
+    (srt/arg_groups/memory_hook.py handle_gpu_memory_settings, 0.5.23: lines 89-180)."""
+    mib = gpu_memory_gib * 1024
+    if mib < 20 * 1024:
+        return 8
+    if mib < 35 * 1024:
+        return 48 if tp < 4 else 160
+    if mib < 60 * 1024:
+        return 32 if tp < 4 else 160
+    return 256 if tp < 4 else 512
+
+
+def resolve(resolved: dict, env: dict, machine: dict) -> Effective:
+    """The runtime state for SGLang's resolved arguments (resolution.py: SGLang's own hooks) on this
+    machine and process environment: what the resolution cannot know (P2P, the GPU memory defaults)."""
     notes = []
-    algorithm = args.get("speculative_algorithm")
-    steps = int(args.get("speculative_num_steps") or (3 if algorithm else 0)) if algorithm else 0
-    topk = int(args.get("speculative_eagle_topk") or 1) if algorithm else 0
-    drafts = int(args.get("speculative_num_draft_tokens") or steps + 1) if algorithm else 0
-    if algorithm and topk == 1 and drafts != steps + 1:
-        notes.append(f"speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 = {steps + 1} when topk == 1")
-        drafts = steps + 1
-    decode_graphs = not args.get("disable_cuda_graph") and args.get("cuda_graph_backend_decode") != "disabled"
-    max_running = int(args.get("max_running_requests") or 48)
-    graph_max_bs = int(args.get("cuda_graph_max_bs_decode") or min(max_running, 32))
+    tp = int(resolved.get("tp_size") or 1)
+    algorithm = resolved.get("speculative_algorithm")
+    steps = int(resolved.get("speculative_num_steps") or 0) if algorithm else 0
+    topk = int(resolved.get("speculative_eagle_topk") or 1) if algorithm else 0
+    drafts = int(resolved.get("speculative_num_draft_tokens") or steps + 1) if algorithm else 0
+    decode = (resolved.get("cuda_graph_config") or {}).get("decode") or {}
+    decode_graphs = decode.get("backend") != "disabled"
+    # The scheduler sizes the batch from KV capacity when nothing declared it; the simulator models 48.
+    max_running = int(resolved.get("max_running_requests") or 48)
+    graph_max_bs = decode.get("max_bs") or default_decode_max_bs(machine["gpu_memory_gib"], tp)
+    if not decode.get("max_bs") and resolved.get("max_running_requests"):
+        graph_max_bs = min(graph_max_bs, int(resolved["max_running_requests"]))
     nccl_p2p_level = env.get("NCCL_P2P_LEVEL", "").upper()
     p2p = bool(machine["p2p"]) and env.get("NCCL_P2P_DISABLE", "0") != "1"
     if nccl_p2p_level in ("LOC",) or (nccl_p2p_level == "NVL" and not machine["nvlink"]):
         p2p = False
         notes.append(f"NCCL_P2P_LEVEL={nccl_p2p_level}: NCCL peer-to-peer disabled between the GPUs")
-    custom = not args.get("disable_custom_all_reduce") and int(args.get("tp_size") or 1) > 1
+    custom = not resolved.get("disable_custom_all_reduce") and tp > 1
     if custom and not machine["p2p"]:
         custom = False
-        notes.append("Custom allreduce is disabled because this process does not have GPU P2P access")
-    elif int(args.get("tp_size") or 1) > 1 and not custom:
-        notes.append("Custom allreduce is disabled")
+        notes.append(CUSTOM_ALLREDUCE_NO_P2P)
     proto = env.get("NCCL_PROTO", "").upper() or None
     return Effective(
-        tp=int(args.get("tp_size") or 1), spec_algorithm=algorithm, spec_steps=steps, spec_topk=topk,
-        draft_tokens=drafts, decode_graphs=decode_graphs, graph_max_bs=graph_max_bs,
+        tp=tp, spec_algorithm=algorithm, spec_steps=steps, spec_topk=topk,
+        draft_tokens=drafts, decode_graphs=decode_graphs, graph_max_bs=int(graph_max_bs),
         custom_allreduce=custom, p2p=p2p, nccl_proto=proto, max_running=max_running, notes=tuple(notes),
     )
 

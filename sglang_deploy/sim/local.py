@@ -14,6 +14,8 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH = REPO_ROOT / "sglang_deploy" / "hostside" / "bench.py"
+SGLANG_VERSION = "0.5.23"
+ARCHITECTURE = "Qwen3_5ForConditionalGeneration"  # the simulated checkpoint's (data/qwen3.6-27b-fp8.json)
 
 
 def free_port() -> int:
@@ -42,7 +44,19 @@ class LocalSim:
                 "--host", "127.0.0.1", "--port", str(self.port), *self.flags]
 
     def start(self, log_path: Path) -> "LocalSim":
+        """Resolve the command line with the pinned SGLang's own code (as a deploy ships resolved.json),
+        then start the simulator on it."""
+        from sglang_deploy.resolution import resolve_argv
+
         self.log_path = log_path
+        server_argv = self.argv()[4:]
+        if "--api-key" in server_argv:  # the key does not change the resolution; keep it out of the cache
+            position = server_argv.index("--api-key")
+            server_argv = server_argv[:position] + server_argv[position + 2:]
+        document = resolve_argv(SGLANG_VERSION, server_argv, [ARCHITECTURE])
+        resolved_path = log_path.with_name(log_path.name + ".resolved.json")
+        resolved_path.write_text(json.dumps(document))
+        self.env = {**self.env, "SGLANG_SIM_RESOLVED": str(resolved_path)}
         with open(log_path, "wb") as log:
             self.process = subprocess.Popen(self.argv(), stdout=log, stderr=subprocess.STDOUT, env=self.env,
                                             cwd=REPO_ROOT)
@@ -84,5 +98,5 @@ class LocalSim:
 
 def stub_model_dir(path: Path) -> str:
     path.mkdir(parents=True, exist_ok=True)
-    (path / "config.json").write_text(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "simulated": True}))
+    (path / "config.json").write_text(json.dumps({"architectures": [ARCHITECTURE], "simulated": True}))
     return str(path)

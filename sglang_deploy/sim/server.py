@@ -17,13 +17,19 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_SLOWDOWN_PCT=X               every cycle X % slower (a regression only a benchmark sees)
   SGLANG_SIM_GENERATE_5XX=1               generation endpoints answer 500
   SGLANG_SIM_ACCEPT_COLLAPSE=1            speculative acceptance collapses (tau ~1.2)
-  SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server runs eagerly
+  SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server dies, as 0.5.23 does
+  SGLANG_SIM_RESOLVED=FILE                SGLang's resolution of this command line (resolution.py); by
+                                          default the release's resolved.json whose argv matches
+
+What /server_info reports is SGLang's own resolution of the command line (``resolved.json``, computed by
+the pinned SGLang's parser and resolution hooks and shipped with the release), plus what only the
+running process knows (internal_states, the runtime graph batch limit): the simulator keeps no copy
+of SGLang's defaults.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import logging
 import os
@@ -130,18 +136,15 @@ def classify_prompt(prompt: str) -> str:
 class Engine:
     """Continuous batching in real time: one thread runs decode cycles for every running request."""
 
-    def __init__(self, args: argparse.Namespace, env: dict):
+    def __init__(self, args: argparse.Namespace, env: dict, resolved: dict):
         self.args = vars(args)
+        self.resolved = resolved
         self.env = env
         self.machine = hardware.load_data(env.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
         if env.get("SGLANG_SIM_P2P") == "0":
             self.machine = {**self.machine, "p2p": False}
         self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
-        self.eff = hardware.resolve(self.args, env, self.machine)
-        if env.get("SGLANG_SIM_GRAPH_CAPTURE_FAIL") == "1" and self.eff.decode_graphs:
-            self.eff = dataclasses.replace(self.eff, decode_graphs=False, notes=self.eff.notes + (
-                "SIMULATED FAULT: Disable decode CUDA graph because capture failed: CUDA error: out of memory "
-                "(SGLANG_SIM_GRAPH_CAPTURE_FAIL)",))
+        self.eff = hardware.resolve(resolved, env, self.machine)
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         self.collapse = env.get("SGLANG_SIM_ACCEPT_COLLAPSE") == "1"
@@ -150,7 +153,6 @@ class Engine:
         self.running: list[Request] = []
         self.lock = threading.Condition()
         self.request_count = 0
-        self.ready = False
         self.cycles = 0
         self.stats = {"generation_tokens": 0, "prompt_tokens": 0, "verify_calls": 0, "requests": 0,
                       "graph_passes": 0, "eager_passes": 0, "accepted_total": 0, "cycles_spec": 0}
@@ -159,11 +161,12 @@ class Engine:
         self.rng = random.Random(f"{self.seed}:engine")
 
     # requests
-    def submit(self, prompt: str, params: dict) -> Request:
+    def submit(self, prompt: str, params: dict, counted: bool = True) -> Request:
+        """counted=False: the server's own requests (warmup, /health) do not count for the fault knobs."""
         with self.lock:
-            self.request_count += 1
+            self.request_count += counted
             index = self.request_count
-        if self.die_after and index > self.die_after:
+        if counted and self.die_after and index > self.die_after:
             log.error("SIMULATED FAULT: dying after %d requests (SGLANG_SIM_DIE_AFTER_REQUESTS)", self.die_after)
             os._exit(1)
         # Greedy decoding is deterministic: the same prompt gives the same tokens and acceptance pattern,
@@ -285,9 +288,9 @@ class Engine:
                 phases.update(target_verify=0.41, draft_decode=0.14, draft_extend=0.07)
             else:
                 phases["decode"] = 0.45
-            if self.args.get("cuda_graph_backend_prefill") != "disabled":
+            if ((self.resolved.get("cuda_graph_config") or {}).get("prefill") or {}).get("backend") != "disabled":
                 phases["prefill"] = 0.31
-        fraction = self.args.get("mem_fraction_static") or 0.85
+        fraction = self.resolved.get("mem_fraction_static") or 0.85
         kv = max(0.0, fraction * self.machine["gpu_memory_gib"] - weights - sum(phases.values()))
         return {"weight": round(weights, 3), "kvcache": round(kv, 3),
                 "startup_available": self.machine["gpu_memory_gib"], "token_capacity": int(kv * 40000),
@@ -303,7 +306,9 @@ class Engine:
 OPEN_PATHS = {"/health", "/health_generate", "/ready", "/metrics"}
 
 
-def make_handler(engine: Engine, server_args: dict):
+def make_handler(engine: Engine, server_args: dict, status: dict):
+    """server_args: what SGLang's /server_info serves before the runtime fields (resolved_dict() with the
+    api key, and launch_command); status["up"] turns true after the warmup request, as ServerStatus.Up."""
     api_key = server_args.get("api_key")
     served_name = server_args.get("served_model_name") or server_args.get("model_path")
 
@@ -338,30 +343,28 @@ def make_handler(engine: Engine, server_args: dict):
             self.send_json(401, {"error": "Unauthorized"})
             return False
 
-        def starting(self) -> bool:
-            if engine.ready:
-                return False
-            self.send_json(503, {"error": "server is starting (loading weights / capturing CUDA graphs)"})
-            return True
+        def send_empty(self, status_code: int) -> None:
+            self.send_response(status_code)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         # routes
         def do_GET(self):
             path = self.path.split("?")[0]
             if not self.authorized(path):
                 return
-            if path == "/ready":
-                return self.send_json(200 if engine.ready else 503, {"status": "ready" if engine.ready else "starting"})
+            if path == "/ready":  # http_server.py: an empty body, 200 once up
+                return self.send_empty(200 if status["up"] else 503)
             if path in ("/health", "/health_generate"):
-                if self.starting():
-                    return
-                if path == "/health_generate":
-                    request = engine.submit("health check", {"max_new_tokens": 1})
-                    self.wait_done(request, timeout=20)
-                return self.send_json(200, {})
+                # http_server.py health_generate: 503 while ServerStatus.Starting (the warmup), then a
+                # one-token generation (SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION defaults to true)
+                if not status["up"]:
+                    return self.send_empty(503)
+                request = engine.submit("health check", {"max_new_tokens": 1}, counted=False)
+                self.wait_done(request, timeout=20)
+                return self.send_empty(200)
             if path == "/metrics" and server_args.get("enable_metrics"):
                 return self.send_metrics()
-            if self.starting():
-                return
             if path in ("/server_info", "/get_server_info"):
                 return self.send_json(200, self.server_info())
             if path in ("/model_info", "/get_model_info"):
@@ -377,7 +380,7 @@ def make_handler(engine: Engine, server_args: dict):
 
         def do_POST(self):
             path = self.path.split("?")[0]
-            if not self.authorized(path) or self.starting():
+            if not self.authorized(path):
                 return
             try:
                 body = self.read_json()
@@ -395,17 +398,16 @@ def make_handler(engine: Engine, server_args: dict):
             self.send_json(404, {"detail": "Not Found"})
 
         def server_info(self) -> dict:
+            """http_server.py server_info -> utils/common.py build_server_info: resolved_dict(), the launch
+            command, then the scheduler's internal_states. Like SGLang, it carries the API key."""
             usage = engine.memory_usage()
-            info = dict(server_args)
-            info.pop("api_key", None)
+            info = json.loads(json.dumps(server_args))
+            # The decode graph batch limit the GPU-memory defaults pick on the host (memory_hook.py).
+            info["cuda_graph_config"]["decode"]["max_bs"] = engine.eff.graph_max_bs
             info.update({
                 "version": SGLANG_VERSION, "simulated": True,
                 "simulated_machine": engine.machine["name"], "simulated_model": engine.model["name"],
                 "simulated_gpu": engine.machine["gpu"],
-                "disable_custom_all_reduce": not engine.eff.custom_allreduce,
-                "speculative_num_draft_tokens": engine.eff.draft_tokens if engine.eff.spec_steps else None,
-                "cuda_graph_max_bs_decode": engine.eff.graph_max_bs,
-                "max_running_requests": engine.eff.max_running,
                 "internal_states": [{
                     "avg_spec_accept_length": engine.avg_accept_length(),
                     "last_gen_throughput": engine.last_gen_throughput,
@@ -450,8 +452,8 @@ def make_handler(engine: Engine, server_args: dict):
                     data = chunk(list(ids_so_far), meta)
                 else:
                     data = chunk(list(ids_so_far), payload)
-                if data is not None:
-                    self.wfile.write(f"data: {json.dumps(data)}\n\n".encode())
+                for item in data if isinstance(data, list) else [data]:
+                    self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
                     self.wfile.flush()
                 if kind == "done":
                     break
@@ -472,6 +474,7 @@ def make_handler(engine: Engine, server_args: dict):
             created, model_name = int(time.time()), body.get("model") or served_name
             object_name = "chat.completion" if chat else "text_completion"
             spec_details = bool(body.get("return_spec_tokens_details"))
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
             if body.get("stream"):
                 sent = [0]
 
@@ -481,8 +484,14 @@ def make_handler(engine: Engine, server_args: dict):
                     done = "e2e_latency" in meta
                     choice = {"index": 0, "finish_reason": "length" if done else None}
                     choice.update({"delta": {"content": delta}} if chat else {"text": delta})
-                    return {"id": request.rid, "object": object_name + ".chunk", "created": created,
-                            "model": model_name, "choices": [choice]}
+                    head = {"id": request.rid, "object": object_name + ".chunk", "created": created,
+                            "model": model_name}
+                    chunks = [{**head, "choices": [choice]}]
+                    if done and include_usage:  # serving_chat.py / serving_completions.py: an extra usage chunk
+                        chunks.append({**head, "choices": [], "usage": {
+                            "prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
+                            "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}})
+                    return chunks
                 return self.stream(request, chunk)
             meta = self.wait_done(request)
             text = engine.text_of(request.output_ids)
@@ -546,6 +555,41 @@ def fail(message: str) -> int:
     return 1
 
 
+# What SGLang 0.5.23 appends to a failed decode graph capture (model_executor/runner_backend_utils).
+CUDA_GRAPH_CAPTURE_FAILED_MSG = (
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended. Huge performance loss)\n"
+    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
+)
+STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
+
+
+def without_config(argv: list[str]) -> list[str]:
+    if "--config" not in argv:
+        return list(argv)
+    position = argv.index("--config")
+    return argv[:position] + argv[position + 2:]
+
+
+def load_resolution(argv: list[str], env: dict) -> tuple[dict | None, str]:
+    """SGLang's resolution of this command line: SGLANG_SIM_RESOLVED, else the resolved.json of a staged
+    release whose argv is this one (the unit's argv without --config)."""
+    if env.get("SGLANG_SIM_RESOLVED"):
+        path = env["SGLANG_SIM_RESOLVED"]
+        return json.loads(Path(path).read_text()), path
+    wanted = without_config(argv)
+    for path in sorted(Path(STORE_ROOT).glob("*/releases/*/resolved.json"), reverse=True):
+        try:
+            document = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if document.get("argv") == wanted:
+            return document, str(path)
+    return None, f"{STORE_ROOT}/*/releases/*/resolved.json"
+
+
 def startup_errors(args: argparse.Namespace, engine: Engine) -> str | None:
     """The checks real SGLang makes before serving, with its kind of messages."""
     model_dir = Path(args.model_path)
@@ -554,13 +598,18 @@ def startup_errors(args: argparse.Namespace, engine: Engine) -> str | None:
     if (args.tp_size or 1) > engine.machine["gpu_count"]:
         return (f"RuntimeError: tp_size={args.tp_size} but only {engine.machine['gpu_count']} GPUs are visible "
                 "(CUDA error: invalid device ordinal)")
-    algorithm = args.speculative_algorithm
-    known = {"EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP"}
-    if algorithm and algorithm.upper() not in known:
-        return f"ValueError: Unknown speculative algorithm name: {algorithm}"
     if args.speculative_adaptive and engine.model.get("hybrid"):
         return "RuntimeError: adaptive speculative decoding is not supported for hybrid GDN models (illegal memory access)"
     return None
+
+
+def die_like_a_failed_scheduler(message: str) -> None:
+    """managers/scheduler.py run_scheduler_process: the scheduler logs its exception and sends SIGQUIT;
+    entrypoints/engine.py launch_phase_sigquit_handler logs and kills the whole process tree (SIGKILL)."""
+    log.error("Scheduler hit an exception: Traceback (most recent call last):\n  (SIMULATED)\n%s", message)
+    log.error("Received sigquit from a child process. It usually means the child failed.")
+    logging.shutdown()
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -574,22 +623,29 @@ def main(argv: list[str] | None = None) -> int:
                         format="[%(asctime)s] %(message)s", datefmt="%Y-%m-%d %H:%M:%S")
     parser = build_parser()
     try:
-        argv = merge_config(argv)
+        merged = merge_config(argv)
     except (OSError, IndexError, ValueError) as error:
         print(f"sglang serve: error: --config: {error}", file=sys.stderr)
         return 2
-    args = parser.parse_args(argv)  # unknown, removed or ambiguous flags exit 2, as in SGLang
+    args = parser.parse_args(merged)  # unknown, removed or ambiguous flags exit 2, as in SGLang
     env = dict(os.environ)
-    log.info("SIMULATED SGLang %s (sglang-deploy simulator, no GPU is used): %s", SGLANG_VERSION,
-             " ".join(a for a in sys.argv[1:]))
-    engine = Engine(args, env)
+    log.info("SIMULATED SGLang %s (sglang-deploy simulator, no GPU is used)", SGLANG_VERSION)
+    resolution, where = load_resolution(argv, env)
+    if resolution is None:
+        return fail(f"SIMULATED: no SGLang resolution for this command line in {where}; the simulator serves only "
+                    "what the pinned SGLang's own code resolved (sglang_deploy.resolution)")
+    for line in resolution.get("log") or []:  # what SGLang's resolution logged at launch
+        log.warning(line)
+    if resolution.get("error"):  # SGLang's resolution raised: the launcher dies with it
+        return fail(resolution["error"])
+    resolved = dict(resolution["resolved"])
+    # build_server_info: resolved_dict() carries the key; launch_command is the argv after the --config merge.
+    served = {**resolved, "api_key": args.api_key, "launch_command": " ".join(merged)}
+    log.info("server_args=%s", served)  # engine.py logs resolved_dict() at start, key included
+    engine = Engine(args, env, resolved)
     error = startup_errors(args, engine)
     if error:
         return fail(error)
-    server_args = {k: v for k, v in vars(args).items()}
-    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine, server_args))
-    httpd.daemon_threads = True
-    threading.Thread(target=httpd.serve_forever, daemon=True, name="http").start()
     signal.signal(signal.SIGTERM, lambda *_: (log.info("Received SIGTERM, shutting down"), os._exit(0)))
 
     start_seconds = float(env.get("SGLANG_SIM_START_SECONDS", "3"))
@@ -604,15 +660,21 @@ def main(argv: list[str] | None = None) -> int:
     for note in engine.eff.notes:
         log.warning(note)
     if engine.eff.decode_graphs:
+        # cuda_graph_setup.py: "Capture {target|draft} {decode|verify} CUDA graph begin. backend=..."
+        backend = resolved["cuda_graph_config"]["decode"]["backend"]
         if engine.eff.spec_steps:
-            log.info("Capture target verify CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
-            log.info("Capture draft decode CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
-            log.info("Capture draft extend CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
+            log.info("Capture target verify CUDA graph begin. backend=%s, num_tokens_per_req=%d, avail mem=%.2f GB",
+                     backend, engine.eff.draft_tokens, engine.machine["gpu_memory_gib"] - usage["weight"])
+            log.info("Capture draft decode CUDA graph begin. backend=%s, num_tokens_per_req=%d, avail mem=%.2f GB",
+                     backend, engine.eff.spec_topk, engine.machine["gpu_memory_gib"] - usage["weight"])
         else:
-            log.info("Capture decode CUDA graph begin. bs=[1..%d]", engine.eff.graph_max_bs)
-    else:
-        log.info("Decode CUDA graph is disabled; every decode step launches its kernels from Python")
-    time.sleep(start_seconds * 0.5)
+            log.info("Capture target decode CUDA graph begin. backend=%s, num_tokens_per_req=1, avail mem=%.2f GB",
+                     backend, engine.machine["gpu_memory_gib"] - usage["weight"])
+    time.sleep(start_seconds * 0.4)
+    if env.get("SGLANG_SIM_GRAPH_CAPTURE_FAIL") == "1" and engine.eff.decode_graphs:
+        die_like_a_failed_scheduler(
+            "Exception: Capture cuda graph failed: CUDA error: out of memory (SIMULATED FAULT: "
+            f"SGLANG_SIM_GRAPH_CAPTURE_FAIL)\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}")
     if env.get("SGLANG_SIM_HANG_AT_START") == "1":
         log.error("SIMULATED FAULT: hanging during CUDA graph capture (SGLANG_SIM_HANG_AT_START)")
         threading.Event().wait()
@@ -620,9 +682,20 @@ def main(argv: list[str] | None = None) -> int:
         log.info("Capture cuda graph end. mem usage=%.2f GB.", engine.decode_graph_gb())
     log.info("max_total_num_tokens=%d, max_running_requests=%d, context_len=%s",
              usage["token_capacity"], engine.eff.max_running, args.context_length or engine.model["context_length"])
-    engine.ready = True
+    # http_server.py: uvicorn starts only once the schedulers are ready (connections are refused until
+    # then); /health answers 503 during the warmup request, then the server is up.
+    status = {"up": False}
+    httpd = ThreadingHTTPServer((args.host, args.port), make_handler(engine, served, status))
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, daemon=True, name="http").start()
+    threading.Thread(target=engine.loop, daemon=True, name="engine").start()
+    warmup = engine.submit("The capital city of France is", {"max_new_tokens": 1, "temperature": 0}, counted=False)
+    while warmup.events.get(timeout=600)[0] != "done":
+        pass
+    time.sleep(start_seconds * 0.1)
+    status["up"] = True
     log.info("The server is fired up and ready to roll! (SIMULATED)")
-    engine.loop()
+    threading.Event().wait()
     return 0
 
 
