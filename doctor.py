@@ -41,7 +41,8 @@ def run_doctor():
     info = collected["server_info"]
     result = diagnose({"server_info": info, "environ": collected["environ"], "topology": gpu_facts["topology"],
                        "gpus": gpus, "gate": collected["gate"], "probe": collected.get("probe"),
-                       "checkpoint": collected["checkpoint"], "simulated_gpu": info.get("simulated_gpu")})
+                       "checkpoint": collected["checkpoint"], "simulated_gpu": info.get("simulated_gpu"),
+                       "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env")})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
     for line in (format_report(result) + ("\n" + "\n".join(collected["errors"]) if collected["errors"] else "")).splitlines():

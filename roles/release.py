@@ -19,7 +19,8 @@ from sglang_deploy.layout import TOOL_BIN, ServiceLayout
 from sglang_deploy.releases import STORE_ROOT, controller_identity, release_dir
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
-HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "checkpoint.py", "doctor_collect.py", "gpu_probe.py")
+HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "evidence.py", "checkpoint.py", "doctor_collect.py",
+                 "gpu_probe.py")
 
 
 @deploy("Release: host programs")

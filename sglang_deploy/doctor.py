@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .hostside.gate import decode_graph_gb
+from .hostside.gate import decode_backend, decode_graph_gb
 from .roofline import datasheet_bandwidth, roofline
 from .validate import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 
@@ -39,19 +39,22 @@ def _tp(info: dict) -> int:
 
 
 def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate: dict | None,
-                  probe: dict | None) -> list[Suspect]:
+                  probe: dict | None, log_findings: dict | None = None, costly_env=()) -> list[Suspect]:
+    """info: /server_info (SGLang's resolved values); log_findings and costly_env: hostside/evidence.py."""
     found: list[Suspect] = []
+    log_findings = log_findings or {}
     tp = _tp(info)
-    # CUDA graphs
-    graphs_disabled = info.get("disable_cuda_graph") or info.get("cuda_graph_backend_decode") == "disabled"
-    if graphs_disabled or (info.get("internal_states") and decode_graph_gb(info) <= 0):
+    # CUDA graphs: the backend after SGLang folds every graph flag, and what was captured
+    if decode_backend(info) == "disabled" or (info.get("internal_states") and decode_graph_gb(info) <= 0):
         found.append(Suspect(
             "cuda-graphs", "decode CUDA graphs are off or were not captured",
-            f"disable_cuda_graph={info.get('disable_cuda_graph')}, cuda_graph_backend_decode="
-            f"{info.get('cuda_graph_backend_decode')}, decode/verify/draft graph memory {decode_graph_gb(info):.2f} GB",
+            f"cuda_graph_config.decode.backend={decode_backend(info)!r}, decode/verify/draft graph memory "
+            f"{decode_graph_gb(info):.2f} GB",
             "+33 % or more (without graphs a 64-layer TP decode step is launch-bound)", 40.0,
-            "remove --disable-cuda-graph; keep --cuda-graph-backend-decode full and --cuda-graph-max-bs-decode >= "
-            "--max-running-requests; if capture failed, read the 'Disable ... CUDA graph because' log line"))
+            "remove --disable-cuda-graph, --disable-decode-cuda-graph and a 'disabled' decode backend in "
+            "--cuda-graph-backend-decode / --cuda-graph-config; keep --cuda-graph-max-bs-decode >= "
+            "--max-running-requests. A failed capture kills SGLang 0.5.23 at start ('Capture cuda graph failed' "
+            "in the journal)"))
     # Interconnect
     proto = (environ.get("NCCL_PROTO") or "").upper()
     interconnect = (topology or {}).get("interconnect")
@@ -83,6 +86,20 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
             "/server_info disable_custom_all_reduce=true" + (f" ({p2p_off_reason})" if p2p_off_reason else ""),
             "+3-8 % (every decode all-reduce goes through NCCL)", 5.5,
             "remove --disable-custom-all-reduce (it needs working P2P)"))
+    elif tp > 1 and log_findings.get("custom_all_reduce_fallback"):
+        # SGLang drops it at runtime and leaves disable_custom_all_reduce false: only its log says so.
+        found.append(Suspect(
+            "custom-all-reduce", "custom all-reduce fell back to NCCL at runtime",
+            f"the server's journal since its start: {log_findings['custom_all_reduce_fallback']!r}"
+            + (f"; {p2p_off_reason}" if p2p_off_reason else ""),
+            "+3-8 % (every decode all-reduce goes through NCCL)", 5.5,
+            "make GPU P2P work (ACS/IOMMU on the Proxmox host; nvidia-smi topo -p2p r must say OK), or declare "
+            "--disable-custom-all-reduce so the profile says what runs"))
+    for name, value, what, source in costly_env or ():
+        found.append(Suspect(
+            "costly-environment", f"{name}={value} is set on the server process but not declared",
+            f"set by {source}: {what}", "a few % to 2x (debugging switches serialize or log the decode path)", 20.0,
+            f"remove {name} from {source}; declare variables in the profile's environment"))
     ll128_reported = any(s.id == "nccl-ll128-forced" for s in found)
     knobs = [k for k in NCCL_DEBUG_KNOBS if k in environ and not (k == "NCCL_PROTO" and ll128_reported)]
     if knobs:
@@ -120,7 +137,10 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
             "accepts most); compare tau on the gate's prompt mix"))
     # Batch limits
     concurrency = ((gate or {}).get("config") or {}).get("concurrency")
-    running, graph_bs = info.get("max_running_requests"), info.get("cuda_graph_max_bs_decode")
+    # Effective values: the scheduler's batch limit and the resolved decode graph batch limit.
+    running = ((info.get("internal_states") or [{}])[0].get("effective_max_running_requests_per_dp")
+               or info.get("max_running_requests"))
+    graph_bs = ((info.get("cuda_graph_config") or {}).get("decode") or {}).get("max_bs")
     if concurrency and running and concurrency > running:
         found.append(Suspect("batch-limit", "max-running-requests is below the measured concurrency",
                              f"concurrency {concurrency} > --max-running-requests {running}",
@@ -152,7 +172,7 @@ def diagnose(report: dict) -> dict:
     info = report.get("server_info") or {}
     gate = report.get("gate")
     suspects = suspects_from(info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
-                             gate, report.get("probe"))
+                             gate, report.get("probe"), report.get("log_findings"), report.get("costly_env") or ())
     gpu_name = (report.get("gpus") or [{}])[0].get("name") or info.get("simulated_gpu")
     probe = report.get("probe") or {}
     if probe.get("bandwidth"):

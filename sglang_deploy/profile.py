@@ -143,7 +143,6 @@ class GateSection(Strict):
     concurrency: Annotated[int, Field(ge=1, le=256)] = Field(4, description="Parallel streams for the aggregate figure.")
     on_inconclusive: Literal["rollback", "keep"] = Field(
         "rollback", description="What to do when the measurement is too noisy or requests fail.")
-    engine: Literal["builtin", "sglang-bench"] = Field("builtin", description="Benchmark engine.")
 
 
 class Profile(Strict):

@@ -224,11 +224,11 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         resolve=resolution.request(argv, architectures))
     problems = parser_problems(profile, tuple(probe["actions"]), probe)
     resolved = resolution.document(profile.sglang.version, argv, probe)
-    if not problems and resolved["error"]:
+    problems += speculative_problems(profile, probe["algorithms"])
+    if not problems and resolved["error"]:  # a refusal the rules above did not explain
         problems.append(Problem("sglang-resolution", ("sglang", "flags"),
                                 f"SGLang {profile.sglang.version}'s own resolution refuses the command line: "
                                 f"{resolved['error']}"))
-    problems += speculative_problems(profile, probe["algorithms"])
     problems += resource_problems(profile, gpus, resolved["resolved"])
     problems += nccl_problems(profile, topology)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]

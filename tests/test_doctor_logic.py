@@ -57,16 +57,18 @@ def test_ct129_roofline_near_139_tok_s(tmp_path):
     assert result["roofline_tok_s"] == pytest.approx(139, abs=2)
 
 
-PROVEN_INFO = {"tp_size": 2, "speculative_algorithm": "NEXTN", "speculative_num_steps": 3,
+# /server_info as SGLang 0.5.23 reports the proven profile: resolved values (EAGLE, cuda_graph_config).
+PROVEN_INFO = {"tp_size": 2, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
                "speculative_num_draft_tokens": 4, "disable_custom_all_reduce": False, "max_running_requests": 16,
-               "cuda_graph_max_bs_decode": 16,
-               "internal_states": [{"avg_spec_accept_length": 3.2, "memory_usage": {"graph": {"target_verify": 0.4}}}]}
+               "cuda_graph_max_bs_decode": 16, "cuda_graph_config": {"decode": {"backend": "full", "max_bs": 16}},
+               "internal_states": [{"avg_spec_accept_length": 3.2, "effective_max_running_requests_per_dp": 16,
+                                    "memory_usage": {"graph": {"target_verify": 0.4}}}]}
 PCIE = {"interconnect": "pcie", "p2p_read_ok": True, "p2p_read_statuses": ["OK"]}
 GATE = {"accept_length": {"median": 3.2}, "decode_tok_s": {"median": 52.0}, "config": {"concurrency": 4}}
 
 
-def top(info=PROVEN_INFO, environ=None, topology=PCIE, gpus=(), gate=GATE):
-    found = suspects_from(info, environ or {}, topology, list(gpus), gate, None)
+def top(info=PROVEN_INFO, environ=None, topology=PCIE, gpus=(), gate=GATE, log_findings=None, costly_env=()):
+    found = suspects_from(info, environ or {}, topology, list(gpus), gate, None, log_findings, costly_env)
     return [s.id for s in found]
 
 
@@ -75,15 +77,31 @@ def test_proven_configuration_has_no_suspect():
 
 
 @pytest.mark.parametrize("change, expected", [
-    ({"disable_cuda_graph": True}, "cuda-graphs"),
+    ({"cuda_graph_config": {"decode": {"backend": "disabled", "max_bs": 16}}}, "cuda-graphs"),
     ({"internal_states": [{"memory_usage": {"graph": {"target_verify": 0.0}}}]}, "cuda-graphs"),
     ({"disable_custom_all_reduce": True}, "custom-all-reduce"),
     ({"speculative_num_steps": 1, "speculative_num_draft_tokens": 2}, "weak-speculation"),
     ({"speculative_algorithm": None}, "no-speculation"),
-    ({"max_running_requests": 2}, "batch-limit"),
+    ({"internal_states": [{**PROVEN_INFO["internal_states"][0], "effective_max_running_requests_per_dp": 2}]},
+     "batch-limit"),
+    ({"cuda_graph_config": {"decode": {"backend": "full", "max_bs": 2}}}, "graph-batch-limit"),
 ])
 def test_server_side_defects(change, expected):
     assert top({**PROVEN_INFO, **change})[0] == expected
+
+
+def test_custom_all_reduce_fallback_is_read_from_the_journal_not_the_field():
+    line = ("CustomAllreduce is disabled because your platform lacks GPU P2P capability or P2P test failed. "
+            "To silence this warning, specify disable_custom_all_reduce=True explicitly.")
+    assert top() == [] and PROVEN_INFO["disable_custom_all_reduce"] is False
+    assert top(log_findings={"custom_all_reduce_fallback": line}) == ["custom-all-reduce"]
+
+
+def test_undeclared_costly_environment_is_named_with_its_file():
+    found = suspects_from(PROVEN_INFO, {}, PCIE, [], GATE, None, None,
+                          [("CUDA_LAUNCH_BLOCKING", "1", "every launch waits", "/etc/systemd/system/sglang.service.d/d.conf")])
+    assert [s.id for s in found] == ["costly-environment"]
+    assert "/etc/systemd/system/sglang.service.d/d.conf" in found[0].fix
 
 
 def test_environment_defects_and_ranking():

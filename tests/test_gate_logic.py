@@ -4,7 +4,7 @@ import pytest
 
 from conftest import INCIDENT, PROVEN
 from sglang_deploy.gate import expectations, gate_config
-from sglang_deploy.hostside.gate import config_problems, evaluate, from_sglang_bench, table
+from sglang_deploy.hostside.gate import config_problems, evaluate, table
 from sglang_deploy.plan import plan_for_host
 
 SETTINGS = {"min_decode_tok_s": 45, "min_accept_length": 2.8, "max_regression_pct": 10}
@@ -68,36 +68,38 @@ def test_request_errors_are_inconclusive():
 
 
 def test_config_problems_name_the_exact_difference():
-    expect = {"decode_graphs": True, "custom_all_reduce": True, "speculative_num_steps": 3,
+    expect = {"decode_graphs": True, "custom_all_reduce": True,
+              "resolved": {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3},
               "environment": {"NCCL_CUMEM_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}
-    info = {"disable_custom_all_reduce": True, "speculative_num_steps": 1,
+    info = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 1, "disable_custom_all_reduce": False,
+            "cuda_graph_config": {"decode": {"backend": "full"}},
             "internal_states": [{"memory_usage": {"graph": {"decode": 0.0, "target_verify": 0.0}}}]}
-    problems = config_problems(info, {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, False, ["x"], expect)
+    findings = {"custom_all_reduce_fallback": "CustomAllreduce is disabled because your platform lacks GPU P2P "
+                                              "capability or P2P test failed."}
+    costly = [("CUDA_LAUNCH_BLOCKING", "1", "every kernel launch waits", "/etc/systemd/system/sglang.service.d/x.conf")]
+    problems = config_problems(info, {"CUDA_DEVICE_ORDER": "FASTEST_FIRST"}, False, ["x"], expect, findings, costly)
     text = "\n".join(problems)
-    assert "decode CUDA graphs were not captured" in text and "custom all-reduce is disabled" in text
-    assert "speculative_num_steps: declared 3, running 1" in text
+    assert "decode CUDA graphs were not captured" in text and "custom all-reduce fell back to NCCL at runtime" in text
+    assert "speculative_num_steps: SGLang resolves the release's command line to 3, the running server reports 1" in text
     assert "NCCL_CUMEM_ENABLE is declared (NCCL_CUMEM_ENABLE=0) but missing from the server process" in text
     assert "CUDA_DEVICE_ORDER is declared as 'PCI_BUS_ID' but the server process has 'FASTEST_FIRST'" in text
+    assert "CUDA_LAUNCH_BLOCKING=1 is not declared by the release but set by /etc/systemd/system/sglang.service.d/x.conf" in text
     assert "process command line differs" in text
-    ok_info = {"speculative_num_steps": 3, "internal_states": [{"memory_usage": {"graph": {"target_verify": 0.4}}}]}
+    disabled = {**info, "cuda_graph_config": {"decode": {"backend": "disabled"}}}
+    assert "cuda_graph_config.decode.backend = 'disabled'" in "\n".join(config_problems(disabled, {}, True, [], expect))
+    ok_info = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "disable_custom_all_reduce": False,
+               "cuda_graph_config": {"decode": {"backend": "full"}},
+               "internal_states": [{"memory_usage": {"graph": {"target_verify": 0.4}}}]}
     assert config_problems(ok_info, {"NCCL_CUMEM_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}, True, [], expect) == []
 
 
-def test_expectations_follow_the_profile():
+def test_expectations_are_sglangs_own_resolution_of_the_profile():
     plan = plan_for_host({"profile": str(PROVEN), "gpus": 2})
     expect = expectations(plan)
     assert expect["decode_graphs"] and expect["custom_all_reduce"]
-    assert (expect["speculative_algorithm"], expect["speculative_num_steps"], expect["speculative_num_draft_tokens"]) == ("NEXTN", 3, 4)
+    resolved = expect["resolved"]  # NEXTN is an alias SGLang resolves to EAGLE (speculative_hook.py)
+    assert (resolved["speculative_algorithm"], resolved["speculative_num_steps"],
+            resolved["speculative_num_draft_tokens"], resolved["max_running_requests"]) == ("EAGLE", 3, 4, 16)
     assert expect["environment"]["NCCL_CUMEM_ENABLE"] == "0"
-    assert gate_config(plan_for_host({"profile": str(INCIDENT)}))["expect"]["speculative_num_steps"] == 1
+    assert gate_config(plan_for_host({"profile": str(INCIDENT)}))["expect"]["resolved"]["speculative_num_steps"] == 1
     assert gate_config(plan)["settings"]["min_decode_tok_s"] == 45
-
-
-def test_sglang_bench_output_maps_to_the_same_format():
-    record = {"output_throughput": 180.5, "median_ttft_ms": 120.0, "median_tpot_ms": 19.2, "accept_length": 3.1,
-              "completed": 20}
-    mapped = from_sglang_bench([record], {"concurrency": 4})
-    assert mapped["decode_tok_s"]["median"] == pytest.approx(52.08, abs=0.01)
-    assert mapped["accept_length"]["median"] == 3.1 and mapped["aggregate_tok_s"]["median"] == 180.5
-    assert mapped["ttft_s"]["median"] == pytest.approx(0.12)
-    assert evaluate(mapped, SETTINGS)["verdict"] == "pass"

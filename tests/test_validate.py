@@ -95,7 +95,16 @@ def test_mem_fraction_range(tmp_path):
 def test_decode_graph_must_cover_max_running_requests(tmp_path):
     path = proven_with(tmp_path, "--cuda-graph-max-bs-decode: 16", "--cuda-graph-max-bs-decode: 8")
     problem, line = only_problem(check(path))
-    assert problem.rule == "decode-graph-covers-batch" and "accepted: 16 or more" in line
+    assert problem.rule == "decode-graph-covers-batch" and "accepted: --cuda-graph-max-bs-decode 16 or more" in line
+
+
+@pytest.mark.parametrize("flag", ["--disable-cuda-graph: true", "--disable-decode-cuda-graph: true",
+                                  "--cuda-graph-backend-decode: disabled",
+                                  """--cuda-graph-config: '{"decode": {"backend": "disabled"}}'"""])
+def test_cuda_graphs_off_by_any_flag_sglang_folds(tmp_path, flag):
+    path = proven_with(tmp_path, "    --enable-metrics: true ", f"    --enable-metrics: true\n    {flag} ")
+    problem, line = only_problem(check(path))
+    assert problem.rule == "cuda-graphs-on" and flag.split(":")[0] in line and "'disabled'" in line
 
 
 def test_cuda_graphs_must_stay_on_unless_waived(tmp_path):

@@ -77,6 +77,8 @@ class Client:
                 if payload == "[DONE]":
                     break
                 chunk = json.loads(payload)
+                if "error" in chunk:  # http_server.py streams an error in-band, then [DONE]
+                    raise RuntimeError(f"the stream ended with an error: {json.dumps(chunk['error'])[:300]}")
                 if first is None and chunk.get("meta_info", {}).get("completion_tokens", 0) > 0:
                     first = time.perf_counter()
                 meta = chunk.get("meta_info", meta)
@@ -84,6 +86,10 @@ class Client:
         if meta is None or first is None:
             raise RuntimeError("the stream ended without tokens")
         tokens = int(meta.get("completion_tokens", 0))
+        finish = (meta.get("finish_reason") or {}).get("type")
+        if finish != "length" or tokens != max_new_tokens:  # ignore_eos: only the length limit ends it
+            raise RuntimeError(f"the stream finished with {finish!r} after {tokens} of {max_new_tokens} tokens "
+                               "(aborted or cut short)")
         decode_time = end - first
         return {
             "completion_tokens": tokens,

@@ -17,6 +17,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint  # noqa: E402
+import evidence  # noqa: E402
 import gate  # noqa: E402
 from releases import Store, read_api_key, service_status  # noqa: E402
 
@@ -53,10 +54,20 @@ def main():
                                               {"samples": 3, "warmup": 1, "max_new_tokens": 192, "concurrency": 1})
         report["gate_source"] = "doctor (3 x 192 tokens; the release has no gate result)"
     status = service_status(args.service)
-    report["environ"] = gate.read_environ(status["main_pid"]) if status["main_pid"] else {}
+    api_key = read_api_key(store.secrets_path)
+    report["environ"] = evidence.process_environment(status["main_pid"]) if status["main_pid"] else {}
+    report["log_findings"] = evidence.log_findings(evidence.journal_since_start(args.service))
+    declared = {}
+    if active:
+        try:
+            with open(os.path.join(store.release_dir(active), "gate-config.json")) as f:
+                declared = json.load(f)["expect"].get("environment") or {}
+        except (OSError, ValueError, KeyError):
+            pass
+    report["costly_env"] = evidence.costly_undeclared(report["environ"], declared,
+                                                      evidence.environment_sources(args.service))
     try:
-        report["server_info"] = gate.get_json(meta.get("probe_url", "http://127.0.0.1:30000") + "/server_info",
-                                              read_api_key(store.secrets_path))
+        report["server_info"] = gate.get_json(meta.get("probe_url", "http://127.0.0.1:30000") + "/server_info", api_key)
     except Exception as error:  # noqa: BLE001 - reported, the doctor works with what it has
         report["server_info"] = {}
         report["errors"].append(f"/server_info: {error}")
@@ -77,7 +88,7 @@ def main():
             report["probe"] = json.loads(result.stdout) if result else {"error": f"{python} not found"}
         except ValueError:
             report["probe"] = {"error": (result.stderr or "no output")[-500:]}
-    print(json.dumps(report))
+    print(json.dumps(evidence.redact(report, [api_key])))  # /server_info carries the key and launch command
     return 0
 
 

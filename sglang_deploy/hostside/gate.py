@@ -28,30 +28,39 @@ def decode_graph_gb(server_info):
     return sum(graph.get(phase) or 0.0 for phase in ("decode", "target_verify", "draft_decode", "draft_extend"))
 
 
-def config_problems(server_info, environ, cmdline_ok, cmdline, expect):
-    """Differences between what the release declares and what the running server and process report."""
+def decode_backend(server_info):
+    """cuda_graph_config.decode.backend: every graph flag folded by SGLang (cuda_graph_hook.py)."""
+    return ((server_info.get("cuda_graph_config") or {}).get("decode") or {}).get("backend")
+
+
+def config_problems(server_info, environ, cmdline_ok, cmdline, expect, findings=None, costly_env=()):
+    """Differences between what the release declares (SGLang's own resolution of its command line, its
+    environment) and what the running server, its journal and its process report."""
+    findings = findings or {}
     problems = []
     if not cmdline_ok:
         problems.append(f"process command line differs from the release's ExecStart: running {cmdline!r}")
     if expect.get("decode_graphs"):
-        if server_info.get("disable_cuda_graph") or server_info.get("cuda_graph_backend_decode") == "disabled":
+        if decode_backend(server_info) == "disabled":
             problems.append("decode CUDA graphs are disabled in the running server "
-                            f"(disable_cuda_graph={server_info.get('disable_cuda_graph')}, "
-                            f"cuda_graph_backend_decode={server_info.get('cuda_graph_backend_decode')})")
+                            "(/server_info cuda_graph_config.decode.backend = 'disabled')")
         elif decode_graph_gb(server_info) <= 0:
             problems.append("decode CUDA graphs were not captured (graph memory for decode/target_verify/draft "
                             "phases is 0 in /server_info)")
-    if expect.get("custom_all_reduce") and server_info.get("disable_custom_all_reduce"):
-        problems.append("custom all-reduce is disabled in the running server (declared: enabled); "
-                        "check GPU P2P (nvidia-smi topo -p2p r)")
-    for key in ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"):
-        if key in expect and server_info.get(key) != expect[key]:
-            problems.append(f"{key}: declared {expect[key]!r}, running {server_info.get(key)!r}")
+    if expect.get("custom_all_reduce") and findings.get("custom_all_reduce_fallback"):
+        problems.append("custom all-reduce fell back to NCCL at runtime (declared: enabled); the server's journal "
+                        f"says: {findings['custom_all_reduce_fallback']!r}; check GPU P2P (nvidia-smi topo -p2p r)")
+    for key, value in (expect.get("resolved") or {}).items():
+        if server_info.get(key) != value:
+            problems.append(f"{key}: SGLang resolves the release's command line to {value!r}, the running server "
+                            f"reports {server_info.get(key)!r}")
     for key, value in (expect.get("environment") or {}).items():
         if key not in environ:
             problems.append(f"environment: {key} is declared ({key}={value}) but missing from the server process")
         elif environ[key] != value:
             problems.append(f"environment: {key} is declared as {value!r} but the server process has {environ[key]!r}")
+    for name, value, what, source in costly_env:
+        problems.append(f"environment: {name}={value} is not declared by the release but set by {source}: {what}")
     return problems
 
 
@@ -184,15 +193,6 @@ def table(result):
 
 # --- running on the host -------------------------------------------------------------------------------
 
-def read_environ(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            pairs = [item.decode(errors="replace").split("=", 1) for item in f.read().split(b"\0") if b"=" in item]
-        return dict(pairs)
-    except FileNotFoundError:
-        return {}
-
-
 def get_json(url, api_key, timeout=30):
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
@@ -209,57 +209,29 @@ def measure_builtin(probe_url, secrets_path, settings):
     return json.loads(result.stdout)
 
 
-def from_sglang_bench(records, config):
-    """Map `python -m sglang.benchmark.serving --output-file` records into the builtin result format."""
-    record = records[-1]
+def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, baseline, evidence):
+    """Effective-config checks, then the measurement, then the verdict (config problems fail at once).
 
-    def one(value):
-        return None if value is None else {"median": value, "min": value, "max": value, "n": 1, "values": [value],
-                                           "spread_pct": 0.0, "cv_pct": 0.0}
-    tpot = record.get("median_tpot_ms")
-    return {"engine": "sglang-bench", "config": config, "samples": [],
-            "decode_tok_s": one(1000.0 / tpot if tpot else None), "ttft_s": one((record.get("median_ttft_ms") or 0) / 1000),
-            "accept_length": one(record.get("accept_length")), "aggregate_tok_s": one(record.get("output_throughput")),
-            "errors": [] if record.get("completed", 1) else ["no request completed"]}
-
-
-def measure_sglang_bench(probe_url, venv, model_path, settings, workdir):
-    """SGLang's own benchmark in the release's venv (real hosts only: random ids, local tokenizer, offline)."""
-    python = os.path.join(venv, "bin", "python")
-    if os.path.exists("/etc/sglang-deploy-simulated"):
-        return {"errors": ["gate.engine sglang-bench needs the real SGLang; this host is simulated"]}
-    output = os.path.join(workdir, "sglang-bench.jsonl")
-    command = [python, "-m", "sglang.benchmark.serving", "--backend", "sglang", "--base-url", probe_url,
-               "--dataset-name", "random-ids", "--tokenizer", model_path, "--random-input-len", "256",
-               "--random-output-len", str(settings["max_new_tokens"]), "--num-prompts",
-               str(settings["samples"] * max(1, settings["concurrency"])), "--max-concurrency",
-               str(settings["concurrency"]), "--output-file", output]
-    result = subprocess.run(command, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True)
-    if result.returncode != 0:
-        return {"errors": [f"sglang.benchmark.serving failed: {result.stderr.strip()[-500:]}"]}
-    with open(output) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return from_sglang_bench(records, settings)
-
-
-def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, baseline, workdir):
-    """Effective-config checks, then the measurement, then the verdict (config problems fail at once)."""
+    evidence: {"findings": SGLang's own log lines since the unit started, "environ": the process's
+    whole environment, "costly_env": undeclared costly variables with their sources} (evidence.py)."""
     started = time.monotonic()
     settings, expect = config["settings"], config["expect"]
     try:
         server_info = get_json(probe_url + "/server_info", api_key)
+        read_error = None
     except (urllib.error.URLError, OSError, ValueError) as error:
-        server_info = {}
-        print(f"[gate] /server_info: {error}", file=sys.stderr)
-    problems = config_problems(server_info, read_environ(pid), cmdline_ok, cmdline, expect)
-    if problems:
-        result = {"verdict": "fail", "reasons": ["the running server differs from the release"], "inconclusive": [],
-                  "rows": [], "comparison": None, "measurement": None}
+        server_info, read_error = {}, f"could not read /server_info: {error}"
+    if read_error:
+        problems = [read_error]
     else:
-        if settings.get("engine") == "sglang-bench":
-            measurement = measure_sglang_bench(probe_url, expect["venv"], expect["model_path"], settings, workdir)
-        else:
-            measurement = measure_builtin(probe_url, secrets_path, settings)
+        problems = config_problems(server_info, evidence.get("environ") or {}, cmdline_ok, cmdline, expect,
+                                   evidence.get("findings"), evidence.get("costly_env") or ())
+    if problems:
+        result = {"verdict": "fail", "reasons": ["the running server differs from the release" if not read_error
+                                                 else read_error],
+                  "inconclusive": [], "rows": [], "comparison": None, "measurement": None}
+    else:
+        measurement = measure_builtin(probe_url, secrets_path, settings)
         result = evaluate(measurement, settings, baseline)
         result["measurement"] = measurement
     result.update(config_problems=problems, simulated=bool(server_info.get("simulated")),

@@ -191,10 +191,23 @@ def service_status(service):
             "started_monotonic_us": props.get("ExecMainStartTimestampMonotonic")}
 
 
-def journal_tail(service, since, lines=25):
-    result = subprocess.run(["journalctl", "-u", f"{service}.service", "--no-pager", "-o", "cat", "-n", str(lines),
-                             "--since", since], capture_output=True, text=True)
+def journal_since(service, since):
+    result = subprocess.run(["journalctl", "-u", f"{service}.service", "--no-pager", "-o", "cat", "--since", since],
+                            capture_output=True, text=True)
     return result.stdout.rstrip()
+
+
+def failed_start(service, since, api_key, lines=25):
+    """The journal of a failed start, secrets redacted: its last lines and what SGLang's own log says."""
+    journal = journal_since(service, since)
+    evidence = evidence_module()
+    tail = evidence.redact("\n".join(journal.splitlines()[-lines:]), [api_key])
+    findings = evidence.log_findings(journal)
+    cause = None
+    if findings["graph_capture_failed"]:
+        cause = ("decode CUDA graph capture failed and SGLang exited (0.5.23 has no eager fallback): "
+                 + evidence.redact(findings["graph_capture_failed"], [api_key]))
+    return tail, cause
 
 
 def read_api_key(path):
@@ -233,9 +246,10 @@ def wait_ready(store, probe_url, timeout, settle):
         status = service_status(store.service)
         state = status["active_state"]
         if state in ("failed", "inactive") or (state != "active" and elapsed > settle):
-            return {"ready": False, "stage": "active",
-                    "detail": f"{store.service}.service is {state} ({status['sub_state']}, result {status['result']})",
-                    "elapsed_s": round(elapsed, 1), "journal": journal_tail(store.service, since)}
+            tail, cause = failed_start(store.service, since, api_key)
+            detail = f"{store.service}.service is {state} ({status['sub_state']}, result {status['result']})"
+            return {"ready": False, "stage": "active", "detail": detail + (f": {cause}" if cause else ""),
+                    "elapsed_s": round(elapsed, 1), "journal": tail}
         if elapsed < settle:
             time.sleep(0.3)
             continue
@@ -256,8 +270,9 @@ def wait_ready(store, probe_url, timeout, settle):
             return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1)}
         detail = f"/generate answered {status}: {body[:200].decode(errors='replace')}"
         time.sleep(0.5)
-    return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({detail})",
-            "elapsed_s": round(time.monotonic() - start, 1), "journal": journal_tail(store.service, since)}
+    tail, cause = failed_start(store.service, since, api_key)
+    return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({cause or detail})",
+            "elapsed_s": round(time.monotonic() - start, 1), "journal": tail}
 
 
 # --- switching ------------------------------------------------------------------------------------
@@ -427,6 +442,14 @@ def gate_module():
     return gate
 
 
+def evidence_module():
+    try:
+        from . import evidence
+    except ImportError:
+        import evidence
+    return evidence
+
+
 def run_gate(store, args, meta, state):
     gate = gate_module()
     directory = store.release_dir(args.release)
@@ -439,9 +462,16 @@ def run_gate(store, args, meta, state):
         baseline = json.loads(previous).get("measurement") if previous else None
     status = service_status(store.service)
     log(f"gate: checking the running server against release {args.release}, then measuring")
-    result = gate.run(args.probe_url, store.secrets_path, read_api_key(store.secrets_path), status["main_pid"],
+    evidence = evidence_module()
+    environ = evidence.process_environment(status["main_pid"])
+    found = {"environ": environ, "findings": evidence.log_findings(evidence.journal_since_start(store.service)),
+             "costly_env": evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
+                                                      evidence.environment_sources(store.service))}
+    api_key = read_api_key(store.secrets_path)
+    result = gate.run(args.probe_url, store.secrets_path, api_key, status["main_pid"],
                       cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
-                      baseline, directory)
+                      baseline, found)
+    result = evidence.redact(result, [api_key])
     result["baseline_release"] = last_good if baseline else None
     atomic_write(os.path.join(directory, "gate-result.json"), json.dumps(result, indent=1) + "\n", 0o644)
     log("gate result:\n" + gate.table(result))
@@ -485,6 +515,7 @@ def describe(document):
 
 
 def finish(store, document, code):
+    document = evidence_module().redact(document, [read_api_key(store.secrets_path)])
     document["exit_code"] = code
     document["finished"] = now()
     os.makedirs(store.root, exist_ok=True)
