@@ -57,17 +57,42 @@ def test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor(simhost, tmp_
     assert "slower than the last good release" in output and "below the floor" not in output
 
 
-@pytest.mark.parametrize("plant, expected", [
-    ({"SGLANG_SIM_GRAPH_CAPTURE_FAIL": "1"}, "decode CUDA graphs were not captured"),
-    ({"SGLANG_SIM_P2P": "0"}, "custom all-reduce is disabled in the running server"),
-])
-def test_planted_config_faults_fail_the_effective_config_check(simhost, tmp_path, plant, expected):
+def test_no_p2p_custom_all_reduce_fallback_is_read_from_the_journal(simhost, tmp_path):
+    """SGLang keeps disable_custom_all_reduce false and only logs the fallback: the gate must still see it."""
     assert simhost.deploy(profile=PROVEN).returncode == 0  # a good release to come back to
-    lines = "".join(f'  {k}: "{v}"\n' for k, v in plant.items())
-    result = simhost.deploy(profile=proven_with(tmp_path, "environment:\n", "environment:\n" + lines), gate=True)
+    variant = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_P2P: "0"\n')
+    result = simhost.deploy(profile=variant, gate=True)
     output = result.stdout + result.stderr
-    assert result.returncode != 0 and expected in output and "effective config:" in output
-    assert "healthy again" in output
+    assert result.returncode != 0 and "effective config:" in output and "healthy again" in output
+    assert "custom all-reduce fell back to NCCL at runtime" in output
+    assert "CustomAllreduce is disabled because your platform lacks GPU P2P capability" in output
+
+
+def test_failed_graph_capture_kills_the_server_and_readiness_says_so(simhost, tmp_path):
+    assert simhost.deploy(profile=PROVEN).returncode == 0
+    variant = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_GRAPH_CAPTURE_FAIL: "1"\n')
+    result = simhost.deploy(profile=variant, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "FAILED at stage 'active'" in output and "healthy again" in output
+    assert "decode CUDA graph capture failed and SGLang exited" in output
+    assert "Capture cuda graph failed: CUDA error: out of memory" in output
+
+
+def test_undeclared_costly_variables_from_a_drop_in_are_named(simhost, tmp_path):
+    """A drop-in the tool does not manage adds debugging switches; the gate names them and the file."""
+    assert simhost.deploy(profile=PROVEN).returncode == 0
+    simhost.sh("mkdir -p /etc/systemd/system/sglang.service.d && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1 "
+               "NCCL_DEBUG=INFO\\n' > /etc/systemd/system/sglang.service.d/debug.conf")
+    try:
+        variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12")
+        result = simhost.deploy(profile=variant, gate=True)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0
+        for name in ("CUDA_LAUNCH_BLOCKING=1", "NCCL_DEBUG=INFO"):
+            assert (f"{name} is not declared by the release but set by "
+                    "/etc/systemd/system/sglang.service.d/debug.conf") in output, name
+    finally:
+        simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload")
 
 
 def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
