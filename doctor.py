@@ -38,10 +38,10 @@ def run_doctor():
     if not collected.get("active"):
         raise DeployError(f"{host.name}: no active release of {service} to examine")
     gpus = [dict(gpu, clocks_event_reasons=collected["clock_reasons"].get(str(gpu["index"]))) for gpu in gpu_facts["gpus"]]
-    info = collected["server_info"]
-    result = diagnose({"server_info": info, "environ": collected["environ"], "topology": gpu_facts["topology"],
+    server_info = collected["server_info"]
+    result = diagnose({"server_info": server_info, "environ": collected["environ"], "topology": gpu_facts["topology"],
                        "gpus": gpus, "gate": collected["gate"], "probe": collected.get("probe"),
-                       "checkpoint": collected["checkpoint"], "simulated_gpu": info.get("simulated_gpu"),
+                       "checkpoint": collected["checkpoint"], "simulated_gpu": server_info.get("simulated_gpu"),
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env")})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")

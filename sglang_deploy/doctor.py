@@ -34,22 +34,22 @@ class Suspect:
         return (0 if self.severity == "correctness" else 1, -self.gain_pct)
 
 
-def _tp(info: dict) -> int:
-    return int(info.get("tp_size") or 1)
+def _tp(server_info: dict) -> int:
+    return int(server_info.get("tp_size") or 1)
 
 
-def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate: dict | None,
+def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate: dict | None,
                   probe: dict | None, log_findings: dict | None = None, costly_env=()) -> list[Suspect]:
-    """info: /server_info (SGLang's resolved values); log_findings and costly_env: hostside/evidence.py."""
+    """server_info: /server_info (SGLang's resolved values); log_findings and costly_env: hostside/evidence.py."""
     found: list[Suspect] = []
     log_findings = log_findings or {}
-    tp = _tp(info)
+    tp = _tp(server_info)
     # CUDA graphs: the backend after SGLang folds every graph flag, and what was captured
-    if decode_backend(info) == "disabled" or (info.get("internal_states") and decode_graph_gb(info) <= 0):
+    if decode_backend(server_info) == "disabled" or (server_info.get("internal_states") and decode_graph_gb(server_info) <= 0):
         found.append(Suspect(
             "cuda-graphs", "decode CUDA graphs are off or were not captured",
-            f"cuda_graph_config.decode.backend={decode_backend(info)!r}, decode/verify/draft graph memory "
-            f"{decode_graph_gb(info):.2f} GB",
+            f"cuda_graph_config.decode.backend={decode_backend(server_info)!r}, decode/verify/draft graph memory "
+            f"{decode_graph_gb(server_info):.2f} GB",
             "+33 % or more (without graphs a 64-layer TP decode step is launch-bound)", 40.0,
             "remove --disable-cuda-graph, --disable-decode-cuda-graph and a 'disabled' decode backend in "
             "--cuda-graph-backend-decode / --cuda-graph-config; keep --cuda-graph-max-bs-decode >= "
@@ -80,7 +80,7 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
             "p2p-unavailable", "GPU peer-to-peer is off: NCCL falls back to host memory",
             p2p_off_reason, "+10-20 % (all-reduce through host memory costs ~40-70 us instead of ~6-20 us)", 15.0,
             "remove NCCL_P2P_DISABLE / NCCL_P2P_LEVEL; if the board breaks P2P, fix ACS/IOMMU on the Proxmox host"))
-    if tp > 1 and info.get("disable_custom_all_reduce"):
+    if tp > 1 and server_info.get("disable_custom_all_reduce"):
         found.append(Suspect(
             "custom-all-reduce", "SGLang's custom all-reduce is disabled",
             "/server_info disable_custom_all_reduce=true" + (f" ({p2p_off_reason})" if p2p_off_reason else ""),
@@ -113,8 +113,8 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
             "a few % (NCCL's defaults were best at every decode size measured)", 3.0,
             "remove them unless an A/B measurement shows a reproducible gain; record the reason in the profile"))
     # Speculation
-    algorithm = info.get("speculative_algorithm")
-    steps = int(info.get("speculative_num_steps") or 0) if algorithm else 0
+    algorithm = server_info.get("speculative_algorithm")
+    steps = int(server_info.get("speculative_num_steps") or 0) if algorithm else 0
     if not algorithm:
         found.append(Suspect(
             "no-speculation", "speculative decoding (MTP) is off",
@@ -124,7 +124,7 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
     elif steps < PROVEN_STEPS:
         found.append(Suspect(
             "weak-speculation", f"speculation is weaker than the proven {PROVEN_STEPS} steps",
-            f"{algorithm} with {steps} step(s), {info.get('speculative_num_draft_tokens')} draft tokens",
+            f"{algorithm} with {steps} step(s), {server_info.get('speculative_num_draft_tokens')} draft tokens",
             "+25-35 % (the incident: 1 step ~40 tok/s, 3 steps ~52 tok/s)", 30.0,
             f"--speculative-num-steps {PROVEN_STEPS} --speculative-num-draft-tokens {PROVEN_STEPS + 1}"))
     tau = ((gate or {}).get("accept_length") or {}).get("median")  # measured on the prompt mix, not a probe
@@ -138,9 +138,9 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
     # Batch limits
     concurrency = ((gate or {}).get("config") or {}).get("concurrency")
     # Effective values: the scheduler's batch limit and the resolved decode graph batch limit.
-    running = ((info.get("internal_states") or [{}])[0].get("effective_max_running_requests_per_dp")
-               or info.get("max_running_requests"))
-    graph_bs = ((info.get("cuda_graph_config") or {}).get("decode") or {}).get("max_bs")
+    running = ((server_info.get("internal_states") or [{}])[0].get("effective_max_running_requests_per_dp")
+               or server_info.get("max_running_requests"))
+    graph_bs = ((server_info.get("cuda_graph_config") or {}).get("decode") or {}).get("max_bs")
     if concurrency and running and concurrency > running:
         found.append(Suspect("batch-limit", "max-running-requests is below the measured concurrency",
                              f"concurrency {concurrency} > --max-running-requests {running}",
@@ -169,30 +169,30 @@ def suspects_from(info: dict, environ: dict, topology: dict | None, gpus: list[d
 
 def diagnose(report: dict) -> dict:
     """report: {server_info, environ, topology, gpus, gate, probe, checkpoint, simulated_gpu}."""
-    info = report.get("server_info") or {}
+    server_info = report.get("server_info") or {}
     gate = report.get("gate")
-    suspects = suspects_from(info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
+    suspects = suspects_from(server_info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
                              gate, report.get("probe"), report.get("log_findings"), report.get("costly_env") or ())
-    gpu_name = (report.get("gpus") or [{}])[0].get("name") or info.get("simulated_gpu")
+    gpu_name = (report.get("gpus") or [{}])[0].get("name") or server_info.get("simulated_gpu")
     probe = report.get("probe") or {}
     if probe.get("bandwidth"):
         bandwidth, source = min(b["read_gbs"] for b in probe["bandwidth"]), "measured (probe, read-only reduction)"
     else:
         bandwidth, source = datasheet_bandwidth(gpu_name), f"datasheet ({gpu_name})"
-    algorithm = info.get("speculative_algorithm")
-    steps = int(info.get("speculative_num_steps") or 0) if algorithm else 0
+    algorithm = server_info.get("speculative_algorithm")
+    steps = int(server_info.get("speculative_num_steps") or 0) if algorithm else 0
     tau = ((gate or {}).get("accept_length") or {}).get("median") or (1.0 if not algorithm else 3.25)
     measured = ((gate or {}).get("decode_tok_s") or {}).get("median")
     bound = None
     if report.get("checkpoint") and bandwidth:
-        bound = roofline(report["checkpoint"], _tp(info), steps, tau, bandwidth, measured)
+        bound = roofline(report["checkpoint"], _tp(server_info), steps, tau, bandwidth, measured)
         bound["bandwidth_source"] = source
     notes = []
     if bound and bound.get("mbu") is not None and bound["mbu"] < 0.5 and not suspects:
         notes.append(f"MBU {bound['mbu'] * 100:.0f} % with no configuration suspect: the gap to the roofline is "
                      "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
     return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
-            "simulated": bool(info.get("simulated"))}
+            "simulated": bool(server_info.get("simulated"))}
 
 
 def format_report(result: dict) -> str:

@@ -223,13 +223,13 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         profile.sglang.version, [argv], [algorithm] if isinstance(algorithm, str) else [],
         resolve=resolution.request(argv, architectures))
     problems = parser_problems(profile, tuple(probe["actions"]), probe)
-    resolved = resolution.document(profile.sglang.version, argv, probe)
+    answer = resolution.document(profile.sglang.version, argv, probe)
     problems += speculative_problems(profile, probe["algorithms"])
-    if not problems and resolved["error"]:  # a refusal the rules above did not explain
+    if not problems and answer["error"]:  # a refusal the rules above did not explain
         problems.append(Problem("sglang-resolution", ("sglang", "flags"),
                                 f"SGLang {profile.sglang.version}'s own resolution refuses the command line: "
-                                f"{resolved['error']}"))
-    problems += resource_problems(profile, gpus, resolved["resolved"])
+                                f"{answer['error']}"))
+    problems += resource_problems(profile, gpus, answer["resolved"])
     problems += nccl_problems(profile, topology)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     for rule in profile.waivers:
@@ -241,4 +241,4 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         skipped.append("tp-matches-gpus (GPU count unknown: pass --gpus N or check against a host)")
     if topology is None:
         skipped.append("nccl-ll128-needs-nvlink, nccl-p2p-level-nvl-needs-nvlink (topology unknown: pass --topology)")
-    return Report(profile, problems, skipped, resolved)
+    return Report(profile, problems, skipped, answer)

@@ -26,12 +26,14 @@ PARSER_DEPENDENCIES = [
     "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette",
     "pydantic", "pyzmq", "tqdm", "IPython", "aiohttp", "msgspec", "pyyaml", "triton",
     "safetensors", "dill", "transformers==5.19.0", "tokenizers==0.23.2", "sentencepiece==0.2.1",
+    # SGLang's own benchmark client (python -m sglang.benchmark.serving), run against the simulator in CI
+    "datasets", "gguf", "apache-tvm-ffi==0.1.11", "compressed-tensors==0.18.0",
 ]
 # The resolution hooks import transformers, which loads torchvision's operators: torch and torchvision
 # must be a matched pair. Override for machines with other wheels at hand.
 TORCH_REQUIREMENTS = os.environ.get("SGLANG_DEPLOY_VALIDATOR_TORCH", "torch==2.14.1 torchvision==0.29.1").split()
 # Bump when the recipe above changes: an environment built by an older recipe is rebuilt.
-ENV_RECIPE = "2"
+ENV_RECIPE = "3"
 
 
 class ValidatorEnvError(RuntimeError):

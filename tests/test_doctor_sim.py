@@ -68,3 +68,25 @@ def test_ll128_forced_by_a_local_override_is_the_top_suspect(simhost):
         assert top_suspect(output) == "nccl-ll128-forced" and "(CORRECTNESS)" in output
     finally:
         simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload && systemctl restart sglang")
+
+
+def test_no_p2p_fallback_is_found_in_the_journal(simhost, tmp_path):
+    """SGLang keeps disable_custom_all_reduce false when it drops custom all-reduce for lack of P2P."""
+    deploy(simhost, proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_P2P: "0"\n'))
+    output = doctor(simhost)
+    assert top_suspect(output) == "custom-all-reduce" and "fell back to NCCL at runtime" in output
+
+
+def test_debugging_switches_from_a_drop_in_are_named_with_the_file(simhost):
+    deploy(simhost, PROVEN)
+    simhost.sh("mkdir -p /etc/systemd/system/sglang.service.d && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1 "
+               "NCCL_DEBUG=INFO\\n' > /etc/systemd/system/sglang.service.d/debug.conf && systemctl daemon-reload "
+               "&& systemctl restart sglang && sleep 4")
+    try:
+        output = doctor(simhost)
+        assert top_suspect(output) == "costly-environment"
+        assert "CUDA_LAUNCH_BLOCKING=1 is set on the server process but not declared" in output
+        assert "NCCL_DEBUG=INFO is set on the server process but not declared" in output
+        assert "/etc/systemd/system/sglang.service.d/debug.conf" in output
+    finally:
+        simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload && systemctl restart sglang")

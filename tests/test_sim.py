@@ -247,6 +247,15 @@ def test_fault_5xx_on_generate(start_sim):
     assert call(sim.url, "/health")[0] == 200
 
 
+@pytest.mark.parametrize("fault, message", [("SGLANG_SIM_STREAM_ERROR_AFTER", "the stream ended with an error"),
+                                            ("SGLANG_SIM_STREAM_ABORT_AFTER", "finished with 'abort' after")])
+def test_gate_client_counts_an_errored_or_aborted_stream_as_a_failure(start_sim, fault, message):
+    result = start_sim(env={fault: "20"}).bench("--samples", "2", "--warmup", "0", "--max-new-tokens", "96",
+                                                "--concurrency", "1")
+    assert result["samples"] == [] and result["decode_tok_s"] is None
+    assert len(result["errors"]) == 2 and message in result["errors"][0], result["errors"]
+
+
 def test_fault_slowdown_and_accept_collapse_are_visible_to_the_gate_client(start_sim):
     args = ["--samples", "2", "--warmup", "0", "--max-new-tokens", "96", "--concurrency", "1"]
     base = start_sim(env={"SGLANG_SIM_SEED": "3"}).bench(*args)

@@ -154,9 +154,9 @@ def main():
     errors = []
     started = time.perf_counter()
     try:
-        info = client.get_json("/server_info")
+        server_info = client.get_json("/server_info")
     except (urllib.error.URLError, OSError, ValueError) as error:
-        info = {}
+        server_info = {}
         errors.append(f"/server_info: {error}")
 
     for i in range(args.warmup):
@@ -191,8 +191,8 @@ def main():
 
     print(json.dumps({
         "url": args.url,
-        "simulated": bool(info.get("simulated")),
-        "sglang_version": info.get("version"),
+        "simulated": bool(server_info.get("simulated")),
+        "sglang_version": server_info.get("version"),
         "config": {"samples": args.samples, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
                    "concurrency": args.concurrency, "aggregate_rounds": args.aggregate_rounds},
         "samples": samples,

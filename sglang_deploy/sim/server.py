@@ -17,6 +17,8 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_SLOWDOWN_PCT=X               every cycle X % slower (a regression only a benchmark sees)
   SGLANG_SIM_GENERATE_5XX=1               generation endpoints answer 500
   SGLANG_SIM_ACCEPT_COLLAPSE=1            speculative acceptance collapses (tau ~1.2)
+  SGLANG_SIM_STREAM_ERROR_AFTER=N         a /generate stream ends with SGLang's in-band error chunk after N tokens
+  SGLANG_SIM_STREAM_ABORT_AFTER=N         a /generate stream's last chunk is an abort after N tokens
   SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server dies, as 0.5.23 does
   SGLANG_SIM_RESOLVED=FILE                SGLang's resolution of this command line (resolution.py); by
                                           default the release's resolved.json whose argv matches
@@ -306,6 +308,13 @@ class Engine:
 OPEN_PATHS = {"/health", "/health_generate", "/ready", "/metrics"}
 
 
+class StopStream:
+    """A stream's last chunk before [DONE] (an in-band error or an abort)."""
+
+    def __init__(self, chunk: dict):
+        self.chunk = chunk
+
+
 def make_handler(engine: Engine, server_args: dict, status: dict):
     """server_args: what SGLang's /server_info serves before the runtime fields (resolved_dict() with the
     api key, and launch_command); status["up"] turns true after the warmup request, as ServerStatus.Up."""
@@ -429,8 +438,20 @@ def make_handler(engine: Engine, server_args: dict, status: dict):
                 return self.send_json(400, {"error": "'text' (a string) is required"})
             request = engine.submit(text, body.get("sampling_params") or {})
             if body.get("stream"):
-                return self.stream(request, lambda ids_so_far, meta: {
-                    "text": engine.text_of(ids_so_far), "output_ids": ids_so_far, "meta_info": meta})
+                error_after = int(engine.env.get("SGLANG_SIM_STREAM_ERROR_AFTER", "0"))
+                abort_after = int(engine.env.get("SGLANG_SIM_STREAM_ABORT_AFTER", "0"))
+
+                def chunk(ids_so_far, meta):
+                    if error_after and len(ids_so_far) >= error_after:  # http_server.py:957-975
+                        return StopStream({"error": {"message": "SIMULATED FAULT (SGLANG_SIM_STREAM_ERROR_AFTER)",
+                                                     "type": "invalid_request_error", "code": 400,
+                                                     "retryable": False}})
+                    if abort_after and len(ids_so_far) >= abort_after:  # tokenizer_manager.py:1891-1922
+                        return StopStream({"text": engine.text_of(ids_so_far), "output_ids": ids_so_far, "meta_info": {
+                            **meta, "finish_reason": {"type": "abort", "message": "SIMULATED FAULT: aborted",
+                                                      "status_code": 503}}})
+                    return {"text": engine.text_of(ids_so_far), "output_ids": ids_so_far, "meta_info": meta}
+                return self.stream(request, chunk)
             meta = self.wait_done(request)
             self.send_json(200, {"text": engine.text_of(request.output_ids), "output_ids": request.output_ids,
                                  "meta_info": meta})
@@ -452,10 +473,11 @@ def make_handler(engine: Engine, server_args: dict, status: dict):
                     data = chunk(list(ids_so_far), meta)
                 else:
                     data = chunk(list(ids_so_far), payload)
-                for item in data if isinstance(data, list) else [data]:
+                stop = isinstance(data, StopStream)
+                for item in [data.chunk] if stop else data if isinstance(data, list) else [data]:
                     self.wfile.write(f"data: {json.dumps(item)}\n\n".encode())
                     self.wfile.flush()
-                if kind == "done":
+                if kind == "done" or stop:
                     break
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

@@ -1,0 +1,50 @@
+"""The API key appears in no file the tool writes and in none of its output.
+
+SGLang itself returns the key from /server_info (with the launch command) and logs it at start
+(``server_args=``); the simulator does the same, so these tests would catch a copy that is not redacted.
+"""
+
+import subprocess
+
+import pytest
+
+from conftest import REPO, proven_with
+
+pytestmark = pytest.mark.simhost
+
+SMALL_GATE = ("  samples: 5\n  warmup: 1\n  max_new_tokens: 256\n  concurrency: 4",
+              "  samples: 2\n  warmup: 0\n  max_new_tokens: 64\n  concurrency: 2")
+
+
+def test_the_key_is_in_no_file_and_no_output(simhost, tmp_path):
+    key = simhost.api_key
+    outputs = []
+
+    def run(*args):
+        result = simhost.pyinfra(*args)
+        outputs.append(result.stdout + result.stderr)
+        return result
+
+    good = proven_with(tmp_path, *SMALL_GATE, "good.yaml")
+    assert run(*simhost.deploy_args(profile=good, gate=True)).returncode == 0, outputs[-1][-3000:]
+    # A release that dies at start: readiness copies the journal, which holds SGLang's server_args line.
+    crash = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_CRASH_AT_START: "1"\n', "crash.yaml")
+    assert run(*simhost.deploy_args(profile=crash, gate=True)).returncode != 0
+    assert "server_args=" in outputs[-1]  # the journal copy was printed, with the key redacted
+    assert run("doctor.py").returncode == 0, outputs[-1][-3000:]
+    assert run("releases.py").returncode == 0
+    variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12", "variant.yaml")
+    assert run(*simhost.deploy_args(profile=variant)).returncode == 0
+    assert run("rollback.py").returncode == 0, outputs[-1][-3000:]
+    assert run(*simhost.deploy_args("--dry", "--diff", profile=good)).returncode == 0
+
+    # The server does hold it (so a leak would be visible): /server_info returns it, as SGLang's does.
+    assert key in simhost.http("/server_info", key=key)[1]
+    for number, output in enumerate(outputs):
+        assert key not in output, f"command {number} printed the API key"
+    # Every file the tool writes on the host, except the secrets file itself (0600, root:sglang).
+    leaks = simhost.sh(f"grep -rlF -- '{key}' /var/lib/sglang-deploy /opt/sglang-deploy /etc/systemd/system "
+                       "/etc/sglang-deploy /tmp /root 2>/dev/null | grep -v '^/etc/sglang-deploy/sglang/secrets.yaml$'; true")
+    assert leaks.strip() == "", leaks
+    local = subprocess.run(["grep", "-rlF", "--", key, str(REPO / "results")], capture_output=True, text=True)
+    assert local.stdout.strip() == "", local.stdout
