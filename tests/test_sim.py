@@ -266,6 +266,14 @@ def test_fault_slowdown_and_accept_collapse_are_visible_to_the_gate_client(start
     assert collapsed["accept_length"]["median"] < 1.5 < base["accept_length"]["median"]
 
 
+def test_launch_blocking_costs_what_was_measured(start_sim):
+    """CUDA_LAUNCH_BLOCKING=1: +22 % per decode step with graphs (benchmarks/env_cost_probe.py on H200)."""
+    args = ["--samples", "2", "--warmup", "0", "--max-new-tokens", "96", "--concurrency", "1"]
+    base = start_sim(env={"SGLANG_SIM_SEED": "5"}).bench(*args)
+    blocking = start_sim(env={"SGLANG_SIM_SEED": "5", "CUDA_LAUNCH_BLOCKING": "1"}).bench(*args)
+    assert 0.76 <= blocking["decode_tok_s"]["median"] / base["decode_tok_s"]["median"] <= 0.88  # 1 / 1.22 = 0.82
+
+
 # --- calibration ------------------------------------------------------------------------------------
 
 def test_calibration_table_lands_in_every_band():

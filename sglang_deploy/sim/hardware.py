@@ -38,6 +38,8 @@ class Effective:
     nccl_proto: str | None
     max_running: int
     notes: tuple[str, ...] = field(default=())  # log lines explaining fallbacks
+    launch_blocking: bool = False  # CUDA_LAUNCH_BLOCKING=1 in the process
+    nccl_debug: bool = False  # NCCL_DEBUG=INFO or TRACE in the process
 
 
 # SGLang's own custom all-reduce warning when P2P is missing
@@ -89,11 +91,15 @@ def resolve(resolved: dict, env: dict, machine: dict) -> Effective:
         tp=tp, spec_algorithm=algorithm, spec_steps=steps, spec_topk=topk,
         draft_tokens=drafts, decode_graphs=decode_graphs, graph_max_bs=int(graph_max_bs),
         custom_allreduce=custom, p2p=p2p, nccl_proto=proto, max_running=max_running, notes=tuple(notes),
+        launch_blocking=env.get("CUDA_LAUNCH_BLOCKING", "0").strip() not in ("", "0"),
+        nccl_debug=env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE"),
     )
 
 
 def _nccl_us(eff: Effective, machine: dict) -> float:
     base = machine["allreduce_us"]["nccl_p2p" if eff.p2p else "nccl_shm"]
+    if eff.nccl_debug:
+        base *= machine["env_costs"]["NCCL_DEBUG=INFO"]["nccl"]
     if eff.nccl_proto:
         factor = max((f for name, f in machine["nccl_proto_factor"].items() if name in eff.nccl_proto), default=1.0)
         if eff.nccl_proto == "LL128" and not machine["nvlink"]:
@@ -129,6 +135,8 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
                  + draft_ars * (ar + issue) / 1e3 + model["kernels_per_draft_step"] * launch / 1e3)
     nccl = model["nccl_collectives_per_cycle"] * _nccl_us(eff, machine) / 1e3 if eff.tp > 1 else 0.0
     single = verify + eff.spec_steps * draft + nccl + machine["cycle_fixed_ms"]
+    if eff.launch_blocking:  # no CPU/GPU overlap left (measured ratios, data/<machine>.json env_costs)
+        single *= machine["env_costs"]["CUDA_LAUNCH_BLOCKING=1"]["graphs" if graphs else "eager"]
     return single * (1 + machine["batch_cost_per_extra_request"] * (batch - 1))
 
 
