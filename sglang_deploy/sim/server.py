@@ -11,9 +11,9 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_START_SECONDS                weight loading + graph capture time (default 3)
   SGLANG_SIM_SEED                         timing-noise seed (default: random per process)
   SGLANG_SIM_P2P=0                        the board has no working GPU peer-to-peer
-  SGLANG_SIM_CRASH_AT_START=1             exit 1 during start
+  SGLANG_SIM_CRASH_AT_START=1             the scheduler dies while loading weights (SIGKILL, as 0.5.23)
   SGLANG_SIM_HANG_AT_START=1              never become healthy
-  SGLANG_SIM_DIE_AFTER_REQUESTS=N         exit after N generation requests
+  SGLANG_SIM_DIE_AFTER_REQUESTS=N         the scheduler dies after N generation requests (SIGKILL)
   SGLANG_SIM_SLOWDOWN_PCT=X               every cycle X % slower (a regression only a benchmark sees)
   SGLANG_SIM_GENERATE_5XX=1               generation endpoints answer 500
   SGLANG_SIM_ACCEPT_COLLAPSE=1            speculative acceptance collapses (tau ~1.2)
@@ -169,8 +169,8 @@ class Engine:
             self.request_count += counted
             index = self.request_count
         if counted and self.die_after and index > self.die_after:
-            log.error("SIMULATED FAULT: dying after %d requests (SGLANG_SIM_DIE_AFTER_REQUESTS)", self.die_after)
-            os._exit(1)
+            die_like_a_failed_scheduler(f"RuntimeError: SIMULATED FAULT: dying after {self.die_after} requests "
+                                        "(SGLANG_SIM_DIE_AFTER_REQUESTS)")
         # Greedy decoding is deterministic: the same prompt gives the same tokens and acceptance pattern,
         # as on a real server. Only sampled requests and timing depend on the process's seed.
         greedy = float(params.get("temperature", 1.0)) == 0.0
@@ -675,8 +675,8 @@ def main(argv: list[str] | None = None) -> int:
              engine.machine["gpu"], engine.eff.tp)
     time.sleep(start_seconds * 0.5)
     if env.get("SGLANG_SIM_CRASH_AT_START") == "1":
-        return fail("SIMULATED FAULT: RuntimeError: CUDA error: an illegal memory access was encountered "
-                    "(SGLANG_SIM_CRASH_AT_START)")
+        die_like_a_failed_scheduler("RuntimeError: CUDA error: an illegal memory access was encountered "
+                                    "(SIMULATED FAULT: SGLANG_SIM_CRASH_AT_START)")
     usage = engine.memory_usage()
     log.info("Load weight end. type=%s, dtype=fp8, mem usage=%.2f GB.", engine.model["architecture"], usage["weight"])
     for note in engine.eff.notes:
