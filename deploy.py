@@ -9,10 +9,9 @@ the gate, automatic rollback on failure) -> prune.
 
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File
 
 from roles import provision, release, service_user, sglang_service, simulator
-from roles.facts import GpuHost, ReleaseStore
+from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
@@ -29,7 +28,14 @@ except PlanError as error:
 
 profile = plan.profile
 service = profile.service.name
-host_is_simulated = bool(host.get_fact(File, path=SIMULATED_MARKER))
+programs = release.program_shipment()
+sim_shipment = simulator.simulator_shipment(profile) if plan.simulated else None
+layout = ServiceLayout(service)
+facts = host.get_fact(DeployState, service=service,
+                      manifests=(programs.manifest,) + ((sim_shipment.manifest,) if sim_shipment else ()),
+                      paths=(simulator.checkpoint_marker(profile),) if sim_shipment else (),
+                      user=profile.service.user, files=(layout.config_dir, layout.secrets_path))
+host_is_simulated = facts["simulated"]
 if plan.simulated != host_is_simulated:
     raise DeployError(
         f"{host.name}: the inventory says simulated={plan.simulated} but the host "
@@ -44,7 +50,7 @@ for note in plan.hardware_notes:
 for skipped in plan.skipped_rules:
     logger.warning(f"[{host.name}] rule skipped: {skipped}")
 
-store = host.get_fact(ReleaseStore, service=service)
+store = facts["store"]
 if store["lock"]:
     holder = store["lock"]
     raise DeployError(f"{host.name}: another deploy or rollback is running: {holder.get('owner')} "
@@ -54,15 +60,20 @@ if not plan.simulated and host_flag(host.data, "provision", default=True):
     provision_mode = host.data.get("provision_mode") or "install"
     provision.nvidia_stack(mode=provision_mode, python=f"{venv_path(profile)}/bin/python")
     provision.python_env(profile=profile, mode=provision_mode)
-service_user.install(user=profile.service.user, home=ServiceLayout(service).state_dir)
-runtime_ops = simulator.install(profile=profile) if plan.simulated else []
-release.install_programs()
-secrets = sglang_service.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
+if not service_user.in_place(facts["user"], profile.service.user, layout.state_dir):
+    service_user.install(user=profile.service.user, home=layout.state_dir)
+runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim_shipment.manifest),
+                                checkpoint_present=facts["paths"][simulator.checkpoint_marker(profile)]) \
+    if plan.simulated else []
+release.install_programs(installed_digest=facts["manifests"][programs.manifest] or "")
+secrets_changed = not sglang_service.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
+if secrets_changed:
+    sglang_service.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
 
 skip_gate = host_flag(host.data, "skip_gate")
 if skip_gate:
     logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
-decision = decide(plan, store, restart_needed=any(op.will_change for op in [secrets, *runtime_ops]))
+decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops))
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)

@@ -26,6 +26,63 @@ class ReleaseStore(FactBase):
         return json.loads("\n".join(output))
 
 
+class DeployState(FactBase):
+    """Everything a deploy decides from, in one round trip: the simulated-host marker, the release
+    store (`releases.py state`, sent inline), the hashes of shipped archives, and paths that must exist."""
+
+    requires_command = "python3"
+
+    def command(self, service: str, manifests: tuple = (), paths: tuple = (), user: str | None = None,
+                files: tuple = ()) -> str:
+        import shlex
+
+        from sglang_deploy.layout import SIMULATED_MARKER
+
+        program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
+        checks = [f"echo '@@simulated'; test -e {SIMULATED_MARKER} && echo yes; echo",
+                  f"echo '@@store'; echo {program} | base64 -d | python3 - state --service {shlex.quote(service)}"]
+        for manifest in manifests:
+            checks.append(f"echo '@@manifest {manifest}'; cat {shlex.quote(manifest)} 2>/dev/null; echo")
+        for path in paths:
+            checks.append(f"echo '@@path {path}'; test -e {shlex.quote(path)} && echo yes; echo")
+        for path in files:  # mode, owner, group, then the content's sha256 (files only)
+            quoted = shlex.quote(path)
+            checks.append(f"echo '@@file {path}'; stat -c '%a %U %G' {quoted} 2>/dev/null; "
+                          f"test -f {quoted} && sha256sum {quoted} | cut -d' ' -f1; echo")
+        if user:
+            quoted = shlex.quote(user)
+            checks.append(f"echo '@@user'; getent passwd {quoted}; id -nG {quoted} 2>/dev/null; echo")
+        return "; ".join(checks)
+
+    def process(self, output):
+        sections, current = {}, None
+        for line in output:
+            if line.startswith("@@"):
+                current = line[2:]
+                sections[current] = []
+            elif current:
+                sections[current].append(line)
+        text = {key: "\n".join(value).strip() for key, value in sections.items()}
+        return {
+            "simulated": text.get("simulated") == "yes",
+            "store": json.loads(text["store"]),
+            "manifests": {key[len("manifest "):]: value or None for key, value in text.items()
+                          if key.startswith("manifest ")},
+            "paths": {key[len("path "):]: value == "yes" for key, value in text.items() if key.startswith("path ")},
+            "files": {key[len("file "):]: value.split() for key, value in text.items() if key.startswith("file ")},
+            "user": _user(text.get("user")),
+        }
+
+
+def _user(text):
+    """getent passwd + id -nG -> {home, shell, groups}, or None when the account does not exist."""
+    lines = (text or "").splitlines()
+    if not lines or lines[0].count(":") < 6:
+        return None
+    fields = lines[0].split(":")
+    return {"home": fields[5], "shell": fields[6], "groups": sorted((lines[1] if len(lines) > 1 else "").split())}
+
+
 class GpuHost(FactBase):
     """GPUs, drivers, container, CUDA toolkit, NCCL and topology in one round trip (all optional)."""
 

@@ -6,13 +6,16 @@ connection); this role stages files, starts the switch and reports its outcome.
 
 import json
 import shlex
+from io import BytesIO
 from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, python, server
 
 from roles.ops import managed_file, preview_diff
+from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import TOOL_BIN, ServiceLayout
@@ -23,11 +26,23 @@ HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "evidence.py", "checkpoin
                  "gpu_probe.py")
 
 
+def program_shipment() -> shipment.Shipment:
+    return shipment.build("programs", TOOL_BIN, f"{TOOL_BIN}/.manifest",
+                          [(program, (HOSTSIDE / program).read_bytes(), 0o755) for program in HOST_PROGRAMS])
+
+
 @deploy("Release: host programs")
-def install_programs():
-    for program in HOST_PROGRAMS:
-        files.put(name=f"{TOOL_BIN}/{program}", src=str(HOSTSIDE / program), dest=f"{TOOL_BIN}/{program}",
-                  mode=755, create_remote_dir=True)
+def install_programs(installed_digest: str | None = None):
+    """Upload the host programs as one archive when its hash differs from the host's `.manifest`
+    (installed_digest: what the deploy's DeployState fact read; None reads it here)."""
+    ship = program_shipment()
+    if installed_digest is None:
+        installed_digest = "\n".join(host.get_fact(FileContents, path=ship.manifest) or []).strip()
+    if installed_digest == ship.digest:
+        return
+    files.put(name=f"Host programs archive ({len(HOST_PROGRAMS)} programs, {ship.digest[:12]})",
+              src=BytesIO(ship.data), dest=ship.upload_path, mode=600, create_remote_dir=True)
+    server.shell(name=f"Unpack the host programs into {TOOL_BIN}", commands=[shipment.unpack_command(ship)])
 
 
 @deploy("Release: stage")

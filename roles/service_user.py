@@ -7,6 +7,12 @@ from pyinfra.operations import server
 DEVICE_GROUPS = ("video", "render")
 
 
+def in_place(found: dict | None, user: str, home: str) -> bool:
+    """Whether the account the deploy's DeployState fact found is already what install() makes."""
+    return bool(found and found["home"] == home and found["shell"] == "/usr/sbin/nologin"
+                and set(found["groups"]) >= {user, *DEVICE_GROUPS})
+
+
 @deploy("Service user")
 def install(user: str, home: str):
     for group in DEVICE_GROUPS:

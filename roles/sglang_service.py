@@ -12,6 +12,16 @@ from roles.ops import managed_file
 from sglang_deploy.layout import ServiceLayout
 
 
+def in_place(found_files: dict, secrets: str, service: str, user: str) -> bool:
+    """Whether config dir and secrets file (as the DeployState fact found them) need no change."""
+    import hashlib
+
+    layout = ServiceLayout(service)
+    return (found_files.get(layout.config_dir, [])[:3] == ["750", "root", user]
+            and found_files.get(layout.secrets_path, []) == ["640", "root", user,
+                                                             hashlib.sha256(secrets.encode()).hexdigest()])
+
+
 @deploy("SGLang service: secrets")
 def configure_secrets(secrets: str, service: str, user: str):
     layout = ServiceLayout(service)

@@ -2,18 +2,18 @@
 
 The unit then runs `<venv>/bin/sglang serve ...` exactly as on a GPU host; that executable is
 sglang_deploy.sim (it says so in its logs and in /server_info). A stub checkpoint directory with a
-config.json stands in for the model weights.
+config.json stands in for the model weights. Everything travels as one archive, uploaded only when
+its hash differs from the one the host recorded.
 """
 
 import json
-from io import StringIO
+from io import BytesIO
 from pathlib import Path
 
 from pyinfra.api import deploy
-from pyinfra import host
-from pyinfra.facts.files import File
 from pyinfra.operations import files, server
 
+from sglang_deploy import shipment
 from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import Profile
 
@@ -27,23 +27,34 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+def simulator_shipment(profile: Profile) -> shipment.Shipment:
+    venv = venv_path(profile)
+    lib = f"{venv}/lib/sglang-sim"
+    stub = json.dumps({"architectures": [profile.model.architecture or "Qwen3_5ForConditionalGeneration"],
+                       "simulated": True, "note": "stub checkpoint for the SGLang simulator"}, indent=2) + "\n"
+    members = shipment.tree(SIM_PACKAGE, f"{lib.lstrip('/')}/sglang_sim")
+    members += [(f"{venv.lstrip('/')}/bin/sglang", SHIM.format(lib=lib).encode(), 0o755),
+                (f"{profile.model.path.strip('/')}/config.json", stub.encode(), 0o644)]
+    return shipment.build("simulator", "/", f"{venv}/.manifest-simulator", members)
+
+
+def checkpoint_marker(profile: Profile) -> str:
+    return f"{profile.model.path}/model.safetensors.index.json"
+
+
 @deploy("SGLang simulator (simulated host)")
-def install(profile: Profile):
+def install(profile: Profile, installed_digest: str | None, checkpoint_present: bool):
+    """Returns the operations that changed the server program (a restart follows when they did)."""
     if profile.sglang.launcher != "serve":
         raise ValueError("the simulator implements the 'serve' launcher only; set sglang.launcher: serve")
-    venv = venv_path(profile)
-    checkpoint_present = bool(host.get_fact(File, path=f"{profile.model.path}/model.safetensors.index.json"))
-    lib = f"{venv}/lib/sglang-sim"
-    package = files.sync(name="Simulator package", src=str(SIM_PACKAGE), dest=f"{lib}/sglang_sim",
-                         exclude=["*.pyc", "__pycache__"], delete=True)
-    shim = files.put(name="Simulated `sglang` executable", src=StringIO(SHIM.format(lib=lib)),
-                     dest=f"{venv}/bin/sglang", mode=755, create_remote_dir=True)
-    files.put(name="Stub checkpoint (config.json only)", dest=f"{profile.model.path}/config.json",
-              src=StringIO(json.dumps({"architectures": ["Qwen3_5ForConditionalGeneration"], "simulated": True,
-                                       "note": "stub checkpoint for the SGLang simulator"}, indent=2) + "\n"),
-              mode=644, create_remote_dir=True)
+    ship = simulator_shipment(profile)
+    ops = []
+    if installed_digest != ship.digest:
+        ops.append(files.put(name=f"Simulator archive (package, `sglang` shim, stub config.json; {ship.digest[:12]})",
+                             src=BytesIO(ship.data), dest=ship.upload_path, mode=600, create_remote_dir=True))
+        ops.append(server.shell(name="Unpack the simulator", commands=[shipment.unpack_command(ship)]))
     if not checkpoint_present:
         server.shell(name="Synthetic checkpoint headers (sparse files, Qwen3.6-27B FP8 byte counts)",
-                     commands=[f"python3 {lib}/sglang_sim/checkpoint.py {profile.model.path}"])
-    return [package, shim]
-
+                     commands=[f"python3 {venv_path(profile)}/lib/sglang-sim/sglang_sim/checkpoint.py "
+                               f"{profile.model.path}"])
+    return ops

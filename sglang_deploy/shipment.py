@@ -1,0 +1,57 @@
+"""Files the tool ships to a host as one archive, named by the hash of its content.
+
+The host keeps the hash it last unpacked next to the files (``.manifest``); a deploy compares it with
+the local one in the same round trip as its other facts, and uploads and unpacks only when they differ,
+instead of one checksum round trip per file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Shipment:
+    """An archive to unpack under `root` on the host; `manifest` is where its hash is kept there."""
+
+    name: str
+    root: str
+    manifest: str
+    data: bytes
+    digest: str
+
+    @property
+    def upload_path(self) -> str:
+        return f"/var/lib/sglang-deploy/.upload-{self.name}.tar"
+
+
+def build(name: str, root: str, manifest: str, members: list[tuple[str, bytes, int]]) -> Shipment:
+    """members: (path relative to root, content, mode). Deterministic: sorted, no times, root owner."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for path, content, mode in sorted(members):
+            info = tarfile.TarInfo(path)
+            info.size, info.mode, info.mtime, info.uid, info.gid = len(content), mode, 0, 0, 0
+            archive.addfile(info, io.BytesIO(content))
+    data = buffer.getvalue()
+    return Shipment(name, root, manifest, data, hashlib.sha256(data).hexdigest())
+
+
+def tree(source: Path, prefix: str, mode: int = 0o644) -> list[tuple[str, bytes, int]]:
+    """Every file under `source` (no bytecode), as members under `prefix`."""
+    return [(f"{prefix}/{path.relative_to(source)}", path.read_bytes(), mode)
+            for path in sorted(source.rglob("*"))
+            if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"]
+
+
+def unpack_command(shipment: Shipment) -> str:
+    """Unpack into the root, record the hash, drop the archive (one shell command)."""
+    import shlex
+
+    root, manifest, archive = (shlex.quote(p) for p in (shipment.root, shipment.manifest, shipment.upload_path))
+    return (f"mkdir -p {root} && tar -C {root} --no-same-owner -xf {archive} && "
+            f"echo {shipment.digest} > {manifest} && rm -f {archive}")
