@@ -452,18 +452,17 @@ def choose_baseline(candidates, last_good, current):
     why_not = None
     if last_good and last_good != current and last_good_meta is not None:
         if any(release_id == last_good for release_id, _ in eligible):
-            return last_good, (f"release {last_good}, the last good release (its gate passed at "
-                               f"{last_good_meta['gate'].get('at')})")
+            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta['gate'].get('at')})"
         gate = (last_good_meta.get("gate") or {}).get("verdict")
-        why_not = (f"the last good release {last_good} was marked good without passing its gate ("
+        why_not = (f"the last good release {last_good} is no baseline: it was marked good without passing its gate ("
                    + ("never measured" if not gate else f"gate {gate}" if gate != "pass" else "no stored passed result")
-                   + "), so it is no baseline")
+                   + ")")
     if eligible:
         release_id, meta = max(eligible, key=lambda item: item[1]["gate"].get("at") or "")
-        note = f"release {release_id}, the last release that passed its gate (at {meta['gate'].get('at')})"
+        note = f"release {release_id}, the last release that passed its gate ({meta['gate'].get('at')})"
         return release_id, (f"{note}; {why_not}" if why_not else note)
-    note = "no passed baseline: no other release on this host has passed its gate; the verdict rests on the floors"
-    return None, (f"{note} ({why_not})" if why_not else note)
+    return None, ("no passed baseline, the verdict rests on the floors (no other release on this host passed its gate"
+                  + (f"; {why_not})" if why_not else ")"))
 
 
 def run_gate(store, args, meta, state):
@@ -474,7 +473,10 @@ def run_gate(store, args, meta, state):
     candidates, stored = [], {}
     for release_id in store.ids():
         text = store.read(os.path.join(store.release_dir(release_id), "gate-result.json"))
-        stored[release_id] = json.loads(text) if text else {}
+        try:
+            stored[release_id] = json.loads(text) if text else {}
+        except ValueError:  # a damaged result is no baseline
+            stored[release_id] = {}
         candidates.append((release_id, store.meta(release_id), stored[release_id].get("verdict")))
     baseline_release, note = choose_baseline(candidates, state.get("last_good"), args.release)
     baseline = stored[baseline_release].get("measurement") if baseline_release else None
