@@ -1,6 +1,6 @@
 """How often does the gate decide wrongly? (simulated CT129, local simulator processes)
 
-    python benchmarks/gate_noise.py [--trials 20] [--parallel 10] [--seed run1] [--no-issue-case]
+    python benchmarks/gate_noise.py [--trials 20] [--parallel 10] [--seed run1] [--no-issue-case] [--samples N]
 
 Every trial is a deploy's comparison in miniature: a baseline measurement of the proven profile and a
 candidate measurement, each against its own simulator process (sglang_deploy/sim, real-time timing
@@ -41,8 +41,6 @@ from sglang_deploy.sim.local import LocalSim, stub_model_dir  # noqa: E402
 PROVEN = load_profile(ROOT / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml")
 INCIDENT = load_profile(ROOT / "profiles" / "qwen3.6-27b-mtp1-2xa6000.yaml")
 SETTINGS = PROVEN.gate.model_dump()
-BENCH_ARGS = [item for key in ("samples", "warmup", "max_new_tokens", "concurrency")
-              for item in (f"--{key.replace('_', '-')}", str(SETTINGS[key]))]
 
 # SGLANG_SIM_SLOWDOWN_PCT scales every cycle; the decode rate scales by its inverse.
 SLOWER_10 = f"{(1 / 0.90 - 1) * 100:.2f}"   # rate x 0.9
@@ -54,13 +52,18 @@ def sim_for(profile, env):
         {**profile.environment, **env}
 
 
+def bench_args():
+    return [item for key in ("samples", "warmup", "max_new_tokens", "concurrency")
+            for item in (f"--{key.replace('_', '-')}", str(SETTINGS[key]))]
+
+
 def measure(job, model, tmp):
     """One gate measurement against its own simulator process."""
     flags, env = sim_for(job["profile"], job["env"])
     sim = LocalSim(flags, env, model).start(Path(tmp) / f"{job['name']}.log")
     try:
         sim.wait_ready()
-        return job["name"], sim.bench(*BENCH_ARGS)
+        return job["name"], sim.bench(*bench_args())
     finally:
         sim.stop()
 
@@ -83,7 +86,11 @@ def main():
     parser.add_argument("--parallel", type=int, default=10, help="simulator processes at a time")
     parser.add_argument("--seed", default="gate-noise", help="prefix of the simulators' timing-noise seeds")
     parser.add_argument("--no-issue-case", action="store_true", help="skip the proven-after-1-step scenario")
+    parser.add_argument("--samples", type=int, help="override the profile's gate.samples (to explore; default: "
+                                                    f"the profile's {SETTINGS['samples']})")
     args = parser.parse_args()
+    if args.samples:
+        SETTINGS["samples"] = args.samples
 
     scenarios = [("unchanged", {}), ("10 % slower", {"SGLANG_SIM_SLOWDOWN_PCT": SLOWER_10}),
                  ("10 % faster", {"SGLANG_SIM_SLOWDOWN_PCT": FASTER_10})]
