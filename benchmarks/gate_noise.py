@@ -19,7 +19,8 @@ Scenarios (each --trials times; the candidate's decode rate relative to the base
 Targets (issue 12): false alarms <= 1 of 20, the 10 % slowdown caught >= 19 of 20, a release >= 10 %
 faster rolled back 0 of 20; inconclusive verdicts are counted and shown. A profile's on_inconclusive
 decides what an inconclusive verdict does; with the default (rollback) it is counted as rolled back.
-Jobs run --parallel at a time in a shuffled order, so every scenario sees the same machine load.
+Jobs run --parallel at a time in a shuffled order, so every scenario sees the same machine load. With
+the defaults: 100 measurements of about 38 s, 10 at a time, about 7.5 minutes (0.2 CPU cores).
 """
 
 import argparse
