@@ -7,6 +7,7 @@ any module of the project, must be a row of the table's /server_info section.
 
 import ast
 import re
+import subprocess
 
 from conftest import REPO
 
@@ -14,8 +15,10 @@ from sglang_deploy.resolution import COMPARED_FIELDS
 
 DOC = REPO / "docs" / "conformance.md"
 SHAPED = {"server_info", "resolved"}
-SOURCES = [p for p in REPO.rglob("*.py") if not any(part in (".venv", "tests", ".git", "results") for part in
-                                                     p.relative_to(REPO).parts)]
+# The project's own code: tracked Python files outside tests/ (not .venv, not a simulated host's rootfs).
+SOURCES = [REPO / name for name in subprocess.run(["git", "ls-files", "*.py"], cwd=REPO, capture_output=True,
+                                                  text=True, check=True).stdout.split()
+           if not name.startswith("tests/") and (REPO / name).exists()]
 
 
 def documented_fields() -> set[str]:

@@ -1,10 +1,14 @@
 """Gate statistics and effective-config checks without a host."""
 
+import math
+import random
+
 import pytest
 
 from conftest import INCIDENT, PROVEN
 from sglang_deploy.gate import expectations, gate_config
-from sglang_deploy.hostside.gate import config_problems, evaluate, table
+from sglang_deploy.hostside.gate import config_problems, evaluate, ratio_interval, table
+from sglang_deploy.hostside.releases import choose_baseline
 from sglang_deploy.plan import plan_for_host
 
 SETTINGS = {"min_decode_tok_s": 45, "min_accept_length": 2.8, "max_regression_pct": 10}
@@ -42,7 +46,7 @@ def test_incident_fails_on_both_floors():
 def test_ten_percent_regression_fails_although_above_the_floor():
     slow = [r * 0.90 * (1 + e) for r, e in zip(BASE, [0.01, -0.01, 0.005, 0.0, -0.005])]
     result = evaluate(measurement(slow), {**SETTINGS, "min_decode_tok_s": 40}, baseline=measurement(BASE))
-    assert result["verdict"] == "fail" and "slower than the last good release" in result["reasons"][0]
+    assert result["verdict"] == "fail" and "slower than the baseline" in result["reasons"][0]
     assert result["comparison"]["regression_pct"] == pytest.approx(10, abs=1.5)
 
 
@@ -59,7 +63,88 @@ def test_a_small_significant_slowdown_under_half_the_tolerance_passes():
 def test_too_noisy_is_inconclusive():
     wild = [r * (1 + e) for r, e in zip(BASE, [0.35, -0.3, 0.25, -0.32, 0.3])]
     result = evaluate(measurement(wild), {**SETTINGS, "min_decode_tok_s": None}, baseline=measurement(BASE))
-    assert result["verdict"] == "inconclusive" and "too noisy" in result["inconclusive"][0]
+    assert result["verdict"] == "inconclusive" and "straddles 0.95" in result["inconclusive"][0]
+    assert result["comparison"]["low"] < 0.95 <= result["comparison"]["high"]
+
+
+def test_a_faster_release_passes_although_its_speedup_differs_by_prompt():
+    """The issue's step 4: 3-step MTP against a 1-step baseline; code gains most, chat least."""
+    slow = [39.5, 41.0, 40.6, 40.1, 41.5]
+    speedups = [1.22, 1.52, 1.18, 1.26, 1.45]  # per-prompt: the acceptance gain depends on the text
+    result = evaluate(measurement([r * s for r, s in zip(slow, speedups)]), SETTINGS, baseline=measurement(slow))
+    comparison = result["comparison"]
+    assert result["verdict"] == "pass", result
+    assert comparison["high"] - comparison["low"] > 0.2  # wide, yet all of it on the fast side of 0.95
+    assert comparison["low"] > 1.0 and comparison["change_pct"] == pytest.approx(32, abs=3)
+    text = table(result)
+    assert "% faster than the baseline" in text and "GATE PASS" in text
+
+
+def test_a_slower_release_fails_although_its_slowdown_differs_by_prompt():
+    factors = [0.84, 0.78, 0.86, 0.82, 0.79]
+    result = evaluate(measurement([r * f for r, f in zip(BASE, factors)]), {**SETTINGS, "min_decode_tok_s": 40},
+                      baseline=measurement(BASE))
+    assert result["verdict"] == "fail" and result["comparison"]["high"] < 0.95
+    assert "% slower than the baseline" in result["reasons"][0] and "below the floor" not in " ".join(result["reasons"])
+
+
+def test_an_interval_straddling_the_threshold_is_inconclusive():
+    near = [r * f for r, f in zip(BASE, [0.95, 0.97, 0.93, 0.96, 0.94])]
+    result = evaluate(measurement(near), SETTINGS, baseline=measurement(BASE))
+    assert result["verdict"] == "inconclusive" and not result["reasons"]
+    assert result["comparison"]["low"] < 0.95 <= result["comparison"]["high"]
+
+
+def test_one_disturbed_request_cannot_fail_an_unchanged_release():
+    disturbed = [r * f for r, f in zip(BASE, [1.0, 1.01, 0.55, 0.99, 1.0])]
+    result = evaluate(measurement(disturbed), {**SETTINGS, "min_decode_tok_s": None}, baseline=measurement(BASE))
+    assert result["verdict"] != "fail" and result["comparison"]["high"] > 0.95
+
+
+def test_false_fail_rate_at_the_threshold_is_at_most_five_percent():
+    """The upper bound is a one-sided 95 % bound: a release exactly at the threshold fails <= 5 % of the time."""
+    rng = random.Random(12)
+    for n in (3, 5, 12):
+        fails = sum(ratio_interval([0.95 * math.exp(rng.gauss(0, 0.04)) for _ in range(n)])[2] < 0.95
+                    for _ in range(4000))
+        assert 0.035 <= fails / 4000 <= 0.065, (n, fails)
+
+
+def gated(verdict, at="2025-01-01T00:00:00+00:00"):
+    return {"verdict": "good" if verdict == "pass" else "bad", "gate": {"verdict": verdict, "at": at}}
+
+
+def test_a_release_forced_good_by_skip_gate_is_no_baseline():
+    proven = ("0001-aaaaaaaa", gated("pass"), "pass")
+    incident = ("0002-bbbbbbbb", {**gated("fail"), "verdict": "good", "verdict_by": "skip_gate"}, "fail")
+    # The issue's step 4: the proven release again, the forced 1-step release is the last good one.
+    release, note = choose_baseline([proven, incident], last_good="0002-bbbbbbbb", current="0001-aaaaaaaa")
+    assert release is None
+    assert "no passed baseline" in note and "0002-bbbbbbbb" in note and "gate fail" in note
+    # Another release that passed earlier is used instead, and the note says why the last good one is not.
+    other = ("0003-cccccccc", gated("pass", at="2025-01-02T00:00:00+00:00"), "pass")
+    release, note = choose_baseline([proven, incident, other], last_good="0002-bbbbbbbb", current="0004-dddddddd")
+    assert release == "0003-cccccccc" and "last release that passed its gate" in note and "0002-bbbbbbbb" in note
+    # Never measured (skip_gate on a fresh release) is no baseline either.
+    unmeasured = ("0005-eeeeeeee", {"verdict": "good", "gate": None, "verdict_by": "skip_gate"}, None)
+    release, note = choose_baseline([unmeasured], last_good="0005-eeeeeeee", current="0006-ffffffff")
+    assert release is None and "never measured" in note
+
+
+def test_the_last_good_release_is_the_baseline_when_it_passed():
+    older = ("0001-aaaaaaaa", gated("pass", at="2025-01-03T00:00:00+00:00"), "pass")
+    last_good = ("0002-bbbbbbbb", gated("pass", at="2025-01-02T00:00:00+00:00"), "pass")
+    assert choose_baseline([older, last_good], "0002-bbbbbbbb", "0003-cccccccc")[0] == "0002-bbbbbbbb"
+    # A meta that says pass without a stored passed result (the switch died in between) does not count.
+    assert choose_baseline([older[:2] + ("fail",)], None, "0003-cccccccc")[0] is None
+    # The release being gated is never its own baseline.
+    assert choose_baseline([older], "0001-aaaaaaaa", "0001-aaaaaaaa")[0] is None
+
+
+def test_the_table_names_the_baseline():
+    result = evaluate(measurement(BASE), SETTINGS)
+    result["baseline"] = {"release": None, "note": "no passed baseline: no other release on this host has passed"}
+    assert "baseline: no passed baseline" in table(result)
 
 
 def test_request_errors_are_inconclusive():

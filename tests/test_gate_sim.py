@@ -54,7 +54,50 @@ def test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor(simhost, tmp_
     result = simhost.deploy(profile=slow, gate=True)
     output = result.stdout + result.stderr
     assert result.returncode != 0
-    assert "slower than the last good release" in output and "below the floor" not in output
+    assert "slower than the baseline" in output and "below the floor" not in output
+
+
+def test_proven_release_after_a_forced_1_step_release_passes(simhost, tmp_path):
+    """Issue 12's sequence: proven (pass), 1-step (refused), 1-step with skip_gate, proven again."""
+    proven_profile = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_NOTE: "issue12"\n',
+                                 "issue12.yaml")
+    result = simhost.deploy(profile=proven_profile, gate=True)
+    assert result.returncode == 0 and "GATE PASS" in result.stdout + result.stderr, (result.stdout + result.stderr)[-4000:]
+    proven = state(simhost)["state"]["active"]
+
+    # The reverse order is still refused, for its real reasons: both floors, and slower than the baseline.
+    result = simhost.deploy(profile=INCIDENT, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "GATE FAIL" in output
+    assert "is below the floor 45" in output and "acceptance length" in output and "below the floor 2.8" in output
+    assert "% slower than the baseline" in output and f"baseline: release {proven}, the last good release" in output
+    assert f"automatic rollback to {proven}: healthy again" in output
+    store = state(simhost)
+    [incident] = [r["id"] for r in store["releases"] if r["profile"] == INCIDENT.stem]
+    assert store["state"]["active"] == proven
+
+    # The emergency override: the 1-step release is active and good, carrying its failed measurement.
+    assert simhost.deploy(profile=INCIDENT).returncode == 0  # skip_gate=true
+    store = state(simhost)
+    forced = next(r for r in store["releases"] if r["id"] == incident)
+    assert store["state"]["active"] == store["state"]["last_good"] == incident
+    assert forced["verdict"] == "good" and forced["verdict_by"] == "skip_gate" and forced["gate"]["verdict"] == "fail"
+
+    # The fix: the proven release again. The forced release is no baseline; the gate passes.
+    result = simhost.deploy(profile=proven_profile, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0 and "GATE PASS" in output, output[-4000:]
+    assert f"the last good release {incident} is no baseline: it was marked good without passing its gate (gate fail)" in output
+    store = state(simhost)
+    assert store["state"]["active"] == store["state"]["last_good"] == proven and store["consistent"]
+    fixed = next(r for r in store["releases"] if r["id"] == proven)
+    assert fixed["verdict"] == "good" and fixed["verdict_by"] == "gate" and fixed["gate"]["verdict"] == "pass"
+    gate_file = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{proven}/gate-result.json"))
+    assert gate_file["baseline_release"] != incident
+    if gate_file["baseline_release"] is None:  # a fresh host: no other release ever passed
+        assert "no passed baseline" in output and gate_file["comparison"] is None
+    else:
+        assert f"baseline: release {gate_file['baseline_release']}, the last release that passed its gate" in output
 
 
 def test_no_p2p_custom_all_reduce_fallback_is_read_from_the_journal(simhost, tmp_path):

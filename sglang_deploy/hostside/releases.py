@@ -391,7 +391,8 @@ def switch_locked(store, args):
                            "inconclusive": [f"the gate could not run: {type(error).__name__}: {error}"]}
         document["gate"] = gate_result
         meta["gate"] = {"verdict": gate_result["verdict"], "summary": gate_summary(gate_result),
-                        "at": now(), "simulated": gate_result.get("simulated")}
+                        "at": now(), "simulated": gate_result.get("simulated"),
+                        "baseline": gate_result.get("baseline_release")}
         if gate_result["verdict"] == "fail" or (gate_result["verdict"] == "inconclusive"
                                                 and args.on_inconclusive == "rollback"):
             return fail_and_roll_back(store, state, meta, document, args,
@@ -400,7 +401,12 @@ def switch_locked(store, args):
                                       verdict="bad" if gate_result["verdict"] == "fail" else "inconclusive")
         verdict = "good" if gate_result["verdict"] == "pass" else "inconclusive"
     meta["verdict"] = verdict
-    meta.setdefault("history", []).append({"at": now(), "event": f"activated ({args.reason})"})
+    # What decided the verdict: "gate" (measured; meta["gate"] says how), "skip_gate" (marked good when ready,
+    # not measured now: whatever meta["gate"] holds is an older measurement), or an earlier decision.
+    meta["verdict_by"] = "gate" if args.gate else "skip_gate" if args.mark_good_on_ready else meta.get("verdict_by")
+    meta.setdefault("history", []).append({"at": now(), "event": f"activated ({args.reason})"
+                                           + (", marked good without the gate (skip_gate)"
+                                              if args.mark_good_on_ready and not args.gate else "")})
     store.write_meta(args.release, meta)
     if verdict == "good":
         state.update(last_good=args.release, auto_rollbacks_in_row=0)
@@ -412,6 +418,7 @@ def switch_locked(store, args):
 
 def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad"):
     meta["verdict"] = verdict
+    meta["verdict_by"] = "gate" if "gate" in document else "readiness"
     meta.setdefault("history", []).append({"at": now(), "event": event})
     store.write_meta(args.release, meta)
     document.update(ok=False, failure=event)
@@ -450,18 +457,54 @@ def evidence_module():
     return evidence
 
 
+def choose_baseline(candidates, last_good, current):
+    """The measurement to compare a release with: (release id or None, a sentence saying which and why).
+
+    candidates: [(release id, meta, gate-result.json's verdict or None)], oldest first. A baseline is a
+    measurement that passed its gate (meta's gate verdict and the stored result both "pass"). A release
+    marked good without passing (skip_gate: never measured, or measured and failed) is no baseline: the
+    last good release when it passed, else the release whose gate passed last, else none (the verdict
+    then rests on the floors). The release being measured is never its own baseline.
+    """
+    def passed(meta, stored_verdict):
+        return (meta.get("gate") or {}).get("verdict") == "pass" and stored_verdict == "pass"
+
+    eligible = [(release_id, meta) for release_id, meta, stored in candidates
+                if release_id != current and passed(meta, stored)]
+    last_good_meta = next((meta for release_id, meta, _ in candidates if release_id == last_good), None)
+    why_not = None
+    if last_good and last_good != current and last_good_meta is not None:
+        if any(release_id == last_good for release_id, _ in eligible):
+            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta['gate'].get('at')})"
+        gate = (last_good_meta.get("gate") or {}).get("verdict")
+        why_not = (f"the last good release {last_good} is no baseline: it was marked good without passing its gate ("
+                   + ("never measured" if not gate else f"gate {gate}" if gate != "pass" else "no stored passed result")
+                   + ")")
+    if eligible:
+        release_id, meta = max(eligible, key=lambda item: item[1]["gate"].get("at") or "")
+        note = f"release {release_id}, the last release that passed its gate ({meta['gate'].get('at')})"
+        return release_id, (f"{note}; {why_not}" if why_not else note)
+    return None, ("no passed baseline, the verdict rests on the floors (no other release on this host passed its gate"
+                  + (f"; {why_not})" if why_not else ")"))
+
+
 def run_gate(store, args, meta, state):
     gate = gate_module()
     directory = store.release_dir(args.release)
     with open(os.path.join(directory, "gate-config.json")) as f:
         config = json.load(f)
-    baseline = None
-    last_good = state.get("last_good")
-    if last_good and last_good != args.release and last_good in store.ids():
-        previous = store.read(os.path.join(store.release_dir(last_good), "gate-result.json"))
-        baseline = json.loads(previous).get("measurement") if previous else None
+    candidates, stored = [], {}
+    for release_id in store.ids():
+        text = store.read(os.path.join(store.release_dir(release_id), "gate-result.json"))
+        try:
+            stored[release_id] = json.loads(text) if text else {}
+        except ValueError:  # a damaged result is no baseline
+            stored[release_id] = {}
+        candidates.append((release_id, store.meta(release_id), stored[release_id].get("verdict")))
+    baseline_release, note = choose_baseline(candidates, state.get("last_good"), args.release)
+    baseline = stored[baseline_release].get("measurement") if baseline_release else None
     status = service_status(store.service)
-    log(f"gate: checking the running server against release {args.release}, then measuring")
+    log(f"gate: checking the running server against release {args.release}, then measuring; baseline: {note}")
     evidence = evidence_module()
     environ = evidence.process_environment(status["main_pid"])
     found = {"environ": environ, "findings": evidence.log_findings(evidence.journal_since_start(store.service)),
@@ -472,7 +515,8 @@ def run_gate(store, args, meta, state):
                       cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
                       baseline, found)
     result = evidence.redact(result, [api_key])
-    result["baseline_release"] = last_good if baseline else None
+    result["baseline_release"] = baseline_release
+    result["baseline"] = {"release": baseline_release, "note": note}
     atomic_write(os.path.join(directory, "gate-result.json"), json.dumps(result, indent=1) + "\n", 0o644)
     log("gate result:\n" + gate.table(result))
     return result
@@ -528,6 +572,7 @@ def cmd_mark(args):
     store = Store(args.service)
     meta = store.meta(args.release)
     meta["verdict"] = args.verdict
+    meta["verdict_by"] = "mark"
     if args.gate_file:
         with open(args.gate_file) as f:
             meta["gate"] = json.load(f)
