@@ -90,7 +90,7 @@ def test_environment_names_are_restricted(tmp_path):
 
 
 def test_several_problems_are_reported_together(tmp_path):
-    text = PROVEN.read_text().replace("  port: 30000", "  port: 0").replace("  samples: 5", "  samples: many")
+    text = PROVEN.read_text().replace("  port: 30000", "  port: 0").replace("  samples: 8", "  samples: many")
     problems = problems_of(write_profile(tmp_path, text))
     assert len(problems) == 2
     assert any("service.port" in p for p in problems) and any("gate.samples" in p for p in problems)
