@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from functools import lru_cache
 from pathlib import Path
 
@@ -85,6 +86,7 @@ def _complete(target: Path) -> bool:
 
 
 _probes: dict[str, subprocess.Popen] = {}
+_probe_lock = threading.Lock()  # one request at a time per probe process (threads share it)
 
 
 def _probe_process(version: str) -> subprocess.Popen:
@@ -100,6 +102,11 @@ def _probe_process(version: str) -> subprocess.Popen:
 
 def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None) -> dict:
     """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape."""
+    with _probe_lock:
+        return _run_probe_locked(version, argvs, algorithms, resolve)
+
+
+def _run_probe_locked(version: str, argvs: list[list[str]], algorithms, resolve: dict | None) -> dict:
     process = _probe_process(version)
     request = {"argvs": argvs, "algorithms": list(algorithms)}
     if resolve:
