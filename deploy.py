@@ -12,11 +12,11 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 
 from roles import provision, release, service_user, sglang_service, simulator
-from roles.facts import GpuHost, ReleaseStore
+from roles.facts import GpuHost, ReleaseStore, ServiceAccount, UnitOwnership
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
-from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.releases import build_meta, decide, profile_snapshot
 
@@ -29,6 +29,11 @@ except PlanError as error:
 
 profile = plan.profile
 service = profile.service.name
+# The service user must be a dedicated system account and the unit the tool's own: read before any change.
+refused = host_problems(plan, host.get_fact(ServiceAccount, user=profile.service.user),
+                        host.get_fact(UnitOwnership, service=service), ssh_user=host.data.get("ssh_user"))
+if refused:
+    raise DeployError(f"{host.name}: nothing was changed on the host.\n" + "\n".join(refused))
 host_is_simulated = bool(host.get_fact(File, path=SIMULATED_MARKER))
 if plan.simulated != host_is_simulated:
     raise DeployError(

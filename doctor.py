@@ -9,6 +9,7 @@ service first, or probe_force=true). The report is printed, saved with the activ
 """
 
 import json
+import shlex
 from io import StringIO
 
 from pyinfra import host, logger
@@ -30,7 +31,8 @@ probe_force = host_flag(host.data, "probe_force")
 
 
 def run_doctor():
-    command = f"python3 {TOOL_BIN}/doctor_collect.py --service {service}" + " --probe" * probe + " --probe-force" * probe_force
+    command = shlex.join(["python3", f"{TOOL_BIN}/doctor_collect.py", "--service", service]
+                         + ["--probe"] * probe + ["--probe-force"] * probe_force)
     ok, output = host.run_shell_command(command)
     if not ok:
         raise DeployError(f"collecting the doctor's inputs failed:\n{output.stderr}")

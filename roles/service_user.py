@@ -3,6 +3,8 @@
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from sglang_deploy.safety import USER_MARKER
+
 # GPU device nodes are group-owned by these on hosts where they are not world-accessible.
 DEVICE_GROUPS = ("video", "render")
 
@@ -15,5 +17,5 @@ def install(user: str, home: str):
     server.user(
         name=f"System user {user} (no login, member of {', '.join(DEVICE_GROUPS)})",
         user=user, group=user, groups=list(DEVICE_GROUPS), system=True, home=home,
-        shell="/usr/sbin/nologin", create_home=False,
+        shell="/usr/sbin/nologin", create_home=False, comment=USER_MARKER,
     )

@@ -6,6 +6,7 @@ config.json stands in for the model weights.
 """
 
 import json
+import shlex
 from io import StringIO
 from pathlib import Path
 
@@ -44,6 +45,6 @@ def install(profile: Profile):
               mode=644, create_remote_dir=True)
     if not checkpoint_present:
         server.shell(name="Synthetic checkpoint headers (sparse files, Qwen3.6-27B FP8 byte counts)",
-                     commands=[f"python3 {lib}/sglang_sim/checkpoint.py {profile.model.path}"])
+                     commands=[shlex.join(["python3", f"{lib}/sglang_sim/checkpoint.py", profile.model.path])])
     return [package, shim]
 

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint  # noqa: E402
 import evidence  # noqa: E402
 import gate  # noqa: E402
-from releases import Store, read_api_key, service_status  # noqa: E402
+from releases import Store, read_api_key, service_name, service_status  # noqa: E402
 
 
 def clock_reasons():
@@ -36,7 +36,7 @@ def clock_reasons():
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--service", required=True)
+    parser.add_argument("--service", required=True, type=service_name)
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--probe-force", action="store_true")
     args = parser.parse_args()

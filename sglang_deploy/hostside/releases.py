@@ -35,7 +35,10 @@ import urllib.request
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
 VENV_ROOT = "/opt/sglang-deploy/venvs"
-RELEASE_ID = re.compile(r"^(\d{4,})-([0-9a-f]{8})$")
+RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
+SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
+# Readiness and the gate send the API key: only ever to a loopback address of this host.
+LOOPBACK_URL = re.compile(r"http://(127(?:\.\d{1,3}){3}|\[::1\]):(\d{1,5})")
 EXIT_FAILED_ROLLED_BACK = 1
 EXIT_LOCKED = 4
 EXIT_ROLLBACK_FAILED = 3
@@ -72,6 +75,27 @@ def cmdline_matches(cmdline, exec_start) -> bool:
     if cmdline == exec_start:
         return True
     return os.path.basename(cmdline[0]).startswith("python") and cmdline[1:] == exec_start
+
+
+def release_auth(meta) -> str:
+    """api-key or none; releases from before the field existed: from their command line (--config carries the key)."""
+    if meta.get("auth") in ("api-key", "none"):
+        return meta["auth"]
+    return "api-key" if "--config" in (meta.get("exec_start") or []) else "none"
+
+
+def auth_change(from_meta, to_meta):
+    """A sentence when switching between the two releases changes whether the server requires the API key."""
+    if not from_meta or not to_meta:
+        return None
+    before, after = release_auth(from_meta), release_auth(to_meta)
+    if before == after:
+        return None
+    if after == "none":
+        return (f"AUTHENTICATION CHANGES: release {to_meta.get('id', '?')} runs WITHOUT an API key (auth none); the "
+                f"release it replaces required one")
+    return (f"authentication changes: release {to_meta.get('id', '?')} requires the API key (auth api-key); the "
+            f"release it replaces ran without one")
 
 
 def flag_differences(argv, reference) -> list:
@@ -235,11 +259,15 @@ def http(url, body=None, api_key=None, timeout=10):
         return None, str(error).encode()
 
 
-def wait_ready(store, probe_url, timeout, settle):
-    """Stages: unit active after the settle time -> /health 200 -> a real /generate returns tokens."""
+def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
+    """Stages: unit active after the settle time -> /health 200 -> a real /generate returns tokens -> with
+    auth api-key, a request without the key is refused (401)."""
     start = time.monotonic()
     since = (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
     api_key = read_api_key(store.secrets_path)
+    if auth == "api-key" and not api_key:
+        return {"ready": False, "stage": "auth", "elapsed_s": 0.0, "journal": "",
+                "detail": f"the release requires an API key (auth api-key) but {store.secrets_path} holds none"}
     stage, detail = "active", ""
     while time.monotonic() - start < timeout:
         elapsed = time.monotonic() - start
@@ -266,8 +294,15 @@ def wait_ready(store, probe_url, timeout, settle):
             tokens = json.loads(body)["meta_info"]["completion_tokens"] if status == 200 else 0
         except (ValueError, KeyError, TypeError):
             tokens = 0
+        if tokens > 0 and auth == "api-key":
+            status, _ = http(probe_url + "/v1/models", timeout=10)  # no key: must be refused
+            if status != 401:
+                return {"ready": False, "stage": "auth", "elapsed_s": round(time.monotonic() - start, 1),
+                        "journal": "", "detail": f"a request without the API key got {status}, not 401: the "
+                                                 "server does not enforce authentication"}
         if tokens > 0:
-            return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1)}
+            return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1),
+                    "auth": auth}
         detail = f"/generate answered {status}: {body[:200].decode(errors='replace')}"
         time.sleep(0.5)
     tail, cause = failed_start(store.service, since, api_key)
@@ -345,8 +380,9 @@ def install(store, release_id):
 def activate(store, release_id, probe_url, timeout, settle):
     install(store, release_id)
     log(f"restarting {store.service}.service on release {release_id}")
+    systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
     systemctl("restart", f"{store.service}.service")
-    return wait_ready(store, probe_url, timeout, settle)
+    return wait_ready(store, probe_url, timeout, settle, auth=release_auth(store.meta(release_id)))
 
 
 def cmd_switch(args):
@@ -376,8 +412,14 @@ def switch_locked(store, args):
     state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
     store.save_state(state)
     meta = store.meta(args.release)
+    change = auth_change(store.meta(previous) if previous in store.ids() else None, dict(meta, id=args.release))
+    if change:
+        log(change)
     result = activate(store, args.release, args.probe_url, args.timeout, args.settle)
-    document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result}
+    document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result,
+                "auth": release_auth(meta)}
+    if change:
+        document["auth_change"] = change
     if not result["ready"]:
         log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
         return fail_and_roll_back(store, state, meta, document, args, f"failed to start: {result.get('detail')}")
@@ -422,6 +464,10 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document["rolled_back_to"] = None
         return finish(store, document, EXIT_FAILED_ROLLED_BACK)
     log(f"automatic rollback to the last good release {target}")
+    change = auth_change(dict(meta, id=args.release), dict(store.meta(target), id=target))
+    if change:
+        log(change)
+        document["rollback_auth_change"] = change
     back = activate(store, target, args.probe_url, args.rollback_timeout, args.settle)
     if back["ready"]:
         target_meta = store.meta(target)
@@ -495,7 +541,8 @@ def describe(document):
         return f"switch refused: {document.get('error')}"
     ready = document["readiness"]
     if document.get("ok"):
-        return (f"release {document['release']} is active ({document.get('verdict') or 'unverified'}; ready after "
+        return (f"{document['auth_change']}\n" if document.get("auth_change") else "") + (
+                f"release {document['release']} is active ({document.get('verdict') or 'unverified'}; ready after "
                 f"{ready['elapsed_s']} s; previous: {document.get('previous')})")
     if ready.get("ready"):
         lines = [f"release {document['release']} FAILED: {document.get('failure')}"]
@@ -505,6 +552,8 @@ def describe(document):
     if ready.get("journal"):
         lines += ["last journal lines of the failed start:", *("  " + l for l in ready["journal"].splitlines())]
     target = document.get("rolled_back_to")
+    if document.get("rollback_auth_change"):
+        lines.append(document["rollback_auth_change"])
     if target:
         back = document.get("rollback_readiness", {})
         lines.append(f"automatic rollback to {target}: " + ("healthy again" if back.get("ready")
@@ -586,16 +635,31 @@ def cmd_prune(args):
     return 0
 
 
+def service_name(value):
+    """argparse type: a unit name that is also a safe path component."""
+    if not SERVICE_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"not a service name: {value!r}")
+    return value
+
+
+def loopback_url(value):
+    """argparse type: the API key is sent to this URL, so it must be a loopback address of this host."""
+    if not LOOPBACK_URL.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not http://127.x.x.x:PORT or http://[::1]:PORT; readiness and "
+                                         "the gate connect over loopback only")
+    return value
+
+
 def main():
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     parser = argparse.ArgumentParser(prog="releases.py")
     sub = parser.add_subparsers(dest="command", required=True)
     state = sub.add_parser("state")
-    state.add_argument("--service", required=True)
+    state.add_argument("--service", required=True, type=service_name)
     switch = sub.add_parser("switch")
-    switch.add_argument("--service", required=True)
+    switch.add_argument("--service", required=True, type=service_name)
     switch.add_argument("--release", required=True)
-    switch.add_argument("--probe-url", required=True)
+    switch.add_argument("--probe-url", required=True, type=loopback_url)
     switch.add_argument("--timeout", type=float, required=True)
     switch.add_argument("--rollback-timeout", type=float)
     switch.add_argument("--settle", type=float, default=2.0)
@@ -608,12 +672,12 @@ def main():
     switch.add_argument("--gate", action="store_true", help="run the gate (releases/<id>/gate-config.json) once ready")
     switch.add_argument("--on-inconclusive", choices=["rollback", "keep"], default="rollback")
     mark = sub.add_parser("mark")
-    mark.add_argument("--service", required=True)
+    mark.add_argument("--service", required=True, type=service_name)
     mark.add_argument("--release", required=True)
     mark.add_argument("--verdict", choices=["good", "bad"], required=True)
     mark.add_argument("--gate-file")
     prune = sub.add_parser("prune")
-    prune.add_argument("--service", required=True)
+    prune.add_argument("--service", required=True, type=service_name)
     prune.add_argument("--keep", type=int, default=5)
     prune.add_argument("--prune-venvs", action="store_true")
     args = parser.parse_args()
