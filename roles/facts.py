@@ -113,10 +113,11 @@ class ServiceAccount(FactBase):
 class UnitOwnership(FactBase):
     """Who owns <service>.service and the directories systemd hands to the service user: every file that
     defines the unit (the loaded fragment, aliases, any unit directory, a SysV script) with whether its first
-    line carries the tool's marker, and the owners of /var/lib/<service> and /var/cache/<service>."""
+    line carries the tool's marker, and the owners of /var/lib/<service> and /var/cache/<service> with whether
+    the owner is an account the tool created (its GECOS marker)."""
 
     def command(self, service: str) -> str:
-        from sglang_deploy.safety import UNIT_MARKER
+        from sglang_deploy.safety import UNIT_MARKER, USER_MARKER
 
         unit = shlex.quote(f"{service}.service")
         files = " ".join(shlex.quote(f"{directory}/{service}.service") for directory in (
@@ -126,7 +127,9 @@ class UnitOwnership(FactBase):
                 f"{shlex.quote('/etc/init.d/' + service)}; do "
                 f"if [ -e \"$f\" ] || [ -L \"$f\" ]; then if head -n 1 \"$f\" 2>/dev/null | grep -qF {shlex.quote(UNIT_MARKER)}; "
                 "then echo \"file 1 $f\"; else echo \"file 0 $f\"; fi; fi; done; "
-                f"for d in {directories}; do [ -e \"$d\" ] && echo \"dir $(stat -c %U \"$d\") $d\"; done; true")
+                f"for d in {directories}; do if [ -e \"$d\" ]; then o=$(stat -c %U \"$d\"); "
+                f"if getent passwd -- \"$o\" | cut -d: -f5 | grep -qF {shlex.quote(USER_MARKER)}; then m=1; else m=0; fi; "
+                "echo \"dir $o $m $d\"; fi; done; true")
 
     def process(self, output):
         report = {"files": {}, "directories": {}}
@@ -136,5 +139,6 @@ class UnitOwnership(FactBase):
             if kind == "file":
                 report["files"][path] = value == "1"
             elif kind == "dir":
-                report["directories"][path] = value
+                marked, _, path = path.partition(" ")
+                report["directories"][path] = value if marked == "0" else "(sglang-deploy)"
         return report

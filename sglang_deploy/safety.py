@@ -282,7 +282,7 @@ def unit_problem(service: str, report: dict) -> str | None:
         return (f"{service}.service exists on the host and is not managed by sglang-deploy ({', '.join(foreign)} "
                 f"lacks the line '{UNIT_MARKER}'); the tool never overwrites another unit. Choose another service.name")
     for path, owner in (report.get("directories") or {}).items():
-        if owner not in (None, "", report.get("user")):
+        if owner not in (None, "", report.get("user"), "(sglang-deploy)"):
             return (f"{path} exists on the host, owned by {owner}: StateDirectory=/CacheDirectory= would hand it to the "
                     f"service user. Choose another service.name")
     return None
