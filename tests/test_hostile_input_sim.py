@@ -130,3 +130,43 @@ def test_auth_is_recorded_and_a_rollback_to_another_auth_mode_says_so(deployed, 
     assert (result.returncode, metas[unauthenticated]["auth"], "runs WITHOUT an API key (auth none)" in output,
             status_without_key) == (0, "none", True, 200), output[-3000:]
     assert simhost.deploy(profile=PROVEN).returncode == 0  # back to authenticated for the tests that follow
+
+
+SQUATTER = r'''
+import json, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Fake(BaseHTTPRequestHandler):
+    def answer(self):
+        with open(sys.argv[2], "a") as log:
+            log.write(f"{self.path} {self.headers.get('Authorization', '-')}\n")
+        body = json.dumps({"text": "hi", "meta_info": {"completion_tokens": 8}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = answer
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Fake).serve_forever()
+'''
+
+
+def test_a_squatter_on_the_port_never_receives_the_key(deployed, tmp_path):
+    """A local user binds the port while SGLang loads: readiness sees a listener outside the unit's cgroup
+    and stops before sending the key; the deploy fails instead of marking the squatter good."""
+    from conftest import TEST_SERVICE_PORT
+
+    simhost = deployed
+    simhost.sh("cat > /usr/local/bin/squatter.py <<'EOF'\n" + SQUATTER + "\nEOF\nrm -f /tmp/squatter.log")
+    variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 14")
+    simhost.sh("systemctl stop sglang && systemd-run --unit=squatter --uid=nobody python3 /usr/local/bin/squatter.py "
+               f"{TEST_SERVICE_PORT} /tmp/squatter.log && sleep 1")
+    try:
+        result = simhost.deploy(profile=variant)
+        switch = json.loads(simhost.sh("cat /var/lib/sglang-deploy/sglang/last_switch.json"))
+        seen = simhost.sh("cat /tmp/squatter.log 2>/dev/null; true")
+    finally:
+        simhost.sh("systemctl stop squatter; true")
+    assert (result.returncode != 0, switch["readiness"]["stage"], "held by pid" in switch["readiness"]["detail"],
+            simhost.api_key in seen, "/health" in seen) == (True, "listener", True, False, True), (seen, switch)
+    assert simhost.deploy(profile=PROVEN).returncode == 0  # the real server back for the tests that follow

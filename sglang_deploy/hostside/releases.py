@@ -215,6 +215,85 @@ def service_status(service):
             "started_monotonic_us": props.get("ExecMainStartTimestampMonotonic")}
 
 
+# --- who listens on the port (before the API key is sent) ------------------------------------------
+
+def listening_inodes(port, tables=("/proc/net/tcp", "/proc/net/tcp6")):
+    """Socket inodes in LISTEN state on the port (any local address)."""
+    inodes = set()
+    for table in tables:
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def unit_pids(service):
+    """Every process of the unit's cgroup (SGLang's schedulers and detokenizer included)."""
+    group = systemctl("show", "-p", "ControlGroup", "--value", f"{service}.service").stdout.strip()
+    pids = set()
+    if group:
+        for directory, _, files in os.walk("/sys/fs/cgroup" + group):
+            if "cgroup.procs" in files:
+                try:
+                    with open(os.path.join(directory, "cgroup.procs")) as f:
+                        pids.update(int(line) for line in f if line.strip())
+                except OSError:
+                    pass
+    main_pid = service_status(service)["main_pid"]
+    return pids | ({main_pid} if main_pid else set())
+
+
+def socket_owners(inodes):
+    """inode -> pids holding it open (the processes this host's /proc shows)."""
+    owners = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    owners.setdefault(target[8:-1], set()).add(int(entry))
+        except OSError:
+            continue
+    return owners
+
+
+def process_label(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({comm}, uid {uid})"
+
+
+def foreign_listener(service, probe_url):
+    """None when every socket listening on the probe's port belongs to the unit's processes; else why not.
+    SGLang binds its port only after minutes of loading: a local user who binds it first would otherwise
+    receive the API key and could fake readiness and the gate."""
+    port = int(LOOPBACK_URL.fullmatch(probe_url).group(2))
+    inodes = listening_inodes(port)
+    if not inodes:
+        return f"nothing listens on port {port}"
+    pids = unit_pids(service)
+    owners = socket_owners(inodes)
+    strangers = sorted({pid for held in owners.values() for pid in held if pid not in pids})
+    unowned = [inode for inode in inodes if not owners.get(inode)]
+    if strangers or unowned:
+        who = ", ".join(process_label(pid) for pid in strangers) or "a process outside this host's view"
+        return (f"port {port} is held by {who}, not by {service}.service: the API key is not sent "
+                "(another process bound the port first)")
+    return None
+
+
 def journal_since(service, since):
     result = subprocess.run(["journalctl", "-u", f"{service}.service", "--no-pager", "-o", "cat", "--since", since],
                             capture_output=True, text=True)
@@ -287,6 +366,11 @@ def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
             detail = f"/health answered {status}"
             time.sleep(0.5)
             continue
+        stage = "listener"
+        stranger = foreign_listener(store.service, probe_url)
+        if stranger and not stranger.startswith("nothing listens"):
+            return {"ready": False, "stage": "listener", "detail": stranger, "journal": "",
+                    "elapsed_s": round(time.monotonic() - start, 1)}
         stage = "generate"
         status, body = http(probe_url + "/generate", {"text": "Say hello.", "sampling_params": {
             "max_new_tokens": 8, "temperature": 0}}, api_key=api_key, timeout=max(5, timeout - elapsed))
@@ -514,6 +598,9 @@ def run_gate(store, args, meta, state):
              "costly_env": evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
                                                       evidence.environment_sources(store.service))}
     api_key = read_api_key(store.secrets_path)
+    stranger = foreign_listener(store.service, args.probe_url)
+    if stranger:
+        return {"verdict": "fail", "reasons": [stranger], "rows": [], "config_problems": [], "inconclusive": []}
     result = gate.run(args.probe_url, store.secrets_path, api_key, status["main_pid"],
                       cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
                       baseline, found)
