@@ -50,6 +50,8 @@ for skipped in plan.skipped_rules:
     logger.warning(f"[{host.name}] rule skipped: {skipped}")
 
 store = host.get_fact(ReleaseStore, service=service)
+for problem in store.get("problems") or []:
+    logger.warning(f"[{host.name}] {problem}")
 if store["lock"]:
     holder = store["lock"]
     raise DeployError(f"{host.name}: another deploy or rollback is running: {holder.get('owner')} "

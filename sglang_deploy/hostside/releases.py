@@ -126,16 +126,39 @@ class Store:
         self.unit_path = f"/etc/systemd/system/{service}.service"
         self.env_path = f"/etc/sglang-deploy/{service}/sglang.env"
         self.secrets_path = f"/etc/sglang-deploy/{service}/secrets.yaml"
+        self.problems = []  # files found corrupted and set aside, for the controller to show
 
     def release_dir(self, release_id):
         return os.path.join(self.releases_dir, release_id)
 
+    def set_aside(self, path, error):
+        """A corrupted store file must not wedge deploys, rollbacks and listings: rename it, say so."""
+        aside = f"{path}.corrupt-{datetime.datetime.now().strftime('%Y%m%dT%H%M%S')}"
+        try:
+            os.replace(path, aside)
+        except OSError:
+            aside = "(could not be renamed)"
+        message = f"{path} is corrupted ({type(error).__name__}: {error}); set aside as {aside}"
+        self.problems.append(message)
+        log(message)
+
     def ids(self):
-        """Complete releases (meta.json present), oldest first."""
+        """Complete releases (a readable meta.json present), oldest first; a corrupted meta.json is set aside."""
         if not os.path.isdir(self.releases_dir):
             return []
-        ids = [i for i in os.listdir(self.releases_dir)
-               if RELEASE_ID.match(i) and os.path.exists(os.path.join(self.releases_dir, i, "meta.json"))]
+        ids = []
+        for i in os.listdir(self.releases_dir):
+            path = os.path.join(self.releases_dir, i, "meta.json")
+            if not RELEASE_ID.match(i) or not os.path.exists(path):
+                continue
+            try:
+                with open(path) as f:
+                    if not isinstance(json.load(f), dict):
+                        raise ValueError("not a JSON object")
+            except (ValueError, UnicodeDecodeError) as error:
+                self.set_aside(path, error)
+                continue
+            ids.append(i)
         return sorted(ids, key=lambda i: int(RELEASE_ID.match(i).group(1)))
 
     def meta(self, release_id):
@@ -146,11 +169,19 @@ class Store:
         atomic_write(os.path.join(self.release_dir(release_id), "meta.json"), json.dumps(meta, indent=1) + "\n", 0o644)
 
     def state(self):
+        empty = {"active": None, "last_good": None, "auto_rollbacks_in_row": 0, "switching": None}
         try:
             with open(self.state_path) as f:
-                return json.load(f)
+                state = json.load(f)
+            if not isinstance(state, dict):
+                raise ValueError("not a JSON object")
+            return state
         except FileNotFoundError:
-            return {"active": None, "last_good": None, "auto_rollbacks_in_row": 0, "switching": None}
+            return empty
+        except (ValueError, UnicodeDecodeError) as error:
+            # The next deploy converges: the host is inconsistent with "no active release".
+            self.set_aside(self.state_path, error)
+            return empty
 
     def save_state(self, state):
         os.makedirs(self.root, exist_ok=True)
@@ -165,13 +196,23 @@ class Store:
 
 
 def atomic_write(path, content, mode):
+    """Write, fsync, rename, then fsync the directory: the rename survives a power loss."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def log(message):
@@ -186,6 +227,48 @@ def emit(document):
         print(json.dumps(document, indent=1), flush=True)
     except (BrokenPipeError, OSError):
         pass
+
+
+class StderrShield:
+    """Progress of the switch and of the programs it starts (gate, bench) goes to a pipe this process drains
+    into a log file and, while it is still there, to the controller's stderr. A dropped SSH connection then
+    breaks only that copy: no program gets a BrokenPipeError, so a good release is not rolled back for it."""
+
+    def __init__(self, log_path):
+        import threading
+
+        self.original = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        self.log = open(log_path, "wb")  # the last switch's progress
+        self.thread = threading.Thread(target=self._pump, args=(read_end,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, read_end):
+        forward = True
+        while True:
+            data = os.read(read_end, 65536)
+            if not data:
+                break
+            self.log.write(data)
+            self.log.flush()
+            if forward:
+                try:
+                    os.write(self.original, data)
+                except OSError:
+                    forward = False  # the controller is gone; keep logging
+        os.close(read_end)
+
+    def close(self):
+        try:
+            sys.stderr.flush()
+        except OSError:
+            pass
+        os.dup2(self.original, 2)  # closes the pipe's last write end: the pump sees EOF
+        self.thread.join(timeout=5)
+        self.log.close()
 
 
 def now():
@@ -552,7 +635,12 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
     if change:
         log(change)
         document["rollback_auth_change"] = change
-    back = activate(store, target, args.probe_url, args.rollback_timeout, args.settle)
+    # The target's own port and start timeout: a deploy that changed the port must not probe the new one.
+    target_meta = store.meta(target)
+    target_url = target_meta.get("probe_url") if LOOPBACK_URL.fullmatch(str(target_meta.get("probe_url"))) else None
+    back = activate(store, target, target_url or args.probe_url,
+                    args.rollback_timeout if args.rollback_timeout_given
+                    else float(target_meta.get("start_timeout_s") or args.timeout), args.settle)
     if back["ready"]:
         target_meta = store.meta(target)
         target_meta.setdefault("history", []).append({"at": now(), "event": "activated (automatic rollback)"})
@@ -693,12 +781,22 @@ def cmd_state(args):
                       and running["active_state"] == "active" and cmdline_matches(running["cmdline"], active_meta.get("exec_start"))
                       and not state.get("switching"))
     emit({"service": args.service, "state": state, "releases": releases, "lock": lock_holder(store),
-          "installed_hash": installed, "running": running, "consistent": consistent})
+          "installed_hash": installed, "running": running, "consistent": consistent, "problems": store.problems})
     return 0
 
 
 def cmd_prune(args):
     store = Store(args.service)
+    try:
+        with Lock(store, "prune"):
+            return prune_locked(store, args)
+    except Locked as locked:
+        log(f"prune skipped: another deploy or rollback is running ({locked.args[0].get('owner')})")
+        emit({"ok": False, "skipped": "locked"})
+        return 0
+
+
+def prune_locked(store, args):
     state = store.state()
     protected = {state.get("active"), state.get("last_good"), (state.get("switching") or {}).get("to")}
     by_use = sorted(store.ids(), key=lambda release_id: last_used(store.meta(release_id)))
@@ -768,9 +866,15 @@ def main():
     prune.add_argument("--keep", type=int, default=5)
     prune.add_argument("--prune-venvs", action="store_true")
     args = parser.parse_args()
+    args.rollback_timeout_given = getattr(args, "rollback_timeout", None) is not None
     if getattr(args, "rollback_timeout", 0) is None:
         args.rollback_timeout = args.timeout
-    return {"state": cmd_state, "switch": cmd_switch, "mark": cmd_mark, "prune": cmd_prune}[args.command](args)
+    shield = StderrShield(os.path.join(STORE_ROOT, args.service, "switch.log")) if args.command == "switch" else None
+    try:
+        return {"state": cmd_state, "switch": cmd_switch, "mark": cmd_mark, "prune": cmd_prune}[args.command](args)
+    finally:
+        if shield:
+            shield.close()
 
 
 if __name__ == "__main__":
