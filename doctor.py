@@ -33,7 +33,7 @@ probe_force = host_flag(host.data, "probe_force")
 def run_doctor():
     command = shlex.join(["python3", f"{TOOL_BIN}/doctor_collect.py", "--service", service]
                          + ["--probe"] * probe + ["--probe-force"] * probe_force)
-    ok, output = host.run_shell_command(command)
+    ok, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
     if not ok:
         raise DeployError(f"collecting the doctor's inputs failed:\n{output.stderr}")
     collected = json.loads(output.stdout)

@@ -77,7 +77,8 @@ def _report(service):
 
     (The host program's own summary is shown by pyinfra only when the switch fails.)
     """
-    ok, output = host.run_shell_command(shlex.join(["cat", f"{STORE_ROOT}/{service}/last_switch.json"]))
+    ok, output = host.run_shell_command(shlex.join(["cat", f"{STORE_ROOT}/{service}/last_switch.json"]),
+                                        _sudo=bool(host.data.get("_sudo")))
     if not ok:
         return
     document = json.loads(output.stdout)

@@ -98,3 +98,23 @@ def test_the_host_sends_the_key_only_to_loopback(url, ok):
     except argparse.ArgumentTypeError:
         accepted = False
     assert accepted == ok
+
+
+def test_the_gpu_probe_runs_as_the_service_user_with_the_releases_nccl_settings():
+    from sglang_deploy.hostside import doctor_collect  # noqa: F401 - imports releases as a sibling module
+
+    env = 'HOME=/var/lib/sglang\nNCCL_PROTO=Simple\nNCCL_DEBUG_FILE=/etc/passwd\nNCCL_NET_PLUGIN=/tmp/x.so\nNCCL_X="a b"\n'
+    nccl = doctor_collect.probe_nccl_env(env)
+    command = doctor_collect.probe_command("/venv/bin/python", "sglang", "/var/lib/sglang", nccl, False)
+    assert (command[:7], nccl) == (["runuser", "-u", "sglang", "--", "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin"],
+                                   {"NCCL_PROTO": "Simple", "NCCL_X": "a b"})
+
+
+def test_ct129_checks_host_keys_strictly_and_can_use_a_sudo_user(monkeypatch):
+    import runpy
+
+    inventory = Path(releases.__file__).resolve().parents[2] / "inventory" / "ct129.py"
+    monkeypatch.setenv("SGLANG_DEPLOY_CT129_USER", "deploy")
+    data = runpy.run_path(str(inventory))["ct129"][0][1]
+    assert (data["ssh_strict_host_key_checking"], Path(data["ssh_known_hosts_file"]).exists(), data["ssh_user"],
+            data["_sudo"], data["ssh_forward_agent"]) == ("yes", True, "deploy", True, False)
