@@ -19,6 +19,7 @@ from pyinfra.operations import python
 from roles import release
 from roles.facts import GpuHost
 from sglang_deploy.doctor import diagnose, format_report
+from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.layout import TOOL_BIN
 from sglang_deploy.hostdata import host_flag
@@ -47,6 +48,9 @@ def run_doctor():
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env")})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
+    if uvm_warning(gpu_facts):
+        logger.warning(f"[{host.name}] {uvm_warning(gpu_facts)}")
+        result.setdefault("errors", []).append(uvm_warning(gpu_facts))
     for line in (format_report(result) + ("\n" + "\n".join(collected["errors"]) if collected["errors"] else "")).splitlines():
         logger.info(f"    {line}")
     host.put_file(StringIO(json.dumps(result, indent=1) + "\n"),

@@ -45,6 +45,7 @@ class GpuHost(FactBase):
             "nccl_deb": "dpkg-query -W -f='${Version}' libnccl2",
             "topo": "nvidia-smi topo -m",
             "p2p": "nvidia-smi topo -p2p r",
+            "uvm": "ls -1d /dev/nvidia-uvm",
         }
         # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
         return "; ".join(f"echo '@@{name}'; ({command}) 2>/dev/null; echo" for name, command in sections.items()) + "; true"
@@ -68,6 +69,7 @@ class GpuHost(FactBase):
             "cuda_toolkit": hostfacts.parse_nvcc(text.get("nvcc", "")),
             "system_nccl": text.get("nccl_deb", "").strip() or None,
             "topology": hostfacts.parse_topology(text.get("topo", ""), text.get("p2p", "")),
+            "nvidia_uvm": "/dev/nvidia-uvm" in text.get("uvm", ""),
         }
 
 

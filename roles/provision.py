@@ -130,6 +130,14 @@ def nvidia_stack(mode: str, python: str | None = None):
             f"ls /usr/lib/*-linux-gnu/libcuda.so.{kernel} /usr/lib64/libcuda.so.{kernel} 2>/dev/null | grep -q . || "
             f"{{ echo \"libcuda.so.{kernel} is missing after the install: the kernel module is {kernel}, user space is "
             f"$(ls /usr/lib/*-linux-gnu/libcuda.so.*.* 2>/dev/null | sed 's/.*libcuda.so.//' | tr '\\n' ' ')\" >&2; exit 1; }}"])
+    if (facts.get("container") or "none") == "none":
+        # The sandboxed unit has NoNewPrivileges: CUDA's setuid nvidia-modprobe cannot create /dev/nvidia-uvm
+        # at first use, so the module is loaded at boot (and now) and its nodes exist before the service starts.
+        files.put(name="Load nvidia-uvm at boot (the sandboxed service cannot)", dest="/etc/modules-load.d/nvidia-uvm.conf",
+                  src=StringIO("nvidia-uvm\n"), mode="644")
+        if not facts.get("nvidia_uvm") and not driver.reboot_needed:
+            server.shell(name="Load nvidia-uvm and create /dev/nvidia-uvm",
+                         commands=["modprobe nvidia-uvm && (nvidia-modprobe -u -c=0 || true)"])
     if driver.reboot_needed:
         logger.warning(f"[{host.name}] a new kernel driver was installed: REBOOT NEEDED (not done automatically)")
 

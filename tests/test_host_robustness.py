@@ -118,3 +118,16 @@ def test_ct129_checks_host_keys_strictly_and_can_use_a_sudo_user(monkeypatch):
     data = runpy.run_path(str(inventory))["ct129"][0][1]
     assert (data["ssh_strict_host_key_checking"], Path(data["ssh_known_hosts_file"]).exists(), data["ssh_user"],
             data["_sudo"], data["ssh_forward_agent"]) == ("yes", True, "deploy", True, False)
+
+
+@pytest.mark.parametrize("facts, expected", [
+    ({"gpus": [{}], "container": "lxc", "nvidia_uvm": False}, "missing in this container"),
+    ({"gpus": [{}], "container": "none", "nvidia_uvm": False}, "provisioning loads nvidia-uvm at boot"),
+    ({"gpus": [{}], "container": "lxc", "nvidia_uvm": True}, None),
+    ({"gpus": [], "container": "none", "nvidia_uvm": False}, None),
+])
+def test_a_missing_nvidia_uvm_is_reported(facts, expected):
+    from sglang_deploy.hostfacts import uvm_warning
+
+    warning = uvm_warning(facts)
+    assert (expected in warning) if expected else warning is None
