@@ -466,10 +466,15 @@ def make_handler(engine: Engine, server_args: dict, status: dict):
             self.end_headers()
             self.close_connection = True
             ids_so_far: list[int] = []
+            sent = 0
+            interval = max(1, int(server_args.get("stream_interval") or 1))  # SGLang's --stream-interval
             while True:
                 kind, payload = request.events.get(timeout=600)
                 if kind == "tokens":
                     ids_so_far += payload
+                    if len(ids_so_far) - sent < interval:
+                        continue
+                    sent = len(ids_so_far)
                     meta = {"id": request.rid, "prompt_tokens": request.prompt_tokens,
                             "completion_tokens": len(ids_so_far)}
                     data = chunk(list(ids_so_far), meta)
