@@ -14,7 +14,7 @@ from sglang_deploy.resolution import COMPARED_FIELDS
 
 DOC = REPO / "docs" / "conformance.md"
 SHAPED = {"server_info", "resolved"}
-SOURCES = [p for p in REPO.rglob("*.py") if not any(part in (".venv", "tests", ".git", "results") for part in
+SOURCES = [p for p in REPO.rglob("*.py") if not any(part in (".venv", ".simhost", "tests", ".git", "results") for part in
                                                      p.relative_to(REPO).parts)]
 
 
