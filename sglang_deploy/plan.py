@@ -121,7 +121,8 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
     return (int(gpus) if gpus is not None else None), values["gpu_topology"], notes
 
 
-def plan_for_host(data, detected: dict | None = None) -> Plan:
+def plan_for_host(data, detected: dict | None = None, need_key: bool = True) -> Plan:
+    """need_key=False: for provisioning only (the API key is not needed to install the venv)."""
     profile_path = _get(data, "profile")
     if not profile_path:
         raise PlanError("no profile: set `profile` in the host's inventory data or pass --data profile=PATH")
@@ -141,7 +142,8 @@ def plan_for_host(data, detected: dict | None = None) -> Plan:
         raise PlanError(f"{path} fails validation ({len(report.problems)} problem(s)):\n" + "\n".join(report.lines()))
     cuda_version = _get(data, "cuda_version")
     auth_line = line_of(path, ("service", "auth"))
-    api_key = resolve_api_key(data, profile.service.auth, where=f"{path}:{auth_line}: service.auth")
+    api_key = resolve_api_key(data, profile.service.auth if need_key else "none",
+                              where=f"{path}:{auth_line}: service.auth")
     try:
         rendered = render(profile, api_key=api_key, port=port,
                           cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None)
