@@ -15,7 +15,7 @@ from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
-from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.releases import build_meta, decide, profile_snapshot
 
@@ -35,6 +35,10 @@ facts = host.get_fact(DeployState, service=service,
                       manifests=(programs.manifest,) + ((sim_shipment.manifest,) if sim_shipment else ()),
                       paths=(simulator.checkpoint_marker(profile),) if sim_shipment else (),
                       user=profile.service.user, files=(layout.config_dir, layout.secrets_path))
+# The service user must be a dedicated system account and the unit the tool's own: read before any change.
+refused = host_problems(plan, facts["account"], facts["units"], ssh_user=host.data.get("ssh_user"))
+if refused:
+    raise DeployError(f"{host.name}: nothing was changed on the host.\n" + "\n".join(refused))
 host_is_simulated = facts["simulated"]
 if plan.simulated != host_is_simulated:
     raise DeployError(
@@ -51,6 +55,8 @@ for skipped in plan.skipped_rules:
     logger.warning(f"[{host.name}] rule skipped: {skipped}")
 
 store = facts["store"]
+for problem in store.get("problems") or []:
+    logger.warning(f"[{host.name}] {problem}")
 if store["lock"]:
     holder = store["lock"]
     raise DeployError(f"{host.name}: another deploy or rollback is running: {holder.get('owner')} "

@@ -9,6 +9,7 @@ service first, or probe_force=true). The report is printed, saved with the activ
 """
 
 import json
+import shlex
 from io import StringIO
 
 from pyinfra import host, logger
@@ -18,6 +19,7 @@ from pyinfra.operations import python
 from roles import release
 from roles.facts import GpuHost
 from sglang_deploy.doctor import diagnose, format_report
+from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.layout import TOOL_BIN
 from sglang_deploy.hostdata import host_flag
@@ -30,8 +32,9 @@ probe_force = host_flag(host.data, "probe_force")
 
 
 def run_doctor():
-    command = f"python3 {TOOL_BIN}/doctor_collect.py --service {service}" + " --probe" * probe + " --probe-force" * probe_force
-    ok, output = host.run_shell_command(command)
+    command = shlex.join(["python3", f"{TOOL_BIN}/doctor_collect.py", "--service", service]
+                         + ["--probe"] * probe + ["--probe-force"] * probe_force)
+    ok, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
     if not ok:
         raise DeployError(f"collecting the doctor's inputs failed:\n{output.stderr}")
     collected = json.loads(output.stdout)
@@ -45,6 +48,9 @@ def run_doctor():
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env")})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
+    if uvm_warning(gpu_facts):
+        logger.warning(f"[{host.name}] {uvm_warning(gpu_facts)}")
+        result.setdefault("errors", []).append(uvm_warning(gpu_facts))
     for line in (format_report(result) + ("\n" + "\n".join(collected["errors"]) if collected["errors"] else "")).splitlines():
         logger.info(f"    {line}")
     host.put_file(StringIO(json.dumps(result, indent=1) + "\n"),

@@ -13,7 +13,7 @@ from pathlib import Path
 from pyinfra import host, logger
 
 from roles.facts import GpuHost, VenvTorch
-from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs
+from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
 
 facts = host.get_fact(GpuHost)
 python = host.data.get("python") or "python3"
@@ -24,6 +24,9 @@ facts["validation_uses"] = detected_hardware(facts)  # GPU count and topology de
 torch_nccl = (facts["venv_torch"] or {}).get("nccl")
 if nccl_differs(facts["system_nccl"], torch_nccl):
     facts["nccl_warning"] = f"system libnccl2 {facts['system_nccl']} differs from the NCCL torch loads ({torch_nccl})"
+if uvm_warning(facts):
+    facts["uvm_warning"] = uvm_warning(facts)
+    logger.warning(f"[{host.name}] {facts['uvm_warning']}")
 logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))
 saved = Path(__file__).resolve().parent / "results" / host.name / "facts.json"
 saved.parent.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ if not host_flag(host.data, "skip_python_env"):
     from sglang_deploy.plan import PlanError, plan_for_host  # needs pydantic; the NVIDIA stack does not
 
     try:
-        profile = plan_for_host(host.data).profile
+        profile = plan_for_host(host.data, need_key=False).profile
     except PlanError as error:
         raise SystemExit(str(error)) from None
     provision.python_env(profile=profile, mode=mode)

@@ -14,5 +14,7 @@ service = service_of(host.data)
 store = host.get_fact(ReleaseStore, service=service)
 logger.info(f"[{host.name}] releases of {service}.service"
             + ("" if store["consistent"] else "  (WARNING: the host is not consistent with its active release)"))
+for problem in store.get("problems") or []:
+    logger.warning(f"[{host.name}] {problem}")
 for line in listing(store):
     logger.info(f"    {line}")

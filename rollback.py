@@ -12,6 +12,7 @@ from pyinfra.facts.files import FileContents
 
 from roles import release
 from roles.facts import ReleaseStore
+from sglang_deploy.hostside.releases import auth_change
 from sglang_deploy.releases import release_dir, rollback_target, service_of
 
 service = service_of(host.data)
@@ -28,6 +29,10 @@ meta = next(r for r in store["releases"] if r["id"] == target)
 active = store["state"].get("active")
 logger.info(f"[{host.name}] rollback {service}: {active or 'nothing active'} -> {target} "
             f"({meta.get('profile')}, SGLang {meta.get('sglang_version')}, {meta.get('verdict') or 'unverified'})")
+active_meta = next((r for r in store["releases"] if r["id"] == active), None)
+change = auth_change(active_meta, meta)
+if change:
+    logger.warning(f"[{host.name}] {change}")
 directory = release_dir(service, target)
 unit, env = (host.get_fact(FileContents, path=f"{directory}/{name}") for name in ("sglang.service", "sglang.env"))
 release.install_programs()

@@ -1,6 +1,7 @@
 """Custom pyinfra facts read from the target host."""
 
 import base64
+import shlex
 import json
 from pathlib import Path
 
@@ -20,7 +21,7 @@ class ReleaseStore(FactBase):
 
     def command(self, service: str) -> str:
         program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
-        return f"echo {program} | base64 -d | python3 - state --service {service}"
+        return f"echo {program} | base64 -d | python3 - state --service {shlex.quote(service)}"
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -34,6 +35,7 @@ class DeployState(FactBase):
 
     def command(self, service: str, manifests: tuple = (), paths: tuple = (), user: str | None = None,
                 files: tuple = ()) -> str:
+        """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change)."""
         import shlex
 
         from sglang_deploy.layout import SIMULATED_MARKER
@@ -52,6 +54,8 @@ class DeployState(FactBase):
         if user:
             quoted = shlex.quote(user)
             checks.append(f"echo '@@user'; getent passwd {quoted}; id -nG {quoted} 2>/dev/null; echo")
+            checks.append(f"echo '@@account'; {ServiceAccount().command(user)}")
+            checks.append(f"echo '@@units'; {UnitOwnership().command(service)}")
         return "; ".join(checks)
 
     def process(self, output):
@@ -71,6 +75,8 @@ class DeployState(FactBase):
             "paths": {key[len("path "):]: value == "yes" for key, value in text.items() if key.startswith("path ")},
             "files": {key[len("file "):]: value.split() for key, value in text.items() if key.startswith("file ")},
             "user": _user(text.get("user")),
+            "account": ServiceAccount().process(sections["account"]) if "account" in sections else None,
+            "units": UnitOwnership().process(sections["units"]) if "units" in sections else None,
         }
 
 
@@ -80,7 +86,8 @@ def _user(text):
     if not lines or lines[0].count(":") < 6:
         return None
     fields = lines[0].split(":")
-    return {"home": fields[5], "shell": fields[6], "groups": sorted((lines[1] if len(lines) > 1 else "").split())}
+    return {"gecos": fields[4], "home": fields[5], "shell": fields[6],
+            "groups": sorted((lines[1] if len(lines) > 1 else "").split())}
 
 
 class GpuHost(FactBase):
@@ -101,6 +108,7 @@ class GpuHost(FactBase):
             "nccl_deb": "dpkg-query -W -f='${Version}' libnccl2",
             "topo": "nvidia-smi topo -m",
             "p2p": "nvidia-smi topo -p2p r",
+            "uvm": "ls -1d /dev/nvidia-uvm",
         }
         # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
         return "; ".join(f"echo '@@{name}'; ({command}) 2>/dev/null; echo" for name, command in sections.items()) + "; true"
@@ -124,6 +132,7 @@ class GpuHost(FactBase):
             "cuda_toolkit": hostfacts.parse_nvcc(text.get("nvcc", "")),
             "system_nccl": text.get("nccl_deb", "").strip() or None,
             "topology": hostfacts.parse_topology(text.get("topo", ""), text.get("p2p", "")),
+            "nvidia_uvm": "/dev/nvidia-uvm" in text.get("uvm", ""),
         }
 
 
@@ -134,7 +143,7 @@ class VenvTorch(FactBase):
         program = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
                    "'nccl': '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None, "
                    "'cuda_available': torch.cuda.is_available(), 'device_count': torch.cuda.device_count()}))")
-        return f"{python} -c \"{program}\" 2>/dev/null || echo null"
+        return f"{shlex.quote(python)} -c {shlex.quote(program)} 2>/dev/null || echo null"
 
     def process(self, output):
         from sglang_deploy.hostfacts import parse_venv_torch
@@ -146,7 +155,55 @@ class SGLangVersion(FactBase):
     """The SGLang version importable by a python (None when absent)."""
 
     def command(self, python: str) -> str:
-        return f"{python} -c 'import sglang; print(sglang.__version__)' 2>/dev/null || true"
+        return f"{shlex.quote(python)} -c 'import sglang; print(sglang.__version__)' 2>/dev/null || true"
 
     def process(self, output):
         return output[-1].strip() if output and output[-1].strip() else None
+
+
+class ServiceAccount(FactBase):
+    """The service user's passwd entry (None when the account does not exist) and the host's UID_MIN."""
+
+    def command(self, user: str) -> str:
+        return (f"echo \"passwd $(getent passwd -- {shlex.quote(user)})\"; "
+                "echo \"uid_min $(awk '$1 == \"UID_MIN\" {print $2}' /etc/login.defs 2>/dev/null)\"")
+
+    def process(self, output):
+        values = dict((line.split(" ", 1) + [""])[:2] for line in output)
+        uid_min = values.get("uid_min", "").strip()
+        return {"passwd": values.get("passwd", "").strip() or None,
+                "uid_min": int(uid_min) if uid_min.isdigit() else 1000}
+
+
+class UnitOwnership(FactBase):
+    """Who owns <service>.service and the directories systemd hands to the service user: every file that
+    defines the unit (the loaded fragment, aliases, any unit directory, a SysV script) with whether its first
+    line carries the tool's marker, and the owners of /var/lib/<service> and /var/cache/<service> with whether
+    the owner is an account the tool created (its GECOS marker)."""
+
+    def command(self, service: str) -> str:
+        from sglang_deploy.safety import UNIT_MARKER, USER_MARKER
+
+        unit = shlex.quote(f"{service}.service")
+        files = " ".join(shlex.quote(f"{directory}/{service}.service") for directory in (
+            "/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"))
+        directories = " ".join(shlex.quote(f"{root}/{service}") for root in ("/var/lib", "/var/cache"))
+        return (f"for f in $(systemctl show -p FragmentPath --value {unit} 2>/dev/null) {files} "
+                f"{shlex.quote('/etc/init.d/' + service)}; do "
+                f"if [ -e \"$f\" ] || [ -L \"$f\" ]; then if head -n 1 \"$f\" 2>/dev/null | grep -qF {shlex.quote(UNIT_MARKER)}; "
+                "then echo \"file 1 $f\"; else echo \"file 0 $f\"; fi; fi; done; "
+                f"for d in {directories}; do if [ -e \"$d\" ]; then o=$(stat -c %U \"$d\"); "
+                f"if getent passwd -- \"$o\" | cut -d: -f5 | grep -qF {shlex.quote(USER_MARKER)}; then m=1; else m=0; fi; "
+                "echo \"dir $o $m $d\"; fi; done; true")
+
+    def process(self, output):
+        report = {"files": {}, "directories": {}}
+        for line in output:
+            kind, _, rest = line.partition(" ")
+            value, _, path = rest.partition(" ")
+            if kind == "file":
+                report["files"][path] = value == "1"
+            elif kind == "dir":
+                marked, _, path = path.partition(" ")
+                report["directories"][path] = value if marked == "0" else "(sglang-deploy)"
+        return report

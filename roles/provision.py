@@ -130,6 +130,14 @@ def nvidia_stack(mode: str, python: str | None = None):
             f"ls /usr/lib/*-linux-gnu/libcuda.so.{kernel} /usr/lib64/libcuda.so.{kernel} 2>/dev/null | grep -q . || "
             f"{{ echo \"libcuda.so.{kernel} is missing after the install: the kernel module is {kernel}, user space is "
             f"$(ls /usr/lib/*-linux-gnu/libcuda.so.*.* 2>/dev/null | sed 's/.*libcuda.so.//' | tr '\\n' ' ')\" >&2; exit 1; }}"])
+    if (facts.get("container") or "none") == "none":
+        # The sandboxed unit has NoNewPrivileges: CUDA's setuid nvidia-modprobe cannot create /dev/nvidia-uvm
+        # at first use, so the module is loaded at boot (and now) and its nodes exist before the service starts.
+        files.put(name="Load nvidia-uvm at boot (the sandboxed service cannot)", dest="/etc/modules-load.d/nvidia-uvm.conf",
+                  src=StringIO("nvidia-uvm\n"), mode="644")
+        if not facts.get("nvidia_uvm") and not driver.reboot_needed:
+            server.shell(name="Load nvidia-uvm and create /dev/nvidia-uvm",
+                         commands=["modprobe nvidia-uvm && (nvidia-modprobe -u -c=0 || true)"])
     if driver.reboot_needed:
         logger.warning(f"[{host.name}] a new kernel driver was installed: REBOOT NEEDED (not done automatically)")
 
@@ -149,18 +157,22 @@ def python_env(profile, mode: str):
     if wheelhouse:
         remote = f"/opt/sglang-deploy/wheelhouse/sglang-{profile.sglang.version}"
         files.sync(name="Upload the wheelhouse", src=wheelhouse, dest=remote, delete=True)
-        index_args = f"--no-index --find-links {remote}"
-    wanted = " ".join(f"'{r}'" for r in requirements(profile))
+        index_args = shlex.join(["--no-index", "--find-links", remote])
+    # Requirements are PEP 508 (validated by the profile) and quoted by construction, never by hand.
+    wanted = shlex.join(requirements(profile))
+    q_venv = shlex.quote(venv)
     use_uv = bool(host.get_fact(Which, command="uv"))
     if not host.get_fact(File, path=f"{venv}/bin/python"):
-        create = f"UV_PYTHON_DOWNLOADS=never uv venv --python python3 {venv}" if use_uv else f"python3 -m venv {venv}"
+        create = f"UV_PYTHON_DOWNLOADS=never uv venv --python python3 {q_venv}" if use_uv else f"python3 -m venv {q_venv}"
         server.shell(name=f"Create {venv}", commands=[create])
-    install = (f"uv pip install -q --python {venv}/bin/python {index_args} {wanted}" if use_uv
-               else f"{venv}/bin/pip install -q --disable-pip-version-check {index_args} {wanted}")
-    checks = [f"{venv}/bin/python -c 'import sglang; v = sglang.__version__; "
-              f"assert v == \"{profile.sglang.version}\", f\"sglang {{v}} imported, {profile.sglang.version} pinned\"'"]
+    python = shlex.quote(f"{venv}/bin/python")
+    install = (f"uv pip install -q --python {python} {index_args} {wanted}" if use_uv
+               else f"{shlex.quote(venv + '/bin/pip')} install -q --disable-pip-version-check {index_args} {wanted}")
+    check_version = ("import sglang, sys; v = sglang.__version__; "
+                     "assert v == sys.argv[1], f'sglang {v} imported, {sys.argv[1]} pinned'")
+    checks = [shlex.join([f"{venv}/bin/python", "-c", check_version, profile.sglang.version])]
     gpus = len(host.get_fact(GpuHost)["gpus"])
     if gpus:  # a real GPU host: the venv's torch must see every GPU
-        checks.append(f"{venv}/bin/python -c 'import torch; n = torch.cuda.device_count(); "
-                      f"assert torch.cuda.is_available() and n == {gpus}, f\"torch sees {{n}} of {gpus} GPUs\"'")
+        checks.append(f"{python} -c 'import torch; n = torch.cuda.device_count(); "
+                      f"assert torch.cuda.is_available() and n == {int(gpus)}, f\"torch sees {{n}} of {int(gpus)} GPUs\"'")
     server.shell(name=f"Install {wanted} into {venv}", commands=[install, *checks])

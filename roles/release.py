@@ -92,12 +92,15 @@ def _report(service):
 
     (The host program's own summary is shown by pyinfra only when the switch fails.)
     """
-    ok, output = host.run_shell_command(f"cat {STORE_ROOT}/{service}/last_switch.json")
+    ok, output = host.run_shell_command(shlex.join(["cat", f"{STORE_ROOT}/{service}/last_switch.json"]),
+                                        _sudo=bool(host.data.get("_sudo")))
     if not ok:
         return
     document = json.loads(output.stdout)
     saved = save_result(host.name, document)
     ready = document["readiness"]
+    if document.get("auth_change"):
+        host.log(document["auth_change"], logger.warning)
     host.log(f"release {document['release']} is active ({document.get('verdict') or 'unverified'}); ready after "
              f"{ready['elapsed_s']} s; result saved to {saved}", logger.info)
     if document.get("gate"):
@@ -121,4 +124,5 @@ def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: 
 @deploy("Release: prune")
 def prune(service: str, keep: int):
     server.shell(name=f"Keep the last {keep} releases (and the active and last good one)",
-                 commands=[f"python3 {TOOL_BIN}/releases.py prune --service {service} --keep {keep} --prune-venvs"])
+                 commands=[shlex.join(["python3", f"{TOOL_BIN}/releases.py", "prune", "--service", service, "--keep",
+                                     str(keep), "--prune-venvs"])])

@@ -7,7 +7,7 @@ import re
 from .profile import Profile
 
 # systemd splits ExecStart= on whitespace and expands '%' specifiers and '$' variables.
-_SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@+=:,./-]+$")
+_SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")  # fullmatch: `$` would match before a final newline
 
 
 def render_value(value) -> str:
@@ -58,7 +58,7 @@ def exec_start_args(profile: Profile, venv: str, config_file: str | None, port: 
 
 def systemd_quote(arg: str) -> str:
     """Quote one argument for ExecStart= so that systemd hands it to the process unchanged."""
-    if _SYSTEMD_SAFE.match(arg):
+    if _SYSTEMD_SAFE.fullmatch(arg):
         return arg
     escaped = (arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%").replace("$", "$$")
                .replace("\n", "\\n").replace("\t", "\\t"))

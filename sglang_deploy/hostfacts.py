@@ -23,6 +23,18 @@ def _number(text: str):
         return None  # "[N/A]", "[Not Supported]"
 
 
+def uvm_warning(facts: dict) -> str | None:
+    """The sandboxed unit (NoNewPrivileges) cannot run the setuid nvidia-modprobe that creates /dev/nvidia-uvm
+    on first CUDA use: it must exist before the service starts."""
+    if not facts.get("gpus") or facts.get("nvidia_uvm", True):
+        return None
+    if (facts.get("container") or "none") != "none":
+        return ("/dev/nvidia-uvm is missing in this container: CUDA cannot start under the sandbox. Load nvidia-uvm "
+                "on the Proxmox host (modules-load.d) and pass /dev/nvidia-uvm and /dev/nvidia-uvm-tools into the container")
+    return ("/dev/nvidia-uvm is missing: provisioning loads nvidia-uvm at boot (/etc/modules-load.d/nvidia-uvm.conf); "
+            "run `modprobe nvidia-uvm && nvidia-modprobe -u -c=0` or reboot")
+
+
 def parse_gpus(output: str) -> list[dict]:
     """`nvidia-smi --query-gpu=GPU_QUERY --format=csv,noheader,nounits` -> one dict per GPU."""
     gpus = []

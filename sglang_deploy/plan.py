@@ -11,14 +11,16 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostdata import get as _get, host_flag  # noqa: F401 - host_flag is part of this module's interface
-from .profile import Profile, ProfileError, load_profile
-from .render import Rendered, render
+from .hostdata import get as _get, host_flag, origin  # noqa: F401 - host_flag is part of this module's interface
+from .profile import Profile, ProfileError, line_of, load_profile
+from .safety import host_data_problems, loopback_url
+from .render import RenderError, Rendered, render
 from .validate import check_profile
 from .validator_env import ValidatorEnvError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
+MIN_API_KEY_LENGTH = 16
 
 
 class PlanError(RuntimeError):
@@ -37,20 +39,59 @@ class Plan:
 
     @property
     def probe_url(self) -> str:
-        host = self.profile.service.host
-        return f"http://{'127.0.0.1' if host in ('0.0.0.0', '::', '') else host}:{self.port}"
+        """Readiness and the gate always connect over loopback: the API key never leaves the host."""
+        return loopback_url(self.profile.service.host, self.port)
+
+    @property
+    def auth(self) -> str:
+        return self.profile.service.auth
 
 
-def resolve_api_key(data) -> str | None:
-    """The API key comes from a file (host data api_key_file) or an environment variable of the controller."""
-    key_file = _get(data, "api_key_file")
+def _key_problem(key: str, where: str) -> str | None:
+    if len(key) < MIN_API_KEY_LENGTH:
+        return f"the API key in {where} is shorter than {MIN_API_KEY_LENGTH} characters"
+    if any(not char.isprintable() or char.isspace() for char in key):
+        return f"the API key in {where} contains whitespace or control characters"
+    return None
+
+
+def resolve_api_key(data, auth: str = "api-key", where: str = "service.auth") -> str | None:
+    """The API key comes from a file (host data api_key_file) or an environment variable of the controller.
+
+    With auth `api-key` (the default) a missing, empty or unsafe key fails the plan: a server without
+    authentication must be asked for with `service.auth: none`."""
+    if auth == "none":
+        return None
+    key_file, env_name = _get(data, "api_key_file"), _get(data, "api_key_env", DEFAULT_API_KEY_ENV)
+    hint = (f"set host data api_key_file or the controller's ${env_name}, or write `auth: none` in the profile's "
+            "service section to run without authentication")
     if key_file:
         path = Path(key_file) if Path(key_file).is_absolute() else REPO_ROOT / key_file
-        if path.exists():
-            if path.stat().st_mode & 0o077:
-                raise PlanError(f"api_key_file {key_file} is readable by group/others; chmod 600 it")
-            return path.read_text().strip() or None
-    return os.environ.get(_get(data, "api_key_env", DEFAULT_API_KEY_ENV)) or None
+        if not path.is_file():
+            raise PlanError(f"{origin(data, 'api_key_file')}: api_key_file: {key_file} does not exist (no API key: the "
+                            f"server would run without authentication); create it (chmod 600), or {hint}")
+        if path.stat().st_mode & 0o077:
+            raise PlanError(f"{origin(data, 'api_key_file')}: api_key_file: {key_file} is readable by group/others; "
+                            "chmod 600 it")
+        key = path.read_text().strip()
+        problem = _key_problem(key, key_file) if key else f"{key_file} is empty"
+        if problem:
+            raise PlanError(f"{origin(data, 'api_key_file')}: api_key_file: {problem}; {hint}")
+        return key
+    key = (os.environ.get(env_name) or "").strip()
+    if not key:
+        raise PlanError(f"{where}: no API key (api_key_file is not set and ${env_name} is empty); {hint}")
+    problem = _key_problem(key, f"${env_name}")
+    if problem:
+        raise PlanError(f"{origin(data, 'api_key_env')}: api_key_env: {problem}")
+    return key
+
+
+def check_host_data(data) -> None:
+    """Inventory and --data values that reach a shell, a path or a URL: refused before anything runs."""
+    problems = [f"{origin(data, key)}: {key}: {message}" for key, message in host_data_problems(data)]
+    if problems:
+        raise PlanError("invalid host data:\n" + "\n".join(problems))
 
 
 def resolve_profile_path(profile_path) -> Path:
@@ -80,10 +121,12 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
     return (int(gpus) if gpus is not None else None), values["gpu_topology"], notes
 
 
-def plan_for_host(data, detected: dict | None = None) -> Plan:
+def plan_for_host(data, detected: dict | None = None, need_key: bool = True) -> Plan:
+    """need_key=False: for provisioning only (the API key is not needed to install the venv)."""
     profile_path = _get(data, "profile")
     if not profile_path:
         raise PlanError("no profile: set `profile` in the host's inventory data or pass --data profile=PATH")
+    check_host_data(data)
     path = resolve_profile_path(profile_path)
     try:
         profile = load_profile(path)
@@ -98,7 +141,35 @@ def plan_for_host(data, detected: dict | None = None) -> Plan:
     if not report.ok:
         raise PlanError(f"{path} fails validation ({len(report.problems)} problem(s)):\n" + "\n".join(report.lines()))
     cuda_version = _get(data, "cuda_version")
-    rendered = render(profile, api_key=resolve_api_key(data), port=port,
-                      cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None)
+    auth_line = line_of(path, ("service", "auth"))
+    api_key = resolve_api_key(data, profile.service.auth if need_key else "none",
+                              where=f"{path}:{auth_line}: service.auth")
+    try:
+        rendered = render(profile, api_key=api_key, port=port,
+                          cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None)
+    except RenderError as error:
+        raise PlanError(f"{path}: cannot render the unit: {error}") from None
     return Plan(profile=profile, rendered=rendered, port=port, simulated=bool(_get(data, "simulated", False)),
                 skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes), resolution=report.resolution)
+
+
+def host_problems(plan: Plan, account: dict | None, unit_report: dict | None, ssh_user: str | None = None) -> list[str]:
+    """What the host reports about the service user and the unit, checked before anything changes:
+    `file:line: field: message` lines (empty when the deploy may go on)."""
+    from .safety import account_problem, unit_problem
+
+    profile, service = plan.profile, plan.profile.service
+    where = {field: f"{profile.source}:{line_of(profile.source, ('service', field))}: service.{field}"
+             for field in ("user", "name")}
+    problems = []
+    if ssh_user and service.user == ssh_user:
+        problems.append(f"{where['user']}: {service.user!r} is the inventory's SSH user; the tool would lock it "
+                        "out (nologin shell, new home and groups); use a dedicated name such as 'sglang'")
+    account = account or {}
+    problem = account_problem(service.user, service.name, account.get("passwd"), account.get("uid_min", 1000))
+    if problem:
+        problems.append(f"{where['user']}: {problem}")
+    problem = unit_problem(service.name, {**(unit_report or {}), "user": service.user})
+    if problem:
+        problems.append(f"{where['name']}: {problem}")
+    return problems

@@ -16,6 +16,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import ValidationError, field_validator, model_validator
 
+from . import safety
+from .hardening import DIRECTIVES
+
 # Flags the tool derives from other sections; a profile must not set them under sglang.flags.
 DERIVED_FLAGS = {
     "--model-path": "model.path",
@@ -26,10 +29,9 @@ DERIVED_FLAGS = {
     "--config": "nothing: the tool owns --config (it carries the API key)",
 }
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
-FLAG_NAME = re.compile(r"^--[a-z0-9][a-z0-9-]*$")
-PIP_PIN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[0-9][A-Za-z0-9.+!-]*$")
-VERSION_PIN = re.compile(r"^\d+\.\d+\.\d+(\.post\d+|rc\d+)?$")
-UNIT_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.@-]*$")
+# Every pattern is applied with fullmatch (Python's `$` also matches before a final newline).
+FLAG_NAME = safety.FLAG_NAME
+VERSION_PIN = safety.VERSION_PIN
 
 FlagScalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 FlagValue = Union[FlagScalar, list[Union[StrictInt, StrictFloat, StrictStr]]]
@@ -66,8 +68,17 @@ class ModelSection(Strict):
     @field_validator("path")
     @classmethod
     def absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError(f"must be an absolute path on the host, got {value!r}")
+        problem = safety.model_path_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("served_name")
+    @classmethod
+    def served_name_chars(cls, value: str) -> str:
+        problem = safety.served_name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
 
@@ -86,7 +97,7 @@ class SGLangSection(Strict):
     @field_validator("version")
     @classmethod
     def pinned(cls, value: str) -> str:
-        if not VERSION_PIN.match(value):
+        if not VERSION_PIN.fullmatch(value):
             raise ValueError(f"must be an exact release such as '0.5.23', got {value!r}")
         return value
 
@@ -94,18 +105,32 @@ class SGLangSection(Strict):
     @classmethod
     def exact_pins(cls, pins: list[str]) -> list[str]:
         for pin in pins:
-            if not PIP_PIN.match(pin):
-                raise ValueError(f"pin {pin!r} must be an exact requirement such as 'nvidia-nccl-cu13==2.28.9'")
+            problem = safety.pin_problem(pin)
+            if problem:
+                raise ValueError(problem)
         return pins
+
+    @field_validator("extras")
+    @classmethod
+    def pep508_extras(cls, extras: list[str]) -> list[str]:
+        for extra in extras:
+            problem = safety.extra_problem(extra)
+            if problem:
+                raise ValueError(problem)
+        return extras
 
     @field_validator("flags")
     @classmethod
     def flag_names(cls, flags: dict[str, Any]) -> dict[str, Any]:
-        for name in flags:
-            if not FLAG_NAME.match(name):
+        for name, value in flags.items():
+            if not FLAG_NAME.fullmatch(name):
                 raise ValueError(f"flag {name!r} must be written as a full long option such as '--tp-size'")
             if name in DERIVED_FLAGS:
                 raise ValueError(f"flag {name} is set by the tool from {DERIVED_FLAGS[name]}; remove it from sglang.flags")
+            for item in value if isinstance(value, list) else [value]:
+                problem = safety.control_message(item) if isinstance(item, str) else None
+                if problem:
+                    raise ValueError(f"value of {name} {problem}")
         return flags
 
 
@@ -117,17 +142,48 @@ class EnvSetting(Strict):
 class ServiceSection(Strict):
     name: StrictStr = Field("sglang", description="systemd unit name (without .service).")
     user: StrictStr = Field("sglang", description="Dedicated system user the server runs as.")
-    host: StrictStr = Field("127.0.0.1", description="Bind address (--host).")
+    host: StrictStr = Field("127.0.0.1", description="Bind address (--host): loopback or a wildcard address.")
     port: Annotated[int, Field(ge=1, le=65535)] = Field(30000, description="Bind port (--port).")
     start_timeout_s: Annotated[int, Field(ge=10, le=7200)] = Field(
         1800, description="Seconds from restart until the server must answer /health (weights + CUDA graphs).")
+    auth: Literal["api-key", "none"] = Field(
+        "api-key", description="api-key: the host's API key is required (a missing key file fails the plan); "
+                               "none: the server runs without authentication, on purpose.")
+    relax: list[Literal[DIRECTIVES]] = Field(  # type: ignore[valid-type]
+        default_factory=list, description="Sandbox directives left out of the unit (each listed in a comment).")
 
-    @field_validator("name", "user")
+    @field_validator("name")
     @classmethod
-    def identifier(cls, value: str) -> str:
-        if not UNIT_NAME.match(value):
-            raise ValueError(f"must be letters, digits, '_', '.', '@' or '-', got {value!r}")
+    def unit_name(cls, value: str) -> str:
+        problem = safety.service_name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
+
+    @field_validator("user")
+    @classmethod
+    def system_account(cls, value: str) -> str:
+        problem = safety.service_user_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("host")
+    @classmethod
+    def local_address(cls, value: str) -> str:
+        problem = safety.listen_host_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+    @model_validator(mode="after")
+    def no_open_unauthenticated_server(self) -> "ServiceSection":
+        import ipaddress
+
+        if self.auth == "none" and not ipaddress.ip_address(self.host).is_loopback:
+            raise ValueError(f"auth: none with host {self.host} serves without authentication on every interface; "
+                             "accepted: auth: none only with a loopback host (127.0.0.1, ::1)")
+        return self
 
 
 class GateSection(Strict):
@@ -162,11 +218,15 @@ class Profile(Strict):
     @field_validator("environment")
     @classmethod
     def environment_names(cls, env: dict[str, Any]) -> dict[str, Any]:
-        for key in env:
-            if not key.startswith(ENVIRONMENT_PREFIXES) or not re.match(r"^[A-Z][A-Z0-9_]*$", key):
+        for key, value in env.items():
+            if not key.startswith(ENVIRONMENT_PREFIXES) or not safety.ENV_NAME.fullmatch(key):
                 raise ValueError(
                     f"variable {key!r} is not accepted; names are upper case and start with one of "
                     + ", ".join(ENVIRONMENT_PREFIXES))
+            text = value.value if isinstance(value, EnvSetting) else value
+            problem = safety.control_message(text) if isinstance(text, str) else None
+            if problem:
+                raise ValueError(f"value of {key} {problem}")
         return env
 
     @model_validator(mode="after")
@@ -279,11 +339,49 @@ def load_profile(path: Path | str) -> Profile:
     if not isinstance(data, dict):
         raise ProfileError(path, [f"{source}:1: the profile must be a YAML mapping with model, sglang, ... sections"])
     lines = _line_index(node) if node is not None else {}
+    problems = _control_problems(source, data, lines)
+    stem_problem = safety.control_message(path.stem)
+    if stem_problem or "%" in path.stem:
+        problems.append(f"{source}:1: (file name): the profile's file name {stem_problem or 'contains %'}; "
+                        "accepted: letters, digits, '.', '_' and '-'")
     try:
         profile = Profile.model_validate(data)
     except ValidationError as error:
-        raise ProfileError(path, _pydantic_problems(source, error, lines)) from None
+        reported = [p.split(": ", 2)[1] for p in problems]
+        problems += [p for p in _pydantic_problems(source, error, lines)
+                     if not any(p.split(": ", 2)[1].startswith(field) or field.startswith(p.split(": ", 2)[1])
+                                for field in reported)]
+    if problems:
+        raise ProfileError(path, problems)
     return profile.model_copy(update={"name": path.stem, "source": source})
+
+
+# Free text that reaches no unit, shell, path or URL: a YAML block scalar may make it span lines.
+_FREE_TEXT = {("description",), ("environment", "*", "reason")}
+
+
+def _control_problems(source: str, data, lines: dict[tuple, int], path: tuple = ()) -> list[str]:
+    """Every key and string value with a control character, named by file, line and field path."""
+    problems = []
+    if isinstance(data, dict):
+        items = list(data.items())
+    elif isinstance(data, list):
+        items = list(enumerate(data))
+    else:
+        if isinstance(data, str):
+            free = any(len(pattern) == len(path) and all(p in ("*", q) for p, q in zip(pattern, path))
+                       for pattern in _FREE_TEXT)
+            message = safety.control_message(data, safety.TEXT_ALLOWED if free else set())
+            if message:
+                problems.append(f"{source}:{lines.get(path, 1)}: {_format_location(path)}: {message}")
+        return problems
+    for key, value in items:
+        if isinstance(key, str) and safety.control_message(key):
+            problems.append(f"{source}:{lines.get(path + (key,), 1)}: {_format_location(path + (key,))}: "
+                            f"the key {safety.control_message(key)}")
+            continue
+        problems += _control_problems(source, value, lines, path + (key,))
+    return problems
 
 
 def line_of(path: Path | str, field_path: tuple) -> int:

@@ -64,6 +64,7 @@ def build_meta(plan: Plan, release_id: str) -> dict:
         "simulated": plan.simulated,
         "service": profile.service.name,
         "probe_url": plan.probe_url,
+        "auth": plan.auth,
         "start_timeout_s": profile.service.start_timeout_s,
         "verdict": None,
         "gate": None,
@@ -137,7 +138,13 @@ def service_of(data) -> str:
     from .profile import ProfileError, load_profile
     from .plan import resolve_profile_path
 
+    from .hostdata import origin
+    from .safety import service_name_problem
+
     if data.get("service"):
+        problem = service_name_problem(str(data.get("service")))
+        if problem:
+            raise SystemExit(f"{origin(data, 'service')}: service: {problem}")
         return data.get("service")
     try:
         return load_profile(resolve_profile_path(data.get("profile"))).service.name

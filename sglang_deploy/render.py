@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 
 from .flags import exec_start_args, exec_start_line
+from .hardening import DIRECTIVES as HARDENING_DIRECTIVES, directives as hardening_directives
 from .layout import ServiceLayout, venv_path
 from .profile import Profile
+from .safety import control_message
 
 TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
-_ENV_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]*$")
+_ENV_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
 SECRET_MASK = "********"
 
 
@@ -31,11 +34,31 @@ def base_environment(layout: ServiceLayout, venv: str, cuda_home: str | None = N
     if cuda_home:  # the pinned toolkit's nvcc for SGLang's JIT-compiled kernels, not whatever is on PATH
         environment["CUDA_HOME"] = cuda_home
         environment["PATH"] = f"{cuda_home}/bin:{venv}/bin:{SYSTEM_PATH}"
+    # /tmp is private to the service (PrivateTmp) and wiped at each start: the JIT caches live in the
+    # cache directory, which ProtectSystem=strict leaves writable and a restart keeps.
+    environment["TRITON_CACHE_DIR"] = f"{layout.cache_dir}/triton"
+    environment["TORCHINDUCTOR_CACHE_DIR"] = f"{layout.cache_dir}/torchinductor"
     return environment
 
 
+class RenderError(ValueError):
+    """A value that would change the structure of a rendered file (a bug: validation should have refused it)."""
+
+
+def unit_value(value) -> str:
+    """A value printed into a unit file: no line breaks or control characters, systemd specifiers escaped."""
+    text = str(value)
+    message = control_message(text)
+    if message:
+        raise RenderError(f"a value printed into the unit {message}: {text!r}")
+    return text.replace("%", "%%")
+
+
 def env_quote(value: str) -> str:
-    if _ENV_SAFE.match(value):
+    message = control_message(value)
+    if message:
+        raise RenderError(f"an environment value {message}: {value!r}")
+    if _ENV_SAFE.fullmatch(value):
         return value
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$") + '"'
 
@@ -50,12 +73,14 @@ class Rendered:
 
 
 def _jinja() -> jinja2.Environment:
-    return jinja2.Environment(
+    env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES_DIR),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         autoescape=False,
     )
+    env.filters["unit"] = unit_value
+    return env
 
 
 def render(profile: Profile, api_key: str | None = None, port: int | None = None,
@@ -68,13 +93,77 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     environment = {**base_environment(layout, venv, cuda_home), **profile.env_values()}
     env = _jinja()
     context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key)
-    unit = env.get_template("sglang.service.j2").render(exec_start=exec_start_line(argv), **context)
+    hardening, relaxed = hardening_directives(unit_value(layout.state_dir), unit_value(layout.cache_dir),
+                                              profile.service.relax)
+    unit = env.get_template("sglang.service.j2").render(exec_start=exec_start_line(argv), hardening=hardening,
+                                                        relaxed=relaxed, **context)
+    check_unit_structure(unit, argv)
     env_file = env.get_template("sglang.env.j2").render(
         environment={key: env_quote(value) for key, value in environment.items()}, **context)
     secrets = env.get_template("secrets.yaml.j2").render(**context)
     if api_key and (api_key in unit or api_key in env_file):
         raise AssertionError("the API key leaked into the unit or the environment file")
     return Rendered(unit=unit, env=env_file, secrets=secrets, exec_start=argv, environment=environment)
+
+
+UNIT_SECTIONS = ("Unit", "Service", "Install")
+# Every directive the template writes, by section: anything else in a rendered unit came from a value.
+UNIT_KEYS = {
+    "Unit": {"Description", "Documentation", "After", "Wants", "StartLimitIntervalSec", "StartLimitBurst"},
+    "Service": {"Type", "User", "Group", "SupplementaryGroups", "EnvironmentFile", "WorkingDirectory", "StateDirectory",
+                "CacheDirectory", "StateDirectoryMode", "CacheDirectoryMode", "ExecStart", "KillMode", "Restart",
+                "RestartSec", "TimeoutStartSec", "TimeoutStopSec", "LimitNOFILE", "LimitMEMLOCK", "LimitSTACK",
+                *HARDENING_DIRECTIVES},
+    "Install": {"WantedBy"},
+}
+REPEATABLE_KEYS = {"DeviceAllow"}
+
+
+def parse_unit(text: str) -> list[tuple[str, str, str]]:
+    """(section, key, value) of a unit file as systemd reads it: comments skipped, continuation lines joined."""
+    entries, section, pending = [], None, ""
+    for raw in text.split("\n"):
+        line = pending + raw
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        pending = ""
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", ";")):
+            continue
+        if stripped.startswith("[") and stripped.endswith("]"):
+            section = stripped[1:-1]
+            entries.append((section, "", ""))
+            continue
+        key, _, value = stripped.partition("=")
+        entries.append((section, key.strip(), value.strip()))
+    return entries
+
+
+def unquote_exec(value: str) -> list[str]:
+    """ExecStart= as systemd splits it (double quotes, backslash escapes, %% and $$)."""
+    return [arg.replace("\x00", "$") for arg in shlex.split(value.replace("%%", "%").replace("$$", "\x00"))]
+
+
+def check_unit_structure(unit: str, argv: list[str]) -> None:
+    """The rendered unit has exactly the template's sections, one ExecStart that hands argv to the process
+    unchanged, and no directive outside its section: whatever a value holds, it stays a value."""
+    entries = parse_unit(unit)
+    sections = [section for section, key, _ in entries if not key]
+    if tuple(sections) != UNIT_SECTIONS:
+        raise RenderError(f"the unit's sections are {sections}, expected {list(UNIT_SECTIONS)}")
+    exec_starts = [value for section, key, value in entries if key == "ExecStart"]
+    if len(exec_starts) != 1 or unquote_exec(exec_starts[0]) != argv:
+        raise RenderError("the unit's ExecStart= does not hand the command line to the process unchanged")
+    seen = set()
+    for section, key, _ in entries:
+        if not key:
+            continue
+        if key not in UNIT_KEYS.get(section, ()):
+            raise RenderError(f"unexpected directive {key}= in [{section}] of the rendered unit")
+        if (section, key) in seen and key not in REPEATABLE_KEYS:
+            raise RenderError(f"directive {key}= appears twice in [{section}] of the rendered unit")
+        seen.add((section, key))
 
 
 def mask_secrets(text: str) -> str:

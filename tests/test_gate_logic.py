@@ -11,6 +11,12 @@ from sglang_deploy.hostside.gate import config_problems, evaluate, ratio_interva
 from sglang_deploy.hostside.releases import choose_baseline
 from sglang_deploy.plan import plan_for_host
 
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    """plan_for_host needs an API key (a missing one fails the plan unless the profile says auth: none)."""
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-test-key-for-the-plan-0123")
+
 SETTINGS = {"min_decode_tok_s": 45, "min_accept_length": 2.8, "max_regression_pct": 10}
 KINDS = ["prose", "code", "chat", "prose", "code"]
 

@@ -35,9 +35,13 @@ class BareHost:
         self.host = SimHost(state_dir=state_dir, ssh_port=BARE_SSH_PORT, machine="ct129-bare", simulated=False)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = state_dir / "inventory.py"
+        key = state_dir / "api_key"  # a deploy needs a key (or `auth: none` in the profile)
+        key.write_text("sk-bare-host-key-0123456789\n")
+        key.chmod(0o600)
         data = {
             **self.host.ssh_data(),
             "profile": str(PROVEN),
+            "api_key_file": str(key),
             # As the defaults in group_data/all.py: {distro}/{arch} are filled from the host (debian12/x86_64).
             "cuda_repo_url": url + "{distro}/{arch}/", "cuda_repo_key_url": str(repo.key_file),
             "cuda_repo_origin": "127.0.0.1",

@@ -9,6 +9,12 @@ from sglang_deploy.plan import plan_for_host
 from sglang_deploy.releases import build_meta, decide, listing, rollback_target
 
 
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    """plan_for_host needs an API key (a missing one fails the plan unless the profile says auth: none)."""
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-test-key-for-the-plan-0123")
+
+
 def plan_of(path):
     return plan_for_host({"profile": str(path), "gpus": 2, "gpu_topology": "pcie"})
 

@@ -281,3 +281,15 @@ def test_calibration_table_lands_in_every_band():
     out_of_band = [row for row in table if not row["in_band"]]
     assert not out_of_band, "\n".join(f"{r['name']}: {r['tok_s']:.1f} tok/s tau {r['tau']} "
                                       f"({r['vs_proven']:.3f} of proven), band {r['band']}" for r in out_of_band)
+
+
+def test_a_large_stream_interval_does_not_inflate_the_measured_rate(start_sim):
+    """--stream-interval N sends N tokens per chunk: the gate's client counts tokens between chunks, so the rate
+    stays the server's (it used to credit the first chunk's tokens to no time: +33 % at N=64 of 256)."""
+    args = ["--samples", "2", "--warmup", "0", "--max-new-tokens", "256", "--concurrency", "1"]
+    base = start_sim(env={"SGLANG_SIM_SEED": "7"}).bench(*args)
+    chunky = start_sim([*PROVEN, "--stream-interval", "64"], env={"SGLANG_SIM_SEED": "7"}).bench(*args)
+    one_chunk = start_sim([*PROVEN, "--stream-interval", "256"], env={"SGLANG_SIM_SEED": "7"}).bench(*args)
+    ratio = chunky["decode_tok_s"]["median"] / base["decode_tok_s"]["median"]
+    assert (0.9 <= ratio <= 1.1, one_chunk["decode_tok_s"], "in one chunk" in " ".join(one_chunk["errors"])) == (
+        True, None, True), (ratio, one_chunk["errors"])

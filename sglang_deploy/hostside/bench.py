@@ -48,12 +48,15 @@ def read_api_key(path):
 
 
 class Client:
-    def __init__(self, url, api_key, timeout):
+    def __init__(self, url, api_key, timeout, request_deadline=None):
+        """timeout: the longest silence on a stream (per socket read); request_deadline: the longest one
+        request may take in all (a server that trickles keep-alives never trips the first)."""
         self.url = url.rstrip("/")
         self.headers = {"Content-Type": "application/json"}
         if api_key:
             self.headers["Authorization"] = f"Bearer {api_key}"
         self.timeout = timeout
+        self.request_deadline = request_deadline
 
     def get_json(self, path):
         request = urllib.request.Request(self.url + path, headers=self.headers)
@@ -68,8 +71,13 @@ class Client:
         start = time.perf_counter()
         first = None
         meta = None
+        first_tokens = last_tokens = 0
+        last = None
+        deadline = start + self.request_deadline if self.request_deadline else None
         with urllib.request.urlopen(request, timeout=self.timeout) as response:
             for raw in response:
+                if deadline and time.perf_counter() > deadline:
+                    raise RuntimeError(f"the request took longer than its deadline of {self.request_deadline:.0f} s")
                 line = raw.decode().strip()
                 if not line.startswith("data:"):
                     continue
@@ -79,8 +87,11 @@ class Client:
                 chunk = json.loads(payload)
                 if "error" in chunk:  # http_server.py streams an error in-band, then [DONE]
                     raise RuntimeError(f"the stream ended with an error: {json.dumps(chunk['error'])[:300]}")
-                if first is None and chunk.get("meta_info", {}).get("completion_tokens", 0) > 0:
-                    first = time.perf_counter()
+                count = int(chunk.get("meta_info", {}).get("completion_tokens", 0) or 0)
+                if first is None and count > 0:
+                    first, first_tokens = time.perf_counter(), count
+                if count > last_tokens:
+                    last, last_tokens = time.perf_counter(), count
                 meta = chunk.get("meta_info", meta)
         end = time.perf_counter()
         if meta is None or first is None:
@@ -90,12 +101,17 @@ class Client:
         if finish != "length" or tokens != max_new_tokens:  # ignore_eos: only the length limit ends it
             raise RuntimeError(f"the stream finished with {finish!r} after {tokens} of {max_new_tokens} tokens "
                                "(aborted or cut short)")
-        decode_time = end - first
+        # Tokens counted between the first and the last chunk that carried tokens, on this client's clock: a
+        # chunk may carry many tokens (--stream-interval N), so counting from the first *token* would credit
+        # the N-1 tokens that arrived with the first chunk to no time at all.
+        if last is None or last <= first or last_tokens <= first_tokens:
+            raise RuntimeError(f"the stream carried its {tokens} tokens in one chunk: no decode rate can be measured "
+                               "(a --stream-interval as large as max_new_tokens?)")
         return {
             "completion_tokens": tokens,
             "e2e_s": end - start,
             "ttft_s": first - start,
-            "decode_tok_s": (tokens - 1) / decode_time if tokens > 1 and decode_time > 0 else 0.0,
+            "decode_tok_s": (last_tokens - first_tokens) / (last - first),
             "accept_length": meta.get("spec_accept_length"),
             "server_e2e_s": meta.get("e2e_latency"),
         }
@@ -147,10 +163,13 @@ def main():
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--aggregate-rounds", type=int, default=2)
-    parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--timeout", type=float, default=300, help="longest silence on a stream (s)")
+    parser.add_argument("--request-deadline", type=float, help="longest one request may take (s); default: "
+                        "60 s + 1 s per token")
     args = parser.parse_args()
 
-    client = Client(args.url, read_api_key(args.api_key_file), args.timeout)
+    deadline = args.request_deadline or 60 + args.max_new_tokens
+    client = Client(args.url, read_api_key(args.api_key_file), args.timeout, deadline)
     errors = []
     started = time.perf_counter()
     try:

@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint  # noqa: E402
 import evidence  # noqa: E402
 import gate  # noqa: E402
-from releases import Store, read_api_key, service_status  # noqa: E402
+from releases import Store, read_api_key, service_name, service_status  # noqa: E402
 
 
 def clock_reasons():
@@ -34,9 +34,33 @@ def clock_reasons():
     return {}
 
 
+# NCCL settings the probe repeats: from the release's root-owned environment file (never from the running
+# process, whose environ block the service user can rewrite), without variables that name files or plugins.
+def probe_nccl_env(env_text):
+    import shlex
+
+    nccl = {}
+    for line in (env_text or "").splitlines():
+        key, sep, value = line.partition("=")
+        if not sep or not key.startswith("NCCL_") or key.endswith(("_FILE", "_PLUGIN")) or "PLUGIN" in key:
+            continue
+        try:
+            nccl[key] = (shlex.split(value) or [""])[0]
+        except ValueError:
+            continue
+    return nccl
+
+
+def probe_command(python, user, home, nccl, force):
+    """The GPU probe runs as the service user with a clean environment, not as root."""
+    program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py")
+    return (["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={home}",
+             python, program, "--allreduce-env", json.dumps(nccl)] + ["--force"] * force)
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--service", required=True)
+    parser.add_argument("--service", required=True, type=service_name)
     parser.add_argument("--probe", action="store_true")
     parser.add_argument("--probe-force", action="store_true")
     args = parser.parse_args()
@@ -80,9 +104,13 @@ def main():
     report["clock_reasons"] = clock_reasons()
     if args.probe:
         python = os.path.join(meta.get("venv", ""), "bin", "python")
-        command = [python, os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py")]
-        nccl = {k: v for k, v in report["environ"].items() if k.startswith("NCCL_")}
-        command += ["--allreduce-env", json.dumps(nccl)] + ["--force"] * args.probe_force
+        try:
+            with open(os.path.join(store.release_dir(active), "profile.json")) as f:
+                user = json.load(f)["service"]["user"]
+        except (OSError, ValueError, KeyError, TypeError):
+            user = "sglang"
+        nccl = probe_nccl_env(store.read(os.path.join(store.release_dir(active), "sglang.env")))
+        command = probe_command(python, user, f"/var/lib/{args.service}", nccl, args.probe_force)
         result = subprocess.run(command, capture_output=True, text=True) if os.path.exists(python) else None
         try:
             report["probe"] = json.loads(result.stdout) if result else {"error": f"{python} not found"}

@@ -269,7 +269,13 @@ def measure_builtin(probe_url, secrets_path, settings):
     command = [sys.executable, os.path.join(HERE, "bench.py"), "--url", probe_url, "--api-key-file", secrets_path,
                "--samples", str(settings["samples"]), "--warmup", str(settings["warmup"]),
                "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"])]
-    result = subprocess.run(command, stdout=subprocess.PIPE, text=True)  # progress goes straight to stderr
+    # An overall deadline: every request at its own deadline (bench.py: 60 s + 1 s per token), plus start-up.
+    requests = settings["warmup"] + settings["samples"] + 2
+    deadline = 120 + requests * (60 + settings["max_new_tokens"])
+    try:
+        result = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=deadline)  # progress: stderr
+    except subprocess.TimeoutExpired:
+        return {"errors": [f"the measurement exceeded the gate's deadline of {deadline} s"]}
     if result.returncode != 0:
         return {"errors": [f"bench.py exited with {result.returncode}"]}
     return json.loads(result.stdout)

@@ -35,7 +35,10 @@ import urllib.request
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
 VENV_ROOT = "/opt/sglang-deploy/venvs"
-RELEASE_ID = re.compile(r"^(\d{4,})-([0-9a-f]{8})$")
+RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
+SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
+# Readiness and the gate send the API key: only ever to a loopback address of this host.
+LOOPBACK_URL = re.compile(r"http://(127(?:\.\d{1,3}){3}|\[::1\]):(\d{1,5})")
 EXIT_FAILED_ROLLED_BACK = 1
 EXIT_LOCKED = 4
 EXIT_ROLLBACK_FAILED = 3
@@ -74,6 +77,27 @@ def cmdline_matches(cmdline, exec_start) -> bool:
     return os.path.basename(cmdline[0]).startswith("python") and cmdline[1:] == exec_start
 
 
+def release_auth(meta) -> str:
+    """api-key or none; releases from before the field existed: from their command line (--config carries the key)."""
+    if meta.get("auth") in ("api-key", "none"):
+        return meta["auth"]
+    return "api-key" if "--config" in (meta.get("exec_start") or []) else "none"
+
+
+def auth_change(from_meta, to_meta):
+    """A sentence when switching between the two releases changes whether the server requires the API key."""
+    if not from_meta or not to_meta:
+        return None
+    before, after = release_auth(from_meta), release_auth(to_meta)
+    if before == after:
+        return None
+    if after == "none":
+        return (f"AUTHENTICATION CHANGES: release {to_meta.get('id', '?')} runs WITHOUT an API key (auth none); the "
+                f"release it replaces required one")
+    return (f"authentication changes: release {to_meta.get('id', '?')} requires the API key (auth api-key); the "
+            f"release it replaces ran without one")
+
+
 def flag_differences(argv, reference) -> list:
     """'--flag: reference -> argv' for every flag whose value differs (launcher excluded)."""
     def flags(args):
@@ -102,16 +126,39 @@ class Store:
         self.unit_path = f"/etc/systemd/system/{service}.service"
         self.env_path = f"/etc/sglang-deploy/{service}/sglang.env"
         self.secrets_path = f"/etc/sglang-deploy/{service}/secrets.yaml"
+        self.problems = []  # files found corrupted and set aside, for the controller to show
 
     def release_dir(self, release_id):
         return os.path.join(self.releases_dir, release_id)
 
+    def set_aside(self, path, error):
+        """A corrupted store file must not wedge deploys, rollbacks and listings: rename it, say so."""
+        aside = f"{path}.corrupt-{datetime.datetime.now().strftime('%Y%m%dT%H%M%S')}"
+        try:
+            os.replace(path, aside)
+        except OSError:
+            aside = "(could not be renamed)"
+        message = f"{path} is corrupted ({type(error).__name__}: {error}); set aside as {aside}"
+        self.problems.append(message)
+        log(message)
+
     def ids(self):
-        """Complete releases (meta.json present), oldest first."""
+        """Complete releases (a readable meta.json present), oldest first; a corrupted meta.json is set aside."""
         if not os.path.isdir(self.releases_dir):
             return []
-        ids = [i for i in os.listdir(self.releases_dir)
-               if RELEASE_ID.match(i) and os.path.exists(os.path.join(self.releases_dir, i, "meta.json"))]
+        ids = []
+        for i in os.listdir(self.releases_dir):
+            path = os.path.join(self.releases_dir, i, "meta.json")
+            if not RELEASE_ID.match(i) or not os.path.exists(path):
+                continue
+            try:
+                with open(path) as f:
+                    if not isinstance(json.load(f), dict):
+                        raise ValueError("not a JSON object")
+            except (ValueError, UnicodeDecodeError) as error:
+                self.set_aside(path, error)
+                continue
+            ids.append(i)
         return sorted(ids, key=lambda i: int(RELEASE_ID.match(i).group(1)))
 
     def meta(self, release_id):
@@ -122,11 +169,19 @@ class Store:
         atomic_write(os.path.join(self.release_dir(release_id), "meta.json"), json.dumps(meta, indent=1) + "\n", 0o644)
 
     def state(self):
+        empty = {"active": None, "last_good": None, "auto_rollbacks_in_row": 0, "switching": None}
         try:
             with open(self.state_path) as f:
-                return json.load(f)
+                state = json.load(f)
+            if not isinstance(state, dict):
+                raise ValueError("not a JSON object")
+            return state
         except FileNotFoundError:
-            return {"active": None, "last_good": None, "auto_rollbacks_in_row": 0, "switching": None}
+            return empty
+        except (ValueError, UnicodeDecodeError) as error:
+            # The next deploy converges: the host is inconsistent with "no active release".
+            self.set_aside(self.state_path, error)
+            return empty
 
     def save_state(self, state):
         os.makedirs(self.root, exist_ok=True)
@@ -141,13 +196,23 @@ class Store:
 
 
 def atomic_write(path, content, mode):
+    """Write, fsync, rename, then fsync the directory: the rename survives a power loss."""
     tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def log(message):
@@ -162,6 +227,48 @@ def emit(document):
         print(json.dumps(document, indent=1), flush=True)
     except (BrokenPipeError, OSError):
         pass
+
+
+class StderrShield:
+    """Progress of the switch and of the programs it starts (gate, bench) goes to a pipe this process drains
+    into a log file and, while it is still there, to the controller's stderr. A dropped SSH connection then
+    breaks only that copy: no program gets a BrokenPipeError, so a good release is not rolled back for it."""
+
+    def __init__(self, log_path):
+        import threading
+
+        self.original = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        self.log = open(log_path, "wb")  # the last switch's progress
+        self.thread = threading.Thread(target=self._pump, args=(read_end,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, read_end):
+        forward = True
+        while True:
+            data = os.read(read_end, 65536)
+            if not data:
+                break
+            self.log.write(data)
+            self.log.flush()
+            if forward:
+                try:
+                    os.write(self.original, data)
+                except OSError:
+                    forward = False  # the controller is gone; keep logging
+        os.close(read_end)
+
+    def close(self):
+        try:
+            sys.stderr.flush()
+        except OSError:
+            pass
+        os.dup2(self.original, 2)  # closes the pipe's last write end: the pump sees EOF
+        self.thread.join(timeout=5)
+        self.log.close()
 
 
 def now():
@@ -189,6 +296,85 @@ def service_status(service):
     return {"active_state": props.get("ActiveState"), "sub_state": props.get("SubState"),
             "result": props.get("Result"), "main_pid": pid, "cmdline": cmdline,
             "started_monotonic_us": props.get("ExecMainStartTimestampMonotonic")}
+
+
+# --- who listens on the port (before the API key is sent) ------------------------------------------
+
+def listening_inodes(port, tables=("/proc/net/tcp", "/proc/net/tcp6")):
+    """Socket inodes in LISTEN state on the port (any local address)."""
+    inodes = set()
+    for table in tables:
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def unit_pids(service):
+    """Every process of the unit's cgroup (SGLang's schedulers and detokenizer included)."""
+    group = systemctl("show", "-p", "ControlGroup", "--value", f"{service}.service").stdout.strip()
+    pids = set()
+    if group:
+        for directory, _, files in os.walk("/sys/fs/cgroup" + group):
+            if "cgroup.procs" in files:
+                try:
+                    with open(os.path.join(directory, "cgroup.procs")) as f:
+                        pids.update(int(line) for line in f if line.strip())
+                except OSError:
+                    pass
+    main_pid = service_status(service)["main_pid"]
+    return pids | ({main_pid} if main_pid else set())
+
+
+def socket_owners(inodes):
+    """inode -> pids holding it open (the processes this host's /proc shows)."""
+    owners = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    owners.setdefault(target[8:-1], set()).add(int(entry))
+        except OSError:
+            continue
+    return owners
+
+
+def process_label(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({comm}, uid {uid})"
+
+
+def foreign_listener(service, probe_url):
+    """None when every socket listening on the probe's port belongs to the unit's processes; else why not.
+    SGLang binds its port only after minutes of loading: a local user who binds it first would otherwise
+    receive the API key and could fake readiness and the gate."""
+    port = int(LOOPBACK_URL.fullmatch(probe_url).group(2))
+    inodes = listening_inodes(port)
+    if not inodes:
+        return f"nothing listens on port {port}"
+    pids = unit_pids(service)
+    owners = socket_owners(inodes)
+    strangers = sorted({pid for held in owners.values() for pid in held if pid not in pids})
+    unowned = [inode for inode in inodes if not owners.get(inode)]
+    if strangers or unowned:
+        who = ", ".join(process_label(pid) for pid in strangers) or "a process outside this host's view"
+        return (f"port {port} is held by {who}, not by {service}.service: the API key is not sent "
+                "(another process bound the port first)")
+    return None
 
 
 def journal_since(service, since):
@@ -235,11 +421,15 @@ def http(url, body=None, api_key=None, timeout=10):
         return None, str(error).encode()
 
 
-def wait_ready(store, probe_url, timeout, settle):
-    """Stages: unit active after the settle time -> /health 200 -> a real /generate returns tokens."""
+def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
+    """Stages: unit active after the settle time -> /health 200 -> a real /generate returns tokens -> with
+    auth api-key, a request without the key is refused (401)."""
     start = time.monotonic()
     since = (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
     api_key = read_api_key(store.secrets_path)
+    if auth == "api-key" and not api_key:
+        return {"ready": False, "stage": "auth", "elapsed_s": 0.0, "journal": "",
+                "detail": f"the release requires an API key (auth api-key) but {store.secrets_path} holds none"}
     stage, detail = "active", ""
     while time.monotonic() - start < timeout:
         elapsed = time.monotonic() - start
@@ -259,6 +449,11 @@ def wait_ready(store, probe_url, timeout, settle):
             detail = f"/health answered {status}"
             time.sleep(0.5)
             continue
+        stage = "listener"
+        stranger = foreign_listener(store.service, probe_url)
+        if stranger and not stranger.startswith("nothing listens"):
+            return {"ready": False, "stage": "listener", "detail": stranger, "journal": "",
+                    "elapsed_s": round(time.monotonic() - start, 1)}
         stage = "generate"
         status, body = http(probe_url + "/generate", {"text": "Say hello.", "sampling_params": {
             "max_new_tokens": 8, "temperature": 0}}, api_key=api_key, timeout=max(5, timeout - elapsed))
@@ -266,8 +461,15 @@ def wait_ready(store, probe_url, timeout, settle):
             tokens = json.loads(body)["meta_info"]["completion_tokens"] if status == 200 else 0
         except (ValueError, KeyError, TypeError):
             tokens = 0
+        if tokens > 0 and auth == "api-key":
+            status, _ = http(probe_url + "/v1/models", timeout=10)  # no key: must be refused
+            if status != 401:
+                return {"ready": False, "stage": "auth", "elapsed_s": round(time.monotonic() - start, 1),
+                        "journal": "", "detail": f"a request without the API key got {status}, not 401: the "
+                                                 "server does not enforce authentication"}
         if tokens > 0:
-            return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1)}
+            return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1),
+                    "auth": auth}
         detail = f"/generate answered {status}: {body[:200].decode(errors='replace')}"
         time.sleep(0.5)
     tail, cause = failed_start(store.service, since, api_key)
@@ -345,8 +547,9 @@ def install(store, release_id):
 def activate(store, release_id, probe_url, timeout, settle):
     install(store, release_id)
     log(f"restarting {store.service}.service on release {release_id}")
+    systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
     systemctl("restart", f"{store.service}.service")
-    return wait_ready(store, probe_url, timeout, settle)
+    return wait_ready(store, probe_url, timeout, settle, auth=release_auth(store.meta(release_id)))
 
 
 def cmd_switch(args):
@@ -376,8 +579,14 @@ def switch_locked(store, args):
     state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
     store.save_state(state)
     meta = store.meta(args.release)
+    change = auth_change(store.meta(previous) if previous in store.ids() else None, dict(meta, id=args.release))
+    if change:
+        log(change)
     result = activate(store, args.release, args.probe_url, args.timeout, args.settle)
-    document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result}
+    document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result,
+                "auth": release_auth(meta)}
+    if change:
+        document["auth_change"] = change
     if not result["ready"]:
         log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
         return fail_and_roll_back(store, state, meta, document, args, f"failed to start: {result.get('detail')}")
@@ -429,7 +638,16 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document["rolled_back_to"] = None
         return finish(store, document, EXIT_FAILED_ROLLED_BACK)
     log(f"automatic rollback to the last good release {target}")
-    back = activate(store, target, args.probe_url, args.rollback_timeout, args.settle)
+    change = auth_change(dict(meta, id=args.release), dict(store.meta(target), id=target))
+    if change:
+        log(change)
+        document["rollback_auth_change"] = change
+    # The target's own port and start timeout: a deploy that changed the port must not probe the new one.
+    target_meta = store.meta(target)
+    target_url = target_meta.get("probe_url") if LOOPBACK_URL.fullmatch(str(target_meta.get("probe_url"))) else None
+    back = activate(store, target, target_url or args.probe_url,
+                    args.rollback_timeout if args.rollback_timeout_given
+                    else float(target_meta.get("start_timeout_s") or args.timeout), args.settle)
     if back["ready"]:
         target_meta = store.meta(target)
         target_meta.setdefault("history", []).append({"at": now(), "event": "activated (automatic rollback)"})
@@ -511,6 +729,9 @@ def run_gate(store, args, meta, state):
              "costly_env": evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
                                                       evidence.environment_sources(store.service))}
     api_key = read_api_key(store.secrets_path)
+    stranger = foreign_listener(store.service, args.probe_url)
+    if stranger:
+        return {"verdict": "fail", "reasons": [stranger], "rows": [], "config_problems": [], "inconclusive": []}
     result = gate.run(args.probe_url, store.secrets_path, api_key, status["main_pid"],
                       cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
                       baseline, found)
@@ -539,7 +760,8 @@ def describe(document):
         return f"switch refused: {document.get('error')}"
     ready = document["readiness"]
     if document.get("ok"):
-        return (f"release {document['release']} is active ({document.get('verdict') or 'unverified'}; ready after "
+        return (f"{document['auth_change']}\n" if document.get("auth_change") else "") + (
+                f"release {document['release']} is active ({document.get('verdict') or 'unverified'}; ready after "
                 f"{ready['elapsed_s']} s; previous: {document.get('previous')})")
     if ready.get("ready"):
         lines = [f"release {document['release']} FAILED: {document.get('failure')}"]
@@ -549,6 +771,8 @@ def describe(document):
     if ready.get("journal"):
         lines += ["last journal lines of the failed start:", *("  " + l for l in ready["journal"].splitlines())]
     target = document.get("rolled_back_to")
+    if document.get("rollback_auth_change"):
+        lines.append(document["rollback_auth_change"])
     if target:
         back = document.get("rollback_readiness", {})
         lines.append(f"automatic rollback to {target}: " + ("healthy again" if back.get("ready")
@@ -602,12 +826,22 @@ def cmd_state(args):
                       and running["active_state"] == "active" and cmdline_matches(running["cmdline"], active_meta.get("exec_start"))
                       and not state.get("switching"))
     emit({"service": args.service, "state": state, "releases": releases, "lock": lock_holder(store),
-          "installed_hash": installed, "running": running, "consistent": consistent})
+          "installed_hash": installed, "running": running, "consistent": consistent, "problems": store.problems})
     return 0
 
 
 def cmd_prune(args):
     store = Store(args.service)
+    try:
+        with Lock(store, "prune"):
+            return prune_locked(store, args)
+    except Locked as locked:
+        log(f"prune skipped: another deploy or rollback is running ({locked.args[0].get('owner')})")
+        emit({"ok": False, "skipped": "locked"})
+        return 0
+
+
+def prune_locked(store, args):
     state = store.state()
     protected = {state.get("active"), state.get("last_good"), (state.get("switching") or {}).get("to")}
     by_use = sorted(store.ids(), key=lambda release_id: last_used(store.meta(release_id)))
@@ -631,16 +865,31 @@ def cmd_prune(args):
     return 0
 
 
+def service_name(value):
+    """argparse type: a unit name that is also a safe path component."""
+    if not SERVICE_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"not a service name: {value!r}")
+    return value
+
+
+def loopback_url(value):
+    """argparse type: the API key is sent to this URL, so it must be a loopback address of this host."""
+    if not LOOPBACK_URL.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"{value!r} is not http://127.x.x.x:PORT or http://[::1]:PORT; readiness and "
+                                         "the gate connect over loopback only")
+    return value
+
+
 def main():
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     parser = argparse.ArgumentParser(prog="releases.py")
     sub = parser.add_subparsers(dest="command", required=True)
     state = sub.add_parser("state")
-    state.add_argument("--service", required=True)
+    state.add_argument("--service", required=True, type=service_name)
     switch = sub.add_parser("switch")
-    switch.add_argument("--service", required=True)
+    switch.add_argument("--service", required=True, type=service_name)
     switch.add_argument("--release", required=True)
-    switch.add_argument("--probe-url", required=True)
+    switch.add_argument("--probe-url", required=True, type=loopback_url)
     switch.add_argument("--timeout", type=float, required=True)
     switch.add_argument("--rollback-timeout", type=float)
     switch.add_argument("--settle", type=float, default=2.0)
@@ -653,18 +902,24 @@ def main():
     switch.add_argument("--gate", action="store_true", help="run the gate (releases/<id>/gate-config.json) once ready")
     switch.add_argument("--on-inconclusive", choices=["rollback", "keep"], default="rollback")
     mark = sub.add_parser("mark")
-    mark.add_argument("--service", required=True)
+    mark.add_argument("--service", required=True, type=service_name)
     mark.add_argument("--release", required=True)
     mark.add_argument("--verdict", choices=["good", "bad"], required=True)
     mark.add_argument("--gate-file")
     prune = sub.add_parser("prune")
-    prune.add_argument("--service", required=True)
+    prune.add_argument("--service", required=True, type=service_name)
     prune.add_argument("--keep", type=int, default=5)
     prune.add_argument("--prune-venvs", action="store_true")
     args = parser.parse_args()
+    args.rollback_timeout_given = getattr(args, "rollback_timeout", None) is not None
     if getattr(args, "rollback_timeout", 0) is None:
         args.rollback_timeout = args.timeout
-    return {"state": cmd_state, "switch": cmd_switch, "mark": cmd_mark, "prune": cmd_prune}[args.command](args)
+    shield = StderrShield(os.path.join(STORE_ROOT, args.service, "switch.log")) if args.command == "switch" else None
+    try:
+        return {"state": cmd_state, "switch": cmd_switch, "mark": cmd_mark, "prune": cmd_prune}[args.command](args)
+    finally:
+        if shield:
+            shield.close()
 
 
 if __name__ == "__main__":

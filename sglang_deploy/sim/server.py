@@ -20,6 +20,7 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_STREAM_ERROR_AFTER=N         a /generate stream ends with SGLang's in-band error chunk after N tokens
   SGLANG_SIM_STREAM_ABORT_AFTER=N         a /generate stream's last chunk is an abort after N tokens
   SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server dies, as 0.5.23 does
+  SGLANG_SIM_AUTH_BROKEN=1                the API key is configured but not enforced (any request is served)
   SGLANG_SIM_RESOLVED=FILE                SGLang's resolution of this command line (resolution.py); by
                                           default the release's resolved.json whose argv matches
 
@@ -319,6 +320,7 @@ def make_handler(engine: Engine, server_args: dict, status: dict):
     """server_args: what SGLang's /server_info serves before the runtime fields (resolved_dict() with the
     api key, and launch_command); status["up"] turns true after the warmup request, as ServerStatus.Up."""
     api_key = server_args.get("api_key")
+    auth_broken = engine.env.get("SGLANG_SIM_AUTH_BROKEN") == "1"
     served_name = server_args.get("served_model_name") or server_args.get("model_path")
 
     class Handler(BaseHTTPRequestHandler):
@@ -345,7 +347,7 @@ def make_handler(engine: Engine, server_args: dict, status: dict):
                 raise ValueError(f"invalid JSON body: {error}") from None
 
         def authorized(self, path: str) -> bool:
-            if not api_key or path in OPEN_PATHS:
+            if not api_key or path in OPEN_PATHS or auth_broken:
                 return True
             if self.headers.get("Authorization", "") == f"Bearer {api_key}":
                 return True
@@ -464,10 +466,15 @@ def make_handler(engine: Engine, server_args: dict, status: dict):
             self.end_headers()
             self.close_connection = True
             ids_so_far: list[int] = []
+            sent = 0
+            interval = max(1, int(server_args.get("stream_interval") or 1))  # SGLang's --stream-interval
             while True:
                 kind, payload = request.events.get(timeout=600)
                 if kind == "tokens":
                     ids_so_far += payload
+                    if len(ids_so_far) - sent < interval:
+                        continue
+                    sent = len(ids_so_far)
                     meta = {"id": request.rid, "prompt_tokens": request.prompt_tokens,
                             "completion_tokens": len(ids_so_far)}
                     data = chunk(list(ids_so_far), meta)

@@ -1,0 +1,288 @@
+"""What a profile, inventory or `--data` value may be before it reaches a unit, a shell, a path or a URL.
+
+Every check is a full match (``re.fullmatch``: Python's ``$`` also matches before a final newline), and
+no value may carry a control character. Pure: used by the profile schema, the plan and deploy.py's
+host checks (the service user and the unit name need what the host reports).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import unicodedata
+
+# Unicode categories refused in every value: control (C0, DEL, C1), format (bidi overrides, zero-width),
+# line and paragraph separators, surrogates.
+_REFUSED_CATEGORIES = {"Cc", "Cf", "Zl", "Zp", "Cs"}
+# Free text that reaches no unit, shell or path (profile description, an environment setting's reason)
+# may span lines: a YAML folded or literal block scalar ends with a newline.
+TEXT_ALLOWED = {"\n", "\t"}
+
+SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
+USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
+MODEL_PATH = re.compile(r"/(?:[A-Za-z0-9_@+=:,-][A-Za-z0-9._@+=:,-]*/?)*")
+FLAG_NAME = re.compile(r"--[a-z0-9][a-z0-9-]*")
+ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+VERSION_PIN = re.compile(r"\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?")
+EXTRA_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 / PEP 685 extra
+DEB_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]+")
+DEB_VERSION_GLOB = re.compile(r"[A-Za-z0-9.+~:*{}-]+")
+CUDA_VERSION = re.compile(r"\d{1,2}\.\d{1,2}")
+NCCL_VERSION = re.compile(r"\d+\.\d+\.\d+")
+ABS_PATH = re.compile(r"/[A-Za-z0-9._@+=:,/-]*")
+URL = re.compile(r"(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%{}-]+")
+
+# The tool's marker: the first line of every unit it writes starts with it. A unit file without it
+# belongs to someone else and is never overwritten.
+UNIT_MARKER = "# Managed by sglang-deploy"
+# GECOS of the service account the tool creates.
+USER_MARKER = "sglang-deploy service user"
+
+# Accounts and groups that exist on Debian/Ubuntu/RHEL hosts or grant privileges: the service user (and
+# the group of the same name the tool creates) must be none of them.
+RESERVED_USERS = frozenset("""
+root daemon bin sys sync games man lp mail news uucp proxy www-data backup list irc gnats nobody nogroup
+_apt messagebus sshd syslog polkitd avahi uuidd tcpdump tss landscape pollinate lxd dnsmasq usbmux ntp
+chrony postfix rtkit colord geoclue pulse saned kernoops whoopsie cups-pk-helper sssd fwupd-refresh
+ubuntu debian admin pi ec2-user centos fedora rocky almalinux cloud-user vagrant operator halt shutdown
+adm sudo wheel disk kmem shadow staff users video render audio input kvm docker lxc tty dialout plugdev
+netdev systemd-journal crontab utmp tape cdrom floppy voice src sasl scanner ssl-cert lpadmin sambashare
+nvidia-persistenced
+""".split())
+RESERVED_USER_PREFIXES = ("systemd-", "_")
+
+# Units (and their /var/lib, /var/cache directories, which StateDirectory= hands to the service user)
+# that belong to the system. The host check (unit marker, directory owner) catches the rest.
+RESERVED_SERVICES = frozenset("""
+ssh sshd dbus cron anacron atd rsyslog syslog networking network networkmanager getty console-getty
+docker containerd kubelet nvidia-persistenced nvidia-fabricmanager nvidia-dcgm dcgm apt dpkg udev polkit
+user init emergency rescue multi-user graphical default reboot poweroff halt shutdown sudo login logind
+journald resolved timesyncd ufw firewalld iptables nftables chrony chronyd ntp snapd lxc lxd libvirt
+libvirtd sglang-deploy ucf misc pam private python pip git sshd-keygen getty-static systemd
+""".split())
+RESERVED_SERVICE_PREFIXES = ("systemd-", "dbus-", "getty", "serial-getty", "user@", "user-", "apt-", "dpkg-")
+
+# Where a login shell can run: an existing account with one of these is not a service account.
+NO_LOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
+
+
+def control_characters(value: str, allowed: set[str] = frozenset()) -> list[str]:
+    """The refused characters in value, as U+XXXX names."""
+    found = []
+    for char in value:
+        if char not in allowed and unicodedata.category(char) in _REFUSED_CATEGORIES:
+            code = f"U+{ord(char):04X}"
+            name = unicodedata.name(char, "") or {"\n": "LINE FEED", "\r": "CARRIAGE RETURN", "\t": "TAB",
+                                                   "\x00": "NUL", "\x7f": "DELETE"}.get(char, "control")
+            if f"{code} ({name})" not in found:
+                found.append(f"{code} ({name})")
+    return found
+
+
+def control_message(value: str, allowed: set[str] = frozenset()) -> str | None:
+    bad = control_characters(value, allowed)
+    if not bad:
+        return None
+    return (f"contains the control character {', '.join(bad)}; accepted: printable characters only "
+            "(a YAML block scalar `|` or `>` ends with a newline: use a plain or quoted scalar)")
+
+
+def no_control(value: str) -> str:
+    """Pydantic validator body: refuse control characters."""
+    message = control_message(value)
+    if message:
+        raise ValueError(message)
+    return value
+
+
+def full(pattern: re.Pattern, value: str) -> bool:
+    return isinstance(value, str) and pattern.fullmatch(value) is not None
+
+
+# --- single fields ---------------------------------------------------------------------------------
+
+def service_name_problem(name: str) -> str | None:
+    if not full(SERVICE_NAME, name):
+        return (f"must be a unit name of lower-case letters, digits, '_' and '-' (no '.', '@' or '.service', "
+                f"at most 63 characters), got {name!r}")
+    if name in RESERVED_SERVICES or name.startswith(RESERVED_SERVICE_PREFIXES):
+        return (f"{name!r} is a system unit or directory name; the tool would overwrite {name}.service and take "
+                f"/var/lib/{name}; accepted: a name of its own such as 'sglang' or 'sglang-qwen'")
+    return None
+
+
+def service_user_problem(user: str) -> str | None:
+    if not full(USER_NAME, user):
+        return f"must be a system account name ([a-z_][a-z0-9_-]*, at most 32 characters), got {user!r}"
+    if user in RESERVED_USERS or user.startswith(RESERVED_USER_PREFIXES):
+        return (f"{user!r} is an existing system, login or privileged account or group; the service needs a "
+                "dedicated system account the tool creates, such as 'sglang'")
+    return None
+
+
+def listen_host_problem(host: str) -> str | None:
+    """A local listen address: readiness and the gate connect over loopback, so the address must accept
+    loopback connections (a loopback address or a wildcard). Names are refused: they resolve elsewhere."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return (f"must be an IP address literal the server listens on (127.0.0.1, ::1, or 0.0.0.0 / :: for every "
+                f"interface), got {host!r}; host names are refused (the gate sends the API key to this address)")
+    if not (address.is_loopback or address.is_unspecified):
+        return (f"{host} is not a loopback or wildcard address: readiness and the gate connect over loopback "
+                "(the API key never leaves the host); accepted: 127.0.0.1, ::1, 0.0.0.0 or ::")
+    return None
+
+
+def loopback_url(host: str, port: int) -> str:
+    """Where readiness and the gate reach a server listening on `host`: always a loopback address."""
+    address = ipaddress.ip_address(host)
+    if address.version == 6:
+        return f"http://[::1]:{port}"
+    return f"http://{host if address.is_loopback else '127.0.0.1'}:{port}"
+
+
+def model_path_problem(path: str) -> str | None:
+    if not path.startswith("/"):
+        return f"must be an absolute path on the host, got {path!r}"
+    if not full(MODEL_PATH, path) or "/../" in path + "/" or "/./" in path + "/" or "//" in path:
+        return (f"must be a normalized absolute path of letters, digits and ._@+=:,- (no '..', '//', spaces or "
+                f"shell characters), got {path!r}")
+    return None
+
+
+def served_name_problem(name: str) -> str | None:
+    if not full(SERVED_NAME, name):
+        return (f"must be letters, digits and ._:/@+- (starting with a letter or digit, at most 128 characters), "
+                f"got {name!r}")
+    return None
+
+
+def extra_problem(extra: str, version: str = "0") -> str | None:
+    """A pip extra of the sglang package, as PEP 508 defines it (parsed by `packaging`)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    if not full(EXTRA_NAME, extra):
+        return f"extra {extra!r} is not a PEP 508 extra name (letters, digits, '.', '_', '-'); e.g. 'all'"
+    try:
+        requirement = Requirement(f"sglang[{extra}]=={version}")
+    except InvalidRequirement as error:
+        return f"extra {extra!r} does not make a PEP 508 requirement: {error}"
+    if len(requirement.extras) != 1:
+        return f"extra {extra!r} must be one extra name"
+    return None
+
+
+def pin_problem(pin: str) -> str | None:
+    """An exact PEP 508 pin: name[extras]==version, no URL, no environment marker."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    example = "accepted: an exact pin such as 'nvidia-nccl-cu13==2.28.9'"
+    if control_message(pin) or any(c.isspace() for c in pin):
+        return f"pin {pin!r} contains whitespace or control characters; {example}"
+    try:
+        requirement = Requirement(pin)
+    except InvalidRequirement as error:
+        return f"pin {pin!r} is not a PEP 508 requirement ({str(error).splitlines()[0]}); {example}"
+    specifiers = list(requirement.specifier)
+    if requirement.url or requirement.marker:
+        return f"pin {pin!r} carries a URL or an environment marker; {example}"
+    if len(specifiers) != 1 or specifiers[0].operator != "==" or "*" in specifiers[0].version:
+        return f"pin {pin!r} must be an exact requirement (one '==' without wildcards); {example}"
+    if requirement.name.lower().replace("_", "-") == "sglang":
+        return "pin sglang through sglang.version, not sglang.pins"
+    return None
+
+
+# --- host data (inventory and --data) --------------------------------------------------------------
+
+def _int_in(value, low: int, high: int) -> str | None:
+    try:
+        number = int(str(value), 10)
+    except ValueError:
+        return f"must be an integer between {low} and {high}, got {value!r}"
+    if not low <= number <= high:
+        return f"must be between {low} and {high}, got {number}"
+    return None
+
+
+def host_data_problems(data) -> list[tuple[str, str]]:
+    """(key, message) for every host data value that would reach a shell, a path or a URL unchecked."""
+    from .hostdata import get
+
+    problems = []
+
+    def check(key, problem):
+        value = get(data, key)
+        if value is None:
+            return
+        message = control_message(str(value)) if isinstance(value, str) else None
+        message = message or problem(value)
+        if message:
+            problems.append((key, message))
+
+    check("port", lambda v: _int_in(v, 1, 65535))
+    check("keep_releases", lambda v: _int_in(v, 1, 100))
+    check("max_auto_rollbacks", lambda v: _int_in(v, 1, 100))
+    check("gpus", lambda v: _int_in(v, 1, 64))
+    check("cuda_major", lambda v: _int_in(v, 10, 99))
+    check("driver_branch", lambda v: _int_in(v, 300, 9999))
+    check("gpu_topology", lambda v: None if v in ("pcie", "nvlink") else f"must be pcie or nvlink, got {v!r}")
+    check("provision_mode", lambda v: None if v in ("install", "verify") else f"must be install or verify, got {v!r}")
+    check("cuda_version", lambda v: None if full(CUDA_VERSION, str(v)) else f"must be MAJOR.MINOR such as 13.0, got {v!r}")
+    check("nccl_version", lambda v: None if full(NCCL_VERSION, str(v)) else f"must be X.Y.Z such as 2.28.3, got {v!r}")
+    check("driver_package_version", lambda v: None if full(DEB_VERSION_GLOB, str(v))
+          else f"must be a Debian version glob such as '{{version}}-*', got {v!r}")
+    check("nccl_package_version", lambda v: None if full(DEB_VERSION_GLOB, str(v))
+          else f"must be a Debian version pattern such as '{{version}}-1+cuda{{cuda}}', got {v!r}")
+    check("driver_userspace_packages", lambda v: None if isinstance(v, (list, tuple)) and all(
+        full(DEB_PACKAGE, str(p)) for p in v) else f"must be a list of Debian package names, got {v!r}")
+    for key in ("cuda_repo_url", "cuda_repo_key_url"):
+        check(key, lambda v: None if full(URL, str(v)) or (key == "cuda_repo_key_url" and not str(v).startswith(
+            "/") and "://" not in str(v)) or full(ABS_PATH, str(v)) else f"must be an http(s) or file URL, got {v!r}")
+    check("cuda_repo_origin", lambda v: None if re.fullmatch(r"[A-Za-z0-9.-]+", str(v)) else
+          f"must be a host name such as developer.download.nvidia.com, got {v!r}")
+    for key in ("verify_python", "python"):
+        check(key, lambda v: None if v == "python3" or full(ABS_PATH, str(v))
+              else f"must be python3 or an absolute path, got {v!r}")
+    check("service", lambda v: service_name_problem(str(v)))
+    check("api_key_env", lambda v: None if full(ENV_NAME, str(v)) else f"must be an environment variable name, got {v!r}")
+    return problems
+
+
+# --- what the host reports -------------------------------------------------------------------------
+
+def account_problem(user: str, service: str, passwd: str | None, uid_min: int = 1000) -> str | None:
+    """An existing account may serve only when the tool created it (its GECOS marker) or it is a plain
+    system account made for this service (system uid, no login shell, home /var/lib/<service>)."""
+    if not passwd:
+        return None  # the tool creates it
+    fields = passwd.strip().split(":")
+    if len(fields) < 7:
+        return None
+    uid, gecos, home, shell = fields[2], fields[4], fields[5], fields[6]
+    if uid == "0":
+        return f"{user!r} has uid 0 on the host; the service needs a dedicated unprivileged system account"
+    if USER_MARKER in gecos:
+        return None
+    if shell not in NO_LOGIN_SHELLS:
+        return (f"{user!r} is an existing login account on the host (shell {shell}); the tool would change its shell, "
+                "home and groups. Use a dedicated name such as 'sglang' (the tool creates it)")
+    if int(uid) >= uid_min or home != f"/var/lib/{service}":
+        return (f"{user!r} is an existing account on the host (uid {uid}, home {home}) that the tool did not create; "
+                "use a dedicated name such as 'sglang' (the tool creates it)")
+    return None
+
+
+def unit_problem(service: str, report: dict) -> str | None:
+    """report: what the host says about <service>.service (roles.facts.UnitOwnership)."""
+    foreign = [path for path, marked in (report.get("files") or {}).items() if not marked]
+    if foreign:
+        return (f"{service}.service exists on the host and is not managed by sglang-deploy ({', '.join(foreign)} "
+                f"lacks the line '{UNIT_MARKER}'); the tool never overwrites another unit. Choose another service.name")
+    for path, owner in (report.get("directories") or {}).items():
+        if owner not in (None, "", report.get("user"), "(sglang-deploy)"):
+            return (f"{path} exists on the host, owned by {owner}: StateDirectory=/CacheDirectory= would hand it to the "
+                    f"service user. Choose another service.name")
+    return None

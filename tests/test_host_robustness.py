@@ -1,0 +1,133 @@
+"""Host-side programs against corrupted store files, a closed stderr, and the listener check's parsing."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang_deploy.hostside import releases
+
+HOSTSIDE = Path(releases.__file__).resolve().parent
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setattr(releases, "STORE_ROOT", str(tmp_path))
+    store = releases.Store("sglang")
+    for release_id in ("0001-aaaaaaaa", "0002-bbbbbbbb"):
+        os.makedirs(store.release_dir(release_id))
+        Path(store.release_dir(release_id), "meta.json").write_text(json.dumps({"id": release_id}))
+    return store
+
+
+def test_a_corrupted_meta_json_is_set_aside_and_named(store):
+    meta = Path(store.release_dir("0002-bbbbbbbb"), "meta.json")
+    meta.write_text('{"id": "0002-bbbb')  # a write cut short
+    ids = store.ids()
+    aside = [p.name for p in meta.parent.iterdir()]
+    assert (ids, meta.exists(), any(n.startswith("meta.json.corrupt-") for n in aside),
+            f"{meta} is corrupted" in store.problems[0]) == (["0001-aaaaaaaa"], False, True, True), store.problems
+
+
+def test_a_corrupted_state_json_does_not_wedge_the_store(store):
+    Path(store.state_path).write_text("\x00\x00\x00")
+    state = store.state()
+    assert (state["active"], os.path.exists(store.state_path), f"{store.state_path} is corrupted" in store.problems[0]
+            ) == (None, False, True), store.problems
+
+
+def test_atomic_write_leaves_the_mode_and_no_temporary_file(tmp_path):
+    target = tmp_path / "state.json"
+    releases.atomic_write(str(target), "{}\n", 0o600)
+    assert (target.read_text(), oct(target.stat().st_mode & 0o777), sorted(p.name for p in tmp_path.iterdir())) == (
+        "{}\n", "0o600", ["state.json"])
+
+
+SWITCH_LIKE = r"""
+import subprocess, sys
+sys.path.insert(0, {hostside!r})
+import releases
+shield = releases.StderrShield({log!r}) if {shielded} else None
+child = "import sys\nfor i in range(3000): print('bench progress', i, file=sys.stderr, flush=True)"
+code = subprocess.run([sys.executable, "-c", child]).returncode
+print("gate progress", file=sys.stderr, flush=True)
+if shield:
+    shield.close()
+sys.exit(code)
+"""
+
+
+@pytest.mark.parametrize("shielded, expected_code", [(True, 0), (False, 1)])
+def test_a_dropped_controller_connection_does_not_fail_the_programs(tmp_path, shielded, expected_code):
+    """The controller's SSH connection is the program's stderr: closed here before anything is written.
+    Unshielded, the bench dies of BrokenPipeError (what rolled good releases back); shielded, it runs to the
+    end and its progress is in the switch log."""
+    log = tmp_path / "switch.log"
+    program = SWITCH_LIKE.format(hostside=str(HOSTSIDE), log=str(log), shielded=shielded)
+    process = subprocess.Popen([sys.executable, "-c", program], stderr=subprocess.PIPE)
+    process.stderr.close()  # the connection drops
+    code = process.wait(timeout=60)
+    logged = log.read_text() if log.exists() else ""
+    assert (code, "bench progress 2999" in logged) == (expected_code, shielded)
+
+
+def test_listening_sockets_are_read_from_proc_net_tables(tmp_path):
+    table = tmp_path / "tcp"
+    table.write_text(
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:76F0 00000000:0000 0A 00000000:00000000 00:00000000 00000000  65534        0 4242 1\n"
+        "   1: 0100007F:76F0 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  65534        0 4343 1\n"
+        "   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000      0        0 4444 1\n")
+    assert releases.listening_inodes(30448, tables=(str(table),)) == {"4242"}
+
+
+@pytest.mark.parametrize("url, ok", [("http://127.0.0.1:30000", True), ("http://[::1]:30000", True),
+                                     ("http://10.0.0.5:30000", False), ("http://evil.example:30000", False),
+                                     ("http://127.0.0.1:30000\n", False)])
+def test_the_host_sends_the_key_only_to_loopback(url, ok):
+    import argparse
+
+    try:
+        releases.loopback_url(url)
+        accepted = True
+    except argparse.ArgumentTypeError:
+        accepted = False
+    assert accepted == ok
+
+
+def test_the_gpu_probe_runs_as_the_service_user_with_the_releases_nccl_settings():
+    from sglang_deploy.hostside import doctor_collect  # noqa: F401 - imports releases as a sibling module
+
+    env = 'HOME=/var/lib/sglang\nNCCL_PROTO=Simple\nNCCL_DEBUG_FILE=/etc/passwd\nNCCL_NET_PLUGIN=/tmp/x.so\nNCCL_X="a b"\n'
+    nccl = doctor_collect.probe_nccl_env(env)
+    command = doctor_collect.probe_command("/venv/bin/python", "sglang", "/var/lib/sglang", nccl, False)
+    assert (command[:7], nccl) == (["runuser", "-u", "sglang", "--", "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin"],
+                                   {"NCCL_PROTO": "Simple", "NCCL_X": "a b"})
+
+
+def test_ct129_checks_host_keys_strictly_and_can_use_a_sudo_user(monkeypatch):
+    import runpy
+
+    inventory = Path(releases.__file__).resolve().parents[2] / "inventory" / "ct129.py"
+    monkeypatch.setenv("SGLANG_DEPLOY_CT129_USER", "deploy")
+    data = runpy.run_path(str(inventory))["ct129"][0][1]
+    assert (data["ssh_strict_host_key_checking"], Path(data["ssh_known_hosts_file"]).exists(), data["ssh_user"],
+            data["_sudo"], data["ssh_forward_agent"]) == ("yes", True, "deploy", True, False)
+
+
+@pytest.mark.parametrize("facts, expected", [
+    ({"gpus": [{}], "container": "lxc", "nvidia_uvm": False}, "missing in this container"),
+    ({"gpus": [{}], "container": "none", "nvidia_uvm": False}, "provisioning loads nvidia-uvm at boot"),
+    ({"gpus": [{}], "container": "lxc", "nvidia_uvm": True}, None),
+    ({"gpus": [], "container": "none", "nvidia_uvm": False}, None),
+])
+def test_a_missing_nvidia_uvm_is_reported(facts, expected):
+    from sglang_deploy.hostfacts import uvm_warning
+
+    warning = uvm_warning(facts)
+    assert (expected in warning) if expected else warning is None

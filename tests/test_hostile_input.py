@@ -1,0 +1,275 @@
+"""Hostile and mistaken input: every value that would change a unit's structure, reach a shell unquoted,
+touch another unit or send the API key off the host is refused with `file:line: field: message`.
+
+One row per bad input, one assertion per row. The profile rows need no host and no validator env;
+tests/test_hostile_input_sim.py shows on the simulated host that a refused deploy changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from conftest import PROVEN, proven_with, write_profile
+from sglang_deploy.plan import PlanError, Plan, check_host_data, host_problems, resolve_api_key
+from sglang_deploy.profile import ProfileError, load_profile
+from sglang_deploy.render import RenderError, check_unit_structure, render, unit_value
+
+
+@dataclass(frozen=True)
+class Bad:
+    id: str
+    old: str  # text of the proven profile to replace
+    new: str
+    field: str  # the field path the error must name
+    at: str  # a substring of the line the error must point at
+    message: str  # part of what the error says
+
+
+PROFILE_CASES = [
+    # A unit's structure: line breaks and systemd specifiers.
+    Bad("served-name-injects-a-section", "  served_name: qwen3.6-27b",
+        '  served_name: "q\\n[Service]\\nExecStartPre=+/bin/touch /tmp/pwned\\n[Unit]\\nX-Pad="',
+        "model.served_name", "served_name:", "control character U+000A"),
+    Bad("served-name-carriage-return", "  served_name: qwen3.6-27b", '  served_name: "qwen\\r"',
+        "model.served_name", "served_name:", "U+000D"),
+    Bad("served-name-specifier", "  served_name: qwen3.6-27b", '  served_name: "qwen-%H"',
+        "model.served_name", "served_name:", "must be letters, digits and ._:/@+-"),
+    Bad("served-name-space", "  served_name: qwen3.6-27b", '  served_name: "qwen 27b"',
+        "model.served_name", "served_name:", "must be letters, digits"),
+    Bad("served-name-bidi-override", "  served_name: qwen3.6-27b", '  served_name: "qwen\\u202e"',
+        "model.served_name", "served_name:", "U+202E"),
+    Bad("flag-value-trailing-newline", "--context-length: 65536", '--context-length: "65536\\n"',
+        "sglang.flags.--context-length", "--context-length", "control character U+000A"),
+    Bad("flag-value-block-scalar", "--context-length: 65536", "--context-length: >\n      65536\n   ",
+        "sglang.flags.--context-length", "--context-length", "a YAML block scalar"),
+    Bad("flag-list-item-newline", "--context-length: 65536", '--cuda-graph-bs-decode: [1, "2\\n"]',
+        "sglang.flags.--cuda-graph-bs-decode[1]", "--cuda-graph-bs-decode", "U+000A"),
+    Bad("flag-name-trailing-newline", "    --tp-size: 2 ", '    "--tp-size\\n": 2 ',
+        "sglang.flags.--tp-size\n", "--tp-size", "the key contains the control character"),
+    Bad("flag-derived-api-key", "    --tp-size: 2 ", "    --api-key: sk-x\n    --tp-size: 2 ",
+        "sglang.flags", "flags:", "flag --api-key is set by the tool"),
+    Bad("flag-derived-config", "    --tp-size: 2 ", "    --config: /tmp/x.yaml\n    --tp-size: 2 ",
+        "sglang.flags", "flags:", "flag --config is set by the tool"),
+    Bad("env-value-newline-adds-a-variable", 'NCCL_CUMEM_ENABLE: "0"', 'NCCL_CUMEM_ENABLE: "0\\nLD_PRELOAD=/tmp/x.so"',
+        "environment.NCCL_CUMEM_ENABLE", "NCCL_CUMEM_ENABLE", "control character U+000A"),
+    Bad("env-name-outside-the-prefixes", 'NCCL_CUMEM_ENABLE: "0"', "LD_PRELOAD: /tmp/evil.so",
+        "environment", "environment:", "variable 'LD_PRELOAD' is not accepted"),
+    Bad("env-name-lower-case", 'NCCL_CUMEM_ENABLE: "0"', 'NCCL_cumem: "0"',
+        "environment", "environment:", "variable 'NCCL_cumem' is not accepted"),
+    Bad("env-reason-nul", 'NCCL_CUMEM_ENABLE: "0"', 'NCCL_CUMEM_ENABLE: {value: "0", reason: "a\\0b"}',
+        "environment.NCCL_CUMEM_ENABLE.reason", "NCCL_CUMEM_ENABLE", "U+0000"),
+    Bad("description-escape-sequence", "description: Qwen3.6-27B FP8,", 'description: "\\e[2J Qwen3.6" #',
+        "description", "description:", "U+001B"),
+    # A root shell (pip install on real hosts; the simulator's checkpoint step).
+    Bad("extras-shell-metacharacters", "  launcher: serve\n", "  launcher: serve\n  extras: [\"all'; touch /tmp/pwned-extras; echo '\"]\n",
+        "sglang.extras", "extras:", "not a PEP 508 extra name"),
+    Bad("extras-space", "  launcher: serve\n", '  launcher: serve\n  extras: ["all extra"]\n',
+        "sglang.extras", "extras:", "not a PEP 508 extra name"),
+    Bad("extras-bracket", "  launcher: serve\n", '  launcher: serve\n  extras: ["all]==0.1 evil["]\n',
+        "sglang.extras", "extras:", "not a PEP 508 extra name"),
+    Bad("pin-not-exact", "  launcher: serve\n", '  launcher: serve\n  pins: ["nvidia-nccl-cu13>=2.28"]\n',
+        "sglang.pins", "pins:", "must be an exact requirement"),
+    Bad("pin-url", "  launcher: serve\n", '  launcher: serve\n  pins: ["torch @ https://evil.example/torch.whl"]\n',
+        "sglang.pins", "pins:", "contains whitespace"),
+    Bad("pin-marker", "  launcher: serve\n", "  launcher: serve\n  pins: [\"torch==2.9.1;python_version>'3'\"]\n",
+        "sglang.pins", "pins:", "carries a URL or an environment marker"),
+    Bad("pin-command-substitution", "  launcher: serve\n", '  launcher: serve\n  pins: ["torch==2.9$(id)"]\n',
+        "sglang.pins", "pins:", "is not a PEP 508 requirement"),
+    Bad("pin-wildcard", "  launcher: serve\n", '  launcher: serve\n  pins: ["torch==2.*"]\n',
+        "sglang.pins", "pins:", "must be an exact requirement"),
+    Bad("pin-sglang-itself", "  launcher: serve\n", '  launcher: serve\n  pins: ["sglang==0.5.9"]\n',
+        "sglang.pins", "pins:", "pin sglang through sglang.version"),
+    Bad("version-trailing-newline", 'version: "0.5.23"', 'version: "0.5.23\\n"',
+        "sglang.version", "version:", "control character U+000A"),
+    Bad("version-range", 'version: "0.5.23"', 'version: ">=0.5"', "sglang.version", "version:", "must be an exact release"),
+    Bad("model-path-shell", "  path: /srv/models/Qwen3.6-27B-FP8", '  path: "/srv/x; touch /tmp/p"',
+        "model.path", "path:", "must be a normalized absolute path"),
+    Bad("model-path-relative", "  path: /srv/models/Qwen3.6-27B-FP8", "  path: models/qwen",
+        "model.path", "path:", "must be an absolute path on the host"),
+    Bad("model-path-dotdot", "  path: /srv/models/Qwen3.6-27B-FP8", "  path: /srv/../etc",
+        "model.path", "path:", "no '..'"),
+    Bad("model-path-block-scalar", "  path: /srv/models/Qwen3.6-27B-FP8", "  path: |\n    /srv/models/Qwen3.6-27B-FP8",
+        "model.path", "path:", "U+000A"),
+    # Another account, another unit.
+    Bad("user-root", "  user: sglang", "  user: root", "service.user", "user:", "'root' is an existing system"),
+    Bad("user-login-account", "  user: sglang", "  user: ubuntu", "service.user", "user:", "'ubuntu' is an existing system"),
+    Bad("user-privileged-group", "  user: sglang", "  user: sudo", "service.user", "user:", "'sudo' is an existing system"),
+    Bad("user-systemd-account", "  user: sglang", "  user: systemd-network", "service.user", "user:", "is an existing system"),
+    Bad("user-shell-characters", "  user: sglang", '  user: "sg$(id)"', "service.user", "user:", "must be a system account name"),
+    Bad("user-trailing-newline", "  user: sglang", '  user: "sglang\\n"', "service.user", "user:", "U+000A"),
+    Bad("name-ssh", "  name: sglang", "  name: ssh", "service.name", "  name:", "'ssh' is a system unit"),
+    Bad("name-journald", "  name: sglang", "  name: systemd-journald", "service.name", "  name:", "is a system unit"),
+    Bad("name-store-root", "  name: sglang", "  name: sglang-deploy", "service.name", "  name:", "is a system unit"),
+    Bad("name-template-unit", "  name: sglang", '  name: "sglang@"', "service.name", "  name:", "no '.', '@' or '.service'"),
+    Bad("name-with-suffix", "  name: sglang", "  name: sglang.service", "service.name", "  name:", "no '.', '@' or '.service'"),
+    Bad("name-path-traversal", "  name: sglang", '  name: "../../etc/x"', "service.name", "  name:", "must be a unit name"),
+    Bad("name-trailing-newline", "  name: sglang", '  name: "sglang\\n"', "service.name", "  name:", "U+000A"),
+    # The API key off the host.
+    Bad("host-remote-name", "  host: 127.0.0.1", "  host: gpu.example.com", "service.host", "host:", "host names are refused"),
+    Bad("host-remote-address", "  host: 127.0.0.1", "  host: 10.0.0.5", "service.host", "host:", "not a loopback or wildcard"),
+    Bad("host-trailing-newline", "  host: 127.0.0.1", '  host: "127.0.0.1\\n"', "service.host", "host:", "U+000A"),
+    Bad("auth-none-on-every-interface", "  host: 127.0.0.1", "  host: 0.0.0.0\n  auth: none", "service", "service:",
+        "auth: none with host 0.0.0.0"),
+    Bad("auth-unknown-mode", "  host: 127.0.0.1", "  host: 127.0.0.1\n  auth: basic", "service.auth", "auth:",
+        "Input should be 'api-key' or 'none'"),
+    Bad("relax-unknown-directive", "  host: 127.0.0.1", "  host: 127.0.0.1\n  relax: [MemoryDenyWriteExecute]",
+        "service.relax[0]", "relax:", "Input should be"),
+]
+
+
+def line_with(path: Path, text: str) -> int:
+    return next(number for number, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+@pytest.mark.parametrize("case", PROFILE_CASES, ids=lambda case: case.id)
+def test_bad_profile_value_is_refused_naming_file_line_and_field(tmp_path, case):
+    path = proven_with(tmp_path, case.old, case.new)
+    with pytest.raises(ProfileError) as raised:
+        load_profile(path)
+    prefix = f"{path}:{line_with(path, case.at)}: {case.field}: "
+    assert any(p.startswith(prefix) and case.message in p for p in raised.value.problems), raised.value.problems
+
+
+def test_profile_file_name_with_a_line_break_is_refused(tmp_path):
+    path = write_profile(tmp_path, PROVEN.read_text(), "evil\n[Service].yaml")
+    with pytest.raises(ProfileError) as raised:
+        load_profile(path)
+    assert raised.value.problems == [f"{path}:1: (file name): the profile's file name contains the control character "
+                                     "U+000A (LINE FEED); accepted: printable characters only (a YAML block scalar "
+                                     "`|` or `>` ends with a newline: use a plain or quoted scalar); accepted: "
+                                     "letters, digits, '.', '_' and '-'"]
+
+
+def test_check_command_exits_1_on_a_unit_injection(tmp_path):
+    path = proven_with(tmp_path, PROFILE_CASES[0].old, PROFILE_CASES[0].new)
+    result = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "check", str(path), "--gpus", "2"],
+                            capture_output=True, text=True)
+    assert (result.returncode, f"{path}:{line_with(path, 'served_name:')}: model.served_name: contains the control character U+000A" in result.stderr,
+            "OK" in result.stdout) == (1, True, False), result.stdout + result.stderr
+
+
+# --- inventory and --data values ------------------------------------------------------------------
+
+HOST_DATA_CASES = [
+    ("port", "30000; id", "must be an integer between 1 and 65535"),
+    ("port", "70000", "must be between 1 and 65535"),
+    ("keep_releases", "-1", "must be between 1 and 100"),
+    ("max_auto_rollbacks", "0", "must be between 1 and 100"),
+    ("cuda_version", "13.0\nTrusted: yes", "control character U+000A"),
+    ("cuda_version", "13.0 && id", "must be MAJOR.MINOR"),
+    ("cuda_repo_url", "https://mirror.example/\nTrusted: yes", "control character U+000A"),
+    ("cuda_repo_url", "ftp://mirror.example/", "must be an http(s) or file URL"),
+    ("driver_package_version", "580.95.05-*) ;; *) id;; esac; case x in (x", "must be a Debian version glob"),
+    ("driver_userspace_packages", ["libcuda1; id"], "must be a list of Debian package names"),
+    ("nccl_version", "2.28.3 && id", "must be X.Y.Z"),
+    ("verify_python", "python3; id", "must be python3 or an absolute path"),
+    ("service", "sglang;id", "must be a unit name"),
+    ("gpu_topology", "infiniband", "must be pcie or nvlink"),
+    ("api_key_env", "KEY; id", "must be an environment variable name"),
+]
+
+
+@pytest.mark.parametrize("key, value, message", HOST_DATA_CASES, ids=[f"{k}={v!r}"[:40] for k, v, _ in HOST_DATA_CASES])
+def test_bad_host_data_is_refused_naming_where_it_was_set(monkeypatch, key, value, message):
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "inventory/sim.py", "deploy.py", "--data", f"{key}={value}"])
+    with pytest.raises(PlanError) as raised:
+        check_host_data({key: value})
+    assert f"--data: {key}: " in str(raised.value) and message in str(raised.value), str(raised.value)
+
+
+# --- the API key ----------------------------------------------------------------------------------
+
+def key_file(tmp_path, text, mode=0o600):
+    path = tmp_path / f"api_key_{abs(hash(text))}"
+    path.write_text(text)
+    path.chmod(mode)
+    return str(path)
+
+
+@pytest.mark.parametrize("case", ["missing-file", "empty-file", "short-key", "world-readable", "no-key-at-all",
+                                  "key-with-a-newline"])
+def test_a_missing_or_unsafe_api_key_fails_the_plan(tmp_path, monkeypatch, case):
+    monkeypatch.delenv("SGLANG_DEPLOY_API_KEY", raising=False)
+    data, expected = {
+        "missing-file": ({"api_key_file": str(tmp_path / "absent")}, "does not exist (no API key"),
+        "empty-file": ({"api_key_file": key_file(tmp_path, "\n")}, "is empty"),
+        "short-key": ({"api_key_file": key_file(tmp_path, "sk-short\n")}, "shorter than 16 characters"),
+        "world-readable": ({"api_key_file": key_file(tmp_path, "sk-" + "x" * 30, 0o644)}, "readable by group/others"),
+        "no-key-at-all": ({}, "no API key (api_key_file is not set and $SGLANG_DEPLOY_API_KEY is empty)"),
+        "key-with-a-newline": ({"api_key_file": key_file(tmp_path, "sk-aaaaaaaaaaaa\nbbbbbbbbbbbbbbb\n")},
+                               "contains whitespace or control characters"),
+    }[case]
+    with pytest.raises(PlanError) as raised:
+        resolve_api_key(data, "api-key", where="profile.yaml:33: service.auth")
+    assert expected in str(raised.value), str(raised.value)
+
+
+def test_auth_none_is_explicit_and_renders_no_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-a-key-that-must-not-be-used-0123")
+    profile = load_profile(proven_with(tmp_path, "  host: 127.0.0.1", "  host: 127.0.0.1\n  auth: none"))
+    rendered = render(profile, api_key=resolve_api_key({}, profile.service.auth))
+    assert (profile.service.auth, "--config" in rendered.exec_start) == ("none", False)
+
+
+# --- what the host reports ------------------------------------------------------------------------
+
+def plan_for(tmp_path, user="sglang", name="sglang") -> Plan:
+    profile = load_profile(proven_with(tmp_path, "  name: sglang\n  user: sglang", f"  name: {name}\n  user: {user}"))
+    return Plan(profile=profile, rendered=None, port=30000, simulated=True, skipped_rules=())
+
+
+HOST_FACT_CASES = [
+    ("login-account", {"passwd": "alice:x:1000:1000:Alice:/home/alice:/bin/bash"}, None, None,
+     "service.user: 'alice' is an existing login account on the host (shell /bin/bash)"),
+    ("uid-0-alias", {"passwd": "alice:x:0:0::/root:/usr/sbin/nologin"}, None, None, "service.user: 'alice' has uid 0"),
+    ("foreign-system-account", {"passwd": "alice:x:33:33:www:/var/www:/usr/sbin/nologin"}, None, None,
+     "service.user: 'alice' is an existing account on the host (uid 33, home /var/www) that the tool did not create"),
+    ("ssh-user", {"passwd": None}, None, "alice", "service.user: 'alice' is the inventory's SSH user"),
+    ("foreign-unit", {"passwd": None}, {"files": {"/lib/systemd/system/alice.service": False}}, None,
+     "service.name: alice.service exists on the host and is not managed by sglang-deploy"),
+    ("foreign-state-directory", {"passwd": None}, {"directories": {"/var/lib/alice": "postgres"}}, None,
+     "service.name: /var/lib/alice exists on the host, owned by postgres"),
+]
+
+
+@pytest.mark.parametrize("case, account, unit, ssh_user, expected", HOST_FACT_CASES, ids=[c[0] for c in HOST_FACT_CASES])
+def test_host_facts_refuse_foreign_accounts_and_units(tmp_path, case, account, unit, ssh_user, expected):
+    plan = plan_for(tmp_path, user="alice", name="alice")
+    line = {"service.user": line_with(Path(plan.profile.source), "user: alice"),
+            "service.name": line_with(Path(plan.profile.source), "name: alice")}[expected.split(":")[0]]
+    problems = host_problems(plan, account, unit, ssh_user=ssh_user)
+    assert len(problems) == 1 and problems[0].startswith(f"{plan.profile.source}:{line}: {expected}"), problems
+
+
+def test_host_facts_accept_the_tools_own_account_and_unit(tmp_path):
+    plan = plan_for(tmp_path)
+    own = {"passwd": "sglang:x:998:998:sglang-deploy service user:/var/lib/sglang:/usr/sbin/nologin"}
+    unit = {"files": {"/etc/systemd/system/sglang.service": True}, "directories": {"/var/lib/sglang": "sglang"}}
+    assert host_problems(plan, own, unit, ssh_user="root") == []
+
+
+# --- the unit: specifiers escaped, structure checked after rendering -------------------------------
+
+def test_values_printed_into_the_unit_escape_specifiers_and_refuse_line_breaks():
+    with pytest.raises(RenderError):
+        unit_value("a\nb")
+    assert unit_value("100%") == "100%%"
+
+
+def test_flag_values_with_specifiers_reach_the_process_unchanged(tmp_path):
+    path = proven_with(tmp_path, "--context-length: 65536", '--chat-template: "/srv/t/%H $HOME;x.jinja"')
+    rendered = render(load_profile(path), api_key="sk-" + "k" * 20)
+    assert '--chat-template "/srv/t/%%H $$HOME;x.jinja"' in rendered.unit
+
+
+def test_a_unit_with_an_injected_section_is_caught_after_rendering():
+    unit = render(load_profile(PROVEN), api_key="sk-" + "k" * 20).unit
+    injected = unit.replace("[Install]", "[Service]\nExecStartPre=+/bin/touch /tmp/pwned\n[Install]")
+    with pytest.raises(RenderError, match="sections"):
+        check_unit_structure(injected, render(load_profile(PROVEN), api_key="sk-" + "k" * 20).exec_start)
