@@ -10,14 +10,14 @@ the gate, automatic rollback on failure) -> prune.
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 
-from roles import provision, release, service_user, sglang_service, simulator
+from roles import provision, release, secrets, service_user, simulator
 from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
-from sglang_deploy.releases import build_meta, decide, profile_snapshot
+from sglang_deploy.release_plan import build_meta, decide, profile_snapshot
 
 # A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
 detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
@@ -72,9 +72,9 @@ runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifes
                                 checkpoint_present=facts["paths"][simulator.checkpoint_marker(profile)]) \
     if plan.simulated else []
 release.install_programs(installed_digest=facts["manifests"][programs.manifest] or "")
-secrets_changed = not sglang_service.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
+secrets_changed = not secrets.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
 if secrets_changed:
-    sglang_service.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
+    secrets.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
 
 skip_gate = host_flag(host.data, "skip_gate")
 if skip_gate:

@@ -23,7 +23,7 @@ from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.layout import TOOL_BIN
 from sglang_deploy.hostdata import host_flag
-from sglang_deploy.releases import STORE_ROOT, service_of
+from sglang_deploy.release_plan import STORE_ROOT, service_of
 
 service = service_of(host.data)
 gpu_facts = host.get_fact(GpuHost)

@@ -8,7 +8,7 @@ Reads only; changes nothing.
 from pyinfra import host, logger
 
 from roles.facts import ReleaseStore
-from sglang_deploy.releases import listing, service_of
+from sglang_deploy.release_plan import listing, service_of
 
 service = service_of(host.data)
 store = host.get_fact(ReleaseStore, service=service)

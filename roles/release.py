@@ -19,10 +19,10 @@ from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import TOOL_BIN, ServiceLayout
-from sglang_deploy.releases import STORE_ROOT, controller_identity, release_dir
+from sglang_deploy.release_plan import STORE_ROOT, controller_identity, release_dir
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
-HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "evidence.py", "checkpoint.py", "doctor_collect.py",
+HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "evidence.py", "safetensors_headers.py", "doctor_collect.py",
                  "gpu_probe.py")
 
 

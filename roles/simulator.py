@@ -56,6 +56,6 @@ def install(profile: Profile, installed_digest: str | None, checkpoint_present: 
         ops.append(server.shell(name="Unpack the simulator", commands=[shipment.unpack_command(ship)]))
     if not checkpoint_present:
         server.shell(name="Synthetic checkpoint headers (sparse files, Qwen3.6-27B FP8 byte counts)",
-                     commands=[shlex.join(["python3", f"{venv_path(profile)}/lib/sglang-sim/sglang_sim/checkpoint.py",
+                     commands=[shlex.join(["python3", f"{venv_path(profile)}/lib/sglang-sim/sglang_sim/synthetic_checkpoint.py",
                                            profile.model.path])])
     return ops

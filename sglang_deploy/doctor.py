@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from .hostside.gate import decode_backend, decode_graph_gb
 from .roofline import datasheet_bandwidth, roofline
-from .validate import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
+from .rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 
 # The P2P knobs get their own suspect (p2p-unavailable); the rest are reported as debugging knobs.
 NCCL_DEBUG_KNOBS = tuple(k for k in VALIDATED_KNOBS if k not in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"))

@@ -18,6 +18,7 @@ from pydantic import ValidationError, field_validator, model_validator
 
 from . import safety
 from .hardening import DIRECTIVES
+from .rules import RULES
 
 # Flags the tool derives from other sections; a profile must not set them under sglang.flags.
 DERIVED_FLAGS = {
@@ -231,8 +232,6 @@ class Profile(Strict):
 
     @model_validator(mode="after")
     def known_waivers(self) -> "Profile":
-        from .validate import RULES  # rules live with the validator; imported late to avoid a cycle
-
         for rule in self.waivers:
             if rule not in RULES:
                 raise ValueError(f"waivers: unknown rule {rule!r}; rules are: {', '.join(sorted(RULES))}")

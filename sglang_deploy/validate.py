@@ -11,44 +11,10 @@ import difflib
 from dataclasses import dataclass
 
 from . import resolution, validator_env
+from .rules import NCCL_DEBUG_KNOBS, RENAMED_FLAGS, RULES, WAIVABLE  # noqa: F401 - RULES is re-exported
 from .flags import server_args
 from .profile import Profile, line_of
 
-# rule id -> what it protects. Ids are what `waivers:` in a profile refers to.
-RULES = {
-    "sglang-parser": "the pinned SGLang release's own argument parser accepts the command line",
-    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line",
-    "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
-    "flag-value-kind": "switches get true/false, valued flags get a value",
-    "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
-    "draft-tokens-chain": "with --speculative-eagle-topk 1, draft tokens = steps + 1",
-    "tp-matches-gpus": "--tp-size equals the host's GPU count",
-    "mem-fraction-range": "--mem-fraction-static between 0.5 and 0.95",
-    "decode-graph-covers-batch": "--cuda-graph-max-bs-decode >= --max-running-requests",
-    "cuda-graphs-on": "decode CUDA graphs stay enabled",
-    "no-adaptive-speculation-on-hybrid": "no --speculative-adaptive on hybrid (Gated DeltaNet) models",
-    "nccl-ll128-needs-nvlink": "NCCL_PROTO=LL128 is never forced on a PCIe-only host",
-    "nccl-p2p-level-nvl-needs-nvlink": "NCCL_P2P_LEVEL=NVL is never set on a PCIe-only host (it turns P2P off)",
-    "nccl-debug-knob-needs-reason": "NCCL debugging knobs carry a recorded reason",
-}
-# Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server
-# that does not start, or against corrupted results.
-WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on"}
-
-# NVIDIA documents these as debugging knobs, not production settings.
-NCCL_DEBUG_KNOBS = (
-    "NCCL_PROTO", "NCCL_ALGO", "NCCL_NTHREADS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS",
-    "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE",
-    "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
-)
-# Flags removed or renamed in recent SGLang releases, with what to write instead.
-RENAMED_FLAGS = {
-    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (and/or --cuda-graph-max-bs-prefill)",
-    "--cuda-graph-bs": "--cuda-graph-bs-decode (and/or --cuda-graph-bs-prefill)",
-    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
-    "--disable-piecewise-cuda-graph": "--cuda-graph-backend-prefill (piecewise graphs were replaced)",
-    "--enable-piecewise-cuda-graph": "--cuda-graph-backend-prefill breakable (the default on CUDA)",
-}
 MEM_FRACTION_RANGE = (0.5, 0.95)
 TOPOLOGIES = ("pcie", "nvlink")
 

@@ -5,10 +5,10 @@ import json
 import pytest
 
 from sglang_deploy.doctor import diagnose, format_report, suspects_from
-from sglang_deploy.hostside.checkpoint import summarize
+from sglang_deploy.hostside.safetensors_headers import summarize
 from sglang_deploy.roofline import roofline
-from sglang_deploy.sim.checkpoint import write as write_qwen_like
-from sglang_deploy.sim.checkpoint import write_safetensors
+from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
+from sglang_deploy.sim.synthetic_checkpoint import write_safetensors
 
 
 def write_checkpoint(directory, tensors, config=None):

@@ -6,7 +6,7 @@ from conftest import PROVEN, proven_with
 from sglang_deploy.hostside.releases import (cmdline_matches, content_hash, flag_differences, last_used,
                                              next_release_id, releases_to_prune)
 from sglang_deploy.plan import plan_for_host
-from sglang_deploy.releases import build_meta, decide, listing, rollback_target
+from sglang_deploy.release_plan import build_meta, decide, listing, rollback_target
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import checkpoint  # noqa: E402
+import safetensors_headers  # noqa: E402
 import evidence  # noqa: E402
 import gate  # noqa: E402
 from releases import Store, read_api_key, service_name, service_status  # noqa: E402
@@ -97,7 +97,7 @@ def main():
         report["errors"].append(f"/server_info: {error}")
     model_path = report["server_info"].get("model_path")
     try:
-        report["checkpoint"] = checkpoint.summarize(model_path) if model_path else None
+        report["checkpoint"] = safetensors_headers.summarize(model_path) if model_path else None
     except (OSError, ValueError) as error:
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")

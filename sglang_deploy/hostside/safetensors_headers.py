@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Weight bytes of a safetensors checkpoint by role, from the headers only (standard library).
 
-    python3 checkpoint.py MODEL_DIR   -> JSON {"layers", "lm_head", "embedding", "mtp", "vision", ...}
+    python3 safetensors_headers.py MODEL_DIR   -> JSON {"layers", "lm_head", "embedding", "mtp", "vision", ...}
 
 Decode reads the transformer layers and the LM head every verify pass, and the MTP layer plus the LM
 head every draft step; embedding rows are gathered, not read in full; a vision tower is not read

@@ -4,7 +4,7 @@
 Real safetensors headers, data regions left as holes (sparse files: a few KB on disk), so the doctor
 reads the simulated host's checkpoint exactly as it reads a real one.
 
-    python3 checkpoint.py MODEL_DIR     (standard library only; runs on the simulated host)
+    python3 synthetic_checkpoint.py MODEL_DIR     (standard library only; runs on the simulated host)
 """
 
 import json

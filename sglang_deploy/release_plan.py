@@ -13,9 +13,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from .hostside.releases import content_hash, flag_differences, last_used, next_release_id
 from .layout import venv_path
-from .plan import Plan
+
+if TYPE_CHECKING:  # listing and rollback verbs import this module without pydantic and jinja
+    from .plan import Plan
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 STORE_ROOT = "/var/lib/sglang-deploy"
