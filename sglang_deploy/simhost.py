@@ -10,6 +10,7 @@ Only the GPU server is simulated (``sglang_deploy.sim``); systemd, SSH and HTTP 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import secrets
 import os
@@ -60,10 +61,19 @@ def check_prerequisites() -> None:
 
 
 def build_rootfs_tarball() -> Path:
-    """Debootstrap a minimal bookworm with systemd and sshd once; later calls reuse the tarball."""
+    """Debootstrap a minimal bookworm with systemd and sshd once; later calls reuse the tarball.
+    Several processes (parallel test workers) may ask at once: one builds, the others wait for it."""
     if ROOTFS_TARBALL.exists():
         return ROOTFS_TARBALL
     ROOTFS_TARBALL.parent.mkdir(parents=True, exist_ok=True)
+    with open(ROOTFS_TARBALL.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ROOTFS_TARBALL.exists():
+            _debootstrap()
+    return ROOTFS_TARBALL
+
+
+def _debootstrap() -> None:
     build_dir = ROOTFS_TARBALL.parent / "build"
     shutil.rmtree(build_dir, ignore_errors=True)
     log(f"debootstrapping Debian bookworm into {build_dir} (about a minute, cached afterwards)")
@@ -78,7 +88,6 @@ def build_rootfs_tarball() -> Path:
     subprocess.run(["tar", "-C", str(build_dir), "-cf", str(partial), "."], check=True)
     partial.rename(ROOTFS_TARBALL)
     shutil.rmtree(build_dir, ignore_errors=True)
-    return ROOTFS_TARBALL
 
 
 @dataclass

@@ -14,11 +14,20 @@ REPO = Path(__file__).resolve().parent.parent
 PROFILES = REPO / "profiles"
 PROVEN = PROFILES / "qwen3.6-27b-mtp-2xa6000.yaml"
 INCIDENT = PROFILES / "qwen3.6-27b-mtp1-2xa6000.yaml"
-# Distinct from the demo's ports (2222 / 30000) so tests and a running demo do not collide.
-TEST_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SSH_PORT", "2232"))
-TEST_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100"))
+
+# Under pytest-xdist each worker (gw0, gw1, ...) boots its own simulated hosts. The containers share this
+# machine's network namespace, so every worker gets its own ports and machine names, derived from a base.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+WORKER_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else 0
+# The bases are distinct from the demo's ports (2222 / 30000) so tests and a running demo do not collide.
+# SSH ports step by 2: the simulated CT129 takes the even one, the bare container (test_provision_sim) the odd.
+BASE_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SSH_PORT", "2232"))
+TEST_SSH_PORT = BASE_SSH_PORT + 2 * WORKER_INDEX
+TEST_BARE_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_BARE_SSH_PORT", BASE_SSH_PORT + 1)) + 2 * WORKER_INDEX
+TEST_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100")) + WORKER_INDEX
 # systemd-nspawn machine names are machine-wide: two suites running side by side need distinct ones.
-TEST_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test")
+TEST_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test") + (f"-{XDIST_WORKER}" if XDIST_WORKER else "")
+TEST_BARE_MACHINE = TEST_MACHINE + "-bare"
 
 
 def write_profile(tmp_path: Path, text: str, name: str = "profile.yaml") -> Path:
@@ -88,6 +97,19 @@ class SimHostSession:
     @property
     def api_key(self) -> str:
         return (self.host.state_dir / "api_key").read_text().strip()
+
+
+# The modules that wait longest (measured with --durations=0, serial: releases 405 s, gate 335 s, doctor 190 s,
+# simulator 90 s, provisioning 70 s, deploy 63 s, gate trials 40 s). scripts/test distributes whole modules
+# over pytest-xdist workers in collection order (--dist loadfile --no-loadscope-reorder), so the longest start
+# first and the short ones fill the gaps.
+LONGEST_FIRST = ["test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py", "test_sim.py",
+                 "test_provision_sim.py", "test_deploy_sim.py", "test_gate_trials.py"]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order within a module is kept
 
 
 def simhost_available() -> str | None:

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 from aptrepo import AptRepo, cuda_toolkit_package, driver_packages, nccl_package
-from conftest import PROVEN, REPO, simhost_available
+from conftest import PROVEN, REPO, TEST_BARE_MACHINE, TEST_BARE_SSH_PORT, simhost_available
 
 pytestmark = pytest.mark.simhost
 
-BARE_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_BARE_SSH_PORT", "2233"))
 HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
 
 
@@ -32,7 +31,8 @@ class BareHost:
     def __init__(self, state_dir: Path, repo: AptRepo, url: str):
         from sglang_deploy.simhost import SimHost
 
-        self.host = SimHost(state_dir=state_dir, ssh_port=BARE_SSH_PORT, machine="ct129-bare", simulated=False)
+        self.host = SimHost(state_dir=state_dir, ssh_port=TEST_BARE_SSH_PORT, machine=TEST_BARE_MACHINE,
+                            simulated=False)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = state_dir / "inventory.py"
         data = {
