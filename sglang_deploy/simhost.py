@@ -16,6 +16,7 @@ import secrets
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -88,6 +89,16 @@ def _debootstrap() -> None:
     subprocess.run(["tar", "-C", str(build_dir), "-cf", str(partial), "."], check=True)
     partial.rename(ROOTFS_TARBALL)
     shutil.rmtree(build_dir, ignore_errors=True)
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 @dataclass
@@ -175,6 +186,9 @@ class SimHost:
         if self.pid():
             log(f"already running (pid {self.pid()}, ssh port {self.ssh_port})")
             return
+        if port_in_use(self.ssh_port):
+            raise SimHostError(f"127.0.0.1:{self.ssh_port} is already in use: another simulated host, or one left "
+                               "running by an interrupted test run? Stop it, or choose another SSH port")
         self._prepare_rootfs(fresh)
         command = [
             "systemd-nspawn", "-b", "-D", str(self.rootfs), f"--machine={self.machine}",
