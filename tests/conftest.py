@@ -30,6 +30,12 @@ TEST_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test") + (f"-
 TEST_BARE_MACHINE = TEST_MACHINE + "-bare"
 
 
+# The controller (pyinfra, with the flag validation it runs) at a lower CPU priority than the servers it deploys
+# and measures: on a real deployment they do not share CPUs, and here several of each run at once, so a busy
+# controller must not slow down a simulated server that a gate or a timing test is measuring.
+CONTROLLER = ["nice", "-n", "10", sys.executable]
+
+
 def write_profile(tmp_path: Path, text: str, name: str = "profile.yaml") -> Path:
     path = tmp_path / name
     path.write_text(text)
@@ -52,9 +58,9 @@ class SimHostSession:
                     "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
 
     def pyinfra_command(self, *args: str) -> list[str]:
-        command = [sys.executable, "-m", "pyinfra", "inventory/sim.py", *args]
+        command = [*CONTROLLER, "-m", "pyinfra", "inventory/sim.py", *args]
         if "--dry" not in args:
-            command.insert(3, "-y")
+            command.insert(len(CONTROLLER) + 2, "-y")
         return command
 
     def pyinfra(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -99,17 +105,55 @@ class SimHostSession:
         return (self.host.state_dir / "api_key").read_text().strip()
 
 
-# The modules that wait longest (measured with --durations=0, serial: releases 405 s, gate 335 s, doctor 190 s,
-# simulator 90 s, provisioning 70 s, deploy 63 s, gate trials 40 s). scripts/test distributes whole modules
-# over pytest-xdist workers in collection order (--dist loadfile --no-loadscope-reorder), so the longest start
-# first and the short ones fill the gaps.
-LONGEST_FIRST = ["test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py", "test_sim.py",
-                 "test_provision_sim.py", "test_deploy_sim.py", "test_gate_trials.py"]
+# Parallel runs (scripts/test: pytest-xdist with --dist loadfile --no-loadscope-reorder). A module's tests stay
+# together, in order, on one worker (and its simulated host), except in the modules below: each of their tests
+# starts by deploying the release it needs, so they are handed out one by one to whichever worker is free.
+INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py"}
+# Longest first, so the long ones start at once and the short ones fill the gaps (measured with --durations=0,
+# serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s, deploy 63 s, gate
+# trials 40 s; every other module a few seconds).
+LONGEST_FIRST = ["test_gate_sim.py", "test_releases_sim.py", "test_doctor_sim.py", "test_provision_sim.py",
+                 "test_sim.py", "test_deploy_sim.py", "test_gate_trials.py"]
 
 
 def pytest_collection_modifyitems(config, items):
     rank = {name: position for position, name in enumerate(LONGEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order within a module is kept
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the order within a module is kept
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile, except for INDEPENDENT_TESTS. (Not xdist_group marks with --dist loadgroup: with
+    pytest 9.2 they are silently ignored, pytest-xdist issue 1386.)"""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModulesAndIndependentTests(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if Path(module).name in INDEPENDENT_TESTS else module
+
+    return ModulesAndIndependentTests(config, log)
+
+
+# Tests that measure simulator processes they start themselves (the simulator's calibration, the gate's trials):
+# its speed is real time, so on a busy machine these servers run at a higher CPU priority than the rest of the
+# suite (a real server does not share its CPUs with a test suite either).
+TIMING_SENSITIVE = {"test_sim.py", "test_gate_trials.py"}
+
+
+@pytest.fixture(scope="module", autouse=True)  # module: before the modules' own server fixtures
+def _priority_for_local_servers(request):
+    if request.path.name not in TIMING_SENSITIVE or os.geteuid() != 0:
+        yield
+        return
+    before = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, -5)  # inherited by the simulators this test starts
+    try:
+        yield
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
 def simhost_available() -> str | None:
@@ -128,6 +172,11 @@ def simhost(tmp_path_factory):
         if os.environ.get("SGLANG_DEPLOY_REQUIRE_SIMHOST") == "1":
             pytest.fail(f"the simulated host is required but unavailable: {reason}")
         pytest.skip(f"simulated host unavailable: {reason}")
+    from sglang_deploy.simhost import port_in_use
+
+    if port_in_use(TEST_SERVICE_PORT):
+        pytest.fail(f"the simulated host's service port 127.0.0.1:{TEST_SERVICE_PORT} is already in use "
+                    "(SGLANG_DEPLOY_TEST_SERVICE_PORT sets the base)")
     session = SimHostSession(tmp_path_factory.mktemp("simhost"))
     session.host.up(fresh=True)
     session.api_key_original = session.api_key
