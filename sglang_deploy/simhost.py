@@ -10,11 +10,13 @@ Only the GPU server is simulated (``sglang_deploy.sim``); systemd, SSH and HTTP 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import secrets
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -60,10 +62,19 @@ def check_prerequisites() -> None:
 
 
 def build_rootfs_tarball() -> Path:
-    """Debootstrap a minimal bookworm with systemd and sshd once; later calls reuse the tarball."""
+    """Debootstrap a minimal bookworm with systemd and sshd once; later calls reuse the tarball.
+    Several processes (parallel test workers) may ask at once: one builds, the others wait for it."""
     if ROOTFS_TARBALL.exists():
         return ROOTFS_TARBALL
     ROOTFS_TARBALL.parent.mkdir(parents=True, exist_ok=True)
+    with open(ROOTFS_TARBALL.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ROOTFS_TARBALL.exists():
+            _debootstrap()
+    return ROOTFS_TARBALL
+
+
+def _debootstrap() -> None:
     build_dir = ROOTFS_TARBALL.parent / "build"
     shutil.rmtree(build_dir, ignore_errors=True)
     log(f"debootstrapping Debian bookworm into {build_dir} (about a minute, cached afterwards)")
@@ -78,7 +89,16 @@ def build_rootfs_tarball() -> Path:
     subprocess.run(["tar", "-C", str(build_dir), "-cf", str(partial), "."], check=True)
     partial.rename(ROOTFS_TARBALL)
     shutil.rmtree(build_dir, ignore_errors=True)
-    return ROOTFS_TARBALL
+
+
+def port_in_use(port: int) -> bool:
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
 
 
 @dataclass
@@ -166,6 +186,9 @@ class SimHost:
         if self.pid():
             log(f"already running (pid {self.pid()}, ssh port {self.ssh_port})")
             return
+        if port_in_use(self.ssh_port):
+            raise SimHostError(f"127.0.0.1:{self.ssh_port} is already in use: another simulated host, or one left "
+                               "running by an interrupted test run? Stop it, or choose another SSH port")
         self._prepare_rootfs(fresh)
         command = [
             "systemd-nspawn", "-b", "-D", str(self.rootfs), f"--machine={self.machine}",

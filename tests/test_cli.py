@@ -1,13 +1,12 @@
 """`sglang-deploy check`: exit 0 valid, 1 invalid, messages on stderr naming file, field and flag."""
 
 import subprocess
-import sys
 
-from conftest import PROVEN, proven_with
+from conftest import CONTROLLER, PROVEN, proven_with
 
 
 def run_check(*args):
-    return subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "check", *map(str, args)],
+    return subprocess.run([*CONTROLLER, "-m", "sglang_deploy.cli", "check", *map(str, args)],
                           capture_output=True, text=True)
 
 

@@ -20,11 +20,10 @@ from pathlib import Path
 import pytest
 
 from aptrepo import AptRepo, cuda_toolkit_package, driver_packages, nccl_package
-from conftest import PROVEN, REPO, simhost_available
+from conftest import CONTROLLER, PROVEN, REPO, TEST_BARE_MACHINE, TEST_BARE_SSH_PORT, simhost_available
 
 pytestmark = pytest.mark.simhost
 
-BARE_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_BARE_SSH_PORT", "2233"))
 HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
 
 
@@ -32,7 +31,8 @@ class BareHost:
     def __init__(self, state_dir: Path, repo: AptRepo, url: str):
         from sglang_deploy.simhost import SimHost
 
-        self.host = SimHost(state_dir=state_dir, ssh_port=BARE_SSH_PORT, machine="ct129-bare", simulated=False)
+        self.host = SimHost(state_dir=state_dir, ssh_port=TEST_BARE_SSH_PORT, machine=TEST_BARE_MACHINE,
+                            simulated=False)
         state_dir.mkdir(parents=True, exist_ok=True)
         self.inventory = state_dir / "inventory.py"
         key = state_dir / "api_key"  # a deploy needs a key (or `auth: none` in the profile)
@@ -52,7 +52,7 @@ class BareHost:
         args = [arg for item in data for arg in ("--data", item)]
         if not python_env:
             args += ["--data", "skip_python_env=true"]
-        return subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(self.inventory), "provision.py", *args],
+        return subprocess.run([*CONTROLLER, "-m", "pyinfra", "-y", str(self.inventory), "provision.py", *args],
                               cwd=REPO, capture_output=True, text=True, timeout=300)
 
     def sh(self, command: str) -> str:
@@ -260,7 +260,7 @@ def test_deploy_dry_run_on_a_real_host_provisions_first_and_changes_nothing(bare
     """deploy.py on a host without the simulator marker: hardware from its facts, provisioning first."""
     bare.host.set_kernel_module("580.65.06")
     before = bare.sh(f"dpkg-query -W; ls /etc/systemd/system; cat {HOLDS}")
-    result = subprocess.run([sys.executable, "-m", "pyinfra", str(bare.inventory), "deploy.py", "--dry",
+    result = subprocess.run([*CONTROLLER, "-m", "pyinfra", str(bare.inventory), "deploy.py", "--dry",
                              "--data", "nccl_version=2.28.9"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     text = output(result)
@@ -277,7 +277,7 @@ def test_facts_are_saved_for_the_profile_check(bare):
     import json
 
     bare.host.set_kernel_module("580.65.06")
-    result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", str(bare.inventory), "facts.py"],
+    result = subprocess.run([*CONTROLLER, "-m", "pyinfra", "-y", str(bare.inventory), "facts.py"],
                             cwd=REPO, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, output(result)[-3000:]
     saved = REPO / "results" / "ct129-bare" / "facts.json"
@@ -286,7 +286,7 @@ def test_facts_are_saved_for_the_profile_check(bare):
         assert facts["kernel_driver"] == "580.65.06" and facts["libcuda"] == ["580.65.06"]
         assert facts["container"] == "systemd-nspawn" and facts["cuda_toolkit"] == "13.0"
         assert facts["system_nccl"] == "2.28.9-1+cuda13.0" and facts["driver"]["ok"]
-        check = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "check", str(PROVEN), "--facts", str(saved)],
+        check = subprocess.run([*CONTROLLER, "-m", "sglang_deploy.cli", "check", str(PROVEN), "--facts", str(saved)],
                                cwd=REPO, capture_output=True, text=True, timeout=300)
         # No GPU is visible in the container, so the GPU-count rule is skipped rather than guessed.
         assert check.returncode == 0 and "skipped: tp-matches-gpus" in check.stdout, check.stdout + check.stderr

@@ -131,7 +131,8 @@ def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simho
 
 def test_killed_controller_does_not_stop_the_switch_and_a_concurrent_deploy_is_refused(simhost, tmp_path):
     deploy_ok(simhost, PROVEN)
-    slow = env_variant(tmp_path, "slow.yaml", SGLANG_SIM_START_SECONDS=8)
+    # The start outlasts the concurrent deploy's checks before it looks at the lock, on a busy machine too.
+    slow = env_variant(tmp_path, "slow.yaml", SGLANG_SIM_START_SECONDS=30)
     controller = subprocess.Popen(simhost.pyinfra_command(*simhost.deploy_args(profile=slow)), cwd=REPO,
                                   env=simhost.env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
