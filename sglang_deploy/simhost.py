@@ -27,10 +27,16 @@ DEBIAN_MIRROR = os.environ.get("SGLANG_DEPLOY_DEBIAN_MIRROR", "http://deb.debian
 ROOTFS_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
     "iproute2", "sudo", "ca-certificates", "curl", "procps",
+    # Debian's node_exporter: the perf watch's textfile metrics are read back through it (simhost.py configures
+    # its listen address per host, off node_exporter's default 9100).
+    "prometheus-node-exporter",
 ]
 # Bump when ROOTFS_PACKAGES or the rootfs recipe changes, so a stale cached tarball is not reused.
-ROOTFS_VERSION = 1
-ROOTFS_TARBALL = CACHE_DIR / "simhost" / f"bookworm-rootfs-v{ROOTFS_VERSION}.tar"
+ROOTFS_VERSION = 2
+# The package list's hash is part of the name too: the cache is shared, and two branches that bump the version
+# to the same number with different packages must not reuse each other's tarball.
+_PACKAGES_DIGEST = __import__("hashlib").sha256(",".join(ROOTFS_PACKAGES).encode()).hexdigest()[:8]
+ROOTFS_TARBALL = CACHE_DIR / "simhost" / f"bookworm-rootfs-v{ROOTFS_VERSION}-{_PACKAGES_DIGEST}.tar"
 PREREQUISITES = {
     "debootstrap": "apt-get install debootstrap",
     "systemd-nspawn": "apt-get install systemd-container",
@@ -64,7 +70,7 @@ def build_rootfs_tarball() -> Path:
     if ROOTFS_TARBALL.exists():
         return ROOTFS_TARBALL
     ROOTFS_TARBALL.parent.mkdir(parents=True, exist_ok=True)
-    build_dir = ROOTFS_TARBALL.parent / "build"
+    build_dir = ROOTFS_TARBALL.parent / f"build-{ROOTFS_TARBALL.stem}-{os.getpid()}"
     shutil.rmtree(build_dir, ignore_errors=True)
     log(f"debootstrapping Debian bookworm into {build_dir} (about a minute, cached afterwards)")
     subprocess.run(
