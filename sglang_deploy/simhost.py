@@ -45,6 +45,8 @@ PREREQUISITES = {
     "tar": "apt-get install tar",
 }
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+NODE_EXPORTER_PORT_OFFSET = 7000
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's default, and the watch's
 DEFAULT_STATE_DIR = Path(os.environ.get("SGLANG_DEPLOY_SIMHOST_DIR", REPO_ROOT / ".simhost"))
 DEFAULT_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_SIMHOST_PORT", "2222"))
 
@@ -99,6 +101,12 @@ class SimHost:
     @property
     def rootfs(self) -> Path:
         return self.state_dir / "rootfs"
+
+    @property
+    def node_exporter_port(self) -> int:
+        """node_exporter's port on loopback: the containers share this machine's network namespace, so it is
+        derived from the (per-host, per-worker) SSH port instead of node_exporter's default 9100."""
+        return self.ssh_port + NODE_EXPORTER_PORT_OFFSET
 
     @property
     def key(self) -> Path:
@@ -156,6 +164,9 @@ class SimHost:
         (self.rootfs / "etc/ssh/sshd_config.d/simhost.conf").write_text(
             f"Port {self.ssh_port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n"
         )
+        (self.rootfs / "etc/default/prometheus-node-exporter").write_text(
+            f'ARGS="--web.listen-address=127.0.0.1:{self.node_exporter_port} '
+            f'--collector.textfile.directory={TEXTFILE_DIR}"\n')
         # A marker the deploy reads to say loudly that this host is simulated.
         if self.simulated:
             (self.rootfs / "etc/sglang-deploy-simulated").write_text(
@@ -250,6 +261,7 @@ class SimHost:
             "ssh_key": str(self.key),
             "known_hosts": str(self.known_hosts),
             "rootfs": str(self.rootfs),
+            "node_exporter": f"http://127.0.0.1:{self.node_exporter_port}/metrics",
         }
 
 
