@@ -27,6 +27,20 @@ class ReleaseStore(FactBase):
         return json.loads("\n".join(output))
 
 
+class ReleaseHistory(FactBase):
+    """`releases.py history` on the host (sent inline): each retained release's switches, gate medians and
+    perf-watch history (history.py)."""
+
+    requires_command = "python3"
+
+    def command(self, service: str) -> str:
+        program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
+        return f"echo {program} | base64 -d | python3 - history --service {shlex.quote(service)}"
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
 class DeployState(FactBase):
     """Everything a deploy decides from, in one round trip: the simulated-host marker, the release
     store (`releases.py state`, sent inline), the hashes of shipped archives, paths that must exist, files'
