@@ -128,3 +128,21 @@ def test_acceptance_drift_restarts_the_server_and_acceptance_comes_back(watched,
     assert watch_samples(metrics, "accept_length")[labels] > 2.8
     assert watch_samples(metrics, "restarts")[labels] == 1.0
     print("drift history:\n" + "\n".join(json.dumps(e) for e in entries[-3:]))
+
+
+def test_history_verb_writes_the_table_and_the_page(watched):
+    simhost = watched
+    from conftest import REPO
+
+    result = simhost.pyinfra("history.py")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    directory = REPO / "results" / "ct129-sim"
+    text, page = (directory / "history.txt").read_text(), (directory / "history.html").read_text()
+    first = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
+    releases = [entry["id"] for entry in json.loads((directory / "history.json").read_text())["releases"]]
+    assert len(releases) >= 2 and first in releases
+    assert "after-restart" in text and "ok DRIFT" in text and "restarted by the watch" in text
+    assert all(release in page for release in releases) and page.count("<svg") == 2
+    assert "<script" not in page and "src=" not in page
+    assert simhost.api_key not in text + page + (directory / "history.json").read_text()
+    print(f"history written to {directory}:\n{text}")
