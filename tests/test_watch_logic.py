@@ -119,3 +119,39 @@ def test_a_timer_value_cannot_add_a_directive():
         check_unit_structure("[Unit]\nDescription=x\n[Timer]\nOnActiveSec=1h\nOnCalendar=daily\n[Install]\n"
                              "WantedBy=timers.target\n", None, sections=("Unit", "Timer", "Install"),
                              keys=WATCH_TIMER_KEYS)
+
+
+def test_history_file_keeps_the_last_lines(tmp_path):
+    path = str(tmp_path / "watch.jsonl")
+    watch.save_history(path, [{"n": i} for i in range(30)], 10)
+    assert [e["n"] for e in watch.read_history(path)] == list(range(20, 30))
+    with open(path, "a") as f:
+        f.write("{torn line\n")
+    assert len(watch.read_history(path)) == 10  # a torn line is skipped, not fatal
+
+
+def test_record_mode_does_not_restart(tmp_path, monkeypatch):
+    """on_drift: record with a drifting measurement: recorded, no systemctl call."""
+    from sglang_deploy.hostside import releases
+
+    monkeypatch.setattr(releases, "STORE_ROOT", str(tmp_path))
+    store = releases.Store("sglang")
+    directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
+    directory.mkdir(parents=True)
+    (directory / "meta.json").write_text(json.dumps({"probe_url": "http://127.0.0.1:1", "gate": {"verdict": "pass"}}))
+    (directory / "gate-config.json").write_text(json.dumps({"settings": {"min_accept_length": 2.8,
+                                                                          "min_decode_tok_s": 45}}))
+    store.save_state({"active": "0001-aaaaaaaa"})
+    calls = []
+    monkeypatch.setattr(watch, "idle_check", lambda *a: (None, None, 0.0))
+    monkeypatch.setattr(watch, "measure", lambda *a: {"status": "ok", "decode_tok_s": 20.0, "accept_length": 1.2,
+                                                      "ttft_s": 0.03, "samples": 3})
+    monkeypatch.setattr(releases, "systemctl", lambda *a: calls.append(a))
+    args = type("Args", (), dict(service="sglang", samples=3, max_running_requests=0, on_drift="record",
+                                 drift_min_accept_length=None, drift_runs=1, history_lines=500,
+                                 textfile_dir=str(tmp_path / "textfile")))()
+    assert watch.run(args) == 0 and watch.run(args) == 0
+    entries = watch.read_history(str(directory / "watch.jsonl"))
+    assert [len(e["drift"]) for e in entries] == [2, 2] and calls == []
+    assert 'sglang_deploy_watch_drift_streak{service="sglang",release="0001-aaaaaaaa"} 2.0' in \
+        (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()

@@ -203,8 +203,11 @@ def run(args):
     if not releases.LOOPBACK_URL.fullmatch(str(probe_url)):
         log(f"release {release_id} has no loopback probe URL: refusing to send the API key")
         return 2
-    with open(os.path.join(store.release_dir(release_id), "gate-config.json")) as f:
-        settings = json.load(f).get("settings") or {}
+    try:  # the gate's settings: max_new_tokens (the same requests) and the floors drift is judged by
+        with open(os.path.join(store.release_dir(release_id), "gate-config.json")) as f:
+            settings = json.load(f).get("settings") or {}
+    except (OSError, ValueError, AttributeError):
+        settings = {}
     min_accept = args.drift_min_accept_length if args.drift_min_accept_length is not None \
         else settings.get("min_accept_length")
     min_decode = settings.get("min_decode_tok_s")
