@@ -10,7 +10,7 @@ the gate, automatic rollback on failure) -> prune.
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 
-from roles import provision, release, secrets, service_user, simulator
+from roles import provision, release, secrets, service_user, simulator, watch
 from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
@@ -18,6 +18,7 @@ from sglang_deploy.hostdata import host_flag
 from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.release_plan import build_meta, decide, profile_snapshot
+from sglang_deploy.render import render_watch, watch_paths
 
 # A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
 detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
@@ -31,10 +32,14 @@ service = profile.service.name
 programs = release.program_shipment()
 sim_shipment = simulator.simulator_shipment(profile) if plan.simulated else None
 layout = ServiceLayout(service)
+watch_units = render_watch(profile)
 facts = host.get_fact(DeployState, service=service,
                       manifests=(programs.manifest,) + ((sim_shipment.manifest,) if sim_shipment else ()),
-                      paths=(simulator.checkpoint_marker(profile),) if sim_shipment else (),
-                      user=profile.service.user, files=(layout.config_dir, layout.secrets_path))
+                      paths=((simulator.checkpoint_marker(profile),) if sim_shipment else ())
+                      + (profile.watch.textfile_dir,),
+                      user=profile.service.user,
+                      files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
+                      timers=(f"{service}-watch.timer",))
 # The service user must be a dedicated system account and the unit the tool's own: read before any change.
 refused = host_problems(plan, facts["account"], facts["units"], ssh_user=host.data.get("ssh_user"))
 if refused:
@@ -96,3 +101,8 @@ if decision.switch:
     release.prune(service=service, keep=int(host.data.get("keep_releases") or 5))
 else:
     logger.info(f"[{host.name}] release {decision.release_id} is active and unchanged: nothing to switch")
+# After the switch: the watch measures the active release, and its first run must not meet the gate's.
+if not watch.in_place(facts["files"], facts["timers"], watch_units, service, profile.watch.enabled,
+                      facts["paths"][profile.watch.textfile_dir]):
+    watch.install(rendered=watch_units, service=service, textfile_dir=profile.watch.textfile_dir,
+                  enabled=profile.watch.enabled)

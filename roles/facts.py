@@ -27,14 +27,29 @@ class ReleaseStore(FactBase):
         return json.loads("\n".join(output))
 
 
+class ReleaseHistory(FactBase):
+    """`releases.py history` on the host (sent inline): each retained release's switches, gate medians and
+    perf-watch history (history.py)."""
+
+    requires_command = "python3"
+
+    def command(self, service: str) -> str:
+        program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
+        return f"echo {program} | base64 -d | python3 - history --service {shlex.quote(service)}"
+
+    def process(self, output):
+        return json.loads("\n".join(output))
+
+
 class DeployState(FactBase):
     """Everything a deploy decides from, in one round trip: the simulated-host marker, the release
-    store (`releases.py state`, sent inline), the hashes of shipped archives, and paths that must exist."""
+    store (`releases.py state`, sent inline), the hashes of shipped archives, paths that must exist, files'
+    modes and hashes, and timers' enablement and state (`systemctl is-enabled`, `is-active`)."""
 
     requires_command = "python3"
 
     def command(self, service: str, manifests: tuple = (), paths: tuple = (), user: str | None = None,
-                files: tuple = ()) -> str:
+                files: tuple = (), timers: tuple = ()) -> str:
         """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change)."""
         import shlex
 
@@ -51,6 +66,10 @@ class DeployState(FactBase):
             quoted = shlex.quote(path)
             checks.append(f"echo '@@file {path}'; stat -c '%a %U %G' {quoted} 2>/dev/null; "
                           f"test -f {quoted} && sha256sum {quoted} | cut -d' ' -f1; echo")
+        for timer in timers:
+            quoted = shlex.quote(timer)
+            checks.append(f"echo '@@timer {timer}'; systemctl is-enabled {quoted} 2>/dev/null; "
+                          f"systemctl is-active {quoted} 2>/dev/null; echo")
         if user:
             quoted = shlex.quote(user)
             checks.append(f"echo '@@user'; getent passwd {quoted}; id -nG {quoted} 2>/dev/null; echo")
@@ -74,6 +93,7 @@ class DeployState(FactBase):
                           if key.startswith("manifest ")},
             "paths": {key[len("path "):]: value == "yes" for key, value in text.items() if key.startswith("path ")},
             "files": {key[len("file "):]: value.split() for key, value in text.items() if key.startswith("file ")},
+            "timers": {key[len("timer "):]: value.split() for key, value in text.items() if key.startswith("timer ")},
             "user": _user(text.get("user")),
             "account": ServiceAccount().process(sections["account"]) if "account" in sections else None,
             "units": UnitOwnership().process(sections["units"]) if "units" in sections else None,

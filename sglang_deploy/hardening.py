@@ -58,13 +58,14 @@ def relaxed_set(relax) -> set[str]:
     return names
 
 
-def directives(state_dir: str, cache_dir: str, relax=()) -> tuple[list[str], list[str]]:
-    """(lines of the [Service] section, names of the relaxed directives)."""
+def directives(state_dir: str, cache_dir: str, relax=(), comments: bool = True) -> tuple[list[str], list[str]]:
+    """(lines of the [Service] section, names of the relaxed directives); comments: each directive's why."""
     relaxed = relaxed_set(relax)
     lines = []
     for name, values, why in HARDENING:
         if name in relaxed:
             continue
-        lines.append(f"# {why}")
+        if comments:
+            lines.append(f"# {why}")
         lines.append(f"{name}=" + " ".join(v.format(state_dir=state_dir, cache_dir=cache_dir) for v in values))
     return lines, [name for name in DIRECTIVES if name in relaxed]

@@ -202,6 +202,52 @@ class GateSection(Strict):
         "rollback", description="What to do when the measurement is too noisy or requests fail.")
 
 
+class WatchSection(Strict):
+    """The perf watch: a systemd timer on the host measures the active release between deploys (hostside/watch.py)."""
+
+    enabled: StrictBool = Field(True, description="Install and enable the watch timer (false: disable it).")
+    interval: StrictStr = Field("6h", description="Time between measurements (systemd time span: 90s, 30min, 6h, 1d).")
+    randomized_delay: StrictStr = Field("15min", description="Random extra delay per run (systemd time span; 0 for none).")
+    samples: Annotated[int, Field(ge=1, le=20)] = Field(3, description="Measured requests per run (the gate's prompts).")
+    max_running_requests: Annotated[int, Field(ge=0, le=1024)] = Field(
+        0, description="Measure only when sglang:num_running_reqs is at most this; else the run records 'busy, skipped'.")
+    on_drift: Literal["record", "restart"] = Field(
+        "record", description="record: history and metrics only; restart: also restart the service after "
+                              "`drift_runs` drifting measurements in a row.")
+    drift_min_accept_length: Annotated[float, Field(ge=1)] | None = Field(
+        None, description="Acceptance length below this is drift (default: gate.min_accept_length).")
+    drift_runs: Annotated[int, Field(ge=1, le=100)] = Field(
+        2, description="Drifting measurements in a row (acceptance below the threshold, or decode below "
+                       "gate.min_decode_tok_s) before on_drift acts.")
+    history_lines: Annotated[int, Field(ge=10, le=100000)] = Field(
+        500, description="Lines kept in the release's watch.jsonl (oldest dropped).")
+    textfile_dir: StrictStr = Field(
+        "/var/lib/prometheus/node-exporter",
+        description="node_exporter's --collector.textfile.directory (Debian's default).")
+
+    @field_validator("interval", "randomized_delay")
+    @classmethod
+    def time_span(cls, value: str) -> str:
+        if not safety.full(safety.TIME_SPAN, value):
+            raise ValueError(f"must be a systemd time span such as 90s, 30min, 6h or 1d, got {value!r}")
+        return value
+
+    @field_validator("interval")
+    @classmethod
+    def not_zero(cls, value: str) -> str:
+        if int(re.match(r"\d+", value).group()) == 0:
+            raise ValueError("must be longer than 0")
+        return value
+
+    @field_validator("textfile_dir")
+    @classmethod
+    def textfile_directory(cls, value: str) -> str:
+        problem = safety.abs_path_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
 class Profile(Strict):
     description: StrictStr = ""
     model: ModelSection
@@ -210,6 +256,7 @@ class Profile(Strict):
         default_factory=dict, description="Variables for the server process (NCCL_*, SGLANG_*, CUDA_*, ...).")
     service: ServiceSection = Field(default_factory=ServiceSection)
     gate: GateSection = Field(default_factory=GateSection)
+    watch: WatchSection = Field(default_factory=WatchSection)
     waivers: dict[StrictStr, StrictStr] = Field(
         default_factory=dict, description="rule id -> reason, to switch off one of the tool's own rules on purpose.")
     # Filled by load_profile, not by the YAML.

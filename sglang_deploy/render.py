@@ -106,6 +106,47 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     return Rendered(unit=unit, env=env_file, secrets=secrets, exec_start=argv, environment=environment)
 
 
+@dataclass(frozen=True)
+class RenderedWatch:
+    service: str
+    timer: str
+    exec_start: list[str]
+
+
+WATCH_PROGRAM = "/opt/sglang-deploy/bin/watch.py"  # layout.TOOL_BIN/watch.py (shipped with the host programs)
+
+
+def watch_paths(service: str) -> tuple[str, str]:
+    """The watch's unit files: <service>-watch.service and <service>-watch.timer."""
+    return (f"/etc/systemd/system/{service}-watch.service", f"/etc/systemd/system/{service}-watch.timer")
+
+
+def render_watch(profile: Profile) -> RenderedWatch:
+    """The perf watch's oneshot service and timer (same profile -> byte-identical files)."""
+    from .release_plan import STORE_ROOT
+
+    watch, gate = profile.watch, profile.gate
+    argv = ["/usr/bin/python3", WATCH_PROGRAM, "--service", profile.service.name, "--samples", str(watch.samples),
+            "--max-running-requests", str(watch.max_running_requests), "--on-drift", watch.on_drift,
+            "--drift-runs", str(watch.drift_runs), "--history-lines", str(watch.history_lines),
+            "--textfile-dir", watch.textfile_dir]
+    if watch.drift_min_accept_length is not None:
+        argv += ["--drift-min-accept-length", str(watch.drift_min_accept_length)]
+    # One bench run at its own deadline (hostside/gate.py measure_builtin), twice with a restart in between.
+    bench_s = 120 + (watch.samples + 3) * (60 + gate.max_new_tokens)
+    timeout = 2 * bench_s + (profile.service.start_timeout_s if watch.on_drift == "restart" else 0)
+    hardening, relaxed = hardening_directives(unit_value(f"{STORE_ROOT}/{profile.service.name}"),
+                                              unit_value(watch.textfile_dir), profile.service.relax, comments=False)
+    env = _jinja()
+    context = dict(profile=profile, service=profile.service, watch=watch)
+    service = env.get_template("sglang-watch.service.j2").render(
+        exec_start=exec_start_line(argv), hardening=hardening, relaxed=relaxed, timeout_s=timeout, **context)
+    timer = env.get_template("sglang-watch.timer.j2").render(**context)
+    check_unit_structure(service, argv, sections=("Unit", "Service"), keys=WATCH_KEYS)
+    check_unit_structure(timer, None, sections=("Unit", "Timer", "Install"), keys=WATCH_TIMER_KEYS)
+    return RenderedWatch(service=service, timer=timer, exec_start=argv)
+
+
 UNIT_SECTIONS = ("Unit", "Service", "Install")
 # Every directive the template writes, by section: anything else in a rendered unit came from a value.
 UNIT_KEYS = {
@@ -117,6 +158,10 @@ UNIT_KEYS = {
     "Install": {"WantedBy"},
 }
 REPEATABLE_KEYS = {"DeviceAllow"}
+WATCH_KEYS = {"Unit": {"Description", "After"},
+              "Service": {"Type", "User", "ExecStart", "TimeoutStartSec", *HARDENING_DIRECTIVES}}
+WATCH_TIMER_KEYS = {"Unit": {"Description"}, "Timer": {"OnActiveSec", "OnUnitActiveSec", "RandomizedDelaySec"},
+                    "Install": {"WantedBy"}}
 
 
 def parse_unit(text: str) -> list[tuple[str, str, str]]:
@@ -145,21 +190,27 @@ def unquote_exec(value: str) -> list[str]:
     return [arg.replace("\x00", "$") for arg in shlex.split(value.replace("%%", "%").replace("$$", "\x00"))]
 
 
-def check_unit_structure(unit: str, argv: list[str]) -> None:
+def check_unit_structure(unit: str, argv: list[str] | None, sections: tuple = UNIT_SECTIONS,
+                         keys: dict | None = None) -> None:
     """The rendered unit has exactly the template's sections, one ExecStart that hands argv to the process
-    unchanged, and no directive outside its section: whatever a value holds, it stays a value."""
+    unchanged (argv None: a unit without ExecStart, a timer), and no directive outside its section: whatever
+    a value holds, it stays a value."""
+    keys = UNIT_KEYS if keys is None else keys
     entries = parse_unit(unit)
-    sections = [section for section, key, _ in entries if not key]
-    if tuple(sections) != UNIT_SECTIONS:
-        raise RenderError(f"the unit's sections are {sections}, expected {list(UNIT_SECTIONS)}")
+    found = [section for section, key, _ in entries if not key]
+    if tuple(found) != tuple(sections):
+        raise RenderError(f"the unit's sections are {found}, expected {list(sections)}")
     exec_starts = [value for section, key, value in entries if key == "ExecStart"]
-    if len(exec_starts) != 1 or unquote_exec(exec_starts[0]) != argv:
+    if argv is None:
+        if exec_starts:
+            raise RenderError("unexpected ExecStart= in the rendered unit")
+    elif len(exec_starts) != 1 or unquote_exec(exec_starts[0]) != argv:
         raise RenderError("the unit's ExecStart= does not hand the command line to the process unchanged")
     seen = set()
     for section, key, _ in entries:
         if not key:
             continue
-        if key not in UNIT_KEYS.get(section, ()):
+        if key not in keys.get(section, ()):
             raise RenderError(f"unexpected directive {key}= in [{section}] of the rendered unit")
         if (section, key) in seen and key not in REPEATABLE_KEYS:
             raise RenderError(f"directive {key}= appears twice in [{section}] of the rendered unit")

@@ -31,6 +31,9 @@ DEB_VERSION_GLOB = re.compile(r"[A-Za-z0-9.+~:*{}-]+")
 CUDA_VERSION = re.compile(r"\d{1,2}\.\d{1,2}")
 NCCL_VERSION = re.compile(r"\d+\.\d+\.\d+")
 ABS_PATH = re.compile(r"/[A-Za-z0-9._@+=:,/-]*")
+# A systemd time span of one number and unit (the watch's interval and randomized delay).
+TIME_SPAN = re.compile(r"\d{1,6}(?:s|min|h|d)")
+WRITABLE_DIR = re.compile(r"/(?:var/lib|run|var/spool)(?:/[A-Za-z0-9_][A-Za-z0-9._-]{0,63}){1,8}")
 URL = re.compile(r"(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%{}-]+")
 
 # The tool's marker: the first line of every unit it writes starts with it. A unit file without it
@@ -149,6 +152,14 @@ def model_path_problem(path: str) -> str | None:
     if not full(MODEL_PATH, path) or "/../" in path + "/" or "/./" in path + "/" or "//" in path:
         return (f"must be a normalized absolute path of letters, digits and ._@+=:,- (no '..', '//', spaces or "
                 f"shell characters), got {path!r}")
+    return None
+
+
+def abs_path_problem(path: str) -> str | None:
+    """A directory the watch (running as root in a sandbox) may write: under /var/lib, /run or /var/spool."""
+    if not full(WRITABLE_DIR, path) or "/../" in path + "/" or "/./" in path + "/":
+        return (f"must be a normalized absolute directory under /var/lib, /run or /var/spool of letters, digits "
+                f"and ._- (no '..', spaces or shell characters), got {path!r}")
     return None
 
 

@@ -29,10 +29,16 @@ DEBIAN_MIRROR = os.environ.get("SGLANG_DEPLOY_DEBIAN_MIRROR", "http://deb.debian
 ROOTFS_PACKAGES = [
     "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
     "iproute2", "sudo", "ca-certificates", "curl", "procps",
+    # Debian's node_exporter: the perf watch's textfile metrics are read back through it (simhost.py configures
+    # its listen address per host, off node_exporter's default 9100).
+    "prometheus-node-exporter",
 ]
 # Bump when ROOTFS_PACKAGES or the rootfs recipe changes, so a stale cached tarball is not reused.
-ROOTFS_VERSION = 1
-ROOTFS_TARBALL = CACHE_DIR / "simhost" / f"bookworm-rootfs-v{ROOTFS_VERSION}.tar"
+ROOTFS_VERSION = 2
+# The package list's hash is part of the name too: the cache is shared, and two branches that bump the version
+# to the same number with different packages must not reuse each other's tarball.
+_PACKAGES_DIGEST = __import__("hashlib").sha256(",".join(ROOTFS_PACKAGES).encode()).hexdigest()[:8]
+ROOTFS_TARBALL = CACHE_DIR / "simhost" / f"bookworm-rootfs-v{ROOTFS_VERSION}-{_PACKAGES_DIGEST}.tar"
 PREREQUISITES = {
     "debootstrap": "apt-get install debootstrap",
     "systemd-nspawn": "apt-get install systemd-container",
@@ -41,6 +47,8 @@ PREREQUISITES = {
     "tar": "apt-get install tar",
 }
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+NODE_EXPORTER_PORT_OFFSET = 7000
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's default, and the watch's
 DEFAULT_STATE_DIR = Path(os.environ.get("SGLANG_DEPLOY_SIMHOST_DIR", REPO_ROOT / ".simhost"))
 DEFAULT_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_SIMHOST_PORT", "2222"))
 
@@ -75,7 +83,7 @@ def build_rootfs_tarball() -> Path:
 
 
 def _debootstrap() -> None:
-    build_dir = ROOTFS_TARBALL.parent / "build"
+    build_dir = ROOTFS_TARBALL.parent / f"build-{ROOTFS_TARBALL.stem}-{os.getpid()}"
     shutil.rmtree(build_dir, ignore_errors=True)
     log(f"debootstrapping Debian bookworm into {build_dir} (about a minute, cached afterwards)")
     subprocess.run(
@@ -113,6 +121,12 @@ class SimHost:
     @property
     def rootfs(self) -> Path:
         return self.state_dir / "rootfs"
+
+    @property
+    def node_exporter_port(self) -> int:
+        """node_exporter's port on loopback: the containers share this machine's network namespace, so it is
+        derived from the (per-host, per-worker) SSH port instead of node_exporter's default 9100."""
+        return self.ssh_port + NODE_EXPORTER_PORT_OFFSET
 
     @property
     def key(self) -> Path:
@@ -170,6 +184,9 @@ class SimHost:
         (self.rootfs / "etc/ssh/sshd_config.d/simhost.conf").write_text(
             f"Port {self.ssh_port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n"
         )
+        (self.rootfs / "etc/default/prometheus-node-exporter").write_text(
+            f'ARGS="--web.listen-address=127.0.0.1:{self.node_exporter_port} '
+            f'--collector.textfile.directory={TEXTFILE_DIR}"\n')
         # A marker the deploy reads to say loudly that this host is simulated.
         if self.simulated:
             (self.rootfs / "etc/sglang-deploy-simulated").write_text(
@@ -267,6 +284,7 @@ class SimHost:
             "ssh_key": str(self.key),
             "known_hosts": str(self.known_hosts),
             "rootfs": str(self.rootfs),
+            "node_exporter": f"http://127.0.0.1:{self.node_exporter_port}/metrics",
         }
 
 

@@ -293,3 +293,11 @@ def test_a_large_stream_interval_does_not_inflate_the_measured_rate(start_sim):
     ratio = chunky["decode_tok_s"]["median"] / base["decode_tok_s"]["median"]
     assert (0.9 <= ratio <= 1.1, one_chunk["decode_tok_s"], "in one chunk" in " ".join(one_chunk["errors"])) == (
         True, None, True), (ratio, one_chunk["errors"])
+
+
+def test_fault_accept_collapse_after_n_requests(start_sim):
+    """SGLANG_SIM_ACCEPT_COLLAPSE_AFTER=N: acceptance decays after N requests of the process (a restart resets it)."""
+    args = ["--samples", "2", "--warmup", "0", "--max-new-tokens", "96", "--concurrency", "1"]
+    sim = start_sim(env={"SGLANG_SIM_SEED": "3", "SGLANG_SIM_ACCEPT_COLLAPSE_AFTER": "2"})
+    before, after = sim.bench(*args), sim.bench(*args)
+    assert before["accept_length"]["min"] > 2.0 and after["accept_length"]["max"] < 1.5

@@ -11,6 +11,7 @@ Commands (state, mark and prune print JSON on stdout; switch writes last_switch.
   switch   --service S --release ID ...      install, daemon-reload, restart, staged readiness; on failure
                                              roll back to the last good release (--auto-rollback)
   mark     --service S --release ID --verdict good|bad [--gate-file F]
+  history  --service S                       every release's switches, gate medians and watch.jsonl
   prune    --service S --keep N              drop old releases (never the active or last good one) and
                                              virtualenvs no retained release points at
 
@@ -830,6 +831,42 @@ def cmd_state(args):
     return 0
 
 
+def cmd_history(args):
+    """Every retained release's switches, gate result (medians) and perf-watch history, oldest first."""
+    store = Store(args.service)
+    out = []
+    for release_id in store.ids():
+        meta = store.meta(release_id)
+        directory = store.release_dir(release_id)
+        try:
+            gate = json.loads(store.read(os.path.join(directory, "gate-result.json")) or "{}")
+        except ValueError:
+            gate = {}
+        measurement = gate.get("measurement") or {}
+        try:
+            settings = json.loads(store.read(os.path.join(directory, "gate-config.json")) or "{}").get("settings") or {}
+        except (ValueError, AttributeError):
+            settings = {}
+        watch = []
+        for line in (store.read(os.path.join(directory, "watch.jsonl")) or "").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                watch.append(entry)
+        out.append({"id": release_id, "created": meta.get("created"), "history": meta.get("history") or [],
+                    "verdict": meta.get("verdict"),
+                    "floors": {"decode_tok_s": settings.get("min_decode_tok_s"),
+                               "accept_length": settings.get("min_accept_length")},
+                    "gate": {"verdict": gate.get("verdict"), "at": (meta.get("gate") or {}).get("at"),
+                             **{key: (measurement.get(key) or {}).get("median")
+                                for key in ("decode_tok_s", "accept_length", "ttft_s")}} if gate else None,
+                    "watch": watch[-args.limit:]})
+    emit({"service": args.service, "state": store.state(), "releases": out})
+    return 0
+
+
 def cmd_prune(args):
     store = Store(args.service)
     try:
@@ -906,6 +943,9 @@ def main():
     mark.add_argument("--release", required=True)
     mark.add_argument("--verdict", choices=["good", "bad"], required=True)
     mark.add_argument("--gate-file")
+    history = sub.add_parser("history")
+    history.add_argument("--service", required=True, type=service_name)
+    history.add_argument("--limit", type=int, default=500)
     prune = sub.add_parser("prune")
     prune.add_argument("--service", required=True, type=service_name)
     prune.add_argument("--keep", type=int, default=5)
@@ -916,7 +956,8 @@ def main():
         args.rollback_timeout = args.timeout
     shield = StderrShield(os.path.join(STORE_ROOT, args.service, "switch.log")) if args.command == "switch" else None
     try:
-        return {"state": cmd_state, "switch": cmd_switch, "mark": cmd_mark, "prune": cmd_prune}[args.command](args)
+        return {"state": cmd_state, "switch": cmd_switch, "mark": cmd_mark, "prune": cmd_prune,
+                "history": cmd_history}[args.command](args)
     finally:
         if shield:
             shield.close()

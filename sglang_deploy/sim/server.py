@@ -17,6 +17,8 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_SLOWDOWN_PCT=X               every cycle X % slower (a regression only a benchmark sees)
   SGLANG_SIM_GENERATE_5XX=1               generation endpoints answer 500
   SGLANG_SIM_ACCEPT_COLLAPSE=1            speculative acceptance collapses (tau ~1.2)
+  SGLANG_SIM_ACCEPT_COLLAPSE_AFTER=N      ... after N generation requests of this process (decay over uptime;
+                                          a restart brings acceptance back)
   SGLANG_SIM_STREAM_ERROR_AFTER=N         a /generate stream ends with SGLang's in-band error chunk after N tokens
   SGLANG_SIM_STREAM_ABORT_AFTER=N         a /generate stream's last chunk is an abort after N tokens
   SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server dies, as 0.5.23 does
@@ -152,6 +154,7 @@ class Engine:
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         self.collapse = env.get("SGLANG_SIM_ACCEPT_COLLAPSE") == "1"
         self.die_after = int(env.get("SGLANG_SIM_DIE_AFTER_REQUESTS", "0"))
+        self.collapse_after = int(env.get("SGLANG_SIM_ACCEPT_COLLAPSE_AFTER", "0"))
         self.waiting: list[Request] = []
         self.running: list[Request] = []
         self.lock = threading.Condition()
@@ -178,7 +181,8 @@ class Engine:
         rng = random.Random(f"greedy:{prompt}" if greedy else f"{self.seed}:{index}:{prompt}")
         request = Request(prompt, params, rng)
         request.slowness = hardware.jitter(self.rng, self.machine["noise_request_sigma"])
-        request.accept_probabilities = hardware.accept_probabilities(self.eff, self.model, request.kind, self.collapse)
+        collapsed = self.collapse or bool(self.collapse_after and index > self.collapse_after)
+        request.accept_probabilities = hardware.accept_probabilities(self.eff, self.model, request.kind, collapsed)
         with self.lock:
             self.waiting.append(request)
             self.lock.notify()

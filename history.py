@@ -1,0 +1,30 @@
+"""The release history of a host: gate results and perf-watch samples of every retained release, as a table
+and a self-contained HTML page with inline SVG charts (decode tok/s and acceptance over time, release
+switches marked), written to results/<host>/history.{txt,html,json}.
+
+    pyinfra inventory/sim.py history.py
+
+Reads only; changes nothing on the host.
+"""
+
+import json
+
+from pyinfra import host, logger
+
+from roles.facts import ReleaseHistory
+from sglang_deploy import history
+from sglang_deploy.gate import RESULTS_DIR
+from sglang_deploy.release_plan import service_of
+
+service = service_of(host.data)
+document = host.get_fact(ReleaseHistory, service=service)
+directory = RESULTS_DIR / host.name
+directory.mkdir(parents=True, exist_ok=True)
+text = history.table(document)
+(directory / "history.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
+(directory / "history.txt").write_text(text + "\n")
+(directory / "history.html").write_text(history.page(document, host.name, history.floors(document)))
+logger.info(f"[{host.name}] history of {service}.service ({len(document.get('releases', []))} releases)")
+for line in text.splitlines():
+    logger.info(f"    {line}")
+logger.info(f"[{host.name}] written to {directory}/history.txt and history.html")

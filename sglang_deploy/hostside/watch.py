@@ -1,0 +1,278 @@
+#!/usr/bin/env python3
+"""The perf watch: measure the active release between deploys (run by <service>-watch.timer; stdlib only).
+
+    python3 watch.py --service S [--samples 3] [--max-running-requests 0] [--on-drift record|restart]
+                     [--drift-min-accept-length X] [--drift-runs 2] [--history-lines 500]
+                     [--textfile-dir /var/lib/prometheus/node-exporter]
+
+One run, under the release store's lock (a deploy or rollback never runs at the same time):
+  1. read the active release (state.json) and its meta.json, gate-config.json;
+  2. read sglang:num_running_reqs from the server's /metrics; above --max-running-requests the run records
+     "busy" and measures nothing (so does a server without /metrics, or one that is down);
+  3. measure with the gate's own client (bench.py: the same prompts, --samples requests, single stream);
+  4. drift: acceptance below --drift-min-accept-length (default: the gate's min_accept_length) or decode
+     below the gate's min_decode_tok_s; after --drift-runs drifting measurements in a row, --on-drift
+     restart restarts the service, waits until it is ready and measures again;
+  5. append one JSON line per event to releases/<id>/watch.jsonl (the last --history-lines kept) and write
+     node_exporter textfile metrics (<textfile-dir>/sglang-deploy-<service>.prom: temporary file, atomic
+     rename, no timestamps).
+The API key is read from the secrets file, sent only to the release's loopback probe URL, never printed.
+"""
+
+import argparse
+import json
+import os
+import re
+import sys
+import time
+
+try:
+    from . import evidence, gate, releases  # imported as sglang_deploy.hostside.watch
+except ImportError:
+    import evidence  # run as /opt/sglang-deploy/bin/watch.py
+    import gate
+    import releases
+
+METRIC_PREFIX = "sglang_deploy_watch"
+RUNNING = re.compile(r"^sglang:num_running_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$", re.MULTILINE)
+
+
+# --- pure helpers (imported by the controller's tests) --------------------------------------------
+
+def running_requests(metrics_text):
+    """Sum of sglang:num_running_reqs over its series (one per TP/DP rank label set); None when absent."""
+    values = [float(v) for v in RUNNING.findall(metrics_text or "") if v != "NaN"]
+    return sum(values) if values else None
+
+
+def drift_reasons(entry, min_accept, min_decode):
+    """Why one measurement counts as drift ([] when it does not)."""
+    reasons = []
+    tau, decode = entry.get("accept_length"), entry.get("decode_tok_s")
+    if min_accept is not None and tau is not None and tau < min_accept:
+        reasons.append(f"acceptance length {tau:.2f} is below {min_accept}")
+    if min_decode is not None and decode is not None and decode < min_decode:
+        reasons.append(f"decode {decode:.1f} tok/s is below the gate's floor {min_decode}")
+    return reasons
+
+
+def drift_streak(history):
+    """Drifting measurements in a row at the end of the history; skipped runs neither count nor break it,
+    a restart or a measurement without drift ends it."""
+    streak = 0
+    for entry in reversed(history):
+        if entry.get("event") == "restart":
+            break
+        if entry.get("status") != "ok":
+            continue
+        if not entry.get("drift"):
+            break
+        streak += 1
+    return streak
+
+
+def bounded(lines, keep):
+    return lines[-keep:] if keep > 0 else lines
+
+
+def _label(value):
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def textfile(service, release_id, history, verdict, now):
+    """node_exporter's textfile format (no timestamps): the last successful measurement, the last run's
+    status, the drift streak and the release's gate verdict, labelled with service and release."""
+    labels = f'service="{_label(service)}",release="{_label(release_id)}"'
+    last_ok = next((e for e in reversed(history) if e.get("status") == "ok"), None)
+    last = history[-1] if history else {}
+    lines = []
+
+    def gauge(name, help_text, value, extra=""):
+        if value is None:
+            return
+        lines.append(f"# HELP {METRIC_PREFIX}_{name} {help_text}")
+        lines.append(f"# TYPE {METRIC_PREFIX}_{name} gauge")
+        lines.append(f"{METRIC_PREFIX}_{name}{{{labels}{extra}}} {float(value)!r}")
+
+    if last_ok:
+        gauge("decode_tokens_per_second", "Single-stream decode tokens/s, median of the last successful run.",
+              last_ok.get("decode_tok_s"))
+        gauge("accept_length", "Speculative acceptance length (tau), median of the last successful run.",
+              last_ok.get("accept_length"))
+        gauge("ttft_seconds", "Time to first token, median of the last successful run.", last_ok.get("ttft_s"))
+        gauge("last_success_timestamp_seconds", "Unix time of the last successful measurement.", last_ok.get("unix"))
+    gauge("last_run_timestamp_seconds", "Unix time of the last run (measured or skipped).", last.get("unix", now))
+    gauge("last_run_ok", "1 when the last run measured, 0 when it was skipped or failed.",
+          1 if last.get("status") == "ok" else 0, f',status="{_label(last.get("status", "none"))}"')
+    gauge("drift_streak", "Drifting measurements in a row.", drift_streak(history))
+    gauge("restarts", "Restarts by the watch recorded in this release's history.",
+          sum(1 for e in history if e.get("event") == "restart"))
+    gauge("gate_verdict", "The release's gate verdict at its switch (1 = pass), as a label.",
+          1 if verdict == "pass" else 0, f',verdict="{_label(verdict or "none")}"')
+    return "\n".join(lines) + "\n"
+
+
+# --- running on the host ---------------------------------------------------------------------------
+
+def log(message):
+    print(message, flush=True)  # stdout: the journal of <service>-watch.service
+
+
+def write_textfile(directory, service, content):
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, f"sglang-deploy-{service}.prom")
+    tmp = f"{path}.{os.getpid()}.tmp"  # node_exporter reads *.prom only
+    with open(tmp, "w") as f:
+        f.write(content)
+        f.flush()
+        os.fsync(f.fileno())
+    os.chmod(tmp, 0o644)
+    os.replace(tmp, path)
+    return path
+
+
+def read_history(path):
+    entries = []
+    try:
+        with open(path) as f:
+            for line in f:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(entry, dict):
+                    entries.append(entry)
+    except FileNotFoundError:
+        pass
+    return entries
+
+
+def save_history(path, entries, keep):
+    releases.atomic_write(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in bounded(entries, keep)), 0o644)
+
+
+def idle_check(probe_url, api_key, threshold):
+    """(status, detail, running): status None when idle enough to measure."""
+    status, body = releases.http(probe_url + "/metrics", api_key=api_key, timeout=10)
+    if status != 200:
+        return "no-metrics", f"/metrics answered {status} (is --enable-metrics on?)", None
+    running = running_requests(body.decode(errors="replace"))
+    if running is None:
+        return "no-metrics", "/metrics has no sglang:num_running_reqs", None
+    if running > threshold:
+        return "busy", f"busy, skipped: {running:g} running requests (threshold {threshold})", running
+    return None, None, running
+
+
+def measure(probe_url, secrets_path, settings, samples):
+    measurement = gate.measure_builtin(probe_url, secrets_path, {
+        "samples": samples, "warmup": 1, "max_new_tokens": settings.get("max_new_tokens", 256), "concurrency": 1})
+    entry = {"samples": len(measurement.get("samples") or [])}
+    for key in ("decode_tok_s", "accept_length", "ttft_s"):
+        entry[key] = (measurement.get(key) or {}).get("median")
+    errors = measurement.get("errors") or []
+    entry["status"] = "ok" if entry["decode_tok_s"] is not None and not errors else "error"
+    if errors:
+        entry["errors"] = errors[:3]
+    return entry
+
+
+def wait_ready(probe_url, timeout):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, _ = releases.http(probe_url + "/health", timeout=5)
+        if status == 200:
+            return True
+        time.sleep(2)
+    return False
+
+
+def stamp(entry, release_id):
+    return dict(entry, at=releases.now(), unix=round(time.time(), 3), release=release_id)
+
+
+def run(args):
+    store = releases.Store(args.service)
+    state = store.state()
+    release_id = state.get("active")
+    if not release_id or release_id not in store.ids():
+        log("no active release: nothing to watch")
+        return 0
+    meta = store.meta(release_id)
+    probe_url = meta.get("probe_url")
+    if not releases.LOOPBACK_URL.fullmatch(str(probe_url)):
+        log(f"release {release_id} has no loopback probe URL: refusing to send the API key")
+        return 2
+    try:  # the gate's settings: max_new_tokens (the same requests) and the floors drift is judged by
+        with open(os.path.join(store.release_dir(release_id), "gate-config.json")) as f:
+            settings = json.load(f).get("settings") or {}
+    except (OSError, ValueError, AttributeError):
+        settings = {}
+    min_accept = args.drift_min_accept_length if args.drift_min_accept_length is not None \
+        else settings.get("min_accept_length")
+    min_decode = settings.get("min_decode_tok_s")
+    history_path = os.path.join(store.release_dir(release_id), "watch.jsonl")
+    history = read_history(history_path)
+    api_key = releases.read_api_key(store.secrets_path)
+
+    def record(entry):
+        entry = evidence.redact(stamp(entry, release_id), [api_key])
+        history.append(entry)
+        save_history(history_path, history, args.history_lines)
+        log(json.dumps(entry, sort_keys=True))
+        return entry
+
+    def measured(label):
+        entry = measure(probe_url, store.secrets_path, settings, args.samples)
+        entry["event"] = label
+        if entry["status"] == "ok":
+            entry["drift"] = drift_reasons(entry, min_accept, min_decode)
+        return record(entry)
+
+    skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests)
+    if skipped:
+        record({"event": "measure", "status": skipped, "detail": detail, "running": running})
+    else:
+        entry = measured("measure")
+        streak = drift_streak(history)
+        if entry.get("drift"):
+            log(f"DRIFT ({streak} in a row, acting at {args.drift_runs}): " + "; ".join(entry["drift"]))
+        if streak >= args.drift_runs and args.on_drift == "restart":
+            reason = f"drift {streak} times in a row: " + "; ".join(entry["drift"])
+            log(f"restarting {args.service}.service: {reason}")
+            code = releases.systemctl("restart", f"{args.service}.service").returncode
+            ready = code == 0 and wait_ready(probe_url, float(meta.get("start_timeout_s") or 1800))
+            record({"event": "restart", "status": "restarted" if ready else "restart-failed", "detail": reason})
+            meta.setdefault("history", []).append({"at": releases.now(), "event": f"restarted by the watch ({reason})"})
+            store.write_meta(release_id, meta)
+            if ready:
+                measured("after-restart")
+    verdict = (meta.get("gate") or {}).get("verdict")
+    path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
+                                                                    time.time()))
+    log(f"metrics written to {path}")
+    return 0
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--service", type=releases.service_name, required=True)
+    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--max-running-requests", type=int, default=0)
+    parser.add_argument("--on-drift", choices=["record", "restart"], default="record")
+    parser.add_argument("--drift-min-accept-length", type=float)
+    parser.add_argument("--drift-runs", type=int, default=2)
+    parser.add_argument("--history-lines", type=int, default=500)
+    parser.add_argument("--textfile-dir", default="/var/lib/prometheus/node-exporter")
+    args = parser.parse_args()
+    store = releases.Store(args.service)
+    try:
+        with releases.Lock(store, f"sglang-deploy watch ({args.service}-watch.service)"):
+            return run(args)
+    except releases.Locked as error:
+        log(f"a deploy or rollback holds the lock ({error}): skipped")
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,157 @@
+"""The perf watch without a host: its settings, its units, its decisions and its textfile format."""
+
+import json
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import PROVEN, proven_with
+from sglang_deploy.hostside import watch
+from sglang_deploy.profile import ProfileError, load_profile
+from sglang_deploy.render import RenderError, parse_unit, render_watch, unquote_exec
+
+METRICS = """# HELP sglang:num_running_reqs The number of running requests.
+# TYPE sglang:num_running_reqs gauge
+sglang:num_running_reqs{model_name="qwen",tp_rank="0"} 2.0
+sglang:num_running_reqs{model_name="qwen",tp_rank="1"} 1.0
+sglang:num_queue_reqs{model_name="qwen"} 7.0
+"""
+
+
+def test_running_requests_sums_the_series_and_ignores_other_metrics():
+    assert watch.running_requests(METRICS) == 3.0
+    assert watch.running_requests("sglang:num_queue_reqs 4\n") is None
+    assert watch.running_requests("") is None
+
+
+def test_drift_reasons_and_streak():
+    assert watch.drift_reasons({"accept_length": 1.2, "decode_tok_s": 80}, 2.0, 60) == [
+        "acceptance length 1.20 is below 2.0"]
+    assert len(watch.drift_reasons({"accept_length": 1.2, "decode_tok_s": 40}, 2.0, 60)) == 2
+    assert watch.drift_reasons({"accept_length": 3.0, "decode_tok_s": 70}, 2.0, 60) == []
+    assert watch.drift_reasons({"accept_length": None, "decode_tok_s": 70}, None, None) == []
+    ok, drift = {"status": "ok", "drift": []}, {"status": "ok", "drift": ["x"]}
+    busy = {"status": "busy"}
+    assert watch.drift_streak([drift, ok, drift, busy, drift]) == 2  # a skipped run neither counts nor breaks
+    assert watch.drift_streak([drift, drift, {"event": "restart", "status": "restarted"}, drift]) == 1
+    assert watch.drift_streak([]) == 0
+
+
+def test_history_is_bounded():
+    assert watch.bounded(list(range(600)), 500) == list(range(100, 600))
+
+
+def parsed(text):
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_textfile_keeps_the_last_success_after_a_skipped_run():
+    history = [{"status": "ok", "decode_tok_s": 71.5, "accept_length": 3.1, "ttft_s": 0.21, "unix": 1000.0},
+               {"status": "busy", "unix": 2000.0}]
+    text = watch.textfile("sglang", "0002-abcdef12", history, "pass", 2000.0)
+    assert "# TYPE sglang_deploy_watch_decode_tokens_per_second gauge" in text
+    values = parsed(text)
+    labels = (("release", "0002-abcdef12"), ("service", "sglang"))
+    assert values[("sglang_deploy_watch_decode_tokens_per_second", labels)] == 71.5
+    assert values[("sglang_deploy_watch_accept_length", labels)] == 3.1
+    assert values[("sglang_deploy_watch_last_success_timestamp_seconds", labels)] == 1000.0
+    assert values[("sglang_deploy_watch_last_run_timestamp_seconds", labels)] == 2000.0
+    assert values[("sglang_deploy_watch_last_run_ok", tuple(sorted(labels + (("status", "busy"),))))] == 0
+    assert values[("sglang_deploy_watch_gate_verdict", tuple(sorted(labels + (("verdict", "pass"),))))] == 1
+    # No timestamps: every sample line is "name{labels} value".
+    assert all(len(line.rsplit("} ", 1)[1].split()) == 1 for line in text.splitlines() if not line.startswith("#"))
+
+
+def test_textfile_write_is_atomic_and_readable(tmp_path):
+    path = watch.write_textfile(str(tmp_path / "textfile"), "sglang", "x 1\n")
+    assert path.endswith("/sglang-deploy-sglang.prom") and open(path).read() == "x 1\n"
+    assert [p.name for p in (tmp_path / "textfile").iterdir()] == ["sglang-deploy-sglang.prom"]
+    assert oct((tmp_path / "textfile" / "sglang-deploy-sglang.prom").stat().st_mode & 0o777) == "0o644"
+
+
+def test_profile_watch_defaults_and_rendered_units():
+    profile = load_profile(PROVEN)
+    assert (profile.watch.interval, profile.watch.samples, profile.watch.on_drift) == ("6h", 3, "record")
+    rendered = render_watch(profile)
+    entries = parse_unit(rendered.service)
+    service = dict((key, value) for section, key, value in entries if section == "Service" and key)
+    assert service["Type"] == "oneshot" and service["ProtectSystem"] == "strict"
+    assert service["ReadWritePaths"] == "-/var/lib/sglang-deploy/sglang -/var/lib/prometheus/node-exporter"
+    assert service["CapabilityBoundingSet"] == "" and service["NoNewPrivileges"] == "yes"
+    assert unquote_exec(service["ExecStart"])[:4] == ["/usr/bin/python3", "/opt/sglang-deploy/bin/watch.py",
+                                                      "--service", "sglang"]
+    timer = dict((key, value) for section, key, value in parse_unit(rendered.timer) if key)
+    assert timer["OnUnitActiveSec"] == "6h" and timer["RandomizedDelaySec"] == "15min"
+    assert render_watch(profile) == rendered
+
+
+def test_watch_settings_reach_the_command_line(tmp_path):
+    path = proven_with(tmp_path, "\ngate:", "\nwatch:\n  interval: 30min\n  on_drift: restart\n"
+                                           "  drift_min_accept_length: 2.5\n  samples: 2\n\ngate:")
+    argv = render_watch(load_profile(path)).exec_start
+    assert argv[argv.index("--on-drift") + 1] == "restart"
+    assert argv[argv.index("--drift-min-accept-length") + 1] == "2.5" and argv[argv.index("--samples") + 1] == "2"
+    assert "OnUnitActiveSec=30min" in render_watch(load_profile(path)).timer
+
+
+@pytest.mark.parametrize("setting, expected", [
+    ("interval: 6 hours", "must be a systemd time span"),
+    ("interval: 0h", "must be longer than 0"),
+    ('interval: "6h\\nExecStartPre=/bin/sh"', "interval"),
+    ("textfile_dir: /etc/cron.d", "must be a normalized absolute directory under /var/lib"),
+    ("textfile_dir: /var/lib/../etc", "must be a normalized absolute directory"),
+    ("on_drift: reboot", "on_drift"),
+    ("samples: 0", "samples"),
+    ("every: 6h", "unknown key"),
+])
+def test_bad_watch_settings_are_refused_with_their_line(tmp_path, setting, expected):
+    path = proven_with(tmp_path, "\ngate:", f"\nwatch:\n  {setting}\n\ngate:")
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    assert expected in str(error.value) and f"{path}:" in str(error.value) and "watch." in str(error.value)
+
+
+def test_a_timer_value_cannot_add_a_directive():
+    from sglang_deploy.render import WATCH_TIMER_KEYS, check_unit_structure
+
+    with pytest.raises(RenderError):
+        check_unit_structure("[Unit]\nDescription=x\n[Timer]\nOnActiveSec=1h\nOnCalendar=daily\n[Install]\n"
+                             "WantedBy=timers.target\n", None, sections=("Unit", "Timer", "Install"),
+                             keys=WATCH_TIMER_KEYS)
+
+
+def test_history_file_keeps_the_last_lines(tmp_path):
+    path = str(tmp_path / "watch.jsonl")
+    watch.save_history(path, [{"n": i} for i in range(30)], 10)
+    assert [e["n"] for e in watch.read_history(path)] == list(range(20, 30))
+    with open(path, "a") as f:
+        f.write("{torn line\n")
+    assert len(watch.read_history(path)) == 10  # a torn line is skipped, not fatal
+
+
+def test_record_mode_does_not_restart(tmp_path, monkeypatch):
+    """on_drift: record with a drifting measurement: recorded, no systemctl call."""
+    from sglang_deploy.hostside import releases
+
+    monkeypatch.setattr(releases, "STORE_ROOT", str(tmp_path))
+    store = releases.Store("sglang")
+    directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
+    directory.mkdir(parents=True)
+    (directory / "meta.json").write_text(json.dumps({"probe_url": "http://127.0.0.1:1", "gate": {"verdict": "pass"}}))
+    (directory / "gate-config.json").write_text(json.dumps({"settings": {"min_accept_length": 2.8,
+                                                                          "min_decode_tok_s": 45}}))
+    store.save_state({"active": "0001-aaaaaaaa"})
+    calls = []
+    monkeypatch.setattr(watch, "idle_check", lambda *a: (None, None, 0.0))
+    monkeypatch.setattr(watch, "measure", lambda *a: {"status": "ok", "decode_tok_s": 20.0, "accept_length": 1.2,
+                                                      "ttft_s": 0.03, "samples": 3})
+    monkeypatch.setattr(releases, "systemctl", lambda *a: calls.append(a))
+    args = type("Args", (), dict(service="sglang", samples=3, max_running_requests=0, on_drift="record",
+                                 drift_min_accept_length=None, drift_runs=1, history_lines=500,
+                                 textfile_dir=str(tmp_path / "textfile")))()
+    assert watch.run(args) == 0 and watch.run(args) == 0
+    entries = watch.read_history(str(directory / "watch.jsonl"))
+    assert [len(e["drift"]) for e in entries] == [2, 2] and calls == []
+    assert 'sglang_deploy_watch_drift_streak{service="sglang",release="0001-aaaaaaaa"} 2.0' in \
+        (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()

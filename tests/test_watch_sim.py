@@ -1,0 +1,148 @@
+"""The perf watch on the simulated CT129: the timer's service measures the active release, Debian's real
+node_exporter serves its textfile metrics on loopback, and acceptance drift triggers a restart."""
+
+import json
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from conftest import PROVEN, proven_with
+from test_deploy_sim import grand_total
+
+pytestmark = pytest.mark.simhost
+
+STORE = "/var/lib/sglang-deploy/sglang"
+PROM = "/var/lib/prometheus/node-exporter/sglang-deploy-sglang.prom"
+
+
+def node_exporter(simhost) -> dict:
+    """node_exporter's own /metrics, read on loopback and parsed by prometheus_client: {(name, labels): value}."""
+    url = f"http://127.0.0.1:{simhost.host.node_exporter_port}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def watch_samples(metrics: dict, name: str) -> dict:
+    return {labels: value for (metric, labels), value in metrics.items() if metric == f"sglang_deploy_watch_{name}"}
+
+
+def history(simhost, release: str) -> list[dict]:
+    return [json.loads(line) for line in simhost.sh(f"cat {STORE}/releases/{release}/watch.jsonl").splitlines()]
+
+
+def active(simhost) -> str:
+    return json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
+
+
+@pytest.fixture(scope="module")
+def watched(simhost):
+    result = simhost.deploy(profile=PROVEN, gate=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return simhost
+
+
+def test_deploy_enables_the_hardened_timer_and_a_redeploy_changes_nothing(watched):
+    simhost = watched
+    assert simhost.sh("systemctl is-enabled sglang-watch.timer; systemctl is-active sglang-watch.timer").split() == [
+        "enabled", "active"]
+    unit = simhost.sh("systemctl cat sglang-watch.service")
+    assert "ProtectSystem=strict" in unit and "CapabilityBoundingSet=\n" in unit and "Type=oneshot" in unit
+    assert simhost.sh("systemctl show -p NextElapseUSecMonotonic --value sglang-watch.timer").strip() not in ("", "0")
+    result = simhost.deploy(profile=PROVEN)
+    assert result.returncode == 0, result.stderr[-3000:]
+    operations, succeeded, failed, unchanged = grand_total(result)
+    assert (succeeded, failed, unchanged) == ("-", "-", operations)
+
+
+def test_one_watch_run_is_exported_by_node_exporter(watched):
+    simhost = watched
+    release = active(simhost)
+    simhost.sh("systemctl start sglang-watch.service")  # a oneshot: returns when the run is done
+    last = history(simhost, release)[-1]
+    assert last["status"] == "ok" and last["samples"] == 3 and last["drift"] == [], last
+    assert 45 < last["decode_tok_s"] < 90 and last["accept_length"] > 2.8
+    assert simhost.api_key not in simhost.sh(f"cat {STORE}/releases/{release}/watch.jsonl {PROM}")
+    assert simhost.api_key not in simhost.sh("journalctl -u sglang-watch.service --no-pager")
+    metrics = node_exporter(simhost)
+    labels = (("release", release), ("service", "sglang"))
+    assert watch_samples(metrics, "decode_tokens_per_second") == {labels: pytest.approx(last["decode_tok_s"])}
+    assert watch_samples(metrics, "accept_length")[labels] == pytest.approx(last["accept_length"])
+    assert watch_samples(metrics, "ttft_seconds")[labels] > 0
+    assert watch_samples(metrics, "last_success_timestamp_seconds")[labels] == pytest.approx(last["unix"])
+    assert watch_samples(metrics, "gate_verdict") == {tuple(sorted(labels + (("verdict", "pass"),))): 1.0}
+    # node_exporter's own view of the file: read without error, its mtime there for staleness alerts.
+    assert metrics[("node_textfile_scrape_error", ())] == 0.0
+    assert ("node_textfile_mtime_seconds", (("file", PROM.rsplit("/", 1)[1]),)) in metrics or \
+        ("node_textfile_mtime_seconds", (("file", PROM),)) in metrics
+    print("node_exporter sample:\n" + simhost.sh(f"curl -s http://127.0.0.1:{simhost.host.node_exporter_port}"
+                                                 "/metrics | grep -E '^sglang_deploy_watch|^node_textfile'"))
+
+
+def test_a_busy_server_is_not_measured(watched):
+    simhost = watched
+    release = active(simhost)
+    before = len(history(simhost, release))
+    body = json.dumps({"text": "busy", "sampling_params": {"max_new_tokens": 1500, "ignore_eos": True}})
+    port = json.loads(simhost.sh(f"cat {STORE}/releases/{release}/meta.json"))["probe_url"].rsplit(":", 1)[1]
+    simhost.sh(f"(curl -s -H 'Authorization: Bearer {simhost.api_key}' -d '{body}' "
+               f"http://127.0.0.1:{port}/generate >/dev/null 2>&1 &) ; sleep 2; systemctl start sglang-watch.service")
+    entries = history(simhost, release)
+    assert len(entries) == before + 1
+    assert entries[-1]["status"] == "busy" and entries[-1]["running"] >= 1, entries[-1]
+    assert "busy, skipped" in entries[-1]["detail"]
+    metrics = node_exporter(simhost)
+    labels = (("release", release), ("service", "sglang"))
+    assert watch_samples(metrics, "last_run_ok") == {tuple(sorted(labels + (("status", "busy"),))): 0.0}
+    assert labels in watch_samples(metrics, "decode_tokens_per_second")  # the last success is still exported
+
+
+def test_acceptance_drift_restarts_the_server_and_acceptance_comes_back(watched, tmp_path):
+    simhost = watched
+    variant = proven_with(tmp_path, '  CUDA_DEVICE_ORDER: PCI_BUS_ID',
+                          '  CUDA_DEVICE_ORDER: PCI_BUS_ID\n  SGLANG_SIM_ACCEPT_COLLAPSE_AFTER: "4"')
+    text = variant.read_text().replace("\ngate:", "\nwatch:\n  on_drift: restart\n  drift_runs: 1\n  samples: 2\n\ngate:")
+    variant.write_text(text)
+    result = simhost.deploy(profile=variant)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    release = active(simhost)
+    # Readiness sent 1 request; this run sends 3 (warmup + 2): acceptance still intact.
+    simhost.sh("systemctl start sglang-watch.service")
+    assert history(simhost, release)[-1]["drift"] == []
+    pid_before = simhost.main_pid()
+    simhost.sh("systemctl start sglang-watch.service")  # requests 5-7: acceptance has collapsed
+    entries = history(simhost, release)
+    drift, restart, after = entries[-3:]
+    assert drift["status"] == "ok" and drift["accept_length"] < 1.5 and "acceptance length" in drift["drift"][0]
+    assert restart["event"] == "restart" and restart["status"] == "restarted"
+    assert after["event"] == "after-restart" and after["accept_length"] > 2.8 and after["drift"] == []
+    assert simhost.main_pid() != pid_before
+    journal = simhost.sh("journalctl -u sglang-watch.service --no-pager")
+    assert "restarting sglang.service: drift 1 times in a row" in journal
+    meta = json.loads(simhost.sh(f"cat {STORE}/releases/{release}/meta.json"))
+    assert "restarted by the watch" in meta["history"][-1]["event"]
+    metrics = node_exporter(simhost)
+    labels = (("release", release), ("service", "sglang"))
+    assert watch_samples(metrics, "accept_length")[labels] > 2.8
+    assert watch_samples(metrics, "restarts")[labels] == 1.0
+    print("drift history:\n" + "\n".join(json.dumps(e) for e in entries[-3:]))
+
+
+def test_history_verb_writes_the_table_and_the_page(watched):
+    simhost = watched
+    from conftest import REPO
+
+    result = simhost.pyinfra("history.py")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    directory = REPO / "results" / "ct129-sim"
+    text, page = (directory / "history.txt").read_text(), (directory / "history.html").read_text()
+    first = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
+    releases = [entry["id"] for entry in json.loads((directory / "history.json").read_text())["releases"]]
+    assert len(releases) >= 2 and first in releases
+    assert "after-restart" in text and "ok DRIFT" in text and "restarted by the watch" in text
+    assert all(release in page for release in releases) and page.count("<svg") == 2
+    assert "<script" not in page and "src=" not in page
+    assert simhost.api_key not in text + page + (directory / "history.json").read_text()
+    print(f"history written to {directory}:\n{text}")
