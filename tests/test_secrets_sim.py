@@ -12,7 +12,10 @@ from conftest import REPO, proven_with
 
 pytestmark = pytest.mark.simhost
 
-SMALL_GATE = ("  max_new_tokens: 256\n  concurrency: 4", "  max_new_tokens: 64\n  concurrency: 2")
+# A short gate: what matters here is that it runs and writes its files, not its verdict against whatever
+# baseline an earlier test on this worker's host left (2 paired prompts are often inconclusive).
+SMALL_GATE = ("  max_new_tokens: 256\n  concurrency: 4",
+              "  max_new_tokens: 64\n  concurrency: 2\n  on_inconclusive: keep")
 
 
 def test_the_key_is_in_no_file_and_no_output(simhost, tmp_path):
