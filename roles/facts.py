@@ -10,6 +10,12 @@ from pyinfra.api import FactBase
 RELEASES_PY = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "releases.py"
 
 
+def inline_releases(subcommand: str, service: str) -> str:
+    """Run this checkout's hostside/releases.py on the host without uploading it (base64 on stdin)."""
+    program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
+    return f"echo {program} | base64 -d | python3 - {subcommand} --service {shlex.quote(service)}"
+
+
 class ReleaseStore(FactBase):
     """`releases.py state` on the host: releases, active/last good, lock holder, installed vs running.
 
@@ -20,8 +26,7 @@ class ReleaseStore(FactBase):
     requires_command = "python3"
 
     def command(self, service: str) -> str:
-        program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
-        return f"echo {program} | base64 -d | python3 - state --service {shlex.quote(service)}"
+        return inline_releases("state", service)
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -34,8 +39,7 @@ class ReleaseHistory(FactBase):
     requires_command = "python3"
 
     def command(self, service: str) -> str:
-        program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
-        return f"echo {program} | base64 -d | python3 - history --service {shlex.quote(service)}"
+        return inline_releases("history", service)
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -55,9 +59,8 @@ class DeployState(FactBase):
 
         from sglang_deploy.layout import SIMULATED_MARKER
 
-        program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
         checks = [f"echo '@@simulated'; test -e {SIMULATED_MARKER} && echo yes; echo",
-                  f"echo '@@store'; echo {program} | base64 -d | python3 - state --service {shlex.quote(service)}"]
+                  f"echo '@@store'; {inline_releases('state', service)}"]
         for manifest in manifests:
             checks.append(f"echo '@@manifest {manifest}'; cat {shlex.quote(manifest)} 2>/dev/null; echo")
         for path in paths:
