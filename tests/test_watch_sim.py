@@ -7,7 +7,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PROVEN, proven_with
+from conftest import proven_with
 from test_deploy_sim import grand_total
 
 pytestmark = pytest.mark.simhost
@@ -38,9 +38,14 @@ def active(simhost) -> str:
 
 
 @pytest.fixture(scope="module")
-def watched(simhost):
-    result = simhost.deploy(profile=PROVEN, gate=True)
+def watched(simhost, tmp_path_factory):
+    """A release of its own, measured by the gate (the worker's host may already run the proven profile,
+    deployed without a gate by another module; redeploying that would switch nothing)."""
+    profile = proven_with(tmp_path_factory.mktemp("watch"), "environment:\n",
+                          'environment:\n  SGLANG_SIM_NOTE: "perf-watch tests"\n', "watched.yaml")
+    result = simhost.deploy(profile=profile, gate=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    simhost.watched_profile = profile
     return simhost
 
 
@@ -51,7 +56,7 @@ def test_deploy_enables_the_hardened_timer_and_a_redeploy_changes_nothing(watche
     unit = simhost.sh("systemctl cat sglang-watch.service")
     assert "ProtectSystem=strict" in unit and "CapabilityBoundingSet=\n" in unit and "Type=oneshot" in unit
     assert simhost.sh("systemctl show -p NextElapseUSecMonotonic --value sglang-watch.timer").strip() not in ("", "0")
-    result = simhost.deploy(profile=PROVEN)
+    result = simhost.deploy(profile=simhost.watched_profile)
     assert result.returncode == 0, result.stderr[-3000:]
     operations, succeeded, failed, unchanged = grand_total(result)
     assert (succeeded, failed, unchanged) == ("-", "-", operations)
