@@ -16,6 +16,18 @@ def inline_releases(subcommand: str, service: str) -> str:
     return f"echo {program} | base64 -d | python3 - {subcommand} --service {shlex.quote(service)}"
 
 
+def split_sections(output) -> dict:
+    """Lines after each '@@name' marker line, by name (the facts that gather several answers at once)."""
+    sections, current = {}, None
+    for line in output:
+        if line.startswith("@@"):
+            current = line[2:]
+            sections[current] = []
+        elif current:
+            sections[current].append(line)
+    return sections
+
+
 class ReleaseStore(FactBase):
     """`releases.py state` on the host: releases, active/last good, lock holder, installed vs running.
 
@@ -81,13 +93,7 @@ class DeployState(FactBase):
         return "; ".join(checks)
 
     def process(self, output):
-        sections, current = {}, None
-        for line in output:
-            if line.startswith("@@"):
-                current = line[2:]
-                sections[current] = []
-            elif current:
-                sections[current].append(line)
+        sections = split_sections(output)
         text = {key: "\n".join(value).strip() for key, value in sections.items()}
         return {
             "simulated": text.get("simulated") == "yes",
@@ -139,13 +145,7 @@ class GpuHost(FactBase):
     def process(self, output):
         from sglang_deploy import hostfacts
 
-        sections, current = {}, None
-        for line in output:
-            if line.startswith("@@"):
-                current = line[2:]
-                sections[current] = []
-            elif current:
-                sections[current].append(line)
+        sections = split_sections(output)
         text = {key: "\n".join(value) for key, value in sections.items()}
         return {
             "gpus": hostfacts.parse_gpus(text.get("gpus", "")),
