@@ -68,7 +68,7 @@ if store["lock"]:
                       f"(pid {holder.get('pid')}, since {holder.get('since')}); nothing was changed")
 
 if not plan.simulated and host_flag(host.data, "provision", default=True):
-    provision_mode = host.data.get("provision_mode") or "install"
+    provision_mode = host.data.get("provision_mode")  # default: group_data/all.py; checked by safety
     provision.nvidia_stack(mode=provision_mode, python=f"{venv_path(profile)}/bin/python")
     provision.python_env(profile=profile, mode=provision_mode)
 if not service_user.in_place(facts["user"], profile.service.user, layout.state_dir):
@@ -95,10 +95,10 @@ if decision.switch:
                       meta=build_meta(plan, decision.release_id))
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
                    timeout=profile.service.start_timeout_s, reason="deploy",
-                   max_auto_rollbacks=int(host.data.get("max_auto_rollbacks") or 3),
+                   max_auto_rollbacks=int(host.data.get("max_auto_rollbacks")),
                    force=host_flag(host.data, "force"), gate=not skip_gate, mark_good=skip_gate,
                    on_inconclusive=profile.gate.on_inconclusive)
-    release.prune(service=service, keep=int(host.data.get("keep_releases") or 5))
+    release.prune(service=service, keep=int(host.data.get("keep_releases")))
 else:
     logger.info(f"[{host.name}] release {decision.release_id} is active and unchanged: nothing to switch")
 # After the switch: the watch measures the active release, and its first run must not meet the gate's.

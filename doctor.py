@@ -9,7 +9,6 @@ service first, or probe_force=true). The report is printed, saved with the activ
 """
 
 import json
-import shlex
 from io import StringIO
 
 from pyinfra import host, logger
@@ -21,9 +20,10 @@ from roles.facts import GpuHost
 from sglang_deploy.doctor import diagnose, format_report
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
-from sglang_deploy.layout import TOOL_BIN
+from sglang_deploy.layout import host_program
 from sglang_deploy.hostdata import host_flag
-from sglang_deploy.release_plan import STORE_ROOT, service_of
+from sglang_deploy.layout import STORE_ROOT
+from sglang_deploy.release_plan import service_of
 
 service = service_of(host.data)
 gpu_facts = host.get_fact(GpuHost)
@@ -32,8 +32,8 @@ probe_force = host_flag(host.data, "probe_force")
 
 
 def run_doctor():
-    command = shlex.join(["python3", f"{TOOL_BIN}/doctor_collect.py", "--service", service]
-                         + ["--probe"] * probe + ["--probe-force"] * probe_force)
+    command = host_program("doctor_collect", "--service", service, *["--probe"] * probe,
+                           *["--probe-force"] * probe_force)
     ok, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
     if not ok:
         raise DeployError(f"collecting the doctor's inputs failed:\n{output.stderr}")

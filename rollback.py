@@ -12,7 +12,7 @@ from pyinfra.facts.files import FileContents
 
 from roles import release
 from roles.facts import ReleaseStore
-from sglang_deploy.hostside.releases import auth_change
+from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of
 
 service = service_of(host.data)

@@ -39,7 +39,7 @@ def on_host(command):
 
 
 def state():
-    return json.loads(on_host("python3 /opt/sglang-deploy/bin/releases.py state --service sglang"))
+    return json.loads(on_host("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
 
 
 def server_ready_s():

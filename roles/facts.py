@@ -7,12 +7,12 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
-RELEASES_PY = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "releases.py"
+STORE_PY = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "store.py"
 
 
-def inline_releases(subcommand: str, service: str) -> str:
-    """Run this checkout's hostside/releases.py on the host without uploading it (base64 on stdin)."""
-    program = base64.b64encode(RELEASES_PY.read_bytes()).decode()
+def inline_store(subcommand: str, service: str) -> str:
+    """Run this checkout's hostside/store.py (self-contained) on the host without uploading it (base64 on stdin)."""
+    program = base64.b64encode(STORE_PY.read_bytes()).decode()
     return f"echo {program} | base64 -d | python3 - {subcommand} --service {shlex.quote(service)}"
 
 
@@ -29,7 +29,7 @@ def split_sections(output) -> dict:
 
 
 class ReleaseStore(FactBase):
-    """`releases.py state` on the host: releases, active/last good, lock holder, installed vs running.
+    """`hostside.store state` on the host: releases, active/last good, lock holder, installed vs running.
 
     The program is sent inline (base64 on stdin), so the fact works before anything was uploaded and
     always matches this checkout's version of the store format.
@@ -38,20 +38,20 @@ class ReleaseStore(FactBase):
     requires_command = "python3"
 
     def command(self, service: str) -> str:
-        return inline_releases("state", service)
+        return inline_store("state", service)
 
     def process(self, output):
         return json.loads("\n".join(output))
 
 
 class ReleaseHistory(FactBase):
-    """`releases.py history` on the host (sent inline): each retained release's switches, gate medians and
+    """`hostside.store history` on the host (sent inline): each retained release's switches, gate medians and
     perf-watch history (history.py)."""
 
     requires_command = "python3"
 
     def command(self, service: str) -> str:
-        return inline_releases("history", service)
+        return inline_store("history", service)
 
     def process(self, output):
         return json.loads("\n".join(output))
@@ -59,7 +59,7 @@ class ReleaseHistory(FactBase):
 
 class DeployState(FactBase):
     """Everything a deploy decides from, in one round trip: the simulated-host marker, the release
-    store (`releases.py state`, sent inline), the hashes of shipped archives, paths that must exist, files'
+    store (`hostside.store state`, sent inline), the hashes of shipped archives, paths that must exist, files'
     modes and hashes, and timers' enablement and state (`systemctl is-enabled`, `is-active`)."""
 
     requires_command = "python3"
@@ -72,7 +72,7 @@ class DeployState(FactBase):
         from sglang_deploy.layout import SIMULATED_MARKER
 
         checks = [f"echo '@@simulated'; test -e {SIMULATED_MARKER} && echo yes; echo",
-                  f"echo '@@store'; {inline_releases('state', service)}"]
+                  f"echo '@@store'; {inline_store('state', service)}"]
         for manifest in manifests:
             checks.append(f"echo '@@manifest {manifest}'; cat {shlex.quote(manifest)} 2>/dev/null; echo")
         for path in paths:

@@ -1,7 +1,8 @@
 """Releases on the host: stage a release directory, switch the service to it, prune old ones.
 
-The switch itself runs on the host (hostside/releases.py, under a lock, immune to a dropped SSH
-connection); this role stages files, starts the switch and reports its outcome.
+The switch itself runs on the host (`python3 -m hostside.switch`, under the store's lock, immune to a
+dropped SSH connection); this role ships the host package, stages files, starts the switch and reports
+its outcome.
 """
 
 import json
@@ -18,17 +19,15 @@ from roles.ops import managed_file, preview_diff
 from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.gate import table as gate_table
-from sglang_deploy.layout import TOOL_BIN, ServiceLayout
-from sglang_deploy.release_plan import STORE_ROOT, controller_identity, release_dir
+from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, OLD_TOOL_BIN, STORE_ROOT, ServiceLayout, host_program
+from sglang_deploy.release_plan import controller_identity, release_dir
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
-HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "evidence.py", "safetensors_headers.py", "doctor_collect.py",
-                 "gpu_probe.py", "watch.py")
 
 
 def program_shipment() -> shipment.Shipment:
-    return shipment.build("programs", TOOL_BIN, f"{TOOL_BIN}/.manifest",
-                          [(program, (HOSTSIDE / program).read_bytes(), 0o755) for program in HOST_PROGRAMS])
+    """The host package (sglang_deploy/hostside: every module, standard library only) for HOST_LIB/hostside."""
+    return shipment.build("programs", HOST_LIB, f"{HOST_LIB}/.manifest", shipment.tree(HOSTSIDE, HOST_PACKAGE))
 
 
 @deploy("Release: host programs")
@@ -40,9 +39,12 @@ def install_programs(installed_digest: str | None = None):
         installed_digest = "\n".join(host.get_fact(FileContents, path=ship.manifest) or []).strip()
     if installed_digest == ship.digest:
         return
-    files.put(name=f"Host programs archive ({len(HOST_PROGRAMS)} programs, {ship.digest[:12]})",
+    files.put(name=f"Host package archive ({ship.digest[:12]})",
               src=BytesIO(ship.data), dest=ship.upload_path, mode=600, create_remote_dir=True)
-    server.shell(name=f"Unpack the host programs into {TOOL_BIN}", commands=[shipment.unpack_command(ship)])
+    # A new package replaces the old one whole (a module removed here must not linger there).
+    server.shell(name=f"Unpack the host package into {HOST_LIB}/{HOST_PACKAGE}",
+                 commands=[shlex.join(["rm", "-rf", f"{HOST_LIB}/{HOST_PACKAGE}", OLD_TOOL_BIN]),
+                           shipment.unpack_command(ship)])
 
 
 @deploy("Release: stage")
@@ -78,13 +80,13 @@ def show_changes(service: str, unit: str, env: str):
 def switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good, max_auto_rollbacks,
                    force, gate, on_inconclusive) -> str:
     command = [
-        "python3", f"{TOOL_BIN}/releases.py", "switch", "--service", service, "--release", release_id,
+        "--service", service, "--release", release_id,
         "--probe-url", probe_url, "--timeout", str(timeout), "--reason", reason,
         "--owner", f"{controller_identity()} ({reason})", "--max-auto-rollbacks", str(max_auto_rollbacks),
     ]
     command += ["--auto-rollback"] * auto_rollback + ["--mark-good-on-ready"] * mark_good + ["--force"] * force
     command += ["--gate", "--on-inconclusive", on_inconclusive] if gate else []
-    return " ".join(shlex.quote(c) for c in command)
+    return host_program("switch", *command)
 
 
 def _report(service):
@@ -124,5 +126,4 @@ def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: 
 @deploy("Release: prune")
 def prune(service: str, keep: int):
     server.shell(name=f"Keep the last {keep} releases (and the active and last good one)",
-                 commands=[shlex.join(["python3", f"{TOOL_BIN}/releases.py", "prune", "--service", service, "--keep",
-                                     str(keep), "--prune-venvs"])])
+                 commands=[host_program("store", "prune", "--service", service, "--keep", str(keep), "--prune-venvs")])

@@ -3,15 +3,30 @@
 from __future__ import annotations
 
 import hashlib
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+# The host's paths are written once, in the host program that owns them (the store, stdlib only).
+from .hostside.store import HOST_LIB, STORE_ROOT, VENV_ROOT  # noqa: F401 - re-exported for the roles
 
 if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on bare GPU hosts)
     from .profile import Profile
 
-VENV_ROOT = "/opt/sglang-deploy/venvs"
-TOOL_BIN = "/opt/sglang-deploy/bin"
+HOST_PACKAGE = "hostside"  # sglang_deploy/hostside, installed as HOST_LIB/hostside
+OLD_TOOL_BIN = "/opt/sglang-deploy/bin"  # where versions before the package layout put the host programs
 SIMULATED_MARKER = "/etc/sglang-deploy-simulated"
+
+
+def host_program_argv(module: str, *args: str, python: str = "/usr/bin/python3") -> list[str]:
+    """argv running a host program as a module of the host package; its working directory must be HOST_LIB."""
+    return [python, "-m", f"{HOST_PACKAGE}.{module}", *args]
+
+
+def host_program(module: str, *args: str) -> str:
+    """The shell command that runs a host program: `cd HOST_LIB && python3 -m hostside.<module> ARGS`.
+    The root-owned HOST_LIB is the working directory, so `-m` finds the package there and nowhere else."""
+    return f"cd {HOST_LIB} && " + shlex.join(host_program_argv(module, *args, python="python3"))
 
 
 def requirements(profile: "Profile") -> list[str]:

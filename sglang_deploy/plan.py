@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostdata import get as _get, host_flag, origin  # noqa: F401 - host_flag is part of this module's interface
+from .hostdata import get as _get, origin
 from .profile import Profile, ProfileError, line_of, load_profile
 from .safety import host_data_problems, loopback_url
 from .render import RenderError, Rendered, render

@@ -1,7 +1,7 @@
 """Controller-side release decisions: which release a deploy or rollback switches to, and the listing.
 
-The host side (hostside/releases.py) owns the store and the switch; this module only reads the store's
-state (as reported by `releases.py state`) and decides. Pure and unit-tested.
+The host side owns the store (hostside/store.py) and the switch (hostside/switch.py); this module only reads
+the store's state (as reported by `python3 -m hostside.store state`) and decides. Pure and unit-tested.
 """
 
 from __future__ import annotations
@@ -15,14 +15,13 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .hostside.releases import content_hash, flag_differences, last_used, next_release_id
+from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
 from .layout import venv_path
 
 if TYPE_CHECKING:  # listing and rollback verbs import this module without pydantic and jinja
     from .plan import Plan
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-STORE_ROOT = "/var/lib/sglang-deploy"
 DEFAULT_KEEP = 5
 DEFAULT_MAX_AUTO_ROLLBACKS = 3
 

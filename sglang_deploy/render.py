@@ -15,7 +15,7 @@ from .layout import ServiceLayout, venv_path
 from .profile import Profile
 from .safety import control_message
 
-TEMPLATES_DIR = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 _ENV_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
 SECRET_MASK = "********"
 
@@ -113,9 +113,6 @@ class RenderedWatch:
     exec_start: list[str]
 
 
-WATCH_PROGRAM = "/opt/sglang-deploy/bin/watch.py"  # layout.TOOL_BIN/watch.py (shipped with the host programs)
-
-
 def watch_paths(service: str) -> tuple[str, str]:
     """The watch's unit files: <service>-watch.service and <service>-watch.timer."""
     return (f"/etc/systemd/system/{service}-watch.service", f"/etc/systemd/system/{service}-watch.timer")
@@ -123,13 +120,13 @@ def watch_paths(service: str) -> tuple[str, str]:
 
 def render_watch(profile: Profile) -> RenderedWatch:
     """The perf watch's oneshot service and timer (same profile -> byte-identical files)."""
-    from .release_plan import STORE_ROOT
+    from .layout import HOST_LIB, STORE_ROOT, host_program_argv
 
     watch, gate = profile.watch, profile.gate
-    argv = ["/usr/bin/python3", WATCH_PROGRAM, "--service", profile.service.name, "--samples", str(watch.samples),
-            "--max-running-requests", str(watch.max_running_requests), "--on-drift", watch.on_drift,
-            "--drift-runs", str(watch.drift_runs), "--history-lines", str(watch.history_lines),
-            "--textfile-dir", watch.textfile_dir]
+    argv = host_program_argv("watch", "--service", profile.service.name, "--samples", str(watch.samples),
+                             "--max-running-requests", str(watch.max_running_requests), "--on-drift", watch.on_drift,
+                             "--drift-runs", str(watch.drift_runs), "--history-lines", str(watch.history_lines),
+                             "--textfile-dir", watch.textfile_dir)
     if watch.drift_min_accept_length is not None:
         argv += ["--drift-min-accept-length", str(watch.drift_min_accept_length)]
     # One bench run at its own deadline (hostside/gate.py measure_builtin), twice with a restart in between.
@@ -140,7 +137,8 @@ def render_watch(profile: Profile) -> RenderedWatch:
     env = _jinja()
     context = dict(profile=profile, service=profile.service, watch=watch)
     service = env.get_template("sglang-watch.service.j2").render(
-        exec_start=exec_start_line(argv), hardening=hardening, relaxed=relaxed, timeout_s=timeout, **context)
+        exec_start=exec_start_line(argv), working_directory=unit_value(HOST_LIB), hardening=hardening,
+        relaxed=relaxed, timeout_s=timeout, **context)
     timer = env.get_template("sglang-watch.timer.j2").render(**context)
     check_unit_structure(service, argv, sections=("Unit", "Service"), keys=WATCH_KEYS)
     check_unit_structure(timer, None, sections=("Unit", "Timer", "Install"), keys=WATCH_TIMER_KEYS)
@@ -159,7 +157,8 @@ UNIT_KEYS = {
 }
 REPEATABLE_KEYS = {"DeviceAllow"}
 WATCH_KEYS = {"Unit": {"Description", "After"},
-              "Service": {"Type", "User", "ExecStart", "TimeoutStartSec", *HARDENING_DIRECTIVES}}
+              "Service": {"Type", "User", "WorkingDirectory", "ExecStart", "TimeoutStartSec",
+                          *HARDENING_DIRECTIVES}}
 WATCH_TIMER_KEYS = {"Unit": {"Description"}, "Timer": {"OnActiveSec", "OnUnitActiveSec", "RandomizedDelaySec"},
                     "Install": {"WantedBy"}}
 

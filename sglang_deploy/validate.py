@@ -11,7 +11,7 @@ import difflib
 from dataclasses import dataclass
 
 from . import resolution, validator_env
-from .rules import NCCL_DEBUG_KNOBS, RENAMED_FLAGS, RULES, WAIVABLE  # noqa: F401 - RULES is re-exported
+from .rules import NCCL_DEBUG_KNOBS, RENAMED_FLAGS, WAIVABLE
 from .flags import server_args
 from .profile import Profile, line_of
 

@@ -8,7 +8,7 @@ import pytest
 from conftest import INCIDENT, PROVEN
 from sglang_deploy.gate import expectations, gate_config
 from sglang_deploy.hostside.gate import config_problems, evaluate, ratio_interval, table
-from sglang_deploy.hostside.releases import choose_baseline
+from sglang_deploy.hostside.switch import choose_baseline
 from sglang_deploy.plan import plan_for_host
 
 

@@ -20,7 +20,7 @@ def gated_baseline(simhost, tmp_path, note):
 
 
 def quick_bench(simhost):
-    out = simhost.sh(f"python3 /opt/sglang-deploy/bin/bench.py --url http://127.0.0.1:{TEST_SERVICE_PORT} --api-key-file "
+    out = simhost.sh(f"cd /opt/sglang-deploy/lib && python3 -m hostside.bench --url http://127.0.0.1:{TEST_SERVICE_PORT} --api-key-file "
                      "/etc/sglang-deploy/sglang/secrets.yaml --samples 3 --warmup 0 --max-new-tokens 160 "
                      "--concurrency 1 2>/dev/null")
     return json.loads(out)

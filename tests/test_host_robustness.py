@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.hostside import releases
+from sglang_deploy.hostside import client, readiness, store as store_module, switch
 
-HOSTSIDE = Path(releases.__file__).resolve().parent
+PACKAGE_PARENT = Path(switch.__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(releases, "STORE_ROOT", str(tmp_path))
-    store = releases.Store("sglang")
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
     for release_id in ("0001-aaaaaaaa", "0002-bbbbbbbb"):
         os.makedirs(store.release_dir(release_id))
         Path(store.release_dir(release_id), "meta.json").write_text(json.dumps({"id": release_id}))
@@ -43,16 +43,16 @@ def test_a_corrupted_state_json_does_not_wedge_the_store(store):
 
 def test_atomic_write_leaves_the_mode_and_no_temporary_file(tmp_path):
     target = tmp_path / "state.json"
-    releases.atomic_write(str(target), "{}\n", 0o600)
+    store_module.atomic_write(str(target), "{}\n", 0o600)
     assert (target.read_text(), oct(target.stat().st_mode & 0o777), sorted(p.name for p in tmp_path.iterdir())) == (
         "{}\n", "0o600", ["state.json"])
 
 
 SWITCH_LIKE = r"""
 import subprocess, sys
-sys.path.insert(0, {hostside!r})
-import releases
-shield = releases.StderrShield({log!r}) if {shielded} else None
+sys.path.insert(0, {package_parent!r})
+from hostside import switch
+shield = switch.StderrShield({log!r}) if {shielded} else None
 child = "import sys\nfor i in range(3000): print('bench progress', i, file=sys.stderr, flush=True)"
 code = subprocess.run([sys.executable, "-c", child]).returncode
 print("gate progress", file=sys.stderr, flush=True)
@@ -68,7 +68,7 @@ def test_a_dropped_controller_connection_does_not_fail_the_programs(tmp_path, sh
     Unshielded, the bench dies of BrokenPipeError (what rolled good releases back); shielded, it runs to the
     end and its progress is in the switch log."""
     log = tmp_path / "switch.log"
-    program = SWITCH_LIKE.format(hostside=str(HOSTSIDE), log=str(log), shielded=shielded)
+    program = SWITCH_LIKE.format(package_parent=str(PACKAGE_PARENT), log=str(log), shielded=shielded)
     process = subprocess.Popen([sys.executable, "-c", program], stderr=subprocess.PIPE)
     process.stderr.close()  # the connection drops
     code = process.wait(timeout=60)
@@ -83,7 +83,7 @@ def test_listening_sockets_are_read_from_proc_net_tables(tmp_path):
         "   0: 0100007F:76F0 00000000:0000 0A 00000000:00000000 00:00000000 00000000  65534        0 4242 1\n"
         "   1: 0100007F:76F0 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  65534        0 4343 1\n"
         "   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000      0        0 4444 1\n")
-    assert releases.listening_inodes(30448, tables=(str(table),)) == {"4242"}
+    assert readiness.listening_inodes(30448, tables=(str(table),)) == {"4242"}
 
 
 @pytest.mark.parametrize("url, ok", [("http://127.0.0.1:30000", True), ("http://[::1]:30000", True),
@@ -93,7 +93,7 @@ def test_the_host_sends_the_key_only_to_loopback(url, ok):
     import argparse
 
     try:
-        releases.loopback_url(url)
+        client.loopback_url(url)
         accepted = True
     except argparse.ArgumentTypeError:
         accepted = False
@@ -101,7 +101,7 @@ def test_the_host_sends_the_key_only_to_loopback(url, ok):
 
 
 def test_the_gpu_probe_runs_as_the_service_user_with_the_releases_nccl_settings():
-    from sglang_deploy.hostside import doctor_collect  # noqa: F401 - imports releases as a sibling module
+    from sglang_deploy.hostside import doctor_collect
 
     env = 'HOME=/var/lib/sglang\nNCCL_PROTO=Simple\nNCCL_DEBUG_FILE=/etc/passwd\nNCCL_NET_PLUGIN=/tmp/x.so\nNCCL_X="a b"\n'
     nccl = doctor_collect.probe_nccl_env(env)
@@ -113,7 +113,7 @@ def test_the_gpu_probe_runs_as_the_service_user_with_the_releases_nccl_settings(
 def test_ct129_checks_host_keys_strictly_and_can_use_a_sudo_user(monkeypatch):
     import runpy
 
-    inventory = Path(releases.__file__).resolve().parents[2] / "inventory" / "ct129.py"
+    inventory = PACKAGE_PARENT.parent / "inventory" / "ct129.py"
     monkeypatch.setenv("SGLANG_DEPLOY_CT129_USER", "deploy")
     data = runpy.run_path(str(inventory))["ct129"][0][1]
     assert (data["ssh_strict_host_key_checking"], Path(data["ssh_known_hosts_file"]).exists(), data["ssh_user"],

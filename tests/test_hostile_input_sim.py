@@ -31,7 +31,7 @@ def snapshot(simhost) -> str:
     """Checksums of the unit, environment, secrets, release store, accounts and every unit file, and the
     service's start time: anything a deploy could change."""
     return simhost.sh(
-        "sha256sum " + " ".join(WATCHED) + "; find /etc/systemd/system /var/lib/sglang-deploy /opt/sglang-deploy/bin "
+        "sha256sum " + " ".join(WATCHED) + "; find /etc/systemd/system /var/lib/sglang-deploy /opt/sglang-deploy/lib "
         "-type f -exec sha256sum {} + | sort; systemctl show -p ExecMainStartTimestampMonotonic sglang; true")
 
 
@@ -119,13 +119,13 @@ def test_auth_is_recorded_and_a_rollback_to_another_auth_mode_says_so(deployed, 
     simhost = deployed
     open_profile = proven_with(tmp_path, "  host: 127.0.0.1", "  host: 127.0.0.1\n  auth: none")
     assert simhost.deploy(profile=open_profile).returncode == 0
-    state = json.loads(simhost.sh("python3 /opt/sglang-deploy/bin/releases.py state --service sglang"))
+    state = json.loads(simhost.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
     unauthenticated = state["state"]["active"]
     assert simhost.deploy(profile=PROVEN).returncode == 0
     result = simhost.pyinfra("rollback.py", "--data", f"release={unauthenticated}")
     output = result.stdout + result.stderr
     metas = {r["id"]: r for r in json.loads(simhost.sh(
-        "python3 /opt/sglang-deploy/bin/releases.py state --service sglang"))["releases"]}
+        "cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))["releases"]}
     status_without_key = simhost.http("/v1/models")[0]
     assert (result.returncode, metas[unauthenticated]["auth"], "runs WITHOUT an API key (auth none)" in output,
             status_without_key) == (0, "none", True, 200), output[-3000:]

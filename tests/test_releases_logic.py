@@ -3,7 +3,7 @@
 import pytest
 
 from conftest import PROVEN, proven_with
-from sglang_deploy.hostside.releases import (cmdline_matches, content_hash, flag_differences, last_used,
+from sglang_deploy.hostside.store import (cmdline_matches, content_hash, flag_differences, last_used,
                                              next_release_id, releases_to_prune)
 from sglang_deploy.plan import plan_for_host
 from sglang_deploy.release_plan import build_meta, decide, listing, rollback_target
@@ -109,7 +109,7 @@ def test_listing_marks_active_and_shows_flag_differences():
 
 
 def test_host_flags_parse_strings_from_the_command_line():
-    from sglang_deploy.plan import host_flag
+    from sglang_deploy.hostdata import host_flag
 
     assert host_flag({"force": "false"}, "force") is False and host_flag({"force": "true"}, "force") is True
     assert host_flag({}, "provision", default=True) is True and host_flag({"provision": "no"}, "provision") is False

@@ -17,7 +17,7 @@ STORE = "/var/lib/sglang-deploy/sglang"
 
 
 def state(simhost) -> dict:
-    out = simhost.sh("python3 /opt/sglang-deploy/bin/releases.py state --service sglang")
+    out = simhost.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang")
     return json.loads(out)
 
 
@@ -116,7 +116,7 @@ def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simho
     running_pid = simhost.main_pid()
     # The switch back to `first` dies after writing the unit and before the restart.
     died = simhost.host.ssh(
-        f"SGLANG_DEPLOY_TEST_DIE_AFTER=unit-written python3 /opt/sglang-deploy/bin/releases.py switch "
+        f"cd /opt/sglang-deploy/lib && SGLANG_DEPLOY_TEST_DIE_AFTER=unit-written python3 -m hostside.switch "
         f"--service sglang --release {first} --probe-url http://127.0.0.1:{TEST_SERVICE_PORT} --timeout 30", check=False)
     assert died.returncode == 9
     store = state(simhost)

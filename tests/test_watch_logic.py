@@ -79,8 +79,8 @@ def test_profile_watch_defaults_and_rendered_units():
     assert service["Type"] == "oneshot" and service["ProtectSystem"] == "strict"
     assert service["ReadWritePaths"] == "-/var/lib/sglang-deploy/sglang -/var/lib/prometheus/node-exporter"
     assert service["CapabilityBoundingSet"] == "" and service["NoNewPrivileges"] == "yes"
-    assert unquote_exec(service["ExecStart"])[:4] == ["/usr/bin/python3", "/opt/sglang-deploy/bin/watch.py",
-                                                      "--service", "sglang"]
+    assert unquote_exec(service["ExecStart"])[:5] == ["/usr/bin/python3", "-m", "hostside.watch", "--service", "sglang"]
+    assert service["WorkingDirectory"] == "/opt/sglang-deploy/lib"  # where -m finds the host package
     timer = dict((key, value) for section, key, value in parse_unit(rendered.timer) if key)
     assert timer["OnUnitActiveSec"] == "6h" and timer["RandomizedDelaySec"] == "15min"
     assert render_watch(profile) == rendered
@@ -132,10 +132,10 @@ def test_history_file_keeps_the_last_lines(tmp_path):
 
 def test_record_mode_does_not_restart(tmp_path, monkeypatch):
     """on_drift: record with a drifting measurement: recorded, no systemctl call."""
-    from sglang_deploy.hostside import releases
+    from sglang_deploy.hostside import store as store_module
 
-    monkeypatch.setattr(releases, "STORE_ROOT", str(tmp_path))
-    store = releases.Store("sglang")
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
     (directory / "meta.json").write_text(json.dumps({"probe_url": "http://127.0.0.1:1", "gate": {"verdict": "pass"}}))
@@ -146,7 +146,7 @@ def test_record_mode_does_not_restart(tmp_path, monkeypatch):
     monkeypatch.setattr(watch, "idle_check", lambda *a: (None, None, 0.0))
     monkeypatch.setattr(watch, "measure", lambda *a: {"status": "ok", "decode_tok_s": 20.0, "accept_length": 1.2,
                                                       "ttft_s": 0.03, "samples": 3})
-    monkeypatch.setattr(releases, "systemctl", lambda *a: calls.append(a))
+    monkeypatch.setattr(watch, "systemctl", lambda *a: calls.append(a))
     args = type("Args", (), dict(service="sglang", samples=3, max_running_requests=0, on_drift="record",
                                  drift_min_accept_length=None, drift_runs=1, history_lines=500,
                                  textfile_dir=str(tmp_path / "textfile")))()

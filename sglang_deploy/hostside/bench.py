@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure an SGLang server from the host it runs on (standard library only; prints JSON on stdout).
 
-    python3 bench.py --url http://127.0.0.1:30000 [--api-key-file F] [--samples 5] [--warmup 1]
+    python3 -m hostside.bench --url http://127.0.0.1:30000 [--api-key-file F] [--samples 5] [--warmup 1]
                      [--max-new-tokens 256] [--concurrency 4] [--aggregate-rounds 2]
 
 Single-stream samples: one streaming /generate request at a time, temperature 0, ignore_eos, fixed
@@ -20,6 +20,8 @@ import time
 import urllib.error
 import urllib.request
 
+from .client import headers, read_api_key
+
 PROMPTS = [
     ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "
               "cable, covering the engineering challenges, the failed attempts, and its effect on commerce."),
@@ -37,24 +39,12 @@ PROMPTS = [
 ]
 
 
-def read_api_key(path):
-    if not path:
-        return None
-    for line in open(path):
-        if line.strip().startswith("api-key:"):
-            value = line.split(":", 1)[1].strip()
-            return json.loads(value) if value.startswith('"') else value
-    return None
-
-
 class Client:
     def __init__(self, url, api_key, timeout, request_deadline=None):
         """timeout: the longest silence on a stream (per socket read); request_deadline: the longest one
         request may take in all (a server that trickles keep-alives never trips the first)."""
         self.url = url.rstrip("/")
-        self.headers = {"Content-Type": "application/json"}
-        if api_key:
-            self.headers["Authorization"] = f"Bearer {api_key}"
+        self.headers = headers(api_key)
         self.timeout = timeout
         self.request_deadline = request_deadline
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Collect what the perf doctor needs from the host, as JSON (standard library only).
 
-    python3 doctor_collect.py --service S [--probe [--probe-force]]
+    python3 -m hostside.doctor_collect --service S [--probe [--probe-force]]
 
 The active release (meta, profile, last gate measurement), the running server's /server_info, the
 server process's environment, the checkpoint's bytes by role, GPU clock-limit reasons, and, when
@@ -15,11 +15,9 @@ import shutil
 import subprocess
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import safetensors_headers  # noqa: E402
-import evidence  # noqa: E402
-import gate  # noqa: E402
-from releases import Store, read_api_key, service_name, service_status  # noqa: E402
+from . import evidence, gate, safetensors_headers
+from .client import get_json, read_api_key
+from .store import Store, service_name, service_status
 
 
 def clock_reasons():
@@ -91,7 +89,7 @@ def main():
     report["costly_env"] = evidence.costly_undeclared(report["environ"], declared,
                                                       evidence.environment_sources(args.service))
     try:
-        report["server_info"] = gate.get_json(meta.get("probe_url", "http://127.0.0.1:30000") + "/server_info", api_key)
+        report["server_info"] = get_json(meta.get("probe_url", "http://127.0.0.1:30000") + "/server_info", api_key)
     except Exception as error:  # noqa: BLE001 - reported, the doctor works with what it has
         report["server_info"] = {}
         report["errors"].append(f"/server_info: {error}")

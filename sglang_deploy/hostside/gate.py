@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The post-deploy gate: effective-config checks, then a measurement, then a verdict.
 
-Runs on the host (inside `releases.py switch`, under the release lock), standard library only.
+Runs on the host (inside `python3 -m hostside.switch`, under the store's lock), standard library only.
 Also imported by the controller's tests: every function below except `run` is pure.
 
 Verdicts: pass (the release is marked good), fail (rolled back), inconclusive (the comparison cannot
@@ -16,9 +16,11 @@ import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+from .client import get_json
+
+# The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --- effective configuration ------------------------------------------------------------------------
@@ -247,7 +249,7 @@ def table(result):
     for problem in result.get("config_problems", []):
         lines.append(f"effective config: {problem}  FAIL")
     baseline = result.get("baseline")
-    if baseline:  # set by releases.py run_gate: which measurement the release was compared with, or why none
+    if baseline:  # set by switch.run_gate: which measurement the release was compared with, or why none
         lines.append(f"baseline: {baseline['note']}")
     comparison = result.get("comparison")
     if comparison and comparison.get("message"):
@@ -259,25 +261,19 @@ def table(result):
 
 # --- running on the host -------------------------------------------------------------------------------
 
-def get_json(url, api_key, timeout=30):
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as response:
-        return json.load(response)
-
-
 def measure_builtin(probe_url, secrets_path, settings):
-    command = [sys.executable, os.path.join(HERE, "bench.py"), "--url", probe_url, "--api-key-file", secrets_path,
+    command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
                "--samples", str(settings["samples"]), "--warmup", str(settings["warmup"]),
                "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"])]
     # An overall deadline: every request at its own deadline (bench.py: 60 s + 1 s per token), plus start-up.
     requests = settings["warmup"] + settings["samples"] + 2
     deadline = 120 + requests * (60 + settings["max_new_tokens"])
     try:
-        result = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=deadline)  # progress: stderr
+        result = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=deadline, cwd=PACKAGE_PARENT)  # progress: stderr
     except subprocess.TimeoutExpired:
         return {"errors": [f"the measurement exceeded the gate's deadline of {deadline} s"]}
     if result.returncode != 0:
-        return {"errors": [f"bench.py exited with {result.returncode}"]}
+        return {"errors": [f"the bench client exited with {result.returncode}"]}
     return json.loads(result.stdout)
 
 

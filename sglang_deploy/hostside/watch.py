@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The perf watch: measure the active release between deploys (run by <service>-watch.timer; stdlib only).
 
-    python3 watch.py --service S [--samples 3] [--max-running-requests 0] [--on-drift record|restart]
+    python3 -m hostside.watch --service S [--samples 3] [--max-running-requests 0] [--on-drift record|restart]
                      [--drift-min-accept-length X] [--drift-runs 2] [--history-lines 500]
                      [--textfile-dir /var/lib/prometheus/node-exporter]
 
@@ -26,12 +26,9 @@ import re
 import sys
 import time
 
-try:
-    from . import evidence, gate, releases  # imported as sglang_deploy.hostside.watch
-except ImportError:
-    import evidence  # run as /opt/sglang-deploy/bin/watch.py
-    import gate
-    import releases
+from . import evidence, gate
+from .client import LOOPBACK_URL, http, read_api_key
+from .store import Lock, Locked, Store, atomic_write, now, service_name, systemctl
 
 METRIC_PREFIX = "sglang_deploy_watch"
 RUNNING = re.compile(r"^sglang:num_running_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$", re.MULTILINE)
@@ -148,12 +145,12 @@ def read_history(path):
 
 
 def save_history(path, entries, keep):
-    releases.atomic_write(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in bounded(entries, keep)), 0o644)
+    atomic_write(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in bounded(entries, keep)), 0o644)
 
 
 def idle_check(probe_url, api_key, threshold):
     """(status, detail, running): status None when idle enough to measure."""
-    status, body = releases.http(probe_url + "/metrics", api_key=api_key, timeout=10)
+    status, body = http(probe_url + "/metrics", api_key=api_key, timeout=10)
     if status != 200:
         return "no-metrics", f"/metrics answered {status} (is --enable-metrics on?)", None
     running = running_requests(body.decode(errors="replace"))
@@ -180,7 +177,7 @@ def measure(probe_url, secrets_path, settings, samples):
 def wait_ready(probe_url, timeout):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        status, _ = releases.http(probe_url + "/health", timeout=5)
+        status, _ = http(probe_url + "/health", timeout=5)
         if status == 200:
             return True
         time.sleep(2)
@@ -188,11 +185,11 @@ def wait_ready(probe_url, timeout):
 
 
 def stamp(entry, release_id):
-    return dict(entry, at=releases.now(), unix=round(time.time(), 3), release=release_id)
+    return dict(entry, at=now(), unix=round(time.time(), 3), release=release_id)
 
 
 def run(args):
-    store = releases.Store(args.service)
+    store = Store(args.service)
     state = store.state()
     release_id = state.get("active")
     if not release_id or release_id not in store.ids():
@@ -200,7 +197,7 @@ def run(args):
         return 0
     meta = store.meta(release_id)
     probe_url = meta.get("probe_url")
-    if not releases.LOOPBACK_URL.fullmatch(str(probe_url)):
+    if not LOOPBACK_URL.fullmatch(str(probe_url)):
         log(f"release {release_id} has no loopback probe URL: refusing to send the API key")
         return 2
     try:  # the gate's settings: max_new_tokens (the same requests) and the floors drift is judged by
@@ -213,7 +210,7 @@ def run(args):
     min_decode = settings.get("min_decode_tok_s")
     history_path = os.path.join(store.release_dir(release_id), "watch.jsonl")
     history = read_history(history_path)
-    api_key = releases.read_api_key(store.secrets_path)
+    api_key = read_api_key(store.secrets_path)
 
     def record(entry):
         entry = evidence.redact(stamp(entry, release_id), [api_key])
@@ -240,10 +237,10 @@ def run(args):
         if streak >= args.drift_runs and args.on_drift == "restart":
             reason = f"drift {streak} times in a row: " + "; ".join(entry["drift"])
             log(f"restarting {args.service}.service: {reason}")
-            code = releases.systemctl("restart", f"{args.service}.service").returncode
+            code = systemctl("restart", f"{args.service}.service").returncode
             ready = code == 0 and wait_ready(probe_url, float(meta.get("start_timeout_s") or 1800))
             record({"event": "restart", "status": "restarted" if ready else "restart-failed", "detail": reason})
-            meta.setdefault("history", []).append({"at": releases.now(), "event": f"restarted by the watch ({reason})"})
+            meta.setdefault("history", []).append({"at": now(), "event": f"restarted by the watch ({reason})"})
             store.write_meta(release_id, meta)
             if ready:
                 measured("after-restart")
@@ -256,7 +253,7 @@ def run(args):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--service", type=releases.service_name, required=True)
+    parser.add_argument("--service", type=service_name, required=True)
     parser.add_argument("--samples", type=int, default=3)
     parser.add_argument("--max-running-requests", type=int, default=0)
     parser.add_argument("--on-drift", choices=["record", "restart"], default="record")
@@ -265,11 +262,11 @@ def main():
     parser.add_argument("--history-lines", type=int, default=500)
     parser.add_argument("--textfile-dir", default="/var/lib/prometheus/node-exporter")
     args = parser.parse_args()
-    store = releases.Store(args.service)
+    store = Store(args.service)
     try:
-        with releases.Lock(store, f"sglang-deploy watch ({args.service}-watch.service)"):
+        with Lock(store, f"sglang-deploy watch ({args.service}-watch.service)"):
             return run(args)
-    except releases.Locked as error:
+    except Locked as error:
         log(f"a deploy or rollback holds the lock ({error}): skipped")
         return 0
 

@@ -13,7 +13,6 @@ import urllib.request
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-BENCH = REPO_ROOT / "sglang_deploy" / "hostside" / "bench.py"
 SGLANG_VERSION = "0.5.23"
 ARCHITECTURE = "Qwen3_5ForConditionalGeneration"  # the simulated checkpoint's (data/qwen3.6-27b-fp8.json)
 
@@ -89,8 +88,8 @@ class LocalSim:
 
     def bench(self, *args: str) -> dict:
         """Measure with the gate's own client (hostside/bench.py)."""
-        result = subprocess.run([sys.executable, str(BENCH), "--url", self.url, *args],
-                                capture_output=True, text=True, timeout=600)
+        result = subprocess.run([sys.executable, "-m", "sglang_deploy.hostside.bench", "--url", self.url, *args],
+                                cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
         if result.returncode != 0:
             raise RuntimeError(result.stderr)
         return json.loads(result.stdout)

@@ -1,0 +1,171 @@
+"""Is the release's server ready, and is it really the release's server? (run inside the switch)
+
+Staged readiness: the unit is active after the settle time, /health answers 200, the port is held by the
+unit's own processes (before the API key is sent), a real /generate returns tokens, and with auth
+api-key a request without the key is refused. A failed start is explained from the journal.
+"""
+
+import datetime
+import json
+import os
+import subprocess
+import time
+
+from . import evidence
+from .client import LOOPBACK_URL, http, read_api_key
+from .store import service_status, systemctl
+
+
+# --- who listens on the port (before the API key is sent) ------------------------------------------
+
+def listening_inodes(port, tables=("/proc/net/tcp", "/proc/net/tcp6")):
+    """Socket inodes in LISTEN state on the port (any local address)."""
+    inodes = set()
+    for table in tables:
+        try:
+            with open(table) as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    return inodes
+
+
+def unit_pids(service):
+    """Every process of the unit's cgroup (SGLang's schedulers and detokenizer included)."""
+    group = systemctl("show", "-p", "ControlGroup", "--value", f"{service}.service").stdout.strip()
+    pids = set()
+    if group:
+        for directory, _, files in os.walk("/sys/fs/cgroup" + group):
+            if "cgroup.procs" in files:
+                try:
+                    with open(os.path.join(directory, "cgroup.procs")) as f:
+                        pids.update(int(line) for line in f if line.strip())
+                except OSError:
+                    pass
+    main_pid = service_status(service)["main_pid"]
+    return pids | ({main_pid} if main_pid else set())
+
+
+def socket_owners(inodes):
+    """inode -> pids holding it open (the processes this host's /proc shows)."""
+    owners = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                target = os.readlink(f"/proc/{entry}/fd/{fd}")
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    owners.setdefault(target[8:-1], set()).add(int(entry))
+        except OSError:
+            continue
+    return owners
+
+
+def process_label(pid):
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            comm = f.read().strip()
+        uid = os.stat(f"/proc/{pid}").st_uid
+    except OSError:
+        return f"pid {pid}"
+    return f"pid {pid} ({comm}, uid {uid})"
+
+
+def foreign_listener(service, probe_url):
+    """None when every socket listening on the probe's port belongs to the unit's processes; else why not.
+    SGLang binds its port only after minutes of loading: a local user who binds it first would otherwise
+    receive the API key and could fake readiness and the gate."""
+    port = int(LOOPBACK_URL.fullmatch(probe_url).group(2))
+    inodes = listening_inodes(port)
+    if not inodes:
+        return f"nothing listens on port {port}"
+    pids = unit_pids(service)
+    owners = socket_owners(inodes)
+    strangers = sorted({pid for held in owners.values() for pid in held if pid not in pids})
+    unowned = [inode for inode in inodes if not owners.get(inode)]
+    if strangers or unowned:
+        who = ", ".join(process_label(pid) for pid in strangers) or "a process outside this host's view"
+        return (f"port {port} is held by {who}, not by {service}.service: the API key is not sent "
+                "(another process bound the port first)")
+    return None
+
+
+# --- readiness ------------------------------------------------------------------------------------
+
+def journal_since(service, since):
+    result = subprocess.run(["journalctl", "-u", f"{service}.service", "--no-pager", "-o", "cat", "--since", since],
+                            capture_output=True, text=True)
+    return result.stdout.rstrip()
+
+
+def failed_start(service, since, api_key, lines=25):
+    """The journal of a failed start, secrets redacted: its last lines and what SGLang's own log says."""
+    journal = journal_since(service, since)
+    tail = evidence.redact("\n".join(journal.splitlines()[-lines:]), [api_key])
+    findings = evidence.log_findings(journal)
+    cause = None
+    if findings["graph_capture_failed"]:
+        cause = ("decode CUDA graph capture failed and SGLang exited (0.5.23 has no eager fallback): "
+                 + evidence.redact(findings["graph_capture_failed"], [api_key]))
+    return tail, cause
+
+
+def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
+    """Stages: unit active after the settle time -> /health 200 -> a real /generate returns tokens -> with
+    auth api-key, a request without the key is refused (401)."""
+    start = time.monotonic()
+    since = (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
+    api_key = read_api_key(store.secrets_path)
+    if auth == "api-key" and not api_key:
+        return {"ready": False, "stage": "auth", "elapsed_s": 0.0, "journal": "",
+                "detail": f"the release requires an API key (auth api-key) but {store.secrets_path} holds none"}
+    stage, detail = "active", ""
+    while time.monotonic() - start < timeout:
+        elapsed = time.monotonic() - start
+        status = service_status(store.service)
+        state = status["active_state"]
+        if state in ("failed", "inactive") or (state != "active" and elapsed > settle):
+            tail, cause = failed_start(store.service, since, api_key)
+            detail = f"{store.service}.service is {state} ({status['sub_state']}, result {status['result']})"
+            return {"ready": False, "stage": "active", "detail": detail + (f": {cause}" if cause else ""),
+                    "elapsed_s": round(elapsed, 1), "journal": tail}
+        if elapsed < settle:
+            time.sleep(0.3)
+            continue
+        stage = "health"
+        status, body = http(probe_url + "/health", timeout=5)
+        if status != 200:
+            detail = f"/health answered {status}"
+            time.sleep(0.5)
+            continue
+        stage = "listener"
+        stranger = foreign_listener(store.service, probe_url)
+        if stranger and not stranger.startswith("nothing listens"):
+            return {"ready": False, "stage": "listener", "detail": stranger, "journal": "",
+                    "elapsed_s": round(time.monotonic() - start, 1)}
+        stage = "generate"
+        status, body = http(probe_url + "/generate", {"text": "Say hello.", "sampling_params": {
+            "max_new_tokens": 8, "temperature": 0}}, api_key=api_key, timeout=max(5, timeout - elapsed))
+        try:
+            tokens = json.loads(body)["meta_info"]["completion_tokens"] if status == 200 else 0
+        except (ValueError, KeyError, TypeError):
+            tokens = 0
+        if tokens > 0 and auth == "api-key":
+            status, _ = http(probe_url + "/v1/models", timeout=10)  # no key: must be refused
+            if status != 401:
+                return {"ready": False, "stage": "auth", "elapsed_s": round(time.monotonic() - start, 1),
+                        "journal": "", "detail": f"a request without the API key got {status}, not 401: the "
+                                                 "server does not enforce authentication"}
+        if tokens > 0:
+            return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1),
+                    "auth": auth}
+        detail = f"/generate answered {status}: {body[:200].decode(errors='replace')}"
+        time.sleep(0.5)
+    tail, cause = failed_start(store.service, since, api_key)
+    return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({cause or detail})",
+            "elapsed_s": round(time.monotonic() - start, 1), "journal": tail}

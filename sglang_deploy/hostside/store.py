@@ -1,0 +1,420 @@
+"""The release store on a deployed host: its paths, its files, its lock, and the commands that read it.
+
+Layout (``/var/lib/sglang-deploy/<service>/``):
+  releases/<id>/      sglang.service, sglang.env (0600), profile.json, meta.json (written last = complete)
+  state.json          {"active", "last_good", "auto_rollbacks_in_row", "switching"}
+  lock                flock held by whoever changes the service (switch, prune, the perf watch);
+                      lock.json says who holds it
+
+    python3 -m hostside.store state   --service S     releases, active/last good, lock holder, installed vs running
+    python3 -m hostside.store history --service S     every release's switches, gate medians and watch.jsonl
+    python3 -m hostside.store prune   --service S --keep N [--prune-venvs]
+                                                      drop old releases (never the active or last good one)
+                                                      and virtualenvs no retained release points at
+
+Every command prints JSON on stdout. Standard library only and self-contained (no imports from its
+package): the controller's facts send this file inline to a host that has nothing installed yet, and
+the controller imports its paths and pure helpers, so the host's paths are written here once.
+"""
+
+import argparse
+import datetime
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
+VENV_ROOT = "/opt/sglang-deploy/venvs"
+HOST_LIB = "/opt/sglang-deploy/lib"  # this package is installed as HOST_LIB/hostside (run with python3 -m)
+RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
+SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
+
+
+# --- pure helpers (imported by the controller) ----------------------------------------------------
+
+def content_hash(unit: str, env: str) -> str:
+    """A release is defined by its unit and its environment file (the secrets file is not part of it)."""
+    return hashlib.sha256(unit.encode() + b"\0" + env.encode()).hexdigest()
+
+
+def next_release_id(existing_ids, digest: str) -> str:
+    sequence = max((int(RELEASE_ID.match(i).group(1)) for i in existing_ids if RELEASE_ID.match(i)), default=0)
+    return f"{sequence + 1:04d}-{digest[:8]}"
+
+
+def last_used(meta) -> str:
+    """When a release last became active (a redeploy reuses an old release), else when it was created."""
+    activations = [e["at"] for e in meta.get("history", []) if e.get("event", "").startswith("activated")]
+    return max(activations + [meta.get("created") or ""])
+
+
+def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
+    """Everything but the `keep` most recently used, except protected ids (active, last good)."""
+    keep_ids = set(ids_least_recent_first[-keep:]) if keep > 0 else set()
+    return [i for i in ids_least_recent_first if i not in keep_ids and i not in protected]
+
+
+def cmdline_matches(cmdline, exec_start) -> bool:
+    """A script's process shows its interpreter first (`python3 /venv/bin/sglang serve ...`)."""
+    if not cmdline or not exec_start:
+        return False
+    if cmdline == exec_start:
+        return True
+    return os.path.basename(cmdline[0]).startswith("python") and cmdline[1:] == exec_start
+
+
+def release_auth(meta) -> str:
+    """api-key or none; releases from before the field existed: from their command line (--config carries the key)."""
+    if meta.get("auth") in ("api-key", "none"):
+        return meta["auth"]
+    return "api-key" if "--config" in (meta.get("exec_start") or []) else "none"
+
+
+def auth_change(from_meta, to_meta):
+    """A sentence when switching between the two releases changes whether the server requires the API key."""
+    if not from_meta or not to_meta:
+        return None
+    before, after = release_auth(from_meta), release_auth(to_meta)
+    if before == after:
+        return None
+    if after == "none":
+        return (f"AUTHENTICATION CHANGES: release {to_meta.get('id', '?')} runs WITHOUT an API key (auth none); the "
+                f"release it replaces required one")
+    return (f"authentication changes: release {to_meta.get('id', '?')} requires the API key (auth api-key); the "
+            f"release it replaces ran without one")
+
+
+def flag_differences(argv, reference) -> list:
+    """'--flag: reference -> argv' for every flag whose value differs (launcher excluded)."""
+    def flags(args):
+        out, current = {}, None
+        for arg in args:
+            if arg.startswith("--"):
+                current = arg
+                out[current] = []
+            elif current:
+                out[current].append(arg)
+        return {k: " ".join(v) or "on" for k, v in out.items()}
+
+    mine, theirs = flags(argv or []), flags(reference or [])
+    return [f"{name}: {theirs.get(name, '(absent)')} -> {mine.get(name, '(absent)')}"
+            for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
+
+
+# --- store ----------------------------------------------------------------------------------------
+
+class Store:
+    def __init__(self, service):
+        self.service = service
+        self.root = os.path.join(STORE_ROOT, service)
+        self.releases_dir = os.path.join(self.root, "releases")
+        self.state_path = os.path.join(self.root, "state.json")
+        self.unit_path = f"/etc/systemd/system/{service}.service"
+        self.env_path = f"/etc/sglang-deploy/{service}/sglang.env"
+        self.secrets_path = f"/etc/sglang-deploy/{service}/secrets.yaml"
+        self.problems = []  # files found corrupted and set aside, for the controller to show
+
+    def release_dir(self, release_id):
+        return os.path.join(self.releases_dir, release_id)
+
+    def set_aside(self, path, error):
+        """A corrupted store file must not wedge deploys, rollbacks and listings: rename it, say so."""
+        aside = f"{path}.corrupt-{datetime.datetime.now().strftime('%Y%m%dT%H%M%S')}"
+        try:
+            os.replace(path, aside)
+        except OSError:
+            aside = "(could not be renamed)"
+        message = f"{path} is corrupted ({type(error).__name__}: {error}); set aside as {aside}"
+        self.problems.append(message)
+        log(message)
+
+    def ids(self):
+        """Complete releases (a readable meta.json present), oldest first; a corrupted meta.json is set aside."""
+        if not os.path.isdir(self.releases_dir):
+            return []
+        ids = []
+        for i in os.listdir(self.releases_dir):
+            path = os.path.join(self.releases_dir, i, "meta.json")
+            if not RELEASE_ID.match(i) or not os.path.exists(path):
+                continue
+            try:
+                with open(path) as f:
+                    if not isinstance(json.load(f), dict):
+                        raise ValueError("not a JSON object")
+            except (ValueError, UnicodeDecodeError) as error:
+                self.set_aside(path, error)
+                continue
+            ids.append(i)
+        return sorted(ids, key=lambda i: int(RELEASE_ID.match(i).group(1)))
+
+    def meta(self, release_id):
+        with open(os.path.join(self.release_dir(release_id), "meta.json")) as f:
+            return json.load(f)
+
+    def write_meta(self, release_id, meta):
+        atomic_write(os.path.join(self.release_dir(release_id), "meta.json"), json.dumps(meta, indent=1) + "\n", 0o644)
+
+    def state(self):
+        empty = {"active": None, "last_good": None, "auto_rollbacks_in_row": 0, "switching": None}
+        try:
+            with open(self.state_path) as f:
+                state = json.load(f)
+            if not isinstance(state, dict):
+                raise ValueError("not a JSON object")
+            return state
+        except FileNotFoundError:
+            return empty
+        except (ValueError, UnicodeDecodeError) as error:
+            # The next deploy converges: the host is inconsistent with "no active release".
+            self.set_aside(self.state_path, error)
+            return empty
+
+    def save_state(self, state):
+        os.makedirs(self.root, exist_ok=True)
+        atomic_write(self.state_path, json.dumps(state, indent=1) + "\n", 0o644)
+
+    def read(self, path):
+        try:
+            with open(path) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+
+
+def atomic_write(path, content, mode):
+    """Write, fsync, rename, then fsync the directory: the rename survives a power loss."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w") as f:
+            f.write(content)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def log(message):
+    try:
+        print(f"[sglang-deploy] {message}", file=sys.stderr, flush=True)
+    except (BrokenPipeError, OSError):
+        pass  # the controller went away; carry on
+
+
+def emit(document):
+    try:
+        print(json.dumps(document, indent=1), flush=True)
+    except (BrokenPipeError, OSError):
+        pass
+
+
+# --- the lock: one change to the service at a time -------------------------------------------------
+
+class Locked(Exception):
+    pass
+
+
+class Lock:
+    def __init__(self, store, owner):
+        self.path = os.path.join(store.root, "lock")
+        self.info_path = os.path.join(store.root, "lock.json")
+        self.owner = owner
+        self.handle = None
+
+    def __enter__(self):
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.handle = open(self.path, "a+")
+        try:
+            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise Locked(holder(self.info_path)) from None
+        atomic_write(self.info_path, json.dumps({"owner": self.owner, "pid": os.getpid(), "since": now()}) + "\n", 0o644)
+        return self
+
+    def __exit__(self, *exc):
+        try:
+            os.unlink(self.info_path)
+        except FileNotFoundError:
+            pass
+        fcntl.flock(self.handle, fcntl.LOCK_UN)
+        self.handle.close()
+
+
+def holder(info_path):
+    try:
+        with open(info_path) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return {"owner": "unknown"}
+
+
+def lock_holder(store):
+    """The current holder, or None (a stale lock.json of a dead process does not count)."""
+    path = os.path.join(store.root, "lock")
+    if not os.path.exists(path):
+        return None
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return holder(os.path.join(store.root, "lock.json"))
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+# --- the service ----------------------------------------------------------------------------------
+
+def systemctl(*args):
+    return subprocess.run(["systemctl", *args], capture_output=True, text=True)
+
+
+def service_status(service):
+    show = systemctl("show", "-p", "ActiveState", "-p", "SubState", "-p", "Result", "-p", "MainPID",
+                     "-p", "ExecMainStartTimestampMonotonic", f"{service}.service").stdout
+    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
+    pid = int(props.get("MainPID") or 0)
+    cmdline = None
+    if pid:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = [a.decode() for a in f.read().split(b"\0") if a]
+        except FileNotFoundError:
+            pass
+    return {"active_state": props.get("ActiveState"), "sub_state": props.get("SubState"),
+            "result": props.get("Result"), "main_pid": pid, "cmdline": cmdline,
+            "started_monotonic_us": props.get("ExecMainStartTimestampMonotonic")}
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+def cmd_state(args):
+    store = Store(args.service)
+    state = store.state()
+    releases = []
+    for release_id in store.ids():
+        meta = store.meta(release_id)
+        meta["id"] = release_id
+        releases.append(meta)
+    unit, env = store.read(store.unit_path), store.read(store.env_path)
+    installed = content_hash(unit, env) if unit is not None and env is not None else None
+    running = service_status(args.service)
+    active_meta = next((r for r in releases if r["id"] == state.get("active")), None)
+    consistent = bool(active_meta and installed == active_meta.get("content_hash")
+                      and running["active_state"] == "active" and cmdline_matches(running["cmdline"], active_meta.get("exec_start"))
+                      and not state.get("switching"))
+    emit({"service": args.service, "state": state, "releases": releases, "lock": lock_holder(store),
+          "installed_hash": installed, "running": running, "consistent": consistent, "problems": store.problems})
+    return 0
+
+
+def cmd_history(args):
+    """Every retained release's switches, gate result (medians) and perf-watch history, oldest first."""
+    store = Store(args.service)
+    out = []
+    for release_id in store.ids():
+        meta = store.meta(release_id)
+        directory = store.release_dir(release_id)
+        try:
+            gate = json.loads(store.read(os.path.join(directory, "gate-result.json")) or "{}")
+        except ValueError:
+            gate = {}
+        measurement = gate.get("measurement") or {}
+        try:
+            settings = json.loads(store.read(os.path.join(directory, "gate-config.json")) or "{}").get("settings") or {}
+        except (ValueError, AttributeError):
+            settings = {}
+        watch = []
+        for line in (store.read(os.path.join(directory, "watch.jsonl")) or "").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict):
+                watch.append(entry)
+        out.append({"id": release_id, "created": meta.get("created"), "history": meta.get("history") or [],
+                    "verdict": meta.get("verdict"),
+                    "floors": {"decode_tok_s": settings.get("min_decode_tok_s"),
+                               "accept_length": settings.get("min_accept_length")},
+                    "gate": {"verdict": gate.get("verdict"), "at": (meta.get("gate") or {}).get("at"),
+                             **{key: (measurement.get(key) or {}).get("median")
+                                for key in ("decode_tok_s", "accept_length", "ttft_s")}} if gate else None,
+                    "watch": watch[-args.limit:]})
+    emit({"service": args.service, "state": store.state(), "releases": out})
+    return 0
+
+
+def cmd_prune(args):
+    store = Store(args.service)
+    try:
+        with Lock(store, "prune"):
+            return prune_locked(store, args)
+    except Locked as locked:
+        log(f"prune skipped: another deploy or rollback is running ({locked.args[0].get('owner')})")
+        emit({"ok": False, "skipped": "locked"})
+        return 0
+
+
+def prune_locked(store, args):
+    state = store.state()
+    protected = {state.get("active"), state.get("last_good"), (state.get("switching") or {}).get("to")}
+    by_use = sorted(store.ids(), key=lambda release_id: last_used(store.meta(release_id)))
+    removed = releases_to_prune(by_use, args.keep, protected)
+    for release_id in removed:
+        shutil.rmtree(store.release_dir(release_id))
+    # Virtualenvs stay while any retained release of any service points at them.
+    in_use = set()
+    for service in os.listdir(STORE_ROOT) if os.path.isdir(STORE_ROOT) else []:
+        other = Store(service)
+        for release_id in other.ids():
+            in_use.add(other.meta(release_id).get("venv"))
+    dropped_venvs = []
+    if os.path.isdir(VENV_ROOT) and in_use:
+        for name in os.listdir(VENV_ROOT):
+            path = os.path.join(VENV_ROOT, name)
+            if path not in in_use and args.prune_venvs:
+                shutil.rmtree(path)
+                dropped_venvs.append(path)
+    emit({"ok": True, "removed": removed, "kept": store.ids(), "removed_venvs": dropped_venvs})
+    return 0
+
+
+def service_name(value):
+    """argparse type: a unit name that is also a safe path component."""
+    if not SERVICE_NAME.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"not a service name: {value!r}")
+    return value
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(prog="python3 -m hostside.store")
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("state").add_argument("--service", required=True, type=service_name)
+    history = sub.add_parser("history")
+    history.add_argument("--service", required=True, type=service_name)
+    history.add_argument("--limit", type=int, default=500)
+    prune = sub.add_parser("prune")
+    prune.add_argument("--service", required=True, type=service_name)
+    prune.add_argument("--keep", type=int, default=5)
+    prune.add_argument("--prune-venvs", action="store_true")
+    args = parser.parse_args(argv)
+    return {"state": cmd_state, "history": cmd_history, "prune": cmd_prune}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

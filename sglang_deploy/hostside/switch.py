@@ -1,0 +1,343 @@
+"""Switch the service to a release, under the store's lock: install, restart, readiness, the gate, and
+the automatic rollback to the last good release.
+
+    python3 -m hostside.switch --service S --release ID --probe-url URL --timeout T [--gate] [--auto-rollback] ...
+
+Writes last_switch.json (redacted) and its progress to stderr and switch.log. SIGHUP is ignored, so a
+dropped SSH connection or a killed controller does not stop a switch half-way; the flock dies with
+the process. Exit codes: 0 active, 1 failed and rolled back (or nothing to roll back to), 2 refused,
+3 the rollback failed too, 4 locked by another deploy, rollback or the perf watch.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from . import evidence, gate
+from .client import LOOPBACK_URL, loopback_url, read_api_key
+from .readiness import foreign_listener, wait_ready
+from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, log, now,
+                    release_auth, service_name, service_status, systemctl)
+
+EXIT_FAILED_ROLLED_BACK = 1
+EXIT_LOCKED = 4
+EXIT_ROLLBACK_FAILED = 3
+
+
+class StderrShield:
+    """Progress of the switch and of the programs it starts (gate, bench) goes to a pipe this process drains
+    into a log file and, while it is still there, to the controller's stderr. A dropped SSH connection then
+    breaks only that copy: no program gets a BrokenPipeError, so a good release is not rolled back for it."""
+
+    def __init__(self, log_path):
+        import threading
+
+        self.original = os.dup(2)
+        read_end, write_end = os.pipe()
+        os.dup2(write_end, 2)
+        os.close(write_end)
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        self.log = open(log_path, "wb")  # the last switch's progress
+        self.thread = threading.Thread(target=self._pump, args=(read_end,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, read_end):
+        forward = True
+        while True:
+            data = os.read(read_end, 65536)
+            if not data:
+                break
+            self.log.write(data)
+            self.log.flush()
+            if forward:
+                try:
+                    os.write(self.original, data)
+                except OSError:
+                    forward = False  # the controller is gone; keep logging
+        os.close(read_end)
+
+    def close(self):
+        try:
+            sys.stderr.flush()
+        except OSError:
+            pass
+        os.dup2(self.original, 2)  # closes the pipe's last write end: the pump sees EOF
+        self.thread.join(timeout=5)
+        self.log.close()
+
+
+def install(store, release_id):
+    """Put a release's unit and environment in place (atomic renames) and make systemd see them."""
+    source = store.release_dir(release_id)
+    os.makedirs(os.path.dirname(store.env_path), exist_ok=True)
+    atomic_write(store.env_path, store.read(os.path.join(source, "sglang.env")), 0o600)
+    atomic_write(store.unit_path, store.read(os.path.join(source, "sglang.service")), 0o644)
+    if os.environ.get("SGLANG_DEPLOY_TEST_DIE_AFTER") == "unit-written":
+        log("TEST HOOK: dying after the unit was written, before the restart")
+        os._exit(9)
+    systemctl("daemon-reload")
+    systemctl("enable", f"{store.service}.service")
+
+
+def activate(store, release_id, probe_url, timeout, settle):
+    install(store, release_id)
+    log(f"restarting {store.service}.service on release {release_id}")
+    systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
+    systemctl("restart", f"{store.service}.service")
+    return wait_ready(store, probe_url, timeout, settle, auth=release_auth(store.meta(release_id)))
+
+
+def switch(args):
+    store = Store(args.service)
+    if args.release not in store.ids():
+        message = f"release {args.release} is not in {store.releases_dir}; retained: {', '.join(store.ids()) or 'none'}"
+        log(message)
+        return 2
+    try:
+        with Lock(store, args.owner):
+            return switch_locked(store, args)
+    except Locked as locked:
+        info = locked.args[0]
+        message = (f"another deploy or rollback is running: {info.get('owner')} (pid {info.get('pid')}, "
+                   f"since {info.get('since')})")
+        log(message)
+        return EXIT_LOCKED
+
+
+def switch_locked(store, args):
+    state = store.state()
+    previous = state.get("active")
+    if args.auto_rollback and state.get("auto_rollbacks_in_row", 0) >= args.max_auto_rollbacks and not args.force:
+        return finish(store, {"ok": False, "release": args.release, "error": (
+            f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
+            "fix the cause, or deploy with --data force=true")}, 2)
+    state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
+    store.save_state(state)
+    meta = store.meta(args.release)
+    change = auth_change(store.meta(previous) if previous in store.ids() else None, dict(meta, id=args.release))
+    if change:
+        log(change)
+    result = activate(store, args.release, args.probe_url, args.timeout, args.settle)
+    document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result,
+                "auth": release_auth(meta)}
+    if change:
+        document["auth_change"] = change
+    if not result["ready"]:
+        log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
+        return fail_and_roll_back(store, state, meta, document, args, f"failed to start: {result.get('detail')}")
+
+    verdict = "good" if args.mark_good_on_ready else meta.get("verdict")
+    if args.gate:
+        try:
+            gate_result = run_gate(store, args, meta, state)
+        except Exception as error:  # noqa: BLE001 - a broken gate must not leave the switch half-done
+            gate_result = {"verdict": "inconclusive", "reasons": [], "rows": [], "config_problems": [],
+                           "inconclusive": [f"the gate could not run: {type(error).__name__}: {error}"]}
+        document["gate"] = gate_result
+        meta["gate"] = {"verdict": gate_result["verdict"], "summary": gate_summary(gate_result),
+                        "at": now(), "simulated": gate_result.get("simulated"),
+                        "baseline": gate_result.get("baseline_release")}
+        if gate_result["verdict"] == "fail" or (gate_result["verdict"] == "inconclusive"
+                                                and args.on_inconclusive == "rollback"):
+            return fail_and_roll_back(store, state, meta, document, args,
+                                      f"gate {gate_result['verdict']}: " + "; ".join(
+                                          gate_result["reasons"] + gate_result["inconclusive"]),
+                                      verdict="bad" if gate_result["verdict"] == "fail" else "inconclusive")
+        verdict = "good" if gate_result["verdict"] == "pass" else "inconclusive"
+    meta["verdict"] = verdict
+    # What decided the verdict: "gate" (measured; meta["gate"] says how), "skip_gate" (marked good when ready,
+    # not measured now: whatever meta["gate"] holds is an older measurement), or an earlier decision.
+    meta["verdict_by"] = "gate" if args.gate else "skip_gate" if args.mark_good_on_ready else meta.get("verdict_by")
+    meta.setdefault("history", []).append({"at": now(), "event": f"activated ({args.reason})"
+                                           + (", marked good without the gate (skip_gate)"
+                                              if args.mark_good_on_ready and not args.gate else "")})
+    store.write_meta(args.release, meta)
+    if verdict == "good":
+        state.update(last_good=args.release, auto_rollbacks_in_row=0)
+    state.update(active=args.release, switching=None)
+    store.save_state(state)
+    document.update(ok=True, active=args.release, verdict=verdict)
+    return finish(store, document, 0)
+
+
+def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad"):
+    meta["verdict"] = verdict
+    meta["verdict_by"] = "gate" if "gate" in document else "readiness"
+    meta.setdefault("history", []).append({"at": now(), "event": event})
+    store.write_meta(args.release, meta)
+    document.update(ok=False, failure=event)
+    target = state.get("last_good")
+    if not args.auto_rollback or not target or target == args.release:
+        state.update(active=args.release if target != args.release else None, switching=None)
+        store.save_state(state)
+        document["rolled_back_to"] = None
+        return finish(store, document, EXIT_FAILED_ROLLED_BACK)
+    log(f"automatic rollback to the last good release {target}")
+    change = auth_change(dict(meta, id=args.release), dict(store.meta(target), id=target))
+    if change:
+        log(change)
+        document["rollback_auth_change"] = change
+    # The target's own port and start timeout: a deploy that changed the port must not probe the new one.
+    target_meta = store.meta(target)
+    target_url = target_meta.get("probe_url") if LOOPBACK_URL.fullmatch(str(target_meta.get("probe_url"))) else None
+    back = activate(store, target, target_url or args.probe_url,
+                    args.rollback_timeout if args.rollback_timeout_given
+                    else float(target_meta.get("start_timeout_s") or args.timeout), args.settle)
+    if back["ready"]:
+        target_meta = store.meta(target)
+        target_meta.setdefault("history", []).append({"at": now(), "event": "activated (automatic rollback)"})
+        store.write_meta(target, target_meta)
+    state.update(active=target if back["ready"] else None, switching=None,
+                 auto_rollbacks_in_row=state.get("auto_rollbacks_in_row", 0) + 1)
+    store.save_state(state)
+    document.update(rolled_back_to=target, rollback_readiness=back)
+    return finish(store, document, EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED)
+
+
+def choose_baseline(candidates, last_good, current):
+    """The measurement to compare a release with: (release id or None, a sentence saying which and why).
+
+    candidates: [(release id, meta, gate-result.json's verdict or None)], oldest first. A baseline is a
+    measurement that passed its gate (meta's gate verdict and the stored result both "pass"). A release
+    marked good without passing (skip_gate: never measured, or measured and failed) is no baseline: the
+    last good release when it passed, else the release whose gate passed last, else none (the verdict
+    then rests on the floors). The release being measured is never its own baseline.
+    """
+    def passed(meta, stored_verdict):
+        return (meta.get("gate") or {}).get("verdict") == "pass" and stored_verdict == "pass"
+
+    eligible = [(release_id, meta) for release_id, meta, stored in candidates
+                if release_id != current and passed(meta, stored)]
+    last_good_meta = next((meta for release_id, meta, _ in candidates if release_id == last_good), None)
+    why_not = None
+    if last_good and last_good != current and last_good_meta is not None:
+        if any(release_id == last_good for release_id, _ in eligible):
+            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta['gate'].get('at')})"
+        gate = (last_good_meta.get("gate") or {}).get("verdict")
+        why_not = (f"the last good release {last_good} is no baseline: it was marked good without passing its gate ("
+                   + ("never measured" if not gate else f"gate {gate}" if gate != "pass" else "no stored passed result")
+                   + ")")
+    if eligible:
+        release_id, meta = max(eligible, key=lambda item: item[1]["gate"].get("at") or "")
+        note = f"release {release_id}, the last release that passed its gate ({meta['gate'].get('at')})"
+        return release_id, (f"{note}; {why_not}" if why_not else note)
+    return None, ("no passed baseline, the verdict rests on the floors (no other release on this host passed its gate"
+                  + (f"; {why_not})" if why_not else ")"))
+
+
+def run_gate(store, args, meta, state):
+    directory = store.release_dir(args.release)
+    with open(os.path.join(directory, "gate-config.json")) as f:
+        config = json.load(f)
+    candidates, stored = [], {}
+    for release_id in store.ids():
+        text = store.read(os.path.join(store.release_dir(release_id), "gate-result.json"))
+        try:
+            stored[release_id] = json.loads(text) if text else {}
+        except ValueError:  # a damaged result is no baseline
+            stored[release_id] = {}
+        candidates.append((release_id, store.meta(release_id), stored[release_id].get("verdict")))
+    baseline_release, note = choose_baseline(candidates, state.get("last_good"), args.release)
+    baseline = stored[baseline_release].get("measurement") if baseline_release else None
+    status = service_status(store.service)
+    log(f"gate: checking the running server against release {args.release}, then measuring; baseline: {note}")
+    environ = evidence.process_environment(status["main_pid"])
+    found = {"environ": environ, "findings": evidence.log_findings(evidence.journal_since_start(store.service)),
+             "costly_env": evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
+                                                      evidence.environment_sources(store.service))}
+    api_key = read_api_key(store.secrets_path)
+    stranger = foreign_listener(store.service, args.probe_url)
+    if stranger:
+        return {"verdict": "fail", "reasons": [stranger], "rows": [], "config_problems": [], "inconclusive": []}
+    result = gate.run(args.probe_url, store.secrets_path, api_key, status["main_pid"],
+                      cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
+                      baseline, found)
+    result = evidence.redact(result, [api_key])
+    result["baseline_release"] = baseline_release
+    result["baseline"] = {"release": baseline_release, "note": note}
+    atomic_write(os.path.join(directory, "gate-result.json"), json.dumps(result, indent=1) + "\n", 0o644)
+    log("gate result:\n" + gate.table(result))
+    return result
+
+
+def gate_summary(result):
+    measurement = result.get("measurement") or {}
+    decode, tau = measurement.get("decode_tok_s"), measurement.get("accept_length")
+    parts = [result["verdict"]]
+    if decode:
+        parts.append(f"{decode['median']:.1f} tok/s")
+    if tau:
+        parts.append(f"tau {tau['median']:.2f}")
+    return " ".join(parts)
+
+
+def describe(document):
+    """The switch's outcome for a person (stderr, and pyinfra shows it when the command fails)."""
+    if "readiness" not in document:
+        return f"switch refused: {document.get('error')}"
+    ready = document["readiness"]
+    if document.get("ok"):
+        return (f"{document['auth_change']}\n" if document.get("auth_change") else "") + (
+                f"release {document['release']} is active ({document.get('verdict') or 'unverified'}; ready after "
+                f"{ready['elapsed_s']} s; previous: {document.get('previous')})")
+    if ready.get("ready"):
+        lines = [f"release {document['release']} FAILED: {document.get('failure')}"]
+    else:
+        lines = [f"release {document['release']} FAILED at stage '{ready['stage']}': {ready.get('detail')} "
+                 f"(after {ready['elapsed_s']} s)"]
+    if ready.get("journal"):
+        lines += ["last journal lines of the failed start:", *("  " + l for l in ready["journal"].splitlines())]
+    target = document.get("rolled_back_to")
+    if document.get("rollback_auth_change"):
+        lines.append(document["rollback_auth_change"])
+    if target:
+        back = document.get("rollback_readiness", {})
+        lines.append(f"automatic rollback to {target}: " + ("healthy again" if back.get("ready")
+                                                               else f"ALSO FAILED ({back.get('detail')})"))
+    else:
+        lines.append("no good release to roll back to: the service is left as it is")
+    return "\n".join(lines)
+
+
+def finish(store, document, code):
+    document = evidence.redact(document, [read_api_key(store.secrets_path)])
+    document["exit_code"] = code
+    document["finished"] = now()
+    os.makedirs(store.root, exist_ok=True)
+    atomic_write(os.path.join(store.root, "last_switch.json"), json.dumps(document, indent=1) + "\n", 0o644)
+    log(describe(document))  # the full document is in last_switch.json
+    return code
+
+
+def main(argv=None):
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    parser = argparse.ArgumentParser(prog="python3 -m hostside.switch")
+    parser.add_argument("--service", required=True, type=service_name)
+    parser.add_argument("--release", required=True)
+    parser.add_argument("--probe-url", required=True, type=loopback_url)
+    parser.add_argument("--timeout", type=float, required=True)
+    parser.add_argument("--rollback-timeout", type=float)
+    parser.add_argument("--settle", type=float, default=2.0)
+    parser.add_argument("--reason", default="deploy")
+    parser.add_argument("--owner", default="unknown")
+    parser.add_argument("--auto-rollback", action="store_true")
+    parser.add_argument("--mark-good-on-ready", action="store_true")
+    parser.add_argument("--max-auto-rollbacks", type=int, default=3)
+    parser.add_argument("--force", action="store_true")
+    parser.add_argument("--gate", action="store_true", help="run the gate (releases/<id>/gate-config.json) once ready")
+    parser.add_argument("--on-inconclusive", choices=["rollback", "keep"], default="rollback")
+    args = parser.parse_args(argv)
+    args.rollback_timeout_given = args.rollback_timeout is not None
+    if args.rollback_timeout is None:
+        args.rollback_timeout = args.timeout
+    shield = StderrShield(os.path.join(STORE_ROOT, args.service, "switch.log"))
+    try:
+        return switch(args)
+    finally:
+        shield.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

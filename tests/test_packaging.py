@@ -1,0 +1,64 @@
+"""The package as a user installs it: a wheel built from this checkout, installed non-editable into a fresh
+virtualenv, used from a directory that is not the checkout (no source tree to fall back on)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from conftest import INCIDENT, PROVEN, REPO
+
+# What the tool reads from its own package at run time (render, the simulator, the host package).
+REQUIRED = ["sglang_deploy/templates/sglang.service.j2", "sglang_deploy/templates/sglang-watch.timer.j2",
+            "sglang_deploy/templates/secrets.yaml.j2", "sglang_deploy/sim/data/2xa6000-pcie.json",
+            "sglang_deploy/sim/sglang-0.5.23-flags.json", "sglang_deploy/hostside/store.py",
+            "sglang_deploy/hostside/switch.py", "sglang_deploy/hostside/__init__.py", "sglang_deploy/parser_probe.py"]
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory):
+    work = tmp_path_factory.mktemp("wheel")
+    # From a copy of the files git knows (tracked or not ignored): setuptools' in-tree build/ directory
+    # would otherwise keep modules this checkout no longer has, and they would end up in the wheel.
+    source = work / "source"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)],
+                   check=True, cwd=work, capture_output=True, timeout=300)
+    wheel = next((work / "dist").glob("sglang_deploy-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=120)
+    subprocess.run([str(work / "venv/bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
+                    str(wheel)], check=True, cwd=work, capture_output=True, timeout=600)
+    return work, wheel
+
+
+def test_the_wheel_carries_the_templates_the_simulator_data_and_the_host_package(installed):
+    _, wheel = installed
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert [path for path in REQUIRED if path not in names] == []
+    assert not [name for name in names if "__pycache__" in name or name.startswith("tests/")]
+
+
+def test_check_works_from_the_installed_wheel(installed, tmp_path):
+    work, _ = installed
+    command = [str(work / "venv/bin/sglang-deploy"), "check"]
+    site = subprocess.run([str(work / "venv/bin/python"), "-c", "import sglang_deploy; print(sglang_deploy.__file__)"],
+                          capture_output=True, text=True, cwd=tmp_path, check=True).stdout
+    assert str(work / "venv") in site  # the installed copy, not this checkout
+    good = subprocess.run(command + [str(PROVEN), "--gpus", "2", "--topology", "pcie"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=600)
+    assert good.returncode == 0 and "OK:" in good.stdout, good.stderr[-2000:]
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(INCIDENT.read_text().replace("--tp-size: 2", "--tp-size: 3"))
+    refused = subprocess.run(command + [str(bad), "--gpus", "2"], capture_output=True, text=True, cwd=tmp_path,
+                             timeout=600)
+    assert refused.returncode == 1 and "INVALID" in refused.stderr and "bad.yaml" in refused.stderr, refused.stderr
