@@ -33,7 +33,7 @@ def pyinfra(*args):
 
 
 def on_host(command):
-    return subprocess.run([sys.executable, "-c", "from sglang_deploy.simhost import SimHost; import sys; "
+    return subprocess.run([sys.executable, "-c", "from testbed.simhost import SimHost; import sys; "
                            f"sys.stdout.write(SimHost().ssh({command!r}).stdout)"],
                           cwd=REPO, capture_output=True, text=True).stdout
 

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 from sglang_deploy.flags import flag_args  # noqa: E402
 from sglang_deploy.hostside.gate import evaluate  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
-from sglang_deploy.sim.local import LocalSim, stub_model_dir  # noqa: E402
+from testbed.local_sim import LocalSim, stub_model_dir  # noqa: E402
 
 PROVEN = load_profile(ROOT / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml")
 INCIDENT = load_profile(ROOT / "profiles" / "qwen3.6-27b-mtp1-2xa6000.yaml")

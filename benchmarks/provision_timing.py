@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "tests")]
 
 from aptrepo import AptRepo, cuda_toolkit_package, driver_packages, nccl_package  # noqa: E402
-from sglang_deploy.simhost import SimHost  # noqa: E402
+from testbed.simhost import SimHost  # noqa: E402
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from sglang_deploy.sim.calibration import measure  # noqa: E402
+from testbed.calibration import measure  # noqa: E402
 
 
 def main():

@@ -1,8 +1,10 @@
 """Demo step: ask the deployed (simulated) server for a completion over SSH and print what it measured."""
 import json
 import sys
+from pathlib import Path
 
-from sglang_deploy.simhost import SimHost
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root: testbed/
+from testbed.simhost import SimHost  # noqa: E402
 
 host = SimHost()
 request = json.dumps({"text": "Explain CUDA graphs in one paragraph.",

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # testbed/ (the simulated host, the local simulator) is not an installed package
+    sys.path.insert(0, str(REPO))
 PROFILES = REPO / "profiles"
 PROVEN = PROFILES / "qwen3.6-27b-mtp-2xa6000.yaml"
 INCIDENT = PROFILES / "qwen3.6-27b-mtp1-2xa6000.yaml"
@@ -51,7 +53,7 @@ def proven_with(tmp_path: Path, old: str, new: str, name: str = "variant.yaml") 
 
 class SimHostSession:
     def __init__(self, state_dir: Path):
-        from sglang_deploy.simhost import SimHost
+        from testbed.simhost import SimHost
 
         self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine=TEST_MACHINE)
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
@@ -186,7 +188,7 @@ def simhost(tmp_path_factory):
         if os.environ.get("SGLANG_DEPLOY_REQUIRE_SIMHOST") == "1":
             pytest.fail(f"the simulated host is required but unavailable: {reason}")
         pytest.skip(f"simulated host unavailable: {reason}")
-    from sglang_deploy.simhost import port_in_use
+    from testbed.simhost import port_in_use
 
     if port_in_use(TEST_SERVICE_PORT):
         pytest.fail(f"the simulated host's service port 127.0.0.1:{TEST_SERVICE_PORT} is already in use "

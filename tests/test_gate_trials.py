@@ -8,7 +8,7 @@ fail. Inconclusive runs are tolerated up to 3 of 10 and printed.
 from conftest import PROVEN
 from sglang_deploy.hostside.gate import evaluate
 from sglang_deploy.profile import load_profile
-from sglang_deploy.sim.calibration import gate_trials
+from testbed.calibration import gate_trials
 
 
 def test_unchanged_proven_release_never_fails_the_default_gate():

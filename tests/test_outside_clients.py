@@ -11,8 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_deploy import validator_env
-from sglang_deploy.sim.calibration import PROVEN
-from sglang_deploy.sim.local import SGLANG_VERSION, LocalSim, stub_model_dir
+from testbed.calibration import PROVEN
+from testbed.local_sim import SGLANG_VERSION, LocalSim, stub_model_dir
 
 KEY = "sk-outside-clients"
 SERVED = "qwen3.6-27b"

@@ -29,7 +29,7 @@ HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
 
 class BareHost:
     def __init__(self, state_dir: Path, repo: AptRepo, url: str):
-        from sglang_deploy.simhost import SimHost
+        from testbed.simhost import SimHost
 
         self.host = SimHost(state_dir=state_dir, ssh_port=TEST_BARE_SSH_PORT, machine=TEST_BARE_MACHINE,
                             simulated=False)

@@ -9,8 +9,8 @@ import urllib.request
 
 import pytest
 
-from sglang_deploy.sim.calibration import PROVEN, measure
-from sglang_deploy.sim.local import LocalSim, stub_model_dir
+from testbed.calibration import PROVEN, measure
+from testbed.local_sim import LocalSim, stub_model_dir
 
 KEY = "sk-sim-test"
 

@@ -4,7 +4,7 @@ The container is booted with systemd-nspawn from a debootstrapped rootfs (cached
 shares this machine's network namespace, so its sshd and the services it runs listen on 127.0.0.1.
 Only the GPU server is simulated (``sglang_deploy.sim``); systemd, SSH and HTTP are real.
 
-    python -m sglang_deploy.simhost up|down|status [--state-dir DIR] [--ssh-port N] [--fresh]
+    python -m testbed.simhost up|down|status [--state-dir DIR] [--ssh-port N] [--fresh]
 """
 
 from __future__ import annotations

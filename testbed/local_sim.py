@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
 ARCHITECTURE = "Qwen3_5ForConditionalGeneration"  # the simulated checkpoint's (data/qwen3.6-27b-fp8.json)
 
