@@ -18,7 +18,8 @@ from sglang_deploy import shipment
 from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import Profile
 
-SIM_PACKAGE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "sim"
+PACKAGE = Path(__file__).resolve().parent.parent / "sglang_deploy"
+SIM_PACKAGE = PACKAGE / "sim"
 SHIM = """#!/usr/bin/python3
 # SIMULATED SGLang: sglang-deploy's stand-in for the GPU server (sglang_deploy.sim), not the real sglang.
 import sys
@@ -34,6 +35,10 @@ def simulator_shipment(profile: Profile) -> shipment.Shipment:
     stub = json.dumps({"architectures": [profile.model.architecture or "Qwen3_5ForConditionalGeneration"],
                        "simulated": True, "note": "stub checkpoint for the SGLang simulator"}, indent=2) + "\n"
     members = shipment.tree(SIM_PACKAGE, f"{lib.lstrip('/')}/sglang_sim")
+    # The simulator parses its command line with SGLang's exported option table (sglang_deploy.flag_table).
+    members += [(f"{lib.lstrip('/')}/sglang_deploy/{name}", (PACKAGE / name).read_bytes(), 0o644)
+                for name in ("__init__.py", "flag_table.py")]
+    members += shipment.tree(PACKAGE / "flag-tables", f"{lib.lstrip('/')}/sglang_deploy/flag-tables")
     members += [(f"{venv.lstrip('/')}/bin/sglang", SHIM.format(lib=lib).encode(), 0o755),
                 (f"{profile.model.path.strip('/')}/config.json", stub.encode(), 0o644)]
     return shipment.build("simulator", "/", f"{venv}/.manifest-simulator", members)

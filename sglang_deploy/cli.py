@@ -39,7 +39,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     try:
         profile = load_profile(args.profile)
-        report = check_profile(profile, gpus=gpus, topology=topology)
+        report = check_profile(profile, gpus=gpus, topology=topology, path=args.path)
     except ProfileError as error:
         print("\n".join(error.problems), file=sys.stderr)
         print(f"INVALID: {args.profile}", file=sys.stderr)
@@ -54,7 +54,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not report.ok:
         print(f"INVALID: {args.profile} ({len(report.problems)} problem(s))", file=sys.stderr)
         return 1
-    print(f"OK: {args.profile} (SGLang {profile.sglang.version} parser and the tool's rules)")
+    how = ("parser and resolution" if report.path == "full"
+           else "option table exported from its parser (light: no resolution)")
+    print(f"OK: {args.profile} (SGLang {profile.sglang.version} {how}, and the tool's rules)")
     return 0
 
 
@@ -67,7 +69,12 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--topology", choices=TOPOLOGIES, help="GPU interconnect of the target host (NCCL rules)")
     check.add_argument("--facts", metavar="FILE",
                        help="GPU count and interconnect from a host's facts (results/<host>/facts.json of facts.py)")
-    check.set_defaults(func=cmd_check)
+    paths = check.add_mutually_exclusive_group()
+    paths.add_argument("--full", dest="path", action="store_const", const="full",
+                       help="run SGLang's own parser and resolution (builds its validation environment once, ~6 GB)")
+    paths.add_argument("--light", dest="path", action="store_const", const="light",
+                       help="only the option table exported from SGLang's parser (no SGLang install; no resolution)")
+    check.set_defaults(func=cmd_check, path="auto")
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -4,7 +4,8 @@ Reads JSON lines from stdin: {"argvs": [[flag, value, ...], ...], "algorithms": 
                                "resolve": {"argv": [...], "architectures": [...]} (optional)}
 Writes JSON to stdout:
   {"sglang_version": ..., "actions": [...], "results": [{"ok": bool, "error": str|null}, ...],
-   "algorithms": {name: error-or-null}, "resolution": {...} (when asked)}
+   "algorithms": {name: error-or-null}, "resolution": {...} (when asked), "export": {...} (with "export": true:
+   the table sglang_deploy/flag_table.py rebuilds the parser from)}
 
 Every argv is parsed by SGLang's own ``ServerArgs.add_cli_args`` parser, so unknown, removed and
 ambiguous flags fail exactly as they would at server start. Standard library + sglang only: this file
@@ -49,10 +50,36 @@ def describe(action):
         "dest": action.dest,
         "kind": kind,
         "nargs": action.nargs if isinstance(action.nargs, (int, str, type(None))) else str(action.nargs),
-        "choices": [str(c) for c in action.choices] if action.choices else None,
+        "choices": ([str(c) for c in (sorted(action.choices, key=str) if isinstance(action.choices, (set, frozenset))
+                                       else action.choices)] if action.choices else None),
         "type": getattr(action.type, "__name__", None) if action.type else None,
         "deprecated": "Deprecated" in type(action).__name__,
         "default": action.default if isinstance(action.default, (bool, int, float, str, type(None))) else str(action.default),
+        "required": bool(action.required),
+    }
+
+
+def export_table(sglang, parser, SpeculativeAlgorithm):
+    """What the light check (sglang_deploy/flag_table.py) needs to rebuild this parser without SGLang: the
+    option table, the speculative algorithm names from_string accepts, and the data SGLang's own argparse
+    type functions check against."""
+    from sglang.srt.model_executor import cuda_graph_config
+    from sglang.srt.speculative import spec_info
+
+    names = [member.name for member in SpeculativeAlgorithm] + sorted(getattr(spec_info, "_RESERVED_ALIASES", ()))
+    accepted = []
+    for name in names:
+        try:
+            SpeculativeAlgorithm.from_string(name)
+            accepted.append(name)
+        except Exception:  # noqa: BLE001
+            pass
+    return {
+        "sglang_version": getattr(sglang, "__version__", None),
+        "actions": [describe(a) for a in parser._actions if a.option_strings],
+        "speculative_algorithms": sorted(set(accepted)),
+        "cuda_graph_config": {"phases": list(cuda_graph_config.Phase.ALL),
+                              "allowed_keys": {k: list(v) for k, v in cuda_graph_config.ALLOWED_KEYS_PER_PHASE.items()}},
     }
 
 
@@ -158,6 +185,8 @@ def main():
             if line.strip():
                 request = json.loads(line)
                 reply = answer(request, sglang, parser, SpeculativeAlgorithm)
+                if request.get("export"):
+                    reply["export"] = export_table(sglang, parser, SpeculativeAlgorithm)
                 if request.get("resolve"):
                     reply["resolution"] = resolve(request["resolve"])
                 real_stdout.write(json.dumps(reply) + "\n")

@@ -3,6 +3,12 @@
 Every problem names the profile file and line, the flag or variable, and what would be accepted.
 Nothing here touches a host: ``sglang-deploy check`` and the deploy both call ``check_profile``
 before any operation runs.
+
+Two paths to SGLang's verdict. Full: SGLang's own parser and GPU-free resolution hooks run in the cached
+validator environment (validator_env.py; several GB, built once). Light: the parser rebuilt from the
+option table exported by that parser and kept in the repository (flag_table.py; standard library only),
+for a `check` on a machine without the environment; the rules that read SGLang's resolution are then
+reported as skipped. A deploy always takes the full path (the release ships SGLang's resolution).
 """
 
 from __future__ import annotations
@@ -10,7 +16,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from . import resolution, validator_env
+from . import flag_table, resolution, validator_env
 from .rules import NCCL_DEBUG_KNOBS, RENAMED_FLAGS, WAIVABLE
 from .flags import server_args
 from .profile import Profile, line_of
@@ -37,6 +43,7 @@ class Report:
     problems: list[Problem]
     skipped: list[str]
     resolution: dict | None = None  # what SGLang resolves for the command line (resolution.py)
+    path: str = "full"  # full: SGLang's own code ran; light: its exported option table (flag_table.py)
 
     @property
     def ok(self) -> bool:
@@ -176,20 +183,51 @@ def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
     return problems
 
 
+LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution (they read SGLang's own resolution, "
+                 "which needs the validator environment: `sglang-deploy check --full`; every deploy runs it)")
+
+
+def light_probe(table: dict, argv: list[str], algorithms: list[str]) -> dict:
+    """The probe's answer (parser_probe.py's shape) from the exported table instead of SGLang's code."""
+    error = flag_table.parse_error(table, argv)
+    return {"sglang_version": table["sglang_version"], "actions": table["actions"],
+            "results": [{"ok": error is None, "error": error}],
+            "algorithms": {name: flag_table.algorithm_error(table, name) for name in algorithms}}
+
+
+def choose_path(version: str, path: str) -> str:
+    """auto: full where the validator environment is already built, else light where a table exists."""
+    if path == "auto":
+        path = "full" if validator_env.env_built(version) or flag_table.load(version) is None else "light"
+    return path
+
+
 def check_profile(profile: Profile, gpus: int | None = None, topology: str | None = None,
-                  port: int | None = None) -> Report:
-    """Run both layers; the parser and SGLang's resolution run in the cached validator env of the profile's
-    SGLang version (answers cached by content). `port` is the one the unit will use."""
+                  port: int | None = None, path: str = "full") -> Report:
+    """Run both layers. path full: the parser and SGLang's resolution run in the cached validator env of the
+    profile's SGLang version (answers cached by content); light: the exported option table, no resolution;
+    auto: choose_path. `port` is the one the unit will use."""
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
     algorithm = profile.sglang.flags.get("--speculative-algorithm")
+    algorithms = [algorithm] if isinstance(algorithm, str) else []
     argv = server_args(profile, port)
-    architectures = [profile.model.architecture] if profile.model.architecture else []
-    probe = validator_env.probe_cached(
-        profile.sglang.version, [argv], [algorithm] if isinstance(algorithm, str) else [],
-        resolve=resolution.request(argv, architectures))
+    path = choose_path(profile.sglang.version, path)
+    table = flag_table.load(profile.sglang.version) if path == "light" else None
+    if path == "light" and table is None:
+        raise validator_env.ValidatorEnvError(
+            f"no exported option table for SGLang {profile.sglang.version} in {flag_table.TABLE_DIR}: "
+            f"use `sglang-deploy check --full`, or export one (python -m sglang_deploy.flag_table export "
+            f"{profile.sglang.version})")
+    if table is not None:
+        probe = light_probe(table, argv, algorithms)
+        answer = {"resolved": None, "error": None}
+    else:
+        architectures = [profile.model.architecture] if profile.model.architecture else []
+        probe = validator_env.probe_cached(profile.sglang.version, [argv], algorithms,
+                                           resolve=resolution.request(argv, architectures))
+        answer = resolution.document(profile.sglang.version, argv, probe)
     problems = parser_problems(profile, tuple(probe["actions"]), probe)
-    answer = resolution.document(profile.sglang.version, argv, probe)
     problems += speculative_problems(profile, probe["algorithms"])
     if not problems and answer["error"]:  # a refusal the rules above did not explain
         problems.append(Problem("sglang-resolution", ("sglang", "flags"),
@@ -207,4 +245,6 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         skipped.append("tp-matches-gpus (GPU count unknown: pass --gpus N or check against a host)")
     if topology is None:
         skipped.append("nccl-ll128-needs-nvlink, nccl-p2p-level-nvl-needs-nvlink (topology unknown: pass --topology)")
-    return Report(profile, problems, skipped, answer)
+    if table is not None:
+        skipped.append(LIGHT_SKIPPED)
+    return Report(profile, problems, skipped, None if table is not None else answer, path)

@@ -100,17 +100,26 @@ def _probe_process(version: str) -> subprocess.Popen:
     return process
 
 
-def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None) -> dict:
+def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None,
+              export: bool = False) -> dict:
     """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape."""
     with _probe_lock:
-        return _run_probe_locked(version, argvs, algorithms, resolve)
+        return _run_probe_locked(version, argvs, algorithms, resolve, export)
 
 
-def _run_probe_locked(version: str, argvs: list[list[str]], algorithms, resolve: dict | None) -> dict:
+def env_built(version: str) -> bool:
+    """Whether the heavy environment of SGLang <version> is already here (nothing is built by asking)."""
+    return _complete(env_dir(version))
+
+
+def _run_probe_locked(version: str, argvs: list[list[str]], algorithms, resolve: dict | None,
+                      export: bool = False) -> dict:
     process = _probe_process(version)
     request = {"argvs": argvs, "algorithms": list(algorithms)}
     if resolve:
         request["resolve"] = resolve
+    if export:
+        request["export"] = True
     process.stdin.write(json.dumps(request) + "\n")
     process.stdin.flush()
     line = process.stdout.readline()
@@ -152,11 +161,7 @@ def parser_spec(version: str) -> tuple[dict, ...]:
     return tuple(run_probe(version, [])["actions"])
 
 
-def export_flag_table(version: str, destination: Path) -> None:
-    """Write SGLang <version>'s option table as JSON (the simulator parses its command line with it)."""
-    table = {"sglang_version": version, "actions": list(run_probe(version, [])["actions"])}
-    destination.write_text(json.dumps(table, indent=0, sort_keys=True) + "\n")
-
-
-if __name__ == "__main__":  # python -m sglang_deploy.validator_env VERSION DEST.json
-    export_flag_table(sys.argv[1], Path(sys.argv[2]))
+def export_table(version: str) -> dict:
+    """SGLang <version>'s option table and what its argparse types check, from its own parser
+    (sglang_deploy/flag_table.py; the light check and the simulator rebuild the parser from it)."""
+    return run_probe(version, [], export=True)["export"]

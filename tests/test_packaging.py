@@ -3,6 +3,7 @@ virtualenv, used from a directory that is not the checkout (no source tree to fa
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from conftest import INCIDENT, PROVEN, REPO
 # What the tool reads from its own package at run time (render, the simulator, the host package).
 REQUIRED = ["sglang_deploy/templates/sglang.service.j2", "sglang_deploy/templates/sglang-watch.timer.j2",
             "sglang_deploy/templates/secrets.yaml.j2", "sglang_deploy/sim/data/2xa6000-pcie.json",
-            "sglang_deploy/sim/sglang-0.5.23-flags.json", "sglang_deploy/hostside/store.py",
+            "sglang_deploy/flag-tables/sglang-0.5.23.json", "sglang_deploy/hostside/store.py",
             "sglang_deploy/hostside/switch.py", "sglang_deploy/hostside/__init__.py", "sglang_deploy/parser_probe.py"]
 
 
@@ -49,16 +50,21 @@ def test_the_wheel_carries_the_templates_the_simulator_data_and_the_host_package
 
 
 def test_check_works_from_the_installed_wheel(installed, tmp_path):
+    """On a machine without the validator environment (an empty cache), `check` takes the light path (the
+    option table in the wheel) and builds nothing; the verdicts are SGLang's parser's (test_flag_table)."""
     work, _ = installed
+    cache = tmp_path / "empty-cache"
+    env = {**os.environ, "SGLANG_DEPLOY_CACHE": str(cache)}
     command = [str(work / "venv/bin/sglang-deploy"), "check"]
     site = subprocess.run([str(work / "venv/bin/python"), "-c", "import sglang_deploy; print(sglang_deploy.__file__)"],
                           capture_output=True, text=True, cwd=tmp_path, check=True).stdout
     assert str(work / "venv") in site  # the installed copy, not this checkout
     good = subprocess.run(command + [str(PROVEN), "--gpus", "2", "--topology", "pcie"], capture_output=True,
-                          text=True, cwd=tmp_path, timeout=600)
-    assert good.returncode == 0 and "OK:" in good.stdout, good.stderr[-2000:]
+                          text=True, cwd=tmp_path, timeout=600, env=env)
+    assert good.returncode == 0 and "OK:" in good.stdout and "light" in good.stdout, good.stderr[-2000:]
+    assert "skipped: decode-graph-covers-batch" in good.stdout and not (cache / "validators").exists()
     bad = tmp_path / "bad.yaml"
     bad.write_text(INCIDENT.read_text().replace("--tp-size: 2", "--tp-size: 3"))
     refused = subprocess.run(command + [str(bad), "--gpus", "2"], capture_output=True, text=True, cwd=tmp_path,
-                             timeout=600)
+                             timeout=600, env=env)
     assert refused.returncode == 1 and "INVALID" in refused.stderr and "bad.yaml" in refused.stderr, refused.stderr

@@ -1,4 +1,8 @@
-"""Flag validation: SGLang 0.5.23's own parser (cached validator env) and the tool's rules."""
+"""Flag validation: SGLang 0.5.23's own parser (cached validator env) and the tool's rules.
+
+Every case runs both paths: SGLang's own code (full) and the option table exported from its parser
+(light, flag_table.py); they must agree on every problem except the rules that read SGLang's resolution,
+which the light path reports as skipped."""
 
 import pytest
 
@@ -7,8 +11,17 @@ from sglang_deploy.profile import load_profile
 from sglang_deploy.validate import check_profile
 
 
+RESOLUTION_RULES = {"decode-graph-covers-batch", "cuda-graphs-on", "sglang-resolution"}
+
+
 def check(path, gpus=2, topology="pcie"):
-    return check_profile(load_profile(path), gpus=gpus, topology=topology)
+    profile = load_profile(path)
+    full = check_profile(profile, gpus=gpus, topology=topology, path="full")
+    light = check_profile(profile, gpus=gpus, topology=topology, path="light")
+    assert [(p.rule, p.field) for p in light.problems] == [
+        (p.rule, p.field) for p in full.problems if p.rule not in RESOLUTION_RULES], (full.lines(), light.lines())
+    assert light.path == "light" and any("sglang-resolution" in s for s in light.skipped)
+    return full
 
 
 def only_problem(report):

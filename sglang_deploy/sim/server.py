@@ -48,10 +48,11 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from sglang_deploy import flag_table  # shipped next to this package on a simulated host
+
 from . import hardware
 
 SGLANG_VERSION = "0.5.23"
-FLAG_TABLE = Path(__file__).resolve().parent / f"sglang-{SGLANG_VERSION}-flags.json"
 DECODE_LOG_INTERVAL = 40  # cycles between "Decode batch" log lines, as SGLang's --decode-log-interval
 WORDS = ("the", "model", "server", "token", "decode", "graph", "memory", "bandwidth", "cache", "layer",
          "request", "batch", "kernel", "stream", "value", "return", "def", "for", "in", "data", "result",
@@ -62,33 +63,10 @@ log = logging.getLogger("sglang.sim")
 
 # --- command line ---------------------------------------------------------------------------------
 
-def _human_readable_int(text: str) -> int:
-    units = {"k": 1_000, "K": 1_024, "m": 1_000_000, "M": 1_048_576}
-    return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text)
-
-
-TYPES = {"int": int, "float": float, "human_readable_int": _human_readable_int}
-
-
 def build_parser() -> argparse.ArgumentParser:
-    """SGLang's own option table (exported from the real parser) rebuilt with argparse."""
-    table = json.loads(FLAG_TABLE.read_text())
-    parser = argparse.ArgumentParser(prog="sglang serve", add_help=False)
-    for action in table["actions"]:
-        kwargs = {"dest": action["dest"], "default": action["default"]}
-        if action["kind"] == "store_true":
-            kwargs["action"] = "store_true"
-        elif action["kind"] == "store_false":
-            kwargs["action"] = "store_false"
-        else:
-            if action["nargs"] is not None:
-                kwargs["nargs"] = action["nargs"]
-            if action["choices"]:
-                kwargs["choices"] = action["choices"]
-            else:
-                kwargs["type"] = TYPES.get(action["type"], str)
-        parser.add_argument(*action["options"], **kwargs)
-    return parser
+    """SGLang's own option table (exported from the real parser) rebuilt with argparse (flag_table.py)."""
+    table = flag_table.load(SGLANG_VERSION)
+    return flag_table.build_parser(table, parser_class=argparse.ArgumentParser)
 
 
 def merge_config(argv: list[str]) -> list[str]:
