@@ -3,6 +3,7 @@ node_exporter serves its textfile metrics on loopback, and acceptance drift trig
 
 import json
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -13,6 +14,14 @@ from test_deploy_sim import grand_total
 pytestmark = pytest.mark.simhost
 
 STORE = "/var/lib/sglang-deploy/sglang"
+# What the closing note quotes: node_exporter's sample and the drift test's log (results/ is not committed).
+EVIDENCE = Path(__file__).resolve().parent.parent / "results" / "ct129-sim"
+
+
+def keep(name: str, text: str) -> None:
+    EVIDENCE.mkdir(parents=True, exist_ok=True)
+    (EVIDENCE / name).write_text(text)
+    print(f"{name} ({EVIDENCE / name}):\n{text}")
 PROM = "/var/lib/prometheus/node-exporter/sglang-deploy-sglang.prom"
 
 
@@ -78,12 +87,21 @@ def test_one_watch_run_is_exported_by_node_exporter(watched):
     assert watch_samples(metrics, "ttft_seconds")[labels] > 0
     assert watch_samples(metrics, "last_success_timestamp_seconds")[labels] == pytest.approx(last["unix"])
     assert watch_samples(metrics, "gate_verdict") == {tuple(sorted(labels + (("verdict", "pass"),))): 1.0}
+    # decode / roofline: roofline.json staged with the release, the synthetic checkpoint's bytes (13.5 GB per
+    # GPU per verify pass), 768 GB/s for an RTX A6000, the measured tau.
+    roofline = json.loads(simhost.sh(f"cat {STORE}/releases/{release}/roofline.json"))
+    assert (roofline["gpu"], roofline["bandwidth_gbs"], roofline["tp"], roofline["steps"]) == (
+        "NVIDIA RTX A6000", 768, 2, 3)
+    assert last["roofline_tok_s"] == pytest.approx(139 * last["accept_length"] / 3.25, rel=0.03)
+    assert watch_samples(metrics, "roofline_fraction")[labels] == pytest.approx(
+        last["decode_tok_s"] / last["roofline_tok_s"], rel=1e-3)
+    assert 0.2 < last["roofline_fraction"] < 1
     # node_exporter's own view of the file: read without error, its mtime there for staleness alerts.
     assert metrics[("node_textfile_scrape_error", ())] == 0.0
     assert ("node_textfile_mtime_seconds", (("file", PROM.rsplit("/", 1)[1]),)) in metrics or \
         ("node_textfile_mtime_seconds", (("file", PROM),)) in metrics
-    print("node_exporter sample:\n" + simhost.sh(f"curl -s http://127.0.0.1:{simhost.host.node_exporter_port}"
-                                                 "/metrics | grep -E '^sglang_deploy_watch|^node_textfile'"))
+    keep("node-exporter-sample.txt", simhost.sh(f"curl -s http://127.0.0.1:{simhost.host.node_exporter_port}"
+                                                "/metrics | grep -E '^sglang_deploy_watch|^node_textfile'"))
 
 
 def test_a_busy_server_is_not_measured(watched):
@@ -108,7 +126,8 @@ def test_acceptance_drift_restarts_the_server_and_acceptance_comes_back(watched,
     simhost = watched
     variant = proven_with(tmp_path, '  CUDA_DEVICE_ORDER: PCI_BUS_ID',
                           '  CUDA_DEVICE_ORDER: PCI_BUS_ID\n  SGLANG_SIM_ACCEPT_COLLAPSE_AFTER: "4"')
-    text = variant.read_text().replace("\ngate:", "\nwatch:\n  on_drift: restart\n  drift_runs: 1\n  samples: 2\n\ngate:")
+    text = variant.read_text().replace("\ngate:", "\nwatch:\n  on_drift: restart\n  drift_runs: 1\n  samples: 2\n"
+                                                "  max_restarts_per_day: 1\n\ngate:")
     variant.write_text(text)
     result = simhost.deploy(profile=variant)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -132,7 +151,24 @@ def test_acceptance_drift_restarts_the_server_and_acceptance_comes_back(watched,
     labels = (("release", release), ("service", "sglang"))
     assert watch_samples(metrics, "accept_length")[labels] > 2.8
     assert watch_samples(metrics, "restarts")[labels] == 1.0
-    print("drift history:\n" + "\n".join(json.dumps(e) for e in entries[-3:]))
+    # The restarted process collapses again after 4 requests: the day's one restart is spent, so this
+    # drift is recorded (restart-withheld, a journal warning) and the server is left alone.
+    pid_restarted = simhost.main_pid()
+    simhost.sh("systemctl start sglang-watch.service")
+    entries = history(simhost, release)
+    drift_again, withheld = entries[-2:]
+    assert drift_again["accept_length"] < 1.5 and drift_again["drift"]
+    assert withheld["event"] == "restart-withheld" and withheld["status"] == "capped", withheld
+    assert "reached --max-restarts-per-day 1" in withheld["detail"] and simhost.main_pid() == pid_restarted
+    warnings = simhost.sh("journalctl -u sglang-watch.service -p warning --no-pager -o short-iso")
+    assert "NOT restarting sglang.service" in warnings and "restarting sglang.service: drift" in warnings
+    metrics = node_exporter(simhost)
+    assert watch_samples(metrics, "restarts_withheld")[labels] == 1.0
+    assert watch_samples(metrics, "restarts_last_day")[labels] == 1.0
+    assert watch_samples(metrics, "accept_length")[labels] < 1.5
+    keep("watch-drift.log", "watch.jsonl (the last 5 entries):\n" + "\n".join(json.dumps(e, sort_keys=True)
+                                                                               for e in entries[-5:])
+         + "\n\njournalctl -u sglang-watch.service -p warning:\n" + warnings)
 
 
 def test_history_verb_writes_the_table_and_the_page(watched):
