@@ -106,7 +106,9 @@ def _chart(rows, marks, key, label, color, floor=None, width=900, height=260):
         return "\n".join(svg)
     times = [t for t, _, _ in data] + [m["at"].timestamp() for m in marks]
     t0, t1 = min(times), max(times)
-    values = [v for _, v, _ in data] + ([floor] if floor else [])
+    bound = [(row["at"].timestamp(), row["roofline_tok_s"]) for row in rows
+             if key == "decode_tok_s" and row.get("roofline_tok_s")]
+    values = [v for _, v, _ in data] + ([floor] if floor else []) + [v for _, v in bound]
     v0, v1 = 0.0, max(values) * 1.15 or 1.0
 
     def x(t):
@@ -126,8 +128,15 @@ def _chart(rows, marks, key, label, color, floor=None, width=900, height=260):
     for mark in marks:
         mx = x(mark["at"].timestamp())
         svg.append(f'<line class="switch" x1="{mx:.1f}" y1="{top}" x2="{mx:.1f}" y2="{height - bottom}" stroke="#2ca02c" '
-                   f'stroke-dasharray="4,3"><title>{html.escape(mark["release"] + ": " + mark["event"])}</title></line>'
-                   f'<text x="{mx + 3:.1f}" y="{top + 10}" font-size="10" fill="#2ca02c">{html.escape(mark["release"])}</text>')
+                   f'stroke-dasharray="4,3"><title>{html.escape(_mark_line(mark).split("-->", 1)[1].strip())}</title></line>'
+                   f'<text x="{mx + 3:.1f}" y="{top + 10}" font-size="10" fill="#2ca02c">'
+                   f'{"restart" if mark.get("restart") else html.escape(mark["release"])}</text>')
+    if bound:
+        line = " ".join(f"{'M' if i == 0 else 'L'}{x(t):.1f},{y(v):.1f}" for i, (t, v) in enumerate(bound))
+        svg.append(f'<path class="roofline" d="{line}" fill="none" stroke="#7f7f7f" stroke-dasharray="1,3" '
+                   f'stroke-width="1.5"><title>roofline (bandwidth bound at the measured τ)</title></path>'
+                   f'<text x="{x(bound[-1][0]) - 4:.1f}" y="{y(bound[-1][1]) - 4:.1f}" font-size="10" '
+                   f'text-anchor="end" fill="#7f7f7f">roofline {bound[-1][1]:.0f}</text>')
     path = " ".join(f"{'M' if i == 0 else 'L'}{x(t):.1f},{y(v):.1f}" for i, (t, v, _) in enumerate(data))
     svg.append(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
     for t, v, source in data:

@@ -68,7 +68,7 @@ def test_deploy_enables_the_hardened_timer_and_a_redeploy_changes_nothing(watche
     result = simhost.deploy(profile=simhost.watched_profile)
     assert result.returncode == 0, result.stderr[-3000:]
     operations, succeeded, failed, unchanged = grand_total(result)
-    assert (succeeded, failed, unchanged) == ("-", "-", operations)
+    assert (succeeded, failed, unchanged) == ("-", "-", operations), result.stdout[-5000:]
 
 
 def test_one_watch_run_is_exported_by_node_exporter(watched):
