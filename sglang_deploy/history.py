@@ -57,7 +57,7 @@ def switches(document: dict) -> list[dict]:
         item["flags"] = []
         if not item["restart"]:
             if previous and previous != item["release"] and argv.get(previous) and argv.get(item["release"]):
-                item["flags"] = flag_differences(argv[item["release"]], argv[previous])
+                item["flags"] = flag_differences(argv[item["release"]], argv[previous]) or ["(same flags)"]
             previous = item["release"]
     return out
 

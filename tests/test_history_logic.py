@@ -72,6 +72,8 @@ def test_switches_carry_the_flags_that_changed():
         ("0002-bbbbbbbb", True, [])]
     assert "--> 0002-bbbbbbbb activated (deploy) [--enable-metrics: (absent) -> on; --speculative-num-steps: 3 -> 1]" \
         in history.table(document)
+    document["releases"][1]["exec_start"] = document["releases"][0]["exec_start"]
+    assert history.switches(document)[1]["flags"] == ["(same flags)"]
 
 
 def test_png_draws_points_switches_floors_and_the_roofline(tmp_path):

@@ -88,8 +88,10 @@ def test_profile_watch_defaults_and_rendered_units():
 
 def test_watch_settings_reach_the_command_line(tmp_path):
     path = proven_with(tmp_path, "\ngate:", "\nwatch:\n  interval: 30min\n  on_drift: restart\n"
-                                           "  drift_min_accept_length: 2.5\n  samples: 2\n\ngate:")
+                                           "  drift_min_accept_length: 2.5\n  samples: 2\n"
+                                           "  max_restarts_per_day: 1\n\ngate:")
     argv = render_watch(load_profile(path)).exec_start
+    assert argv[argv.index("--max-restarts-per-day") + 1] == "1"
     assert argv[argv.index("--on-drift") + 1] == "restart"
     assert argv[argv.index("--drift-min-accept-length") + 1] == "2.5" and argv[argv.index("--samples") + 1] == "2"
     assert "OnUnitActiveSec=30min" in render_watch(load_profile(path)).timer
@@ -103,6 +105,8 @@ def test_watch_settings_reach_the_command_line(tmp_path):
     ("textfile_dir: /var/lib/../etc", "must be a normalized absolute directory"),
     ("on_drift: reboot", "on_drift"),
     ("samples: 0", "samples"),
+    ("max_restarts_per_day: -1", "max_restarts_per_day"),
+    ('max_restarts_per_day: "3; reboot"', "max_restarts_per_day"),
     ("every: 6h", "unknown key"),
 ])
 def test_bad_watch_settings_are_refused_with_their_line(tmp_path, setting, expected):

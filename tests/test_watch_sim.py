@@ -2,6 +2,7 @@
 node_exporter serves its textfile metrics on loopback, and acceptance drift triggers a restart."""
 
 import json
+import re
 import urllib.request
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import proven_with
+from sglang_deploy.history import points as history_points
 from test_deploy_sim import grand_total
 
 pytestmark = pytest.mark.simhost
@@ -128,6 +130,8 @@ def test_acceptance_drift_restarts_the_server_and_acceptance_comes_back(watched,
                           '  CUDA_DEVICE_ORDER: PCI_BUS_ID\n  SGLANG_SIM_ACCEPT_COLLAPSE_AFTER: "4"')
     text = variant.read_text().replace("\ngate:", "\nwatch:\n  on_drift: restart\n  drift_runs: 1\n  samples: 2\n"
                                                 "  max_restarts_per_day: 1\n\ngate:")
+    # The watch sends the gate's max_new_tokens: 64 instead of 256 keeps each collapsed run short (no gate here).
+    text = text.replace("  max_new_tokens: 256", "  max_new_tokens: 64")
     variant.write_text(text)
     result = simhost.deploy(profile=variant)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -183,7 +187,25 @@ def test_history_verb_writes_the_table_and_the_page(watched):
     releases = [entry["id"] for entry in json.loads((directory / "history.json").read_text())["releases"]]
     assert len(releases) >= 2 and first in releases
     assert "after-restart" in text and "ok DRIFT" in text and "restarted by the watch" in text
+    assert "restart-withheld capped" in text and "[(same flags)]" in text  # the variants differ in environment only
     assert all(release in page for release in releases) and page.count("<svg") == 2
     assert "<script" not in page and "src=" not in page
     assert simhost.api_key not in text + page + (directory / "history.json").read_text()
-    print(f"history written to {directory}:\n{text}")
+    # The PNG: every measurement a point, both releases' switches and the restart marked, the roofline drawn.
+    png = directory / "history.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "history.png: " in result.stdout + result.stderr
+    document = json.loads((directory / "history.json").read_text())
+    measured = [row for row in history_points(document) if row["decode_tok_s"] is not None]
+    drawn = re.search(r"history.png: (\d+) points, (\d+) switches and restarts, (\d+) roofline points",
+                      result.stdout + result.stderr)
+    assert drawn and int(drawn.group(1)) == 2 * len(measured), result.stdout[-2000:]
+    assert int(drawn.group(2)) >= 3 and int(drawn.group(3)) >= 3
+    # The page as a real browser builds it: both releases, one dot or square per measurement, the floors.
+    from browser import dump_dom
+
+    dom = dump_dom(directory / "history.html")
+    decode_svg = re.search(r'<svg[^>]*data-series="decode_tok_s".*?</svg>', dom, re.S).group(0)
+    assert decode_svg.count("<circle") + decode_svg.count("<rect") == len(measured)
+    assert all(release in dom for release in releases) and dom.count('class="floor"') == 2
+    assert 'class="roofline"' in decode_svg
+    print(f"history written to {directory} (history.png: {png.stat().st_size} bytes):\n{text}")
