@@ -249,3 +249,20 @@ def test_no_roofline_without_its_inputs(tmp_path):
     checkpoint = {"bytes": {"layers": 2e9, "lm_head": 1e9, "mtp": 0, "embedding": 0, "vision": 0}}
     plain = watch.roofline_bound({"bandwidth_gbs": 300, "algorithm": None, "tp": 1, "steps": 0}, checkpoint, entry)
     assert plain["roofline_tok_s"] == pytest.approx(100.0)  # no speculation: tau 1, 3 GB per token at 300 GB/s
+
+
+def test_a_hostile_checkpoint_leaves_the_roofline_out_not_the_measurement(tmp_path, monkeypatch):
+    """The model directory may be writable by the service user; the watch (root) reads its headers."""
+    import struct
+
+    from sglang_deploy.roofline import release_inputs
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", 1 << 62) + b"{}")
+    measurement = {"status": "ok", "decode_tok_s": 50.0, "accept_length": 3.0, "ttft_s": 0.03, "samples": 3}
+    directory = fake_release(tmp_path, monkeypatch, measurement=measurement)
+    (directory / "roofline.json").write_text(json.dumps(release_inputs({"tp_size": 2}, str(model), "RTX A6000")))
+    assert watch.run(watch_args(tmp_path)) == 0
+    entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
+    assert entry["decode_tok_s"] == 50.0 and "roofline_fraction" not in entry
