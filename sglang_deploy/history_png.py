@@ -10,7 +10,7 @@ from pathlib import Path
 from .history import floors as gate_floors
 from .history import points, switches
 
-DECODE, TAU, ROOFLINE, SWITCH, RESTART = "#1f77b4", "#d62728", "#7f7f7f", "#2ca02c", "#ff7f0e"
+DECODE, TAU, ROOFLINE, SWITCH, RESTART, WITHHELD = "#1f77b4", "#d62728", "#7f7f7f", "#2ca02c", "#ff7f0e", "#9467bd"
 
 
 class PlotUnavailable(RuntimeError):
@@ -34,7 +34,8 @@ def _short(flags: list[str], limit: int = 2, width: int = 48) -> str:
 
 
 def picture(document: dict, path: Path, host_name: str) -> dict:
-    """Write the PNG to `path`; returns {path, points, switches: [label], floors, roofline_points, series}."""
+    """Write the PNG to `path`; returns {path, points, switches: [label] (switches, restarts, withheld restarts),
+    floors, roofline_points, series}."""
     plt = _pyplot()
     from matplotlib.lines import Line2D
 
@@ -79,6 +80,14 @@ def picture(document: dict, path: Path, host_name: str) -> dict:
         decode_ax.annotate(text, xy=(mark["at"], 1), xycoords=("data", "axes fraction"), xytext=(3, -3),
                            textcoords="offset points", va="top", fontsize=7, color=color)
         drawn["switches"].append(text)
+    for row in rows:
+        if row["source"] == "restart-withheld":  # drift past the day's restart cap: recorded, not acted on
+            for ax in (decode_ax, tau_ax):
+                ax.axvline(row["at"], color=WITHHELD, linestyle=":", linewidth=1.2)
+            decode_ax.annotate("restart withheld\n(daily cap)", xy=(row["at"], 1), xycoords=("data", "axes fraction"),
+                               xytext=(-3, -3), textcoords="offset points", va="top", ha="right", fontsize=7,
+                               color=WITHHELD)
+            drawn["switches"].append("restart withheld")
     for ax in (decode_ax, tau_ax):
         ax.set_ylim(bottom=0, top=ax.get_ylim()[1] * 1.12)  # room for the switch labels
     if not rows:
@@ -89,6 +98,7 @@ def picture(document: dict, path: Path, host_name: str) -> dict:
               Line2D([], [], color=ROOFLINE, linestyle=":", label="roofline (bandwidth bound at the measured τ)"),
               Line2D([], [], color=SWITCH, linestyle="--", label="release switch (id, flags changed)"),
               Line2D([], [], color=RESTART, linestyle="--", label="restart by the watch"),
+              Line2D([], [], color=WITHHELD, linestyle=":", label="restart withheld (daily cap)"),
               Line2D([], [], color="#555555", linestyle="--", label="gate floor")]
     fig.legend(handles=legend, fontsize=8, loc="lower center", ncol=4, frameon=False)
     tau_ax.set_xlabel("time (UTC)")

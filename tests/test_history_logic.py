@@ -87,16 +87,19 @@ def test_png_draws_points_switches_floors_and_the_roofline(tmp_path):
     document["releases"][0]["exec_start"] = ["x", "--speculative-num-steps", "3"]
     for entry in document["releases"][1]["watch"]:
         entry["roofline_tok_s"] = 139 * entry["accept_length"] / 3.25
+    document["releases"][1]["watch"].append({"at": "2026-11-02T23:00:00+00:00", "event": "restart-withheld",
+                                              "status": "capped"})
     drawn = picture(document, tmp_path / "out" / "history.png", "ct129")
     # 2 gate + 3 watch (the busy run has no value) per chart, the after-restart one included
     assert drawn["points"] == 10 and drawn["roofline_points"] == 2
-    assert drawn["switches"] == ["0001-aaaaaaaa", "0002-bbbbbbbb\n--speculative-num-steps: 3 -> 1", "restart"]
+    assert drawn["switches"] == ["0001-aaaaaaaa", "0002-bbbbbbbb\n--speculative-num-steps: 3 -> 1", "restart",
+                                 "restart withheld"]
     assert drawn["floors"] == {"decode_tok_s": 45, "accept_length": 2.8}
     image = Image.open(tmp_path / "out" / "history.png")
     assert image.format == "PNG" and image.size == (1100, 700)
     image = image.convert("RGB")
     colors = {color for _, color in image.getcolors(maxcolors=1 << 20)}
-    for hex_color in (DECODE, ROOFLINE, "#d62728", "#2ca02c", "#ff7f0e"):
+    for hex_color in (DECODE, ROOFLINE, "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"):
         assert tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5)) in colors, hex_color
     assert (tmp_path / "out" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
