@@ -4,6 +4,24 @@ only), so the perf watch on the host computes the same bound as the doctor on th
 from .hostside.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_bytes, roofline  # noqa: F401
 
 
+def release_gpu(simulated: bool, environment: dict, gpu_facts: dict | None) -> str | None:
+    """The GPU whose bandwidth bounds decode: nvidia-smi's first GPU (the GpuHost fact) on a real host, the
+    hardware model's (SGLANG_SIM_MACHINE, sim/data/) on a simulated one; None when unknown."""
+    if simulated:
+        import re
+
+        from .sim.hardware import load_data
+
+        name = str(environment.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            return None
+        try:
+            return load_data(name)["gpu"]
+        except (OSError, ValueError, KeyError):
+            return None
+    return ((gpu_facts or {}).get("gpus") or [{}])[0].get("name")
+
+
 def release_inputs(resolved: dict, model_path: str, gpu_name: str | None) -> dict:
     """roofline.json, written into a release when it is staged: what the controller knows of the bound (the
     GPU and its datasheet bandwidth, TP, draft steps, the checkpoint's path). The perf watch on the host adds
