@@ -19,6 +19,7 @@ from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.release_plan import build_meta, decide, profile_snapshot
 from sglang_deploy.render import render_watch, watch_paths
+from sglang_deploy.roofline import release_gpu, release_inputs
 
 # A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
 detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
@@ -92,7 +93,9 @@ if decision.switch:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
                       resolution=plan.resolution,
-                      meta=build_meta(plan, decision.release_id))
+                      meta=build_meta(plan, decision.release_id),
+                      roofline=release_inputs(plan.resolution["resolved"], profile.model.path, release_gpu(
+                          plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))))
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
                    timeout=profile.service.start_timeout_s, reason="deploy",
                    max_auto_rollbacks=int(host.data.get("max_auto_rollbacks")),

@@ -1,6 +1,8 @@
 """The release history of a host: gate results and perf-watch samples of every retained release, as a table
-and a self-contained HTML page with inline SVG charts (decode tok/s and acceptance over time, release
-switches marked), written to results/<host>/history.{txt,html,json}.
+a self-contained HTML page with inline SVG charts (decode tok/s and acceptance over time, release
+switches marked) and a PNG (matplotlib: switches marked by id and flag changes, watch restarts, the gate's
+floors, the decode roofline), written to results/<host>/history.{txt,html,json,png}. Without matplotlib
+(the optional `plot` extra) the PNG is left out with a warning.
 
     pyinfra inventory/sim.py history.py
 
@@ -14,6 +16,7 @@ from pyinfra import host, logger
 from roles.facts import ReleaseHistory
 from sglang_deploy import history
 from sglang_deploy.gate import RESULTS_DIR
+from sglang_deploy.history_png import PlotUnavailable, picture
 from sglang_deploy.release_plan import service_of
 
 service = service_of(host.data)
@@ -27,4 +30,10 @@ text = history.table(document)
 logger.info(f"[{host.name}] history of {service}.service ({len(document.get('releases', []))} releases)")
 for line in text.splitlines():
     logger.info(f"    {line}")
-logger.info(f"[{host.name}] written to {directory}/history.txt and history.html")
+try:
+    drawn = picture(document, directory / "history.png", host.name)
+    logger.info(f"[{host.name}] history.png: {drawn['points']} points, {len(drawn['switches'])} switches and "
+                f"restarts, {drawn['roofline_points']} roofline points")
+except PlotUnavailable as error:
+    logger.warning(f"[{host.name}] {error}")
+logger.info(f"[{host.name}] written to {directory}/history.txt, history.html and history.png")

@@ -49,11 +49,12 @@ def install_programs(installed_digest: str | None = None):
 
 @deploy("Release: stage")
 def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, gate_config: dict, resolution: dict,
-          meta: dict):
+          meta: dict, roofline: dict | None = None):
     """Write releases/<id>/; meta.json goes last, so a directory without it is never used.
 
     resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.resolution): the
-    gate's expectations come from it, and a simulated host's server serves it as /server_info."""
+    gate's expectations come from it, and a simulated host's server serves it as /server_info. roofline.json
+    (sglang_deploy.roofline.release_inputs) is what the perf watch needs for decode / roofline."""
     directory = release_dir(service, release_id)
     files.directory(name=f"Release directory {release_id}", path=directory, mode=755)
     managed_file(name=f"{release_id}/sglang.service", dest=f"{directory}/sglang.service", content=unit, mode=644,
@@ -66,6 +67,9 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
                  content=json.dumps(gate_config, indent=1) + "\n", mode=644, diff=False)
     managed_file(name=f"{release_id}/resolved.json", dest=f"{directory}/resolved.json",
                  content=json.dumps(resolution, indent=1, sort_keys=True) + "\n", mode=644, diff=False)
+    if roofline:
+        managed_file(name=f"{release_id}/roofline.json", dest=f"{directory}/roofline.json",
+                     content=json.dumps(roofline, indent=1, sort_keys=True) + "\n", mode=644, diff=False)
     managed_file(name=f"{release_id}/meta.json", dest=f"{directory}/meta.json",
                  content=json.dumps(meta, indent=1) + "\n", mode=644, diff=False)
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import html
 
+from .hostside.store import flag_differences
+
 SERIES = (("decode_tok_s", "decode tok/s (1 stream)", "#1f77b4"), ("accept_length", "acceptance length τ", "#d62728"))
 
 
@@ -25,7 +27,8 @@ def points(document: dict) -> list[dict]:
         if gate and _time(gate.get("at")):
             rows.append({"at": _time(gate["at"]), "release": release["id"], "source": "gate",
                          "status": gate.get("verdict") or "-", "decode_tok_s": gate.get("decode_tok_s"),
-                         "accept_length": gate.get("accept_length"), "ttft_s": gate.get("ttft_s")})
+                         "accept_length": gate.get("accept_length"), "ttft_s": gate.get("ttft_s"),
+                         "roofline_tok_s": None})
         for entry in release.get("watch", []):
             if not _time(entry.get("at")):
                 continue
@@ -33,18 +36,30 @@ def points(document: dict) -> list[dict]:
                          "source": "watch" if entry.get("event", "measure") == "measure" else entry["event"],
                          "status": entry.get("status", "-") + (" DRIFT" if entry.get("drift") else ""),
                          "decode_tok_s": entry.get("decode_tok_s"), "accept_length": entry.get("accept_length"),
-                         "ttft_s": entry.get("ttft_s")})
+                         "ttft_s": entry.get("ttft_s"), "roofline_tok_s": entry.get("roofline_tok_s"),
+                         "drift": bool(entry.get("drift"))})
     return sorted(rows, key=lambda row: row["at"])
 
 
 def switches(document: dict) -> list[dict]:
-    """Each time a release became active: {at, release, event}, oldest first."""
+    """Each time a release became active or the watch restarted it: {at, release, event, restart, flags},
+    oldest first; flags: the command-line flags that differ from the release active before (activations)."""
     out = []
+    argv = {release["id"]: release.get("exec_start") for release in document.get("releases", [])}
     for release in document.get("releases", []):
         for event in release.get("history", []):
             if str(event.get("event", "")).startswith(("activated", "restarted by the watch")) and _time(event.get("at")):
-                out.append({"at": _time(event["at"]), "release": release["id"], "event": event["event"]})
-    return sorted(out, key=lambda item: item["at"])
+                out.append({"at": _time(event["at"]), "release": release["id"], "event": event["event"],
+                            "restart": str(event["event"]).startswith("restarted")})
+    out.sort(key=lambda item: item["at"])
+    previous = None
+    for item in out:
+        item["flags"] = []
+        if not item["restart"]:
+            if previous and previous != item["release"] and argv.get(previous) and argv.get(item["release"]):
+                item["flags"] = flag_differences(argv[item["release"]], argv[previous]) or ["(same flags)"]
+            previous = item["release"]
+    return out
 
 
 def floors(document: dict) -> dict:
@@ -65,13 +80,18 @@ def table(document: dict) -> str:
     for row in points(document):
         while marks and marks[0]["at"] <= row["at"]:
             mark = marks.pop(0)
-            lines.append(f"{mark['at']:%Y-%m-%d %H:%M:%S}  --> {mark['release']} {mark['event']}")
+            lines.append(_mark_line(mark))
         ttft = None if row["ttft_s"] is None else row["ttft_s"] * 1000
         lines.append(f"{row['at']:%Y-%m-%d %H:%M:%S}  {row['release']:14} {row['source']:14} {row['status']:16} "
                      f"{_fmt(row['decode_tok_s']):>7} {_fmt(row['accept_length'], 2):>5} {_fmt(ttft, 0):>8}")
     for mark in marks:
-        lines.append(f"{mark['at']:%Y-%m-%d %H:%M:%S}  --> {mark['release']} {mark['event']}")
+        lines.append(_mark_line(mark))
     return "\n".join(lines)
+
+
+def _mark_line(mark):
+    flags = f" [{'; '.join(mark['flags'])}]" if mark.get("flags") else ""
+    return f"{mark['at']:%Y-%m-%d %H:%M:%S}  --> {mark['release']} {mark['event']}{flags}"
 
 
 def _chart(rows, marks, key, label, color, floor=None, width=900, height=260):
@@ -86,7 +106,9 @@ def _chart(rows, marks, key, label, color, floor=None, width=900, height=260):
         return "\n".join(svg)
     times = [t for t, _, _ in data] + [m["at"].timestamp() for m in marks]
     t0, t1 = min(times), max(times)
-    values = [v for _, v, _ in data] + ([floor] if floor else [])
+    bound = [(row["at"].timestamp(), row["roofline_tok_s"]) for row in rows
+             if key == "decode_tok_s" and row.get("roofline_tok_s")]
+    values = [v for _, v, _ in data] + ([floor] if floor else []) + [v for _, v in bound]
     v0, v1 = 0.0, max(values) * 1.15 or 1.0
 
     def x(t):
@@ -106,8 +128,15 @@ def _chart(rows, marks, key, label, color, floor=None, width=900, height=260):
     for mark in marks:
         mx = x(mark["at"].timestamp())
         svg.append(f'<line class="switch" x1="{mx:.1f}" y1="{top}" x2="{mx:.1f}" y2="{height - bottom}" stroke="#2ca02c" '
-                   f'stroke-dasharray="4,3"><title>{html.escape(mark["release"] + ": " + mark["event"])}</title></line>'
-                   f'<text x="{mx + 3:.1f}" y="{top + 10}" font-size="10" fill="#2ca02c">{html.escape(mark["release"])}</text>')
+                   f'stroke-dasharray="4,3"><title>{html.escape(_mark_line(mark).split("-->", 1)[1].strip())}</title></line>'
+                   f'<text x="{mx + 3:.1f}" y="{top + 10}" font-size="10" fill="#2ca02c">'
+                   f'{"restart" if mark.get("restart") else html.escape(mark["release"])}</text>')
+    if bound:
+        line = " ".join(f"{'M' if i == 0 else 'L'}{x(t):.1f},{y(v):.1f}" for i, (t, v) in enumerate(bound))
+        svg.append(f'<path class="roofline" d="{line}" fill="none" stroke="#7f7f7f" stroke-dasharray="1,3" '
+                   f'stroke-width="1.5"><title>roofline (bandwidth bound at the measured τ)</title></path>'
+                   f'<text x="{x(bound[-1][0]) - 4:.1f}" y="{y(bound[-1][1]) - 4:.1f}" font-size="10" '
+                   f'text-anchor="end" fill="#7f7f7f">roofline {bound[-1][1]:.0f}</text>')
     path = " ".join(f"{'M' if i == 0 else 'L'}{x(t):.1f},{y(v):.1f}" for i, (t, v, _) in enumerate(data))
     svg.append(f'<path d="{path}" fill="none" stroke="{color}" stroke-width="1.5"/>')
     for t, v, source in data:

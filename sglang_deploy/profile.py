@@ -219,6 +219,9 @@ class WatchSection(Strict):
     drift_runs: Annotated[int, Field(ge=1, le=100)] = Field(
         2, description="Drifting measurements in a row (acceptance below the threshold, or decode below "
                        "gate.min_decode_tok_s) before on_drift acts.")
+    max_restarts_per_day: Annotated[int, Field(ge=0, le=24)] = Field(
+        3, description="on_drift: restart restarts at most this often in 24 h; past it a drift is recorded "
+                       "(restart-withheld, a journal warning), not acted on.")
     history_lines: Annotated[int, Field(ge=10, le=100000)] = Field(
         500, description="Lines kept in the release's watch.jsonl (oldest dropped).")
     textfile_dir: StrictStr = Field(

@@ -125,7 +125,8 @@ def render_watch(profile: Profile) -> RenderedWatch:
     watch, gate = profile.watch, profile.gate
     argv = host_program_argv("watch", "--service", profile.service.name, "--samples", str(watch.samples),
                              "--max-running-requests", str(watch.max_running_requests), "--on-drift", watch.on_drift,
-                             "--drift-runs", str(watch.drift_runs), "--history-lines", str(watch.history_lines),
+                             "--drift-runs", str(watch.drift_runs), "--max-restarts-per-day",
+                             str(watch.max_restarts_per_day), "--history-lines", str(watch.history_lines),
                              "--textfile-dir", watch.textfile_dir)
     if watch.drift_min_accept_length is not None:
         argv += ["--drift-min-accept-length", str(watch.drift_min_accept_length)]

@@ -1,39 +1,35 @@
-"""Bandwidth roofline for speculative decode, from the checkpoint's own bytes.
+"""Bandwidth roofline for speculative decode: the arithmetic lives in hostside/roofline.py (standard library
+only), so the perf watch on the host computes the same bound as the doctor on the controller."""
 
-One MTP/EAGLE cycle = one verify pass (transformer layers + LM head) + k draft steps (MTP layer +
-LM head), all sharded over TP ranks; it emits tau tokens. tok/s <= tau * BW / bytes_per_cycle.
-MBU = measured tok/s / roofline tok/s (the share of peak bandwidth the decode achieves).
-"""
-
-from __future__ import annotations
-
-# Datasheet memory bandwidth, GB/s, used when no probe measured it.
-DATASHEET_GBS = {"RTX A6000": 768, "A6000": 768, "RTX 3090": 936, "A100": 2039, "H100": 3350, "H200": 4800,
-                 "L40S": 864}
+from .hostside.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_bytes, roofline  # noqa: F401
 
 
-def datasheet_bandwidth(gpu_name: str | None) -> float | None:
-    for key, value in DATASHEET_GBS.items():
-        if gpu_name and key.lower() in gpu_name.lower():
-            return float(value)
-    return None
+def release_gpu(simulated: bool, environment: dict, gpu_facts: dict | None) -> str | None:
+    """The GPU whose bandwidth bounds decode: nvidia-smi's first GPU (the GpuHost fact) on a real host, the
+    hardware model's (SGLANG_SIM_MACHINE, sim/data/) on a simulated one; None when unknown."""
+    if simulated:
+        import re
+
+        from .sim.hardware import load_data
+
+        name = str(environment.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+            return None
+        try:
+            return load_data(name)["gpu"]
+        except (OSError, ValueError, KeyError):
+            return None
+    return ((gpu_facts or {}).get("gpus") or [{}])[0].get("name")
 
 
-def per_gpu_bytes(checkpoint: dict, tp: int) -> dict:
-    b = checkpoint["bytes"]
-    return {"verify": (b["layers"] + b["lm_head"]) / tp, "draft_step": (b["mtp"] + b["lm_head"]) / tp}
-
-
-def roofline(checkpoint: dict, tp: int, steps: int, tau: float, bandwidth_gbs: float,
-             measured_tok_s: float | None = None) -> dict:
-    sizes = per_gpu_bytes(checkpoint, tp)
-    cycle_bytes = sizes["verify"] + steps * sizes["draft_step"]
-    cycle_s = cycle_bytes / (bandwidth_gbs * 1e9)
-    bound = tau / cycle_s
-    result = {"verify_gb_per_gpu": sizes["verify"] / 1e9, "draft_step_gb_per_gpu": sizes["draft_step"] / 1e9,
-              "cycle_gb_per_gpu": cycle_bytes / 1e9, "cycle_ms_at_roofline": cycle_s * 1e3, "tau": tau,
-              "steps": steps, "bandwidth_gbs": bandwidth_gbs, "roofline_tok_s": bound,
-              "at_75pct_mbu_tok_s": 0.75 * bound}
-    if measured_tok_s:
-        result.update(measured_tok_s=measured_tok_s, mbu=measured_tok_s / bound)
-    return result
+def release_inputs(resolved: dict, model_path: str, gpu_name: str | None) -> dict:
+    """roofline.json, written into a release when it is staged: what the controller knows of the bound (the
+    GPU and its datasheet bandwidth, TP, draft steps, the checkpoint's path). The perf watch on the host adds
+    the checkpoint's bytes (safetensors headers) and its measured acceptance length, and exports
+    decode / roofline; a bandwidth the doctor's GPU probe measured for the release replaces the datasheet's."""
+    algorithm = resolved.get("speculative_algorithm")
+    bandwidth = datasheet_bandwidth(gpu_name)
+    return {"gpu": gpu_name, "bandwidth_gbs": bandwidth,
+            "bandwidth_source": f"datasheet ({gpu_name})" if bandwidth else f"unknown GPU {gpu_name!r}",
+            "tp": int(resolved.get("tp_size") or 1), "algorithm": algorithm,
+            "steps": int(resolved.get("speculative_num_steps") or 0) if algorithm else 0, "model_path": model_path}

@@ -1,7 +1,10 @@
 """history.py's table and page from a store document (no host)."""
 
+import copy
 import re
 import xml.etree.ElementTree as ET
+
+import pytest
 
 from sglang_deploy import history
 
@@ -55,3 +58,55 @@ def test_page_is_self_contained_and_draws_both_series():
 def test_no_measurements_still_renders():
     page = history.page({"service": "sglang", "releases": []}, "h")
     assert page.count("no measurements") == 2
+
+
+def test_switches_carry_the_flags_that_changed():
+    document = copy.deepcopy(DOCUMENT)
+    document["releases"][0]["exec_start"] = ["python", "-m", "sglang.launch_server", "--speculative-num-steps", "3"]
+    document["releases"][1]["exec_start"] = ["python", "-m", "sglang.launch_server", "--speculative-num-steps", "1",
+                                             "--enable-metrics"]
+    marks = history.switches(document)
+    assert [(m["release"], m["restart"], m["flags"]) for m in marks] == [
+        ("0001-aaaaaaaa", False, []),
+        ("0002-bbbbbbbb", False, ["--enable-metrics: (absent) -> on", "--speculative-num-steps: 3 -> 1"]),
+        ("0002-bbbbbbbb", True, [])]
+    assert "--> 0002-bbbbbbbb activated (deploy) [--enable-metrics: (absent) -> on; --speculative-num-steps: 3 -> 1]" \
+        in history.table(document)
+    document["releases"][1]["exec_start"] = document["releases"][0]["exec_start"]
+    assert history.switches(document)[1]["flags"] == ["(same flags)"]
+
+
+def test_png_draws_points_switches_floors_and_the_roofline(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from PIL import Image
+
+    from sglang_deploy.history_png import DECODE, ROOFLINE, picture
+
+    document = copy.deepcopy(DOCUMENT)
+    document["releases"][1]["exec_start"] = ["x", "--speculative-num-steps", "1"]
+    document["releases"][0]["exec_start"] = ["x", "--speculative-num-steps", "3"]
+    for entry in document["releases"][1]["watch"]:
+        entry["roofline_tok_s"] = 139 * entry["accept_length"] / 3.25
+    document["releases"][1]["watch"].append({"at": "2026-11-02T23:00:00+00:00", "event": "restart-withheld",
+                                              "status": "capped"})
+    drawn = picture(document, tmp_path / "out" / "history.png", "ct129")
+    # 2 gate + 3 watch (the busy run has no value) per chart, the after-restart one included
+    assert drawn["points"] == 10 and drawn["roofline_points"] == 2
+    assert drawn["switches"] == ["0001-aaaaaaaa", "0002-bbbbbbbb\n--speculative-num-steps: 3 -> 1", "restart",
+                                 "restart withheld"]
+    assert drawn["floors"] == {"decode_tok_s": 45, "accept_length": 2.8}
+    image = Image.open(tmp_path / "out" / "history.png")
+    assert image.format == "PNG" and image.size == (1100, 700)
+    image = image.convert("RGB")
+    colors = {color for _, color in image.getcolors(maxcolors=1 << 20)}
+    for hex_color in (DECODE, ROOFLINE, "#d62728", "#2ca02c", "#ff7f0e", "#9467bd"):
+        assert tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5)) in colors, hex_color
+    assert (tmp_path / "out" / "history.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_png_without_measurements(tmp_path):
+    pytest.importorskip("matplotlib", reason="the plot extra is not installed")
+    from sglang_deploy.history_png import picture
+
+    drawn = picture({"service": "sglang", "releases": []}, tmp_path / "h.png", "h")
+    assert drawn["points"] == 0 and (tmp_path / "h.png").stat().st_size > 1000

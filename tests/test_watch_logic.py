@@ -88,8 +88,10 @@ def test_profile_watch_defaults_and_rendered_units():
 
 def test_watch_settings_reach_the_command_line(tmp_path):
     path = proven_with(tmp_path, "\ngate:", "\nwatch:\n  interval: 30min\n  on_drift: restart\n"
-                                           "  drift_min_accept_length: 2.5\n  samples: 2\n\ngate:")
+                                           "  drift_min_accept_length: 2.5\n  samples: 2\n"
+                                           "  max_restarts_per_day: 1\n\ngate:")
     argv = render_watch(load_profile(path)).exec_start
+    assert argv[argv.index("--max-restarts-per-day") + 1] == "1"
     assert argv[argv.index("--on-drift") + 1] == "restart"
     assert argv[argv.index("--drift-min-accept-length") + 1] == "2.5" and argv[argv.index("--samples") + 1] == "2"
     assert "OnUnitActiveSec=30min" in render_watch(load_profile(path)).timer
@@ -103,6 +105,8 @@ def test_watch_settings_reach_the_command_line(tmp_path):
     ("textfile_dir: /var/lib/../etc", "must be a normalized absolute directory"),
     ("on_drift: reboot", "on_drift"),
     ("samples: 0", "samples"),
+    ("max_restarts_per_day: -1", "max_restarts_per_day"),
+    ('max_restarts_per_day: "3; reboot"', "max_restarts_per_day"),
     ("every: 6h", "unknown key"),
 ])
 def test_bad_watch_settings_are_refused_with_their_line(tmp_path, setting, expected):
@@ -130,8 +134,8 @@ def test_history_file_keeps_the_last_lines(tmp_path):
     assert len(watch.read_history(path)) == 10  # a torn line is skipped, not fatal
 
 
-def test_record_mode_does_not_restart(tmp_path, monkeypatch):
-    """on_drift: record with a drifting measurement: recorded, no systemctl call."""
+def fake_release(tmp_path, monkeypatch, config=None, measurement=None):
+    """A release store under tmp_path with one active release; idle server, fixed measurement."""
     from sglang_deploy.hostside import store as store_module
 
     monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
@@ -139,19 +143,135 @@ def test_record_mode_does_not_restart(tmp_path, monkeypatch):
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
     (directory / "meta.json").write_text(json.dumps({"probe_url": "http://127.0.0.1:1", "gate": {"verdict": "pass"}}))
-    (directory / "gate-config.json").write_text(json.dumps({"settings": {"min_accept_length": 2.8,
-                                                                          "min_decode_tok_s": 45}}))
+    (directory / "gate-config.json").write_text(json.dumps(config or {"settings": {"min_accept_length": 2.8,
+                                                                                    "min_decode_tok_s": 45}}))
     store.save_state({"active": "0001-aaaaaaaa"})
-    calls = []
     monkeypatch.setattr(watch, "idle_check", lambda *a: (None, None, 0.0))
-    monkeypatch.setattr(watch, "measure", lambda *a: {"status": "ok", "decode_tok_s": 20.0, "accept_length": 1.2,
-                                                      "ttft_s": 0.03, "samples": 3})
+    monkeypatch.setattr(watch, "measure", lambda *a: dict(measurement or {
+        "status": "ok", "decode_tok_s": 20.0, "accept_length": 1.2, "ttft_s": 0.03, "samples": 3}))
+    return directory
+
+
+def watch_args(tmp_path, **overrides):
+    values = dict(service="sglang", samples=3, max_running_requests=0, on_drift="record", drift_min_accept_length=None,
+                  drift_runs=1, max_restarts_per_day=3, history_lines=500, textfile_dir=str(tmp_path / "textfile"))
+    return type("Args", (), {**values, **overrides})()
+
+
+def test_record_mode_does_not_restart(tmp_path, monkeypatch):
+    """on_drift: record with a drifting measurement: recorded, no systemctl call."""
+    directory = fake_release(tmp_path, monkeypatch)
+    calls = []
     monkeypatch.setattr(watch, "systemctl", lambda *a: calls.append(a))
-    args = type("Args", (), dict(service="sglang", samples=3, max_running_requests=0, on_drift="record",
-                                 drift_min_accept_length=None, drift_runs=1, history_lines=500,
-                                 textfile_dir=str(tmp_path / "textfile")))()
+    args = watch_args(tmp_path)
     assert watch.run(args) == 0 and watch.run(args) == 0
     entries = watch.read_history(str(directory / "watch.jsonl"))
     assert [len(e["drift"]) for e in entries] == [2, 2] and calls == []
     assert 'sglang_deploy_watch_drift_streak{service="sglang",release="0001-aaaaaaaa"} 2.0' in \
         (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
+
+
+def test_restarts_are_capped_per_day_and_the_withheld_one_is_recorded(tmp_path, monkeypatch, capsys):
+    """on_drift: restart, cap 2 a day: two restarts, then drift is recorded (restart-withheld), not acted on;
+    a restart older than 24 h does not count."""
+    import time
+
+    directory = fake_release(tmp_path, monkeypatch)
+    old = {"event": "restart", "status": "restarted", "unix": time.time() - 2 * 86400, "at": "old"}
+    (directory / "watch.jsonl").write_text(json.dumps(old) + "\n")
+    calls = []
+    monkeypatch.setattr(watch, "systemctl", lambda *a: calls.append(a) or type("R", (), {"returncode": 0})())
+    monkeypatch.setattr(watch, "wait_ready", lambda *a: True)
+    monkeypatch.setenv("JOURNAL_STREAM", "8:1234")  # as under systemd: lines carry their syslog priority
+    args = watch_args(tmp_path, on_drift="restart", max_restarts_per_day=2)
+    for _ in range(4):
+        assert watch.run(args) == 0
+    assert calls == [("restart", "sglang.service")] * 2
+    events = [e["event"] for e in watch.read_history(str(directory / "watch.jsonl"))]
+    assert events == ["restart"] + ["measure", "restart", "after-restart"] * 2 + ["measure", "restart-withheld"] * 2
+    withheld = watch.read_history(str(directory / "watch.jsonl"))[-1]
+    assert withheld["status"] == "capped" and "2 restarts in the last 24 h reached --max-restarts-per-day 2" in \
+        withheld["detail"]
+    journal = capsys.readouterr().out
+    assert journal.count("<4>restarting sglang.service: drift") == 2
+    assert journal.count("<4>NOT restarting sglang.service") == 2
+    meta = json.loads((directory / "meta.json").read_text())
+    assert [e["event"][:22] for e in meta["history"]] == ["restarted by the watch"] * 2
+    values = parsed((tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text())
+    labels = (("release", "0001-aaaaaaaa"), ("service", "sglang"))
+    assert values[("sglang_deploy_watch_restarts", labels)] == 3  # the old one too
+    assert values[("sglang_deploy_watch_restarts_last_day", labels)] == 2
+    assert values[("sglang_deploy_watch_restarts_withheld", labels)] == 2
+
+
+def test_decode_over_the_roofline_is_exported(tmp_path, monkeypatch):
+    """roofline.json (staged by the deploy) + the checkpoint's bytes + the measured tau -> the doctor's bound."""
+    from sglang_deploy.roofline import release_inputs, roofline
+    from sglang_deploy.hostside.safetensors_headers import summarize
+    from test_doctor_logic import TENSORS, write_checkpoint
+
+    model = tmp_path / "model"
+    model.mkdir()
+    write_checkpoint(model, TENSORS)
+    measurement = {"status": "ok", "decode_tok_s": 200.0, "accept_length": 3.0, "ttft_s": 0.03, "samples": 3}
+    directory = fake_release(tmp_path, monkeypatch, measurement=measurement)
+    resolved = {"tp_size": 2, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3}
+    inputs = release_inputs(resolved, str(model), "NVIDIA RTX A6000")
+    assert (inputs["bandwidth_gbs"], inputs["tp"], inputs["steps"]) == (768, 2, 3)
+    (directory / "roofline.json").write_text(json.dumps(inputs))
+    assert watch.run(watch_args(tmp_path)) == 0
+    entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
+    expected = roofline(summarize(model), 2, 3, 3.0, 768, 200.0)
+    assert entry["roofline_tok_s"] == pytest.approx(expected["roofline_tok_s"], rel=1e-3)
+    assert entry["roofline_fraction"] == pytest.approx(200.0 * 0.0045005 / 768 / 3.0, rel=1e-3)
+    assert entry["bandwidth_source"] == "datasheet (NVIDIA RTX A6000)"
+    values = parsed((tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text())
+    labels = (("release", "0001-aaaaaaaa"), ("service", "sglang"))
+    assert values[("sglang_deploy_watch_roofline_fraction", labels)] == entry["roofline_fraction"]
+    assert values[("sglang_deploy_watch_roofline_tokens_per_second", labels)] == entry["roofline_tok_s"]
+    # The doctor's GPU probe measured 600 GB/s for this release: it replaces the datasheet's figure.
+    (directory / "doctor.json").write_text(json.dumps({"roofline": {
+        "bandwidth_gbs": 600.0, "bandwidth_source": "measured (probe, read-only reduction)"}}))
+    assert watch.run(watch_args(tmp_path)) == 0
+    entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
+    assert entry["roofline_fraction"] == pytest.approx(200.0 * 0.0045005 / 600 / 3.0, rel=1e-3)
+    assert entry["bandwidth_source"].startswith("measured")
+
+
+def test_no_roofline_without_its_inputs(tmp_path):
+    entry = {"decode_tok_s": 50.0, "accept_length": 3.0}
+    assert watch.roofline_bound(None, {"bytes": {}}, entry) == {}
+    assert watch.roofline_bound({"bandwidth_gbs": None, "algorithm": "EAGLE"}, {"bytes": {}}, entry) == {}
+    checkpoint = {"bytes": {"layers": 2e9, "lm_head": 1e9, "mtp": 0, "embedding": 0, "vision": 0}}
+    plain = watch.roofline_bound({"bandwidth_gbs": 300, "algorithm": None, "tp": 1, "steps": 0}, checkpoint, entry)
+    assert plain["roofline_tok_s"] == pytest.approx(100.0)  # no speculation: tau 1, 3 GB per token at 300 GB/s
+
+
+def test_a_hostile_checkpoint_leaves_the_roofline_out_not_the_measurement(tmp_path, monkeypatch):
+    """The model directory may be writable by the service user; the watch (root) reads its headers."""
+    import struct
+
+    from sglang_deploy.roofline import release_inputs
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.safetensors").write_bytes(struct.pack("<Q", 1 << 62) + b"{}")
+    measurement = {"status": "ok", "decode_tok_s": 50.0, "accept_length": 3.0, "ttft_s": 0.03, "samples": 3}
+    directory = fake_release(tmp_path, monkeypatch, measurement=measurement)
+    (directory / "roofline.json").write_text(json.dumps(release_inputs({"tp_size": 2}, str(model), "RTX A6000")))
+    assert watch.run(watch_args(tmp_path)) == 0
+    entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
+    assert entry["decode_tok_s"] == 50.0 and "roofline_fraction" not in entry
+
+
+def test_the_gpu_that_bounds_decode():
+    from sglang_deploy.roofline import release_gpu, release_inputs
+
+    assert release_gpu(True, {}, None) == "NVIDIA RTX A6000"  # the simulator's hardware model
+    assert release_gpu(True, {"SGLANG_SIM_MACHINE": "../../etc/passwd"}, None) is None
+    assert release_gpu(False, {}, {"gpus": [{"name": "NVIDIA H200"}, {"name": "NVIDIA H200"}]}) == "NVIDIA H200"
+    assert release_gpu(False, {}, {"gpus": []}) is None
+    unknown = release_inputs({"tp_size": 1}, "/m", "Some GPU")
+    assert unknown["bandwidth_gbs"] is None and unknown["bandwidth_source"] == "unknown GPU 'Some GPU'"
+    assert release_inputs({"tp_size": 2, "speculative_algorithm": None, "speculative_num_steps": 3}, "/m",
+                          "NVIDIA H200")["steps"] == 0  # no speculation: no draft steps

@@ -2,17 +2,28 @@
 node_exporter serves its textfile metrics on loopback, and acceptance drift triggers a restart."""
 
 import json
+import re
 import urllib.request
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import proven_with
+from sglang_deploy.history import points as history_points
 from test_deploy_sim import grand_total
 
 pytestmark = pytest.mark.simhost
 
 STORE = "/var/lib/sglang-deploy/sglang"
+# What the closing note quotes: node_exporter's sample and the drift test's log (results/ is not committed).
+EVIDENCE = Path(__file__).resolve().parent.parent / "results" / "ct129-sim"
+
+
+def keep(name: str, text: str) -> None:
+    EVIDENCE.mkdir(parents=True, exist_ok=True)
+    (EVIDENCE / name).write_text(text)
+    print(f"{name} ({EVIDENCE / name}):\n{text}")
 PROM = "/var/lib/prometheus/node-exporter/sglang-deploy-sglang.prom"
 
 
@@ -59,7 +70,7 @@ def test_deploy_enables_the_hardened_timer_and_a_redeploy_changes_nothing(watche
     result = simhost.deploy(profile=simhost.watched_profile)
     assert result.returncode == 0, result.stderr[-3000:]
     operations, succeeded, failed, unchanged = grand_total(result)
-    assert (succeeded, failed, unchanged) == ("-", "-", operations)
+    assert (succeeded, failed, unchanged) == ("-", "-", operations), result.stdout[-5000:]
 
 
 def test_one_watch_run_is_exported_by_node_exporter(watched):
@@ -78,12 +89,21 @@ def test_one_watch_run_is_exported_by_node_exporter(watched):
     assert watch_samples(metrics, "ttft_seconds")[labels] > 0
     assert watch_samples(metrics, "last_success_timestamp_seconds")[labels] == pytest.approx(last["unix"])
     assert watch_samples(metrics, "gate_verdict") == {tuple(sorted(labels + (("verdict", "pass"),))): 1.0}
+    # decode / roofline: roofline.json staged with the release, the synthetic checkpoint's bytes (13.5 GB per
+    # GPU per verify pass), 768 GB/s for an RTX A6000, the measured tau.
+    roofline = json.loads(simhost.sh(f"cat {STORE}/releases/{release}/roofline.json"))
+    assert (roofline["gpu"], roofline["bandwidth_gbs"], roofline["tp"], roofline["steps"]) == (
+        "NVIDIA RTX A6000", 768, 2, 3)
+    assert last["roofline_tok_s"] == pytest.approx(139 * last["accept_length"] / 3.25, rel=0.03)
+    assert watch_samples(metrics, "roofline_fraction")[labels] == pytest.approx(
+        last["decode_tok_s"] / last["roofline_tok_s"], rel=1e-3)
+    assert 0.2 < last["roofline_fraction"] < 1
     # node_exporter's own view of the file: read without error, its mtime there for staleness alerts.
     assert metrics[("node_textfile_scrape_error", ())] == 0.0
     assert ("node_textfile_mtime_seconds", (("file", PROM.rsplit("/", 1)[1]),)) in metrics or \
         ("node_textfile_mtime_seconds", (("file", PROM),)) in metrics
-    print("node_exporter sample:\n" + simhost.sh(f"curl -s http://127.0.0.1:{simhost.host.node_exporter_port}"
-                                                 "/metrics | grep -E '^sglang_deploy_watch|^node_textfile'"))
+    keep("node-exporter-sample.txt", simhost.sh(f"curl -s http://127.0.0.1:{simhost.host.node_exporter_port}"
+                                                "/metrics | grep -E '^sglang_deploy_watch|^node_textfile'"))
 
 
 def test_a_busy_server_is_not_measured(watched):
@@ -108,7 +128,10 @@ def test_acceptance_drift_restarts_the_server_and_acceptance_comes_back(watched,
     simhost = watched
     variant = proven_with(tmp_path, '  CUDA_DEVICE_ORDER: PCI_BUS_ID',
                           '  CUDA_DEVICE_ORDER: PCI_BUS_ID\n  SGLANG_SIM_ACCEPT_COLLAPSE_AFTER: "4"')
-    text = variant.read_text().replace("\ngate:", "\nwatch:\n  on_drift: restart\n  drift_runs: 1\n  samples: 2\n\ngate:")
+    text = variant.read_text().replace("\ngate:", "\nwatch:\n  on_drift: restart\n  drift_runs: 1\n  samples: 2\n"
+                                                "  max_restarts_per_day: 1\n\ngate:")
+    # The watch sends the gate's max_new_tokens: 64 instead of 256 keeps each collapsed run short (no gate here).
+    text = text.replace("  max_new_tokens: 256", "  max_new_tokens: 64")
     variant.write_text(text)
     result = simhost.deploy(profile=variant)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -132,7 +155,24 @@ def test_acceptance_drift_restarts_the_server_and_acceptance_comes_back(watched,
     labels = (("release", release), ("service", "sglang"))
     assert watch_samples(metrics, "accept_length")[labels] > 2.8
     assert watch_samples(metrics, "restarts")[labels] == 1.0
-    print("drift history:\n" + "\n".join(json.dumps(e) for e in entries[-3:]))
+    # The restarted process collapses again after 4 requests: the day's one restart is spent, so this
+    # drift is recorded (restart-withheld, a journal warning) and the server is left alone.
+    pid_restarted = simhost.main_pid()
+    simhost.sh("systemctl start sglang-watch.service")
+    entries = history(simhost, release)
+    drift_again, withheld = entries[-2:]
+    assert drift_again["accept_length"] < 1.5 and drift_again["drift"]
+    assert withheld["event"] == "restart-withheld" and withheld["status"] == "capped", withheld
+    assert "reached --max-restarts-per-day 1" in withheld["detail"] and simhost.main_pid() == pid_restarted
+    warnings = simhost.sh("journalctl -u sglang-watch.service -p warning --no-pager -o short-iso")
+    assert "NOT restarting sglang.service" in warnings and "restarting sglang.service: drift" in warnings
+    metrics = node_exporter(simhost)
+    assert watch_samples(metrics, "restarts_withheld")[labels] == 1.0
+    assert watch_samples(metrics, "restarts_last_day")[labels] == 1.0
+    assert watch_samples(metrics, "accept_length")[labels] < 1.5
+    keep("watch-drift.log", "watch.jsonl (the last 5 entries):\n" + "\n".join(json.dumps(e, sort_keys=True)
+                                                                               for e in entries[-5:])
+         + "\n\njournalctl -u sglang-watch.service -p warning:\n" + warnings)
 
 
 def test_history_verb_writes_the_table_and_the_page(watched):
@@ -147,7 +187,25 @@ def test_history_verb_writes_the_table_and_the_page(watched):
     releases = [entry["id"] for entry in json.loads((directory / "history.json").read_text())["releases"]]
     assert len(releases) >= 2 and first in releases
     assert "after-restart" in text and "ok DRIFT" in text and "restarted by the watch" in text
+    assert "restart-withheld capped" in text and "[(same flags)]" in text  # the variants differ in environment only
     assert all(release in page for release in releases) and page.count("<svg") == 2
     assert "<script" not in page and "src=" not in page
     assert simhost.api_key not in text + page + (directory / "history.json").read_text()
-    print(f"history written to {directory}:\n{text}")
+    # The PNG: every measurement a point, both releases' switches and the restart marked, the roofline drawn.
+    png = directory / "history.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "history.png: " in result.stdout + result.stderr
+    document = json.loads((directory / "history.json").read_text())
+    measured = [row for row in history_points(document) if row["decode_tok_s"] is not None]
+    drawn = re.search(r"history.png: (\d+) points, (\d+) switches and restarts, (\d+) roofline points",
+                      result.stdout + result.stderr)
+    assert drawn and int(drawn.group(1)) == 2 * len(measured), result.stdout[-2000:]
+    assert int(drawn.group(2)) >= 3 and int(drawn.group(3)) >= 3
+    # The page as a real browser builds it: both releases, one dot or square per measurement, the floors.
+    from browser import dump_dom
+
+    dom = dump_dom(directory / "history.html")
+    decode_svg = re.search(r'<svg[^>]*data-series="decode_tok_s".*?</svg>', dom, re.S).group(0)
+    assert decode_svg.count("<circle") + decode_svg.count("<rect") == len(measured)
+    assert all(release in dom for release in releases) and dom.count('class="floor"') == 2
+    assert 'class="roofline"' in decode_svg
+    print(f"history written to {directory} (history.png: {png.stat().st_size} bytes):\n{text}")

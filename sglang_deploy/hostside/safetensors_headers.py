@@ -17,9 +17,19 @@ DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16"
                "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "I8": 1, "U8": 1, "BOOL": 1}
 
 
+MAX_HEADER_BYTES = 100_000_000  # the safetensors format's own limit
+
+
 def read_header(path):
+    """The JSON header (ValueError for a file that is not safetensors: the watch runs as root and must not
+    allocate what a corrupt or hostile length field asks for)."""
     with open(path, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
+        prefix = f.read(8)
+        if len(prefix) != 8:
+            raise ValueError(f"{path}: shorter than a safetensors header")
+        (length,) = struct.unpack("<Q", prefix)
+        if length > MAX_HEADER_BYTES:
+            raise ValueError(f"{path}: header length {length} is over the format's {MAX_HEADER_BYTES} bytes")
         return json.loads(f.read(length))
 
 

@@ -348,7 +348,7 @@ def cmd_history(args):
             if isinstance(entry, dict):
                 watch.append(entry)
         out.append({"id": release_id, "created": meta.get("created"), "history": meta.get("history") or [],
-                    "verdict": meta.get("verdict"),
+                    "verdict": meta.get("verdict"), "exec_start": meta.get("exec_start"),
                     "floors": {"decode_tok_s": settings.get("min_decode_tok_s"),
                                "accept_length": settings.get("min_accept_length")},
                     "gate": {"verdict": gate.get("verdict"), "at": (meta.get("gate") or {}).get("at"),

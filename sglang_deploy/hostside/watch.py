@@ -2,7 +2,8 @@
 """The perf watch: measure the active release between deploys (run by <service>-watch.timer; stdlib only).
 
     python3 -m hostside.watch --service S [--samples 3] [--max-running-requests 0] [--on-drift record|restart]
-                     [--drift-min-accept-length X] [--drift-runs 2] [--history-lines 500]
+                     [--drift-min-accept-length X] [--drift-runs 2] [--max-restarts-per-day 3]
+                     [--history-lines 500]
                      [--textfile-dir /var/lib/prometheus/node-exporter]
 
 One run, under the release store's lock (a deploy or rollback never runs at the same time):
@@ -12,8 +13,12 @@ One run, under the release store's lock (a deploy or rollback never runs at the 
   3. measure with the gate's own client (bench.py: the same prompts, --samples requests, single stream);
   4. drift: acceptance below --drift-min-accept-length (default: the gate's min_accept_length) or decode
      below the gate's min_decode_tok_s; after --drift-runs drifting measurements in a row, --on-drift
-     restart restarts the service, waits until it is ready and measures again;
-  5. append one JSON line per event to releases/<id>/watch.jsonl (the last --history-lines kept) and write
+     restart restarts the service, waits until it is ready and measures again, at most
+     --max-restarts-per-day times in 24 h (then it records "restart-withheld" instead); a restart or a
+     withheld one is a line in watch.jsonl and a warning in the journal, a restart also in meta.json's history;
+  5. decode / roofline: the release's roofline.json (staged by the deploy), the checkpoint's bytes and the
+     measured acceptance length give the bandwidth bound (hostside/roofline.py, the doctor's arithmetic);
+  6. append one JSON line per event to releases/<id>/watch.jsonl (the last --history-lines kept) and write
      node_exporter textfile metrics (<textfile-dir>/sglang-deploy-<service>.prom: temporary file, atomic
      rename, no timestamps).
 The API key is read from the secrets file, sent only to the release's loopback probe URL, never printed.
@@ -26,11 +31,12 @@ import re
 import sys
 import time
 
-from . import evidence, gate
+from . import evidence, gate, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
 from .store import Lock, Locked, Store, atomic_write, now, service_name, systemctl
 
 METRIC_PREFIX = "sglang_deploy_watch"
+WARNING = 4  # syslog priority of drift and restart lines in the journal
 RUNNING = re.compile(r"^sglang:num_running_reqs(?:\{[^}]*\})?\s+([0-9.eE+-]+|NaN)\s*$", re.MULTILINE)
 
 
@@ -68,6 +74,32 @@ def drift_streak(history):
     return streak
 
 
+def roofline_bound(inputs, checkpoint, entry, measured_bandwidth=None):
+    """The roofline at the measured acceptance length and decode / roofline, for one measurement:
+    {roofline_tok_s, roofline_fraction, bandwidth_source}, or {} when an input is missing.
+
+    inputs: the release's roofline.json (written at stage time); checkpoint: safetensors_headers.summarize();
+    measured_bandwidth: (GB/s, source) from the doctor's GPU probe, preferred over the datasheet's."""
+    if not inputs or not checkpoint or entry.get("decode_tok_s") is None:
+        return {}
+    bandwidth, source = measured_bandwidth or (inputs.get("bandwidth_gbs"), inputs.get("bandwidth_source"))
+    tau = entry.get("accept_length") if inputs.get("algorithm") else 1.0
+    if not bandwidth or not tau:
+        return {}
+    bound = roofline.roofline(checkpoint, int(inputs.get("tp") or 1), int(inputs.get("steps") or 0), float(tau),
+                              float(bandwidth), entry["decode_tok_s"])
+    return {"roofline_tok_s": float(f"{bound['roofline_tok_s']:.5g}"), "roofline_fraction": float(f"{bound['mbu']:.4g}"),
+            "bandwidth_source": source}
+
+
+DAY_S = 86400
+
+
+def restarts_within(history, now, window_s=DAY_S):
+    """Restarts the watch made (or tried) in the last window_s seconds of this release's history."""
+    return sum(1 for e in history if e.get("event") == "restart" and now - float(e.get("unix") or 0) < window_s)
+
+
 def bounded(lines, keep):
     return lines[-keep:] if keep > 0 else lines
 
@@ -97,6 +129,10 @@ def textfile(service, release_id, history, verdict, now):
         gauge("accept_length", "Speculative acceptance length (tau), median of the last successful run.",
               last_ok.get("accept_length"))
         gauge("ttft_seconds", "Time to first token, median of the last successful run.", last_ok.get("ttft_s"))
+        gauge("roofline_tokens_per_second", "Bandwidth roofline of decode at the measured acceptance length "
+              "(checkpoint bytes per cycle over the GPU's memory bandwidth).", last_ok.get("roofline_tok_s"))
+        gauge("roofline_fraction", "Decode tokens/s over the roofline (memory-bandwidth utilisation, 0-1).",
+              last_ok.get("roofline_fraction"))
         gauge("last_success_timestamp_seconds", "Unix time of the last successful measurement.", last_ok.get("unix"))
     gauge("last_run_timestamp_seconds", "Unix time of the last run (measured or skipped).", last.get("unix", now))
     gauge("last_run_ok", "1 when the last run measured, 0 when it was skipped or failed.",
@@ -104,6 +140,10 @@ def textfile(service, release_id, history, verdict, now):
     gauge("drift_streak", "Drifting measurements in a row.", drift_streak(history))
     gauge("restarts", "Restarts by the watch recorded in this release's history.",
           sum(1 for e in history if e.get("event") == "restart"))
+    gauge("restarts_last_day", "Restarts by the watch in the last 24 h (capped by --max-restarts-per-day).",
+          restarts_within(history, now))
+    gauge("restarts_withheld", "Drift restarts withheld because the day's cap was reached (recorded instead).",
+          sum(1 for e in history if e.get("event") == "restart-withheld"))
     gauge("gate_verdict", "The release's gate verdict at its switch (1 = pass), as a label.",
           1 if verdict == "pass" else 0, f',verdict="{_label(verdict or "none")}"')
     return "\n".join(lines) + "\n"
@@ -111,8 +151,11 @@ def textfile(service, release_id, history, verdict, now):
 
 # --- running on the host ---------------------------------------------------------------------------
 
-def log(message):
-    print(message, flush=True)  # stdout: the journal of <service>-watch.service
+def log(message, priority=None):
+    """stdout: the journal of <service>-watch.service; under systemd a "<N>" prefix sets the line's syslog
+    priority (SyslogLevelPrefix=, on by default), so `journalctl -p warning` lists drift and restarts."""
+    prefix = f"<{priority}>" if priority is not None and os.environ.get("JOURNAL_STREAM") else ""
+    print(prefix + message, flush=True)
 
 
 def write_textfile(directory, service, content):
@@ -146,6 +189,34 @@ def read_history(path):
 
 def save_history(path, entries, keep):
     atomic_write(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in bounded(entries, keep)), 0o644)
+
+
+def release_roofline(release_dir, model_path):
+    """(roofline.json, the checkpoint's bytes, the doctor's measured bandwidth or None); an error is logged once
+    and leaves the metric out, never the measurement."""
+    try:
+        with open(os.path.join(release_dir, "roofline.json")) as f:
+            inputs = json.load(f)
+    except FileNotFoundError:
+        return None, None, None  # staged before the watch knew rooflines, or by hand
+    except (OSError, ValueError) as error:
+        log(f"roofline.json unreadable ({error}): no roofline fraction")
+        return None, None, None
+    path = inputs.get("model_path") or model_path
+    try:
+        checkpoint = safetensors_headers.summarize(path) if path else None
+    except (OSError, ValueError, KeyError) as error:
+        log(f"checkpoint {path}: {error}: no roofline fraction")
+        checkpoint = None
+    measured = None
+    try:  # the doctor's probe measured this host's bandwidth: better than the datasheet's
+        with open(os.path.join(release_dir, "doctor.json")) as f:
+            bound = json.load(f).get("roofline") or {}
+        if str(bound.get("bandwidth_source", "")).startswith("measured") and bound.get("bandwidth_gbs"):
+            measured = (float(bound["bandwidth_gbs"]), bound["bandwidth_source"])
+    except (OSError, ValueError, AttributeError, TypeError):
+        pass
+    return inputs, checkpoint, measured
 
 
 def idle_check(probe_url, api_key, threshold):
@@ -202,12 +273,16 @@ def run(args):
         return 2
     try:  # the gate's settings: max_new_tokens (the same requests) and the floors drift is judged by
         with open(os.path.join(store.release_dir(release_id), "gate-config.json")) as f:
-            settings = json.load(f).get("settings") or {}
+            config = json.load(f)
+        settings, expect = config.get("settings") or {}, config.get("expect") or {}
+        if not isinstance(settings, dict) or not isinstance(expect, dict):
+            raise ValueError("settings and expect must be objects")
     except (OSError, ValueError, AttributeError):
-        settings = {}
+        settings, expect = {}, {}
     min_accept = args.drift_min_accept_length if args.drift_min_accept_length is not None \
         else settings.get("min_accept_length")
     min_decode = settings.get("min_decode_tok_s")
+    bound_cache = {}
     history_path = os.path.join(store.release_dir(release_id), "watch.jsonl")
     history = read_history(history_path)
     api_key = read_api_key(store.secrets_path)
@@ -224,6 +299,10 @@ def run(args):
         entry["event"] = label
         if entry["status"] == "ok":
             entry["drift"] = drift_reasons(entry, min_accept, min_decode)
+            if "inputs" not in bound_cache:  # once per run (the safetensors headers), only when measured
+                bound_cache["inputs"] = release_roofline(store.release_dir(release_id), expect.get("model_path"))
+            inputs, checkpoint, bandwidth = bound_cache["inputs"]
+            entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth))
         return record(entry)
 
     skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests)
@@ -233,10 +312,16 @@ def run(args):
         entry = measured("measure")
         streak = drift_streak(history)
         if entry.get("drift"):
-            log(f"DRIFT ({streak} in a row, acting at {args.drift_runs}): " + "; ".join(entry["drift"]))
-        if streak >= args.drift_runs and args.on_drift == "restart":
+            log(f"DRIFT ({streak} in a row, acting at {args.drift_runs}): " + "; ".join(entry["drift"]), WARNING)
+        done_today = restarts_within(history, time.time())
+        if streak >= args.drift_runs and args.on_drift == "restart" and done_today >= args.max_restarts_per_day:
+            reason = (f"drift {streak} times in a row, but {done_today} restarts in the last 24 h reached "
+                      f"--max-restarts-per-day {args.max_restarts_per_day}: recorded, not restarted")
+            log(f"NOT restarting {args.service}.service: {reason}", WARNING)
+            record({"event": "restart-withheld", "status": "capped", "detail": reason})
+        elif streak >= args.drift_runs and args.on_drift == "restart":
             reason = f"drift {streak} times in a row: " + "; ".join(entry["drift"])
-            log(f"restarting {args.service}.service: {reason}")
+            log(f"restarting {args.service}.service: {reason}", WARNING)
             code = systemctl("restart", f"{args.service}.service").returncode
             ready = code == 0 and wait_ready(probe_url, float(meta.get("start_timeout_s") or 1800))
             record({"event": "restart", "status": "restarted" if ready else "restart-failed", "detail": reason})
@@ -259,6 +344,7 @@ def main():
     parser.add_argument("--on-drift", choices=["record", "restart"], default="record")
     parser.add_argument("--drift-min-accept-length", type=float)
     parser.add_argument("--drift-runs", type=int, default=2)
+    parser.add_argument("--max-restarts-per-day", type=int, default=3)
     parser.add_argument("--history-lines", type=int, default=500)
     parser.add_argument("--textfile-dir", default="/var/lib/prometheus/node-exporter")
     args = parser.parse_args()
