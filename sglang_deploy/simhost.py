@@ -185,6 +185,15 @@ class SimHost:
         subprocess.run(["mount", "-t", "overlay", "overlay", "-o",
                         f"lowerdir={self.overlay_lower},upperdir={upper},workdir={work}", str(self.rootfs)],
                        check=True)
+        # The shared rootfs carries debootstrap's /var/lib/dbus/machine-id, which systemd adopts when
+        # /etc/machine-id is empty: without an id of its own, every host of the fleet would have the same one.
+        machine_id = self.rootfs / "etc/machine-id"
+        if not machine_id.read_text().strip():
+            identity = secrets.token_hex(16) + "\n"
+            for path in (machine_id, self.rootfs / "var/lib/dbus/machine-id"):
+                path.unlink(missing_ok=True)
+                path.write_text(identity)
+                path.chmod(0o444)
 
     def _prepare_rootfs(self, fresh: bool) -> None:
         if self.overlay_lower is not None:

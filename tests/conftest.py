@@ -28,6 +28,12 @@ TEST_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100
 # systemd-nspawn machine names are machine-wide: two suites running side by side need distinct ones.
 TEST_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test") + (f"-{XDIST_WORKER}" if XDIST_WORKER else "")
 TEST_BARE_MACHINE = TEST_MACHINE + "-bare"
+# The simulated fleet (test_fleet_sim.py, one module, so one worker): 3 hosts on ports above every worker's
+# (CI: SSH 2252-2254, GPU servers 30110-30112, node_exporter 9252-9254).
+FLEET_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_FLEET_SSH_PORT", BASE_SSH_PORT + 20))
+FLEET_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_FLEET_SERVICE_PORT",
+                                        int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100")) + 10))
+FLEET_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test") + "-fleet"
 
 
 # The controller (pyinfra, with the flag validation it runs) at a lower CPU priority than the servers it deploys

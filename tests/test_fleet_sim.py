@@ -1,0 +1,138 @@
+"""A simulated fleet (simhost up --count 3): the canary-then-batches rollout, stopped by a failed gate.
+
+One module, one fleet of 3 hosts (distinct SSH, GPU server and node_exporter ports), so xdist keeps it on
+one worker. Only the GPU servers are simulated; SSH, systemd and HTTP are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import CONTROLLER, FLEET_MACHINE, FLEET_SERVICE_PORT, FLEET_SSH_PORT, PROVEN, REPO, proven_with, \
+    simhost_available
+
+pytestmark = pytest.mark.simhost
+
+STORE = "/var/lib/sglang-deploy/sglang"
+DROP_IN = "/etc/systemd/system/sglang.service.d/debug.conf"
+
+
+class FleetSession:
+    def __init__(self, state_dir):
+        from sglang_deploy.simhost import Fleet
+
+        self.fleet = Fleet(state_dir=state_dir, count=3, ssh_port=FLEET_SSH_PORT, service_port=FLEET_SERVICE_PORT,
+                           machine=FLEET_MACHINE)
+        self.env = {**os.environ, "SGLANG_DEPLOY_SIMFLEET_DIR": str(state_dir), "PYTHONUNBUFFERED": "1"}
+        self.hosts = []
+
+    def names(self) -> list[str]:
+        return [host.machine for host in self.hosts]
+
+    def sh(self, index: int, command: str) -> str:
+        result = self.hosts[index].ssh(command, check=False)
+        assert result.returncode == 0, f"{command!r} on host {index}: {result.stderr}"
+        return result.stdout
+
+    def run(self, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+        return subprocess.run([*CONTROLLER, *args], cwd=REPO, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def pyinfra(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return self.run("-m", "pyinfra", "-y", "inventory/sim_fleet.py", *args, timeout=timeout)
+
+    def process(self, index: int) -> str:
+        """The server's main pid and start time: equal before and after means not restarted."""
+        return self.sh(index, "systemctl show -p MainPID -p ExecMainStartTimestampMonotonic --value sglang")
+
+    def store_state(self, index: int) -> dict:
+        return json.loads(self.sh(index, f"cat {STORE}/state.json"))
+
+    def release_ids(self, index: int) -> list[str]:
+        return self.sh(index, f"ls {STORE}/releases").split()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    reason = simhost_available()
+    if reason:
+        pytest.skip(f"simulated hosts unavailable: {reason}")
+    from sglang_deploy.simhost import port_in_use
+
+    busy = [p for i in range(3) for p in (FLEET_SERVICE_PORT + i, FLEET_SSH_PORT + i) if port_in_use(p)]
+    if busy:
+        pytest.fail(f"the fleet's ports {busy} on 127.0.0.1 are in use (SGLANG_DEPLOY_TEST_FLEET_SSH_PORT and "
+                    "SGLANG_DEPLOY_TEST_FLEET_SERVICE_PORT set the bases)")
+    session = FleetSession(tmp_path_factory.mktemp("simfleet"))
+    try:
+        session.fleet.up(fresh=True)
+        session.hosts = session.fleet.hosts()
+        yield session
+    finally:
+        session.fleet.down()
+        session.fleet.remove()
+        shutil.rmtree(session.fleet.state_dir, ignore_errors=True)
+
+
+def test_fleet_hosts_are_separate_machines_with_their_own_ports(fleet):
+    info = json.loads((fleet.fleet.state_dir / "fleet.json").read_text())
+    assert info["groups"] == {"canary": [fleet.names()[0]], "fleet": fleet.names()}
+    assert len({h["ssh_port"] for h in info["hosts"]}) == len({h["service_port"] for h in info["hosts"]}) == 3
+    machine_ids = {fleet.sh(i, "cat /etc/machine-id").strip() for i in range(3)}
+    assert len(machine_ids) == 3  # one shared lower rootfs, but each host its own identity
+    assert [fleet.sh(i, "hostname").strip() for i in range(3)] == fleet.names()
+    # A write on one host stays on that host (the shared rootfs is only the read-only lower layer).
+    fleet.sh(0, "echo only-here > /etc/fleet-probe")
+    assert fleet.hosts[1].ssh("cat /etc/fleet-probe", check=False).returncode != 0
+
+
+def test_rollout_canary_passes_a_failed_batch_stops_it_and_later_hosts_are_untouched(fleet, tmp_path):
+    # Baseline on every host (in parallel; readiness only: the statistics are not the point here).
+    baseline = fleet.pyinfra("deploy.py", "--data", f"profile={PROVEN}", "--data", "skip_gate=true")
+    assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-3000:]
+    baseline_ids = [fleet.store_state(i)["active"] for i in range(3)]
+    untouched_before = (fleet.process(2), fleet.sh(2, "sha256sum /etc/systemd/system/sglang.service"))
+    # The fault: on host 1 only, a local drop-in the gate refuses (an undeclared costly variable).
+    fleet.sh(1, f"mkdir -p {os.path.dirname(DROP_IN)} && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1\\n'"
+                f" > {DROP_IN} && systemctl daemon-reload")
+    variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12")
+    # A small gate: it must pass on the canary on its own thresholds, fast.
+    text = variant.read_text()
+    text = re.sub(r"(?m)^  samples: .*$", "  samples: 2", text)
+    variant.write_text(re.sub(r"(?m)^  max_new_tokens: .*$", "  max_new_tokens: 96", text))
+    log_file = tmp_path / "rollout.log"
+    result = fleet.run("rollout.py", "inventory/sim_fleet.py", "--batch-size", "1", "--log", str(log_file),
+                       "--data", f"profile={variant}", "--data", "max_auto_rollbacks=100")
+    log = log_file.read_text()
+    print(log)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    a, b, c = fleet.names()
+    assert f"canary: {a} | batch 1: {b} | batch 2: {c}" in log
+    assert "canary: PASSED" in log and "batch 1/2: FAILED" in log and "batch 2/2: deploying" not in log
+    assert f"rollout STOPPED at batch 1; 1 host(s) not deployed:" in log
+    assert f"{c}: untouched" in log
+    assert "CUDA_LAUNCH_BLOCKING=1 is not declared by the release but set by " + DROP_IN in log
+    # The canary runs the new release, passed by its own gate.
+    canary = fleet.store_state(0)
+    assert canary["active"] != baseline_ids[0] and canary["last_good"] == canary["active"]
+    gate = json.loads(fleet.sh(0, f"cat {STORE}/releases/{canary['active']}/gate-result.json"))
+    assert gate["verdict"] == "pass" and gate["simulated"] is True
+    # Host 1 tried it, failed its gate and is back on its own baseline.
+    failed = fleet.store_state(1)
+    assert failed["active"] == baseline_ids[1] and len(fleet.release_ids(1)) == 2
+    new = next(r for r in fleet.release_ids(1) if r != baseline_ids[1])
+    assert json.loads(fleet.sh(1, f"cat {STORE}/releases/{new}/meta.json"))["verdict"] == "bad"
+    # Host 2: not restarted, same unit, no new release.
+    assert (fleet.process(2), fleet.sh(2, "sha256sum /etc/systemd/system/sglang.service")) == untouched_before
+    assert fleet.release_ids(2) == [baseline_ids[2]]
+    # The fleet summary in the log: release and gate result per host.
+    summary = log[log.index("fleet summary:"):]
+    assert re.search(rf"{a}\s+{canary['active']}\s+good\s+pass ", summary)
+    assert re.search(rf"{b}\s+{baseline_ids[1]}\s+good\s+not gated \(skip_gate\)\s+{new} bad: fail", summary)
+    assert re.search(rf"{c}\s+{baseline_ids[2]}\s+good\s+not gated \(skip_gate\)\s+-", summary)
