@@ -30,3 +30,5 @@ fleet = [
     for entry in info["hosts"]
 ]
 canary = [host for host in fleet if host[0] in info["groups"]["canary"]]
+# The host that runs SGLang's router in front of the fleet (router.py).
+router = [fleet[0]]

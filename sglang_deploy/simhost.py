@@ -390,6 +390,11 @@ class Fleet:
             raise SimHostError(f"service port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use; "
                                "choose another --service-port base")
         hosts = self.hosts()
+        # One API key for the fleet: SGLang's router sends a single key to every worker behind it.
+        api_key = self.state_dir / "api_key"
+        if not api_key.exists():
+            api_key.touch(mode=0o600)
+            api_key.write_text("sk-sim-" + secrets.token_urlsafe(24) + "\n")
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=self.count) as pool:
@@ -418,7 +423,7 @@ class Fleet:
         entries = []
         for index, host in enumerate(hosts):
             entries.append({**host.info(), "name": host.machine, "service_port": self.service_port + index,
-                            "api_key_file": str(host.state_dir / "api_key")})
+                            "api_key_file": str(self.state_dir / "api_key")})
         return {"count": self.count, "ssh_port_base": self.ssh_port, "service_port_base": self.service_port,
                 "machine_prefix": self.machine, "groups": {"canary": [hosts[0].machine] if hosts else [],
                                                             "fleet": [h.machine for h in hosts]},
