@@ -54,5 +54,5 @@ def install(ship: shipment.Shipment, installed_digest: str, unit: str, api_key: 
                     service=f"{ROUTER_SERVICE}.service", running=True, enabled=True, restarted=restart,
                     daemon_reload=restart)
     server.shell(name=f"Router ready with {len(workers)} healthy worker(s)",
-                 commands=[shlex.join(["python3", f"{ROUTER_LIB}/router_check.py", "--url", check_url, "--timeout",
+                 commands=[shlex.join(["python3", f"{ROUTER_LIB}/router_check.py", "--url", check_url, "--key-file", ROUTER_KEY_PATH, "--timeout",
                                        "120", *[a for w in workers for a in ("--worker", w)]])])

@@ -136,3 +136,74 @@ def test_rollout_canary_passes_a_failed_batch_stops_it_and_later_hosts_are_untou
     assert re.search(rf"{a}\s+{canary['active']}\s+good\s+pass ", summary)
     assert re.search(rf"{b}\s+{baseline_ids[1]}\s+good\s+not gated \(skip_gate\)\s+{new} bad: fail", summary)
     assert re.search(rf"{c}\s+{baseline_ids[2]}\s+good\s+not gated \(skip_gate\)\s+-", summary)
+
+
+def chat(port: int, key: str | None, max_tokens: int = 20) -> int:
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "hello"}],
+                       "max_tokens": max_tokens}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            document = json.loads(response.read())
+            assert document["choices"][0]["message"]["content"], document
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def generated_tokens(fleet, index: int, key: str) -> float:
+    text = fleet.sh(index, f"curl -s -H 'Authorization: Bearer {key}' http://127.0.0.1:{FLEET_SERVICE_PORT + index}/metrics")
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("sglang:generation_tokens_total"))
+
+
+def router_workers(fleet, port: int, key: str) -> dict:
+    body = fleet.sh(0, f"curl -s -H 'Authorization: Bearer {key}' http://127.0.0.1:{port}/workers")
+    return {w["url"]: w["is_healthy"] for w in json.loads(body)["workers"]}
+
+
+def test_router_spreads_requests_over_the_workers_and_drops_a_dead_one(fleet):
+    """SGLang's router (the real sglang-router wheel, in the container, under its hardened unit) in front of the
+    three simulated workers left running by the rollout test (or fresh ones)."""
+    if any(fleet.sh(i, "systemctl is-active sglang || true").strip() != "active" for i in range(3)):
+        deployed = fleet.pyinfra("deploy.py", "--data", f"profile={PROVEN}", "--data", "skip_gate=true")
+        assert deployed.returncode == 0, deployed.stdout[-3000:]
+    port = FLEET_SERVICE_PORT + 5
+    result = fleet.pyinfra("router.py", "--data", f"router_port={port}", "--data", "router_policy=round_robin",
+                           "--data", "router_health_interval_s=2", "--data", "router_health_failures=1")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "Router ready with 3 healthy worker(s)" in output
+    key = (fleet.fleet.state_dir / "api_key").read_text().strip()
+    assert key not in output
+    # Hardened unit, a transient user, the key never on a command line.
+    assert fleet.sh(0, "systemctl show -p DynamicUser --value sglang-router").strip() == "yes"
+    pid = fleet.sh(0, "systemctl show -p MainPID --value sglang-router").strip()
+    assert key not in fleet.sh(0, f"tr '\\0' ' ' < /proc/{pid}/cmdline")
+    exposure = fleet.sh(0, "systemd-analyze security sglang-router.service | tail -1")
+    print(exposure)
+    assert float(re.search(r"level for \S+: ([0-9.]+)", exposure).group(1)) < 2.0
+    urls = [f"http://127.0.0.1:{FLEET_SERVICE_PORT + i}" for i in range(3)]
+    assert router_workers(fleet, port, key) == {url: True for url in urls}
+    # Round robin over three workers: six requests, each worker generates for two of them.
+    before = [generated_tokens(fleet, i, key) for i in range(3)]
+    assert [chat(port, key) for _ in range(6)] == [200] * 6
+    gained = [generated_tokens(fleet, i, key) - before[i] for i in range(3)]
+    assert all(g >= 40 for g in gained), gained  # 2 x 20 tokens (health checks add 1 token each)
+    # The workers enforce the key; the router passes the client's on.
+    assert chat(port, None) == 401
+    # A worker that stops is taken out by the router's health checks; requests go to the others.
+    fleet.sh(2, "systemctl stop sglang")
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while router_workers(fleet, port, key).get(urls[2]) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert router_workers(fleet, port, key) == {urls[0]: True, urls[1]: True, urls[2]: False}
+        assert [chat(port, key) for _ in range(4)] == [200] * 4
+    finally:
+        fleet.sh(2, "systemctl start sglang")
