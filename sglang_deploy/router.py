@@ -145,6 +145,16 @@ def _escape(argument: str) -> str:
     return shlex.quote(argument).replace("%", "%%").replace("$", "$$")
 
 
+def _flag_lines(argv: list[str]) -> list[list[str]]:
+    """One line per flag with its values (the program and its script first)."""
+    lines: list[list[str]] = [[]]
+    for argument in argv:
+        if argument.startswith("--"):
+            lines.append([])
+        lines[-1].append(argument)
+    return lines
+
+
 def render_unit(router: RouterSettings, workers: list[str]) -> str:
     argv = command_line(router, workers)
     lines = [
@@ -158,7 +168,7 @@ def render_unit(router: RouterSettings, workers: list[str]) -> str:
         "",
         "[Service]",
         "Type=simple",
-        "ExecStart=" + " \\\n    ".join(_escape(a) for a in argv),
+        "ExecStart=" + " \\\n    ".join(" ".join(_escape(a) for a in group) for group in _flag_lines(argv)),
         "Restart=on-failure",
         "RestartSec=5",
         "Environment=PYTHONUNBUFFERED=1",
