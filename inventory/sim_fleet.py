@@ -32,3 +32,5 @@ fleet = [
 canary = [host for host in fleet if host[0] in info["groups"]["canary"]]
 # The host that runs SGLang's router in front of the fleet (router.py).
 router = [fleet[0]]
+# A server spanning two hosts (a profile with `nodes: 2`): the hosts in rank order, the first is rank 0.
+nodes = fleet[:2]

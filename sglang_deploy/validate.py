@@ -126,9 +126,15 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
     flags = profile.sglang.flags
     problems = []
     tp = flags.get("--tp-size", 1)
-    if gpus is not None and tp != gpus:
+    nodes = profile.nodes
+    if gpus is not None and tp != gpus * nodes:
+        where = f"the host's {gpus} GPU(s)" if nodes == 1 else f"{nodes} nodes x {gpus} GPU(s) = {gpus * nodes}"
         problems.append(Problem("tp-matches-gpus", _flag("--tp-size"),
-                                f"--tp-size {tp} does not match the host's {gpus} GPU(s); accepted: {gpus}"))
+                                f"--tp-size {tp} does not match {where}; accepted: {gpus * nodes}"))
+    if nodes > 1 and isinstance(tp, int) and tp % nodes:
+        problems.append(Problem("multinode-tp-divisible", _flag("--tp-size"),
+                                f"--tp-size {tp} does not split over nodes: {nodes} (SGLang puts tp_size / nnodes "
+                                f"ranks on each node); accepted: a multiple of {nodes}"))
     fraction = flags.get("--mem-fraction-static")
     low, high = MEM_FRACTION_RANGE
     if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and not low <= fraction <= high:
@@ -177,13 +183,13 @@ def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
 
 
 def check_profile(profile: Profile, gpus: int | None = None, topology: str | None = None,
-                  port: int | None = None) -> Report:
+                  port: int | None = None, node=None) -> Report:
     """Run both layers; the parser and SGLang's resolution run in the cached validator env of the profile's
     SGLang version (answers cached by content). `port` is the one the unit will use."""
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
     algorithm = profile.sglang.flags.get("--speculative-algorithm")
-    argv = server_args(profile, port)
+    argv = server_args(profile, port, node)
     architectures = [profile.model.architecture] if profile.model.architecture else []
     probe = validator_env.probe_cached(
         profile.sglang.version, [argv], [algorithm] if isinstance(algorithm, str) else [],

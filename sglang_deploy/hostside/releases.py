@@ -550,7 +550,25 @@ def activate(store, release_id, probe_url, timeout, settle):
     log(f"restarting {store.service}.service on release {release_id}")
     systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
     systemctl("restart", f"{store.service}.service")
+    if store.meta(release_id).get("serves_http") is False:  # a multi-node rank > 0: no HTTP server of its own
+        return wait_running(store, settle)
     return wait_ready(store, probe_url, timeout, settle, auth=release_auth(store.meta(release_id)))
+
+
+def wait_running(store, settle, hold=3.0):
+    """Readiness of a multi-node rank > 0 (it serves no HTTP): active after the settle time and still
+    active `hold` seconds later (joining rank 0 failed by then, or it goes on with rank 0)."""
+    start = time.monotonic()
+    since = (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
+    time.sleep(settle + hold)
+    status = service_status(store.service)
+    if status["active_state"] != "active":
+        tail, cause = failed_start(store.service, since, read_api_key(store.secrets_path))
+        return {"ready": False, "stage": "active", "elapsed_s": round(time.monotonic() - start, 1), "journal": tail,
+                "detail": f"{store.service}.service is {status['active_state']} ({status['sub_state']})"
+                          + (f": {cause}" if cause else "")}
+    return {"ready": True, "stage": "running (node rank > 0: no HTTP)", "elapsed_s": round(time.monotonic() - start, 1),
+            "auth": "n/a"}
 
 
 def cmd_switch(args):
