@@ -207,3 +207,67 @@ def test_router_spreads_requests_over_the_workers_and_drops_a_dead_one(fleet):
         assert [chat(port, key) for _ in range(4)] == [200] * 4
     finally:
         fleet.sh(2, "systemctl start sglang")
+
+
+TWO_NODES = REPO / "profiles" / "qwen3.6-27b-mtp-2nodes-2xa6000.yaml"
+
+
+def two_node_variant(tmp_path, name: str, running: int = 16):
+    """The 2-node profile on the test's ports, a short rendezvous timeout and a small gate."""
+    text = TWO_NODES.read_text()
+    for old, new in ((r"(?m)^  dist_init_port: \d+", f"  dist_init_port: {FLEET_SERVICE_PORT + 6}"),
+                     (r"(?m)^    --enable-metrics: true.*$", "    --enable-metrics: true\n    --dist-timeout: 15"),
+                     (r"(?m)^  samples: .*$", "  samples: 2"), (r"(?m)^  max_new_tokens: .*$", "  max_new_tokens: 96"),
+                     (r"--max-running-requests: 16", f"--max-running-requests: {running}")):
+        text, count = re.subn(old, new, text)
+        assert count == 1, old
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
+    fleet.sh(1, f"rm -f {DROP_IN} && systemctl daemon-reload")  # the rollout test's fault
+    a, b, _ = fleet.names()
+    first = fleet.pyinfra("deploy.py", "--limit", "nodes", "--data", f"profile={two_node_variant(tmp_path, 'n1.yaml')}",
+                          "--data", "max_auto_rollbacks=100")
+    output = first.stdout + first.stderr
+    assert first.returncode == 0, output[-5000:]
+    dist = f"127.0.0.1:{FLEET_SERVICE_PORT + 6}"
+    assert f"[{b}] node 1 of 2 (--dist-init-addr {dist}): joins rank 0 and serves no HTTP" in output
+    release = [fleet.store_state(i)["active"] for i in (0, 1)]
+    assert release[0] == release[1]  # one release id across the nodes
+    for rank in (0, 1):
+        cmdline = fleet.sh(rank, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)/cmdline")
+        assert f"--tp-size 4" in cmdline and f"--nnodes 2 --node-rank {rank} --dist-init-addr {dist}" in cmdline
+    # Rank 0 serves and passed its gate although SGLang dropped custom all-reduce across the nodes (by design).
+    key = (fleet.fleet.state_dir / "api_key").read_text().strip()
+    info = json.loads(fleet.sh(0, f"curl -s -H 'Authorization: Bearer {key}' http://127.0.0.1:{FLEET_SERVICE_PORT}/server_info"))
+    assert (info["nnodes"], info["tp_size"]) == (2, 4)
+    assert "spans across nodes" in fleet.sh(0, "journalctl -u sglang -n 200 --no-pager")
+    gate = json.loads(fleet.sh(0, f"cat {STORE}/releases/{release[0]}/gate-result.json"))
+    assert gate["verdict"] == "pass", gate
+    assert fleet.sh(1, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{FLEET_SERVICE_PORT + 1}/health; true")\
+        .strip() == "000"  # rank 1 serves no HTTP
+    # A new release whose gate fails on rank 0: every node is back on the release above, together.
+    fleet.sh(0, f"mkdir -p {os.path.dirname(DROP_IN)} && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1\\n'"
+                f" > {DROP_IN} && systemctl daemon-reload")
+    try:
+        second = fleet.pyinfra("deploy.py", "--limit", "nodes", "--data", "max_auto_rollbacks=100", "--data",
+                               f"profile={two_node_variant(tmp_path, 'n2.yaml', running=12)}")
+    finally:
+        fleet.sh(0, f"rm -f {DROP_IN} && systemctl daemon-reload")
+    output = second.stdout + second.stderr
+    assert second.returncode != 0 and "CUDA_LAUNCH_BLOCKING=1 is not declared" in output, output[-5000:]
+    new = [sorted(fleet.release_ids(i))[-1] for i in (0, 1)]
+    assert new[0] == new[1] != release[0]
+    for rank in (0, 1):
+        assert fleet.store_state(rank)["active"] == release[0]
+        assert json.loads(fleet.sh(rank, f"cat {STORE}/releases/{new[0]}/meta.json"))["verdict"] == "bad"
+    import time
+
+    deadline = time.monotonic() + 40  # the nodes rejoin (each restart breaks the other's rendezvous once)
+    while time.monotonic() < deadline and fleet.hosts[0].ssh(
+            f"curl -sf -o /dev/null http://127.0.0.1:{FLEET_SERVICE_PORT}/health", check=False).returncode != 0:
+        time.sleep(1)
+    assert fleet.sh(0, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{FLEET_SERVICE_PORT}/health").strip() == "200"
