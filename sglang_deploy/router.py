@@ -176,7 +176,16 @@ def render_unit(router: RouterSettings, workers: list[str]) -> str:
     for name, value, why in ROUTER_HARDENING:
         lines += [f"# {why}", f"{name}={value}"]
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
-    return "\n".join(lines)
+    unit = "\n".join(lines)
+    # Parsed back as systemd reads it: the template's sections, one ExecStart handing argv over unchanged.
+    from .render import parse_unit, unquote_exec
+
+    entries = parse_unit(unit)
+    sections = [section for section, key, _ in entries if not key]
+    exec_starts = [value for _, key, value in entries if key == "ExecStart"]
+    if sections != ["Unit", "Service", "Install"] or len(exec_starts) != 1 or unquote_exec(exec_starts[0]) != argv:
+        raise RouterError("the router unit does not parse back to its command line")
+    return unit
 
 
 def wheelhouse(python_version: str, machine: str, cache_root=None):
