@@ -7,10 +7,10 @@ user -> [simulator on simulated hosts] -> secrets -> stage release -> switch (re
 the gate, automatic rollback on failure) -> prune.
 """
 
-from pyinfra import host, logger
+from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 
-from roles import provision, release, secrets, service_user, simulator, watch
+from roles import multinode, provision, release, secrets, service_user, simulator, watch
 from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
@@ -23,8 +23,9 @@ from sglang_deploy.roofline import release_gpu, release_inputs
 
 # A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
 detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
+groups = {name: [(h.name, h.data) for h in members] for name, members in inventory.groups.items()}
 try:
-    plan = plan_for_host(host.data, detected=detected)
+    plan = plan_for_host(host.data, detected=detected, groups=groups, host_name=host.name)
 except PlanError as error:
     raise DeployError(f"{host.name}: nothing was changed on the host.\n{error}") from None
 
@@ -55,6 +56,10 @@ if plan.simulated:
                    "2x RTX A6000), not SGLang; systemd, SSH and HTTP are real.")
 logger.info(f"[{host.name}] profile {profile.name}: SGLang {profile.sglang.version}, "
             f"{profile.model.served_name} on port {plan.port}")
+if plan.node is not None:
+    logger.info(f"[{host.name}] node {plan.node.rank} of {plan.node.nnodes} (--dist-init-addr "
+                f"{plan.node.dist_init_addr})" + ("" if plan.node.serves_http else
+                                                  ": joins rank 0 and serves no HTTP; gated through rank 0"))
 for note in plan.hardware_notes:
     logger.info(f"[{host.name}] {note}")
 for skipped in plan.skipped_rules:
@@ -83,6 +88,8 @@ if secrets_changed:
     secrets.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
 
 skip_gate = host_flag(host.data, "skip_gate")
+# Only rank 0 of a multi-node server serves HTTP: the gate runs there; another rank is good once its process runs.
+gated_here = not skip_gate and (plan.node is None or plan.node.serves_http)
 if skip_gate:
     logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
 decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops))
@@ -99,8 +106,13 @@ if decision.switch:
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
                    timeout=profile.service.start_timeout_s, reason="deploy",
                    max_auto_rollbacks=int(host.data.get("max_auto_rollbacks")),
-                   force=host_flag(host.data, "force"), gate=not skip_gate, mark_good=skip_gate,
+                   force=host_flag(host.data, "force"), gate=gated_here, mark_good=not gated_here,
                    on_inconclusive=profile.gate.on_inconclusive)
+    if plan.node is not None and not plan.node.serves_http:
+        rank0 = groups[str(host.data.get("node_group") or "nodes")][0][0]
+        multinode.follow_rank0(service=service, rank0=rank0, target=store["state"].get("active"),
+                               release_id=decision.release_id, probe_url=plan.probe_url,
+                               timeout=profile.service.start_timeout_s)
     release.prune(service=service, keep=int(host.data.get("keep_releases")))
 else:
     logger.info(f"[{host.name}] release {decision.release_id} is active and unchanged: nothing to switch")

@@ -1,13 +1,20 @@
 """List the releases retained on the host: time, SGLang version, verdict, gate, flags vs the active one.
 
     pyinfra inventory/sim.py releases.py
+    pyinfra inventory/sim_fleet.py releases.py [--data fleet_summary=results/fleet.json]
 
-Reads only; changes nothing.
+Reads only; changes nothing. Over several hosts it ends with the fleet summary: each host's active release,
+its verdict and gate result, and the newest release when it is not the active one (a deploy that failed and
+was rolled back); `fleet_summary=PATH` also writes it as JSON (rollout.py reads it).
 """
 
-from pyinfra import host, logger
+import json
+from pathlib import Path
+
+from pyinfra import host, logger, state
 
 from roles.facts import ReleaseStore
+from sglang_deploy.fleet import host_summary, summary_lines
 from sglang_deploy.release_plan import listing, service_of
 
 service = service_of(host.data)
@@ -18,3 +25,19 @@ for problem in store.get("problems") or []:
     logger.warning(f"[{host.name}] {problem}")
 for line in listing(store):
     logger.info(f"    {line}")
+
+# The fleet summary, once every targeted host has been read (pyinfra runs this file once per host).
+rows = state.__dict__.setdefault("sglang_deploy_fleet_rows", {})
+rows[host.name] = host_summary(store)
+active = {h.name for h in state.inventory.get_active_hosts()}
+hosts = [h.name for h in state.inventory if h.name in active]  # in inventory order
+if set(hosts) <= set(rows):
+    ordered = {name: rows[name] for name in hosts}
+    if len(ordered) > 1:
+        logger.info(f"fleet summary ({len(ordered)} hosts):")
+        for line in summary_lines(ordered):
+            logger.info(f"    {line}")
+    if host.data.get("fleet_summary"):
+        path = Path(str(host.data.get("fleet_summary")))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(ordered, indent=1) + "\n")

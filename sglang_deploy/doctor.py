@@ -80,7 +80,11 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             "p2p-unavailable", "GPU peer-to-peer is off: NCCL falls back to host memory",
             p2p_off_reason, "+10-20 % (all-reduce through host memory costs ~40-70 us instead of ~6-20 us)", 15.0,
             "remove NCCL_P2P_DISABLE / NCCL_P2P_LEVEL; if the board breaks P2P, fix ACS/IOMMU on the Proxmox host"))
-    if tp > 1 and server_info.get("disable_custom_all_reduce"):
+    # Across nodes (--nnodes > 1) SGLang turns custom all-reduce off by design ("... spans across nodes."): no suspect.
+    multinode = int(server_info.get("nnodes") or 1) > 1
+    if multinode:
+        pass
+    elif tp > 1 and server_info.get("disable_custom_all_reduce"):
         found.append(Suspect(
             "custom-all-reduce", "SGLang's custom all-reduce is disabled",
             "/server_info disable_custom_all_reduce=true" + (f" ({p2p_off_reason})" if p2p_off_reason else ""),

@@ -31,13 +31,15 @@ def flag_args(flags: dict) -> list[str]:
     return argv
 
 
-def server_args(profile: Profile, port: int | None = None) -> list[str]:
-    """Everything after the launcher: the derived flags first, then sglang.flags as written."""
+def server_args(profile: Profile, port: int | None = None, node=None) -> list[str]:
+    """Everything after the launcher: the derived flags first (a multi-node host's --nnodes, --node-rank and
+    --dist-init-addr among them), then sglang.flags as written."""
     return [
         "--model-path", profile.model.path,
         "--served-model-name", profile.model.served_name,
         "--host", profile.service.host,
         "--port", str(port or profile.service.port),
+        *(node.args() if node is not None else []),
         *flag_args(profile.sglang.flags),
     ]
 
@@ -48,9 +50,10 @@ def launcher_args(profile: Profile, venv: str) -> list[str]:
     return [f"{venv}/bin/python", "-m", "sglang.launch_server"]
 
 
-def exec_start_args(profile: Profile, venv: str, config_file: str | None, port: int | None = None) -> list[str]:
+def exec_start_args(profile: Profile, venv: str, config_file: str | None, port: int | None = None,
+                    node=None) -> list[str]:
     """The service's full argv. The API key travels in --config FILE, never on the command line."""
-    argv = launcher_args(profile, venv) + server_args(profile, port)
+    argv = launcher_args(profile, venv) + server_args(profile, port, node)
     if config_file:
         argv += ["--config", config_file]
     return argv

@@ -23,7 +23,10 @@ def expectations(plan: Plan) -> dict:
     resolved = plan.resolution["resolved"]
     return {
         "decode_graphs": decode_backend(resolved) != "disabled",
-        "custom_all_reduce": int(resolved.get("tp_size") or 1) > 1 and not resolved.get("disable_custom_all_reduce"),
+        # Across nodes SGLang turns its custom all-reduce off by design (custom_all_reduce_utils.py: "... is
+        # disabled because this process group spans across nodes."): not a fallback to report.
+        "custom_all_reduce": int(resolved.get("tp_size") or 1) > 1 and not resolved.get("disable_custom_all_reduce")
+        and plan.profile.nodes == 1,
         "resolved": {key: resolved.get(key) for key in COMPARED_FIELDS},
         "environment": dict(plan.rendered.environment),
         "venv": venv_path(plan.profile),

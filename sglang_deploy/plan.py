@@ -36,6 +36,7 @@ class Plan:
     skipped_rules: tuple[str, ...]
     hardware_notes: tuple[str, ...] = ()
     resolution: dict | None = None  # what SGLang resolves for the unit's command line (resolution.py)
+    node: object = None  # multinode.Node of a multi-node profile (nodes > 1), else None
 
     @property
     def probe_url(self) -> str:
@@ -121,8 +122,10 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
     return (int(gpus) if gpus is not None else None), values["gpu_topology"], notes
 
 
-def plan_for_host(data, detected: dict | None = None, need_key: bool = True) -> Plan:
-    """need_key=False: for provisioning only (the API key is not needed to install the venv)."""
+def plan_for_host(data, detected: dict | None = None, need_key: bool = True, groups: dict | None = None,
+                  host_name: str | None = None) -> Plan:
+    """need_key=False: for provisioning only (the API key is not needed to install the venv). groups and
+    host_name: the inventory's groups ((name, data) lists) and this host, for a multi-node profile."""
     profile_path = _get(data, "profile")
     if not profile_path:
         raise PlanError("no profile: set `profile` in the host's inventory data or pass --data profile=PATH")
@@ -134,8 +137,15 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True) -> 
         raise PlanError("invalid profile:\n" + "\n".join(error.problems)) from None
     gpus, topology, notes = reconcile_hardware(data, detected)
     port = int(_get(data, "port", profile.service.port))
+    from .multinode import NodeError, placement
+
     try:
-        report = check_profile(profile, gpus=gpus, topology=topology, port=port)
+        node = placement(profile.nodes, profile.multinode.dist_init_port, profile.multinode.socket_ifname,
+                         host_name or "", data, groups or {})
+    except NodeError as error:
+        raise PlanError(f"{path}:{line_of(path, ('nodes',))}: {error}") from None
+    try:
+        report = check_profile(profile, gpus=gpus, topology=topology, port=port, node=node)
     except (ValidatorEnvError, ValueError) as error:
         raise PlanError(f"cannot validate {path}: {error}") from None
     if not report.ok:
@@ -146,11 +156,12 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True) -> 
                               where=f"{path}:{auth_line}: service.auth")
     try:
         rendered = render(profile, api_key=api_key, port=port,
-                          cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None)
+                          cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None, node=node)
     except RenderError as error:
         raise PlanError(f"{path}: cannot render the unit: {error}") from None
     return Plan(profile=profile, rendered=rendered, port=port, simulated=bool(_get(data, "simulated", False)),
-                skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes), resolution=report.resolution)
+                skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes), resolution=report.resolution,
+                node=node)
 
 
 def host_problems(plan: Plan, account: dict | None, unit_report: dict | None, ssh_user: str | None = None) -> list[str]:

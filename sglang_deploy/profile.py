@@ -28,6 +28,9 @@ DERIVED_FLAGS = {
     "--port": "service.port",
     "--api-key": "the host's API key secret (see README: secrets)",
     "--config": "nothing: the tool owns --config (it carries the API key)",
+    "--nnodes": "nodes",
+    "--node-rank": "the host's place in the inventory group `nodes` (rank order)",
+    "--dist-init-addr": "multinode.dist_init_port and the rank 0 host's address",
 }
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
 # Every pattern is applied with fullmatch (Python's `$` also matches before a final newline).
@@ -187,6 +190,24 @@ class ServiceSection(Strict):
         return self
 
 
+class MultinodeSection(Strict):
+    """Tensor parallelism over several hosts (nodes > 1): SGLang's --nnodes/--node-rank/--dist-init-addr."""
+
+    dist_init_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+        50000, description="Port of rank 0's torch.distributed rendezvous (--dist-init-addr <rank 0>:<port>).")
+    socket_ifname: StrictStr | None = Field(
+        None, description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME: the interface the nodes talk over (eth0, "
+                          "^docker,lo); host data nccl_socket_ifname overrides it per host.")
+
+    @field_validator("socket_ifname")
+    @classmethod
+    def interface_names(cls, value: str | None) -> str | None:
+        if value is not None and not safety.SOCKET_IFNAME.fullmatch(value):
+            raise ValueError(f"{value!r} is not an interface list; accepted: names such as eth0 or ens1f0, "
+                             "comma-separated, optionally prefixed with ^ (exclude) or = (exact)")
+        return value
+
+
 class GateSection(Strict):
     min_decode_tok_s: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Floor for single-stream decode tokens/s (median).")
@@ -260,6 +281,10 @@ class Profile(Strict):
     service: ServiceSection = Field(default_factory=ServiceSection)
     gate: GateSection = Field(default_factory=GateSection)
     watch: WatchSection = Field(default_factory=WatchSection)
+    nodes: Annotated[int, Field(ge=1, le=64)] = Field(
+        1, description="Hosts one server spans (tensor parallelism over nodes: --nnodes); the inventory group "
+                       "`nodes` lists them in rank order.")
+    multinode: MultinodeSection = Field(default_factory=MultinodeSection)
     waivers: dict[StrictStr, StrictStr] = Field(
         default_factory=dict, description="rule id -> reason, to switch off one of the tool's own rules on purpose.")
     # Filled by load_profile, not by the YAML.

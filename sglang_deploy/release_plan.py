@@ -71,11 +71,27 @@ def build_meta(plan: Plan, release_id: str) -> dict:
         "start_timeout_s": profile.service.start_timeout_s,
         "verdict": None,
         "gate": None,
+        # A multi-node server: this host's rank; only rank 0 serves HTTP (the switch waits for the process
+        # alone on the others, hostside/releases.py activate).
+        **({"node": {"rank": plan.node.rank, "nnodes": plan.node.nnodes, "dist_init_addr": plan.node.dist_init_addr},
+            "serves_http": plan.node.serves_http} if plan.node is not None else {}),
     }
 
 
 def profile_snapshot(plan: Plan) -> str:
     return json.dumps(plan.profile.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
+
+
+def id_digest(plan: Plan, digest: str) -> str:
+    """The hash part of a new release's id. Every node of a multi-node server renders the same unit but for
+    its --node-rank (and --port, where host data gives nodes their own): both are left out, so the nodes' releases of one deploy share one id (with the same
+    sequence number when the nodes were always deployed together) and roll back together by it."""
+    if plan.node is None:
+        return digest
+    import re
+
+    unit = re.sub(r"--(node-rank|port) [0-9]+", r"--\1 N", plan.rendered.unit)
+    return content_hash(unit, plan.rendered.env)
 
 
 def decide(plan: Plan, store: dict, restart_needed: bool = False) -> Decision:
@@ -89,7 +105,7 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False) -> Decision:
     elif same:
         release_id, is_new = same[-1], False
     else:
-        release_id, is_new = next_release_id([r["id"] for r in releases], digest), True
+        release_id, is_new = next_release_id([r["id"] for r in releases], id_digest(plan, digest)), True
     if release_id != active:
         reason = "new release" if is_new else f"switch to retained release {release_id}"
     elif not store.get("consistent", False):

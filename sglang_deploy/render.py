@@ -84,13 +84,14 @@ def _jinja() -> jinja2.Environment:
 
 
 def render(profile: Profile, api_key: str | None = None, port: int | None = None,
-           cuda_home: str | None = None) -> Rendered:
+           cuda_home: str | None = None, node=None) -> Rendered:
     """Same profile and key -> byte-identical files. The key only ever lands in the secrets file."""
     layout = ServiceLayout(profile.service.name)
     secrets_file = layout.secrets_path if api_key else None
     venv = venv_path(profile)
-    argv = exec_start_args(profile, venv, secrets_file, port)
-    environment = {**base_environment(layout, venv, cuda_home), **profile.env_values()}
+    argv = exec_start_args(profile, venv, secrets_file, port, node)
+    environment = {**base_environment(layout, venv, cuda_home),
+                   **(node.environment() if node is not None else {}), **profile.env_values()}
     env = _jinja()
     context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key)
     hardening, relaxed = hardening_directives(unit_value(layout.state_dir), unit_value(layout.cache_dir),

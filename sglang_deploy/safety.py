@@ -297,3 +297,8 @@ def unit_problem(service: str, report: dict) -> str | None:
             return (f"{path} exists on the host, owned by {owner}: StateDirectory=/CacheDirectory= would hand it to the "
                     f"service user. Choose another service.name")
     return None
+
+
+# NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME: interface names (15 characters at most), comma-separated, with NCCL's
+# ^ (exclude) or = (exact match) prefix. Applied with fullmatch.
+SOCKET_IFNAME = re.compile(r"[\^=]?[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*")

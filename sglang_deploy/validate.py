@@ -133,9 +133,15 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
     flags = profile.sglang.flags
     problems = []
     tp = flags.get("--tp-size", 1)
-    if gpus is not None and tp != gpus:
+    nodes = profile.nodes
+    if gpus is not None and tp != gpus * nodes:
+        where = f"the host's {gpus} GPU(s)" if nodes == 1 else f"{nodes} nodes x {gpus} GPU(s) = {gpus * nodes}"
         problems.append(Problem("tp-matches-gpus", _flag("--tp-size"),
-                                f"--tp-size {tp} does not match the host's {gpus} GPU(s); accepted: {gpus}"))
+                                f"--tp-size {tp} does not match {where}; accepted: {gpus * nodes}"))
+    if nodes > 1 and isinstance(tp, int) and tp % nodes:
+        problems.append(Problem("multinode-tp-divisible", _flag("--tp-size"),
+                                f"--tp-size {tp} does not split over nodes: {nodes} (SGLang puts tp_size / nnodes "
+                                f"ranks on each node); accepted: a multiple of {nodes}"))
     fraction = flags.get("--mem-fraction-static")
     low, high = MEM_FRACTION_RANGE
     if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and not low <= fraction <= high:
@@ -203,15 +209,15 @@ def choose_path(version: str, path: str) -> str:
 
 
 def check_profile(profile: Profile, gpus: int | None = None, topology: str | None = None,
-                  port: int | None = None, path: str = "full") -> Report:
+                  port: int | None = None, path: str = "full", node=None) -> Report:
     """Run both layers. path full: the parser and SGLang's resolution run in the cached validator env of the
     profile's SGLang version (answers cached by content); light: the exported option table, no resolution;
-    auto: choose_path. `port` is the one the unit will use."""
+    auto: choose_path. `port` is the one the unit will use; `node`: a multi-node rank (flags.server_args)."""
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
     algorithm = profile.sglang.flags.get("--speculative-algorithm")
     algorithms = [algorithm] if isinstance(algorithm, str) else []
-    argv = server_args(profile, port)
+    argv = server_args(profile, port, node)
     path = choose_path(profile.sglang.version, path)
     table = flag_table.load(profile.sglang.version) if path == "light" else None
     if path == "light" and table is None:

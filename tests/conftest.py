@@ -30,6 +30,12 @@ TEST_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100
 # systemd-nspawn machine names are machine-wide: two suites running side by side need distinct ones.
 TEST_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test") + (f"-{XDIST_WORKER}" if XDIST_WORKER else "")
 TEST_BARE_MACHINE = TEST_MACHINE + "-bare"
+# The simulated fleet (test_fleet_sim.py, one module, so one worker): 3 hosts on ports above every worker's
+# (CI: SSH 2252-2254, GPU servers 30110-30112, node_exporter 9252-9254).
+FLEET_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_FLEET_SSH_PORT", BASE_SSH_PORT + 20))
+FLEET_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_FLEET_SERVICE_PORT",
+                                        int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100")) + 10))
+FLEET_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test") + "-fleet"
 
 
 # The controller (pyinfra, with the flag validation it runs) at a lower CPU priority than the servers it deploys
@@ -116,6 +122,7 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
 LONGEST_FIRST = ["test_gate_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
+                 "test_fleet_sim.py",  # about 130 s
                  "test_hostile_input_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
                  "test_secrets_sim.py", "test_deploy_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
                  "test_outside_clients.py", "test_gate_trials.py"]

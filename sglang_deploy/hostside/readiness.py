@@ -169,3 +169,19 @@ def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
     tail, cause = failed_start(store.service, since, api_key)
     return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({cause or detail})",
             "elapsed_s": round(time.monotonic() - start, 1), "journal": tail}
+
+
+def wait_running(store, settle, hold=3.0):
+    """Readiness of a multi-node rank > 0 (it serves no HTTP): active after the settle time and still
+    active `hold` seconds later (joining rank 0 failed by then, or it goes on with rank 0)."""
+    start = time.monotonic()
+    since = (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
+    time.sleep(settle + hold)
+    status = service_status(store.service)
+    if status["active_state"] != "active":
+        tail, cause = failed_start(store.service, since, read_api_key(store.secrets_path))
+        return {"ready": False, "stage": "active", "elapsed_s": round(time.monotonic() - start, 1), "journal": tail,
+                "detail": f"{store.service}.service is {status['active_state']} ({status['sub_state']})"
+                          + (f": {cause}" if cause else "")}
+    return {"ready": True, "stage": "running (node rank > 0: no HTTP)", "elapsed_s": round(time.monotonic() - start, 1),
+            "auth": "n/a"}

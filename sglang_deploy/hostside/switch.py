@@ -17,7 +17,7 @@ import sys
 
 from . import evidence, gate
 from .client import LOOPBACK_URL, loopback_url, read_api_key
-from .readiness import foreign_listener, wait_ready
+from .readiness import foreign_listener, wait_ready, wait_running
 from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, log, now,
                     release_auth, service_name, service_status, systemctl)
 
@@ -86,6 +86,8 @@ def activate(store, release_id, probe_url, timeout, settle):
     log(f"restarting {store.service}.service on release {release_id}")
     systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
     systemctl("restart", f"{store.service}.service")
+    if store.meta(release_id).get("serves_http") is False:  # a multi-node rank > 0: no HTTP server of its own
+        return wait_running(store, settle)
     return wait_ready(store, probe_url, timeout, settle, auth=release_auth(store.meta(release_id)))
 
 

@@ -606,7 +606,7 @@ def startup_errors(args: argparse.Namespace, engine: Engine) -> str | None:
     model_dir = Path(args.model_path)
     if not (model_dir / "config.json").exists():
         return f"OSError: {args.model_path} does not appear to have a file named config.json"
-    if (args.tp_size or 1) > engine.machine["gpu_count"]:
+    if (args.tp_size or 1) > engine.machine["gpu_count"] * (args.nnodes or 1):
         return (f"RuntimeError: tp_size={args.tp_size} but only {engine.machine['gpu_count']} GPUs are visible "
                 "(CUDA error: invalid device ordinal)")
     if args.speculative_adaptive and engine.model.get("hybrid"):
@@ -658,6 +658,14 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         return fail(error)
     signal.signal(signal.SIGTERM, lambda *_: (log.info("Received SIGTERM, shutting down"), os._exit(0)))
+    from . import multinode  # --nnodes > 1: rendezvous at --dist-init-addr (rank 0 serves, the others join)
+    error = multinode.rendezvous(args.nnodes or 1, args.node_rank or 0, args.dist_init_addr,
+                                 float(args.dist_timeout or 1800), die_like_a_failed_scheduler)
+    if error:
+        return fail(error)
+    if (args.nnodes or 1) > 1:
+        engine.eff = __import__("dataclasses").replace(engine.eff, custom_allreduce=False)
+        log.warning(multinode.SPANS_NODES)
 
     start_seconds = float(env.get("SGLANG_SIM_START_SECONDS", "3"))
     log.info("Load weight begin. avail mem=%.2f GB (simulated %s x%d)", engine.machine["gpu_memory_gib"],
@@ -693,6 +701,9 @@ def main(argv: list[str] | None = None) -> int:
         log.info("Capture cuda graph end. mem usage=%.2f GB.", engine.decode_graph_gb())
     log.info("max_total_num_tokens=%d, max_running_requests=%d, context_len=%s",
              usage["token_capacity"], engine.eff.max_running, args.context_length or engine.model["context_length"])
+    if args.node_rank:  # engine.py: only node rank 0 runs the tokenizer manager and the HTTP server
+        log.info("node rank %d: schedulers ready; serving no HTTP (rank 0 serves) (SIMULATED)", args.node_rank)
+        threading.Event().wait()
     # http_server.py: uvicorn starts only once the schedulers are ready (connections are refused until
     # then); /health answers 503 during the warmup request, then the server is up.
     status = {"up": False}

@@ -1,0 +1,36 @@
+"""Multi-node servers: a rank > 0 follows rank 0 back when rank 0's switch failed.
+
+pyinfra runs the switch on every node at once; a node whose switch fails leaves the run (state.failed_hosts).
+A rank 0 that failed its readiness or its gate rolls itself back; the other ranks, which only check that their
+process runs, would stay on the new release against an old rank 0. This operation, after the switch, sends
+them back to the release they ran before (all nodes of one deploy share its release id) and fails them too.
+"""
+
+from pyinfra import host, logger, state
+from pyinfra.api import deploy
+from pyinfra.api.exceptions import OperationError
+from pyinfra.operations import python
+
+from roles.release import switch_command
+
+
+def _follow(service: str, rank0: str, target: str | None, release_id: str, probe_url: str, timeout: int):
+    if rank0 not in {h.name for h in state.failed_hosts}:
+        return
+    if not target or target == release_id:
+        raise OperationError(f"rank 0 ({rank0}) failed its switch to {release_id}; this node has no earlier release "
+                             "to go back to and is left as it is")
+    host.log(f"rank 0 ({rank0}) failed its switch to {release_id}: this node goes back to {target} with it",
+             logger.warning)
+    ok, output = host.run_shell_command(switch_command(
+        service, target, probe_url, timeout, "rollback (rank 0 failed)", auto_rollback=False, mark_good=False,
+        max_auto_rollbacks=1000, force=True, gate=False, on_inconclusive="keep"), _sudo=bool(host.data.get("_sudo")))
+    raise OperationError(f"rank 0 ({rank0}) failed its switch to {release_id}; this node went back to {target}"
+                         + ("" if ok else " (ITS SWITCH BACK FAILED: see the journal)"))
+
+
+@deploy("Multi-node: follow rank 0")
+def follow_rank0(service: str, rank0: str, target: str | None, release_id: str, probe_url: str, timeout: int):
+    python.call(name=f"Back to {target} with the other nodes if rank 0 ({rank0}) failed its switch",
+                function=_follow, service=service, rank0=rank0, target=target, release_id=release_id,
+                probe_url=probe_url, timeout=timeout)

@@ -1,0 +1,223 @@
+"""SGLang's router (the `sglang-router` package, pinned) in front of the fleet's workers: settings and the unit.
+
+The router is data parallelism across hosts: every worker runs the same profile; the router spreads requests
+over them (policy cache_aware by default), health-checks them (`/health`) and drops a failing one. Settings
+come from the router host's data (all optional):
+
+    router_port: 30080            the router's port (--port)
+    router_bind: 127.0.0.1        its listen address (--host): an IP literal
+    router_policy: cache_aware    random, round_robin, cache_aware, power_of_two
+    router_workers: fleet         the inventory group whose hosts are the workers
+    router_health_interval_s: 10  seconds between health checks of each worker
+    router_health_failures: 3     failed checks before a worker is taken out (successes to bring it back: 2)
+
+Each worker's URL is http://<worker_address>:<port>, from the worker host's data (`worker_address`, else its
+`ssh_hostname`; `port`, else the profile's service.port). The workers' API key reaches the router through
+systemd's LoadCredential (never its command line); clients send the same key, which the router forwards.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+import shlex
+from dataclasses import dataclass
+
+ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
+ROUTER_SERVICE = "sglang-router"
+ROUTER_VENV = f"/opt/sglang-deploy/venvs/sglang-router-{ROUTER_VERSION}"
+ROUTER_LIB = "/opt/sglang-deploy/router"
+ROUTER_CONFIG_DIR = "/etc/sglang-deploy/sglang-router"
+ROUTER_KEY_PATH = f"{ROUTER_CONFIG_DIR}/workers-api-key"
+ROUTER_UNIT_PATH = f"/etc/systemd/system/{ROUTER_SERVICE}.service"
+POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
+HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
+
+
+class RouterError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    port: int = 30080
+    bind: str = "127.0.0.1"
+    policy: str = "cache_aware"
+    workers_group: str = "fleet"
+    health_interval_s: int = 10
+    health_failures: int = 3
+
+
+def _int(data, key: str, default: int, low: int, high: int) -> int:
+    value = data.get(key)
+    if value is None:
+        return default
+    text = str(value)
+    if not re.fullmatch(r"[0-9]{1,6}", text) or not low <= int(text) <= high:
+        raise RouterError(f"{key}: {value!r}: an integer from {low} to {high}")
+    return int(text)
+
+
+def settings(data) -> RouterSettings:
+    """The router's settings from its host's data; a bad value is an error naming the key."""
+    bind = str(data.get("router_bind") or "127.0.0.1")
+    try:
+        ipaddress.ip_address(bind)
+    except ValueError:
+        raise RouterError(f"router_bind: {bind!r}: an IP literal (127.0.0.1, ::1, 0.0.0.0)") from None
+    policy = str(data.get("router_policy") or "cache_aware")
+    if policy not in POLICIES:
+        raise RouterError(f"router_policy: {policy!r}: one of {', '.join(POLICIES)}")
+    group = str(data.get("router_workers") or "fleet")
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", group):
+        raise RouterError(f"router_workers: {group!r}: an inventory group name")
+    return RouterSettings(port=_int(data, "router_port", 30080, 1, 65535), bind=bind, policy=policy,
+                          workers_group=group,
+                          health_interval_s=_int(data, "router_health_interval_s", 10, 1, 3600),
+                          health_failures=_int(data, "router_health_failures", 3, 1, 100))
+
+
+def worker_url(name: str, data, default_port: int) -> str:
+    """http://<worker_address or ssh_hostname or name>:<port> of one worker host."""
+    address = str(data.get("worker_address") or data.get("ssh_hostname") or name)
+    try:
+        literal = ipaddress.ip_address(address)
+        address = f"[{literal}]" if literal.version == 6 else str(literal)
+    except ValueError:
+        if not HOSTNAME.fullmatch(address):
+            raise RouterError(f"{name}: worker_address: {address!r}: an IP literal or a host name") from None
+    port = _int(data, "port", default_port, 1, 65535)
+    return f"http://{address}:{port}"
+
+
+def command_line(router: RouterSettings, workers: list[str]) -> list[str]:
+    """sglang_router.launch_router's arguments (through the launcher that adds the key from the credential)."""
+    if not workers:
+        raise RouterError(f"router_workers: the group {router.workers_group!r} has no hosts: the router needs workers")
+    return [f"{ROUTER_VENV}/bin/python", f"{ROUTER_LIB}/router_launch.py",
+            "--host", router.bind, "--port", str(router.port), "--policy", router.policy,
+            "--health-check-endpoint", "/health",
+            "--health-check-interval-secs", str(router.health_interval_s),
+            "--health-failure-threshold", str(router.health_failures), "--health-success-threshold", "2",
+            "--worker-startup-timeout-secs", "1800", "--worker-startup-check-interval", "5",
+            "--log-level", "info", "--worker-urls", *workers]
+
+
+# The router is a CPU-only network proxy: a stricter sandbox than the GPU server's (sglang_deploy/hardening.py),
+# each directive with its reason in the unit.
+ROUTER_HARDENING = (
+    ("DynamicUser", "yes", "a transient unprivileged user; the router keeps no state"),
+    ("LoadCredential", f"workers-api-key:{ROUTER_KEY_PATH}",
+     "the workers' API key, readable only by this service, never on its command line"),
+    ("NoNewPrivileges", "yes", "no privilege gain through setuid"),
+    ("ProtectSystem", "strict", "the whole file system is read-only"),
+    ("ProtectHome", "yes", "no access to /home, /root, /run/user"),
+    ("PrivateTmp", "yes", "a private /tmp"),
+    ("PrivateDevices", "yes", "no device nodes: no GPU is needed"),
+    ("PrivateUsers", "yes", "no other users visible"),
+    ("ProtectKernelTunables", "yes", "read-only /proc/sys and /sys"),
+    ("ProtectKernelModules", "yes", "no module loading"),
+    ("ProtectKernelLogs", "yes", "no kernel log access"),
+    ("ProtectControlGroups", "yes", "cgroup tree read-only"),
+    ("ProtectClock", "yes", "no clock changes"),
+    ("ProtectHostname", "yes", "no hostname changes"),
+    ("ProtectProc", "invisible", "other processes are invisible"),
+    ("ProcSubset", "pid", "only the process part of /proc"),
+    ("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK", "HTTP to clients and workers"),
+    ("RestrictNamespaces", "yes", "no new namespaces"),
+    ("RestrictRealtime", "yes", "no realtime scheduling"),
+    ("RestrictSUIDSGID", "yes", "no setuid/setgid files"),
+    ("LockPersonality", "yes", "no execution domain changes"),
+    ("MemoryDenyWriteExecute", "yes", "no writable and executable memory: the router is compiled Rust"),
+    ("SystemCallArchitectures", "native", "native system calls only"),
+    ("SystemCallFilter", "@system-service", "the system calls of an ordinary service"),
+    ("SystemCallFilter", "~@privileged @resources", "nothing privileged, no resource-limit changes"),
+    ("SystemCallErrorNumber", "EPERM", "a filtered call fails with EPERM instead of killing the router"),
+    ("CapabilityBoundingSet", "", "no capabilities at all"),
+    ("AmbientCapabilities", "", "no capabilities at all"),
+    ("DevicePolicy", "closed", "no devices"),
+    ("UMask", "0077", "private files"),
+)
+
+
+def _escape(argument: str) -> str:
+    """One ExecStart argument: quoted for systemd (its own rules are shell-like), % and $ doubled."""
+    return shlex.quote(argument).replace("%", "%%").replace("$", "$$")
+
+
+def _flag_lines(argv: list[str]) -> list[list[str]]:
+    """One line per flag with its values (the program and its script first)."""
+    lines: list[list[str]] = [[]]
+    for argument in argv:
+        if argument.startswith("--"):
+            lines.append([])
+        lines[-1].append(argument)
+    return lines
+
+
+def render_unit(router: RouterSettings, workers: list[str]) -> str:
+    argv = command_line(router, workers)
+    lines = [
+        "# Managed by sglang-deploy: SGLang's router (sglang-router " + ROUTER_VERSION + ") over "
+        + f"{len(workers)} worker(s) of the inventory group {router.workers_group}",
+        "[Unit]",
+        f"Description=SGLang router (sglang-router {ROUTER_VERSION}, {len(workers)} workers)",
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "StartLimitIntervalSec=0",
+        "",
+        "[Service]",
+        "Type=simple",
+        "ExecStart=" + " \\\n    ".join(" ".join(_escape(a) for a in group) for group in _flag_lines(argv)),
+        "Restart=on-failure",
+        "RestartSec=5",
+        "Environment=PYTHONUNBUFFERED=1",
+    ]
+    for name, value, why in ROUTER_HARDENING:
+        lines += [f"# {why}", f"{name}={value}"]
+    lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
+    unit = "\n".join(lines)
+    # Parsed back as systemd reads it: the template's sections, one ExecStart handing argv over unchanged.
+    from .render import parse_unit, unquote_exec
+
+    entries = parse_unit(unit)
+    sections = [section for section, key, _ in entries if not key]
+    exec_starts = [value for _, key, value in entries if key == "ExecStart"]
+    if sections != ["Unit", "Service", "Install"] or len(exec_starts) != 1 or unquote_exec(exec_starts[0]) != argv:
+        raise RouterError("the router unit does not parse back to its command line")
+    return unit
+
+
+def wheelhouse(python_version: str, machine: str, cache_root=None):
+    """sglang-router and its dependencies as wheels for the host's Python (X.Y) and architecture (uname -m),
+    downloaded once on the controller with pip (PyPI or the controller's configured index) and cached, so the
+    router host needs no index (GPU hosts are often firewalled)."""
+    import fcntl
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if not re.fullmatch(r"3\.[0-9]{1,2}", python_version) or machine not in ("x86_64", "aarch64"):
+        raise RouterError(f"the router host reports Python {python_version!r} on {machine!r}: "
+                          "need Python 3.x on x86_64 or aarch64")
+    root = Path(cache_root or Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy")))
+    target = root / "wheels" / f"sglang-router-{ROUTER_VERSION}-py{python_version}-{machine}"
+    done = target / ".complete"
+    if done.exists():
+        return target
+    target.mkdir(parents=True, exist_ok=True)
+    with open(target.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            platforms = [f"manylinux2014_{machine}", f"manylinux_2_17_{machine}"]
+            command = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check",
+                       "--only-binary=:all:", "--python-version", python_version, "--implementation", "cp",
+                       *[a for p in platforms for a in ("--platform", p)], "-d", str(target),
+                       f"sglang-router=={ROUTER_VERSION}"]
+            result = subprocess.run(command, capture_output=True, text=True)
+            if result.returncode != 0:
+                raise RouterError(f"pip download sglang-router=={ROUTER_VERSION} for Python {python_version} "
+                                  f"{machine} failed:\n{result.stderr[-2000:]}")
+            done.touch()
+    return target

@@ -1,0 +1,273 @@
+"""A simulated fleet (simhost up --count 3): the canary-then-batches rollout, stopped by a failed gate.
+
+One module, one fleet of 3 hosts (distinct SSH, GPU server and node_exporter ports), so xdist keeps it on
+one worker. Only the GPU servers are simulated; SSH, systemd and HTTP are real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import CONTROLLER, FLEET_MACHINE, FLEET_SERVICE_PORT, FLEET_SSH_PORT, PROVEN, REPO, proven_with, \
+    simhost_available
+
+pytestmark = pytest.mark.simhost
+
+STORE = "/var/lib/sglang-deploy/sglang"
+DROP_IN = "/etc/systemd/system/sglang.service.d/debug.conf"
+
+
+class FleetSession:
+    def __init__(self, state_dir):
+        from testbed.simhost import Fleet
+
+        self.fleet = Fleet(state_dir=state_dir, count=3, ssh_port=FLEET_SSH_PORT, service_port=FLEET_SERVICE_PORT,
+                           machine=FLEET_MACHINE)
+        self.env = {**os.environ, "SGLANG_DEPLOY_SIMFLEET_DIR": str(state_dir), "PYTHONUNBUFFERED": "1"}
+        self.hosts = []
+
+    def names(self) -> list[str]:
+        return [host.machine for host in self.hosts]
+
+    def sh(self, index: int, command: str) -> str:
+        result = self.hosts[index].ssh(command, check=False)
+        assert result.returncode == 0, f"{command!r} on host {index}: {result.stderr}"
+        return result.stdout
+
+    def run(self, *args: str, timeout: float = 400) -> subprocess.CompletedProcess:
+        return subprocess.run([*CONTROLLER, *args], cwd=REPO, env=self.env, capture_output=True, text=True,
+                              timeout=timeout)
+
+    def pyinfra(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return self.run("-m", "pyinfra", "-y", "inventory/sim_fleet.py", *args, timeout=timeout)
+
+    def process(self, index: int) -> str:
+        """The server's main pid and start time: equal before and after means not restarted."""
+        return self.sh(index, "systemctl show -p MainPID -p ExecMainStartTimestampMonotonic --value sglang")
+
+    def store_state(self, index: int) -> dict:
+        return json.loads(self.sh(index, f"cat {STORE}/state.json"))
+
+    def release_ids(self, index: int) -> list[str]:
+        return self.sh(index, f"ls {STORE}/releases").split()
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    reason = simhost_available()
+    if reason:
+        pytest.skip(f"simulated hosts unavailable: {reason}")
+    from testbed.simhost import port_in_use
+
+    busy = [p for i in range(3) for p in (FLEET_SERVICE_PORT + i, FLEET_SSH_PORT + i) if port_in_use(p)]
+    if busy:
+        pytest.fail(f"the fleet's ports {busy} on 127.0.0.1 are in use (SGLANG_DEPLOY_TEST_FLEET_SSH_PORT and "
+                    "SGLANG_DEPLOY_TEST_FLEET_SERVICE_PORT set the bases)")
+    session = FleetSession(tmp_path_factory.mktemp("simfleet"))
+    try:
+        session.fleet.up(fresh=True)
+        session.hosts = session.fleet.hosts()
+        yield session
+    finally:
+        session.fleet.down()
+        session.fleet.remove()
+        shutil.rmtree(session.fleet.state_dir, ignore_errors=True)
+
+
+def test_fleet_hosts_are_separate_machines_with_their_own_ports(fleet):
+    info = json.loads((fleet.fleet.state_dir / "fleet.json").read_text())
+    assert info["groups"] == {"canary": [fleet.names()[0]], "fleet": fleet.names()}
+    assert len({h["ssh_port"] for h in info["hosts"]}) == len({h["service_port"] for h in info["hosts"]}) == 3
+    machine_ids = {fleet.sh(i, "cat /etc/machine-id").strip() for i in range(3)}
+    assert len(machine_ids) == 3  # one shared lower rootfs, but each host its own identity
+    assert [fleet.sh(i, "hostname").strip() for i in range(3)] == fleet.names()
+    # A write on one host stays on that host (the shared rootfs is only the read-only lower layer).
+    fleet.sh(0, "echo only-here > /etc/fleet-probe")
+    assert fleet.hosts[1].ssh("cat /etc/fleet-probe", check=False).returncode != 0
+
+
+def test_rollout_canary_passes_a_failed_batch_stops_it_and_later_hosts_are_untouched(fleet, tmp_path):
+    # Baseline on every host (in parallel; readiness only: the statistics are not the point here).
+    baseline = fleet.pyinfra("deploy.py", "--data", f"profile={PROVEN}", "--data", "skip_gate=true")
+    assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-3000:]
+    baseline_ids = [fleet.store_state(i)["active"] for i in range(3)]
+    untouched_before = (fleet.process(2), fleet.sh(2, "sha256sum /etc/systemd/system/sglang.service"))
+    # The fault: on host 1 only, a local drop-in the gate refuses (an undeclared costly variable).
+    fleet.sh(1, f"mkdir -p {os.path.dirname(DROP_IN)} && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1\\n'"
+                f" > {DROP_IN} && systemctl daemon-reload")
+    variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12")
+    # A small gate: it must pass on the canary on its own thresholds, fast.
+    text = variant.read_text()
+    text = re.sub(r"(?m)^  samples: .*$", "  samples: 2", text)
+    variant.write_text(re.sub(r"(?m)^  max_new_tokens: .*$", "  max_new_tokens: 96", text))
+    log_file = tmp_path / "rollout.log"
+    result = fleet.run("rollout.py", "inventory/sim_fleet.py", "--batch-size", "1", "--log", str(log_file),
+                       "--data", f"profile={variant}", "--data", "max_auto_rollbacks=100")
+    log = log_file.read_text()
+    print(log)
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    a, b, c = fleet.names()
+    assert f"canary: {a} | batch 1: {b} | batch 2: {c}" in log
+    assert "canary: PASSED" in log and "batch 1/2: FAILED" in log and "batch 2/2: deploying" not in log
+    assert f"rollout STOPPED at batch 1; 1 host(s) not deployed:" in log
+    assert f"{c}: untouched" in log
+    assert "CUDA_LAUNCH_BLOCKING=1 is not declared by the release but set by " + DROP_IN in log
+    # The canary runs the new release, passed by its own gate.
+    canary = fleet.store_state(0)
+    assert canary["active"] != baseline_ids[0] and canary["last_good"] == canary["active"]
+    gate = json.loads(fleet.sh(0, f"cat {STORE}/releases/{canary['active']}/gate-result.json"))
+    assert gate["verdict"] == "pass" and gate["simulated"] is True
+    # Host 1 tried it, failed its gate and is back on its own baseline.
+    failed = fleet.store_state(1)
+    assert failed["active"] == baseline_ids[1] and len(fleet.release_ids(1)) == 2
+    new = next(r for r in fleet.release_ids(1) if r != baseline_ids[1])
+    assert json.loads(fleet.sh(1, f"cat {STORE}/releases/{new}/meta.json"))["verdict"] == "bad"
+    # Host 2: not restarted, same unit, no new release.
+    assert (fleet.process(2), fleet.sh(2, "sha256sum /etc/systemd/system/sglang.service")) == untouched_before
+    assert fleet.release_ids(2) == [baseline_ids[2]]
+    # The fleet summary in the log: release and gate result per host.
+    summary = log[log.index("fleet summary:"):]
+    assert re.search(rf"{a}\s+{canary['active']}\s+good\s+pass ", summary)
+    assert re.search(rf"{b}\s+{baseline_ids[1]}\s+good\s+not gated \(skip_gate\)\s+{new} bad: fail", summary)
+    assert re.search(rf"{c}\s+{baseline_ids[2]}\s+good\s+not gated \(skip_gate\)\s+-", summary)
+
+
+def chat(port: int, key: str | None, max_tokens: int = 20) -> int:
+    import urllib.error
+    import urllib.request
+
+    body = json.dumps({"model": "qwen3.6-27b", "messages": [{"role": "user", "content": "hello"}],
+                       "max_tokens": max_tokens}).encode()
+    headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            document = json.loads(response.read())
+            assert document["choices"][0]["message"]["content"], document
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def generated_tokens(fleet, index: int, key: str) -> float:
+    text = fleet.sh(index, f"curl -s -H 'Authorization: Bearer {key}' http://127.0.0.1:{FLEET_SERVICE_PORT + index}/metrics")
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith("sglang:generation_tokens_total"))
+
+
+def router_workers(fleet, port: int, key: str) -> dict:
+    body = fleet.sh(0, f"curl -s -H 'Authorization: Bearer {key}' http://127.0.0.1:{port}/workers")
+    return {w["url"]: w["is_healthy"] for w in json.loads(body)["workers"]}
+
+
+def test_router_spreads_requests_over_the_workers_and_drops_a_dead_one(fleet):
+    """SGLang's router (the real sglang-router wheel, in the container, under its hardened unit) in front of the
+    three simulated workers left running by the rollout test (or fresh ones)."""
+    if any(fleet.sh(i, "systemctl is-active sglang || true").strip() != "active" for i in range(3)):
+        deployed = fleet.pyinfra("deploy.py", "--data", f"profile={PROVEN}", "--data", "skip_gate=true")
+        assert deployed.returncode == 0, deployed.stdout[-3000:]
+    port = FLEET_SERVICE_PORT + 5
+    result = fleet.pyinfra("router.py", "--data", f"router_port={port}", "--data", "router_policy=round_robin",
+                           "--data", "router_health_interval_s=2", "--data", "router_health_failures=1")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "Router ready with 3 healthy worker(s)" in output
+    key = (fleet.fleet.state_dir / "api_key").read_text().strip()
+    assert key not in output
+    # Hardened unit, a transient user, the key never on a command line.
+    assert fleet.sh(0, "systemctl show -p DynamicUser --value sglang-router").strip() == "yes"
+    pid = fleet.sh(0, "systemctl show -p MainPID --value sglang-router").strip()
+    assert key not in fleet.sh(0, f"tr '\\0' ' ' < /proc/{pid}/cmdline")
+    exposure = fleet.sh(0, "systemd-analyze security sglang-router.service | tail -1")
+    print(exposure)
+    assert float(re.search(r"level for \S+: ([0-9.]+)", exposure).group(1)) < 2.0
+    urls = [f"http://127.0.0.1:{FLEET_SERVICE_PORT + i}" for i in range(3)]
+    assert router_workers(fleet, port, key) == {url: True for url in urls}
+    # Round robin over three workers: six requests, each worker generates for two of them.
+    before = [generated_tokens(fleet, i, key) for i in range(3)]
+    assert [chat(port, key) for _ in range(6)] == [200] * 6
+    gained = [generated_tokens(fleet, i, key) - before[i] for i in range(3)]
+    assert all(g >= 40 for g in gained), gained  # 2 x 20 tokens (health checks add 1 token each)
+    # The workers enforce the key; the router passes the client's on.
+    assert chat(port, None) == 401
+    # A worker that stops is taken out by the router's health checks; requests go to the others.
+    fleet.sh(2, "systemctl stop sglang")
+    try:
+        import time
+
+        deadline = time.monotonic() + 30
+        while router_workers(fleet, port, key).get(urls[2]) and time.monotonic() < deadline:
+            time.sleep(1)
+        assert router_workers(fleet, port, key) == {urls[0]: True, urls[1]: True, urls[2]: False}
+        assert [chat(port, key) for _ in range(4)] == [200] * 4
+    finally:
+        fleet.sh(2, "systemctl start sglang")
+
+
+TWO_NODES = REPO / "profiles" / "qwen3.6-27b-mtp-2nodes-2xa6000.yaml"
+
+
+def two_node_variant(tmp_path, name: str, running: int = 16):
+    """The 2-node profile on the test's ports, a short rendezvous timeout and a small gate."""
+    text = TWO_NODES.read_text()
+    for old, new in ((r"(?m)^  dist_init_port: \d+", f"  dist_init_port: {FLEET_SERVICE_PORT + 6}"),
+                     (r"(?m)^    --enable-metrics: true.*$", "    --enable-metrics: true\n    --dist-timeout: 15"),
+                     (r"(?m)^  samples: .*$", "  samples: 2"), (r"(?m)^  max_new_tokens: .*$", "  max_new_tokens: 96"),
+                     (r"--max-running-requests: 16", f"--max-running-requests: {running}")):
+        text, count = re.subn(old, new, text)
+        assert count == 1, old
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
+    fleet.sh(1, f"rm -f {DROP_IN} && systemctl daemon-reload")  # the rollout test's fault
+    a, b, _ = fleet.names()
+    first = fleet.pyinfra("deploy.py", "--limit", "nodes", "--data", f"profile={two_node_variant(tmp_path, 'n1.yaml')}",
+                          "--data", "max_auto_rollbacks=100")
+    output = first.stdout + first.stderr
+    assert first.returncode == 0, output[-5000:]
+    dist = f"127.0.0.1:{FLEET_SERVICE_PORT + 6}"
+    assert f"[{b}] node 1 of 2 (--dist-init-addr {dist}): joins rank 0 and serves no HTTP" in output
+    release = [fleet.store_state(i)["active"] for i in (0, 1)]
+    assert release[0] == release[1]  # one release id across the nodes
+    for rank in (0, 1):
+        cmdline = fleet.sh(rank, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)/cmdline")
+        assert f"--tp-size 4" in cmdline and f"--nnodes 2 --node-rank {rank} --dist-init-addr {dist}" in cmdline
+    # Rank 0 serves and passed its gate although SGLang dropped custom all-reduce across the nodes (by design).
+    key = (fleet.fleet.state_dir / "api_key").read_text().strip()
+    info = json.loads(fleet.sh(0, f"curl -s -H 'Authorization: Bearer {key}' http://127.0.0.1:{FLEET_SERVICE_PORT}/server_info"))
+    assert (info["nnodes"], info["tp_size"]) == (2, 4)
+    assert "spans across nodes" in fleet.sh(0, "journalctl -u sglang -n 200 --no-pager")
+    gate = json.loads(fleet.sh(0, f"cat {STORE}/releases/{release[0]}/gate-result.json"))
+    assert gate["verdict"] == "pass", gate
+    assert fleet.sh(1, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{FLEET_SERVICE_PORT + 1}/health; true")\
+        .strip() == "000"  # rank 1 serves no HTTP
+    # A new release whose gate fails on rank 0: every node is back on the release above, together.
+    fleet.sh(0, f"mkdir -p {os.path.dirname(DROP_IN)} && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1\\n'"
+                f" > {DROP_IN} && systemctl daemon-reload")
+    try:
+        second = fleet.pyinfra("deploy.py", "--limit", "nodes", "--data", "max_auto_rollbacks=100", "--data",
+                               f"profile={two_node_variant(tmp_path, 'n2.yaml', running=12)}")
+    finally:
+        fleet.sh(0, f"rm -f {DROP_IN} && systemctl daemon-reload")
+    output = second.stdout + second.stderr
+    assert second.returncode != 0 and "CUDA_LAUNCH_BLOCKING=1 is not declared" in output, output[-5000:]
+    new = [sorted(fleet.release_ids(i))[-1] for i in (0, 1)]
+    assert new[0] == new[1] != release[0]
+    for rank in (0, 1):
+        assert fleet.store_state(rank)["active"] == release[0]
+        assert json.loads(fleet.sh(rank, f"cat {STORE}/releases/{new[0]}/meta.json"))["verdict"] == "bad"
+    import time
+
+    deadline = time.monotonic() + 40  # the nodes rejoin (each restart breaks the other's rendezvous once)
+    while time.monotonic() < deadline and fleet.hosts[0].ssh(
+            f"curl -sf -o /dev/null http://127.0.0.1:{FLEET_SERVICE_PORT}/health", check=False).returncode != 0:
+        time.sleep(1)
+    assert fleet.sh(0, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{FLEET_SERVICE_PORT}/health").strip() == "200"
