@@ -3,15 +3,17 @@
     pyinfra inventory/sim.py deploy.py [--data profile=profiles/X.yaml] [--dry --diff]
 
 validate (nothing changes on failure) -> [provision: driver, CUDA, NCCL, venv on real hosts] -> service
-user -> [simulator on simulated hosts] -> secrets -> stage release -> switch (restart, staged readiness,
-the gate, automatic rollback on failure) -> prune.
+user -> [simulator on simulated hosts] -> weights (fetched or pushed, verified against the manifest) ->
+secrets -> stage release -> switch (restart, staged readiness, the gate, automatic rollback on failure) ->
+prune (releases, then snapshots no retained release uses).
 """
 
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 
 from roles import provision, release, secrets, service_user, simulator, watch
-from roles.facts import DeployState, GpuHost
+from roles import weights as weights_role
+from roles.facts import DeployState, GpuHost, WeightsStatus
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
@@ -19,6 +21,8 @@ from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.release_plan import build_meta, decide, profile_snapshot
 from sglang_deploy.render import render_watch, watch_paths
+from sglang_deploy.hostdata import origin
+from sglang_deploy.weights import MIRROR_URL, profile_weights
 
 # A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
 detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
@@ -35,8 +39,7 @@ layout = ServiceLayout(service)
 watch_units = render_watch(profile)
 facts = host.get_fact(DeployState, service=service,
                       manifests=(programs.manifest,) + ((sim_shipment.manifest,) if sim_shipment else ()),
-                      paths=((simulator.checkpoint_marker(profile),) if sim_shipment else ())
-                      + (profile.watch.textfile_dir,),
+                      paths=(profile.watch.textfile_dir,),
                       user=profile.service.user,
                       files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
                       timers=(f"{service}-watch.timer",))
@@ -49,6 +52,21 @@ if plan.simulated != host_is_simulated:
     raise DeployError(
         f"{host.name}: the inventory says simulated={plan.simulated} but the host "
         f"{'has' if host_is_simulated else 'lacks'} {SIMULATED_MARKER}; refusing to deploy")
+# The weights the release serves: the profile's pinned source, or (a simulated host, a profile without one) the
+# synthetic checkpoint, pushed and verified the same way.
+weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
+hub_python = None
+if host.data.get("hf_endpoint") and not MIRROR_URL.fullmatch(str(host.data.get("hf_endpoint"))):
+    raise DeployError(f"{origin(host.data, 'hf_endpoint')}: hf_endpoint: {host.data.get('hf_endpoint')!r} is not "
+                      "http(s)://host[:port][/path] of an HF-compatible endpoint; nothing was changed")
+if weights and weights.source.kind == "hf":
+    hub_python = host.data.get("hub_python") or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
+                                                 else f"{venv_path(profile)}/bin/python")
+weights_status = host.get_fact(WeightsStatus, manifest=weights.host_manifest, directory=weights.path,
+                               python=hub_python) if weights else None
+if weights and not weights_status["verified"] and hub_python and not weights_status["hub_client"]:
+    if plan.simulated or host.data.get("hub_wheelhouse"):
+        weights_role.hub_client(wheelhouse=host.data.get("hub_wheelhouse"))
 if plan.simulated:
     logger.warning(f"[{host.name}] SIMULATED HOST: the GPU server is sglang_deploy.sim (a hardware model of "
                    "2x RTX A6000), not SGLang; systemd, SSH and HTTP are real.")
@@ -73,10 +91,14 @@ if not plan.simulated and host_flag(host.data, "provision", default=True):
     provision.python_env(profile=profile, mode=provision_mode)
 if not service_user.in_place(facts["user"], profile.service.user, layout.state_dir):
     service_user.install(user=profile.service.user, home=layout.state_dir)
-runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim_shipment.manifest),
-                                checkpoint_present=facts["paths"][simulator.checkpoint_marker(profile)]) \
+runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim_shipment.manifest)) \
     if plan.simulated else []
 release.install_programs(installed_digest=facts["manifests"][programs.manifest] or "")
+# The weights: in place and verified against the manifest before anything is staged or switched.
+if weights:
+    weights_role.ensure(weights=weights, verified=weights_status["verified"], python=hub_python,
+                        endpoint=host.data.get("hf_endpoint") or weights.mirror,
+                        local_dir=weights.source.local_dir)
 secrets_changed = not secrets.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
 if secrets_changed:
     secrets.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
@@ -92,7 +114,7 @@ if decision.switch:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
                       resolution=plan.resolution,
-                      meta=build_meta(plan, decision.release_id))
+                      meta=build_meta(plan, decision.release_id, weights=weights))
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
                    timeout=profile.service.start_timeout_s, reason="deploy",
                    max_auto_rollbacks=int(host.data.get("max_auto_rollbacks") or 3),

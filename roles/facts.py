@@ -230,3 +230,33 @@ class UnitOwnership(FactBase):
                 marked, _, path = path.partition(" ")
                 report["directories"][path] = value if marked == "0" else "(sglang-deploy)"
         return report
+
+
+WEIGHTS_PY = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "weights.py"
+
+
+class WeightsStatus(FactBase):
+    """Whether a weights snapshot is in place and unchanged since it was verified (nothing is hashed: sizes and
+    mtimes against the host's record), and whether a python can import huggingface_hub. weights.py is sent
+    inline, so the fact works before the host programs were uploaded."""
+
+    requires_command = "python3"
+
+    def command(self, manifest: str, directory: str, python: str | None = None) -> str:
+        program = base64.b64encode(WEIGHTS_PY.read_bytes()).decode()
+        checks = [f"echo '@@status'; if test -f {shlex.quote(manifest)}; then echo {program} | base64 -d | "
+                  f"python3 - status --manifest {shlex.quote(manifest)} --dir {shlex.quote(directory)}; "
+                  "else echo '{\"verified\": false}'; fi"]
+        if python:
+            checks.append(f"echo '@@hub'; {shlex.quote(python)} -c 'import huggingface_hub; "
+                          f"print(huggingface_hub.__version__)' 2>/dev/null; echo")
+        return "; ".join(checks)
+
+    def process(self, output):
+        sections = split_sections(output)
+        try:
+            status = json.loads("\n".join(sections.get("status") or []) or "{}")
+        except ValueError:
+            status = {}
+        hub = "\n".join(sections.get("hub") or []).strip()
+        return {"verified": bool(status.get("verified")), "hub_client": hub or None}

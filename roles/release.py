@@ -23,7 +23,7 @@ from sglang_deploy.release_plan import STORE_ROOT, controller_identity, release_
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "evidence.py", "safetensors_headers.py", "doctor_collect.py",
-                 "gpu_probe.py", "watch.py")
+                 "gpu_probe.py", "watch.py", "weights.py")
 
 
 def program_shipment() -> shipment.Shipment:
@@ -123,6 +123,8 @@ def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: 
 
 @deploy("Release: prune")
 def prune(service: str, keep: int):
-    server.shell(name=f"Keep the last {keep} releases (and the active and last good one)",
+    server.shell(name=f"Keep the last {keep} releases (and the active and last good one); drop weights snapshots "
+                      "no retained release uses",
                  commands=[shlex.join(["python3", f"{TOOL_BIN}/releases.py", "prune", "--service", service, "--keep",
-                                     str(keep), "--prune-venvs"])])
+                                     str(keep), "--prune-venvs"]),
+                           shlex.join(["python3", f"{TOOL_BIN}/weights.py", "prune"])])

@@ -577,9 +577,12 @@ def switch_locked(store, args):
         return finish(store, {"ok": False, "release": args.release, "error": (
             f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
             "fix the cause, or deploy with --data force=true")}, 2)
+    meta = store.meta(args.release)
+    problem = weights_module().release_problem(meta)  # the weights must be in place and verified: else no switch
+    if problem:
+        return finish(store, {"ok": False, "release": args.release, "error": problem}, 2)
     state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
     store.save_state(state)
-    meta = store.meta(args.release)
     change = auth_change(store.meta(previous) if previous in store.ids() else None, dict(meta, id=args.release))
     if change:
         log(change)
@@ -666,6 +669,14 @@ def gate_module():
     except ImportError:
         import gate  # run as /opt/sglang-deploy/bin/releases.py
     return gate
+
+
+def weights_module():
+    try:
+        from . import weights
+    except ImportError:
+        import weights
+    return weights
 
 
 def evidence_module():
