@@ -1,0 +1,131 @@
+"""Weights as part of a release on the simulated CT129: the host fetches two revisions from the stand-in Hub
+with huggingface_hub's own client (a small venv from a controller wheelhouse), each becomes a release, a
+rollback serves the other snapshot, a changed snapshot stops the switch; a file:// source is pushed over SSH.
+One module, one simulated host, deploys shared between assertions (skip_gate: the gate is not the subject)."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from conftest import PROVEN, REPO, write_profile
+from hubstub import Hub
+from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
+from sglang_deploy.validator_env import CACHE_DIR
+from sglang_deploy.weights import HUB_CLIENT_PIN, manifest_from_hub, write_manifest
+
+pytestmark = pytest.mark.simhost
+
+REPO_ID = "sim-org/qwen3.6-27b-synthetic"
+SNAPSHOTS = "/srv/models/sim-org--qwen3.6-27b-synthetic"
+
+
+@pytest.fixture(scope="module")
+def wheelhouse():
+    """huggingface_hub and its dependencies as wheels (from the index, once; cached)."""
+    directory = CACHE_DIR / "wheelhouse" / HUB_CLIENT_PIN.replace("==", "-")
+    if not (directory / ".complete").exists():
+        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
+                        "-d", str(directory), HUB_CLIENT_PIN], check=True, capture_output=True)
+        (directory / ".complete").touch()
+    return directory
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """Two revisions of the synthetic checkpoint; B differs in config.json."""
+    base = tmp_path_factory.mktemp("weights")
+    checkpoint = base / "checkpoint"
+    write_checkpoint(str(checkpoint), header_only=True, architecture="Qwen3_5ForConditionalGeneration")
+    hub = Hub().start()
+    revision_a = hub.add_directory(REPO_ID, checkpoint)
+    config = json.loads((checkpoint / "config.json").read_text())
+    revision_b = hub.add_directory(REPO_ID, checkpoint, extra={
+        "config.json": (json.dumps(dict(config, note="revision B of the stand-in repository"), indent=2) + "\n").encode()})
+    profiles = {}
+    for label, revision in (("a", revision_a), ("b", revision_b)):
+        manifest = base / f"{revision}.json"
+        write_manifest(manifest_from_hub(REPO_ID, revision, endpoint=hub.url), manifest)
+        text = PROVEN.read_text().replace("  path: /srv/models/Qwen3.6-27B-FP8\n",
+                                          f"  source: hf://{REPO_ID}@{revision}\n  manifest: {manifest}\n")
+        profiles[label] = write_profile(base, text, f"weights-{label}.yaml")
+    hub.revisions = {"a": revision_a, "b": revision_b}
+    hub.profiles = profiles
+    hub.checkpoint = checkpoint
+    yield hub
+    hub.stop()
+
+
+def store(simhost) -> dict:
+    return json.loads(simhost.sh("python3 /opt/sglang-deploy/bin/releases.py state --service sglang"))
+
+
+def model_path_running(simhost) -> str:
+    cmdline = simhost.sh(f"tr '\\0' '\\n' < /proc/{simhost.main_pid()}/cmdline").splitlines()
+    return cmdline[cmdline.index("--model-path") + 1]
+
+
+def test_weights_revisions_are_releases_and_roll_back(simhost, hub, wheelhouse):
+    data = ["--data", f"hf_endpoint={hub.url}", "--data", f"hub_wheelhouse={wheelhouse}"]
+    started = time.monotonic()
+    result = simhost.deploy(*data, profile=hub.profiles["a"])
+    first_s = time.monotonic() - started
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    a, b = hub.revisions["a"], hub.revisions["b"]
+    assert model_path_running(simhost) == f"{SNAPSHOTS}/{a}"
+    assert simhost.sh(f"stat -c '%U %a' {SNAPSHOTS}/{a} {SNAPSHOTS}/{a}/config.json").split() == ["root", "755", "root", "644"]
+    assert hub.gets("model-layers-00.safetensors"), "the host did not download from the stand-in Hub"
+    release_a = store(simhost)["state"]["active"]
+    meta_a = next(r for r in store(simhost)["releases"] if r["id"] == release_a)
+    assert meta_a["weights"]["revision"] == a and meta_a["weights"]["path"] == f"{SNAPSHOTS}/{a}"
+
+    # Unchanged: nothing fetched (the host's record says the snapshot is verified), nothing switched.
+    before = len(hub.log)
+    started = time.monotonic()
+    result = simhost.deploy(*data, profile=hub.profiles["a"])
+    noop_s = time.monotonic() - started
+    assert result.returncode == 0 and len(hub.log) == before and store(simhost)["state"]["active"] == release_a
+
+    # New weights: a new release, switched to (its own snapshot), the listing names the change.
+    result = simhost.deploy(*data, profile=hub.profiles["b"])
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    release_b = store(simhost)["state"]["active"]
+    assert release_b != release_a and model_path_running(simhost) == f"{SNAPSHOTS}/{b}"
+    listing = simhost.pyinfra("releases.py")
+    text = listing.stdout + listing.stderr
+    assert f"weights: hf://{REPO_ID}@{b}" in text and f"-> hf://{REPO_ID}@{a}" in text, text[-3000:]
+
+    # Rollback: the other release serves the other snapshot; both snapshots are kept (both releases retained).
+    result = simhost.pyinfra("rollback.py")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert store(simhost)["state"]["active"] == release_a and model_path_running(simhost) == f"{SNAPSHOTS}/{a}"
+    assert simhost.sh(f"ls {SNAPSHOTS}").split() == sorted([a, b])
+
+    # A snapshot changed on the host is not switched to: the file is named, the running release stays.
+    simhost.sh(f"echo ' ' >> {SNAPSHOTS}/{b}/config.json")
+    result = simhost.pyinfra("rollback.py", "--data", f"release={release_b}")
+    assert result.returncode != 0
+    assert "config.json: size" in result.stdout + result.stderr
+    assert store(simhost)["state"]["active"] == release_a and model_path_running(simhost) == f"{SNAPSHOTS}/{a}"
+    print(f"\nfirst deploy with a download {first_s:.1f} s, no-op redeploy {noop_s:.1f} s")
+    simhost.sh(f"rm -rf {SNAPSHOTS}/{b}")  # the next deploy of B fetches it again
+
+
+def test_a_local_directory_is_pushed_over_ssh_and_the_doctor_reads_it(simhost, hub):
+    text = PROVEN.read_text().replace("  path: /srv/models/Qwen3.6-27B-FP8\n", f"  source: file://{hub.checkpoint}\n")
+    manifest = hub.checkpoint.parent / "local-manifest.json"
+    result = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "manifest", f"file://{hub.checkpoint}",
+                             "--output", str(manifest)], capture_output=True, text=True, cwd=REPO)
+    assert result.returncode == 0, result.stderr
+    profile = write_profile(hub.checkpoint.parent, text.replace("  source:", f"  manifest: {manifest}\n  source:"),
+                            "weights-local.yaml")
+    result = simhost.deploy(profile=profile)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
+    served = model_path_running(simhost)
+    assert served.startswith("/srv/models/local--checkpoint/")
+    assert simhost.sh(f"ls {served}").split() == sorted(p.name for p in hub.checkpoint.iterdir())
+    doctor = simhost.pyinfra("doctor.py")
+    assert doctor.returncode == 0, (doctor.stdout + doctor.stderr)[-3000:]
+    assert "roofline: 1" in doctor.stdout + doctor.stderr
