@@ -298,3 +298,14 @@ def test_the_listing_shows_a_weights_change():
     old = next(line for line in lines if "0001-aaaaaaaa" in line)
     assert "aaaaaaaaaaaa" in old and f"weights: hf://o/n@{'b' * 40} (manifest 222222222222) -> hf://o/n@{'a' * 40}" in old
     assert "--model-path" not in old
+
+
+def test_a_missing_hub_client_is_named(hub, checkpoint, models, tmp_path):
+    commit = hub.add_directory(REPO_ID, checkpoint)
+    manifest_file = hub_manifest(hub, tmp_path, commit)
+    directory = models / REPO_ID.replace("/", "--") / commit
+    result = subprocess.run([sys.executable, str(WEIGHTS_PY), "fetch", "--manifest", str(manifest_file), "--dir",
+                             str(directory), "--repo", REPO_ID, "--revision", commit, "--python", "/nonexistent/python"],
+                            env=dict(os.environ, SGLANG_DEPLOY_MODELS=str(models)), capture_output=True, text=True)
+    assert result.returncode == 1 and "/nonexistent/python (the python whose huggingface_hub" in result.stdout
+    assert "Traceback" not in result.stderr

@@ -362,6 +362,9 @@ def fetch(directory, manifest, repo, revision, python, endpoint=None, token_file
                or os.stat(os.path.join(staging, f["path"])).st_size != f["size"]]
     log(f"{repo}@{revision}: {len(missing)} of {len(manifest['files'])} files to fetch, {human(needed)} "
         f"({human(free)} free)")
+    if missing and not os.access(python, os.X_OK):
+        raise WeightsError(f"{python} (the python whose huggingface_hub downloads the weights) is not on this host; "
+                           "host data hub_python names another, hub_wheelhouse installs a small venv for it")
     if missing:
         env = dict(os.environ, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_XET="1")
         env.pop("HF_HUB_OFFLINE", None)
