@@ -8,6 +8,8 @@ secrets -> stage release -> switch (restart, staged readiness, the gate, automat
 prune (releases, then snapshots no retained release uses).
 """
 
+from pathlib import Path
+
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 
@@ -65,7 +67,12 @@ if weights and weights.source.kind == "hf":
 weights_status = host.get_fact(WeightsStatus, manifest=weights.host_manifest, directory=weights.path,
                                python=hub_python) if weights else None
 if weights and not weights_status["verified"] and hub_python and not weights_status["hub_client"]:
-    if plan.simulated or host.data.get("hub_wheelhouse"):
+    wheelhouse = host.data.get("hub_wheelhouse")
+    if wheelhouse and not any(Path(str(wheelhouse)).glob("*.whl")):
+        raise DeployError(f"{origin(host.data, 'hub_wheelhouse')}: hub_wheelhouse: {wheelhouse!r} is not a directory of "
+                          "wheels (huggingface_hub and its dependencies: pip download huggingface_hub==1.33.0 -d DIR); "
+                          "nothing was changed")
+    if plan.simulated or wheelhouse:
         weights_role.hub_client(wheelhouse=host.data.get("hub_wheelhouse"))
 if plan.simulated:
     logger.warning(f"[{host.name}] SIMULATED HOST: the GPU server is sglang_deploy.sim (a hardware model of "

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -44,8 +45,10 @@ def main():
     total = sum(p.stat().st_size for p in files)
 
     started = time.perf_counter()
-    manifest = {"format": 1, "files": [{"path": p.name, "size": p.stat().st_size, "sha256": weights.sha256_file(p)}
-                                       for p in files]}
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:
+        digests = list(pool.map(weights.sha256_file, files))
+    manifest = {"format": 1, "files": [{"path": p.name, "size": p.stat().st_size, "sha256": digest}
+                                       for p, digest in zip(files, digests)]}
     manifest_s = time.perf_counter() - started
     manifest_file = scratch / "manifest.json"
     manifest_file.write_text(json.dumps(manifest))
@@ -74,7 +77,8 @@ def main():
 
     print(f"snapshot: {len(files)} files, {total / 1e9:.1f} GB (apparent; synthetic Qwen3.6-27B FP8 sizes)")
     print(f"manifest by hashing every byte: {manifest_s:.1f} s ({total / manifest_s / 1e9:.2f} GB/s)")
-    print(f"first verify (every byte hashed): {first_s:.1f} s ({total / first_s / 1e9:.2f} GB/s)")
+    print(f"first verify (every byte hashed, {min(8, os.cpu_count() or 1)} threads): {first_s:.1f} s "
+          f"({total / first_s / 1e9:.2f} GB/s)")
     print(line("no-op re-verify, `weights.py verify` process", cli))
     print(line("no-op re-verify, in process (is_verified)", inline))
     shutil.rmtree(scratch, ignore_errors=True)

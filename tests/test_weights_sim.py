@@ -6,6 +6,7 @@ The doctor reading a pushed snapshot's headers is test_doctor_sim's roofline (th
 through the same push path)."""
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -64,6 +65,10 @@ def store(simhost) -> dict:
     return json.loads(simhost.sh("python3 /opt/sglang-deploy/bin/releases.py state --service sglang"))
 
 
+def listing_lines(text: str) -> str:
+    return "\n".join(line for line in text.splitlines() if "flags vs active" in line or re.search(r"\d{4}-[0-9a-f]{8} ", line))
+
+
 def model_path_running(simhost) -> str:
     cmdline = simhost.sh(f"tr '\\0' '\\n' < /proc/{simhost.main_pid()}/cmdline").splitlines()
     return cmdline[cmdline.index("--model-path") + 1]
@@ -108,9 +113,12 @@ def test_weights_revisions_are_releases_and_roll_back(simhost, hub, wheelhouse):
     result = simhost.pyinfra("rollback.py")
     rollback_s = time.monotonic() - started
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    print("\n" + "\n".join(line for line in text.splitlines() if "flags vs active" in line or REPO_ID in line))
+    print("\nafter the weights change:\n" + listing_lines(text))
     assert store(simhost)["state"]["active"] == release_a and model_path_running(simhost) == f"{SNAPSHOTS}/{a}"
     assert simhost.sh(f"ls {SNAPSHOTS}").split() == sorted([a, b])
+    after = simhost.pyinfra("releases.py")
+    assert f"weights: hf://{REPO_ID}@{a}" in after.stdout + after.stderr  # now B differs from the active A
+    print("after the rollback:\n" + listing_lines(after.stdout + after.stderr))
 
     # A snapshot changed on the host is not switched to: the file is named, the running release stays.
     simhost.sh(f"echo ' ' >> {SNAPSHOTS}/{b}/config.json")

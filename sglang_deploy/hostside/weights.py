@@ -34,6 +34,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 MODELS_ROOT = os.environ.get("SGLANG_DEPLOY_MODELS", "/srv/models")
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
@@ -162,6 +163,7 @@ def verify(directory, manifest, rehash=False, quick=False, extra_ok=()):
     record = read_json(record_path) or {}
     known = record.get("files") or {} if record.get("directory") == os.path.abspath(directory) else {}
     problems, hashed_bytes, hashed_files, fresh = [], 0, 0, {}
+    to_hash = []
     for entry in manifest["files"]:
         name = entry["path"]
         path = os.path.join(directory, name)
@@ -181,7 +183,13 @@ def verify(directory, manifest, rehash=False, quick=False, extra_ok=()):
         if quick:
             problems.append(f"{name}: changed since it was verified (size or mtime), or never verified")
             continue
-        digest = sha256_file(path)
+        to_hash.append((entry, path, st))
+    # hashlib releases the GIL on large blocks: several files hash at once, one per core (at most 8).
+    workers = max(1, min(8, os.cpu_count() or 1, len(to_hash)))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        digests = list(pool.map(lambda item: sha256_file(item[1]), to_hash))
+    for (entry, path, st), digest in zip(to_hash, digests):
+        name = entry["path"]
         hashed_bytes += st.st_size
         hashed_files += 1
         if digest != entry["sha256"]:
