@@ -23,6 +23,7 @@ from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
 from sglang_deploy.release_plan import build_meta, decide, profile_snapshot
 from sglang_deploy.render import render_watch, watch_paths
+from sglang_deploy import safety
 from sglang_deploy.hostdata import origin
 from sglang_deploy.weights import MIRROR_URL, profile_weights
 
@@ -58,6 +59,10 @@ if plan.simulated != host_is_simulated:
 # synthetic checkpoint, pushed and verified the same way.
 weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
 hub_python = None
+hf_token_file = host.data.get("hf_token_file")
+if hf_token_file and safety.model_path_problem(str(hf_token_file)):
+    raise DeployError(f"{origin(host.data, 'hf_token_file')}: hf_token_file: "
+                      f"{safety.model_path_problem(str(hf_token_file))}; nothing was changed")
 if host.data.get("hf_endpoint") and not MIRROR_URL.fullmatch(str(host.data.get("hf_endpoint"))):
     raise DeployError(f"{origin(host.data, 'hf_endpoint')}: hf_endpoint: {host.data.get('hf_endpoint')!r} is not "
                       "http(s)://host[:port][/path] of an HF-compatible endpoint; nothing was changed")
@@ -105,7 +110,7 @@ release.install_programs(installed_digest=facts["manifests"][programs.manifest] 
 if weights:
     weights_role.ensure(weights=weights, verified=weights_status["verified"], python=hub_python,
                         endpoint=host.data.get("hf_endpoint") or weights.mirror,
-                        local_dir=weights.source.local_dir)
+                        local_dir=weights.source.local_dir, token_file=hf_token_file)
 secrets_changed = not secrets.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
 if secrets_changed:
     secrets.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)

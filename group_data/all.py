@@ -49,3 +49,5 @@ hf_endpoint = None
 hub_python = None
 # A controller directory of wheels (huggingface_hub and its dependencies) for that small venv, offline.
 hub_wheelhouse = None
+# A file ON THE HOST holding a Hugging Face token (root-only), for gated or private repositories (HF_TOKEN_PATH).
+hf_token_file = None

@@ -48,17 +48,19 @@ def hub_client(wheelhouse: str | None):
     server.shell(name=f"{HUB_CLIENT_PIN} in {HUB_VENV}", commands=commands)
 
 
-def fetch_command(weights: Weights, python: str, endpoint: str | None) -> str:
+def fetch_command(weights: Weights, python: str, endpoint: str | None, token_file: str | None = None) -> str:
     command = ["python3", f"{TOOL_BIN}/weights.py", "fetch", "--manifest", weights.host_manifest, "--dir", weights.path,
                "--repo", weights.source.repo, "--revision", weights.source.revision, "--python", python]
     if endpoint:
         command += ["--endpoint", endpoint]
+    if token_file:
+        command += ["--token-file", token_file]
     return shlex.join(command)
 
 
 @deploy("Weights")
 def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint: str | None = None,
-           local_dir: str | None = None):
+           local_dir: str | None = None, token_file: str | None = None):
     """Upload the manifest; when the snapshot is not verified in place: fetch (hf) or push (local_dir), verify,
     rename into place. `verified` is the WeightsStatus fact (read before any change)."""
     files.directory(name=f"{MODELS_ROOT}/{TOOL_DIR}/manifests", path=f"{MODELS_ROOT}/{TOOL_DIR}/manifests", mode=755,
@@ -74,7 +76,7 @@ def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint
                  f"(progress: {MODELS_ROOT}/{TOOL_DIR}/progress/)", logger.info)
         server.shell(name=f"Fetch {weights.source.text} with huggingface_hub ({human(weights.total_bytes)}), "
                           "verify every file, rename into place",
-                     commands=[fetch_command(weights, python, endpoint)])
+                     commands=[fetch_command(weights, python, endpoint, token_file)])
         return
     staging = staging_dir(weights.path)
     for entry in weights.manifest["files"]:
