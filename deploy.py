@@ -15,7 +15,7 @@ from pyinfra.api.exceptions import DeployError
 
 from roles import provision, release, secrets, service_user, simulator, watch
 from roles import weights as weights_role
-from roles.facts import DeployState, GpuHost, WeightsStatus
+from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
@@ -40,21 +40,6 @@ programs = release.program_shipment()
 sim_shipment = simulator.simulator_shipment(profile) if plan.simulated else None
 layout = ServiceLayout(service)
 watch_units = render_watch(profile)
-facts = host.get_fact(DeployState, service=service,
-                      manifests=(programs.manifest,) + ((sim_shipment.manifest,) if sim_shipment else ()),
-                      paths=(profile.watch.textfile_dir,),
-                      user=profile.service.user,
-                      files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
-                      timers=(f"{service}-watch.timer",))
-# The service user must be a dedicated system account and the unit the tool's own: read before any change.
-refused = host_problems(plan, facts["account"], facts["units"], ssh_user=host.data.get("ssh_user"))
-if refused:
-    raise DeployError(f"{host.name}: nothing was changed on the host.\n" + "\n".join(refused))
-host_is_simulated = facts["simulated"]
-if plan.simulated != host_is_simulated:
-    raise DeployError(
-        f"{host.name}: the inventory says simulated={plan.simulated} but the host "
-        f"{'has' if host_is_simulated else 'lacks'} {SIMULATED_MARKER}; refusing to deploy")
 # The weights the release serves: the profile's pinned source, or (a simulated host, a profile without one) the
 # synthetic checkpoint, pushed and verified the same way.
 weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
@@ -69,8 +54,23 @@ if host.data.get("hf_endpoint") and not MIRROR_URL.fullmatch(str(host.data.get("
 if weights and weights.source.kind == "hf":
     hub_python = host.data.get("hub_python") or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
                                                  else f"{venv_path(profile)}/bin/python")
-weights_status = host.get_fact(WeightsStatus, manifest=weights.host_manifest, directory=weights.path,
-                               python=hub_python) if weights else None
+facts = host.get_fact(DeployState, service=service,
+                      manifests=(programs.manifest,) + ((sim_shipment.manifest,) if sim_shipment else ()),
+                      paths=(profile.watch.textfile_dir,),
+                      user=profile.service.user,
+                      files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
+                      timers=(f"{service}-watch.timer",),
+                      weights=(weights.host_manifest, weights.path, hub_python) if weights else ())
+# The service user must be a dedicated system account and the unit the tool's own: read before any change.
+refused = host_problems(plan, facts["account"], facts["units"], ssh_user=host.data.get("ssh_user"))
+if refused:
+    raise DeployError(f"{host.name}: nothing was changed on the host.\n" + "\n".join(refused))
+host_is_simulated = facts["simulated"]
+if plan.simulated != host_is_simulated:
+    raise DeployError(
+        f"{host.name}: the inventory says simulated={plan.simulated} but the host "
+        f"{'has' if host_is_simulated else 'lacks'} {SIMULATED_MARKER}; refusing to deploy")
+weights_status = facts["weights"]
 if weights and not weights_status["verified"] and hub_python and not weights_status["hub_client"]:
     wheelhouse = host.data.get("hub_wheelhouse")
     if wheelhouse and not any(Path(str(wheelhouse)).glob("*.whl")):
