@@ -27,11 +27,12 @@ SNAPSHOTS = "/srv/models/sim-org--qwen3.6-27b-synthetic"
 
 @pytest.fixture(scope="module")
 def wheelhouse():
-    """huggingface_hub and its dependencies as wheels (from the index, once; cached)."""
-    directory = CACHE_DIR / "wheelhouse" / HUB_CLIENT_PIN.replace("==", "-")
+    """huggingface_hub and its dependencies as wheels for the simulated host's python (Debian 12: 3.11), from the
+    index once, cached."""
+    directory = CACHE_DIR / "wheelhouse" / (HUB_CLIENT_PIN.replace("==", "-") + "-py311")
     if not (directory / ".complete").exists():
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--disable-pip-version-check", "--only-binary=:all:",
-                        "-d", str(directory), HUB_CLIENT_PIN], check=True, capture_output=True)
+                        "--python-version", "3.11", "-d", str(directory), HUB_CLIENT_PIN], check=True, capture_output=True)
         (directory / ".complete").touch()
     return directory
 
