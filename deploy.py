@@ -3,14 +3,18 @@
     pyinfra inventory/sim.py deploy.py [--data profile=profiles/X.yaml] [--dry --diff]
 
 validate (nothing changes on failure) -> [provision: driver, CUDA, NCCL, venv on real hosts] -> service
-user -> [simulator on simulated hosts] -> secrets -> stage release -> switch (restart, staged readiness,
-the gate, automatic rollback on failure) -> prune.
+user -> [simulator on simulated hosts] -> weights (fetched or pushed, verified against the manifest) ->
+secrets -> stage release -> switch (restart, staged readiness, the gate, automatic rollback on failure) ->
+prune (releases, then snapshots no retained release uses).
 """
+
+from pathlib import Path
 
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 
 from roles import multinode, provision, release, secrets, service_user, simulator, watch
+from roles import weights as weights_role
 from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
@@ -20,6 +24,9 @@ from sglang_deploy.gate import gate_config
 from sglang_deploy.release_plan import build_meta, decide, profile_snapshot
 from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_gpu, release_inputs
+from sglang_deploy import safety
+from sglang_deploy.hostdata import origin
+from sglang_deploy.weights import MIRROR_URL, profile_weights
 
 # A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
 detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
@@ -35,13 +42,27 @@ programs = release.program_shipment()
 sim_shipment = simulator.simulator_shipment(profile) if plan.simulated else None
 layout = ServiceLayout(service)
 watch_units = render_watch(profile)
+# The weights the release serves: the profile's pinned source, or (a simulated host, a profile without one) the
+# synthetic checkpoint, pushed and verified the same way.
+weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
+hub_python = None
+hf_token_file = host.data.get("hf_token_file")
+if hf_token_file and safety.model_path_problem(str(hf_token_file)):
+    raise DeployError(f"{origin(host.data, 'hf_token_file')}: hf_token_file: "
+                      f"{safety.model_path_problem(str(hf_token_file))}; nothing was changed")
+if host.data.get("hf_endpoint") and not MIRROR_URL.fullmatch(str(host.data.get("hf_endpoint"))):
+    raise DeployError(f"{origin(host.data, 'hf_endpoint')}: hf_endpoint: {host.data.get('hf_endpoint')!r} is not "
+                      "http(s)://host[:port][/path] of an HF-compatible endpoint; nothing was changed")
+if weights and weights.source.kind == "hf":
+    hub_python = host.data.get("hub_python") or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
+                                                 else f"{venv_path(profile)}/bin/python")
 facts = host.get_fact(DeployState, service=service,
                       manifests=(programs.manifest,) + ((sim_shipment.manifest,) if sim_shipment else ()),
-                      paths=((simulator.checkpoint_marker(profile),) if sim_shipment else ())
-                      + (profile.watch.textfile_dir,),
+                      paths=(profile.watch.textfile_dir,),
                       user=profile.service.user,
                       files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
-                      timers=(f"{service}-watch.timer",))
+                      timers=(f"{service}-watch.timer",),
+                      weights=(weights.host_manifest, weights.path, hub_python) if weights else ())
 # The service user must be a dedicated system account and the unit the tool's own: read before any change.
 refused = host_problems(plan, facts["account"], facts["units"], ssh_user=host.data.get("ssh_user"))
 if refused:
@@ -51,6 +72,15 @@ if plan.simulated != host_is_simulated:
     raise DeployError(
         f"{host.name}: the inventory says simulated={plan.simulated} but the host "
         f"{'has' if host_is_simulated else 'lacks'} {SIMULATED_MARKER}; refusing to deploy")
+weights_status = facts["weights"]
+if weights and not weights_status["verified"] and hub_python and not weights_status["hub_client"]:
+    wheelhouse = host.data.get("hub_wheelhouse")
+    if wheelhouse and not any(Path(str(wheelhouse)).glob("*.whl")):
+        raise DeployError(f"{origin(host.data, 'hub_wheelhouse')}: hub_wheelhouse: {wheelhouse!r} is not a directory of "
+                          "wheels (huggingface_hub and its dependencies: pip download huggingface_hub==1.33.0 -d DIR); "
+                          "nothing was changed")
+    if plan.simulated or wheelhouse:
+        weights_role.hub_client(wheelhouse=host.data.get("hub_wheelhouse"))
 if plan.simulated:
     logger.warning(f"[{host.name}] SIMULATED HOST: the GPU server is sglang_deploy.sim (a hardware model of "
                    "2x RTX A6000), not SGLang; systemd, SSH and HTTP are real.")
@@ -79,10 +109,14 @@ if not plan.simulated and host_flag(host.data, "provision", default=True):
     provision.python_env(profile=profile, mode=provision_mode)
 if not service_user.in_place(facts["user"], profile.service.user, layout.state_dir):
     service_user.install(user=profile.service.user, home=layout.state_dir)
-runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim_shipment.manifest),
-                                checkpoint_present=facts["paths"][simulator.checkpoint_marker(profile)]) \
+runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim_shipment.manifest)) \
     if plan.simulated else []
 release.install_programs(installed_digest=facts["manifests"][programs.manifest] or "")
+# The weights: in place and verified against the manifest before anything is staged or switched.
+if weights:
+    weights_role.ensure(weights=weights, verified=weights_status["verified"], python=hub_python,
+                        endpoint=host.data.get("hf_endpoint") or weights.mirror,
+                        local_dir=weights.source.local_dir, token_file=hf_token_file)
 secrets_changed = not secrets.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
 if secrets_changed:
     secrets.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
@@ -100,7 +134,7 @@ if decision.switch:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
                       resolution=plan.resolution,
-                      meta=build_meta(plan, decision.release_id),
+                      meta=build_meta(plan, decision.release_id, weights=weights),
                       roofline=release_inputs(plan.resolution["resolved"], profile.model.path, release_gpu(
                           plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))))
     release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,

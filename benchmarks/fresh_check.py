@@ -9,7 +9,6 @@ wheels from this machine's pip cache; the download itself is not measured.
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -18,6 +17,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from testbed import wheel as testbed_wheel  # noqa: E402
 
 
 def size_mb(path: Path) -> float:
@@ -30,20 +31,9 @@ def main():
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        source = work / "source"
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                                capture_output=True, check=True).stdout.decode().split("\0")
-        for name in filter(None, listed):
-            if (REPO / name).is_file():
-                (source / name).parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(REPO / name, source / name)
-        subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)],
-                       check=True, capture_output=True)
-        wheel = next((work / "dist").glob("*.whl"))
+        wheel = testbed_wheel.build(work)
         started = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True)
-        subprocess.run([str(work / "venv/bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        str(wheel)], check=True, capture_output=True)
+        testbed_wheel.install(wheel, work / "venv")
         install_s = time.perf_counter() - started
         cache = work / "cache"
         env = {**os.environ, "SGLANG_DEPLOY_CACHE": str(cache)}

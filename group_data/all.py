@@ -40,3 +40,14 @@ cuda_repo_origin = "developer.download.nvidia.com"
 wheelhouse = None
 # The python whose torch reports the NCCL it loads (default: the profile's venv in deploy.py, else python3).
 verify_python = None
+
+# --- model weights (profiles with model.source) ---
+# An HF-compatible endpoint to fetch hf:// sources from (a mirror for air-gapped hosts); wins over model.mirror.
+hf_endpoint = None
+# The python whose huggingface_hub fetches the weights on the host (default: the release's venv on GPU hosts,
+# /opt/sglang-deploy/hub-client/bin/python on the simulated one).
+hub_python = None
+# A controller directory of wheels (huggingface_hub and its dependencies) for that small venv, offline.
+hub_wheelhouse = None
+# A file ON THE HOST holding a Hugging Face token (root-only), for gated or private repositories (HF_TOKEN_PATH).
+hf_token_file = None

@@ -65,8 +65,9 @@ class DeployState(FactBase):
     requires_command = "python3"
 
     def command(self, service: str, manifests: tuple = (), paths: tuple = (), user: str | None = None,
-                files: tuple = (), timers: tuple = ()) -> str:
-        """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change)."""
+                files: tuple = (), timers: tuple = (), weights: tuple = ()) -> str:
+        """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change); with `weights`
+        (manifest, snapshot directory, hub python or None): WeightsStatus's."""
         import shlex
 
         from sglang_deploy.layout import SIMULATED_MARKER
@@ -90,6 +91,8 @@ class DeployState(FactBase):
             checks.append(f"echo '@@user'; getent passwd {quoted}; id -nG {quoted} 2>/dev/null; echo")
             checks.append(f"echo '@@account'; {ServiceAccount().command(user)}")
             checks.append(f"echo '@@units'; {UnitOwnership().command(service)}")
+        if weights:
+            checks.append(WeightsStatus().command(*weights))
         return "; ".join(checks)
 
     def process(self, output):
@@ -106,6 +109,7 @@ class DeployState(FactBase):
             "user": _user(text.get("user")),
             "account": ServiceAccount().process(sections["account"]) if "account" in sections else None,
             "units": UnitOwnership().process(sections["units"]) if "units" in sections else None,
+            "weights": WeightsStatus().process(output) if "weights_status" in sections else None,
         }
 
 
@@ -230,3 +234,33 @@ class UnitOwnership(FactBase):
                 marked, _, path = path.partition(" ")
                 report["directories"][path] = value if marked == "0" else "(sglang-deploy)"
         return report
+
+
+WEIGHTS_PY = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "weights.py"
+
+
+class WeightsStatus(FactBase):
+    """Whether a weights snapshot is in place and unchanged since it was verified (nothing is hashed: sizes and
+    mtimes against the host's record), and whether a python can import huggingface_hub. weights.py is sent
+    inline, so the fact works before the host programs were uploaded."""
+
+    requires_command = "python3"
+
+    def command(self, manifest: str, directory: str, python: str | None = None) -> str:
+        program = base64.b64encode(WEIGHTS_PY.read_bytes()).decode()
+        checks = [f"echo '@@weights_status'; if test -f {shlex.quote(manifest)}; then echo {program} | base64 -d | "
+                  f"python3 - status --manifest {shlex.quote(manifest)} --dir {shlex.quote(directory)}; "
+                  "else echo '{\"verified\": false}'; fi"]
+        if python:
+            checks.append(f"echo '@@weights_hub'; {shlex.quote(python)} -c 'import huggingface_hub; "
+                          f"print(huggingface_hub.__version__)' 2>/dev/null; echo")
+        return "; ".join(checks)
+
+    def process(self, output):
+        sections = split_sections(output)
+        try:
+            status = json.loads("\n".join(sections.get("weights_status") or []) or "{}")
+        except ValueError:
+            status = {}
+        hub = "\n".join(sections.get("weights_hub") or []).strip()
+        return {"verified": bool(status.get("verified")), "hub_client": hub or None}

@@ -129,5 +129,7 @@ def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: 
 
 @deploy("Release: prune")
 def prune(service: str, keep: int):
-    server.shell(name=f"Keep the last {keep} releases (and the active and last good one)",
-                 commands=[host_program("store", "prune", "--service", service, "--keep", str(keep), "--prune-venvs")])
+    server.shell(name=f"Keep the last {keep} releases (and the active and last good one); drop weights snapshots "
+                      "no retained release uses",
+                 commands=[host_program("store", "prune", "--service", service, "--keep", str(keep), "--prune-venvs"),
+                           host_program("weights", "prune")])

@@ -60,6 +60,35 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_manifest(args: argparse.Namespace) -> int:
+    """Write the frozen manifest of a weights source: from the Hub's metadata (huggingface_hub's API; files stored
+    without LFS are downloaded and hashed) or from a local directory (every file hashed)."""
+    from .weights import (WeightsSourceError, default_manifest_path, manifest_from_directory, manifest_from_hub,
+                          parse_source, resolve_manifest_path, write_manifest)
+
+    try:
+        source = parse_source(args.source, allow_branch=True)
+        if source.kind == "hf":
+            manifest = manifest_from_hub(source.repo, source.revision, endpoint=args.endpoint)
+            pinned = parse_source(manifest["source"])
+        else:
+            manifest = manifest_from_directory(Path(source.local_dir))
+            pinned = source
+    except WeightsSourceError as error:
+        print(f"sglang-deploy: error: {error}", file=sys.stderr)
+        return 1
+    except Exception as error:  # noqa: BLE001 - the Hub client's errors (network, 404, auth) end the command
+        print(f"sglang-deploy: error: {args.source}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    output = Path(args.output) if args.output else resolve_manifest_path(default_manifest_path(pinned))
+    write_manifest(manifest, output)
+    print(f"wrote {output}: {len(manifest['files'])} files, {manifest['total_bytes']} bytes")
+    if source.kind == "hf" and source.revision != pinned.revision:
+        print(f"{args.source} resolves to commit {pinned.revision}")
+    print(f"profile:\n  model:\n    source: {pinned.text}" + (f"\n    manifest: {args.output}" if args.output else ""))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sglang-deploy", allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -75,6 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     paths.add_argument("--light", dest="path", action="store_const", const="light",
                        help="only the option table exported from SGLang's parser (no SGLang install; no resolution)")
     check.set_defaults(func=cmd_check, path="auto")
+    manifest = sub.add_parser("manifest", help="write the frozen manifest (files, sizes, sha256) of a weights source",
+                              allow_abbrev=False)
+    manifest.add_argument("source", help="hf://ORG/NAME@REVISION (a branch is resolved to its commit) or "
+                                         "file:///dir on this machine")
+    manifest.add_argument("--output", help="where to write it (default manifests/<org>--<name>/<commit>.json)")
+    manifest.add_argument("--endpoint", help="an HF-compatible endpoint (a mirror) instead of huggingface.co")
+    manifest.set_defaults(func=cmd_manifest)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -55,7 +55,18 @@ class Strict(BaseModel):
 
 
 class ModelSection(Strict):
-    path: StrictStr = Field(description="Absolute path of the checkpoint directory on the host.")
+    path: StrictStr | None = Field(
+        None, description="Absolute path of a checkpoint directory the tool does not manage (no source, nothing "
+                          "verified); with model.source the path is derived and must not be set.")
+    source: StrictStr | None = Field(
+        None, description="hf://ORG/NAME@<40-hex commit> or file:///dir on the controller: the weights are part of "
+                          "the release, verified on the host against the manifest before the switch.")
+    manifest: StrictStr | None = Field(
+        None, description="The frozen manifest of model.source (relative to the repository; default "
+                          "manifests/<org>--<name>/<revision>.json), made by `sglang-deploy manifest`.")
+    mirror: StrictStr | None = Field(
+        None, description="An HF-compatible endpoint to download hf:// sources from (air-gapped hosts); host data "
+                          "hf_endpoint overrides it.")
     served_name: StrictStr = Field(description="Model name the API reports (--served-model-name).")
     hybrid: StrictBool = Field(False, description="Hybrid linear-attention model (e.g. Gated DeltaNet + attention).")
     architecture: StrictStr | None = Field(
@@ -71,11 +82,44 @@ class ModelSection(Strict):
 
     @field_validator("path")
     @classmethod
-    def absolute(cls, value: str) -> str:
-        problem = safety.model_path_problem(value)
+    def absolute(cls, value: str | None) -> str | None:
+        problem = safety.model_path_problem(value) if value is not None else None
         if problem:
             raise ValueError(problem)
         return value
+
+    @field_validator("source")
+    @classmethod
+    def weights_source(cls, value: str | None) -> str | None:
+        from .weights import WeightsSourceError, parse_source
+
+        if value is not None:
+            try:
+                parse_source(value)
+            except WeightsSourceError as error:
+                raise ValueError(str(error)) from None
+        return value
+
+    @model_validator(mode="after")
+    def derived_path(self) -> "ModelSection":
+        from .weights import WeightsSourceError, weights_for
+
+        if self.source is None:
+            if self.path is None:
+                raise ValueError("model.source or model.path is required: model.source "
+                                 "(hf://ORG/NAME@<commit> or file:///dir) for weights the tool provisions and verifies, "
+                                 "model.path for a checkpoint managed outside the tool")
+            if self.manifest is not None or self.mirror is not None:
+                raise ValueError("model.manifest and model.mirror belong to model.source; set model.source")
+            return self
+        if self.path is not None:
+            raise ValueError(f"model.path is derived from model.source ({self.source}); remove model.path")
+        try:
+            weights = weights_for(self.source, self.manifest, self.mirror)
+        except WeightsSourceError as error:
+            raise ValueError(f"model.source/model.manifest: {error}") from None
+        object.__setattr__(self, "path", weights.path)
+        return self
 
     @field_validator("served_name")
     @classmethod

@@ -50,7 +50,7 @@ def git_revision() -> dict:
     return {"revision": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
-def build_meta(plan: Plan, release_id: str) -> dict:
+def build_meta(plan: Plan, release_id: str, weights=None) -> dict:
     from datetime import datetime, timezone
 
     profile = plan.profile
@@ -69,6 +69,7 @@ def build_meta(plan: Plan, release_id: str) -> dict:
         "probe_url": plan.probe_url,
         "auth": plan.auth,
         "start_timeout_s": profile.service.start_timeout_s,
+        "weights": weights.meta() if weights else None,
         "verdict": None,
         "gate": None,
         # A multi-node server: this host's rank; only rank 0 serves HTTP (the switch waits for the process
@@ -134,18 +135,40 @@ def rollback_target(store: dict, requested: str | None = None) -> str:
     return max(good, key=lambda release_id: last_used(by_id[release_id]))
 
 
+def weights_label(meta: dict) -> str:
+    weights = meta.get("weights") or {}
+    revision = weights.get("revision")
+    if not revision:
+        return "-"
+    return revision[:12] if not revision.startswith("sha256:") else revision[:19]
+
+
+def weights_change(release: dict, active: dict) -> str | None:
+    """'weights: <active's> -> <release's>' when the two serve other weights (source or manifest)."""
+    mine, theirs = release.get("weights") or {}, active.get("weights") or {}
+    if (mine.get("source"), mine.get("manifest_sha256")) == (theirs.get("source"), theirs.get("manifest_sha256")):
+        return None
+    def label(w):
+        return f"{w.get('source')} (manifest {w.get('manifest_sha256', '')[:12]})" if w else "(unmanaged)"
+    return f"weights: {label(theirs)} -> {label(mine)}"
+
+
 def listing(store: dict) -> list[str]:
     """One line per retained release, newest first: id, time, SGLang, verdict, gate, flags vs active."""
     state = store.get("state", {})
     releases = store.get("releases", [])
     active = next((r for r in releases if r["id"] == state.get("active")), None)
-    lines = [f"{'':2}{'release':14} {'created':25} {'sglang':8} {'profile':28} {'verdict':9} {'gate':28} flags vs active"]
+    lines = [f"{'':2}{'release':14} {'created':25} {'sglang':8} {'weights':12} {'profile':28} {'verdict':9} {'gate':28} "
+             "flags vs active"]
     for release in reversed(releases):
         marks = ("*" if release["id"] == state.get("active") else " ") + ("g" if release["id"] == state.get("last_good") else " ")
         gate = release.get("gate") or {}
         gate_text = gate.get("summary") or (gate.get("verdict") or "-")
         diffs = flag_differences(release.get("exec_start"), active.get("exec_start")) if active else []
-        lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} "
+        change = weights_change(release, active) if active else None
+        if change:
+            diffs = [change] + [d for d in diffs if not d.startswith("--model-path:")]
+        lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} {weights_label(release):12} "
                      f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:28]:28} "
                      f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}")
     lines.append("(* active, g last good)")

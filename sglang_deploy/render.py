@@ -93,7 +93,11 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     environment = {**base_environment(layout, venv, cuda_home),
                    **(node.environment() if node is not None else {}), **profile.env_values()}
     env = _jinja()
-    context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key)
+    from .weights import profile_weights
+
+    weights = profile_weights(profile)
+    context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key,
+                   weights_comment=weights.unit_comment() if weights else None)
     hardening, relaxed = hardening_directives(unit_value(layout.state_dir), unit_value(layout.cache_dir),
                                               profile.service.relax)
     unit = env.get_template("sglang.service.j2").render(exec_start=exec_start_line(argv), hardening=hardening,

@@ -124,7 +124,7 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 LONGEST_FIRST = ["test_gate_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
                  "test_fleet_sim.py",  # about 130 s
                  "test_hostile_input_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
-                 "test_secrets_sim.py", "test_deploy_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
+                 "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
                  "test_outside_clients.py", "test_gate_trials.py"]
 
 

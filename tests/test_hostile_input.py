@@ -96,6 +96,12 @@ PROFILE_CASES = [
         "model.path", "path:", "no '..'"),
     Bad("model-path-block-scalar", "  path: /srv/models/Qwen3.6-27B-FP8", "  path: |\n    /srv/models/Qwen3.6-27B-FP8",
         "model.path", "path:", "U+000A"),
+    Bad("source-branch", "  path: /srv/models/Qwen3.6-27B-FP8", "  source: hf://Qwen/Qwen3.6-27B-FP8@main",
+        "model.source", "source:", "'main' is a branch or tag name, not a commit"),
+    Bad("source-shell", "  path: /srv/models/Qwen3.6-27B-FP8", '  source: "hf://Qwen/x;touch /tmp/p@' + "a" * 40 + '"',
+        "model.source", "source:", "is not a weights source; accepted: hf://ORG/NAME@<40-hex commit>"),
+    Bad("source-file-dotdot", "  path: /srv/models/Qwen3.6-27B-FP8", "  source: file:///srv/../etc",
+        "model.source", "source:", "no '..'"),
     # Another account, another unit.
     Bad("user-root", "  user: sglang", "  user: root", "service.user", "user:", "'root' is an existing system"),
     Bad("user-login-account", "  user: sglang", "  user: ubuntu", "service.user", "user:", "'ubuntu' is an existing system"),

@@ -4,14 +4,13 @@ virtualenv, used from a directory that is not the checkout (no source tree to fa
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
-import sys
 import zipfile
 
 import pytest
 
-from conftest import INCIDENT, PROVEN, REPO
+from conftest import INCIDENT, PROVEN
+from testbed import wheel as testbed_wheel
 
 # What the tool reads from its own package at run time (render, the simulator, the host package).
 REQUIRED = ["sglang_deploy/templates/sglang.service.j2", "sglang_deploy/templates/sglang-watch.timer.j2",
@@ -23,21 +22,8 @@ REQUIRED = ["sglang_deploy/templates/sglang.service.j2", "sglang_deploy/template
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory):
     work = tmp_path_factory.mktemp("wheel")
-    # From a copy of the files git knows (tracked or not ignored): setuptools' in-tree build/ directory
-    # would otherwise keep modules this checkout no longer has, and they would end up in the wheel.
-    source = work / "source"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout.decode().split("\0")
-    for name in filter(None, listed):
-        if (REPO / name).is_file():
-            (source / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)],
-                   check=True, cwd=work, capture_output=True, timeout=300)
-    wheel = next((work / "dist").glob("sglang_deploy-*.whl"))
-    subprocess.run([sys.executable, "-m", "venv", str(work / "venv")], check=True, timeout=120)
-    subprocess.run([str(work / "venv/bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                    str(wheel)], check=True, cwd=work, capture_output=True, timeout=600)
+    wheel = testbed_wheel.build(work)
+    testbed_wheel.install(wheel, work / "venv")
     return work, wheel
 
 
@@ -45,7 +31,7 @@ def test_the_wheel_carries_the_templates_the_simulator_data_and_the_host_package
     _, wheel = installed
     names = set(zipfile.ZipFile(wheel).namelist())
     assert [path for path in REQUIRED if path not in names] == []
-    assert not [name for name in names if "__pycache__" in name or name.startswith("tests/")]
+    assert not [name for name in names if "__pycache__" in name or name.startswith(("tests/", "testbed/"))]
 
 
 def test_check_works_from_the_installed_wheel(installed, tmp_path):

@@ -50,7 +50,9 @@ def test_wrong_type_names_field(tmp_path):
 def test_missing_model_path(tmp_path):
     path = proven_with(tmp_path, "  path: /srv/models/Qwen3.6-27B-FP8\n", "")
     [problem] = problems_of(path)
-    assert problem.endswith("model: required field is missing".replace("model:", "model.path:"))
+    assert problem.endswith("model: model.source or model.path is required: model.source (hf://ORG/NAME@<commit> or "
+                            "file:///dir) for weights the tool provisions and verifies, model.path for a checkpoint "
+                            "managed outside the tool")
     assert f"{path}:" in problem
 
 

@@ -93,7 +93,9 @@ def main():
     except Exception as error:  # noqa: BLE001 - reported, the doctor works with what it has
         report["server_info"] = {}
         report["errors"].append(f"/server_info: {error}")
-    model_path = report["server_info"].get("model_path")
+    # The release's verified weights snapshot (hostside/weights.py), else what the server reports it loaded.
+    model_path = (meta.get("weights") or {}).get("path") or report["server_info"].get("model_path")
+    report["checkpoint_path"] = model_path
     try:
         report["checkpoint"] = safetensors_headers.summarize(model_path) if model_path else None
     except (OSError, ValueError) as error:

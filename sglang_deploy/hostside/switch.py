@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from . import evidence, gate
+from . import evidence, gate, weights
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .readiness import foreign_listener, wait_ready, wait_running
 from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, log, now,
@@ -115,9 +115,12 @@ def switch_locked(store, args):
         return finish(store, {"ok": False, "release": args.release, "error": (
             f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
             "fix the cause, or deploy with --data force=true")}, 2)
+    meta = store.meta(args.release)
+    problem = weights.release_problem(meta)  # the weights must be in place and verified: else no switch
+    if problem:
+        return finish(store, {"ok": False, "release": args.release, "error": problem}, 2)
     state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
     store.save_state(state)
-    meta = store.meta(args.release)
     change = auth_change(store.meta(previous) if previous in store.ids() else None, dict(meta, id=args.release))
     if change:
         log(change)

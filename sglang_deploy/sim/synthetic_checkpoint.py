@@ -2,9 +2,12 @@
 """A synthetic checkpoint with the tensor layout and byte counts of Qwen3.6-27B FP8 (BF16 LM head).
 
 Real safetensors headers, data regions left as holes (sparse files: a few KB on disk), so the doctor
-reads the simulated host's checkpoint exactly as it reads a real one.
+reads the simulated host's checkpoint exactly as it reads a real one. With header_only (what the simulated
+host gets, pushed and verified like real weights: ~0.4 MB) the data regions are cut off: the headers still
+declare every tensor's dtype, shape and offsets, which is all the doctor's roofline reads; the simulator never
+loads tensors.
 
-    python3 synthetic_checkpoint.py MODEL_DIR     (standard library only; runs on the simulated host)
+    python3 synthetic_checkpoint.py MODEL_DIR [--header-only]     (standard library only)
 """
 
 import json
@@ -47,9 +50,10 @@ def shards():
 SIZES = {"F8_E4M3": 1, "BF16": 2, "F32": 4}
 
 
-def write_safetensors(path, tensors):
-    """One safetensors file with real headers for (name, dtype, shape); the data region is a hole."""
-    header, offset = {"__metadata__": {"format": "pt", "note": "synthetic (sglang-deploy)"}}, 0
+def write_safetensors(path, tensors, header_only=False):
+    """One safetensors file with real headers for (name, dtype, shape); the data region is a hole (or absent)."""
+    note = "synthetic (sglang-deploy): header only, no tensor data" if header_only else "synthetic (sglang-deploy)"
+    header, offset = {"__metadata__": {"format": "pt", "note": note}}, 0
     for name, dtype, shape in tensors:
         size = SIZES[dtype]
         for dim in shape:
@@ -60,18 +64,25 @@ def write_safetensors(path, tensors):
     raw += b" " * (-len(raw) % 8)
     with open(path, "wb") as f:
         f.write(struct.pack("<Q", len(raw)) + raw)
-        f.truncate(8 + len(raw) + offset)  # no data blocks are written: a sparse file
+        if not header_only:
+            f.truncate(8 + len(raw) + offset)  # no data blocks are written: a sparse file
 
 
-def write(model_dir):
+def write(model_dir, header_only=False, architecture=None):
+    """The shards and their index; with `architecture` also the stub config.json the simulator needs."""
     os.makedirs(model_dir, exist_ok=True)
     weight_map = {}
     for file_name, tensors in shards():
-        write_safetensors(os.path.join(model_dir, file_name), tensors)
+        write_safetensors(os.path.join(model_dir, file_name), tensors, header_only)
         weight_map.update((name, file_name) for name, _, _ in tensors)
     with open(os.path.join(model_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
+    if architecture:
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump({"architectures": [architecture], "simulated": True,
+                       "note": "stub checkpoint for the SGLang simulator"}, f, indent=2)
+            f.write("\n")
 
 
 if __name__ == "__main__":
-    write(sys.argv[1])
+    write(sys.argv[1], header_only="--header-only" in sys.argv[2:])

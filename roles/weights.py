@@ -1,0 +1,87 @@
+"""Model weights on the host: the profile's pinned snapshot, fetched or pushed, verified against the frozen
+manifest before any switch (hostside/weights.py does the work on the host).
+
+- hf:// sources: huggingface_hub's own client on the host (hf_hub_download, resumable), from the Hub, the
+  profile's `model.mirror` or host data `hf_endpoint`; the python is the release's venv on GPU hosts (SGLang
+  brings huggingface_hub), or a small venv (`hub_python`, installed from a controller wheelhouse).
+- file:// sources (and the simulated host's synthetic checkpoint): pushed from the controller over the deploy's
+  SSH connection into the staging directory (a file already there with the same content is not sent again),
+  then verified and renamed into place.
+A mismatch names the file and stops the deploy: nothing is staged or switched.
+"""
+
+import shlex
+from io import BytesIO
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import files, server
+
+from sglang_deploy.hostside.weights import MODELS_ROOT, TOOL_DIR, human, staging_dir
+from sglang_deploy.layout import host_program
+from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
+
+HUB_VENV = "/opt/sglang-deploy/hub-client"
+HUB_WHEELS = "/opt/sglang-deploy/hub-client-wheels"
+
+
+def manifest_text(weights: Weights) -> str:
+    return weights.manifest_file.read_text()
+
+
+@deploy("Weights: huggingface_hub client (small venv)")
+def hub_client(wheelhouse: str | None):
+    """A venv with only huggingface_hub, from a controller wheelhouse (offline) or the host's index."""
+    commands = [f"python3 -m venv {HUB_VENV}"]
+    if wheelhouse:
+        wheels = sorted(Path(wheelhouse).glob("*.whl"))
+        if not wheels:
+            raise ValueError(f"hub_wheelhouse {wheelhouse}: no wheels")
+        for wheel in wheels:
+            files.put(name=f"wheel {wheel.name}", src=str(wheel), dest=f"{HUB_WHEELS}/{wheel.name}", mode=644,
+                      create_remote_dir=True)
+        commands.append(f"{HUB_VENV}/bin/pip install -q --disable-pip-version-check --no-index "
+                        f"--find-links {HUB_WHEELS} {shlex.quote(HUB_CLIENT_PIN)}")
+    else:
+        commands.append(f"{HUB_VENV}/bin/pip install -q --disable-pip-version-check {shlex.quote(HUB_CLIENT_PIN)}")
+    server.shell(name=f"{HUB_CLIENT_PIN} in {HUB_VENV}", commands=commands)
+
+
+def fetch_command(weights: Weights, python: str, endpoint: str | None, token_file: str | None = None) -> str:
+    command = ["fetch", "--manifest", weights.host_manifest, "--dir", weights.path,
+               "--repo", weights.source.repo, "--revision", weights.source.revision, "--python", python]
+    if endpoint:
+        command += ["--endpoint", endpoint]
+    if token_file:
+        command += ["--token-file", token_file]
+    return host_program("weights", *command)
+
+
+@deploy("Weights")
+def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint: str | None = None,
+           local_dir: str | None = None, token_file: str | None = None):
+    """Upload the manifest; when the snapshot is not verified in place: fetch (hf) or push (local_dir), verify,
+    rename into place. `verified` is the WeightsStatus fact (read before any change)."""
+    files.directory(name=f"{MODELS_ROOT}/{TOOL_DIR}/manifests", path=f"{MODELS_ROOT}/{TOOL_DIR}/manifests", mode=755,
+                    present=True)
+    files.put(name=f"Weights manifest sha256:{weights.digest[:12]} ({len(weights.manifest['files'])} files, "
+                   f"{human(weights.total_bytes)})",
+              src=BytesIO(manifest_text(weights).encode()), dest=weights.host_manifest, mode=644)
+    if verified:
+        host.log(f"weights {weights.source.text}: {weights.path} verified, unchanged", logger.info)
+        return
+    if local_dir is None:
+        host.log(f"weights {weights.source.text}: fetching {human(weights.total_bytes)} into {weights.path} "
+                 f"(progress: {MODELS_ROOT}/{TOOL_DIR}/progress/)", logger.info)
+        server.shell(name=f"Fetch {weights.source.text} with huggingface_hub ({human(weights.total_bytes)}), "
+                          "verify every file, rename into place",
+                     commands=[fetch_command(weights, python, endpoint, token_file)])
+        return
+    staging = staging_dir(weights.path)
+    for entry in weights.manifest["files"]:
+        files.put(name=f"push {entry['path']} ({human(entry['size'])})", src=str(Path(local_dir) / entry["path"]),
+                  dest=f"{staging}/{entry['path']}", mode=644, create_remote_dir=True)
+    server.shell(name=f"Verify the pushed weights against the manifest, rename into {weights.path}",
+                 commands=[host_program("weights", "promote", "--manifest", weights.host_manifest, "--dir",
+                                        weights.path)])

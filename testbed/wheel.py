@@ -1,0 +1,33 @@
+"""Build the tool's wheel and install it into a fresh virtualenv, as a user would (tests, benchmarks)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def build(work: Path) -> Path:
+    """The wheel of this checkout, built from a copy of the files git knows (tracked, or untracked and not
+    ignored): setuptools' in-tree build/ directory would otherwise keep modules the checkout no longer has."""
+    source = work / "source"
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for name in filter(None, listed):
+        if (REPO / name).is_file():
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / name, source / name)
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)],
+                   check=True, cwd=work, capture_output=True, timeout=300)
+    return next((work / "dist").glob("sglang_deploy-*.whl"))
+
+
+def install(wheel: Path, venv: Path) -> Path:
+    """A fresh virtualenv with the wheel and its dependencies (not editable); returns its python."""
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
+                   check=True, capture_output=True, timeout=600)
+    return venv / "bin/python"
