@@ -143,7 +143,7 @@ if decision.switch:
                    force=host_flag(host.data, "force"), gate=gated_here, mark_good=not gated_here,
                    on_inconclusive=profile.gate.on_inconclusive)
     if plan.node is not None and not plan.node.serves_http:
-        rank0 = groups[str(host.data.get("node_group") or "nodes")][0][0]
+        rank0 = groups[str(host.data.get("node_group"))][0][0]
         multinode.follow_rank0(service=service, rank0=rank0, target=store["state"].get("active"),
                                release_id=decision.release_id, probe_url=plan.probe_url,
                                timeout=profile.service.start_timeout_s)

@@ -16,7 +16,7 @@ from roles.facts import GpuHost, VenvTorch
 from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
 
 facts = host.get_fact(GpuHost)
-python = host.data.get("python") or "python3"
+python = host.data.get("python")
 facts["venv_torch"] = host.get_fact(VenvTorch, python=python)
 facts["driver"] = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"],
                                  cuda_major=int(host.data.get("cuda_major") or 13), libcuda=facts["libcuda"])

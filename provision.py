@@ -11,7 +11,7 @@ from pyinfra import host
 from roles import provision
 from sglang_deploy.hostdata import host_flag
 
-mode = host.data.get("provision_mode") or "install"
+mode = host.data.get("provision_mode")
 provision.nvidia_stack(mode=mode)
 if not host_flag(host.data, "skip_python_env"):
     from sglang_deploy.plan import PlanError, plan_for_host  # needs pydantic; the NVIDIA stack does not

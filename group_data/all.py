@@ -2,40 +2,39 @@
 
 # Serving profile (profiles/*.yaml) deployed to the host.
 profile = "profiles/qwen3.6-27b-mtp-2xa6000.yaml"
-# GPUs and interconnect the profile is checked against (--tp-size, NCCL rules).
+# The GPU count the profile is checked against (--tp-size); a real host's own report must not contradict it.
 gpus = None
-gpu_topology = None  # "pcie" or "nvlink"
-# The API key: read from this file (mode 0600, relative to the repository) or this controller env variable.
+gpu_topology = None  # the GPU interconnect, "pcie" or "nvlink", for the NCCL rules
+# The API key: read from this file (mode 0600, relative to the repository), else from api_key_env.
 api_key_file = None
-api_key_env = "SGLANG_DEPLOY_API_KEY"
+api_key_env = "SGLANG_DEPLOY_API_KEY"  # the controller environment variable holding the API key
 # Deploy without the throughput gate (the release is marked good once ready). For emergencies.
 skip_gate = False
-# Releases kept on the host, and automatic rollbacks in a row before deploys are refused.
-keep_releases = 5
-max_auto_rollbacks = 3
+keep_releases = 5  # releases kept on the host (the active and the last good one are never pruned)
+max_auto_rollbacks = 3  # automatic rollbacks in a row before deploys are refused (force=true overrides)
 # True only for the simulated CT129 (the host must carry /etc/sglang-deploy-simulated).
 simulated = False
 
 # --- provisioning (real hosts; skipped on the simulated one) ---
 # install: install what is missing; verify: change nothing, fail with what would have to change.
 provision_mode = "install"
-provision = True
+provision = True  # deploy.py provisions real hosts (driver, CUDA, NCCL, venv); False: the host is prepared already
 # The pinned SGLang (0.5.23) is built for CUDA 13, which needs the R580 driver branch.
 cuda_major = 13
-cuda_version = "13.0"
-driver_branch = 580
+cuda_version = "13.0"  # the CUDA toolkit installed (/usr/local/cuda-<version>, the unit's CUDA_HOME)
+driver_branch = 580  # the NVIDIA driver branch installed or required (R580 for CUDA 13)
 nccl_version = None  # pin the system libnccl2 (e.g. "2.28.3"); PyTorch in the venv brings its own NCCL
 nccl_package_version = "{version}-1+cuda{cuda}"  # NVIDIA's Debian version of a libnccl2 pin
 # In a container: the user-space driver packages installed at exactly the host kernel module's version.
 # None: by distribution (Debian: libcuda1 libnvidia-ml1 nvidia-smi; Ubuntu: libnvidia-compute-{branch}
 # nvidia-utils-{branch}). The version is an apt glob: the module's version, any packaging revision.
 driver_userspace_packages = None
-driver_package_version = "{version}-*"
+driver_package_version = "{version}-*"  # apt version glob of those packages ({version}: the kernel module's)
 # NVIDIA's CUDA apt repository (point these at a mirror for air-gapped hosts; the key may be a local file).
 # {distro} and {arch} are the host's (debian12, ubuntu2404; x86_64, sbsa).
 cuda_repo_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/"
-cuda_repo_key_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub"
-cuda_repo_origin = "developer.download.nvidia.com"
+cuda_repo_key_url = "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub"  # its signing key
+cuda_repo_origin = "developer.download.nvidia.com"  # the host (apt "origin") whose packages are pinned at priority 600, above the distribution's
 # A local directory of wheels for an offline Python env install (GPU hosts are often firewalled).
 wheelhouse = None
 # The python whose torch reports the NCCL it loads (default: the profile's venv in deploy.py, else python3).
@@ -51,3 +50,24 @@ hub_python = None
 hub_wheelhouse = None
 # A file ON THE HOST holding a Hugging Face token (root-only), for gated or private repositories (HF_TOKEN_PATH).
 hf_token_file = None
+
+# --- per-host overrides of the profile (None: the profile's value) ---
+port = None  # the server's port (the profile's service.port)
+service = None  # the unit's name, for verbs that run without a profile (rollback.py, releases.py, doctor.py)
+
+# --- switches of single runs (usually given as --data key=value) ---
+force = False  # deploy although automatic rollbacks in a row reached max_auto_rollbacks
+release = None  # rollback.py: the retained release to go back to (default: the previous good one)
+probe = False  # doctor.py: also run the GPU probe (memory bandwidth, all-reduce) with the release's venv
+probe_force = False  # doctor.py: run the probe even while the GPUs are in use
+skip_python_env = False  # provision.py: the NVIDIA stack only, not the profile's virtualenv
+python = "python3"  # facts.py: the python whose torch reports the CUDA and NCCL it loads
+fleet_summary = None  # releases.py: also write the fleet summary as JSON to this file
+
+# --- fleets: multi-node servers and the router (inventory groups) ---
+node_group = "nodes"  # the inventory group of a multi-node profile's hosts, rank 0 first
+worker_address = None  # the address other hosts reach this one at (default: ssh_hostname, else the host name)
+nccl_socket_ifname = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME of a multi-node server (default: the profile's)
+router_bind = "127.0.0.1"  # the router's listening address (an IP literal)
+router_policy = "cache_aware"  # sglang-router's load-balancing policy
+router_workers = "fleet"  # the inventory group whose servers the router sends requests to
