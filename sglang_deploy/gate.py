@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .layout import venv_path
-from .plan import Plan
 from .resolution import COMPARED_FIELDS, decode_backend
+
+if TYPE_CHECKING:  # the verbs that only keep results (history.py, doctor.py) do not load the profile schema
+    from .plan import Plan
 
 RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
