@@ -154,6 +154,19 @@ def _chart(rows, marks, key, label, color, floor=None, width=900, height=260):
     return "\n".join(svg)
 
 
+def release_list(document: dict) -> str:
+    """Every retained release, measured or not (a release that failed to start has no point to draw)."""
+    active = (document.get("state") or {}).get("active")
+    lines = []
+    for release in document.get("releases", []):
+        gate = release.get("gate") or {}
+        measured = (f"gate {gate.get('verdict')} {_fmt(gate.get('decode_tok_s'))} tok/s tau {_fmt(gate.get('accept_length'), 2)}"
+                    if gate.get("verdict") else "never measured by the gate")
+        lines.append(f"{'*' if release['id'] == active else ' '} {release['id']:14} {release.get('created') or '?':26} "
+                     f"{release.get('verdict') or 'unverified':13} {measured}; {len(release.get('watch') or [])} watch entries")
+    return "\n".join(lines)
+
+
 def page(document: dict, host_name: str, floors: dict | None = None) -> str:
     """A self-contained HTML page: two inline SVG charts and the table (no scripts, styles or fonts from outside)."""
     floors = floors or {}
@@ -164,4 +177,5 @@ def page(document: dict, host_name: str, floors: dict | None = None) -> str:
             f"<h1>{html.escape(host_name)}: {html.escape(document.get('service', ''))}.service, release history</h1>\n"
             f"<p>Active release: {html.escape(str((document.get('state') or {}).get('active')))}. Squares: the gate at "
             f"a switch; dots: the perf watch; dashed green lines: release switches and watch restarts.</p>\n"
-            f"{charts}\n<pre>{html.escape(table(document))}</pre>\n</body></html>\n")
+            f"{charts}\n<pre>{html.escape(table(document))}</pre>\n"
+            f"<h2>Retained releases</h2>\n<pre>{html.escape(release_list(document))}</pre>\n</body></html>\n")

@@ -110,3 +110,15 @@ def test_png_without_measurements(tmp_path):
 
     drawn = picture({"service": "sglang", "releases": []}, tmp_path / "h.png", "h")
     assert drawn["points"] == 0 and (tmp_path / "h.png").stat().st_size > 1000
+
+
+def test_the_page_names_every_retained_release_even_one_never_measured():
+    document = copy.deepcopy(DOCUMENT)
+    document["releases"].insert(0, {"id": "0000-cccccccc", "created": "2026-10-31T09:00:00+00:00", "verdict": "bad",
+                                    "history": [{"at": "2026-10-31T09:01:00+00:00", "event": "failed to start: x"}],
+                                    "gate": None, "watch": []})
+    page = history.page(document, "host")
+    listed = page.split("<h2>Retained releases</h2>", 1)[1]
+    assert all(release["id"] in listed for release in document["releases"])
+    assert re.search(r"0000-cccccccc .* bad +never measured by the gate; 0 watch entries", listed)
+    assert re.search(r"\* 0002-bbbbbbbb .* gate pass 55\.0 tok/s tau 3\.40; 2 watch entries", listed)
