@@ -315,7 +315,13 @@ def promote(directory, manifest):
         problems, stats = verify(directory, manifest)
         if not problems:
             return {"ok": True, "changed": False, "path": directory, **stats}
-        raise WeightsError(f"{directory} does not match the manifest: " + "; ".join(problems))
+        # Not a snapshot this tool verified (no record), or one changed on disk: never replaced or deleted here,
+        # it may be someone's own copy of the weights.
+        raise WeightsError(f"{directory} already exists and does not match the manifest ("
+                           + "; ".join(problems[:3]) + (f"; {len(problems) - 3} more" if len(problems) > 3 else "")
+                           + f"); nothing was switched. The tool does not overwrite a directory it did not verify: "
+                           f"move it away (mv {directory} {directory}.old) and deploy again, or point the profile at it "
+                           "with model.path (weights managed outside the tool)")
     bookkeeping = os.path.join(staging, ".cache")
     problems, stats = verify(staging, manifest, extra_ok=(".cache/",))
     if problems:
