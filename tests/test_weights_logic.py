@@ -309,3 +309,19 @@ def test_a_missing_hub_client_is_named(hub, checkpoint, models, tmp_path):
                             env=dict(os.environ, SGLANG_DEPLOY_MODELS=str(models)), capture_output=True, text=True)
     assert result.returncode == 1 and "/nonexistent/python (the python whose huggingface_hub" in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_a_directory_the_tool_did_not_verify_is_never_replaced(models, checkpoint):
+    """Someone's own weights (or an older synthetic checkpoint) at the served path: refused, left as it is."""
+    directory = models / "Qwen3.6-27B-FP8"
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_text('{"theirs": true}')
+    staging = Path(host_weights.staging_dir(str(directory)))
+    staging.mkdir(parents=True)
+    for path in checkpoint.iterdir():
+        (staging / path.name).write_bytes(path.read_bytes())
+    with pytest.raises(host_weights.WeightsError, match=r"already exists and does not match the manifest .*"
+                                                         r"move it away \(mv .*Qwen3.6-27B-FP8 .*\.old\)"):
+        host_weights.promote(str(directory), manifest_from_directory(checkpoint))
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
+    assert (directory / "config.json").read_text() == '{"theirs": true}'
