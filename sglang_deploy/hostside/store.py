@@ -186,6 +186,19 @@ class Store:
             return None
 
 
+def json_lines(text):
+    """The JSON objects of a JSONL text (a release's watch.jsonl); a torn or foreign line is skipped."""
+    entries = []
+    for line in (text or "").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict):
+            entries.append(entry)
+    return entries
+
+
 def atomic_write(path, content, mode):
     """Write, fsync, rename, then fsync the directory: the rename survives a power loss."""
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -339,14 +352,7 @@ def cmd_history(args):
             settings = json.loads(store.read(os.path.join(directory, "gate-config.json")) or "{}").get("settings") or {}
         except (ValueError, AttributeError):
             settings = {}
-        watch = []
-        for line in (store.read(os.path.join(directory, "watch.jsonl")) or "").splitlines():
-            try:
-                entry = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(entry, dict):
-                watch.append(entry)
+        watch = json_lines(store.read(os.path.join(directory, "watch.jsonl")))
         out.append({"id": release_id, "created": meta.get("created"), "history": meta.get("history") or [],
                     "verdict": meta.get("verdict"), "exec_start": meta.get("exec_start"),
                     "floors": {"decode_tok_s": settings.get("min_decode_tok_s"),

@@ -33,7 +33,7 @@ import time
 
 from . import evidence, gate, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
-from .store import Lock, Locked, Store, atomic_write, now, service_name, systemctl
+from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name, systemctl
 
 METRIC_PREFIX = "sglang_deploy_watch"
 WARNING = 4  # syslog priority of drift and restart lines in the journal
@@ -172,19 +172,11 @@ def write_textfile(directory, service, content):
 
 
 def read_history(path):
-    entries = []
     try:
         with open(path) as f:
-            for line in f:
-                try:
-                    entry = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(entry, dict):
-                    entries.append(entry)
+            return json_lines(f.read())
     except FileNotFoundError:
-        pass
-    return entries
+        return []
 
 
 def save_history(path, entries, keep):
