@@ -71,3 +71,6 @@ nccl_socket_ifname = None  # NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME of a multi-
 router_bind = "127.0.0.1"  # the router's listening address (an IP literal)
 router_policy = "cache_aware"  # sglang-router's load-balancing policy
 router_workers = "fleet"  # the inventory group whose servers the router sends requests to
+router_port = 30080  # the router's port
+router_health_interval_s = 10  # seconds between the router's health checks of each worker
+router_health_failures = 3  # failed health checks before the router takes a worker out
