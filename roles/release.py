@@ -23,7 +23,7 @@ from sglang_deploy.release_plan import STORE_ROOT, controller_identity, release_
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 HOST_PROGRAMS = ("releases.py", "gate.py", "bench.py", "evidence.py", "safetensors_headers.py", "doctor_collect.py",
-                 "gpu_probe.py", "watch.py")
+                 "gpu_probe.py", "watch.py", "tune_session.py")
 
 
 def program_shipment() -> shipment.Shipment:
