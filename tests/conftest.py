@@ -114,7 +114,7 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
 LONGEST_FIRST = ["test_gate_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
-                 "test_hostile_input_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
+                 "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
                  "test_secrets_sim.py", "test_deploy_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
                  "test_outside_clients.py", "test_gate_trials.py"]
 

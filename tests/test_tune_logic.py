@@ -1,6 +1,8 @@
 """Tune's pure parts: candidates, profile edits, robust scores, the choice, and the search against the sim's model."""
 
+import json
 import random
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,83 @@ def test_other_axes_build_on_the_best_spec_setting():
     search.run()
     graph_ids = [i for i in log if "graphbs" in i]
     assert graph_ids and all(i.startswith("steps4-topk1-draft5+") for i in graph_ids), log
+
+
+# --- the controller's runner, with a recording stand-in for the host ---------------------------------
+
+class RecordingRemote:
+    def __init__(self):
+        self.commands, self.puts = [], []
+
+    def run(self, command):
+        self.commands.append(command)
+        return False, "", "not on a host"
+
+    def put(self, text, path):
+        self.puts.append(path)
+
+
+@pytest.fixture
+def runner(tmp_path, monkeypatch):
+    from sglang_deploy import tune_run
+
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "k" * 24)
+    profile = tmp_path / "incident.yaml"
+    profile.write_text(INCIDENT.read_text())
+    data = {"profile": str(profile), "simulated": True, "gpus": 2, "gpu_topology": "pcie",
+            "tune_budget_s": "60", "tune_max_new_tokens": "64", "tune_samples": "2"}
+    remote = RecordingRemote()
+    runner = tune_run.Runner("host", data, remote, lambda line: None, results_dir=tmp_path / "results")
+    runner.profile = load_profile(profile)
+    runner.profile_text = profile.read_text()
+    runner.settings = tune_run.settings_from(data, runner.profile)
+    runner.work = tmp_path / "work"
+    (runner.work / "candidates").mkdir(parents=True)
+    runner.release_ids, runner.by_hash, runner.saved, runner.all_results = ["0001-aaaaaaaa"], {}, {}, []
+    runner.active, runner.service, runner.session, runner.started = "0001-aaaaaaaa", "sglang", "s1", time.monotonic()
+    runner.stamp = "20261130T000000Z"
+    runner.search = tune.Search(flags_of(profile), {}, ("spec",), 4, "pcie", runner.measure)
+    return runner
+
+
+def test_an_invalid_candidate_is_refused_by_sglangs_resolution_and_never_started(runner):
+    tree_without_page_size = tune.Candidate("topk2-no-page-size", "spec", (("--speculative-eagle-topk", 2),
+                                                                           ("--speculative-num-draft-tokens", 3)))
+    measured = runner.measure(tree_without_page_size)
+    assert not measured.valid and "sglang-resolution" in measured.invalid_reason
+    assert runner.remote.commands == [] and runner.remote.puts == []  # nothing reached the host
+    item, problem = runner.stage_files(tune.spec_candidate(flags_of(INCIDENT), 3, 2))
+    assert problem is None and item["files"]["meta.json"] and '"--page-size"' in item["files"]["resolved.json"]
+
+
+def test_a_candidate_that_does_not_fit_the_budget_is_not_started(runner):
+    runner.durations = [50.0]  # the last candidate took 50 s; 60 s budget, 20 s of it gone
+    runner.started -= 20
+    with pytest.raises(tune.BudgetExhausted, match="needs about"):
+        runner.measure(tune.spec_candidate(flags_of(INCIDENT), 2, 1))
+    assert runner.remote.puts == []
+
+
+def test_settings_refuse_fewer_than_three_repeats_and_unknown_axes(runner):
+    from sglang_deploy import tune_run
+
+    with pytest.raises(tune_run.TuneError, match="tune_repeats: 2 is outside 3..50"):
+        tune_run.settings_from({"tune_repeats": "2"}, runner.profile)
+    with pytest.raises(tune_run.TuneError, match="tune_space: 'graph'"):
+        tune_run.settings_from({"tune_space": "graph"}, runner.profile)
+    with pytest.raises(tune_run.TuneError, match="tune_topk: \\[3\\] not in the search space"):
+        tune_run.settings_from({"tune_topk": "1,3"}, runner.profile)
+    assert tune_run.settings_from({"tune_space": "all"}, runner.profile).axes == tune.AXES
+
+
+def test_saved_results_resume_without_measuring_again(runner, tmp_path):
+    candidate = tune.spec_candidate(flags_of(INCIDENT), 3, 1)
+    done = tune.Measured(candidate, repeats=[{"decode_tok_s": 51, "aggregate_tok_s": 140}] * 3, duration_s=20)
+    runner.all_results = [done]
+    path = runner.results_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(runner.document()))
+    runner.all_results = []
+    runner.saved = runner.load_saved()
+    again = runner.measure(candidate)
+    assert again.resumed and again.decode == 51 and runner.remote.puts == []

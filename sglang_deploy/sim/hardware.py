@@ -9,6 +9,7 @@ Standard library only: this module runs on the simulated host with the system py
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -212,11 +213,33 @@ def expected_tok_s(eff: Effective, machine: dict, model: dict, prompt_kinds=("pr
     return sum(taus) / len(taus) / cycle * 1e3
 
 
-def draw_accepted(probabilities: list[float], rng: random.Random) -> int:
-    """Tokens emitted by one verify pass: accepted draft tokens plus the bonus token."""
+class SeededRandom(random.Random):
+    """A request's random source that remembers its seed text (the per-position acceptance draws use it)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.seed_text = text
+
+
+def token_difficulty(seed_text: str, position: int) -> float:
+    """A uniform number per (request seed, output position): how hard that token of the text is to draft.
+    Greedy requests of one prompt share it, so every configuration meets the same hard tokens (as a real
+    model does on the same text) and differences between configurations are not luck of the draw."""
+    digest = hashlib.blake2b(f"{seed_text}:{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2 ** 64
+
+
+def draw_accepted(probabilities: list[float], rng: random.Random, position: int | None = None) -> int:
+    """Tokens emitted by one verify pass: accepted draft tokens plus the bonus token.
+
+    With the output position of the cycle's first token (and a SeededRandom), draft i is accepted when the
+    difficulty of output token position + i is below its conditional acceptance probability."""
     accepted = 0
-    for p in probabilities:
-        if rng.random() >= p:
+    seed_text = getattr(rng, "seed_text", None)
+    for index, p in enumerate(probabilities):
+        draw = token_difficulty(seed_text, position + index) if seed_text is not None and position is not None \
+            else rng.random()
+        if draw >= p:
             break
         accepted += 1
     return accepted + 1
