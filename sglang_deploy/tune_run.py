@@ -322,8 +322,10 @@ class Runner:
                                        f"{tune.eta_text(estimate)}, {tune.eta_text(left)} left")
         self.seq += 1
         seq = self.seq
+        # A candidate that hangs at start must not outlive the budget (the profile's start timeout may be 30 min).
         document = {"seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
-                    "settings": self.settings.measurement(), "files": item.get("files")}
+                    "settings": self.settings.measurement(), "files": item.get("files"),
+                    "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))}
         queue = f"{STORE_ROOT}/{self.service}/tune/{self.session}/queue"
         self.remote.put(json.dumps(document), f"{queue}/{seq:04d}.tmp")
         ok, _, stderr = self.remote.run(shlex.join(["mv", f"{queue}/{seq:04d}.tmp", f"{queue}/{seq:04d}.json"]))

@@ -252,7 +252,7 @@ class Session:
             releases.atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
         return release_id
 
-    def switch_to(self, release_id):
+    def switch_to(self, release_id, start_timeout=None):
         state = self.store.state()
         state["switching"] = {"to": release_id, "from": self.original, "since": releases.now(),
                               "reason": f"tune session {self.args.session} (temporary)"}
@@ -260,7 +260,7 @@ class Session:
         self.current = release_id
         self.save_status(current=release_id)
         meta = self.store.meta(release_id)
-        timeout = float(meta.get("start_timeout_s") or 1800)
+        timeout = min(float(meta.get("start_timeout_s") or 1800), float(start_timeout or 1e9))
         return releases.activate(self.store, release_id, meta.get("probe_url") or self.original_meta["probe_url"],
                                  timeout, 2.0)
 
@@ -296,7 +296,8 @@ class Session:
         restart_s = None
         if release_id != self.current or item.get("restart"):
             self.log(f"candidate {item.get('id')}: switching to temporary release {release_id}")
-            ready = self.switch_to(release_id) if release_id != self.original else self.back_to_original()
+            ready = self.switch_to(release_id, item.get("start_timeout_s")) if release_id != self.original \
+                else self.back_to_original()
             restart_s = ready.get("elapsed_s")
             result["readiness"] = {k: ready.get(k) for k in ("ready", "stage", "detail", "elapsed_s")}
             if not ready["ready"]:
