@@ -1,7 +1,7 @@
 """tune.py on the simulated CT129 from the incident's 1-step release: the table and the time it took
 (scripts/simhost up first; SGLANG_DEPLOY_SIMHOST_DIR / SGLANG_DEPLOY_SIM_PORT as for inventory/sim.py).
 
-    python benchmarks/tune_sim.py [--budget 1800] [--space spec] [--samples 3] [--max-new-tokens 128]
+    python benchmarks/tune_sim.py [--budget 1800] [--space spec] [--samples 6] [--max-new-tokens 128]
                                   [--topk 1,2,4] [--repeats 3]
 
 Deploys profiles/qwen3.6-27b-mtp1-2xa6000.yaml (skip_gate: the gate refuses it), runs the tune with
@@ -38,7 +38,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--budget", type=int, default=1800)
     parser.add_argument("--space", default="spec")
-    parser.add_argument("--samples", type=int, default=3)
+    parser.add_argument("--samples", type=int, default=6)
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--topk", default="1,2,4")
     parser.add_argument("--repeats", type=int, default=3)

@@ -105,7 +105,7 @@ def settings_from(data, profile) -> Settings:
         axes=axes,
         budget_s=_number(data, "tune_budget_s", 3600, float, 10, 7 * 24 * 3600),
         repeats=_number(data, "tune_repeats", 3, int, 3, 50),
-        samples=_number(data, "tune_samples", 3, int, 1, 60),
+        samples=_number(data, "tune_samples", 6, int, 1, 60),  # the gate's 6 prompts, each once
         max_new_tokens=_number(data, "tune_max_new_tokens", 128, int, 16, 4096),
         concurrency=_number(data, "tune_concurrency", profile.gate.concurrency, int, 1, 256),
         heartbeat_s=_number(data, "tune_heartbeat_s", 30, float, 3, 3600),

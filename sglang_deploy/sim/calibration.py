@@ -58,7 +58,7 @@ ROWS = [
     # topk > 1 needs page size 1 in SGLang 0.5.23's resolution unless the attention backend is known to be tree-capable.
     ("topk 2 tree: 3 steps, 7 draft tokens", replace(replace(PROVEN, "--speculative-eagle-topk", "2"),
                                                       "--speculative-num-draft-tokens", "7") + ["--page-size", "1"], {},
-     "tau above proven's, tok/s 0-8 % below", lambda t, tau, p: 0.92 * p <= t <= p and tau >= 3.2),
+     "tau above proven's, tok/s 3-12 % below", lambda t, tau, p: 0.88 * p <= t <= 0.97 * p and tau >= 3.2),
 ]
 
 
