@@ -3,7 +3,8 @@
     pyinfra inventory/X.py tune.py [--data tune_space=spec|graphs|nccl|all] [--data tune_budget_s=N]
                                    [--data tune_repeats=3] [--data tune_samples=6] [--data tune_max_new_tokens=128]
                                    [--data tune_steps=1-6] [--data tune_topk=1,2,4] [--data tune_min_aggregate=0.95]
-                                   [--data tune_noise_pct=5] [--data tune_heartbeat_s=30] [--data tune_resume=false]
+                                   [--data tune_noise_pct=5] [--data tune_min_gain_pct=2]
+                                   [--data tune_heartbeat_s=30] [--data tune_resume=false]
 
 Candidates come from the active release's profile (host data `profile`); each is validated by SGLang's own
 parser and resolution and the rules (an invalid one is never started), then runs on the host as a

@@ -117,10 +117,10 @@ def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candid
     if declared is None:
         for proto in NCCL_PROTOS_PCIE + (("LL128",) if topology == "nvlink" else ()):
             out.append(Candidate(f"nccl-proto-{proto.lower()}", "nccl",
-                                 (("NCCL_PROTO", (("reason", "tune candidate: forced protocol, A/B measured"),
-                                                  ("value", proto))),)))
+                                 env=(("NCCL_PROTO", (("reason", "tune candidate: forced protocol, A/B measured"),
+                                                      ("value", proto))),)))
     elif not isinstance(declared, dict):
-        out.append(Candidate("nccl-proto-default", "nccl", (("NCCL_PROTO", None),)))
+        out.append(Candidate("nccl-proto-default", "nccl", env=(("NCCL_PROTO", None),)))
     return out
 
 
@@ -206,6 +206,7 @@ class Objective:
     min_aggregate_fraction: float = 0.95  # of the original release's aggregate score
     noise_max_pct: float = 5.0  # a candidate noisier than this cannot win
     tie_pct: float = 1.0  # within this of the best: prefer fewer draft tokens, then fewer changes
+    min_gain_pct: float = 2.0  # a change must beat the original by this much (a noise-level gain changes nothing)
 
 
 def acceptable(measured: Measured, baseline: Measured | None, objective: Objective) -> tuple[bool, str | None]:
@@ -233,9 +234,13 @@ def draft_tokens_of(candidate: Candidate, original_flags: dict) -> int:
 
 
 def choose(results: list[Measured], baseline: Measured, objective: Objective, original_flags: dict) -> Measured:
-    """The best single-stream decode among acceptable candidates; within tie_pct of it, the one with the fewest
-    draft tokens, then the fewest changes (vLLM's rule: the smallest K within 1 % of the best)."""
+    """The best single-stream decode among acceptable candidates that beat the original by min_gain_pct; within
+    tie_pct of it, the one with the fewest draft tokens, then the fewest changes (vLLM's rule: the smallest K
+    within 1 % of the best)."""
     ok = [m for m in results if acceptable(m, baseline, objective)[0]]
+    if baseline is not None and baseline.decode:
+        floor = baseline.decode * (1 + objective.min_gain_pct / 100)
+        ok = [m for m in ok if m is baseline or m.candidate.id == BASELINE.id or m.decode >= floor]
     if not ok:
         return baseline
     best = max(m.decode for m in ok)

@@ -114,7 +114,8 @@ def settings_from(data, profile) -> Settings:
         resume=host_flag(data, "tune_resume", default=True),
         objective=tune.Objective(
             min_aggregate_fraction=_number(data, "tune_min_aggregate", 0.95, float, 0.0, 1.0),
-            noise_max_pct=_number(data, "tune_noise_pct", 5.0, float, 0.1, 100.0)),
+            noise_max_pct=_number(data, "tune_noise_pct", 5.0, float, 0.1, 100.0),
+            min_gain_pct=_number(data, "tune_min_gain_pct", 2.0, float, 0.0, 100.0)),
     )
 
 
@@ -254,7 +255,7 @@ class Runner:
         try:
             plan = plan_for_host(Overlay(self.data, profile=str(path)), detected=self.detected)
         except PlanError as error:
-            lines = [line for line in str(error).splitlines() if line.strip()]
+            lines = [line.replace(str(path), path.name) for line in str(error).splitlines() if line.strip()]
             return None, " | ".join(lines[1:3] or lines[:1])
         digest = content_hash(plan.rendered.unit, plan.rendered.env)
         if digest in self.by_hash:

@@ -88,6 +88,8 @@ def test_nccl_candidates_are_valid_for_the_topology_and_keep_reasoned_knobs():
     ids = [c.id for c in tune.nccl_candidates({}, {}, "pcie")]
     assert "nccl-proto-ll128" not in ids and "nccl-proto-ll" in ids and "custom-allreduce-off" in ids
     assert "nccl-proto-ll128" in [c.id for c in tune.nccl_candidates({}, {}, "nvlink")]
+    ll = next(c for c in tune.nccl_candidates({}, {}, "pcie") if c.id == "nccl-proto-ll")
+    assert ll.flags == () and ll.env_changes["NCCL_PROTO"]["value"] == "LL"
     reasoned = {"NCCL_PROTO": {"value": "LL", "reason": "verified"}}
     assert not [c for c in tune.nccl_candidates({}, reasoned, "pcie") if "proto" in c.id]
 
@@ -231,3 +233,10 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
     runner.saved = runner.load_saved()
     again = runner.measure(candidate)
     assert again.resumed and again.decode == 51 and runner.remote.puts == []
+
+
+def test_a_noise_level_gain_changes_nothing():
+    base = measured("original", 39.0, 127, "baseline")
+    knob = measured("nccl-proto-ll", 39.5, 129, "nccl")
+    assert tune.choose([base, knob], base, tune.Objective(), {}) is base  # +1.3 % < min_gain_pct 2
+    assert tune.choose([base, knob], base, tune.Objective(min_gain_pct=1.0), {}) is knob
