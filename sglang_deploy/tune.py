@@ -480,7 +480,7 @@ def change_comment(name: str, before, after, measured: Measured, baseline: Measu
 
 def table(results: list[Measured], baseline: Measured | None, winner: Measured | None, objective: Objective,
           original_flags: dict) -> str:
-    header = (f"{'candidate':44} {'steps':>5} {'topk':>4} {'draft':>5} {'decode':>7} {'spread':>7} {'tau':>5} "
+    header = (f"{'candidate':56} {'steps':>5} {'topk':>4} {'draft':>5} {'decode':>7} {'spread':>7} {'tau':>5} "
               f"{'aggr':>7} {'vs orig':>8}  note")
     lines = [header, "-" * len(header)]
     pareto_ids = {m.candidate.id for m in pareto(results)}
@@ -505,7 +505,7 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
             notes.append("resumed")
         if not ok and why:
             notes.append(why)
-        lines.append(f"{m.candidate.id[:44]:44} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")
+        lines.append(f"{m.candidate.id[:56]:56} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")
     return "\n".join(lines)
 
 
@@ -514,7 +514,7 @@ def pareto_table(results: list[Measured]) -> str:
     if len(points) <= 1:
         return ""
     lines = ["Pareto front (single-stream decode vs aggregate; neither beats the other on both):"]
-    lines += [f"  {m.candidate.id:44} {m.decode:7.1f} tok/s single stream, {m.aggregate:7.1f} tok/s aggregate"
+    lines += [f"  {m.candidate.id:56} {m.decode:7.1f} tok/s single stream, {m.aggregate:7.1f} tok/s aggregate"
               for m in points]
     return "\n".join(lines)
 
