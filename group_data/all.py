@@ -74,3 +74,18 @@ router_workers = "fleet"  # the inventory group whose servers the router sends r
 router_port = 30080  # the router's port
 router_health_interval_s = 10  # seconds between the router's health checks of each worker
 router_health_failures = 3  # failed health checks before the router takes a worker out
+
+# --- tune.py (find the fastest valid profile on the host; README "Tune") ---
+tune_space = "spec"  # what to search: spec, graphs, nccl, all, or a comma list
+tune_budget_s = 3600  # the tune's time budget in seconds (candidates that would not fit are not started)
+tune_repeats = 3  # repeats per candidate (at least 3): the score is median - 1.4826 x MAD over them
+tune_samples = 6  # single-stream requests per repeat (the gate's 6 prompts, each once)
+tune_max_new_tokens = 128  # tokens per request
+tune_concurrency = None  # streams of the aggregate round (None: the profile's gate.concurrency)
+tune_heartbeat_s = 30  # the host restores the original release when the controller is silent this long
+tune_steps = "1-6"  # speculative steps to try
+tune_topk = "1,2,4"  # eagle-topk values to try (draft tokens follow)
+tune_resume = True  # reuse the measurements saved by an interrupted tune of the same profile
+tune_min_aggregate = 0.95  # the winner's aggregate throughput must stay >= this share of the original's
+tune_noise_pct = 5.0  # a candidate whose repeats spread more than this (% of the median) is rejected as noisy
+tune_min_gain_pct = 2.0  # a change must gain at least this much over the original to be written

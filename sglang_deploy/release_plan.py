@@ -73,7 +73,7 @@ def build_meta(plan: Plan, release_id: str, weights=None) -> dict:
         "verdict": None,
         "gate": None,
         # A multi-node server: this host's rank; only rank 0 serves HTTP (the switch waits for the process
-        # alone on the others, hostside/releases.py activate).
+        # alone on the others, hostside/switch.py activate).
         **({"node": {"rank": plan.node.rank, "nnodes": plan.node.nnodes, "dist_init_addr": plan.node.dist_init_addr},
             "serves_http": plan.node.serves_http} if plan.node is not None else {}),
     }

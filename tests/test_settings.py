@@ -27,7 +27,7 @@ def keys_read() -> dict[str, str]:
                 func = node.func
                 if isinstance(func, ast.Attribute) and func.attr == "get" and _is_host_data(func.value):
                     key = node.args[0]
-                elif (isinstance(func, ast.Name) and func.id in ("host_flag", "get", "_get", "_int", "origin")
+                elif (isinstance(func, ast.Name) and func.id in ("host_flag", "get", "_get", "_int", "_number", "_int_list", "origin")
                       and len(node.args) > 1 and _is_host_data(node.args[0])):
                     key = node.args[1]
             elif isinstance(node, ast.Subscript) and _is_host_data(node.value):

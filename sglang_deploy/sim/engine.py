@@ -91,7 +91,7 @@ class Engine:
         # Greedy decoding is deterministic: the same prompt gives the same tokens and acceptance pattern,
         # as on a real server. Only sampled requests and timing depend on the process's seed.
         greedy = float(params.get("temperature", 1.0)) == 0.0
-        rng = random.Random(f"greedy:{prompt}" if greedy else f"{self.seed}:{index}:{prompt}")
+        rng = hardware.SeededRandom(f"greedy:{prompt}" if greedy else f"{self.seed}:{index}:{prompt}")
         request = Request(prompt, params, rng)
         request.slowness = hardware.jitter(self.rng, self.machine["noise_request_sigma"])
         collapsed = self.collapse or bool(self.collapse_after and index > self.collapse_after)
@@ -132,7 +132,7 @@ class Engine:
             self.stats["graph_passes" if graphs else "eager_passes"] += 1
             emitted = 0
             for request in batch:
-                tokens = hardware.draw_accepted(request.accept_probabilities, request.rng)
+                tokens = hardware.draw_accepted(request.accept_probabilities, request.rng, len(request.output_ids))
                 if self.eff.spec_steps:
                     request.verify_ct += 1
                     self.stats["verify_calls"] += 1

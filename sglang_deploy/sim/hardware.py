@@ -9,6 +9,7 @@ Standard library only: this module runs on the simulated host with the system py
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -116,6 +117,34 @@ def allreduce_us(eff: Effective, machine: dict) -> float:
     return _nccl_us(eff, machine)
 
 
+def speculation(model: dict) -> dict:
+    return model["speculation"]
+
+
+def tree_shape(eff: Effective) -> tuple[int, float]:
+    """(depth, alternatives per depth) of the draft tree SGLang verifies: a chain for topk 1 (draft tokens =
+    steps + 1); for topk > 1 the draft tokens beyond the chain are spread over the depths, at most topk - 1
+    alternatives each. Fewer draft tokens than steps + 1 cut the depth."""
+    if not eff.spec_steps:
+        return 0, 0.0
+    depth = max(1, min(eff.spec_steps, eff.draft_tokens - 1))
+    extra = max(0, eff.draft_tokens - 1 - depth)
+    return depth, min(max(0, eff.spec_topk - 1), extra / depth)
+
+
+def spec_costs_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> dict:
+    """The speculative cycle's parts: k draft steps (each reads the MTP layer and the LM head; topk > 1 carries
+    topk branches per step), a verify pass whose compute grows with the draft tokens of every running request,
+    and the tree's bookkeeping for topk > 1."""
+    spec = speculation(model)
+    if not eff.spec_steps:
+        return {"verify_tokens": 0.0, "tree": 0.0, "branches": 0.0}
+    per_token = spec["verify_gflop_per_token"] / eff.tp / machine["dense_tflops_effective"]  # ms
+    branches = max(0, eff.spec_topk - 1) * spec["draft_branch_ms"]
+    return {"verify_tokens": per_token * (eff.draft_tokens - 1) * batch,
+            "tree": spec["tree_build_ms"] if eff.spec_topk > 1 else 0.0, "branches": branches}
+
+
 def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> float:
     """Wall time of one decode cycle (verify + draft steps) for a batch of running requests."""
     bandwidth = machine["memory_bandwidth_gbs"] * 1e9 * machine["weight_read_efficiency"]
@@ -123,16 +152,18 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
     ar = allreduce_us(eff, machine)
     launch = 0.0 if graphs else machine["kernel_launch_us"]
     issue = 0.0 if graphs else machine["python_collective_issue_us"] * (eff.tp > 1)
+    spec = spec_costs_ms(eff, machine, model, batch)
 
     verify_ars = model["layers"] * model["allreduces_per_layer"] if eff.tp > 1 else 0
     verify = (model["verify_bytes"] / eff.tp / bandwidth * 1e3
               + verify_ars * (ar + issue) / 1e3
-              + model["kernels_per_forward"] * launch / 1e3)
+              + model["kernels_per_forward"] * launch / 1e3
+              + spec["verify_tokens"] + spec["tree"])
     draft = 0.0
     if eff.spec_steps:
         draft_ars = model["draft_allreduces_per_step"] if eff.tp > 1 else 0
-        draft = (model["draft_step_bytes"] / eff.tp / bandwidth * 1e3 + model["draft_step_overhead_ms"]
-                 + draft_ars * (ar + issue) / 1e3 + model["kernels_per_draft_step"] * launch / 1e3)
+        draft = (model["draft_step_bytes"] / eff.tp / bandwidth * 1e3 + speculation(model)["draft_step_overhead_ms"]
+                 + spec["branches"] + draft_ars * (ar + issue) / 1e3 + model["kernels_per_draft_step"] * launch / 1e3)
     nccl = model["nccl_collectives_per_cycle"] * _nccl_us(eff, machine) / 1e3 if eff.tp > 1 else 0.0
     single = verify + eff.spec_steps * draft + nccl + machine["cycle_fixed_ms"]
     if eff.launch_blocking:  # no CPU/GPU overlap left (measured ratios, data/<machine>.json env_costs)
@@ -141,15 +172,29 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
 
 
 def accept_probabilities(eff: Effective, model: dict, prompt_kind: str, collapse: bool = False) -> list[float]:
-    """Conditional acceptance of draft token i given tokens < i were accepted."""
-    if not eff.spec_steps:
+    """Conditional acceptance of draft position i given positions < i were accepted.
+
+    The data give the chain's per-position acceptance rate (the share of cycles whose position i is
+    accepted, as vLLM's "Per-position acceptance" reports it; it decays with depth); the conditional
+    rate of position i is rate[i] / rate[i-1]. A topk tree offers alternatives at each depth: it
+    recovers a share of that position's misses, up to topk_recovery_max with many alternatives."""
+    depth, alternatives = tree_shape(eff)
+    if not depth:
         return []
-    shift = model["accept_shift_by_prompt_kind"].get(prompt_kind, 0.0)
-    probs = list(model["accept_probability_by_step"])[: eff.spec_steps]
-    probs += [probs[-1]] * (eff.spec_steps - len(probs))
     if collapse:
-        return [0.15] * eff.spec_steps
-    return [min(0.995, max(0.0, p + shift)) for p in probs]
+        return [0.15] * depth
+    spec = speculation(model)
+    rates = list(spec["accept_rate_by_position"])
+    rates += [rates[-1] * (rates[-1] / rates[-2])] * max(0, depth - len(rates))
+    recovery = spec["topk_recovery_max"] * (1 - math.exp(-alternatives / spec["topk_recovery_scale"]))
+    shift = spec["accept_shift_by_prompt_kind"].get(prompt_kind, 0.0)
+    out, previous = [], 1.0
+    for rate in rates[:depth]:
+        conditional = rate / previous
+        previous = rate
+        conditional += (1 - conditional) * recovery
+        out.append(min(0.995, max(0.0, conditional + shift)))
+    return out
 
 
 def expected_tau(probabilities: list[float]) -> float:
@@ -160,11 +205,41 @@ def expected_tau(probabilities: list[float]) -> float:
     return tau
 
 
-def draw_accepted(probabilities: list[float], rng: random.Random) -> int:
-    """Tokens emitted by one verify pass: accepted draft tokens plus the bonus token."""
+def expected_tok_s(eff: Effective, machine: dict, model: dict, prompt_kinds=("prose", "code", "chat")) -> float:
+    """Single-stream decode rate the model predicts (mean over prompt kinds), without noise: for reports and
+    for tests that ask where the optimum lies."""
+    cycle = cycle_ms(eff, machine, model, 1)
+    taus = [expected_tau(accept_probabilities(eff, model, kind)) for kind in prompt_kinds]
+    return sum(taus) / len(taus) / cycle * 1e3
+
+
+class SeededRandom(random.Random):
+    """A request's random source that remembers its seed text (the per-position acceptance draws use it)."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.seed_text = text
+
+
+def token_difficulty(seed_text: str, position: int) -> float:
+    """A uniform number per (request seed, output position): how hard that token of the text is to draft.
+    Greedy requests of one prompt share it, so every configuration meets the same hard tokens (as a real
+    model does on the same text) and differences between configurations are not luck of the draw."""
+    digest = hashlib.blake2b(f"{seed_text}:{position}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2 ** 64
+
+
+def draw_accepted(probabilities: list[float], rng: random.Random, position: int | None = None) -> int:
+    """Tokens emitted by one verify pass: accepted draft tokens plus the bonus token.
+
+    With the output position of the cycle's first token (and a SeededRandom), draft i is accepted when the
+    difficulty of output token position + i is below its conditional acceptance probability."""
     accepted = 0
-    for p in probabilities:
-        if rng.random() >= p:
+    seed_text = getattr(rng, "seed_text", None)
+    for index, p in enumerate(probabilities):
+        draw = token_difficulty(seed_text, position + index) if seed_text is not None and position is not None \
+            else rng.random()
+        if draw >= p:
             break
         accepted += 1
     return accepted + 1

@@ -1,0 +1,488 @@
+#!/usr/bin/env python3
+"""A tune session on the host: temporary releases measured one after the other, the original always restored.
+
+    python3 tune_session.py open  --service S --session ID [--heartbeat-s 30] [--owner WHO]
+    python3 tune_session.py poll  --service S --session ID [--log-offset N]
+    python3 tune_session.py close --service S --session ID [--abort] [--wait-s 1800]
+    python3 tune_session.py run   ...   (started by `open` through systemd-run; not by hand)
+
+`open` starts `run` as a transient systemd unit (<service>-tune-<ID>), detached from the SSH session.
+`run` holds the release store's lock for the whole session (a deploy, rollback or watch run waits or
+fails fast, naming the tune as the holder), then executes the candidates the controller drops into
+<store>/tune/<ID>/queue/: each is staged as a temporary release (never marked good, never recorded as
+active: state.json keeps the original as active and names the candidate under "switching", so an
+interrupted session leaves a host that the next deploy sees as inconsistent and converges), switched to
+through the switch's own install/restart/readiness (activate), checked against SGLang's
+resolution of its command line (the gate's config_problems) and measured with the gate's client
+(bench.py), `repeats` times. Results go to <store>/tune/<ID>/results/.
+
+The original release comes back, host side and under the lock:
+  - at the end (`close`), and on any failure of the session itself;
+  - on `close --abort` (the controller's SIGINT), on SIGTERM/SIGINT (systemctl stop);
+  - when the controller stops polling for --heartbeat-s seconds (a dropped SSH connection, a killed
+    controller): every `poll` touches the heartbeat file, a watchdog thread interrupts the session when
+    it goes stale.
+Temporary releases the session staged are removed afterwards (retained releases it reused are kept).
+Standard library only.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from . import evidence, gate
+from .client import read_api_key
+from .readiness import foreign_listener
+from .store import (RELEASE_ID, Lock, Locked, Store, atomic_write, cmdline_matches, content_hash, lock_holder, now,
+                    service_name, service_status)
+from .switch import activate
+
+# The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SESSION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
+EXIT_LOCKED = 4
+
+
+class Abort(Exception):
+    """The session must stop now and restore the original release (the reason is the message)."""
+
+
+# --- pure helpers (imported by the controller's tests) --------------------------------------------
+
+def heartbeat_stale(last_beat, now, heartbeat_s):
+    return now - last_beat > heartbeat_s
+
+
+def bench_command(probe_url, secrets_path, settings, warmup):
+    """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round."""
+    return [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
+            "--samples", str(settings["samples"]), "--warmup", str(warmup),
+            "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"]),
+            "--aggregate-rounds", str(settings.get("aggregate_rounds", 1))]
+
+
+def repeat_summary(measurement):
+    """One repeat reduced to the numbers the controller scores (medians over the repeat's samples)."""
+    def median(key):
+        block = measurement.get(key) or {}
+        return block.get("median")
+    return {"decode_tok_s": median("decode_tok_s"), "aggregate_tok_s": median("aggregate_tok_s"),
+            "accept_length": median("accept_length"), "ttft_s": median("ttft_s"),
+            "samples": [s.get("decode_tok_s") for s in measurement.get("samples") or []],
+            "errors": measurement.get("errors") or [], "duration_s": measurement.get("duration_s")}
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+class Paths:
+    def __init__(self, service, session):
+        self.store = Store(service)
+        self.root = os.path.join(self.store.root, "tune", session)
+        self.status = os.path.join(self.root, "session.json")
+        self.heartbeat = os.path.join(self.root, "heartbeat")
+        self.queue = os.path.join(self.root, "queue")
+        self.results = os.path.join(self.root, "results")
+        self.log = os.path.join(self.root, "session.log")
+        self.close = os.path.join(self.root, "close")
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return default
+
+
+def write_json(path, document):
+    atomic_write(path, json.dumps(document, indent=1) + "\n", 0o600)
+
+
+class Session:
+    def __init__(self, args):
+        self.args = args
+        self.paths = Paths(args.service, args.session)
+        self.store = self.paths.store
+        self.status = {"session": args.session, "service": args.service, "state": "starting", "pid": os.getpid(),
+                       "started": now(), "original": None, "current": None, "message": None,
+                       "done": [], "restore": None}
+        self.restoring = False
+        self.created = []  # temporary release directories this session staged
+        self.current = None
+        self.original = None
+        self.original_meta = None
+        self.log_handle = open(self.paths.log, "a")
+
+    def log(self, message):
+        line = f"[{time.strftime('%H:%M:%S')}] {message}"
+        self.log_handle.write(line + "\n")
+        self.log_handle.flush()
+        print(f"[tune] {message}", file=sys.stderr, flush=True)
+
+    def save_status(self, **changes):
+        self.status.update(changes, updated=now())
+        write_json(self.paths.status, self.status)
+
+    # the watchdog: a stale heartbeat or an abort request interrupts whatever the main thread does
+    def watchdog(self):
+        while not self.restoring:
+            reason = None
+            try:
+                beat = os.path.getmtime(self.paths.heartbeat)
+            except OSError:
+                beat = 0
+            if heartbeat_stale(beat, time.time(), self.args.heartbeat_s):
+                reason = f"no poll from the controller for {self.args.heartbeat_s:.0f} s (SSH connection lost?)"
+            close = read_json(self.paths.close)
+            if isinstance(close, dict) and close.get("abort"):
+                reason = f"aborted by the controller ({close.get('why') or 'interrupted'})"
+            if reason:
+                self.abort_reason = reason
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+            time.sleep(0.5)
+
+    def on_signal(self, signum, _frame):
+        if self.restoring:
+            return
+        reason = getattr(self, "abort_reason", None) if signum == signal.SIGUSR1 else f"signal {signum}"
+        raise Abort(reason or f"signal {signum}")
+
+    # --- the session ---------------------------------------------------------------------------
+    def consistent_original(self):
+        state = self.store.state()
+        active = state.get("active")
+        if not active or active not in self.store.ids():
+            return None, "no active release to return to: deploy first"
+        if state.get("switching"):
+            return None, f"a switch was interrupted ({state['switching']}): deploy first, so the host converges"
+        meta = self.store.meta(active)
+        unit, env = self.store.read(self.store.unit_path), self.store.read(self.store.env_path)
+        installed = content_hash(unit, env) if unit is not None and env is not None else None
+        running = service_status(self.args.service)
+        if installed != meta.get("content_hash") or running["active_state"] != "active" or not \
+                cmdline_matches(running["cmdline"], meta.get("exec_start")):
+            return None, (f"the host is not consistent with its active release {active} (unit, environment or running "
+                          "process differ, or the service is down): deploy first")
+        return active, meta
+
+    def run(self):
+        try:
+            with Lock(self.store, self.args.owner):
+                return self.locked()
+        except Locked as locked:
+            info = locked.args[0]
+            self.save_status(state="failed", message=f"the release store is locked by {info.get('owner')} "
+                                                      f"(pid {info.get('pid')}, since {info.get('since')})")
+            return EXIT_LOCKED
+
+    def locked(self):
+        original, meta = self.consistent_original()
+        if original is None:
+            self.save_status(state="failed", message=meta)
+            return 2
+        self.original, self.original_meta, self.current = original, meta, original
+        last_switch = read_json(os.path.join(self.store.root, "last_switch.json"), {}) or {}
+        start_estimate = ((last_switch.get("readiness") or {}).get("elapsed_s")
+                          if last_switch.get("release") == original else None)
+        for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        os.makedirs(self.paths.queue, exist_ok=True)
+        os.makedirs(self.paths.results, exist_ok=True)
+        self.save_status(state="ready", original=original, current=original, start_estimate_s=start_estimate,
+                         probe_url=meta.get("probe_url"), message=f"holding the lock; original release {original}")
+        threading.Thread(target=self.watchdog, daemon=True).start()
+        outcome, code = "closed", 0
+        try:
+            self.loop()
+        except Abort as why:
+            outcome, code = "aborted", 5
+            self.log(f"ABORT: {why}")
+            self.save_status(message=str(why))
+        except Exception as error:  # noqa: BLE001 - whatever happens, the original comes back
+            outcome, code = "failed", 1
+            self.log(f"the session failed: {type(error).__name__}: {error}")
+            self.save_status(message=f"{type(error).__name__}: {error}")
+        finally:
+            self.restoring = True
+            self.restore()
+        self.save_status(state=outcome)
+        return code
+
+    def loop(self):
+        while True:
+            close = read_json(self.paths.close)
+            pending = sorted(name for name in os.listdir(self.paths.queue) if name.endswith(".json"))
+            if pending:
+                name = pending[0]
+                item = read_json(os.path.join(self.paths.queue, name))
+                os.unlink(os.path.join(self.paths.queue, name))
+                if not isinstance(item, dict):
+                    continue
+                self.save_status(state="running", item=item.get("seq"))
+                result = self.measure_item(item)
+                write_json(os.path.join(self.paths.results, f"{int(item['seq']):04d}.json"), result)
+                self.status["done"].append(item["seq"])
+                self.save_status(state="ready", item=None)
+                continue
+            if close is not None:
+                return
+            time.sleep(0.2)
+
+    def stage(self, item):
+        release_id = item["release_id"]
+        if not RELEASE_ID.match(release_id):
+            raise ValueError(f"not a release id: {release_id!r}")
+        if release_id in self.store.ids():
+            return release_id
+        directory = self.store.release_dir(release_id)
+        os.makedirs(directory, exist_ok=True)
+        self.created.append(release_id)
+        files = item["files"]
+        for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), ("profile.json", 0o644),
+                           ("gate-config.json", 0o644), ("resolved.json", 0o644), ("meta.json", 0o644)):
+            atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
+        return release_id
+
+    def switch_to(self, release_id, start_timeout=None):
+        state = self.store.state()
+        state["switching"] = {"to": release_id, "from": self.original, "since": now(),
+                              "reason": f"tune session {self.args.session} (temporary)"}
+        self.store.save_state(state)
+        self.current = release_id
+        self.save_status(current=release_id)
+        meta = self.store.meta(release_id)
+        timeout = min(float(meta.get("start_timeout_s") or 1800), float(start_timeout or 1e9))
+        return activate(self.store, release_id, meta.get("probe_url") or self.original_meta["probe_url"],
+                                 timeout, 2.0)
+
+    def config_check(self, release_id):
+        """The gate's effective-configuration check against SGLang's resolution of the candidate."""
+        directory = self.store.release_dir(release_id)
+        config = read_json(os.path.join(directory, "gate-config.json"))
+        meta = self.store.meta(release_id)
+        probe_url = meta.get("probe_url") or self.original_meta["probe_url"]
+        api_key = read_api_key(self.store.secrets_path)
+        status = service_status(self.args.service)
+        stranger = foreign_listener(self.args.service, probe_url)
+        if stranger:
+            return [stranger]
+        try:
+            server_info = gate.get_json(probe_url + "/server_info", api_key)
+        except Exception as error:  # noqa: BLE001
+            return [f"could not read /server_info: {error}"]
+        environ = evidence.process_environment(status["main_pid"])
+        findings = evidence.log_findings(evidence.journal_since_start(self.args.service))
+        costly = evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
+                                            evidence.environment_sources(self.args.service))
+        problems = gate.config_problems(server_info, environ, cmdline_matches(status["cmdline"],
+                                        meta.get("exec_start")), status["cmdline"], config["expect"], findings, costly)
+        return evidence.redact(problems, [api_key])
+
+    def measure_item(self, item):
+        started = time.monotonic()
+        settings = item["settings"]
+        result = {"seq": item["seq"], "id": item.get("id"), "release_id": item["release_id"], "ok": False,
+                  "at": now()}
+        release_id = self.stage(item) if item["release_id"] != self.original else self.original
+        restart_s = None
+        if release_id != self.current or item.get("restart"):
+            self.log(f"candidate {item.get('id')}: switching to temporary release {release_id}")
+            ready = self.switch_to(release_id, item.get("start_timeout_s")) if release_id != self.original \
+                else self.back_to_original()
+            restart_s = ready.get("elapsed_s")
+            result["readiness"] = {k: ready.get(k) for k in ("ready", "stage", "detail", "elapsed_s")}
+            if not ready["ready"]:
+                self.log(f"candidate {item.get('id')}: not ready at stage {ready['stage']}: {ready.get('detail')}")
+                result.update(error=f"not ready at stage {ready['stage']}: {ready.get('detail')}",
+                              duration_s=round(time.monotonic() - started, 1))
+                return result
+            self.log(f"candidate {item.get('id')}: ready after {restart_s} s")
+        problems = self.config_check(release_id)
+        if problems:
+            self.log(f"candidate {item.get('id')}: the running server differs from the release: {problems[0]}")
+            result.update(error="the running server differs from the release", config_problems=problems,
+                          duration_s=round(time.monotonic() - started, 1))
+            return result
+        meta = self.store.meta(release_id)
+        probe_url = meta.get("probe_url") or self.original_meta["probe_url"]
+        repeats = []
+        for index in range(int(settings["repeats"])):
+            warmup = int(settings.get("warmup", 1)) if index == 0 else 0
+            command = bench_command(probe_url, self.store.secrets_path, settings, warmup)
+            with open(self.paths.log, "a") as progress:
+                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=progress, text=True, cwd=PACKAGE_PARENT,
+                                      timeout=120 + (settings["samples"] + 2) * (60 + settings["max_new_tokens"]))
+            try:
+                measurement = json.loads(done.stdout) if done.returncode == 0 else {
+                    "errors": [f"bench.py exited with {done.returncode}"]}
+            except ValueError:
+                measurement = {"errors": ["bench.py printed no JSON"]}
+            summary = repeat_summary(measurement)
+            repeats.append(summary)
+            decode, aggregate = summary["decode_tok_s"], summary["aggregate_tok_s"]
+            self.log(f"candidate {item.get('id')}: repeat {index + 1}/{settings['repeats']}: "
+                     + (f"{decode:.1f} tok/s single stream" if decode else "no decode rate")
+                     + (f", {aggregate:.1f} tok/s at concurrency {settings['concurrency']}" if aggregate else "")
+                     + (f", errors: {summary['errors'][0]}" if summary["errors"] else ""))
+        result.update(ok=all(r["decode_tok_s"] for r in repeats), repeats=repeats, restart_s=restart_s,
+                      simulated=bool((meta or {}).get("simulated")),
+                      duration_s=round(time.monotonic() - started, 1))
+        return result
+
+    def back_to_original(self):
+        meta = self.original_meta
+        ready = activate(self.store, self.original, meta["probe_url"],
+                                  float(meta.get("start_timeout_s") or 1800), 2.0)
+        if ready.get("ready"):
+            state = self.store.state()
+            state["switching"] = None
+            self.store.save_state(state)
+            self.current = self.original
+            self.save_status(current=self.original)
+        return ready
+
+    def restore(self):
+        """The original release back, if anything else was installed; temporary releases removed."""
+        restore = {"needed": self.current not in (None, self.original)}
+        try:
+            if restore["needed"]:
+                self.log(f"restoring the original release {self.original}")
+                ready = self.back_to_original()
+                restore.update(ready=ready.get("ready"), stage=ready.get("stage"), detail=ready.get("detail"),
+                               elapsed_s=ready.get("elapsed_s"))
+                self.log(f"original release {self.original} " + ("is running again" if ready.get("ready")
+                                                                  else f"FAILED to start: {ready.get('detail')}"))
+            else:
+                restore["ready"] = True
+            for release_id in self.created:
+                if release_id != self.original:
+                    shutil.rmtree(self.store.release_dir(release_id), ignore_errors=True)
+            restore["removed"] = list(self.created)
+        except Exception as error:  # noqa: BLE001
+            restore.update(ready=False, detail=f"{type(error).__name__}: {error}")
+            self.log(f"restoring FAILED: {type(error).__name__}: {error}")
+        self.save_status(restore=restore, current=self.current)
+
+
+# --- commands -------------------------------------------------------------------------------------
+
+def cmd_open(args):
+    paths = Paths(args.service, args.session)
+    holder = lock_holder(paths.store)
+    if holder:
+        print(json.dumps({"state": "failed", "message": f"the release store is locked by {holder.get('owner')} "
+                                                       f"(pid {holder.get('pid')}, since {holder.get('since')})"}))
+        return EXIT_LOCKED
+    parent = os.path.dirname(paths.root)
+    for name in os.listdir(parent) if os.path.isdir(parent) else []:  # finished sessions of earlier tunes
+        other = os.path.join(parent, name)
+        if SESSION_ID.fullmatch(name) and (read_json(os.path.join(other, "session.json"), {}) or {}).get("state") in (
+                "closed", "aborted", "failed"):
+            shutil.rmtree(other, ignore_errors=True)
+    if os.path.isdir(paths.root):
+        shutil.rmtree(paths.root)
+    os.makedirs(paths.root, mode=0o700)
+    with open(paths.heartbeat, "w"):
+        pass
+    unit = f"{args.service}-tune-{args.session}"
+    command = ["systemd-run", f"--unit={unit}", "--collect", "--quiet", "--property=KillMode=mixed",
+               "--property=TimeoutStopSec=1900", f"--working-directory={PACKAGE_PARENT}",
+               sys.executable, "-m", f"{__package__}.tune_session", "run",
+               "--service", args.service, "--session", args.session, "--heartbeat-s", str(args.heartbeat_s),
+               "--owner", args.owner]
+    started = subprocess.run(command, capture_output=True, text=True)
+    if started.returncode != 0:
+        print(json.dumps({"state": "failed", "message": f"systemd-run failed: {started.stderr.strip()}"}))
+        return 1
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = read_json(paths.status)
+        if status and status.get("state") != "starting":
+            status["unit"] = unit
+            print(json.dumps(status))
+            return 0 if status["state"] == "ready" else (EXIT_LOCKED if "locked" in (status.get("message") or "")
+                                                          else 2)
+        time.sleep(0.2)
+    print(json.dumps({"state": "failed", "message": f"the session did not start within 30 s (journalctl -u {unit})"}))
+    return 1
+
+
+def cmd_poll(args):
+    paths = Paths(args.service, args.session)
+    os.utime(paths.heartbeat) if os.path.exists(paths.heartbeat) else None
+    results = {}
+    if os.path.isdir(paths.results):
+        for name in sorted(os.listdir(paths.results)):
+            if name.endswith(".json") and int(name[:-5]) >= args.results_from:
+                results[str(int(name[:-5]))] = read_json(os.path.join(paths.results, name))
+    log_text, offset = "", args.log_offset
+    try:
+        with open(paths.log) as f:
+            f.seek(args.log_offset)
+            log_text = f.read()
+            offset = f.tell()
+    except FileNotFoundError:
+        pass
+    print(json.dumps({"status": read_json(paths.status, {"state": "missing"}), "results": results, "log": log_text,
+                      "log_offset": offset}))
+    return 0
+
+
+def cmd_close(args):
+    paths = Paths(args.service, args.session)
+    if not os.path.isdir(paths.root):
+        print(json.dumps({"state": "missing"}))
+        return 0
+    write_json(paths.close, {"abort": args.abort, "why": args.why, "at": now()})
+    deadline = time.monotonic() + args.wait_s
+    while time.monotonic() < deadline:
+        os.utime(paths.heartbeat) if os.path.exists(paths.heartbeat) else None
+        status = read_json(paths.status, {})
+        if status.get("state") in ("closed", "aborted", "failed"):
+            print(json.dumps(status))
+            return 0 if (status.get("restore") or {}).get("ready", True) else 3
+        time.sleep(0.3)
+    print(json.dumps(read_json(paths.status, {"state": "missing"})))
+    return 1
+
+
+def session_id(value):
+    if not SESSION_ID.fullmatch(value):
+        raise argparse.ArgumentTypeError(f"not a session id: {value!r}")
+    return value
+
+
+def main():
+    parser = argparse.ArgumentParser(prog="tune_session.py")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("open", "run", "poll", "close"):
+        command = sub.add_parser(name)
+        command.add_argument("--service", required=True, type=service_name)
+        command.add_argument("--session", required=True, type=session_id)
+        if name in ("open", "run"):
+            command.add_argument("--heartbeat-s", type=float, default=30.0)
+            command.add_argument("--owner", default="sglang-deploy tune")
+        if name == "poll":
+            command.add_argument("--log-offset", type=int, default=0)
+            command.add_argument("--results-from", type=int, default=0)
+        if name == "close":
+            command.add_argument("--abort", action="store_true")
+            command.add_argument("--why", default=None)
+            command.add_argument("--wait-s", type=float, default=1900)
+    args = parser.parse_args()
+    if args.command == "run":
+        return Session(args).run()
+    return {"open": cmd_open, "poll": cmd_poll, "close": cmd_close}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

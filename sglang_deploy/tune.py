@@ -1,0 +1,532 @@
+"""Tune, the pure part: candidates from a profile, robust scores, the search, the choice and the tuned profile.
+
+The verb (tune.py at the top) validates each candidate with SGLang's parser and the rules, runs it on the
+host as a temporary release (hostside/tune_session.py) and feeds the measurements back here. Nothing in
+this module touches a host; the search is driven through a `measure(candidate)` callback so tests run it
+against a model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+
+ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
+STEPS_RANGE = (1, 2, 3, 4, 5, 6)
+TOPKS = (1, 2, 4)
+AXES = ("spec", "graphs", "nccl")
+SAFE_SCALAR = re.compile(r"[A-Za-z0-9_./@+:-]+")
+YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"}
+NCCL_PROTOS_PCIE = ("LL", "Simple")  # LL128 only over NVLink (rule nccl-ll128-needs-nvlink)
+
+
+class BudgetExhausted(Exception):
+    """The next measurement would not fit the remaining budget."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """Changes against the original profile: flags and environment variables (None removes one)."""
+
+    id: str
+    axis: str
+    flags: tuple = ()  # ((name, value or None), ...)
+    env: tuple = ()  # ((name, value or {"value", "reason"} or None), ...)
+
+    @property
+    def flag_changes(self) -> dict:
+        return dict(self.flags)
+
+    @property
+    def env_changes(self) -> dict:
+        return {name: (dict(value) if isinstance(value, tuple) else value) for name, value in self.env}
+
+    def merged(self, other: "Candidate", new_id: str | None = None) -> "Candidate":
+        """This candidate's changes with another's on top (the search carries the best so far forward)."""
+        flags = {**self.flag_changes, **other.flag_changes}
+        env = {**dict(self.env), **dict(other.env)}
+        return Candidate(new_id or other.id, other.axis, tuple(sorted(flags.items())), tuple(sorted(env.items())))
+
+
+BASELINE = Candidate("original", "baseline")
+
+
+# --- speculative settings -------------------------------------------------------------------------
+
+def spec_settings(flags: dict) -> tuple[int, int, int] | None:
+    """(steps, topk, draft tokens) as the profile declares them; None without speculative decoding."""
+    if not flags.get("--speculative-algorithm"):
+        return None
+    steps = int(flags.get("--speculative-num-steps") or 3)
+    topk = int(flags.get("--speculative-eagle-topk") or 1)
+    drafts = int(flags.get("--speculative-num-draft-tokens") or (steps + 1))
+    return steps, topk, drafts
+
+
+def matching_draft_tokens(steps: int, topk: int) -> int:
+    """topk 1: the chain (steps + 1, SGLang forces it); topk k: the whole tree SGLang can build, 1 + k x steps."""
+    return steps + 1 if topk == 1 else 1 + topk * steps
+
+
+def spec_id(steps: int, topk: int, drafts: int) -> str:
+    return f"steps{steps}-topk{topk}-draft{drafts}"
+
+
+def spec_candidate(flags: dict, steps: int, topk: int) -> Candidate:
+    drafts = matching_draft_tokens(steps, topk)
+    changes = {"--speculative-num-steps": steps, "--speculative-eagle-topk": topk,
+               "--speculative-num-draft-tokens": drafts}
+    if topk > 1 and "--page-size" not in flags:
+        # SGLang 0.5.23 verifies topk > 1 trees with page size 1 (or a tree-capable backend it knows only on
+        # the GPU host): without it, its resolution cannot place the tree.
+        changes["--page-size"] = 1
+    if topk == 1 and "--page-size" not in flags:
+        changes["--page-size"] = None
+    changes = {name: value for name, value in changes.items() if flags.get(name) != value}
+    return Candidate(spec_id(steps, topk, drafts), "spec", tuple(sorted(changes.items())))
+
+
+# --- the other axes ---------------------------------------------------------------------------------
+
+def graph_candidates(flags: dict, concurrency: int) -> list[Candidate]:
+    """Decode graph batch limit against max-running-requests: equal (the rule decode-graph-covers-batch), at
+    several sizes around the measured concurrency; the declared pair is the baseline."""
+    running = flags.get("--max-running-requests")
+    graph_bs = flags.get("--cuda-graph-max-bs-decode")
+    sizes = sorted({max(concurrency, 1), max(2 * concurrency, 8), 16, 32} - {None})
+    out = []
+    for size in sizes:
+        changes = {"--max-running-requests": size, "--cuda-graph-max-bs-decode": size}
+        changes = {k: v for k, v in changes.items() if flags.get(k) != v}
+        if changes and not (running == size and graph_bs == size):
+            out.append(Candidate(f"running{size}-graphbs{size}", "graphs", tuple(sorted(changes.items()))))
+    return out
+
+
+def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candidate]:
+    """Custom all-reduce on/off; NCCL protocols valid for the topology (never LL128 without NVLink). A
+    variable the profile declares with a reason (a verified workaround) is never dropped by the tune."""
+    out = []
+    disabled = bool(flags.get("--disable-custom-all-reduce"))
+    out.append(Candidate("custom-allreduce-" + ("on" if disabled else "off"), "nccl",
+                         (("--disable-custom-all-reduce", None if disabled else True),)))
+    declared = env.get("NCCL_PROTO")
+    if declared is None:
+        for proto in NCCL_PROTOS_PCIE + (("LL128",) if topology == "nvlink" else ()):
+            out.append(Candidate(f"nccl-proto-{proto.lower()}", "nccl",
+                                 env=(("NCCL_PROTO", (("reason", "tune candidate: forced protocol, A/B measured"),
+                                                      ("value", proto))),)))
+    elif not isinstance(declared, dict):
+        out.append(Candidate("nccl-proto-default", "nccl", env=(("NCCL_PROTO", None),)))
+    return out
+
+
+# --- scores ---------------------------------------------------------------------------------------
+
+def mad(values: list[float]) -> float:
+    median = statistics.median(values)
+    return statistics.median([abs(v - median) for v in values])
+
+
+def robust_score(values: list[float]) -> float | None:
+    """median - 1.4826 x MAD: a candidate is only as fast as its repeats reliably are."""
+    values = [v for v in values if v]
+    if not values:
+        return None
+    return statistics.median(values) - ROBUST_K * mad(values)
+
+
+def spread_pct(values: list[float]) -> float | None:
+    """1.4826 x MAD relative to the median, in % (the noise check)."""
+    values = [v for v in values if v]
+    if not values:
+        return None
+    return ROBUST_K * mad(values) / statistics.median(values) * 100
+
+
+@dataclass
+class Measured:
+    candidate: Candidate
+    valid: bool = True
+    invalid_reason: str | None = None
+    error: str | None = None
+    repeats: list = field(default_factory=list)  # repeat summaries from the host (tune_session.repeat_summary)
+    duration_s: float = 0.0
+    restart_s: float | None = None
+    release_id: str | None = None
+    resumed: bool = False
+
+    def values(self, key: str) -> list[float]:
+        return [r.get(key) for r in self.repeats if r.get(key)]
+
+    @property
+    def decode(self) -> float | None:
+        return robust_score(self.values("decode_tok_s"))
+
+    @property
+    def aggregate(self) -> float | None:
+        return robust_score(self.values("aggregate_tok_s"))
+
+    @property
+    def tau(self) -> float | None:
+        values = self.values("accept_length")
+        return statistics.median(values) if values else None
+
+    @property
+    def measured(self) -> bool:
+        return self.valid and not self.error and bool(self.values("decode_tok_s"))
+
+    def noise(self, key: str = "decode_tok_s") -> float | None:
+        return spread_pct(self.values(key))
+
+    def to_json(self) -> dict:
+        return {"id": self.candidate.id, "axis": self.candidate.axis, "flags": self.candidate.flag_changes,
+                "env": self.candidate.env_changes, "valid": self.valid, "invalid_reason": self.invalid_reason,
+                "error": self.error, "repeats": self.repeats, "duration_s": self.duration_s,
+                "restart_s": self.restart_s, "release_id": self.release_id,
+                "decode_score": self.decode, "aggregate_score": self.aggregate, "tau": self.tau,
+                "decode_spread_pct": self.noise(), "aggregate_spread_pct": self.noise("aggregate_tok_s")}
+
+    @classmethod
+    def from_json(cls, document: dict) -> "Measured":
+        env = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
+                           for k, v in (document.get("env") or {}).items()))
+        candidate = Candidate(document["id"], document["axis"], tuple(sorted((document.get("flags") or {}).items())),
+                              env)
+        return cls(candidate, document.get("valid", True), document.get("invalid_reason"), document.get("error"),
+                   document.get("repeats") or [], document.get("duration_s") or 0.0, document.get("restart_s"),
+                   document.get("release_id"), resumed=True)
+
+
+@dataclass(frozen=True)
+class Objective:
+    min_aggregate_fraction: float = 0.95  # of the original release's aggregate score
+    noise_max_pct: float = 5.0  # a candidate noisier than this cannot win
+    tie_pct: float = 1.0  # within this of the best: prefer fewer draft tokens, then fewer changes
+    min_gain_pct: float = 2.0  # a change must beat the original by this much (a noise-level gain changes nothing)
+
+
+def acceptable(measured: Measured, baseline: Measured | None, objective: Objective) -> tuple[bool, str | None]:
+    if not measured.valid:
+        return False, f"invalid: {measured.invalid_reason}"
+    if measured.error:
+        return False, measured.error
+    if not measured.measured:
+        return False, "no measurement"
+    noise = measured.noise()
+    if noise is not None and noise > objective.noise_max_pct:
+        return False, f"noisy: spread {noise:.1f} % > {objective.noise_max_pct:g} %"
+    if baseline and baseline.aggregate and measured.aggregate is not None:
+        floor = objective.min_aggregate_fraction * baseline.aggregate
+        if measured.aggregate < floor:
+            return False, (f"aggregate {measured.aggregate:.1f} tok/s < {objective.min_aggregate_fraction * 100:g} % "
+                           f"of the original's {baseline.aggregate:.1f}")
+    return True, None
+
+
+def draft_tokens_of(candidate: Candidate, original_flags: dict) -> int:
+    flags = {**original_flags, **candidate.flag_changes}
+    spec = spec_settings({k: v for k, v in flags.items() if v is not None})
+    return spec[2] if spec else 0
+
+
+def choose(results: list[Measured], baseline: Measured, objective: Objective, original_flags: dict) -> Measured:
+    """The best single-stream decode among acceptable candidates that beat the original by min_gain_pct; within
+    tie_pct of it, the one with the fewest draft tokens, then the fewest changes (vLLM's rule: the smallest K
+    within 1 % of the best)."""
+    ok = [m for m in results if acceptable(m, baseline, objective)[0]]
+    if baseline is not None and baseline.decode:
+        floor = baseline.decode * (1 + objective.min_gain_pct / 100)
+        ok = [m for m in ok if m is baseline or m.candidate.id == BASELINE.id or m.decode >= floor]
+    if not ok:
+        return baseline
+    best = max(m.decode for m in ok)
+    close = [m for m in ok if m.decode >= best * (1 - objective.tie_pct / 100)]
+    return min(close, key=lambda m: (draft_tokens_of(m.candidate, original_flags),
+                                     len(m.candidate.flags) + len(m.candidate.env), -m.decode))
+
+
+def pareto(results: list[Measured]) -> list[Measured]:
+    """Measured candidates no other beats on both single-stream decode and aggregate."""
+    points = [m for m in results if m.measured and m.aggregate is not None]
+    return [m for m in points if not any(o is not m and o.decode >= m.decode and o.aggregate >= m.aggregate
+                                         and (o.decode > m.decode or o.aggregate > m.aggregate) for o in points)]
+
+
+# --- the search -----------------------------------------------------------------------------------
+
+class Search:
+    """Coordinate descent: speculative steps at the current topk (walking in the improving direction), then
+    topk 1/2/4 at the best steps (and the steps around it when a tree wins), then the graph sizes, then the
+    NCCL settings; each axis starts from the best so far. `measure(candidate) -> Measured` runs one (or
+    answers from saved results); it raises BudgetExhausted when the next one would not fit."""
+
+    def __init__(self, original_flags: dict, original_env: dict, axes, concurrency: int, topology: str | None,
+                 measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS):
+        self.flags, self.env = original_flags, original_env
+        self.axes = [axis for axis in AXES if axis in axes]
+        self.concurrency, self.topology = concurrency, topology
+        self.measure_fn = measure
+        self.objective = objective
+        self.steps_range, self.topks = tuple(steps_range), tuple(topks)
+        self.results: dict[str, Measured] = {}
+        self.baseline: Measured | None = None
+        self.stopped: str | None = None
+
+    def planned(self) -> int:
+        """An upper bound of the candidates this search may measure (for the ETA)."""
+        count = 1
+        if "spec" in self.axes and spec_settings(self.flags):
+            count += len(self.steps_range) - 1 + len(self.topks) - 1 + 2
+        if "graphs" in self.axes:
+            count += len(graph_candidates(self.flags, self.concurrency))
+        if "nccl" in self.axes:
+            count += len(nccl_candidates(self.flags, self.env, self.topology))
+        return count
+
+    def run_one(self, candidate: Candidate) -> Measured:
+        if candidate.id not in self.results:
+            self.results[candidate.id] = self.measure_fn(candidate)
+        return self.results[candidate.id]
+
+    def value(self, measured: Measured) -> float:
+        ok, _ = acceptable(measured, self.baseline, self.objective)
+        return measured.decode if ok else -math.inf
+
+    def run(self) -> Measured:
+        try:
+            self.baseline = self.run_one(BASELINE)
+            best = self.baseline
+            for axis in self.axes:
+                best = getattr(self, f"axis_{axis}")(best)
+        except BudgetExhausted as why:
+            self.stopped = str(why) or "budget exhausted"
+        return choose(list(self.results.values()), self.baseline, self.objective, self.flags) if self.baseline \
+            else None
+
+    def better(self, measured: Measured, than: Measured) -> bool:
+        return self.value(measured) > self.value(than)
+
+    def axis_spec(self, best: Measured) -> Measured:
+        current = spec_settings(self.flags)
+        if not current:
+            return best
+        steps0, topk0, _ = current
+
+        def at(steps, topk):
+            return self.run_one(self.with_best(best, spec_candidate(self.flags, steps, topk)))
+
+        def walk(topk, start_steps, start):
+            top, top_steps = start, start_steps
+            for direction in (+1, -1):
+                steps = start_steps + direction
+                while steps in self.steps_range:
+                    measured = at(steps, topk)
+                    if not self.better(measured, top):
+                        break
+                    top, top_steps = measured, steps
+                    steps += direction
+                if top_steps != start_steps:
+                    break  # it moved: the other direction was already worse than the start
+            return top, top_steps
+
+        top, top_steps = walk(topk0, steps0, best)
+        for topk in self.topks:
+            if topk == topk0:
+                continue
+            measured = at(top_steps, topk)
+            if self.better(measured, top):
+                tree_top, tree_steps = walk(topk, top_steps, measured)
+                top, top_steps = tree_top, tree_steps
+        return top if self.better(top, best) else best
+
+    def with_best(self, best: Measured, candidate: Candidate) -> Candidate:
+        """Apply a candidate of one axis on top of the best so far from the other axes."""
+        if best.candidate.id == BASELINE.id or best.candidate.axis == candidate.axis:
+            return candidate
+        merged = best.candidate.merged(candidate)
+        return Candidate(f"{best.candidate.id}+{candidate.id}", candidate.axis, merged.flags, merged.env)
+
+    def axis_graphs(self, best: Measured) -> Measured:
+        top = best
+        for candidate in graph_candidates(self.flags, self.concurrency):
+            measured = self.run_one(self.with_best(best, candidate))
+            if self.better(measured, top):
+                top = measured
+        return top
+
+    def axis_nccl(self, best: Measured) -> Measured:
+        top = best
+        for candidate in nccl_candidates(self.flags, self.env, self.topology):
+            measured = self.run_one(self.with_best(best, candidate))
+            if self.better(measured, top):
+                top = measured
+        return top
+
+
+# --- profile text -----------------------------------------------------------------------------------
+
+def yaml_scalar(value) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, (int, float)):
+        return str(value)
+    text = str(value)
+    if SAFE_SCALAR.fullmatch(text) and text.lower() not in YAML_WORDS and not re.fullmatch(r"[-+0-9.eE]+", text):
+        return text
+    return json.dumps(text)
+
+
+def env_scalar(value) -> str:
+    if isinstance(value, dict):
+        return "{value: " + json.dumps(str(value["value"])) + ", reason: " + json.dumps(str(value["reason"])) + "}"
+    return json.dumps(str(value))
+
+
+def _block(lines: list[str], header: re.Pattern, parent_indent: int | None = None) -> tuple[int, int, int] | None:
+    """(header line, first line after the block, indentation of the block's entries) of a mapping block."""
+    for index, line in enumerate(lines):
+        match = header.match(line)
+        if not match:
+            continue
+        indent = len(match.group(1))
+        if parent_indent is not None and indent <= parent_indent:
+            continue
+        end, entry_indent = index + 1, None
+        while end < len(lines):
+            stripped = lines[end].strip()
+            current = len(lines[end]) - len(lines[end].lstrip())
+            if stripped and not stripped.startswith("#"):
+                if current <= indent:
+                    break
+                entry_indent = entry_indent if entry_indent is not None else current
+            end += 1
+        while end > index + 1 and not lines[end - 1].strip():
+            end -= 1
+        return index, end, entry_indent if entry_indent is not None else indent + 2
+    return None
+
+
+def _set_entries(lines: list[str], block, changes: dict, render, comments: dict) -> list[str]:
+    start, end, indent = block
+    entry = re.compile(r"^(\s*)([^\s:#][^:#]*?):(\s*)(.*?)(\s+#.*)?$")
+    out = lines[:start + 1]
+    seen = set()
+    last_entry = start
+    body = lines[start + 1:end]
+    for offset, line in enumerate(body):
+        match = entry.match(line)
+        if match and len(match.group(1)) == indent and match.group(2) in changes:
+            name = match.group(2)
+            seen.add(name)
+            value = changes[name]
+            if value is None:
+                continue
+            comment = f"  # {comments[name]}" if name in comments else (match.group(5) or "")
+            out.append(f"{match.group(1)}{name}: {render(value)}{comment}")
+        else:
+            out.append(line)
+        if line.strip() and not line.strip().startswith("#"):
+            last_entry = len(out) - 1
+    added = [f"{' ' * indent}{name}: {render(value)}" + (f"  # {comments[name]}" if name in comments else "")
+             for name, value in changes.items() if name not in seen and value is not None]
+    out = out[:last_entry + 1] + added + out[last_entry + 1:]
+    return out + lines[end:]
+
+
+def apply_changes(text: str, candidate: Candidate, comments: dict | None = None, description: str | None = None) -> str:
+    """The profile's YAML text with the candidate's flags and variables set (comments kept, or replaced where
+    `comments` names the key). Raises ValueError when the sections cannot be found."""
+    comments = comments or {}
+    lines = text.splitlines()
+    if candidate.flags:
+        sglang = _block(lines, re.compile(r"^()sglang:\s*(#.*)?$"))
+        if not sglang:
+            raise ValueError("no top-level `sglang:` section")
+        flags = _block(lines, re.compile(r"^(\s+)flags:\s*(#.*)?$"), parent_indent=0)
+        if not flags:
+            raise ValueError("no `sglang.flags:` mapping")
+        lines = _set_entries(lines, flags, candidate.flag_changes, yaml_scalar, comments)
+    if candidate.env:
+        environment = _block(lines, re.compile(r"^()environment:\s*(#.*)?$"))
+        if environment is None:
+            lines += ["environment:"]
+            environment = (len(lines) - 1, len(lines), 2)
+        lines = _set_entries(lines, environment, candidate.env_changes, env_scalar, comments)
+    if description is not None:
+        for index, line in enumerate(lines):
+            if re.match(r"^description:\s*\S", line):
+                lines[index] = f"description: {json.dumps(description)}"
+                break
+    return "\n".join(lines) + "\n"
+
+
+# --- reports ----------------------------------------------------------------------------------------
+
+def change_comment(name: str, before, after, measured: Measured, baseline: Measured) -> str:
+    gain = (measured.decode / baseline.decode - 1) * 100 if baseline.decode else 0.0
+    aggregate = ""
+    if measured.aggregate and baseline.aggregate:
+        aggregate = f", aggregate {(measured.aggregate / baseline.aggregate - 1) * 100:+.1f} %"
+    return (f"tuned: {before if before is not None else '(unset)'} -> {after if after is not None else '(unset)'}; "
+            f"single stream {gain:+.1f} % ({baseline.decode:.1f} -> {measured.decode:.1f} tok/s, spread "
+            f"{measured.noise() or 0:.1f} % vs {baseline.noise() or 0:.1f} %){aggregate}")
+
+
+def table(results: list[Measured], baseline: Measured | None, winner: Measured | None, objective: Objective,
+          original_flags: dict) -> str:
+    header = (f"{'candidate':56} {'steps':>5} {'topk':>4} {'draft':>5} {'decode':>7} {'spread':>7} {'tau':>5} "
+              f"{'aggr':>7} {'vs orig':>8}  note")
+    lines = [header, "-" * len(header)]
+    pareto_ids = {m.candidate.id for m in pareto(results)}
+    for m in results:
+        flags = {**original_flags, **m.candidate.flag_changes}
+        spec = spec_settings({k: v for k, v in flags.items() if v is not None}) or (0, 0, 0)
+        ok, why = acceptable(m, baseline, objective)
+        if m.measured:
+            vs = f"{(m.decode / baseline.decode - 1) * 100:+.1f} %" if baseline and baseline.decode else "-"
+            cols = (f"{m.decode:7.1f} {m.noise() or 0:6.1f}% {m.tau or 0:5.2f} "
+                    f"{m.aggregate if m.aggregate is not None else 0:7.1f} {vs:>8}")
+        else:
+            cols = f"{'-':>7} {'-':>7} {'-':>5} {'-':>7} {'-':>8}"
+        notes = []
+        if winner is not None and m is winner:
+            notes.append("WINNER")
+        if m.candidate.id == BASELINE.id:
+            notes.append("original")
+        if m.candidate.id in pareto_ids:
+            notes.append("pareto")
+        if m.resumed:
+            notes.append("resumed")
+        if not ok and why:
+            notes.append(why)
+        lines.append(f"{m.candidate.id[:56]:56} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")
+    return "\n".join(lines)
+
+
+def pareto_table(results: list[Measured]) -> str:
+    points = sorted(pareto(results), key=lambda m: -m.decode)
+    if len(points) <= 1:
+        return ""
+    lines = ["Pareto front (single-stream decode vs aggregate; neither beats the other on both):"]
+    lines += [f"  {m.candidate.id:56} {m.decode:7.1f} tok/s single stream, {m.aggregate:7.1f} tok/s aggregate"
+              for m in points]
+    return "\n".join(lines)
+
+
+def eta_text(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = max(0, int(seconds))
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+def settings_signature(settings: dict) -> str:
+    """Saved results are reused only for the same measurement settings."""
+    keys = ("repeats", "samples", "max_new_tokens", "concurrency", "aggregate_rounds")
+    return json.dumps({k: settings.get(k) for k in keys}, sort_keys=True)

@@ -1,0 +1,503 @@
+"""Tune, the controller's side: validate candidates, run them through the host's tune session, keep the budget.
+
+Called by the tune.py verb inside a pyinfra python.call (so `remote` wraps a live pyinfra host); the
+search and the scores are in tune.py (pure), the temporary releases and the restore in
+hostside/tune_session.py (on the host, under the lock).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import tune
+from .gate import RESULTS_DIR, gate_config
+from .hostdata import get as _get
+from .hostdata import host_flag
+from .hostside.store import content_hash, next_release_id
+from .layout import host_program
+from .plan import PlanError, plan_for_host
+from .release_plan import STORE_ROOT, build_meta, profile_snapshot
+
+POLL_S = 1.5
+
+
+class TuneError(RuntimeError):
+    pass
+
+
+class Overlay:
+    """Host data with some keys replaced (the candidate's profile path)."""
+
+    def __init__(self, data, **overrides):
+        self.data, self.overrides = data, overrides
+
+    def get(self, key, default=None):
+        if key in self.overrides:
+            return self.overrides[key]
+        value = self.data.get(key) if hasattr(self.data, "get") else None
+        return default if value is None else value
+
+
+def _number(data, key, default, kind=float, low=None, high=None):
+    value = _get(data, key, default)
+    try:
+        number = kind(value)
+    except (TypeError, ValueError):
+        raise TuneError(f"--data: {key}: {value!r} is not a {'whole ' if kind is int else ''}number") from None
+    if (low is not None and number < low) or (high is not None and number > high):
+        raise TuneError(f"--data: {key}: {number} is outside {low}..{high}")
+    return number
+
+
+def _int_list(data, key, default, allowed):
+    text = str(_get(data, key, default))
+    values = []
+    for part in text.replace(" ", "").split(","):
+        if "-" in part:
+            low, _, high = part.partition("-")
+            if not (low.isdigit() and high.isdigit()):
+                raise TuneError(f"--data: {key}: {text!r} is not a list such as 1-6 or 1,2,4")
+            values += list(range(int(low), int(high) + 1))
+        elif part.isdigit():
+            values.append(int(part))
+        else:
+            raise TuneError(f"--data: {key}: {text!r} is not a list such as 1-6 or 1,2,4")
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise TuneError(f"--data: {key}: {bad} not in the search space {list(allowed)}")
+    return tuple(sorted(set(values)))
+
+
+@dataclass(frozen=True)
+class Settings:
+    axes: tuple
+    budget_s: float
+    repeats: int
+    samples: int
+    max_new_tokens: int
+    concurrency: int
+    heartbeat_s: float
+    steps: tuple
+    topks: tuple
+    resume: bool
+    objective: tune.Objective
+
+    def measurement(self) -> dict:
+        return {"repeats": self.repeats, "samples": self.samples, "max_new_tokens": self.max_new_tokens,
+                "concurrency": self.concurrency, "aggregate_rounds": 1, "warmup": 1}
+
+
+def settings_from(data, profile) -> Settings:
+    space = str(_get(data, "tune_space", "spec")).strip()
+    axes = tuple(tune.AXES) if space == "all" else tuple(part.strip() for part in space.split(","))
+    unknown = [axis for axis in axes if axis not in tune.AXES]
+    if unknown:
+        raise TuneError(f"--data: tune_space: {space!r}; accepted: spec, graphs, nccl, all (or a comma list)")
+    return Settings(
+        axes=axes,
+        budget_s=_number(data, "tune_budget_s", 3600, float, 10, 7 * 24 * 3600),
+        repeats=_number(data, "tune_repeats", 3, int, 3, 50),
+        samples=_number(data, "tune_samples", 6, int, 1, 60),  # the gate's 6 prompts, each once
+        max_new_tokens=_number(data, "tune_max_new_tokens", 128, int, 16, 4096),
+        concurrency=_number(data, "tune_concurrency", profile.gate.concurrency, int, 1, 256),
+        heartbeat_s=_number(data, "tune_heartbeat_s", 30, float, 3, 3600),
+        steps=_int_list(data, "tune_steps", "1-6", tune.STEPS_RANGE),
+        topks=_int_list(data, "tune_topk", "1,2,4", tune.TOPKS),
+        resume=host_flag(data, "tune_resume", default=True),
+        objective=tune.Objective(
+            min_aggregate_fraction=_number(data, "tune_min_aggregate", 0.95, float, 0.0, 1.0),
+            noise_max_pct=_number(data, "tune_noise_pct", 5.0, float, 0.1, 100.0),
+            min_gain_pct=_number(data, "tune_min_gain_pct", 2.0, float, 0.0, 100.0)),
+    )
+
+
+class Runner:
+    """One tune: a session on the host, the search, the report. `remote` has run(command) -> (ok, stdout,
+    stderr) and put(text, path); `say` prints a line."""
+
+    def __init__(self, host_name: str, data, remote, say, detected=None, results_dir: Path = RESULTS_DIR):
+        self.host_name, self.data, self.remote, self.say = host_name, data, remote, say
+        self.detected = detected
+        self.results_dir = Path(results_dir) / host_name
+        self.interrupted = False
+        self.session = None
+        self.seq = 0
+        self.log_offset = 0
+        self.durations: list[float] = []
+        self.restart_estimate = None
+
+    # --- host calls -------------------------------------------------------------------------------
+    def sh(self, *argv, check=True):
+        """Run a host program: argv[0] is its module in the host package (tune_session, store)."""
+        ok, stdout, stderr = self.remote.run(host_program(*argv))
+        if check and not ok:
+            raise TuneError(f"{argv[0]} {argv[1]} failed on {self.host_name}:\n{(stderr or stdout)[-2000:]}")
+        return ok, stdout
+
+    def session_cmd(self, command, *extra, check=True):
+        ok, stdout = self.sh("tune_session", command, "--service", self.service, "--session", self.session, *extra,
+                             check=check)
+        try:
+            return json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
+        except ValueError:
+            return {"state": "unreadable", "message": stdout[-500:]}
+
+    # --- the tune ---------------------------------------------------------------------------------
+    def run(self):
+        try:
+            plan = plan_for_host(self.data, detected=self.detected)
+        except PlanError as error:
+            raise TuneError(f"nothing was changed on the host.\n{error}") from None
+        self.plan, self.profile = plan, plan.profile
+        self.service = self.profile.service.name
+        self.settings = settings_from(self.data, self.profile)
+        self.profile_text = Path(self.profile.source).read_text()
+        _, stdout = self.sh("store", "state", "--service", self.service)
+        store = json.loads(stdout)
+        active = store["state"].get("active")
+        if store.get("lock"):
+            holder = store["lock"]
+            raise TuneError(f"the release store is locked by {holder.get('owner')} (since {holder.get('since')}); "
+                            "nothing was changed")
+        active_meta = next((r for r in store["releases"] if r["id"] == active), None)
+        if not active_meta:
+            raise TuneError(f"no active release of {self.service}: deploy {self.profile.source} first")
+        if active_meta.get("content_hash") != content_hash(plan.rendered.unit, plan.rendered.env):
+            raise TuneError(f"the active release {active} was not deployed from {self.profile.source} (its unit or "
+                            "environment differ): tune starts from the running profile; deploy it first, or pass "
+                            f"--data profile=<the profile of {active}>")
+        if not store.get("consistent"):
+            raise TuneError(f"the host is not consistent with its active release {active}: deploy first")
+        self.active, self.store = active, store
+        self.release_ids = [r["id"] for r in store["releases"]]
+        self.by_hash = {r.get("content_hash"): r["id"] for r in store["releases"]}
+        self.stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        self.work = self.results_dir / f"tune-{active}-{self.stamp}"
+        (self.work / "candidates").mkdir(parents=True, exist_ok=True)
+        self.saved = self.load_saved() if self.settings.resume else {}
+        self.all_results: list[tune.Measured] = []
+        flags = {k: v for k, v in self.profile.sglang.flags.items() if v is not False}
+        env = {k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in self.profile.environment.items()}
+        self.original_flags, self.original_env = flags, env
+        self.search = tune.Search(flags, env, self.settings.axes, self.settings.concurrency,
+                                  self.data.get("gpu_topology") or (self.detected or {}).get("gpu_topology"),
+                                  self.measure, self.settings.objective, self.settings.steps, self.settings.topks)
+        self.say(f"tune {self.profile.name} on {self.host_name}: original release {active}; space "
+                 f"{','.join(self.settings.axes)}; budget {tune.eta_text(self.settings.budget_s)}; "
+                 f"{self.settings.repeats} repeats x {self.settings.samples} samples x {self.settings.max_new_tokens} "
+                 f"tokens, aggregate at concurrency {self.settings.concurrency}; up to {self.search.planned()} "
+                 "candidates" + (f"; {len(self.saved)} saved result(s) to resume from" if self.saved else ""))
+        self.started = time.monotonic()
+        self.session = time.strftime("%Y%m%d%H%M%S", time.gmtime())
+        previous = signal.signal(signal.SIGINT, self.on_sigint)
+        outcome = None
+        try:
+            opened = self.session_cmd("open", "--heartbeat-s", str(self.settings.heartbeat_s), "--owner",
+                                      f"sglang-deploy tune {self.session}", check=False)
+            if opened.get("state") != "ready":
+                raise TuneError(f"the tune session did not start: {opened.get('message')}")
+            self.restart_estimate = opened.get("start_estimate_s")
+            self.say(f"tune session {self.session} holds the release lock on the host (unit {opened.get('unit')}); "
+                     "the original release is restored at the end, on Ctrl-C, or when this controller stops polling "
+                     f"for {self.settings.heartbeat_s:.0f} s")
+            winner = self.search.run()
+            outcome = "done"
+        finally:
+            closed = self.close(abort=outcome is None)
+            signal.signal(signal.SIGINT, previous)
+        return self.report(winner, closed)
+
+    def on_sigint(self, *_):
+        self.interrupted = True
+
+    def close(self, abort: bool) -> dict:
+        if not self.session:
+            return {}
+        self.say("closing the tune session: " + ("ABORT, " if abort else "") + f"restoring release {self.active}")
+        status = self.session_cmd("close", *(["--abort", "--why", "interrupted on the controller"] if abort else []),
+                                  check=False)
+        self.drain_log()
+        restore = status.get("restore") or {}
+        if restore.get("needed"):
+            self.say(f"original release {self.active} " + ("running again" if restore.get("ready") else
+                                                            f"FAILED TO START: {restore.get('detail')}")
+                     + (f" after {restore.get('elapsed_s')} s" if restore.get("elapsed_s") else ""))
+        elif status.get("state") in ("closed", "aborted"):
+            self.say(f"original release {self.active} was never stopped")
+        else:
+            self.say(f"tune session state: {status.get('state')}: {status.get('message')}")
+        return status
+
+    def drain_log(self):
+        document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", "999999",
+                                    check=False)
+        self.show_log(document)
+
+    def show_log(self, document):
+        text = document.get("log") or ""
+        for line in text.splitlines():
+            self.say(f"    host: {line}")
+        self.log_offset = document.get("log_offset", self.log_offset)
+
+    # --- one candidate ----------------------------------------------------------------------------
+    def stage_files(self, candidate: tune.Candidate):
+        """Validate the candidate (SGLang's parser, its resolution, the rules) and render its release."""
+        text = tune.apply_changes(self.profile_text, candidate)
+        path = self.work / "candidates" / f"{candidate.id.replace('+', '_')}.yaml"
+        path.write_text(text)
+        try:
+            plan = plan_for_host(Overlay(self.data, profile=str(path)), detected=self.detected)
+        except PlanError as error:
+            lines = [line.replace(str(path), path.name) for line in str(error).splitlines() if line.strip()]
+            return None, " | ".join(lines[1:3] or lines[:1])
+        digest = content_hash(plan.rendered.unit, plan.rendered.env)
+        if digest in self.by_hash:
+            return {"release_id": self.by_hash[digest], "files": None}, None
+        release_id = next_release_id(self.release_ids, digest)
+        self.release_ids.append(release_id)
+        self.by_hash[digest] = release_id
+        meta = build_meta(plan, release_id)
+        meta.update(tune={"session": self.session, "temporary": True, "candidate": candidate.id})
+        files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
+                 "profile.json": profile_snapshot(plan),
+                 "gate-config.json": json.dumps(gate_config(plan), indent=1) + "\n",
+                 "resolved.json": json.dumps(plan.resolution, indent=1, sort_keys=True) + "\n",
+                 "meta.json": json.dumps(meta, indent=1) + "\n"}
+        return {"release_id": release_id, "files": files}, None
+
+    def estimate_s(self) -> float:
+        measured = [d for d in self.durations if d]
+        if measured:
+            return sorted(measured)[len(measured) // 2] * 1.1
+        per_request = self.settings.max_new_tokens / 30 + 1.0
+        per_repeat = self.settings.samples * per_request + per_request * 1.2
+        return self.settings.repeats * per_repeat + (self.restart_estimate or 10)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def measure(self, candidate: tune.Candidate) -> tune.Measured:
+        saved = self.saved.get(self.key(candidate))
+        if saved is not None:
+            self.say(f"[{len(self.all_results) + 1}] {candidate.id}: resumed from saved results "
+                     f"({saved.decode or 0:.1f} tok/s)")
+            self.all_results.append(saved)
+            return saved
+        if candidate.id == tune.BASELINE.id:
+            item = {"release_id": self.active, "files": None}
+        else:
+            item, problem = self.stage_files(candidate)
+            if item is None:
+                self.say(f"[{len(self.all_results) + 1}] {candidate.id}: INVALID, never started: {problem}")
+                measured = tune.Measured(candidate, valid=False, invalid_reason=problem)
+                self.record(measured)
+                return measured
+        measured = self.run_item(candidate, item, restart=False)
+        noise = measured.noise()
+        if measured.measured and noise is not None and noise > self.settings.objective.noise_max_pct:
+            self.say(f"    {candidate.id}: spread {noise:.1f} % > {self.settings.objective.noise_max_pct:g} %: "
+                     "measuring again")
+            try:
+                again = self.run_item(candidate, {"release_id": item["release_id"], "files": None}, restart=False)
+                measured.repeats += again.repeats
+                measured.duration_s += again.duration_s
+            except tune.BudgetExhausted:
+                pass
+        self.record(measured)
+        return measured
+
+    def run_item(self, candidate, item, restart) -> tune.Measured:
+        if self.interrupted:
+            raise TuneError("interrupted (Ctrl-C)")
+        estimate = self.estimate_s()
+        left = self.settings.budget_s - self.elapsed()
+        if estimate > left:
+            raise tune.BudgetExhausted(f"budget: the next candidate ({candidate.id}) needs about "
+                                       f"{tune.eta_text(estimate)}, {tune.eta_text(left)} left")
+        self.seq += 1
+        seq = self.seq
+        # A candidate that hangs at start must not outlive the budget (the profile's start timeout may be 30 min).
+        document = {"seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
+                    "settings": self.settings.measurement(), "files": item.get("files"),
+                    "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))}
+        queue = f"{STORE_ROOT}/{self.service}/tune/{self.session}/queue"
+        self.remote.put(json.dumps(document), f"{queue}/{seq:04d}.tmp")
+        ok, _, stderr = self.remote.run(shlex.join(["mv", f"{queue}/{seq:04d}.tmp", f"{queue}/{seq:04d}.json"]))
+        if not ok:
+            raise TuneError(f"could not queue candidate {candidate.id}: {stderr}")
+        remaining = max(0, self.search.planned() - len(self.all_results) - 1)
+        eta = min(remaining * estimate, max(0.0, left - estimate)) + estimate
+        self.say(f"[{len(self.all_results) + 1}/<={self.search.planned()}] {candidate.id} "
+                 f"(release {item['release_id']}): measuring; elapsed {tune.eta_text(self.elapsed())}, ETA "
+                 f"{tune.eta_text(eta)}, budget left {tune.eta_text(left)}")
+        while True:
+            if self.interrupted:
+                raise TuneError("interrupted (Ctrl-C): the host restores the original release")
+            document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", str(seq),
+                                        check=False)
+            self.show_log(document)
+            result = (document.get("results") or {}).get(str(seq))
+            if result:
+                break
+            status = document.get("status") or {}
+            if status.get("state") in ("aborted", "failed", "closed", "missing"):
+                raise TuneError(f"the tune session ended: {status.get('state')}: {status.get('message')}")
+            time.sleep(POLL_S)
+        duration = result.get("duration_s") or 0.0
+        self.durations.append(duration)
+        measured = tune.Measured(candidate, error=None if result.get("ok") else (result.get("error") or "failed"),
+                                 repeats=result.get("repeats") or [], duration_s=duration,
+                                 restart_s=result.get("restart_s"), release_id=item["release_id"])
+        if result.get("config_problems"):
+            measured.error = "effective config differs: " + result["config_problems"][0]
+        if measured.measured:
+            baseline = self.search.baseline
+            vs = (f", {(measured.decode / baseline.decode - 1) * 100:+.1f} % vs original"
+                  if baseline and baseline.decode else "")
+            self.say(f"    {candidate.id}: {measured.decode:.1f} tok/s single stream (spread {measured.noise():.1f} %), "
+                     f"{measured.aggregate or 0:.1f} tok/s aggregate, tau {measured.tau or 0:.2f}{vs}; took "
+                     f"{duration:.0f} s")
+        else:
+            self.say(f"    {candidate.id}: {measured.error}")
+        return measured
+
+    # --- saved results (resumption) ---------------------------------------------------------------
+    def key(self, candidate: tune.Candidate) -> str:
+        return json.dumps([candidate.flag_changes, {k: v for k, v in candidate.env_changes.items()}], sort_keys=True,
+                          default=str)
+
+    def results_path(self) -> Path:
+        return self.results_dir / f"tune-{self.active}.json"
+
+    def load_saved(self) -> dict:
+        signature = tune.settings_signature(self.settings.measurement())
+        documents = []
+        try:
+            documents.append(json.loads(self.results_path().read_text()))
+        except (OSError, ValueError):
+            pass
+        ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
+                                                           "tune-results.json"]))
+        if ok:
+            try:
+                documents.append(json.loads(stdout))
+            except ValueError:
+                pass
+        saved = {}
+        for document in documents:
+            if document.get("signature") != signature or document.get("original") != self.active:
+                continue
+            for entry in document.get("results") or []:
+                measured = tune.Measured.from_json(entry)
+                if measured.measured or not measured.valid:
+                    saved.setdefault(self.key(measured.candidate), measured)
+        return saved
+
+    def document(self, winner=None) -> dict:
+        return {"host": self.host_name, "service": self.service, "profile": str(self.profile.source),
+                "original": self.active, "session": self.session, "stamp": self.stamp,
+                "signature": tune.settings_signature(self.settings.measurement()),
+                "settings": {**self.settings.measurement(), "axes": list(self.settings.axes),
+                             "budget_s": self.settings.budget_s,
+                             "objective": self.settings.objective.__dict__},
+                "elapsed_s": round(self.elapsed(), 1), "stopped": self.search.stopped,
+                "winner": winner.candidate.id if winner else None,
+                "results": [m.to_json() for m in self.all_results]}
+
+    def record(self, measured: tune.Measured):
+        self.all_results.append(measured)
+        path = self.results_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.document(), indent=1) + "\n")
+
+    # --- the report -------------------------------------------------------------------------------
+    def report(self, winner: tune.Measured | None, closed: dict) -> dict:
+        baseline = self.search.baseline
+        results = self.all_results
+        text = tune.table(results, baseline, winner, self.settings.objective, self.original_flags)
+        self.say("tune results (decode/aggr: robust score median - 1.4826 MAD over repeats, tok/s):")
+        for line in text.splitlines():
+            self.say(f"    {line}")
+        front = tune.pareto_table(results)
+        for line in front.splitlines():
+            self.say(f"    {line}")
+        if self.search.stopped:
+            self.say(f"search stopped early: {self.search.stopped}")
+        document = self.document(winner)
+        document["restore"] = closed.get("restore")
+        tuned_path = None
+        if winner is not None and baseline is not None and winner is not baseline and winner.candidate.flags + \
+                winner.candidate.env:
+            tuned_path = self.write_tuned(winner, baseline)
+            self.say(f"winner {winner.candidate.id}: {winner.decode:.1f} tok/s single stream vs {baseline.decode:.1f} "
+                     f"({(winner.decode / baseline.decode - 1) * 100:+.1f} %); written to {tuned_path}")
+            self.say(f"deploy it with: pyinfra inventory/<host>.py deploy.py --data profile={tuned_path}")
+        else:
+            self.say("no candidate beat the original release within the objective: no tuned profile written")
+        document["tuned_profile"] = str(tuned_path) if tuned_path else None
+        document["table"] = text
+        path = self.results_path()
+        path.write_text(json.dumps(document, indent=1) + "\n")
+        (self.work / "table.txt").write_text(text + ("\n" + front if front else "") + "\n")
+        self.remote.put(json.dumps(document, indent=1) + "\n",
+                        f"{STORE_ROOT}/{self.service}/releases/{self.active}/tune-results.json")
+        plot = self.plot(results)
+        self.say(f"results: {path} (and releases/{self.active}/tune-results.json on the host); table: "
+                 f"{self.work / 'table.txt'}" + (f"; plot: {plot}" if plot else ""))
+        return document
+
+    def write_tuned(self, winner: tune.Measured, baseline: tune.Measured) -> Path:
+        comments = {}
+        for name, value in winner.candidate.flags:
+            comments[name] = tune.change_comment(name, self.original_flags.get(name), value, winner, baseline)
+        for name, value in winner.candidate.env:
+            shown = dict(value)["value"] if isinstance(value, tuple) else value
+            before = self.original_env.get(name)
+            before = before.get("value") if isinstance(before, dict) else before
+            comments[name] = tune.change_comment(name, before, shown, winner, baseline)
+        description = (f"TUNED on {self.host_name} {self.stamp} from {Path(self.profile.source).name} "
+                       f"(release {self.active}): {winner.candidate.id}, {winner.decode:.1f} vs {baseline.decode:.1f} "
+                       "tok/s single stream")
+        text = tune.apply_changes(self.profile_text, winner.candidate, comments, description=description)
+        source = Path(self.profile.source)
+        path = source.with_name(source.name.removesuffix(".yaml") + ".tuned.yaml")
+        header = (f"# Written by `tune.py` on {self.host_name} at {self.stamp}: measured with the gate's client, "
+                  f"{self.settings.repeats} repeats per candidate;\n# results: {self.results_path()}\n")
+        path.write_text(header + text)
+        return path
+
+    def plot(self, results) -> Path | None:
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        by_topk: dict = {}
+        for m in results:
+            if not m.measured:
+                continue
+            flags = {**self.original_flags, **m.candidate.flag_changes}
+            spec = tune.spec_settings({k: v for k, v in flags.items() if v is not None})
+            if spec and m.candidate.axis in ("spec", "baseline"):
+                by_topk.setdefault(spec[1], []).append((spec[0], m.decode))
+        if not by_topk:
+            return None
+        figure, axes = plt.subplots(figsize=(6, 4))
+        for topk, points in sorted(by_topk.items()):
+            points.sort()
+            axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"topk {topk}")
+        axes.set_xlabel("speculative steps")
+        axes.set_ylabel("single-stream decode tok/s (robust score)")
+        axes.legend()
+        path = self.work / "steps.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        return path

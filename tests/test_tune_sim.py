@@ -1,0 +1,125 @@
+"""tune.py on the simulated CT129: from the incident's 1-step release to the simulator's optimum within a budget,
+and an interruption (Ctrl-C on the controller, a killed controller and its SSH connection) mid-tune leaves the
+original release running and unchanged."""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import INCIDENT, REPO, write_profile
+from sglang_deploy.profile import load_profile
+from test_tune_logic import PROVEN, flags_of, model_tok_s
+
+pytestmark = pytest.mark.simhost
+
+# Few, short requests: this is about the search and the restore, not the gate's statistics (3 repeats still).
+FAST = ["--data", "tune_samples=2", "--data", "tune_max_new_tokens=32", "--data", "tune_topk=1",
+        "--data", "tune_resume=false"]
+# Interrupted runs only need to reach their first temporary release.
+SHORTEST = ["--data", "tune_samples=1", "--data", "tune_max_new_tokens=16"]
+STORE = "/var/lib/sglang-deploy/sglang"
+
+
+@pytest.fixture(scope="module")
+def incident(simhost, tmp_path_factory):
+    """The incident's 1-step profile (1 s simulated start), deployed without the gate (which refuses it)."""
+    text = INCIDENT.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "1"\n', 1)
+    profile = write_profile(tmp_path_factory.mktemp("tune"), text, "incident-fast.yaml")
+    result = simhost.deploy(profile=profile)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    return profile
+
+
+def snapshot(simhost):
+    """What must be unchanged after a tune: unit and environment bytes, the store's state and releases, the
+    service running the active release, nobody holding the lock."""
+    state = json.loads(simhost.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
+    return {"files": simhost.checksums("/etc/systemd/system/sglang.service", "/etc/sglang-deploy/sglang/sglang.env"),
+            "state": state["state"], "releases": [r["id"] for r in state["releases"]],
+            "consistent": state["consistent"], "lock": state["lock"],
+            "running": simhost.sh("systemctl is-active sglang").strip()}
+
+
+def start_tune(simhost, profile, tmp_path, *extra):
+    log = open(tmp_path / "tune.log", "w")
+    command = simhost.pyinfra_command("tune.py", "--data", f"profile={profile}", *FAST, *extra)
+    return subprocess.Popen(command, cwd=REPO, env=simhost.env, stdout=log, stderr=subprocess.STDOUT), tmp_path / "tune.log"
+
+
+def wait_until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def switching(simhost):
+    state = json.loads(simhost.sh(f"cat {STORE}/state.json"))
+    return bool(state.get("switching"))
+
+
+def test_tune_from_the_incident_finds_the_optimum_within_its_budget(simhost, incident):
+    before = snapshot(simhost)
+    budget = 150
+    started = time.monotonic()
+    result = simhost.pyinfra("tune.py", "--data", f"profile={incident}", *FAST, "--data", f"tune_budget_s={budget}",
+                             timeout=400)
+    wall = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    active = before["state"]["active"]
+    document = json.loads(simhost.sh(f"cat {STORE}/releases/{active}/tune-results.json"))
+    print(f"\ntune from the incident profile: {wall:.0f} s wall (controller), {document['elapsed_s']} s tuning\n"
+          + document["table"])
+    assert document["elapsed_s"] <= budget and "ETA" in output and "budget left" in output
+    results = {entry["id"]: entry for entry in document["results"]}
+    assert all(len(entry["repeats"]) >= 3 for entry in results.values() if entry["valid"] and not entry["error"])
+    winner = results[document["winner"]]
+    flags = {**flags_of(incident), **winner["flags"]}
+    # The simulator's optimum is 4 steps; 3 and 5 lie within 1 % of it and the measurement of 2 prompts cannot
+    # always tell them apart. The winner is at least as fast as the proven profile in the simulator's own model.
+    assert model_tok_s(flags)[0] >= model_tok_s(flags_of(PROVEN))[0] - 1e-9, winner
+    assert winner["decode_score"] > 1.15 * results["original"]["decode_score"]
+    # The tuned profile: valid, with a comment on each changed flag.
+    tuned = incident.with_name("incident-fast.tuned.yaml")
+    text = tuned.read_text()
+    assert load_profile(tuned).sglang.flags["--speculative-num-steps"] == flags["--speculative-num-steps"]
+    assert "--speculative-num-steps: " + str(flags["--speculative-num-steps"]) + "  # tuned: 1 -> " in text
+    assert "single stream +" in text and "spread" in text
+    # Never marked good, nothing left behind: the same release runs, from the same files.
+    assert snapshot(simhost) == before
+    assert f"original release {active} running again" in output
+
+
+def test_ctrl_c_mid_tune_restores_the_original_release(simhost, incident, tmp_path):
+    before = snapshot(simhost)
+    process, log = start_tune(simhost, incident, tmp_path, *SHORTEST)
+    try:
+        wait_until(lambda: switching(simhost), 90, "the first temporary release")
+        process.send_signal(signal.SIGINT)
+        assert process.wait(120) != 0
+    finally:
+        process.kill()
+    output = log.read_text()
+    assert "interrupted (Ctrl-C)" in output and f"original release {before['state']['active']} running again" in output
+    assert snapshot(simhost) == before
+
+
+def test_a_killed_controller_and_its_ssh_connection_leave_the_original_running(simhost, incident, tmp_path):
+    before = snapshot(simhost)
+    process, _ = start_tune(simhost, incident, tmp_path, *SHORTEST, "--data", "tune_heartbeat_s=4")
+    try:
+        wait_until(lambda: switching(simhost), 90, "the first temporary release")
+        process.kill()  # SIGKILL: no goodbye, the SSH connection just drops
+        process.wait(10)
+    finally:
+        process.kill()
+    wait_until(lambda: '"aborted"' in simhost.sh(f"cat {STORE}/tune/*/session.json 2>/dev/null; true")
+               and not switching(simhost), 60, "the host to restore the original release")
+    assert "no poll from the controller" in simhost.sh(f"cat {STORE}/tune/*/session.log")
+    assert snapshot(simhost) == before
