@@ -7,28 +7,65 @@ http://<worker_address or ssh_hostname>:<port>; every worker must share one API 
 Targeted hosts outside the group `router` are left alone. The unit (sglang-router.service) is hardened
 (DynamicUser, no devices, read-only system); the key reaches it through LoadCredential. After a change the
 router must report every worker healthy. Settings: sglang_deploy/router.py.
+
+With `--data router_gate=true` the fleet's gate is also measured through the router: the gate's client
+(hostside/bench.py, run on the router host) sends the workers' gate prompts through it, single stream and then
+gate.concurrency streams per worker at once; the workers' floors apply (sglang_deploy.router.gate_verdict). The
+result is saved in results/<router host>/; a failed gate fails the run (nothing is rolled back: the router holds
+no release).
 """
 
-from pyinfra import host, inventory, logger
-from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.server import Command
+import json
 
+from pyinfra import host, inventory, logger
+from pyinfra.api.exceptions import DeployError, OperationError
+from pyinfra.facts.server import Command
+from pyinfra.operations import python
+
+from roles import release
 from roles import router as router_role
-from sglang_deploy.hostdata import origin
+from sglang_deploy.gate import save_result
+from sglang_deploy.hostdata import host_flag, origin
+from sglang_deploy.layout import host_program
 from sglang_deploy.plan import PlanError, resolve_api_key
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.plan import resolve_profile_path
-from sglang_deploy.router import ROUTER_LIB, RouterError, render_unit, settings, wheelhouse, worker_url
+from sglang_deploy.router import (ROUTER_KEY_PATH, ROUTER_LIB, RouterError, gate_verdict, render_unit, settings,
+                                  wheelhouse, worker_url)
+
+
+def gate_through_router(check_url, workers, gate):
+    """The gate's client through the router, on the router host; the verdict on the workers' floors."""
+    command = host_program("bench", "--url", check_url, "--api-key-file", ROUTER_KEY_PATH,
+                           "--samples", str(gate.samples), "--max-new-tokens", str(gate.max_new_tokens),
+                           "--concurrency", str(gate.concurrency * len(workers)), "--aggregate-rounds", "1")
+    ok, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
+    if not ok:
+        raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
+    measurement = json.loads(output.stdout)
+    verdict = gate_verdict(measurement, {"min_decode_tok_s": gate.min_decode_tok_s,
+                                         "min_accept_length": gate.min_accept_length}, len(workers))
+    saved = save_result(host.name, {"release": "router", "router": check_url, "workers": workers,
+                                    "gate": verdict, "measurement": measurement}, kind="router-gate")
+    host.log(f"gate through the router over {len(workers)} workers: {verdict['verdict'].upper()}: decode "
+             f"{verdict['decode_tok_s'] or 0:.1f} tok/s single stream, tau {verdict['accept_length'] or 0:.2f}, "
+             f"aggregate {verdict['aggregate_tok_s'] or 0:.1f} tok/s at {gate.concurrency * len(workers)} streams "
+             f"({verdict['aggregate_per_worker_tok_s'] or 0:.1f} per worker); saved to {saved}",
+             logger.info if verdict["verdict"] == "pass" else logger.error)
+    if verdict["verdict"] != "pass":
+        raise OperationError("the fleet's gate through the router failed: " + "; ".join(verdict["reasons"]))
+
 
 if host not in (inventory.get_group("router") if "router" in inventory.groups else []):
     logger.info(f"[{host.name}] not in the inventory group `router`: no router here")
 else:
     try:
         config = settings(host.data)
-        workers = []
+        workers, gates = [], []
         for worker in inventory.get_group(config.workers_group) if config.workers_group in inventory.groups else []:
             profile = load_profile(resolve_profile_path(worker.data.get("profile")))
             workers.append(worker_url(worker.name, worker.data, profile.service.port))
+            gates.append(profile.gate)
         unit = render_unit(config, workers)
         api_key = resolve_api_key(host.data, where="router")
     except RouterError as error:
@@ -47,3 +84,7 @@ else:
                 f"workers of group {config.workers_group}: {' '.join(workers)}")
     router_role.install(ship=ship, installed_digest=(lines[1].strip() if len(lines) > 1 else ""), unit=unit,
                         api_key=api_key, check_url=check_url, workers=workers)
+    if host_flag(host.data, "router_gate") and workers:
+        release.install_programs()  # the gate's client runs from the host package
+        python.call(name=f"Gate through the router ({len(workers)} workers)", function=gate_through_router,
+                    check_url=check_url, workers=workers, gate=gates[0])

@@ -74,6 +74,7 @@ router_workers = "fleet"  # the inventory group whose servers the router sends r
 router_port = 30080  # the router's port
 router_health_interval_s = 10  # seconds between the router's health checks of each worker
 router_health_failures = 3  # failed health checks before the router takes a worker out
+router_gate = False  # router.py: also measure the fleet's gate through the router (the workers' floors)
 
 # --- tune.py (find the fastest valid profile on the host; README "Tune") ---
 tune_space = "spec"  # what to search: spec, graphs, nccl, all, or a comma list

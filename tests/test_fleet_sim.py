@@ -173,10 +173,16 @@ def test_router_spreads_requests_over_the_workers_and_drops_a_dead_one(fleet):
         assert deployed.returncode == 0, deployed.stdout[-3000:]
     port = FLEET_SERVICE_PORT + 5
     result = fleet.pyinfra("router.py", "--data", f"router_port={port}", "--data", "router_policy=round_robin",
-                           "--data", "router_health_interval_s=2", "--data", "router_health_failures=1")
+                           "--data", "router_health_interval_s=2", "--data", "router_health_failures=1",
+                           "--data", "router_gate=true")
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "Router ready with 3 healthy worker(s)" in output
+    # The fleet's gate through the router: the gate's client on the router host, the workers' floors.
+    gate = re.search(r"gate through the router over 3 workers: PASS: decode ([0-9.]+) tok/s single stream, tau "
+                     r"([0-9.]+), aggregate ([0-9.]+) tok/s at 12 streams", output)
+    assert gate and float(gate.group(1)) >= 45 and float(gate.group(2)) >= 2.8, output[-3000:]
+    print(gate.group(0))
     key = (fleet.fleet.state_dir / "api_key").read_text().strip()
     assert key not in output
     # Hardened unit, a transient user, the key never on a command line.

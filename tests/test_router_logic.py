@@ -51,3 +51,29 @@ def test_unit_passes_the_workers_and_keeps_the_key_off_the_command_line():
     assert f"sglang-router-{ROUTER_VERSION}/bin/python" in exec_start
     with pytest.raises(RouterError, match="has no hosts"):
         command_line(RouterSettings(), [])
+
+
+def test_the_fleet_gate_through_the_router_applies_the_workers_floors():
+    from sglang_deploy.router import gate_verdict
+
+    floors = {"min_decode_tok_s": 45, "min_accept_length": 2.8}
+    good = {"decode_tok_s": {"median": 51.0}, "accept_length": {"median": 3.2}, "aggregate_tok_s": {"median": 450.0},
+            "errors": ["/server_info: HTTP Error 404: Not Found"]}  # the router does not proxy /server_info
+    assert gate_verdict(good, floors, 3) == {
+        "verdict": "pass", "reasons": [], "workers": 3, "decode_tok_s": 51.0, "accept_length": 3.2,
+        "aggregate_tok_s": 450.0, "aggregate_per_worker_tok_s": 150.0}
+    slow = dict(good, decode_tok_s={"median": 30.0}, accept_length={"median": 1.1}, errors=["sample 2: timed out"])
+    verdict = gate_verdict(slow, floors, 3)
+    assert verdict["verdict"] == "fail" and len(verdict["reasons"]) == 3
+    assert gate_verdict(dict(good, decode_tok_s={}), floors, 3)["reasons"] == [
+        "no single-stream sample completed through the router"]
+
+
+def test_the_router_key_file_is_read_as_an_api_key(tmp_path):
+    from sglang_deploy.hostside.client import read_api_key
+
+    (tmp_path / "workers-api-key").write_text("sk-abc123\n")
+    (tmp_path / "secrets.yaml").write_text('api-key: "sk-xyz"\n')
+    (tmp_path / "other.yaml").write_text("something: else\nmore: lines\n")
+    assert [read_api_key(str(tmp_path / n)) for n in ("workers-api-key", "secrets.yaml", "other.yaml", "none")] == [
+        "sk-abc123", "sk-xyz", None, None]

@@ -22,16 +22,20 @@ def loopback_url(value):
 
 
 def read_api_key(path):
-    """The `api-key:` of the service's secrets file (root-only), or None (no path, no file, no key)."""
+    """The `api-key:` of the service's secrets file (root-only), or the whole content of a file that holds only
+    the key (the router's workers-api-key); None: no path, no file, no key."""
     if not path:
         return None
     try:
-        for line in open(path):
-            if line.strip().startswith("api-key:"):
-                value = line.split(":", 1)[1].strip()
-                return json.loads(value) if value.startswith('"') else value
+        lines = [line.strip() for line in open(path) if line.strip()]
     except FileNotFoundError:
-        pass
+        return None
+    for line in lines:
+        if line.startswith("api-key:"):
+            value = line.split(":", 1)[1].strip()
+            return json.loads(value) if value.startswith('"') else value
+    if len(lines) == 1 and ":" not in lines[0] and " " not in lines[0]:
+        return lines[0]
     return None
 
 
