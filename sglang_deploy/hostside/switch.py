@@ -186,6 +186,15 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document["rollback_auth_change"] = change
     # The target's own port and start timeout: a deploy that changed the port must not probe the new one.
     target_meta = store.meta(target)
+    problem = weights.release_problem(target_meta)  # its snapshot, as before any switch: no start on changed weights
+    if problem:
+        back = {"ready": False, "stage": "weights", "elapsed_s": 0.0, "journal": "",
+                "detail": f"not rolled back to {target}: {problem}"}
+        log(back["detail"])
+        state.update(active=None, switching=None, auto_rollbacks_in_row=state.get("auto_rollbacks_in_row", 0) + 1)
+        store.save_state(state)
+        document.update(rolled_back_to=target, rollback_readiness=back)
+        return finish(store, document, EXIT_ROLLBACK_FAILED)
     target_url = target_meta.get("probe_url") if LOOPBACK_URL.fullmatch(str(target_meta.get("probe_url"))) else None
     back = activate(store, target, target_url or args.probe_url,
                     args.rollback_timeout if args.rollback_timeout_given
@@ -199,6 +208,20 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
     store.save_state(state)
     document.update(rolled_back_to=target, rollback_readiness=back)
     return finish(store, document, EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED)
+
+
+def weights_change(mine, baseline):
+    """A sentence when the release serves other weights than its baseline did (the comparison then measures
+    the weights too), else None. mine, baseline: meta.json `weights` (None: weights not managed)."""
+    def key(w):
+        return (w or {}).get("source"), (w or {}).get("manifest_sha256")
+
+    def label(w):
+        return f"{w.get('source')} (manifest {str(w.get('manifest_sha256'))[:12]})" if w else "unmanaged weights"
+
+    if key(mine) == key(baseline):
+        return None
+    return f"the weights changed: {label(baseline)} -> {label(mine)}"
 
 
 def choose_baseline(candidates, last_good, current):
@@ -246,6 +269,10 @@ def run_gate(store, args, meta, state):
         candidates.append((release_id, store.meta(release_id), stored[release_id].get("verdict")))
     baseline_release, note = choose_baseline(candidates, state.get("last_good"), args.release)
     baseline = stored[baseline_release].get("measurement") if baseline_release else None
+    if baseline_release:
+        change = weights_change(meta.get("weights"), store.meta(baseline_release).get("weights"))
+        if change:
+            note = f"{note}; {change}"
     status = service_status(store.service)
     log(f"gate: checking the running server against release {args.release}, then measuring; baseline: {note}")
     environ = evidence.process_environment(status["main_pid"])

@@ -1,0 +1,48 @@
+"""The switch's decisions without a host (hostside/switch.py): what the gate's baseline note says about weights,
+and an automatic rollback to a release whose weights changed on disk."""
+
+import json
+import types
+
+import pytest
+
+from sglang_deploy.hostside import store as store_module, switch
+
+A = {"source": "hf://org/m@" + "a" * 40, "manifest_sha256": "1" * 64}
+B = {"source": "hf://org/m@" + "b" * 40, "manifest_sha256": "2" * 64}
+
+
+def test_the_baseline_note_names_a_weights_change():
+    assert switch.weights_change(A, dict(A)) is None and switch.weights_change(None, None) is None
+    assert switch.weights_change(B, A) == (f"the weights changed: {A['source']} (manifest 111111111111) -> "
+                                           f"{B['source']} (manifest 222222222222)")
+    assert switch.weights_change(A, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
+
+
+@pytest.fixture
+def store(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
+    for release_id, weights in (("0001-aaaaaaaa", {**A, "manifest": str(tmp_path / "gone.json"), "path": "/x"}),
+                                ("0002-bbbbbbbb", None)):
+        (tmp_path / "sglang" / "releases" / release_id).mkdir(parents=True)
+        store.write_meta(release_id, {"verdict": "good" if release_id.startswith("0001") else None,
+                                      "weights": weights, "exec_start": ["sglang"]})
+    return store
+
+
+def test_no_automatic_rollback_onto_weights_that_are_not_the_verified_ones(store, monkeypatch):
+    """The last good release's snapshot is gone (or changed): its server is not started on it; the switch says why."""
+    started = []
+    monkeypatch.setattr(switch, "activate", lambda *a, **k: started.append(a) or {"ready": True})
+    state = {"active": "0001-aaaaaaaa", "last_good": "0001-aaaaaaaa", "auto_rollbacks_in_row": 0}
+    args = types.SimpleNamespace(release="0002-bbbbbbbb", auto_rollback=True, probe_url="http://127.0.0.1:1",
+                                 rollback_timeout=10, rollback_timeout_given=False, timeout=10, settle=0)
+    code = switch.fail_and_roll_back(store, state, store.meta("0002-bbbbbbbb"), {"release": "0002-bbbbbbbb",
+                                     "readiness": {"ready": False, "stage": "health", "elapsed_s": 1}}, args,
+                                     "failed to start")
+    document = json.loads(open(f"{store.root}/last_switch.json").read())
+    assert (code, started) == (switch.EXIT_ROLLBACK_FAILED, [])
+    assert document["rollback_readiness"]["stage"] == "weights"
+    assert "not rolled back to 0001-aaaaaaaa: the manifest" in document["rollback_readiness"]["detail"]
+    assert store.state()["active"] is None and store.state()["auto_rollbacks_in_row"] == 1
