@@ -3,9 +3,11 @@ and an interruption (Ctrl-C on the controller, a killed controller and its SSH c
 original release running and unchanged."""
 
 import json
+import re
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -94,6 +96,9 @@ def test_tune_from_the_incident_finds_the_optimum_within_its_budget(simhost, inc
     # Never marked good, nothing left behind: the same release runs, from the same files.
     assert snapshot(simhost) == before
     assert f"original release {active} running again" in output
+    # The plot of tok/s against steps (matplotlib, a test dependency): a PNG where the output says.
+    plot = re.search(r"plot: (\S+\.png)", output)
+    assert plot and Path(plot.group(1)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", output[-2000:]
 
 
 def test_ctrl_c_mid_tune_restores_the_original_release(simhost, incident, tmp_path):
