@@ -135,6 +135,8 @@ class AptRepo:
     def close(self) -> None:
         if self.server:
             self.server.shutdown()
+        # gpg started an agent for this key ring; it would outlive the test (one per worker and run).
+        subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=self.env, capture_output=True, check=False)
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
