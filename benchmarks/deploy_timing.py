@@ -16,20 +16,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from testbed.simhost import pyinfra_timed  # noqa: E402
 PROVEN = REPO / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml"
 
 
 def pyinfra(*args):
-    started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "inventory/sim.py", *args], cwd=REPO,
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"pyinfra {' '.join(args)} failed:\n{(result.stdout + result.stderr)[-3000:]}")
-    return time.perf_counter() - started
+    return pyinfra_timed(*args)[0]
 
 
 def on_host(command):

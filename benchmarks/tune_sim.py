@@ -13,25 +13,19 @@ simulator's hardware model of 2x RTX A6000, not from a GPU.
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
+from testbed.simhost import pyinfra_timed  # noqa: E402
 
 INCIDENT = REPO / "profiles" / "qwen3.6-27b-mtp1-2xa6000.yaml"
 
 
 def pyinfra(*args):
-    started = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "inventory/sim.py", *args], cwd=REPO,
-                            capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.exit(f"pyinfra {' '.join(args)} failed:\n{(result.stdout + result.stderr)[-3000:]}")
-    return time.perf_counter() - started, result.stdout + result.stderr
+    return pyinfra_timed(*args)
 
 
 def main():

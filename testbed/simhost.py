@@ -481,3 +481,13 @@ def fleet_main(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def pyinfra_timed(*args: str, inventory: str = "inventory/sim.py") -> tuple[float, str]:
+    """Run `pyinfra -y INVENTORY ARGS` from the repository (benchmarks): (wall seconds, output); exits on failure."""
+    started = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "pyinfra", "-y", inventory, *args], cwd=REPO_ROOT,
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"pyinfra {' '.join(args)} failed:\n{(result.stdout + result.stderr)[-3000:]}")
+    return time.perf_counter() - started, result.stdout + result.stderr

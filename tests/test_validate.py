@@ -161,3 +161,14 @@ def test_parser_rules_cannot_be_waived(tmp_path):
     path = write_profile(tmp_path, PROVEN.read_text() + "waivers:\n  sglang-parser: trust me\n")
     problem, line = only_problem(check(path))
     assert "rule sglang-parser cannot be waived" in line
+
+
+def test_the_light_path_without_a_table_says_how_to_proceed(tmp_path):
+    """A profile pinned to an SGLang version whose option table this checkout lacks: a clear error on the light
+    path (nothing is built, nothing guessed); `--full` or an export are the ways on."""
+    from sglang_deploy.validator_env import ValidatorEnvError
+
+    path = proven_with(tmp_path, 'version: "0.5.23"', 'version: "0.5.99"')
+    with pytest.raises(ValidatorEnvError, match=r"no exported option table for SGLang 0\.5\.99 .*sglang-deploy check "
+                                                r"--full.*python -m sglang_deploy.flag_table export 0\.5\.99"):
+        check_profile(load_profile(path), gpus=2, topology="pcie", path="light")
