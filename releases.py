@@ -20,7 +20,8 @@ from sglang_deploy.release_plan import listing, service_of
 service = service_of(host.data)
 store = host.get_fact(ReleaseStore, service=service)
 logger.info(f"[{host.name}] releases of {service}.service"
-            + ("" if store["consistent"] else "  (WARNING: the host is not consistent with its active release)"))
+            + ("" if store["consistent"] else "  (WARNING: the host is not consistent with its active release: "
+                                                 + "; ".join(store.get("inconsistent") or ["?"]) + ")"))
 for problem in store.get("problems") or []:
     logger.warning(f"[{host.name}] {problem}")
 for line in listing(store):

@@ -110,7 +110,8 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False) -> Decision:
     if release_id != active:
         reason = "new release" if is_new else f"switch to retained release {release_id}"
     elif not store.get("consistent", False):
-        reason = "host not consistent with its active release (interrupted switch, or service not running as declared)"
+        reason = ("host not consistent with its active release: "
+                  + ("; ".join(store.get("inconsistent") or []) or "interrupted switch, or service not running as declared"))
     elif restart_needed:
         reason = "secrets or server program changed: restart"
     else:

@@ -3,8 +3,8 @@
 import pytest
 
 from conftest import PROVEN, proven_with
-from sglang_deploy.hostside.store import (cmdline_matches, content_hash, flag_differences, last_used,
-                                             next_release_id, releases_to_prune)
+from sglang_deploy.hostside.store import (cmdline_matches, content_hash, env_file_values, environment_drift,
+                                             flag_differences, last_used, next_release_id, releases_to_prune)
 from sglang_deploy.plan import plan_for_host
 from sglang_deploy.release_plan import build_meta, decide, listing, rollback_target
 
@@ -113,3 +113,32 @@ def test_host_flags_parse_strings_from_the_command_line():
 
     assert host_flag({"force": "false"}, "force") is False and host_flag({"force": "true"}, "force") is True
     assert host_flag({}, "provision", default=True) is True and host_flag({"provision": "no"}, "provision") is False
+
+
+def test_environment_file_values_and_the_process_drift_names_only():
+    text = plan_of(PROVEN).rendered.env
+    declared = env_file_values(text + "# a comment\nQUOTED=\"a b\"\n")
+    assert declared["NCCL_CUMEM_ENABLE"] == "0" and declared["QUOTED"] == "a b" and "# a comment" not in declared
+    import subprocess
+
+    environ = {"NCCL_CUMEM_ENABLE": "0", "SGLANG_X": "a b"}
+    process = subprocess.Popen(["sleep", "30"], env=environ)
+    try:
+        assert environment_drift(process.pid, environ) == []
+        drift = environment_drift(process.pid, {"NCCL_CUMEM_ENABLE": "1", "SGLANG_X": "a b", "NCCL_ALGO": "Ring"})
+        assert drift == ["NCCL_CUMEM_ENABLE", "NCCL_ALGO"]  # names, never values
+    finally:
+        process.kill()
+        process.wait()
+    assert environment_drift(2 ** 22 + 1, environ) is None  # no such process: nothing to compare
+
+
+def test_decide_names_why_the_host_is_inconsistent():
+    plan = plan_of(PROVEN)
+    first = decide(plan, store_with())
+    stored = build_meta(plan, first.release_id)
+    store = store_with(stored, active=first.release_id, consistent=False)
+    store["inconsistent"] = ["the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"]
+    decision = decide(plan, store)
+    assert decision.switch and decision.release_id == first.release_id
+    assert decision.reason.endswith("differs from the release's in NCCL_CUMEM_ENABLE")

@@ -129,6 +129,28 @@ def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simho
     assert_running(simhost, second)
 
 
+def test_a_server_restarted_without_a_declared_variable_is_seen_and_the_redeploy_restores_it(simhost):
+    """The incident's shape, in the environment: a hand restart under a local override drops a declared
+    variable. Unit and environment file are untouched, so only the process tells; the same deploy restarts it."""
+    release = deploy_ok(simhost, PROVEN)
+    drop_in = "/etc/systemd/system/sglang.service.d/by-hand.conf"
+    try:
+        simhost.sh(f"mkdir -p {drop_in.rsplit('/', 1)[0]} && printf '[Service]\\nUnsetEnvironment=NCCL_CUMEM_ENABLE\\n'"
+                   f" > {drop_in} && systemctl daemon-reload && systemctl restart sglang")
+        store = state(simhost)
+        assert not store["consistent"] and store["inconsistent"] == [
+            "the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"]
+    finally:
+        simhost.sh(f"rm -f {drop_in} && systemctl daemon-reload")
+    # The override is gone but the process started under it still lacks the variable: the deploy restarts it.
+    result = simhost.deploy(profile=PROVEN)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "the server process's environment differs from the release's in NCCL_CUMEM_ENABLE" in output
+    assert_running(simhost, release)
+    assert "NCCL_CUMEM_ENABLE=0" in simhost.sh(f"tr '\\0' '\\n' < /proc/{simhost.main_pid()}/environ")
+
+
 def test_killed_controller_does_not_stop_the_switch_and_a_concurrent_deploy_is_refused(simhost, tmp_path):
     deploy_ok(simhost, PROVEN)
     # The start outlasts the concurrent deploy's checks before it looks at the lock, on a busy machine too.

@@ -68,6 +68,33 @@ def cmdline_matches(cmdline, exec_start) -> bool:
     return os.path.basename(cmdline[0]).startswith("python") and cmdline[1:] == exec_start
 
 
+def env_file_values(text) -> dict:
+    """KEY=VALUE lines of a release's environment file (comments skipped), as systemd's EnvironmentFile= reads
+    the ones the renderer writes: the rest of the line, surrounding quotes removed."""
+    values = {}
+    for line in (text or "").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", ";")) or "=" not in line:
+            continue
+        key, value = (part.strip() for part in line.split("=", 1))
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key] = value
+    return values
+
+
+def environment_drift(pid, declared) -> list | None:
+    """Names (never values) of declared variables the server process lacks or has with another value; None
+    when the process's environment cannot be read (no process, or not allowed): nothing to compare."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    environ = dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return [name for name, value in declared.items() if environ.get(name) != value]
+
+
 def release_auth(meta) -> str:
     """api-key or none; releases from before the field existed: from their command line (--config carries the key)."""
     if meta.get("auth") in ("api-key", "none"):
@@ -328,11 +355,21 @@ def cmd_state(args):
     installed = content_hash(unit, env) if unit is not None and env is not None else None
     running = service_status(args.service)
     active_meta = next((r for r in releases if r["id"] == state.get("active")), None)
-    consistent = bool(active_meta and installed == active_meta.get("content_hash")
-                      and running["active_state"] == "active" and cmdline_matches(running["cmdline"], active_meta.get("exec_start"))
-                      and not state.get("switching"))
+    drift = environment_drift(running["main_pid"], env_file_values(env)) if running["main_pid"] and env else None
+    inconsistent = [why for why, off in (
+        ("no active release", not active_meta),
+        ("a switch was interrupted", state.get("switching")),
+        ("the installed unit or environment file is not the active release's",
+         active_meta and installed != active_meta.get("content_hash")),
+        (f"the service is {running['active_state']}", running["active_state"] != "active"),
+        ("the server's command line is not the release's ExecStart",
+         running["active_state"] == "active" and active_meta
+         and not cmdline_matches(running["cmdline"], active_meta.get("exec_start"))),
+        (f"the server process's environment differs from the release's in {', '.join(drift or [])}", drift),
+    ) if off]
     emit({"service": args.service, "state": state, "releases": releases, "lock": lock_holder(store),
-          "installed_hash": installed, "running": running, "consistent": consistent, "problems": store.problems})
+          "installed_hash": installed, "running": running, "consistent": not inconsistent,
+          "inconsistent": inconsistent, "problems": store.problems})
     return 0
 
 
