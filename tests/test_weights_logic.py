@@ -284,8 +284,16 @@ def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path
                              ("0002-bbbbbbbb", {"exec_start": ["x", "serve", "--model-path", str(legacy)]})):
         (store / "sglang" / "releases" / release_id).mkdir(parents=True)
         (store / "sglang" / "releases" / release_id / "meta.json").write_text(json.dumps(meta))
+    # Just verified: a deploy may be between its fetch and the release that records the snapshot.
     result = host_weights.prune(str(models), str(store))
+    assert result["removed"] == [] and dropped.is_dir()
+    # While a fetch, promote or verify holds the weights' lock, prune waits for nothing and removes nothing.
+    with host_weights.models_lock(str(models)):
+        result = host_weights.prune(str(models), str(store), grace_s=0)
+    assert result["skipped"] == "locked" and result["removed"] == [] and dropped.is_dir()
+    result = host_weights.prune(str(models), str(store), grace_s=0)
     assert result["removed"] == [str(dropped)] and kept.is_dir() and legacy.is_dir() and foreign.is_dir()
+    assert not dropped.exists()
 
 
 def test_the_listing_shows_a_weights_change():

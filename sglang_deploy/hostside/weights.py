@@ -19,12 +19,20 @@ Commands (JSON on stdout, progress on stderr):
   promote  --manifest M --dir D                     the staging directory (filled by the controller's push) is
                                                     verified and renamed into place
   prune                                             drop snapshots (made by this tool) that no retained release
-                                                    of any service points at
+                                                    of any service points at, verified over PRUNE_GRACE_S ago;
+                                                    skipped while a fetch, promote or verify runs
+
+fetch, promote and verify hold /srv/models/.sglang-deploy/lock shared, prune holds it exclusive without waiting:
+a prune never removes a snapshot being fetched, and the grace period covers a deploy between its fetch and the
+release that records the snapshot.
 
 Standard library only: runs with the host's python3.
 """
 
 import argparse
+import contextlib
+import datetime
+import fcntl
 import hashlib
 import json
 import os
@@ -46,6 +54,7 @@ PATH_PART = re.compile(r"[A-Za-z0-9._+-]{1,200}")
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the weights
 EXIT_MISMATCH = 1
 EXIT_NO_SPACE = 5
+PRUNE_GRACE_S = 3600  # a snapshot verified this recently is kept even if no release records it yet
 
 
 class WeightsError(Exception):
@@ -415,9 +424,41 @@ def referenced_snapshots(store_root=None):
     return used
 
 
-def prune(models_root=None, store_root=None):
-    """Remove snapshots this tool made (they have a verification record) that no retained release uses."""
+@contextlib.contextmanager
+def models_lock(models_root=None, exclusive=False):
+    """The weights' lock: shared by fetch, promote and verify, exclusive (never waiting) for prune.
+    Raises BlockingIOError when prune would have to wait."""
+    path = os.path.join(models_root or MODELS_ROOT, TOOL_DIR, "lock")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB if exclusive else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def verified_seconds_ago(record, now=None):
+    try:
+        at = datetime.datetime.strptime(record.get("verified_at") or "", "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return None
+    return (now or time.time()) - at.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def prune(models_root=None, store_root=None, grace_s=PRUNE_GRACE_S):
+    """Remove snapshots this tool made (they have a verification record) that no retained release uses and that
+    were verified over grace_s ago; nothing while another command holds the weights' lock."""
     models_root = models_root or MODELS_ROOT
+    try:
+        with models_lock(models_root, exclusive=True):
+            return prune_locked(models_root, store_root, grace_s)
+    except BlockingIOError:
+        log("weights prune skipped: a fetch, promote or verify is running")
+        return {"ok": True, "skipped": "locked", "removed": [], "kept": []}
+
+
+def prune_locked(models_root, store_root, grace_s):
     used = referenced_snapshots(store_root)
     records_dir = os.path.join(models_root, TOOL_DIR, "verified")
     removed, kept = [], []
@@ -428,7 +469,8 @@ def prune(models_root=None, store_root=None):
             continue
         if os.path.basename(directory).startswith(".staging-"):
             continue
-        if directory in used:
+        age = verified_seconds_ago(record)
+        if directory in used or (age is not None and age < grace_s):
             kept.append(directory)
             continue
         shutil.rmtree(directory, ignore_errors=True)
@@ -492,34 +534,42 @@ def main(argv=None):
         if args.command == "prune":
             print(json.dumps(prune()))
             return 0
-        manifest = load_manifest_file(args.manifest)
-        if args.command == "status":
-            print(json.dumps({"verified": is_verified(args.dir, manifest), "path": args.dir}))
-            return 0
-        if args.command == "verify":
-            started = time.monotonic()
-            problems, stats = verify(args.dir, manifest, rehash=args.rehash)
-            print(json.dumps({"ok": not problems, "problems": problems, "seconds": round(time.monotonic() - started, 3),
-                              **stats}))
-            for problem in problems:
-                log(f"MISMATCH {problem}")
-            return EXIT_MISMATCH if problems else 0
-        if args.command == "fetch":
-            repo_parts = args.repo.split("/")
-            if len(repo_parts) != 2 or not all(REPO_PART.fullmatch(p) for p in repo_parts) \
-                    or not REVISION.fullmatch(args.revision):
-                raise WeightsError(f"--repo {args.repo!r} / --revision {args.revision!r}: expected ORG/NAME and a "
-                                   "40-hex commit")
-            result = fetch(args.dir, manifest, args.repo, args.revision, args.python, args.endpoint, args.token_file)
-        else:
-            result = promote(args.dir, manifest)
-        log(f"{args.dir}: verified" + (" and in place" if result.get("changed") else ", unchanged"))
-        print(json.dumps(result))
-        return 0
+        if args.command == "status":  # reads only (a fact runs it, --dry included): no lock, nothing written
+            return run_locked(args)
+        with models_lock():
+            return run_locked(args)
     except WeightsError as error:
         log(f"ERROR {error}")
         print(json.dumps({"ok": False, "error": str(error)}))
         return EXIT_NO_SPACE if "not enough disk" in str(error) else EXIT_MISMATCH
+
+
+def run_locked(args):
+    """status, verify, fetch, promote: under the weights' lock, shared (prune waits for none of them to run)."""
+    manifest = load_manifest_file(args.manifest)
+    if args.command == "status":
+        print(json.dumps({"verified": is_verified(args.dir, manifest), "path": args.dir}))
+        return 0
+    if args.command == "verify":
+        started = time.monotonic()
+        problems, stats = verify(args.dir, manifest, rehash=args.rehash)
+        print(json.dumps({"ok": not problems, "problems": problems, "seconds": round(time.monotonic() - started, 3),
+                          **stats}))
+        for problem in problems:
+            log(f"MISMATCH {problem}")
+        return EXIT_MISMATCH if problems else 0
+    if args.command == "fetch":
+        repo_parts = args.repo.split("/")
+        if len(repo_parts) != 2 or not all(REPO_PART.fullmatch(p) for p in repo_parts) \
+                or not REVISION.fullmatch(args.revision):
+            raise WeightsError(f"--repo {args.repo!r} / --revision {args.revision!r}: expected ORG/NAME and a "
+                               "40-hex commit")
+        result = fetch(args.dir, manifest, args.repo, args.revision, args.python, args.endpoint, args.token_file)
+    else:
+        result = promote(args.dir, manifest)
+    log(f"{args.dir}: verified" + (" and in place" if result.get("changed") else ", unchanged"))
+    print(json.dumps(result))
+    return 0
 
 
 if __name__ == "__main__":
