@@ -31,6 +31,16 @@ def hardware_for_check(args: argparse.Namespace) -> tuple[int | None, str | None
     return gpus, topology
 
 
+def stand_in_node(profile):
+    """A multi-node profile is checked with the node flags a deploy adds (rank 0's), not as one host's server."""
+    if profile.nodes == 1:
+        return None
+    from .multinode import Node
+
+    return Node(rank=0, nnodes=profile.nodes, dist_init_addr=f"127.0.0.1:{profile.multinode.dist_init_port}",
+                socket_ifname=profile.multinode.socket_ifname)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     try:
         gpus, topology = hardware_for_check(args)
@@ -39,7 +49,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     try:
         profile = load_profile(args.profile)
-        report = check_profile(profile, gpus=gpus, topology=topology, path=args.path)
+        node = stand_in_node(profile)
+        if node is not None:
+            print(f"  nodes: {profile.nodes}: checked as rank 0 ({' '.join(node.args())}; 127.0.0.1 stands in for "
+                  "rank 0's address, which the inventory gives)")
+        report = check_profile(profile, gpus=gpus, topology=topology, path=args.path, node=node)
     except ProfileError as error:
         print("\n".join(error.problems), file=sys.stderr)
         print(f"INVALID: {args.profile}", file=sys.stderr)

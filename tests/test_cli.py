@@ -2,7 +2,7 @@
 
 import subprocess
 
-from conftest import CONTROLLER, PROVEN, proven_with
+from conftest import CONTROLLER, PROVEN, REPO, proven_with
 
 
 def run_check(*args):
@@ -69,3 +69,13 @@ def test_check_refuses_a_command_line_that_contradicts_the_facts(tmp_path):
     broken.write_text("not json")
     result = run_check(PROVEN, "--facts", broken)
     assert result.returncode == 2 and f"--facts {broken}: not a facts file written by facts.py" in result.stderr
+
+
+def test_a_multi_node_profile_is_checked_with_the_node_flags():
+    two_nodes = REPO / "profiles" / "qwen3.6-27b-mtp-2nodes-2xa6000.yaml"
+    for path in ("--full", "--light"):
+        result = run_check(two_nodes, "--gpus", 2, "--topology", "pcie", path)
+        assert result.returncode == 0, result.stderr
+        assert "nodes: 2: checked as rank 0 (--nnodes 2 --node-rank 0 --dist-init-addr 127.0.0.1:50000;" in result.stdout
+    result = run_check(two_nodes, "--gpus", 4)  # 2 nodes x 4 GPUs: tp 4 is wrong
+    assert result.returncode == 1 and "2 nodes x 4 GPU(s) = 8" in result.stderr
