@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 import html
 
-from .hostside.store import flag_differences
+from .hostside.store import environment_differences, flag_differences
 
 SERIES = (("decode_tok_s", "decode tok/s (1 stream)", "#1f77b4"), ("accept_length", "acceptance length τ", "#d62728"))
 
@@ -43,9 +43,11 @@ def points(document: dict) -> list[dict]:
 
 def switches(document: dict) -> list[dict]:
     """Each time a release became active or the watch restarted it: {at, release, event, restart, flags},
-    oldest first; flags: the command-line flags that differ from the release active before (activations)."""
+    oldest first; flags: the command-line flags, then the environment variables, that differ from the release
+    active before (activations)."""
     out = []
     argv = {release["id"]: release.get("exec_start") for release in document.get("releases", [])}
+    env = {release["id"]: release.get("environment") for release in document.get("releases", [])}
     for release in document.get("releases", []):
         for event in release.get("history", []):
             if str(event.get("event", "")).startswith(("activated", "restarted by the watch")) and _time(event.get("at")):
@@ -57,7 +59,10 @@ def switches(document: dict) -> list[dict]:
         item["flags"] = []
         if not item["restart"]:
             if previous and previous != item["release"] and argv.get(previous) and argv.get(item["release"]):
-                item["flags"] = flag_differences(argv[item["release"]], argv[previous]) or ["(same flags)"]
+                changed = flag_differences(argv[item["release"]], argv[previous])
+                if env.get(previous) is not None and env.get(item["release"]) is not None:
+                    changed += environment_differences(env[item["release"]], env[previous])
+                item["flags"] = changed or ["(same flags)"]
             previous = item["release"]
     return out
 

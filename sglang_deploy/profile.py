@@ -33,6 +33,7 @@ DERIVED_FLAGS = {
     "--dist-init-addr": "multinode.dist_init_port and the rank 0 host's address",
 }
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
+SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_KEY|CREDENTIAL|PRIVATE")  # HF_TOKEN, SGLANG_API_KEY, ...
 # Every pattern is applied with fullmatch (Python's `$` also matches before a final newline).
 FLAG_NAME = safety.FLAG_NAME
 VERSION_PIN = safety.VERSION_PIN
@@ -343,6 +344,12 @@ class Profile(Strict):
                 raise ValueError(
                     f"variable {key!r} is not accepted; names are upper case and start with one of "
                     + ", ".join(ENVIRONMENT_PREFIXES))
+            if SECRET_NAME.search(key):
+                raise ValueError(
+                    f"variable {key!r} looks like a secret; the environment is copied into every release, its "
+                    "profile.json (world-readable) and the history, so secrets do not go here: the API key is the "
+                    "host's secret (README: secrets), a Hugging Face token a root-only file named by host data "
+                    "hf_token_file")
             text = value.value if isinstance(value, EnvSetting) else value
             problem = safety.control_message(text) if isinstance(text, str) else None
             if problem:

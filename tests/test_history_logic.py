@@ -74,6 +74,11 @@ def test_switches_carry_the_flags_that_changed():
         in history.table(document)
     document["releases"][1]["exec_start"] = document["releases"][0]["exec_start"]
     assert history.switches(document)[1]["flags"] == ["(same flags)"]
+    # An environment-only change is labelled too (releases from the store's history carry their environment).
+    document["releases"][0]["environment"] = {"NCCL_CUMEM_ENABLE": "0", "NCCL_ALGO": "Ring"}
+    document["releases"][1]["environment"] = {"NCCL_CUMEM_ENABLE": "0", "NCCL_PROTO": "Simple"}
+    assert history.switches(document)[1]["flags"] == ["env NCCL_ALGO: Ring -> (absent)",
+                                                      "env NCCL_PROTO: (absent) -> Simple"]
 
 
 def test_png_draws_points_switches_floors_and_the_roofline(tmp_path):

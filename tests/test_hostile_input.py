@@ -62,6 +62,8 @@ PROFILE_CASES = [
         "environment", "environment:", "variable 'LD_PRELOAD' is not accepted"),
     Bad("env-name-lower-case", 'NCCL_CUMEM_ENABLE: "0"', 'NCCL_cumem: "0"',
         "environment", "environment:", "variable 'NCCL_cumem' is not accepted"),
+    Bad("env-secret-hf-token", 'NCCL_CUMEM_ENABLE: "0"', 'HF_TOKEN: hf_notarealtoken',
+        "environment", "environment:", "variable 'HF_TOKEN' looks like a secret"),
     Bad("env-reason-nul", 'NCCL_CUMEM_ENABLE: "0"', 'NCCL_CUMEM_ENABLE: {value: "0", reason: "a\\0b"}',
         "environment.NCCL_CUMEM_ENABLE.reason", "NCCL_CUMEM_ENABLE", "U+0000"),
     Bad("description-escape-sequence", "description: Qwen3.6-27B FP8,", 'description: "\\e[2J Qwen3.6" #',

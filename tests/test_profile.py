@@ -91,6 +91,14 @@ def test_environment_names_are_restricted(tmp_path):
     assert "environment: variable 'LD_PRELOAD' is not accepted" in problem and "NCCL_" in problem
 
 
+@pytest.mark.parametrize("name", ["HF_TOKEN", "SGLANG_API_KEY", "HF_HUB_TOKEN_SECRET"])
+def test_secret_looking_variables_are_refused_without_echoing_the_value(tmp_path, name):
+    path = proven_with(tmp_path, "  NCCL_CUMEM_ENABLE: \"0\"", f"  {name}: hf_QzXsecretvalue42")
+    [problem] = problems_of(path)
+    assert f"variable '{name}' looks like a secret" in problem and "hf_token_file" in problem
+    assert "hf_QzXsecretvalue42" not in problem
+
+
 def test_several_problems_are_reported_together(tmp_path):
     text = PROVEN.read_text().replace("  port: 30000", "  port: 0").replace("  samples: 8", "  samples: many")
     problems = problems_of(write_profile(tmp_path, text))

@@ -133,6 +133,12 @@ def flag_differences(argv, reference) -> list:
             for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
 
 
+def environment_differences(environment, reference) -> list:
+    """'env NAME: reference -> environment' for every variable of a release's environment file that differs."""
+    return [f"env {name}: {reference.get(name, '(absent)')} -> {environment.get(name, '(absent)')}"
+            for name in sorted(set(environment) | set(reference)) if environment.get(name) != reference.get(name)]
+
+
 # --- store ----------------------------------------------------------------------------------------
 
 class Store:
@@ -392,6 +398,7 @@ def cmd_history(args):
         watch = json_lines(store.read(os.path.join(directory, "watch.jsonl")))
         out.append({"id": release_id, "created": meta.get("created"), "history": meta.get("history") or [],
                     "verdict": meta.get("verdict"), "exec_start": meta.get("exec_start"),
+                    "environment": env_file_values(store.read(os.path.join(directory, "sglang.env"))),
                     "floors": {"decode_tok_s": settings.get("min_decode_tok_s"),
                                "accept_length": settings.get("min_accept_length")},
                     "gate": {"verdict": gate.get("verdict"), "at": (meta.get("gate") or {}).get("at"),
