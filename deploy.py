@@ -137,11 +137,20 @@ if decision.switch:
                       meta=build_meta(plan, decision.release_id, weights=weights),
                       roofline=release_inputs(plan.resolution["resolved"], profile.model.path, release_gpu(
                           plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))))
-    release.switch(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
-                   timeout=profile.service.start_timeout_s, reason="deploy",
-                   max_auto_rollbacks=int(host.data.get("max_auto_rollbacks")),
-                   force=host_flag(host.data, "force"), gate=gated_here, mark_good=not gated_here,
-                   on_inconclusive=profile.gate.on_inconclusive)
+    switch = dict(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
+                  timeout=profile.service.start_timeout_s, reason="deploy",
+                  max_auto_rollbacks=int(host.data.get("max_auto_rollbacks")),
+                  force=host_flag(host.data, "force"), gate=gated_here, mark_good=not gated_here,
+                  on_inconclusive=profile.gate.on_inconclusive)
+    # A multi-node server restarts as a whole, in order (pyinfra runs each operation on every host before the
+    # next): every node stops, the joining ranks start and wait at the rendezvous, then rank 0 starts, and its
+    # readiness and gate see the new release on every node (no rank joins a rank 0 of the old release).
+    if plan.node is not None:
+        multinode.stop_for_restart(service=service, rank=plan.node.rank, nnodes=plan.node.nnodes)
+    if plan.node is not None and not plan.node.serves_http:
+        release.switch(**switch)
+    if plan.node is None or plan.node.serves_http:
+        release.switch(**switch)
     if plan.node is not None and not plan.node.serves_http:
         rank0 = groups[str(host.data.get("node_group"))][0][0]
         multinode.follow_rank0(service=service, rank0=rank0, target=store["state"].get("active"),

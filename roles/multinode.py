@@ -1,4 +1,4 @@
-"""Multi-node servers: a rank > 0 follows rank 0 back when rank 0's switch failed.
+"""Multi-node servers: the restart order, and a rank > 0 follows rank 0 back when rank 0's switch failed.
 
 pyinfra runs the switch on every node at once; a node whose switch fails leaves the run (state.failed_hosts).
 A rank 0 that failed its readiness or its gate rolls itself back; the other ranks, which only check that their
@@ -6,10 +6,12 @@ process runs, would stay on the new release against an old rank 0. This operatio
 them back to the release they ran before (all nodes of one deploy share its release id) and fails them too.
 """
 
+import shlex
+
 from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import OperationError
-from pyinfra.operations import python
+from pyinfra.operations import python, server
 
 from roles.release import switch_command
 
@@ -24,7 +26,8 @@ def _follow(service: str, rank0: str, target: str | None, release_id: str, probe
              logger.warning)
     ok, output = host.run_shell_command(switch_command(
         service, target, probe_url, timeout, "rollback (rank 0 failed)", auto_rollback=False, mark_good=False,
-        max_auto_rollbacks=1000, force=True, gate=False, on_inconclusive="keep"), _sudo=bool(host.data.get("_sudo")))
+        max_auto_rollbacks=1000, force=True, gate=False, on_inconclusive="keep", mark_previous_bad=True),
+        _sudo=bool(host.data.get("_sudo")))
     raise OperationError(f"rank 0 ({rank0}) failed its switch to {release_id}; this node went back to {target}"
                          + ("" if ok else " (ITS SWITCH BACK FAILED: see the journal)"))
 
@@ -34,3 +37,13 @@ def follow_rank0(service: str, rank0: str, target: str | None, release_id: str, 
     python.call(name=f"Back to {target} with the other nodes if rank 0 ({rank0}) failed its switch",
                 function=_follow, service=service, rank0=rank0, target=target, release_id=release_id,
                 probe_url=probe_url, timeout=timeout)
+
+
+@deploy("Multi-node: stop every node first")
+def stop_for_restart(service: str, rank: int, nnodes: int):
+    """Before the switch: the server spans the nodes, so restarting one rank ends it on all; stopping every node
+    first means the ranks that start next meet each other, not a rank of the old release."""
+    unit = shlex.quote(f"{service}.service")
+    server.shell(name=f"Stop {service} on all {nnodes} nodes (they restart together: the joining ranks first, "
+                      "rank 0 last)",
+                 commands=[f"systemctl stop {unit} || ! systemctl cat {unit} >/dev/null 2>&1"])  # none yet: fine

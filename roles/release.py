@@ -82,7 +82,7 @@ def show_changes(service: str, unit: str, env: str):
 
 
 def switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good, max_auto_rollbacks,
-                   force, gate, on_inconclusive) -> str:
+                   force, gate, on_inconclusive, mark_previous_bad=False) -> str:
     command = [
         "--service", service, "--release", release_id,
         "--probe-url", probe_url, "--timeout", str(timeout), "--reason", reason,
@@ -90,6 +90,7 @@ def switch_command(service, release_id, probe_url, timeout, reason, auto_rollbac
     ]
     command += ["--auto-rollback"] * auto_rollback + ["--mark-good-on-ready"] * mark_good + ["--force"] * force
     command += ["--gate", "--on-inconclusive", on_inconclusive] if gate else []
+    command += ["--mark-previous-bad"] * mark_previous_bad
     return host_program("switch", *command)
 
 

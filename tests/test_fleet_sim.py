@@ -253,6 +253,13 @@ def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
     assert f"[{b}] node 1 of 2 (--dist-init-addr {dist}): joins rank 0 and serves no HTTP" in output
     release = [fleet.store_state(i)["active"] for i in (0, 1)]
     assert release[0] == release[1]  # one release id across the nodes
+    # The start order: every node stopped, then the joining rank started, then rank 0 (gated).
+    stop = output.index("Stop sglang on all 2 nodes")
+    joiner = re.search(r"Switch sglang to release \S+ \(deploy\): restart, readiness, automatic", output).start()
+    rank0 = re.search(r"Switch sglang to release \S+ \(deploy\): restart, readiness, gate", output).start()
+    assert stop < joiner < rank0, output[-5000:]
+    started = [int(fleet.sh(i, "systemctl show -p ExecMainStartTimestampMonotonic --value sglang")) for i in (0, 1)]
+    assert started[1] < started[0]  # one kernel, one monotonic clock: rank 1 started first
     for rank in (0, 1):
         cmdline = fleet.sh(rank, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)/cmdline")
         assert "--tp-size 4" in cmdline and f"--nnodes 2 --node-rank {rank} --dist-init-addr {dist}" in cmdline
@@ -278,8 +285,11 @@ def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
     new = [sorted(fleet.release_ids(i))[-1] for i in (0, 1)]
     assert new[0] == new[1] != release[0]
     for rank in (0, 1):
-        assert fleet.store_state(rank)["active"] == release[0]
+        assert fleet.store_state(rank)["active"] == fleet.store_state(rank)["last_good"] == release[0]
         assert json.loads(fleet.sh(rank, f"cat {STORE}/releases/{new[0]}/meta.json"))["verdict"] == "bad"
+    # Rank 1 ran the new release (its process ran) and was marked bad when it followed rank 0 back.
+    events = [e["event"] for e in json.loads(fleet.sh(1, f"cat {STORE}/releases/{new[0]}/meta.json"))["history"]]
+    assert events[-1] == "marked bad (rollback (rank 0 failed))", events
     import time
 
     deadline = time.monotonic() + 40  # the nodes rejoin (each restart breaks the other's rendezvous once)

@@ -159,6 +159,14 @@ def switch_locked(store, args):
                                            + (", marked good without the gate (skip_gate)"
                                               if args.mark_good_on_ready and not args.gate else "")})
     store.write_meta(args.release, meta)
+    if args.mark_previous_bad and previous and previous != args.release and previous in store.ids():
+        # A rank > 0 following rank 0 back: the release it leaves failed on rank 0 (one release id, all nodes).
+        left = store.meta(previous)
+        left.update(verdict="bad", verdict_by="rank 0")
+        left.setdefault("history", []).append({"at": now(), "event": f"marked bad ({args.reason})"})
+        store.write_meta(previous, left)
+        if state.get("last_good") == previous:
+            state["last_good"] = args.release if verdict == "good" else None
     if verdict == "good":
         state.update(last_good=args.release, auto_rollbacks_in_row=0)
     state.update(active=args.release, switching=None)
@@ -360,6 +368,8 @@ def main(argv=None):
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--gate", action="store_true", help="run the gate (releases/<id>/gate-config.json) once ready")
     parser.add_argument("--on-inconclusive", choices=["rollback", "keep"], default="rollback")
+    parser.add_argument("--mark-previous-bad", action="store_true",
+                        help="once this release is active, mark the one it replaced bad (a rank > 0 following rank 0)")
     args = parser.parse_args(argv)
     args.rollback_timeout_given = args.rollback_timeout is not None
     if args.rollback_timeout is None:
