@@ -122,8 +122,12 @@ def test_environment_file_values_and_the_process_drift_names_only():
     import subprocess
 
     environ = {"NCCL_CUMEM_ENABLE": "0", "SGLANG_X": "a b"}
-    process = subprocess.Popen(["sleep", "30"], env=environ)
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"],
+                               env=environ, stdout=subprocess.PIPE, text=True)
     try:
+        assert process.stdout.readline() == "started\n"  # running, past exec: /proc/PID/environ is its own
         assert environment_drift(process.pid, environ) == []
         drift = environment_drift(process.pid, {"NCCL_CUMEM_ENABLE": "1", "SGLANG_X": "a b", "NCCL_ALGO": "Ring"})
         assert drift == ["NCCL_CUMEM_ENABLE", "NCCL_ALGO"]  # names, never values

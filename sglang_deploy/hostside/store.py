@@ -85,11 +85,13 @@ def env_file_values(text) -> dict:
 
 def environment_drift(pid, declared) -> list | None:
     """Names (never values) of declared variables the server process lacks or has with another value; None
-    when the process's environment cannot be read (no process, or not allowed): nothing to compare."""
+    when the process's environment cannot be read (no process, not allowed, mid-exec): nothing to compare."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             raw = f.read()
     except OSError:
+        return None
+    if not raw:  # a process in the middle of exec (or a kernel thread) shows none: nothing to compare
         return None
     environ = dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item)
     return [name for name, value in declared.items() if environ.get(name) != value]
