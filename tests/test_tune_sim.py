@@ -101,6 +101,36 @@ def test_tune_from_the_incident_finds_the_optimum_within_its_budget(simhost, inc
     assert plot and Path(plot.group(1)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", output[-2000:]
 
 
+def test_the_graphs_and_nccl_axes_run_every_candidate_through_the_switch(simhost, incident):
+    """The other two axes end to end: each candidate is the one the logic generates for this profile on a PCIe
+    host (no LL128), started as a temporary release through the switch (its effective-config check included),
+    measured 3 times; the original is back afterwards. Which one wins is the simulator's business, not this test's."""
+    from sglang_deploy import tune
+
+    before = snapshot(simhost)
+    result = simhost.pyinfra("tune.py", "--data", f"profile={incident}", *FAST, "--data", "tune_space=graphs,nccl",
+                             "--data", "tune_budget_s=240", timeout=400)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    document = json.loads(simhost.sh(f"cat {STORE}/releases/{before['state']['active']}/tune-results.json"))
+    print("\n" + document["table"])
+    profile = load_profile(incident)
+    flags = flags_of(incident)
+    expected = [c.id for c in tune.graph_candidates(flags, profile.gate.concurrency)] + \
+        [c.id for c in tune.nccl_candidates(flags, dict(profile.environment), "pcie")]
+    assert "nccl-proto-ll128" not in expected and len(expected) >= 5
+    measured = [entry for entry in document["results"] if entry["id"] != "original"]
+    # A later axis starts from the best of the earlier one ("running8-graphbs8+custom-allreduce-off").
+    assert [entry["id"].split("+")[-1] for entry in measured] == expected
+    for entry in measured:
+        assert entry["valid"] and not entry["error"] and entry["release_id"], entry
+        assert entry["repeats"] >= 3 if isinstance(entry["repeats"], int) else len(entry["repeats"]) >= 3
+        assert entry["decode_score"] > 0 and entry["aggregate_score"] > 0
+    assert {entry["axis"] for entry in measured} == {"graphs", "nccl"}
+    assert document["elapsed_s"] <= 240
+    assert snapshot(simhost) == before
+
+
 def test_ctrl_c_mid_tune_restores_the_original_release(simhost, incident, tmp_path):
     before = snapshot(simhost)
     process, log = start_tune(simhost, incident, tmp_path, *SHORTEST)
