@@ -233,14 +233,20 @@ def draft_tokens_of(candidate: Candidate, original_flags: dict) -> int:
     return spec[2] if spec else 0
 
 
+def gain_needed_pct(measured: Measured, baseline: Measured, objective: Objective) -> float:
+    """What a candidate must gain over the original to count: min_gain_pct, or more when the two measurements'
+    spreads together are larger (a gain inside the noise of either is no gain)."""
+    return max(objective.min_gain_pct, math.hypot(measured.noise() or 0.0, baseline.noise() or 0.0))
+
+
 def choose(results: list[Measured], baseline: Measured, objective: Objective, original_flags: dict) -> Measured:
-    """The best single-stream decode among acceptable candidates that beat the original by min_gain_pct; within
+    """The best single-stream decode among acceptable candidates that beat the original by gain_needed_pct; within
     tie_pct of it, the one with the fewest draft tokens, then the fewest changes (vLLM's rule: the smallest K
     within 1 % of the best)."""
     ok = [m for m in results if acceptable(m, baseline, objective)[0]]
     if baseline is not None and baseline.decode:
-        floor = baseline.decode * (1 + objective.min_gain_pct / 100)
-        ok = [m for m in ok if m is baseline or m.candidate.id == BASELINE.id or m.decode >= floor]
+        ok = [m for m in ok if m is baseline or m.candidate.id == BASELINE.id
+              or m.decode >= baseline.decode * (1 + gain_needed_pct(m, baseline, objective) / 100)]
     if not ok:
         return baseline
     best = max(m.decode for m in ok)

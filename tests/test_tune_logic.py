@@ -242,6 +242,17 @@ def test_a_noise_level_gain_changes_nothing():
     assert tune.choose([base, knob], base, tune.Objective(min_gain_pct=1.0), {}) is knob
 
 
+def test_a_gain_inside_the_spreads_changes_nothing():
+    """Seen on the simulated host: the original spread 3.6 %, running8-graphbs8 scored +2.5 % (spread 0.8 %)."""
+    base = tune.Measured(tune.Candidate("original", "baseline"),
+                         repeats=[{"decode_tok_s": v, "aggregate_tok_s": 129} for v in (38.0, 39.5, 41.0)])
+    steady = measured("running8-graphbs8", base.decode * 1.025, 129, "graphs")
+    assert round(tune.gain_needed_pct(steady, base, tune.Objective()), 1) == round(base.noise(), 1) > 2.5
+    assert tune.choose([base, steady], base, tune.Objective(), {}) is base
+    clear = measured("steps4", base.decode * 1.3, 135)  # the incident's 1 -> 4 steps: far outside the noise
+    assert tune.choose([base, steady, clear], base, tune.Objective(), {}) is clear
+
+
 def test_host_session_helpers():
     from sglang_deploy.hostside import tune_session
 
