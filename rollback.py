@@ -4,13 +4,15 @@
 
 The target's unit and environment are installed, the service restarts and must become ready; if it
 does not, the release that was running comes back. `pyinfra inventory/X.py releases.py` lists them.
+A release of a multi-node server (`--limit nodes`) restarts in the deploy's order: every node stops, the
+joining ranks start, then rank 0.
 """
 
 from pyinfra import host, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FileContents
 
-from roles import release
+from roles import multinode, release
 from roles.facts import ReleaseStore
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of
@@ -37,5 +39,12 @@ directory = release_dir(service, target)
 unit, env = (host.get_fact(FileContents, path=f"{directory}/{name}") for name in ("sglang.service", "sglang.env"))
 release.install_programs()
 release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n")
-release.switch(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
-               reason="rollback", auto_rollback=True, force=True)
+switch = dict(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
+              reason="rollback", auto_rollback=True, force=True)
+node = meta.get("node")  # a multi-node release: this host's rank (release_plan.build_meta)
+if node:
+    multinode.stop_for_restart(service=service, rank=node["rank"], nnodes=node["nnodes"])
+if node and node["rank"] > 0:
+    release.switch(**switch)
+if not node or node["rank"] == 0:
+    release.switch(**switch)

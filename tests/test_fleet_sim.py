@@ -297,3 +297,14 @@ def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
             f"curl -sf -o /dev/null http://127.0.0.1:{FLEET_SERVICE_PORT}/health", check=False).returncode != 0:
         time.sleep(1)
     assert fleet.sh(0, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{FLEET_SERVICE_PORT}/health").strip() == "200"
+    # By hand, rollback.py to the new release (its drop-in is gone now): all nodes, in the deploy's start order.
+    back = fleet.pyinfra("rollback.py", "--limit", "nodes", "--data", f"release={new[0]}")
+    output = back.stdout + back.stderr
+    assert back.returncode == 0, output[-5000:]
+    stop = output.index("Stop sglang on all 2 nodes")
+    joiner = re.search(r"Switch sglang to release \S+ \(rollback\): restart, readiness, automatic", output).start()
+    assert stop < joiner and output.count("(rollback): restart, readiness") >= 2, output[-5000:]
+    assert [fleet.store_state(i)["active"] for i in (0, 1)] == [new[0], new[0]]
+    started = [int(fleet.sh(i, "systemctl show -p ExecMainStartTimestampMonotonic --value sglang")) for i in (0, 1)]
+    assert started[1] < started[0]
+    assert fleet.sh(0, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{FLEET_SERVICE_PORT}/health").strip() == "200"
