@@ -15,7 +15,7 @@ from pyinfra.api.exceptions import DeployError
 
 from roles import multinode, provision, release, secrets, service_user, simulator, watch
 from roles import weights as weights_role
-from roles.facts import DeployState, GpuHost
+from roles.facts import DeployState, GpuHost, ReleaseStore
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
@@ -126,7 +126,13 @@ skip_gate = host_flag(host.data, "skip_gate")
 gated_here = not skip_gate and (plan.node is None or plan.node.serves_http)
 if skip_gate:
     logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
-decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops))
+peer_ids = []
+if plan.node is not None:  # the other nodes' releases: a new release gets one sequence number on every node
+    for name, _ in groups[str(host.data.get("node_group"))]:
+        if name != host.name:
+            peer_ids += [r["id"] for r in inventory.get_host(name).get_fact(ReleaseStore, service=service)["releases"]]
+decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops),
+                  peer_ids=peer_ids)
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)

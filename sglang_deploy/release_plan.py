@@ -95,8 +95,10 @@ def id_digest(plan: Plan, digest: str) -> str:
     return content_hash(unit, plan.rendered.env)
 
 
-def decide(plan: Plan, store: dict, restart_needed: bool = False) -> Decision:
-    """New release when the content differs from every retained one; switch when anything is off."""
+def decide(plan: Plan, store: dict, restart_needed: bool = False, peer_ids=()) -> Decision:
+    """New release when the content differs from every retained one; switch when anything is off.
+    peer_ids: the release ids on the other nodes of a multi-node server, so that a new release gets one
+    sequence number on every node even when their histories differ."""
     digest = content_hash(plan.rendered.unit, plan.rendered.env)
     releases = store.get("releases", [])
     active = store.get("state", {}).get("active")
@@ -106,7 +108,7 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False) -> Decision:
     elif same:
         release_id, is_new = same[-1], False
     else:
-        release_id, is_new = next_release_id([r["id"] for r in releases], id_digest(plan, digest)), True
+        release_id, is_new = next_release_id([r["id"] for r in releases] + list(peer_ids), id_digest(plan, digest)), True
     if release_id != active:
         reason = "new release" if is_new else f"switch to retained release {release_id}"
     elif not store.get("consistent", False):
