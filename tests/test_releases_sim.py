@@ -129,6 +129,32 @@ def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simho
     assert_running(simhost, second)
 
 
+def healthy(simhost, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if simhost.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{TEST_SERVICE_PORT}/health; true"
+                      ).strip() == "200":
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the server did not serve /health within {timeout} s")
+
+
+def test_the_environment_file_reads_as_systemd_reads_it(simhost):
+    """The consistency check parses the environment file itself: real systemd must agree, for the values the
+    renderer quotes (quotes, backslashes, $, backticks, spaces)."""
+    from sglang_deploy.hostside.store import env_file_values
+    from sglang_deploy.render import env_quote
+
+    values = {"SGLANG_A": 'x"y', "SGLANG_B": "C:\\path", "SGLANG_C": "$HOME/x", "SGLANG_D": '{"a": 1}',
+              "SGLANG_E": "a b", "SGLANG_F": "back`tick", "SGLANG_G": "it's", "SGLANG_H": "0"}
+    text = "".join(f"{key}={env_quote(value)}\n" for key, value in values.items())
+    assert env_file_values(text) == values
+    simhost.sh(f"cat > /tmp/quoting.env <<'EOF'\n{text}EOF")
+    out = simhost.sh("systemd-run -q --wait --pipe -p EnvironmentFile=/tmp/quoting.env env -0")
+    seen = dict(item.split("=", 1) for item in out.split("\0") if "=" in item)
+    assert {key: seen.get(key) for key in values} == values
+
+
 def test_a_server_restarted_without_a_declared_variable_is_seen_and_the_redeploy_restores_it(simhost):
     """The incident's shape, in the environment: a hand restart under a local override drops a declared
     variable. Unit and environment file are untouched, so only the process tells; the same deploy restarts it."""
@@ -137,12 +163,18 @@ def test_a_server_restarted_without_a_declared_variable_is_seen_and_the_redeploy
     try:
         simhost.sh(f"mkdir -p {drop_in.rsplit('/', 1)[0]} && printf '[Service]\\nUnsetEnvironment=NCCL_CUMEM_ENABLE\\n'"
                    f" > {drop_in} && systemctl daemon-reload && systemctl restart sglang")
+        healthy(simhost)  # past the fork/exec window: the process's own environment
+        # While the override stays, a restart would not help: named, not counted as inconsistent.
         store = state(simhost)
-        assert not store["consistent"] and store["inconsistent"] == [
-            "the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"]
+        assert store["consistent"] and store["inconsistent"] == []
+        assert any("NCCL_CUMEM_ENABLE" in p and drop_in in p for p in store["problems"]), store["problems"]
     finally:
         simhost.sh(f"rm -f {drop_in} && systemctl daemon-reload")
-    # The override is gone but the process started under it still lacks the variable: the deploy restarts it.
+    # The override is gone but the process started under it still lacks the variable: inconsistent, and the
+    # deploy restarts it.
+    store = state(simhost)
+    assert not store["consistent"] and store["inconsistent"] == [
+        "the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"]
     result = simhost.deploy(profile=PROVEN)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]

@@ -68,18 +68,33 @@ def cmdline_matches(cmdline, exec_start) -> bool:
     return os.path.basename(cmdline[0]).startswith("python") and cmdline[1:] == exec_start
 
 
+def _env_value(raw):
+    """One value as systemd's EnvironmentFile= reads it: "..." with \\ \" \$ \` escapes (render.env_quote
+    writes those), '...' literal, else unquoted with backslash escapes."""
+    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
+        return raw[1:-1]
+    quoted = len(raw) >= 2 and raw[0] == raw[-1] == '"'
+    text, out, i = (raw[1:-1] if quoted else raw), [], 0
+    while i < len(text):
+        if text[i] == "\\" and i + 1 < len(text) and (not quoted or text[i + 1] in '"\\$`'):
+            out.append(text[i + 1])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
+
+
 def env_file_values(text) -> dict:
-    """KEY=VALUE lines of a release's environment file (comments skipped), as systemd's EnvironmentFile= reads
-    the ones the renderer writes: the rest of the line, surrounding quotes removed."""
+    """KEY=VALUE lines of a release's environment file (comments skipped), as systemd's EnvironmentFile=
+    reads the ones the renderer writes."""
     values = {}
     for line in (text or "").splitlines():
         line = line.strip()
         if not line or line.startswith(("#", ";")) or "=" not in line:
             continue
         key, value = (part.strip() for part in line.split("=", 1))
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        values[key] = value
+        values[key] = _env_value(value)
     return values
 
 
@@ -95,6 +110,20 @@ def environment_drift(pid, declared) -> list | None:
         return None
     environ = dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item)
     return [name for name, value in declared.items() if environ.get(name) != value]
+
+
+def environment_drop_ins(service):
+    """The unit's drop-ins that set, unset or load environment variables (a local override)."""
+    show = systemctl("show", "-p", "DropInPaths", "--value", f"{service}.service").stdout.split()
+    found = []
+    for path in show:
+        try:
+            with open(path) as f:
+                if re.search(r"(?m)^\s*(Environment|UnsetEnvironment|EnvironmentFile|PassEnvironment)\s*=", f.read()):
+                    found.append(path)
+        except OSError:
+            pass
+    return found
 
 
 def release_auth(meta) -> str:
@@ -364,6 +393,13 @@ def cmd_state(args):
     running = service_status(args.service)
     active_meta = next((r for r in releases if r["id"] == state.get("active")), None)
     drift = environment_drift(running["main_pid"], env_file_values(env)) if running["main_pid"] and env else None
+    overriding = environment_drop_ins(args.service) if drift else []
+    if drift and overriding:
+        # A local override sets the environment: a restart would start the same process again (no convergence).
+        store.problems.append(f"the server process's environment differs from the release's in {', '.join(drift)}, "
+                              f"and {', '.join(overriding)} sets the environment: a restart would not change "
+                              "that; remove the drop-in (the gate and the doctor name it)")
+        drift = None
     inconsistent = [why for why, off in (
         ("no active release", not active_meta),
         ("a switch was interrupted", state.get("switching")),
