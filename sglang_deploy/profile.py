@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 from pydantic import ValidationError, field_validator, model_validator
 
 from . import safety
+from .hostside.store import secret_name
 from .hardening import DIRECTIVES
 from .rules import RULES
 
@@ -33,7 +34,6 @@ DERIVED_FLAGS = {
     "--dist-init-addr": "multinode.dist_init_port and the rank 0 host's address",
 }
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
-SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSW|API_KEY|CREDENTIAL|PRIVATE")  # HF_TOKEN, SGLANG_API_KEY, ...
 # Every pattern is applied with fullmatch (Python's `$` also matches before a final newline).
 FLAG_NAME = safety.FLAG_NAME
 VERSION_PIN = safety.VERSION_PIN
@@ -344,7 +344,7 @@ class Profile(Strict):
                 raise ValueError(
                     f"variable {key!r} is not accepted; names are upper case and start with one of "
                     + ", ".join(ENVIRONMENT_PREFIXES))
-            if SECRET_NAME.search(key):
+            if secret_name(key):
                 raise ValueError(
                     f"variable {key!r} looks like a secret; the environment is copied into every release, its "
                     "profile.json (world-readable) and the history, so secrets do not go here: the API key is the "

@@ -91,7 +91,14 @@ def test_environment_names_are_restricted(tmp_path):
     assert "environment: variable 'LD_PRELOAD' is not accepted" in problem and "NCCL_" in problem
 
 
-@pytest.mark.parametrize("name", ["HF_TOKEN", "SGLANG_API_KEY", "HF_HUB_TOKEN_SECRET"])
+def test_real_variables_that_merely_mention_tokens_are_accepted(tmp_path):
+    names = ["SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION", "SGLANG_INIT_NEW_TOKEN_RATIO", "SGLANG_MAX_NEW_TOKENS_LIMIT",
+             "SGLANG_DETOKENIZER_MAX_STATES", "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_TOKEN_PATH"]
+    lines = "".join(f'  {name}: "1"\n' for name in names)
+    load_profile(proven_with(tmp_path, "environment:\n", "environment:\n" + lines))
+
+
+@pytest.mark.parametrize("name", ["HF_TOKEN", "SGLANG_API_KEY", "HF_HUB_TOKEN_SECRET", "NCCL_PASSWORD"])
 def test_secret_looking_variables_are_refused_without_echoing_the_value(tmp_path, name):
     path = proven_with(tmp_path, "  NCCL_CUMEM_ENABLE: \"0\"", f"  {name}: hf_QzXsecretvalue42")
     [problem] = problems_of(path)

@@ -4,7 +4,8 @@ import pytest
 
 from conftest import PROVEN, proven_with
 from sglang_deploy.hostside.store import (cmdline_matches, content_hash, env_file_values, environment_drift,
-                                             flag_differences, last_used, next_release_id, releases_to_prune)
+                                             flag_differences, last_used, next_release_id, releases_to_prune,
+                                             secret_name)
 from sglang_deploy.plan import plan_for_host
 from sglang_deploy.release_plan import build_meta, decide, listing, rollback_target
 
@@ -146,3 +147,10 @@ def test_decide_names_why_the_host_is_inconsistent():
     decision = decide(plan, store)
     assert decision.switch and decision.release_id == first.release_id
     assert decision.reason.endswith("differs from the release's in NCCL_CUMEM_ENABLE")
+
+
+def test_secret_names_by_convention_only():
+    assert all(secret_name(n) for n in ("HF_TOKEN", "SGLANG_API_KEY", "AWS_SECRET_ACCESS_KEY", "NCCL_PASSWORD",
+                                        "X_CREDENTIALS", "TOKEN"))
+    assert not any(secret_name(n) for n in ("HF_TOKEN_PATH", "SGLANG_MAX_NEW_TOKENS_LIMIT", "SGLANG_INIT_NEW_TOKEN_RATIO",
+                                            "HF_HUB_DISABLE_IMPLICIT_TOKEN", "NCCL_CUMEM_ENABLE"))

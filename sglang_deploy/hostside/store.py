@@ -69,8 +69,9 @@ def cmdline_matches(cmdline, exec_start) -> bool:
 
 
 def _env_value(raw):
-    """One value as systemd's EnvironmentFile= reads it: "..." with \\ \" \$ \` escapes (render.env_quote
-    writes those), '...' literal, else unquoted with backslash escapes."""
+    """One value as systemd's EnvironmentFile= reads it: double quotes with backslash escapes of the backslash,
+    the quote, $ and the backtick (render.env_quote writes those), single quotes literal, else unquoted with
+    backslash escapes."""
     if len(raw) >= 2 and raw[0] == raw[-1] == "'":
         return raw[1:-1]
     quoted = len(raw) >= 2 and raw[0] == raw[-1] == '"'
@@ -162,6 +163,16 @@ def flag_differences(argv, reference) -> list:
     mine, theirs = flags(argv or []), flags(reference or [])
     return [f"{name}: {theirs.get(name, '(absent)')} -> {mine.get(name, '(absent)')}"
             for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
+
+
+# Variable names that hold secrets by convention (HF_TOKEN, SGLANG_API_KEY, ..._PASSWORD); not, say,
+# SGLANG_MAX_NEW_TOKENS_LIMIT or HF_TOKEN_PATH (a path). Profiles refuse them; the history masks their values.
+SECRET_NAME = re.compile(r"(^|_)(TOKEN|SECRET|SECRET_KEY|PASSWORD|PASSWD|API_KEY|ACCESS_KEY|PRIVATE_KEY|CREDENTIALS?)$")
+NOT_SECRET = frozenset({"HF_HUB_DISABLE_IMPLICIT_TOKEN"})  # a switch, not a token
+
+
+def secret_name(name) -> bool:
+    return bool(SECRET_NAME.search(name)) and name not in NOT_SECRET
 
 
 def environment_differences(environment, reference) -> list:
@@ -436,7 +447,8 @@ def cmd_history(args):
         watch = json_lines(store.read(os.path.join(directory, "watch.jsonl")))
         out.append({"id": release_id, "created": meta.get("created"), "history": meta.get("history") or [],
                     "verdict": meta.get("verdict"), "exec_start": meta.get("exec_start"),
-                    "environment": env_file_values(store.read(os.path.join(directory, "sglang.env"))),
+                    "environment": {name: "(masked)" if secret_name(name) else value for name, value in
+                                    env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},
                     "floors": {"decode_tok_s": settings.get("min_decode_tok_s"),
                                "accept_length": settings.get("min_accept_length")},
                     "gate": {"verdict": gate.get("verdict"), "at": (meta.get("gate") or {}).get("at"),
