@@ -46,3 +46,28 @@ def test_no_automatic_rollback_onto_weights_that_are_not_the_verified_ones(store
     assert document["rollback_readiness"]["stage"] == "weights"
     assert "not rolled back to 0001-aaaaaaaa: the manifest" in document["rollback_readiness"]["detail"]
     assert store.state()["active"] is None and store.state()["auto_rollbacks_in_row"] == 1
+
+
+@pytest.mark.parametrize("target_verdict, last_good", [("good", "0002-bbbbbbbb"), (None, "0001-aaaaaaaa")])
+def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_last_good(tmp_path, monkeypatch,
+                                                                                         target_verdict, last_good):
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(switch, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
+    for number, (release_id, verdict) in enumerate((("0001-aaaaaaaa", "good"), ("0002-bbbbbbbb", target_verdict),
+                                                     ("0003-cccccccc", "good"))):
+        (tmp_path / "sglang" / "releases" / release_id).mkdir(parents=True)
+        store.write_meta(release_id, {"verdict": verdict, "exec_start": ["sglang"],
+                                      "history": [{"at": f"2026-12-01T0{number}:00:00+00:00", "event": "activated"}]})
+    # The new release ran on this rank (marked good once its process ran); rank 0 then failed its gate.
+    store.save_state({"active": "0003-cccccccc", "last_good": "0003-cccccccc", "auto_rollbacks_in_row": 0})
+    monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "elapsed_s": 1.0})
+    args = types.SimpleNamespace(release="0002-bbbbbbbb", reason="rollback (rank 0 failed)", auto_rollback=False,
+                                 max_auto_rollbacks=1000, force=True, probe_url="http://127.0.0.1:1", timeout=10,
+                                 settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=True,
+                                 on_inconclusive="keep", owner="test")
+    assert switch.switch_locked(store, args) == 0
+    assert store.meta("0003-cccccccc")["verdict"] == "bad"
+    assert store.meta("0003-cccccccc")["history"][-1]["event"] == "marked bad (rollback (rank 0 failed))"
+    state = store.state()
+    assert state["active"] == "0002-bbbbbbbb" and state["last_good"] == last_good

@@ -18,7 +18,7 @@ import sys
 from . import evidence, gate, weights
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .readiness import foreign_listener, wait_ready, wait_running
-from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, log, now,
+from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, last_used, log, now,
                     release_auth, service_name, service_status, systemctl)
 
 EXIT_FAILED_ROLLED_BACK = 1
@@ -165,8 +165,10 @@ def switch_locked(store, args):
         left.update(verdict="bad", verdict_by="rank 0")
         left.setdefault("history", []).append({"at": now(), "event": f"marked bad ({args.reason})"})
         store.write_meta(previous, left)
-        if state.get("last_good") == previous:
-            state["last_good"] = args.release if verdict == "good" else None
+        if state.get("last_good") == previous:  # the good release it had before, most recently used first
+            good = [i for i in store.ids() if i != previous and (i == args.release and verdict == "good"
+                                                                 or store.meta(i).get("verdict") == "good")]
+            state["last_good"] = max(good, key=lambda i: last_used(store.meta(i)), default=None)
     if verdict == "good":
         state.update(last_good=args.release, auto_rollbacks_in_row=0)
     state.update(active=args.release, switching=None)
