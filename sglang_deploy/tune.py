@@ -167,6 +167,11 @@ class Measured:
         return robust_score(self.values("decode_tok_s"))
 
     @property
+    def median_decode(self) -> float | None:
+        values = self.values("decode_tok_s")
+        return statistics.median(values) if values else None
+
+    @property
     def aggregate(self) -> float | None:
         return robust_score(self.values("aggregate_tok_s"))
 
@@ -239,14 +244,20 @@ def gain_needed_pct(measured: Measured, baseline: Measured, objective: Objective
     return max(objective.min_gain_pct, math.hypot(measured.noise() or 0.0, baseline.noise() or 0.0))
 
 
+def clear_gain(measured: Measured, baseline: Measured, objective: Objective) -> bool:
+    """The medians differ by more than gain_needed_pct (the robust scores already subtract each one's own noise:
+    comparing them would credit a steady candidate with the original's noise)."""
+    mine, theirs = measured.median_decode, baseline.median_decode
+    return bool(mine and theirs) and mine >= theirs * (1 + gain_needed_pct(measured, baseline, objective) / 100)
+
+
 def choose(results: list[Measured], baseline: Measured, objective: Objective, original_flags: dict) -> Measured:
     """The best single-stream decode among acceptable candidates that beat the original by gain_needed_pct; within
     tie_pct of it, the one with the fewest draft tokens, then the fewest changes (vLLM's rule: the smallest K
     within 1 % of the best)."""
     ok = [m for m in results if acceptable(m, baseline, objective)[0]]
     if baseline is not None and baseline.decode:
-        ok = [m for m in ok if m is baseline or m.candidate.id == BASELINE.id
-              or m.decode >= baseline.decode * (1 + gain_needed_pct(m, baseline, objective) / 100)]
+        ok = [m for m in ok if m is baseline or m.candidate.id == BASELINE.id or clear_gain(m, baseline, objective)]
     if not ok:
         return baseline
     best = max(m.decode for m in ok)
@@ -356,11 +367,16 @@ class Search:
         merged = best.candidate.merged(candidate)
         return Candidate(f"{best.candidate.id}+{candidate.id}", candidate.axis, merged.flags, merged.env)
 
+    def clearly_better(self, measured: Measured, than: Measured) -> bool:
+        """For a knob (graphs, nccl): better, and by more than the two measurements' noise (clear_gain), so a
+        later axis does not build on a change that only won by noise."""
+        return self.better(measured, than) and clear_gain(measured, than, self.objective)
+
     def axis_graphs(self, best: Measured) -> Measured:
         top = best
         for candidate in graph_candidates(self.flags, self.concurrency):
             measured = self.run_one(self.with_best(best, candidate))
-            if self.better(measured, top):
+            if self.clearly_better(measured, top):
                 top = measured
         return top
 
@@ -368,7 +384,7 @@ class Search:
         top = best
         for candidate in nccl_candidates(self.flags, self.env, self.topology):
             measured = self.run_one(self.with_best(best, candidate))
-            if self.better(measured, top):
+            if self.clearly_better(measured, top):
                 top = measured
         return top
 

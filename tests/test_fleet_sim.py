@@ -229,10 +229,12 @@ TWO_NODES = REPO / "profiles" / "qwen3.6-27b-mtp-2nodes-2xa6000.yaml"
 
 
 def two_node_variant(tmp_path, name: str, running: int = 16):
-    """The 2-node profile on the test's ports, a short rendezvous timeout and a small gate."""
+    """The 2-node profile on the test's ports, a rendezvous timeout that outlasts the wait for rank 0's start on
+    a loaded machine (the start order is checked by the units' start times: a rank that gave up would restart),
+    and a small gate."""
     text = TWO_NODES.read_text()
     for old, new in ((r"(?m)^  dist_init_port: \d+", f"  dist_init_port: {FLEET_SERVICE_PORT + 6}"),
-                     (r"(?m)^    --enable-metrics: true.*$", "    --enable-metrics: true\n    --dist-timeout: 15"),
+                     (r"(?m)^    --enable-metrics: true.*$", "    --enable-metrics: true\n    --dist-timeout: 90"),
                      (r"(?m)^  samples: .*$", "  samples: 2"), (r"(?m)^  max_new_tokens: .*$", "  max_new_tokens: 96"),
                      (r"--max-running-requests: 16", f"--max-running-requests: {running}")):
         text, count = re.subn(old, new, text)

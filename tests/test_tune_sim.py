@@ -109,7 +109,7 @@ def test_the_graphs_and_nccl_axes_run_every_candidate_through_the_switch(simhost
 
     before = snapshot(simhost)
     result = simhost.pyinfra("tune.py", "--data", f"profile={incident}", *FAST, "--data", "tune_space=graphs,nccl",
-                             "--data", "tune_budget_s=240", timeout=400)
+                             "--data", "tune_budget_s=900", timeout=1000)  # every candidate: not a budget test
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     document = json.loads(simhost.sh(f"cat {STORE}/releases/{before['state']['active']}/tune-results.json"))
@@ -127,7 +127,7 @@ def test_the_graphs_and_nccl_axes_run_every_candidate_through_the_switch(simhost
         assert entry["repeats"] >= 3 if isinstance(entry["repeats"], int) else len(entry["repeats"]) >= 3
         assert entry["decode_score"] > 0 and entry["aggregate_score"] > 0
     assert {entry["axis"] for entry in measured} == {"graphs", "nccl"}
-    assert document["elapsed_s"] <= 240
+    assert document["elapsed_s"] <= 900 and not document["stopped"]
     assert snapshot(simhost) == before
 
 

@@ -450,12 +450,17 @@ def prune(models_root=None, store_root=None, grace_s=PRUNE_GRACE_S):
     """Remove snapshots this tool made (they have a verification record) that no retained release uses and that
     were verified over grace_s ago; nothing while another command holds the weights' lock."""
     models_root = models_root or MODELS_ROOT
+    if not os.path.isdir(os.path.join(models_root, TOOL_DIR, "verified")):  # no managed weights on this host
+        return {"ok": True, "removed": [], "kept": []}
     try:
         with models_lock(models_root, exclusive=True):
             return prune_locked(models_root, store_root, grace_s)
     except BlockingIOError:
         log("weights prune skipped: a fetch, promote or verify is running")
         return {"ok": True, "skipped": "locked", "removed": [], "kept": []}
+    except OSError as error:  # a read-only models directory: nothing to prune here, and not a failed deploy
+        log(f"weights prune skipped: {error}")
+        return {"ok": True, "skipped": str(error), "removed": [], "kept": []}
 
 
 def prune_locked(models_root, store_root, grace_s):
