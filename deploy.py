@@ -151,10 +151,14 @@ if decision.switch:
     # A multi-node server restarts as a whole, in order (pyinfra runs each operation on every host before the
     # next): every node stops, the joining ranks start and wait at the rendezvous, then rank 0 starts, and its
     # readiness and gate see the new release on every node (no rank joins a rank 0 of the old release).
+    nodes = [name for name, _ in groups[str(host.data.get("node_group"))]] if plan.node is not None else []
     if plan.node is not None:
-        multinode.stop_for_restart(service=service, rank=plan.node.rank, nnodes=plan.node.nnodes)
+        multinode.stop_for_restart(switch=switch, rank=plan.node.rank, nnodes=plan.node.nnodes)
     if plan.node is not None and not plan.node.serves_http:
+        multinode.require_peers(names=nodes, step="the joining ranks' start")
         release.switch(**switch)
+    if plan.node is not None and plan.node.serves_http:
+        multinode.require_peers(names=nodes, step="rank 0's start")
     if plan.node is None or plan.node.serves_http:
         release.switch(**switch)
     if plan.node is not None and not plan.node.serves_http:

@@ -8,7 +8,7 @@ A release of a multi-node server (`--limit nodes`) restarts in the deploy's orde
 joining ranks start, then rank 0.
 """
 
-from pyinfra import host, logger
+from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FileContents
 
@@ -42,9 +42,13 @@ release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join
 switch = dict(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
               reason="rollback", auto_rollback=True, force=True)
 node = meta.get("node")  # a multi-node release: this host's rank (release_plan.build_meta)
+nodes = [h.name for h in inventory.get_group(host.data.get("node_group"))] if node else []
 if node:
-    multinode.stop_for_restart(service=service, rank=node["rank"], nnodes=node["nnodes"])
+    multinode.stop_for_restart(switch=switch, rank=node["rank"], nnodes=node["nnodes"])
 if node and node["rank"] > 0:
+    multinode.require_peers(names=nodes, step="the joining ranks' start")
     release.switch(**switch)
+if node and node["rank"] == 0:
+    multinode.require_peers(names=nodes, step="rank 0's start")
 if not node or node["rank"] == 0:
     release.switch(**switch)

@@ -6,14 +6,12 @@ process runs, would stay on the new release against an old rank 0. This operatio
 them back to the release they ran before (all nodes of one deploy share its release id) and fails them too.
 """
 
-import shlex
-
 from pyinfra import host, logger, state
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import OperationError
 from pyinfra.operations import python, server
 
-from roles.release import switch_command
+from roles.release import SWITCH_DEFAULTS, switch_command
 
 
 def _follow(service: str, rank0: str, target: str | None, release_id: str, probe_url: str, timeout: int):
@@ -39,11 +37,25 @@ def follow_rank0(service: str, rank0: str, target: str | None, release_id: str, 
                 probe_url=probe_url, timeout=timeout)
 
 
+def _peers_intact(names, step: str):
+    failed = sorted(name for name in names if name in {h.name for h in state.failed_hosts})
+    if failed:
+        raise OperationError(f"{', '.join(failed)} of this multi-node server failed an earlier step: {step} not run "
+                             "here. The nodes that stopped stay stopped; once the cause is fixed, deploy again or "
+                             "roll back with `rollback.py --limit <node group> --data release=ID`")
+
+
 @deploy("Multi-node: stop every node first")
-def stop_for_restart(service: str, rank: int, nnodes: int):
+def stop_for_restart(switch: dict, rank: int, nnodes: int):
     """Before the switch: the server spans the nodes, so restarting one rank ends it on all; stopping every node
-    first means the ranks that start next meet each other, not a rank of the old release."""
-    unit = shlex.quote(f"{service}.service")
-    server.shell(name=f"Stop {service} on all {nnodes} nodes (they restart together: the joining ranks first, "
-                      "rank 0 last)",
-                 commands=[f"systemctl stop {unit} || ! systemctl cat {unit} >/dev/null 2>&1"])  # none yet: fine
+    first means the ranks that start next meet each other, not a rank of the old release. The stop runs the
+    switch's own refusals first (lock, automatic-rollback cap, weights), under the store's lock."""
+    server.shell(name=f"Stop {switch['service']} on all {nnodes} nodes (they restart together: the joining ranks "
+                      "first, rank 0 last)",
+                 commands=[switch_command(**{**SWITCH_DEFAULTS, **switch}, stop_only=True)])
+
+
+@deploy("Multi-node: every node still in")
+def require_peers(names: list, step: str):
+    python.call(name=f"Every node of the server passed the steps before {step}", function=_peers_intact,
+                names=names, step=step)

@@ -82,7 +82,7 @@ def show_changes(service: str, unit: str, env: str):
 
 
 def switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good, max_auto_rollbacks,
-                   force, gate, on_inconclusive, mark_previous_bad=False) -> str:
+                   force, gate, on_inconclusive, mark_previous_bad=False, stop_only=False) -> str:
     command = [
         "--service", service, "--release", release_id,
         "--probe-url", probe_url, "--timeout", str(timeout), "--reason", reason,
@@ -90,7 +90,7 @@ def switch_command(service, release_id, probe_url, timeout, reason, auto_rollbac
     ]
     command += ["--auto-rollback"] * auto_rollback + ["--mark-good-on-ready"] * mark_good + ["--force"] * force
     command += ["--gate", "--on-inconclusive", on_inconclusive] if gate else []
-    command += ["--mark-previous-bad"] * mark_previous_bad
+    command += ["--mark-previous-bad"] * mark_previous_bad + ["--stop-only"] * stop_only
     return host_program("switch", *command)
 
 
@@ -115,6 +115,10 @@ def _report(service):
             host.log("the gate measured a SIMULATED server (sglang_deploy.sim)", logger.warning)
         for line in gate_table(document["gate"]).splitlines():
             logger.info(f"    {line}")
+
+
+SWITCH_DEFAULTS = dict(auto_rollback=True, mark_good=False, max_auto_rollbacks=3, force=False, gate=False,
+                       on_inconclusive="rollback")
 
 
 @deploy("Release: switch")

@@ -119,6 +119,14 @@ def switch_locked(store, args):
     problem = weights.release_problem(meta)  # the weights must be in place and verified: else no switch
     if problem:
         return finish(store, {"ok": False, "release": args.release, "error": problem}, 2)
+    if args.stop_only:  # a multi-node server: every node stops (these checks passed) before any starts
+        result = systemctl("stop", f"{store.service}.service")
+        loaded = systemctl("show", "-p", "LoadState", "--value", f"{store.service}.service").stdout.strip()
+        if result.returncode != 0 and loaded != "not-found":  # no unit yet (a first deploy): nothing to stop
+            log(f"systemctl stop {store.service}.service failed: {result.stderr.strip()}")
+            return 2
+        log(f"{store.service}.service stopped for the switch to {args.release} (the nodes restart together)")
+        return 0
     state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
     store.save_state(state)
     change = auth_change(store.meta(previous) if previous in store.ids() else None, dict(meta, id=args.release))
@@ -370,6 +378,8 @@ def main(argv=None):
     parser.add_argument("--force", action="store_true")
     parser.add_argument("--gate", action="store_true", help="run the gate (releases/<id>/gate-config.json) once ready")
     parser.add_argument("--on-inconclusive", choices=["rollback", "keep"], default="rollback")
+    parser.add_argument("--stop-only", action="store_true",
+                        help="run the switch's checks under the lock, then only stop the service (multi-node start order)")
     parser.add_argument("--mark-previous-bad", action="store_true",
                         help="once this release is active, mark the one it replaced bad (a rank > 0 following rank 0)")
     args = parser.parse_args(argv)
