@@ -64,7 +64,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
     monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "elapsed_s": 1.0})
     args = types.SimpleNamespace(release="0002-bbbbbbbb", reason="rollback (rank 0 failed)", auto_rollback=False,
                                  max_auto_rollbacks=1000, force=True, probe_url="http://127.0.0.1:1", timeout=10,
-                                 settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=True,
+                                 settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=True, stop_only=False,
                                  on_inconclusive="keep", owner="test")
     assert switch.switch_locked(store, args) == 0
     assert store.meta("0003-cccccccc")["verdict"] == "bad"
