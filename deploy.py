@@ -21,7 +21,7 @@ from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
-from sglang_deploy.release_plan import build_meta, decide, profile_snapshot
+from sglang_deploy.release_plan import build_meta, decide, profile_snapshot, with_peers
 from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_gpu, release_inputs
 from sglang_deploy import safety
@@ -126,13 +126,13 @@ skip_gate = host_flag(host.data, "skip_gate")
 gated_here = not skip_gate and (plan.node is None or plan.node.serves_http)
 if skip_gate:
     logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
-peer_ids = []
-if plan.node is not None:  # the other nodes' releases: a new release gets one sequence number on every node
-    for name, _ in groups[str(host.data.get("node_group"))]:
-        if name != host.name:
-            peer_ids += [r["id"] for r in inventory.get_host(name).get_fact(ReleaseStore, service=service)["releases"]]
+# A multi-node server: the other nodes' stores number a new release past all of them (one id on every node) and
+# make this node restart when another one will (the nodes restart together).
+peers = {name: inventory.get_host(name).get_fact(ReleaseStore, service=service)
+         for name, _ in groups[str(host.data.get("node_group"))] if name != host.name} if plan.node is not None else {}
 decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops),
-                  peer_ids=peer_ids)
+                  peer_ids=[r["id"] for peer in peers.values() for r in peer["releases"]])
+decision = with_peers(decision, peers)
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)

@@ -121,6 +121,23 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False, peer_ids=()) -
     return Decision(release_id, is_new, True, reason)
 
 
+def with_peers(decision: Decision, peers: dict[str, dict]) -> Decision:
+    """A multi-node server restarts as a whole: this node switches too when another node will (it is not
+    consistent, or runs other content). peers: node name -> its store state. Content is compared by the id's
+    hash part, which leaves out the rank, so nodes whose sequence numbers differ do not restart each other."""
+    if decision.switch:
+        return decision
+    content = decision.release_id.split("-", 1)[-1]
+    for name, store in peers.items():
+        active = (store.get("state") or {}).get("active") or ""
+        why = ("is not consistent with its active release" if not store.get("consistent")
+               else f"runs {active or 'nothing'}" if active.split("-", 1)[-1] != content else None)
+        if why:
+            return Decision(decision.release_id, False, True,
+                            f"node {name} {why}: the nodes of this server restart together")
+    return decision
+
+
 def rollback_target(store: dict, requested: str | None = None) -> str:
     """The requested retained release, else the most recently used good release other than the active one."""
     releases = store.get("releases", [])

@@ -279,6 +279,20 @@ def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
     assert gate["verdict"] == "pass", gate
     assert fleet.sh(1, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{FLEET_SERVICE_PORT + 1}/health; true")\
         .strip() == "000"  # rank 1 serves no HTTP
+    # Only node 1 drifts (its environment file edited by hand; the processes run on): a redeploy restarts both
+    # nodes, in the start order, and gates rank 0 again.
+    fleet.sh(1, "echo '# edited by hand' >> /etc/sglang-deploy/sglang/sglang.env")
+    again = fleet.pyinfra("deploy.py", "--limit", "nodes", "--data", f"profile={two_node_variant(tmp_path, 'n1.yaml')}",
+                          "--data", "max_auto_rollbacks=100")
+    output = again.stdout + again.stderr
+    assert again.returncode == 0, output[-5000:]
+    assert f"[{a}] release {release[0]}: node {b} is not consistent with its active release: the nodes of this " \
+           "server restart together" in output, output[-5000:]
+    restarted = [int(fleet.sh(i, "systemctl show -p ExecMainStartTimestampMonotonic --value sglang")) for i in (0, 1)]
+    assert restarted[0] > started[0] and started[1] < restarted[1] < restarted[0]
+    assert [fleet.store_state(i)["active"] for i in (0, 1)] == release
+    assert json.loads(fleet.sh(1, "cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))[
+        "consistent"]
     # A new release whose gate fails on rank 0: every node is back on the release above, together.
     fleet.sh(0, f"mkdir -p {os.path.dirname(DROP_IN)} && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1\\n'"
                 f" > {DROP_IN} && systemctl daemon-reload")

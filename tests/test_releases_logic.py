@@ -154,3 +154,18 @@ def test_secret_names_by_convention_only():
                                         "X_CREDENTIALS", "TOKEN"))
     assert not any(secret_name(n) for n in ("HF_TOKEN_PATH", "SGLANG_MAX_NEW_TOKENS_LIMIT", "SGLANG_INIT_NEW_TOKEN_RATIO",
                                             "HF_HUB_DISABLE_IMPLICIT_TOKEN", "NCCL_CUMEM_ENABLE"))
+
+
+def test_the_nodes_of_a_server_restart_together():
+    from sglang_deploy.release_plan import Decision, with_peers
+
+    mine = Decision("0003-abcdef12", False, False, "unchanged")
+    same = {"state": {"active": "0002-abcdef12"}, "consistent": True}  # same content, another sequence number
+    assert with_peers(mine, {"b": same}) is mine
+    broken = with_peers(mine, {"b": same, "c": {"state": {"active": "0003-abcdef12"}, "consistent": False}})
+    assert broken.switch and not broken.is_new and broken.release_id == mine.release_id
+    assert broken.reason == "node c is not consistent with its active release: the nodes of this server restart together"
+    other = with_peers(mine, {"b": {"state": {"active": "0004-99999999"}, "consistent": True}})
+    assert other.switch and other.reason.startswith("node b runs 0004-99999999")
+    switching = Decision("0004-99999999", True, True, "new release")
+    assert with_peers(switching, {"b": same}) is switching
