@@ -122,13 +122,13 @@ SWITCH_DEFAULTS = dict(auto_rollback=True, mark_good=False, max_auto_rollbacks=3
 
 
 @deploy("Release: switch")
-def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: str, auto_rollback: bool = True,
-           mark_good: bool = False, max_auto_rollbacks: int = 3, force: bool = False, gate: bool = False,
-           on_inconclusive: str = "rollback"):
+def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: str, **options):
+    """options: SWITCH_DEFAULTS' keys (auto_rollback, mark_good, max_auto_rollbacks, force, gate, on_inconclusive)."""
+    options = {**SWITCH_DEFAULTS, **options}
     server.shell(name=f"Switch {service} to release {release_id} ({reason}): restart, readiness"
-                      + (", gate" if gate else "") + (", automatic rollback on failure" if auto_rollback else ""),
-                 commands=[switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good,
-                                          max_auto_rollbacks, force, gate, on_inconclusive)])
+                      + (", gate" if options["gate"] else "")
+                      + (", automatic rollback on failure" if options["auto_rollback"] else ""),
+                 commands=[switch_command(service, release_id, probe_url, timeout, reason, **options)])
     python.call(name="Report", function=_report, service=service)
 
 

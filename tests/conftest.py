@@ -98,6 +98,19 @@ class SimHostSession:
     def main_pid(self, service: str = "sglang") -> int:
         return int(self.sh(f"systemctl show -p MainPID --value {service}").strip())
 
+    def wait_healthy(self, timeout: float = 90) -> None:
+        """Until the server serves /health (after a restart: past the fork/exec window, and ready for a test that
+        queries it at once)."""
+        import time
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{TEST_SERVICE_PORT}/health; true"
+                       ).strip() == "200":
+                return
+            time.sleep(0.5)
+        raise AssertionError(f"the server did not serve /health within {timeout} s")
+
     def checksums(self, *paths: str) -> str:
         return self.sh("sha256sum " + " ".join(paths) + " 2>&1; true")
 

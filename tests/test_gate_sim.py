@@ -27,19 +27,6 @@ def quick_bench(simhost):
 
 
 
-def restarted_and_healthy(simhost, timeout=90):
-    """After a test's drop-in is gone and the server restarted: wait until it serves again (the next test on this
-    worker may deploy the same release, which changes nothing, and query it at once)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if simhost.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{TEST_SERVICE_PORT}/health; true"
-                      ).strip() == "200":
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the server did not serve /health again within {timeout} s of its restart")
-
 def test_seed_incident_is_refused_and_the_proven_release_restored(simhost, tmp_path):
     good, output = gated_baseline(simhost, tmp_path, "incident-baseline")
     assert "the gate measured a SIMULATED server" in output
@@ -152,7 +139,7 @@ def test_undeclared_costly_variables_from_a_drop_in_are_named(simhost, tmp_path)
         # The process started under the drop-in keeps its environment: restart it, or the next test on this
         # worker meets a server that does not run what its release declares (a redeploy sees nothing to change).
         simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload && systemctl restart sglang")
-        restarted_and_healthy(simhost)
+        simhost.wait_healthy()
 
 
 def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
@@ -170,4 +157,4 @@ def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
         # The process started under the drop-in keeps its environment: restart it, or the next test on this
         # worker meets a server that does not run what its release declares (a redeploy sees nothing to change).
         simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload && systemctl restart sglang")
-        restarted_and_healthy(simhost)
+        simhost.wait_healthy()

@@ -129,16 +129,6 @@ def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simho
     assert_running(simhost, second)
 
 
-def healthy(simhost, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if simhost.sh(f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{TEST_SERVICE_PORT}/health; true"
-                      ).strip() == "200":
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"the server did not serve /health within {timeout} s")
-
-
 def test_the_environment_file_reads_as_systemd_reads_it(simhost):
     """The consistency check parses the environment file itself: real systemd must agree, for the values the
     renderer quotes (quotes, backslashes, $, backticks, spaces)."""
@@ -163,7 +153,7 @@ def test_a_server_restarted_without_a_declared_variable_is_seen_and_the_redeploy
     try:
         simhost.sh(f"mkdir -p {drop_in.rsplit('/', 1)[0]} && printf '[Service]\\nUnsetEnvironment=NCCL_CUMEM_ENABLE\\n'"
                    f" > {drop_in} && systemctl daemon-reload && systemctl restart sglang")
-        healthy(simhost)  # past the fork/exec window: the process's own environment
+        simhost.wait_healthy()  # past the fork/exec window: the process's own environment
         # While the override stays, a restart would not help: named, not counted as inconsistent.
         store = state(simhost)
         assert store["consistent"] and store["inconsistent"] == []

@@ -14,6 +14,8 @@ returns it with the launch command): ``redact`` runs before anything is stored o
 import re
 import subprocess
 
+from .store import env_file_values
+
 # custom_all_reduce_utils.py:505-508 (no P2P) and :488-496 (more than two PCIe-only GPUs),
 # parallel_state.py:514-517 (setup failed).
 CUSTOM_ALL_REDUCE_FALLBACK = re.compile(
@@ -111,7 +113,7 @@ def _unit_environment(path):
 def _env_file_names(path):
     try:
         with open(path) as f:
-            return [line.split("=", 1)[0].strip() for line in f if "=" in line and not line.lstrip().startswith("#")]
+            return list(env_file_values(f.read()))
     except OSError:
         return []
 
@@ -135,7 +137,7 @@ def process_environment(pid):
         return {}
 
 
-if __name__ == "__main__":  # python3 evidence.py SERVICE: what the journal says since the unit started
+if __name__ == "__main__":  # python3 -m hostside.evidence SERVICE: what the journal says since the unit started
     import json
     import sys
 
