@@ -260,12 +260,24 @@ class GateSection(Strict):
         None, description="Floor for the speculative acceptance length tau (median).")
     max_regression_pct: Annotated[float, Field(gt=0, lt=100)] = Field(
         10.0, description="Fail when slower than the last good release by more than this.")
-    samples: Annotated[int, Field(ge=1, le=100)] = Field(5, description="Measured requests per metric.")
+    samples: Annotated[int, Field(le=100)] = Field(
+        5, description="Measured requests per metric; at least 3 (the comparison with the baseline pairs them).")
     warmup: Annotated[int, Field(ge=0, le=20)] = Field(1, description="Unmeasured requests first.")
     max_new_tokens: Annotated[int, Field(ge=16, le=4096)] = Field(256, description="Tokens per measured request.")
     concurrency: Annotated[int, Field(ge=1, le=256)] = Field(4, description="Parallel streams for the aggregate figure.")
     on_inconclusive: Literal["rollback", "keep"] = Field(
         "rollback", description="What to do when the measurement is too noisy or requests fail.")
+
+    @field_validator("samples")
+    @classmethod
+    def enough_pairs(cls, value: int) -> int:
+        if value < 3:
+            raise ValueError(
+                f"{value} is too few: at least 3 are accepted. The comparison with the baseline pairs the samples "
+                "by prompt and bounds their mean with Student's t, whose 95 % quantile is 6.3 for 2 pairs: two prompts "
+                "whose ratios differ by 10 % already give an interval of 0.73-1.37 x their mean, so nearly every "
+                "comparison would be inconclusive")
+        return value
 
 
 class WatchSection(Strict):

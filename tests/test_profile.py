@@ -113,6 +113,15 @@ def test_several_problems_are_reported_together(tmp_path):
     assert any("service.port" in p for p in problems) and any("gate.samples" in p for p in problems)
 
 
+@pytest.mark.parametrize("samples", [1, 2])
+def test_too_few_gate_samples_to_compare_are_refused(tmp_path, samples):
+    path = proven_with(tmp_path, "  samples: 8", f"  samples: {samples}")
+    [problem] = problems_of(path)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if text.startswith(f"  samples: {samples}"))
+    assert problem.startswith(f"{path}:{line}: gate.samples: {samples} is too few: at least 3 are accepted")
+    assert load_profile(proven_with(tmp_path, "  samples: 8", "  samples: 3", "three.yaml")).gate.samples == 3
+
+
 def test_unknown_waiver_rule(tmp_path):
     path = write_profile(tmp_path, PROVEN.read_text() + "waivers:\n  faster-please: because\n")
     assert "unknown rule 'faster-please'" in problems_of(path)[0]

@@ -28,7 +28,7 @@ def test_the_key_is_in_no_file_and_no_output(simhost, tmp_path):
         return result
 
     good = proven_with(tmp_path, *SMALL_GATE, "good.yaml")
-    good.write_text(good.read_text().replace("  samples: 8", "  samples: 2").replace("  warmup: 1", "  warmup: 0"))
+    good.write_text(good.read_text().replace("  samples: 8", "  samples: 3").replace("  warmup: 1", "  warmup: 0"))
     assert run(*simhost.deploy_args(profile=good, gate=True)).returncode == 0, outputs[-1][-3000:]
     # A release that dies at start: readiness copies the journal, which holds SGLang's server_args line.
     crash = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_CRASH_AT_START: "1"\n', "crash.yaml")
