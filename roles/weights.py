@@ -10,13 +10,16 @@ manifest before any switch (hostside/weights.py does the work on the host).
 A mismatch names the file and stops the deploy: nothing is staged or switched.
 """
 
+import json
 import shlex
 from io import BytesIO
 from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import OperationError
 from pyinfra.operations import files, server
+from pyinfra.operations import python as python_op
 
 from sglang_deploy.hostside.weights import MODELS_ROOT, TOOL_DIR, human, staging_dir
 from sglang_deploy.layout import host_program
@@ -58,6 +61,18 @@ def fetch_command(weights: Weights, python: str, endpoint: str | None, token_fil
     return host_program("weights", *command)
 
 
+def _fetch_live(command: str):
+    """The fetch with its output printed as it arrives (a download of tens of GB takes minutes: its progress
+    lines, every few seconds, show on the controller during the transfer, not only when it fails)."""
+    ok, output = host.run_shell_command(command, print_output=True, _sudo=bool(host.data.get("_sudo")))
+    if not ok:
+        try:
+            reason = json.loads(output.stdout_lines[-1])["error"]
+        except (IndexError, ValueError, KeyError, TypeError):
+            reason = "; ".join(output.stderr_lines[-3:]) or "no output"
+        raise OperationError(f"weights: {reason}")
+
+
 @deploy("Weights")
 def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint: str | None = None,
            local_dir: str | None = None, token_file: str | None = None):
@@ -74,9 +89,9 @@ def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint
     if local_dir is None:
         host.log(f"weights {weights.source.text}: fetching {human(weights.total_bytes)} into {weights.path} "
                  f"(progress: {MODELS_ROOT}/{TOOL_DIR}/progress/)", logger.info)
-        server.shell(name=f"Fetch {weights.source.text} with huggingface_hub ({human(weights.total_bytes)}), "
-                          "verify every file, rename into place",
-                     commands=[fetch_command(weights, python, endpoint, token_file)])
+        python_op.call(name=f"Fetch {weights.source.text} with huggingface_hub ({human(weights.total_bytes)}), "
+                            "verify every file, rename into place",
+                       function=_fetch_live, command=fetch_command(weights, python, endpoint, token_file))
         return
     staging = staging_dir(weights.path)
     for entry in weights.manifest["files"]:

@@ -136,6 +136,25 @@ def test_manifest_entries_are_checked(entry, says):
     assert len(problems) == 1 and says in problems[0] and problems[0].startswith("files[0]")
 
 
+def test_progress_reports_at_start_while_growing_and_at_the_end(tmp_path, capsys):
+    staging, total = tmp_path / "staging", 5000
+    staging.mkdir()
+    (staging / "a.bin").write_bytes(b"x" * 1000)  # kept from an earlier run: not counted in the rate
+    bookkeeping = staging / ".cache" / "huggingface" / "download"
+    bookkeeping.mkdir(parents=True)
+    (bookkeeping / "b.bin.metadata").write_text("x" * 500)  # huggingface_hub's metadata: not weights
+    (bookkeeping / "c.bin.1234.incomplete").write_bytes(b"z" * 1000)  # a partial download: counted
+    with host_weights.Progress(str(staging), total, str(tmp_path / "progress.txt"), interval=0.05):
+        for step in range(1, 4):
+            time.sleep(0.12)
+            (staging / "b.bin").write_bytes(b"y" * 1000 * step)
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("weights: ")]
+    percents = [int(line.split("(")[1].split(" %")[0]) for line in lines]
+    assert percents[0] == 40 and percents[-1] == 100 and len(set(percents)) >= 3 and percents == sorted(percents)
+    assert any("/s, about" in line and " s left" in line for line in lines[1:-1]), lines
+    assert (tmp_path / "progress.txt").read_text() == lines[-1].removeprefix("weights: ") + "\n"
+
+
 # --- the host side against the stand-in Hub (the real huggingface_hub client) -----------------------------------
 
 def test_download_resume_and_a_no_op_rerun(hub, checkpoint, models, tmp_path):

@@ -85,6 +85,10 @@ def test_weights_revisions_are_releases_and_roll_back(simhost, hub, wheelhouse):
     assert model_path_running(simhost) == f"{SNAPSHOTS}/{a}"
     assert simhost.sh(f"stat -c '%U %a' {SNAPSHOTS}/{a} {SNAPSHOTS}/{a}/config.json").split() == ["root", "755", "root", "644"]
     assert hub.gets("model-layers-00.safetensors"), "the host did not download from the stand-in Hub"
+    # The transfer's progress reached the controller although the deploy succeeded (printed as it arrives).
+    output = result.stdout + result.stderr
+    assert re.search(r"\] weights: 0 B of \S+ \S+ \(0 %\)", output) and \
+        re.search(r"\] weights: (\S+ \S+) of \1 \(100 %\) after \d+ s", output), output[-4000:]
     release_a = store(simhost)["state"]["active"]
     meta_a = next(r for r in store(simhost)["releases"] if r["id"] == release_a)
     assert meta_a["weights"]["revision"] == a and meta_a["weights"]["path"] == f"{SNAPSHOTS}/{a}"

@@ -256,10 +256,15 @@ def check_free_space(directory, needed):
     return free
 
 
-def tree_bytes(directory):
+def staged_bytes(directory):
+    """Bytes of weights in a staging directory: its files, and the partial downloads in huggingface_hub's
+    bookkeeping (`.cache/huggingface/download/*.incomplete`), not that bookkeeping's metadata and locks."""
     total = 0
     for root, _, files in os.walk(directory):
+        bookkeeping = os.path.relpath(root, directory).split(os.sep)[0] == ".cache"
         for name in files:
+            if bookkeeping and not name.endswith(".incomplete"):
+                continue
             try:
                 total += os.stat(os.path.join(root, name)).st_size
             except OSError:
@@ -268,36 +273,49 @@ def tree_bytes(directory):
 
 
 class Progress:
-    """Every few seconds: bytes in the staging directory (partial downloads included), on stderr and in a file."""
+    """At the start, every few seconds and at the end: bytes in the staging directory (partial downloads included),
+    on stderr (which the deploy prints as it arrives) and in a file."""
 
-    def __init__(self, directory, total, path, interval=2.0):
+    def __init__(self, directory, total, path, interval=5.0):
         self.directory, self.total, self.path, self.interval = directory, total, path, interval
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True)
         self.started = time.monotonic()
+        self.initial = None
 
     def line(self):
-        done = tree_bytes(self.directory)
+        done = staged_bytes(self.directory)
         elapsed = time.monotonic() - self.started
-        return f"{human(done)} of {human(self.total)} ({100.0 * done / max(self.total, 1):.0f} %) after {elapsed:.0f} s"
+        if self.initial is None:
+            self.initial = done
+        text = f"{human(done)} of {human(self.total)} ({100.0 * done / max(self.total, 1):.0f} %) after {elapsed:.0f} s"
+        rate = (done - self.initial) / elapsed if elapsed > 0 else 0
+        if rate > 0 and done < self.total:
+            text += f", {human(rate)}/s, about {(self.total - done) / rate:.0f} s left"
+        return text
+
+    def report(self):
+        text = self.line()
+        log(text)
+        try:
+            with open(self.path, "w") as f:
+                f.write(text + "\n")
+        except OSError:
+            pass
 
     def run(self):
         while not self.stop.wait(self.interval):
-            text = self.line()
-            log(text)
-            try:
-                with open(self.path, "w") as f:
-                    f.write(text + "\n")
-            except OSError:
-                pass
+            self.report()
 
     def __enter__(self):
+        self.report()
         self.thread.start()
         return self
 
     def __exit__(self, *exc):
         self.stop.set()
         self.thread.join()
+        self.report()
 
 
 # --- snapshots ------------------------------------------------------------------------------------------
