@@ -126,12 +126,12 @@ skip_gate = host_flag(host.data, "skip_gate")
 gated_here = not skip_gate and (plan.node is None or plan.node.serves_http)
 if skip_gate:
     logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
-# A multi-node server: the other nodes' stores number a new release past all of them (one id on every node) and
+# A multi-node server: the other nodes' stores make one release id name the release on every node (decide) and
 # make this node restart when another one will (the nodes restart together).
 peers = {name: inventory.get_host(name).get_fact(ReleaseStore, service=service)
          for name, _ in groups[str(host.data.get("node_group"))] if name != host.name} if plan.node is not None else {}
 decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops),
-                  peer_ids=[r["id"] for peer in peers.values() for r in peer["releases"]])
+                  peers=peers)
 decision = with_peers(decision, peers)
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")

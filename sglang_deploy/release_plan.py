@@ -95,20 +95,29 @@ def id_digest(plan: Plan, digest: str) -> str:
     return content_hash(unit, plan.rendered.env)
 
 
-def decide(plan: Plan, store: dict, restart_needed: bool = False, peer_ids=()) -> Decision:
+def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[str, dict] | None = None) -> Decision:
     """New release when the content differs from every retained one; switch when anything is off.
-    peer_ids: the release ids on the other nodes of a multi-node server, so that a new release gets one
-    sequence number on every node even when their histories differ."""
+
+    peers: node name -> store state of the other nodes of a multi-node server. Their releases share ids (the
+    id's hash part leaves out the rank), and one id must name the release on every node, so that a rollback
+    by id reaches them all: a retained release is reused only when every node retains it (the one active on
+    every node first, else the newest), and a new one is numbered past the releases of every node. Nodes whose
+    histories differ (deployed apart) converge on one id, at the cost of one restart."""
     digest = content_hash(plan.rendered.unit, plan.rendered.env)
     releases = store.get("releases", [])
     active = store.get("state", {}).get("active")
     same = [r["id"] for r in releases if r.get("content_hash") == digest]
-    if active in same:
+    known = [r["id"] for r in releases]
+    for peer in (peers or {}).values():
+        ids = [r["id"] for r in peer.get("releases", [])]
+        same, known = [i for i in same if i in ids], known + ids
+    everywhere = all((peer.get("state") or {}).get("active") == active for peer in (peers or {}).values())
+    if active in same and everywhere:
         release_id, is_new = active, False
     elif same:
         release_id, is_new = same[-1], False
     else:
-        release_id, is_new = next_release_id([r["id"] for r in releases] + list(peer_ids), id_digest(plan, digest)), True
+        release_id, is_new = next_release_id(known, id_digest(plan, digest)), True
     if release_id != active:
         reason = "new release" if is_new else f"switch to retained release {release_id}"
     elif not store.get("consistent", False):
@@ -123,15 +132,13 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False, peer_ids=()) -
 
 def with_peers(decision: Decision, peers: dict[str, dict]) -> Decision:
     """A multi-node server restarts as a whole: this node switches too when another node will (it is not
-    consistent, or runs other content). peers: node name -> its store state. Content is compared by the id's
-    hash part, which leaves out the rank, so nodes whose sequence numbers differ do not restart each other."""
+    consistent, or does not run the release id that decide() chose for every node)."""
     if decision.switch:
         return decision
-    content = decision.release_id.split("-", 1)[-1]
     for name, store in peers.items():
         active = (store.get("state") or {}).get("active") or ""
         why = ("is not consistent with its active release" if not store.get("consistent")
-               else f"runs {active or 'nothing'}" if active.split("-", 1)[-1] != content else None)
+               else f"runs {active or 'nothing'}" if active != decision.release_id else None)
         if why:
             return Decision(decision.release_id, False, True,
                             f"node {name} {why}: the nodes of this server restart together")

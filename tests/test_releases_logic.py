@@ -160,12 +160,42 @@ def test_the_nodes_of_a_server_restart_together():
     from sglang_deploy.release_plan import Decision, with_peers
 
     mine = Decision("0003-abcdef12", False, False, "unchanged")
-    same = {"state": {"active": "0002-abcdef12"}, "consistent": True}  # same content, another sequence number
+    same = {"state": {"active": "0003-abcdef12"}, "consistent": True}
     assert with_peers(mine, {"b": same}) is mine
     broken = with_peers(mine, {"b": same, "c": {"state": {"active": "0003-abcdef12"}, "consistent": False}})
     assert broken.switch and not broken.is_new and broken.release_id == mine.release_id
     assert broken.reason == "node c is not consistent with its active release: the nodes of this server restart together"
+    renumbered = with_peers(mine, {"b": {"state": {"active": "0002-abcdef12"}, "consistent": True}})
+    assert renumbered.switch and renumbered.reason.startswith("node b runs 0002-abcdef12")
     other = with_peers(mine, {"b": {"state": {"active": "0004-99999999"}, "consistent": True}})
     assert other.switch and other.reason.startswith("node b runs 0004-99999999")
     switching = Decision("0004-99999999", True, True, "new release")
     assert with_peers(switching, {"b": same}) is switching
+
+
+def test_one_release_id_names_the_release_on_every_node():
+    from sglang_deploy.release_plan import with_peers
+
+    plan = plan_of(PROVEN)
+    part = decide(plan, store_with()).release_id.split("-", 1)[1]
+    this = store_with({"id": "0001-0badc0de", "content_hash": "0" * 64}, build_meta(plan, f"0003-{part}"),
+                      active=f"0003-{part}")
+
+    def peer(*ids, active):
+        return {"releases": [{"id": i} for i in ids], "state": {"active": active}, "consistent": True}
+
+    # Every node retains the release and runs it: unchanged.
+    assert decide(plan, this, peers={"b": peer(f"0003-{part}", active=f"0003-{part}")}).switch is False
+    # The other node never had it under this id (deployed apart, another sequence number): a new id past every
+    # node's releases, for both nodes, and this node restarts although its own content is unchanged.
+    apart = decide(plan, this, peers={"b": peer(f"0002-{part}", "0004-99999999", active=f"0002-{part}")})
+    assert (apart.release_id, apart.is_new, apart.switch) == (f"0005-{part}", True, True)
+    # Both retain it but the other node runs another id of the same content: both converge on the shared one.
+    peer_b = peer(f"0002-{part}", f"0003-{part}", active=f"0002-{part}")
+    converge = decide(plan, this, peers={"b": peer_b})
+    assert converge.release_id == f"0003-{part}" and not converge.is_new
+    assert with_peers(converge, {"b": peer_b}).switch  # node b switches to it, so this one restarts too
+    # Alone (one node): a retained release with the same content is reused, whatever its number.
+    assert decide(plan, this).release_id == f"0003-{part}"
+
+
