@@ -15,7 +15,7 @@ from pyinfra.api.exceptions import DeployError
 
 from roles import multinode, provision, release, secrets, service_user, simulator, watch
 from roles import weights as weights_role
-from roles.facts import DeployState, GpuHost, ReleaseStore
+from roles.facts import DeployState, GpuHost
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
@@ -126,12 +126,11 @@ skip_gate = host_flag(host.data, "skip_gate")
 gated_here = not skip_gate and (plan.node is None or plan.node.serves_http)
 if skip_gate:
     logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
-# A multi-node server: the other nodes' stores make one release id name the release on every node (decide) and
-# make this node restart when another one will (the nodes restart together).
-peers = {name: inventory.get_host(name).get_fact(ReleaseStore, service=service)
-         for name, _ in groups[str(host.data.get("node_group"))] if name != host.name} if plan.node is not None else {}
+# A multi-node server: the other nodes' stores and renders make one release id name the release on every node
+# (decide) and make this node restart when another one will (the nodes restart together).
+peers, server = multinode.peers_of(plan, groups, service) if plan.node is not None else ({}, None)
 decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops),
-                  peers=peers)
+                  peers=peers, server=server)
 decision = with_peers(decision, peers)
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")

@@ -6,12 +6,40 @@ process runs, would stay on the new release against an old rank 0. This operatio
 them back to the release they ran before (all nodes of one deploy share its release id) and fails them too.
 """
 
-from pyinfra import host, logger, state
+from pyinfra import host, inventory, logger, state
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import OperationError
+from pyinfra.api.exceptions import DeployError, OperationError
 from pyinfra.operations import python, server
 
+from roles.facts import GpuHost, ReleaseStore
 from roles.release import SWITCH_DEFAULTS, switch_command
+from sglang_deploy.hostdata import host_flag
+from sglang_deploy.hostfacts import detected_hardware
+from sglang_deploy.hostside.store import content_hash
+from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.release_plan import Peer, server_digest
+
+
+def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
+    """The other nodes of this host's multi-node server (their stores, and the content each will render, from
+    its own host data and hardware facts) and the server's digest: what release_plan.decide needs so that every
+    node picks the same release id. A node that cannot be planned stops the deploy on this node too."""
+    members = groups[str(host.data.get("node_group"))]
+    digests, peers = [], {}
+    for name, data in members:
+        if name == host.name:
+            digests.append(content_hash(plan.rendered.unit, plan.rendered.env))
+            continue
+        other = inventory.get_host(name)
+        detected = None if host_flag(data, "simulated") else detected_hardware(other.get_fact(GpuHost))
+        try:
+            theirs = plan_for_host(data, detected=detected, groups=groups, host_name=name)
+        except PlanError as error:
+            raise DeployError(f"{host.name}: node {name} of this server cannot be planned, so this node is not "
+                              f"changed either.\n{error}") from None
+        digests.append(content_hash(theirs.rendered.unit, theirs.rendered.env))
+        peers[name] = Peer(other.get_fact(ReleaseStore, service=service), digests[-1])
+    return peers, server_digest(digests)
 
 
 def _follow(service: str, rank0: str, target: str | None, release_id: str, probe_url: str, timeout: int):

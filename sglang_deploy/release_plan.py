@@ -83,41 +83,47 @@ def profile_snapshot(plan: Plan) -> str:
     return json.dumps(plan.profile.model_dump(mode="json"), indent=1, sort_keys=True) + "\n"
 
 
-def id_digest(plan: Plan, digest: str) -> str:
-    """The hash part of a new release's id. Every node of a multi-node server renders the same unit but for
-    its --node-rank (and --port, where host data gives nodes their own): both are left out, so the nodes' releases of one deploy share one id (with the same
-    sequence number when the nodes were always deployed together) and roll back together by it."""
-    if plan.node is None:
-        return digest
-    import re
-
-    unit = re.sub(r"--(node-rank|port) [0-9]+", r"--\1 N", plan.rendered.unit)
-    return content_hash(unit, plan.rendered.env)
+@dataclass(frozen=True)
+class Peer:
+    """Another node of a multi-node server as this node's deploy sees it: its store (the ReleaseStore fact) and
+    the content digest of its render (its own plan, made here from its host data)."""
+    store: dict
+    digest: str
 
 
-def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[str, dict] | None = None) -> Decision:
+def server_digest(digests_by_rank) -> str:
+    """The hash part of a multi-node server's release ids: every node's content digest in rank order, so one id
+    names one state of the whole server (nodes differ in --node-rank, and may in --port or the NCCL interface)."""
+    return content_hash("\n".join(digests_by_rank), "multi-node")
+
+
+def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[str, Peer] | None = None,
+           server: str | None = None) -> Decision:
     """New release when the content differs from every retained one; switch when anything is off.
 
-    peers: node name -> store state of the other nodes of a multi-node server. Their releases share ids (the
-    id's hash part leaves out the rank), and one id must name the release on every node, so that a rollback
-    by id reaches them all: a retained release is reused only when every node retains it (the one active on
-    every node first, else the newest), and a new one is numbered past the releases of every node. Nodes whose
-    histories differ (deployed apart) converge on one id, at the cost of one restart."""
+    peers and server (a multi-node server: the other nodes, and server_digest() of all of them): one id must
+    name the release on every node, so that a rollback by id reaches them all. Every node decides the same
+    from the same inputs: a retained release is reused only when its id carries the server's digest and every
+    node retains it with its own content (the one active on every node first, else the newest); a new one is
+    numbered past the releases of every node. Nodes whose histories differ converge on one id, with one
+    restart."""
     digest = content_hash(plan.rendered.unit, plan.rendered.env)
     releases = store.get("releases", [])
     active = store.get("state", {}).get("active")
-    same = [r["id"] for r in releases if r.get("content_hash") == digest]
+    same = [r["id"] for r in releases if r.get("content_hash") == digest
+            and (server is None or r["id"].split("-", 1)[-1] == server[:8])]
     known = [r["id"] for r in releases]
     for peer in (peers or {}).values():
-        ids = [r["id"] for r in peer.get("releases", [])]
-        same, known = [i for i in same if i in ids], known + ids
-    everywhere = all((peer.get("state") or {}).get("active") == active for peer in (peers or {}).values())
+        theirs = peer.store.get("releases", [])
+        same = [i for i in same if any(r["id"] == i and r.get("content_hash") == peer.digest for r in theirs)]
+        known += [r["id"] for r in theirs]
+    everywhere = all((peer.store.get("state") or {}).get("active") == active for peer in (peers or {}).values())
     if active in same and everywhere:
         release_id, is_new = active, False
     elif same:
         release_id, is_new = same[-1], False
     else:
-        release_id, is_new = next_release_id(known, id_digest(plan, digest)), True
+        release_id, is_new = next_release_id(known, server or digest), True
     if release_id != active:
         reason = "new release" if is_new else f"switch to retained release {release_id}"
     elif not store.get("consistent", False):
@@ -130,12 +136,13 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[st
     return Decision(release_id, is_new, True, reason)
 
 
-def with_peers(decision: Decision, peers: dict[str, dict]) -> Decision:
+def with_peers(decision: Decision, peers: dict[str, Peer]) -> Decision:
     """A multi-node server restarts as a whole: this node switches too when another node will (it is not
     consistent, or does not run the release id that decide() chose for every node)."""
     if decision.switch:
         return decision
-    for name, store in peers.items():
+    for name, peer in peers.items():
+        store = peer.store
         active = (store.get("state") or {}).get("active") or ""
         why = ("is not consistent with its active release" if not store.get("consistent")
                else f"runs {active or 'nothing'}" if active != decision.release_id else None)
@@ -215,7 +222,11 @@ def service_of(data) -> str:
         if problem:
             raise SystemExit(f"{origin(data, 'service')}: service: {problem}")
         return data.get("service")
+    if not data.get("profile"):
+        return "sglang"
     try:
         return load_profile(resolve_profile_path(data.get("profile"))).service.name
-    except (ProfileError, TypeError):
-        return "sglang"
+    except ProfileError as error:
+        raise SystemExit("the service to address is named in the profile, which is invalid:\n"
+                         + "\n".join(error.problems) + "\nfix the profile, or name the service: --data service=NAME"
+                         ) from None

@@ -1,5 +1,7 @@
 """Release decisions without a host: ids, retention, flag differences, what to switch to."""
 
+from types import SimpleNamespace
+
 import pytest
 
 from conftest import PROVEN, proven_with
@@ -7,7 +9,8 @@ from sglang_deploy.hostside.store import (cmdline_matches, content_hash, env_fil
                                              flag_differences, last_used, next_release_id, releases_to_prune,
                                              secret_name)
 from sglang_deploy.plan import plan_for_host
-from sglang_deploy.release_plan import build_meta, decide, listing, rollback_target
+from sglang_deploy.release_plan import (Decision, Peer, build_meta, decide, listing, rollback_target, server_digest,
+                                         with_peers)
 
 
 @pytest.fixture(autouse=True)
@@ -157,45 +160,77 @@ def test_secret_names_by_convention_only():
 
 
 def test_the_nodes_of_a_server_restart_together():
-    from sglang_deploy.release_plan import Decision, with_peers
+    def node(active, consistent=True):
+        return Peer({"state": {"active": active}, "consistent": consistent}, "d")
 
     mine = Decision("0003-abcdef12", False, False, "unchanged")
-    same = {"state": {"active": "0003-abcdef12"}, "consistent": True}
+    same = node("0003-abcdef12")
     assert with_peers(mine, {"b": same}) is mine
-    broken = with_peers(mine, {"b": same, "c": {"state": {"active": "0003-abcdef12"}, "consistent": False}})
+    broken = with_peers(mine, {"b": same, "c": node("0003-abcdef12", consistent=False)})
     assert broken.switch and not broken.is_new and broken.release_id == mine.release_id
     assert broken.reason == "node c is not consistent with its active release: the nodes of this server restart together"
-    renumbered = with_peers(mine, {"b": {"state": {"active": "0002-abcdef12"}, "consistent": True}})
+    renumbered = with_peers(mine, {"b": node("0002-abcdef12")})
     assert renumbered.switch and renumbered.reason.startswith("node b runs 0002-abcdef12")
-    other = with_peers(mine, {"b": {"state": {"active": "0004-99999999"}, "consistent": True}})
-    assert other.switch and other.reason.startswith("node b runs 0004-99999999")
     switching = Decision("0004-99999999", True, True, "new release")
     assert with_peers(switching, {"b": same}) is switching
 
 
 def test_one_release_id_names_the_release_on_every_node():
-    from sglang_deploy.release_plan import with_peers
-
+    """decide() from each node's side, with the same facts, picks the same id."""
     plan = plan_of(PROVEN)
-    part = decide(plan, store_with()).release_id.split("-", 1)[1]
-    this = store_with({"id": "0001-0badc0de", "content_hash": "0" * 64}, build_meta(plan, f"0003-{part}"),
-                      active=f"0003-{part}")
+    mine = decide(plan, store_with()).release_id.split("-", 1)[1]  # this node's content digest (prefix)
+    a_digest = build_meta(plan, "0001-x")["content_hash"]
+    plan_b = SimpleNamespace(rendered=SimpleNamespace(unit="node b's unit", env=""))  # its rank, its port
+    b_digest = content_hash(plan_b.rendered.unit, plan_b.rendered.env)
+    server = server_digest([a_digest, b_digest])
+    sid = server[:8]
 
-    def peer(*ids, active):
-        return {"releases": [{"id": i} for i in ids], "state": {"active": active}, "consistent": True}
+    def node(digest, *ids, active, other_content=()):
+        return {"releases": [{"id": i, "content_hash": "0" * 64 if i in other_content else digest} for i in ids],
+                "state": {"active": active, "last_good": None}, "consistent": True, "lock": None}
 
-    # Every node retains the release and runs it: unchanged.
-    assert decide(plan, this, peers={"b": peer(f"0003-{part}", active=f"0003-{part}")}).switch is False
-    # The other node never had it under this id (deployed apart, another sequence number): a new id past every
-    # node's releases, for both nodes, and this node restarts although its own content is unchanged.
-    apart = decide(plan, this, peers={"b": peer(f"0002-{part}", "0004-99999999", active=f"0002-{part}")})
-    assert (apart.release_id, apart.is_new, apart.switch) == (f"0005-{part}", True, True)
-    # Both retain it but the other node runs another id of the same content: both converge on the shared one.
-    peer_b = peer(f"0002-{part}", f"0003-{part}", active=f"0002-{part}")
-    converge = decide(plan, this, peers={"b": peer_b})
-    assert converge.release_id == f"0003-{part}" and not converge.is_new
-    assert with_peers(converge, {"b": peer_b}).switch  # node b switches to it, so this one restarts too
+    # Both retain the release and run it: unchanged.
+    a, b = node(a_digest, f"0003-{sid}", active=f"0003-{sid}"), node(b_digest, f"0003-{sid}", active=f"0003-{sid}")
+    assert decide(plan, a, peers={"b": Peer(b, b_digest)}, server=server).switch is False
+    assert decide(plan, a, peers={"b": Peer(b, b_digest)}, server=server).release_id == f"0003-{sid}"
+    # Node b's content changed (its port, say) and its 0003 no longer matches: a new id past every node's
+    # releases, although node a's own content is unchanged.
+    changed = node(b_digest, f"0003-{sid}", "0004-99999999", active=f"0003-{sid}", other_content=(f"0003-{sid}",))
+    fresh = decide(plan, a, peers={"b": Peer(changed, b_digest)}, server=server)
+    assert (fresh.release_id, fresh.is_new, fresh.switch) == (f"0005-{sid}", True, True)
+    # Deployed apart: node b retains the content under another number only: a new shared id.
+    apart = decide(plan, a, peers={"b": Peer(node(b_digest, f"0002-{sid}", active=f"0002-{sid}"), b_digest)},
+                   server=server)
+    assert (apart.release_id, apart.is_new) == (f"0004-{sid}", True)
+    # Both retain two ids of this content and run different ones: both sides pick the newest, node a restarts
+    # because node b switches.
+    a2 = node(a_digest, f"0002-{sid}", f"0003-{sid}", active=f"0003-{sid}")
+    b2 = node(b_digest, f"0002-{sid}", f"0003-{sid}", active=f"0002-{sid}")
+    from_a = decide(plan, a2, peers={"b": Peer(b2, b_digest)}, server=server)
+    from_b = decide(plan_b, b2, peers={"a": Peer(a2, a_digest)}, server=server)
+    assert from_a.release_id == from_b.release_id == f"0003-{sid}"
+    assert not from_a.switch and from_b.switch and with_peers(from_a, {"b": Peer(b2, b_digest)}).switch
+    # A release made before the server's digest was part of the id (the old scheme) is not reused.
+    old = node(a_digest, f"0003-{mine}", active=f"0003-{mine}")
+    assert decide(plan, old, peers={"b": Peer(node(b_digest, f"0003-{mine}", active=f"0003-{mine}"), b_digest)},
+                  server=server).is_new
     # Alone (one node): a retained release with the same content is reused, whatever its number.
-    assert decide(plan, this).release_id == f"0003-{part}"
+    alone = store_with({"id": "0001-0badc0de", "content_hash": "0" * 64}, build_meta(plan, f"0003-{mine}"),
+                       active="0001-0badc0de")
+    assert decide(plan, alone).release_id == f"0003-{mine}"
 
 
+
+
+def test_the_verbs_address_the_profiles_service_or_refuse_an_invalid_profile(tmp_path):
+    from sglang_deploy.release_plan import service_of
+
+    assert service_of({}) == "sglang"
+    renamed = proven_with(tmp_path, "service:\n  name: sglang\n", "service:\n  name: qwen\n", "renamed.yaml")
+    assert service_of({"profile": str(renamed)}) == "qwen"
+    broken = proven_with(tmp_path, "service:\n  name: sglang\n", "service:\n  name: qwen\n  restart_policy: always\n",
+                         "broken.yaml")
+    with pytest.raises(SystemExit) as refused:  # not "sglang": a rollback must not address another service
+        service_of({"profile": str(broken)})
+    assert "service.restart_policy: unknown key" in str(refused.value) and "--data service=NAME" in str(refused.value)
+    assert service_of({"profile": str(broken), "service": "qwen"}) == "qwen"

@@ -147,7 +147,8 @@ def test_progress_reports_at_start_while_growing_and_at_the_end(tmp_path, capsys
     with host_weights.Progress(str(staging), total, str(tmp_path / "progress.txt"), interval=0.05):
         for step in range(1, 4):
             time.sleep(0.12)
-            (staging / "b.bin").write_bytes(b"y" * 1000 * step)
+            with open(staging / "b.bin", "ab") as grow:  # appended, as a download grows (never shrinks)
+                grow.write(b"y" * 1000)
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("weights: ")]
     percents = [int(line.split("(")[1].split(" %")[0]) for line in lines]
     assert percents[0] == 40 and percents[-1] == 100 and len(set(percents)) >= 3 and percents == sorted(percents)

@@ -127,7 +127,7 @@ def sha256_file(path, chunk=8 << 20):
 def human(size):
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if size < 1000 or unit == "TB":
-            return f"{size:.1f} {unit}" if unit != "B" else f"{size} B"
+            return f"{size:.1f} {unit}" if unit != "B" else f"{size:.0f} B"
         size /= 1000.0
 
 
