@@ -129,7 +129,10 @@ if skip_gate:
 # A multi-node server: the other nodes' stores and renders make one release id name the release on every node
 # (decide) and make this node restart when another one will (the nodes restart together).
 peers, server = multinode.peers_of(plan, groups, service) if plan.node is not None else ({}, None)
-decision = decide(plan, store, restart_needed=secrets_changed or any(op.will_change for op in runtime_ops),
+found_secrets = facts["files"].get(layout.secrets_path) or []
+restart_needed = secrets.content_changed(found_secrets[3] if len(found_secrets) > 3 else None, plan.rendered.secrets) \
+    or any(op.will_change for op in runtime_ops)
+decision = decide(plan, store, restart_needed=restart_needed,
                   peers=peers, server=server)
 decision = with_peers(decision, peers)
 if decision.switch:

@@ -11,18 +11,22 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError, OperationError
 from pyinfra.operations import python, server
 
+from pyinfra.facts.files import Sha256File
+
+from roles import secrets
 from roles.facts import GpuHost, ReleaseStore
 from roles.release import SWITCH_DEFAULTS, switch_command
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.hostside.store import content_hash
+from sglang_deploy.layout import ServiceLayout
 from sglang_deploy.plan import PlanError, plan_for_host
 from sglang_deploy.release_plan import Peer, server_digest
 
 
 def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
-    """The other nodes of this host's multi-node server (their stores, and the content each will render, from
-    its own host data and hardware facts) and the server's digest: what release_plan.decide needs so that every
+    """The other nodes of this host's multi-node server (their stores, the content each will render from its own
+    host data and hardware facts, and whether its secrets file's content will change) and the server's digest: what release_plan.decide needs so that every
     node picks the same release id. A node that cannot be planned stops the deploy on this node too."""
     members = groups[str(host.data.get("node_group"))]
     digests, peers = [], {}
@@ -38,7 +42,9 @@ def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
             raise DeployError(f"{host.name}: node {name} of this server cannot be planned, so this node is not "
                               f"changed either.\n{error}") from None
         digests.append(content_hash(theirs.rendered.unit, theirs.rendered.env))
-        peers[name] = Peer(other.get_fact(ReleaseStore, service=service), digests[-1])
+        found = other.get_fact(Sha256File, path=ServiceLayout(service).secrets_path)
+        peers[name] = Peer(other.get_fact(ReleaseStore, service=service), digests[-1],
+                           restart=secrets.content_changed(found, theirs.rendered.secrets))
     return peers, server_digest(digests)
 
 

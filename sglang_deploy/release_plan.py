@@ -89,6 +89,7 @@ class Peer:
     the content digest of its render (its own plan, made here from its host data)."""
     store: dict
     digest: str
+    restart: bool = False  # its secrets' content changes: it restarts although its release does not
 
 
 def server_digest(digests_by_rank) -> str:
@@ -138,14 +139,15 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[st
 
 def with_peers(decision: Decision, peers: dict[str, Peer]) -> Decision:
     """A multi-node server restarts as a whole: this node switches too when another node will (it is not
-    consistent, or does not run the release id that decide() chose for every node)."""
+    consistent, does not run the release id that decide() chose for every node, or its secrets change)."""
     if decision.switch:
         return decision
     for name, peer in peers.items():
         store = peer.store
         active = (store.get("state") or {}).get("active") or ""
         why = ("is not consistent with its active release" if not store.get("consistent")
-               else f"runs {active or 'nothing'}" if active != decision.release_id else None)
+               else f"runs {active or 'nothing'}" if active != decision.release_id
+               else "restarts for its changed secrets" if peer.restart else None)
         if why:
             return Decision(decision.release_id, False, True,
                             f"node {name} {why}: the nodes of this server restart together")

@@ -71,6 +71,29 @@ def test_second_run_changes_nothing_and_does_not_restart(deployed):
     assert simhost.start_timestamp() == before
 
 
+def test_secrets_mode_is_repaired_without_a_restart_and_a_new_key_restarts(deployed):
+    simhost, _ = deployed
+    before = simhost.start_timestamp()
+    simhost.sh(f"chmod 644 {SECRETS}")  # systemd reads the file only at start: nothing to restart for
+    result = simhost.deploy(profile=PROVEN)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    assert simhost.sh(f"stat -c '%a %U %G' {SECRETS}").split() == ["640", "root", "sglang"]
+    assert simhost.start_timestamp() == before
+    key_file = simhost.host.state_dir / "api_key"
+    key_file.write_text("sk-rotated-key-for-the-restart-test\n")
+    try:
+        rotated = simhost.deploy(profile=PROVEN)
+        assert rotated.returncode == 0, (rotated.stdout + rotated.stderr)[-3000:]
+        assert "secrets or server program changed: restart" in rotated.stdout + rotated.stderr
+        assert simhost.start_timestamp() != before
+        assert simhost.http("/server_info", key="sk-rotated-key-for-the-restart-test")[0] == 200
+        assert simhost.http("/server_info", key=simhost.api_key_original)[0] == 401
+    finally:
+        key_file.write_text(simhost.api_key_original + "\n")
+        restored = simhost.deploy(profile=PROVEN)
+    assert restored.returncode == 0 and simhost.http("/server_info", key=simhost.api_key_original)[0] == 200
+
+
 def test_dry_run_diff_shows_the_change_masks_the_key_and_changes_nothing(deployed, tmp_path):
     simhost, _ = deployed
     variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12")

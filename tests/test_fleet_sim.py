@@ -294,6 +294,18 @@ def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
     assert [fleet.store_state(i)["active"] for i in (0, 1)] == release
     assert json.loads(fleet.sh(1, "cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))[
         "consistent"]
+    # Only node 1's secrets file changes (by hand): it must restart for them, so both nodes do (readiness only).
+    fleet.sh(1, "echo '# edited by hand' >> /etc/sglang-deploy/sglang/secrets.yaml")
+    rekeyed = fleet.pyinfra("deploy.py", "--limit", "nodes", "--data", f"profile={two_node_variant(tmp_path, 'n1.yaml')}",
+                            "--data", "max_auto_rollbacks=100", "--data", "skip_gate=true")
+    output = rekeyed.stdout + rekeyed.stderr
+    assert rekeyed.returncode == 0, output[-5000:]
+    assert f"[{a}] release {release[0]}: node {b} restarts for its changed secrets: the nodes of this server restart " \
+           "together" in output, output[-5000:]
+    started = restarted
+    restarted = [int(fleet.sh(i, "systemctl show -p ExecMainStartTimestampMonotonic --value sglang")) for i in (0, 1)]
+    assert restarted[0] > started[0] and started[1] < restarted[1] < restarted[0]
+    assert [fleet.store_state(i)["active"] for i in (0, 1)] == release
     # A new release whose gate fails on rank 0: every node is back on the release above, together.
     fleet.sh(0, f"mkdir -p {os.path.dirname(DROP_IN)} && printf '[Service]\\nEnvironment=CUDA_LAUNCH_BLOCKING=1\\n'"
                 f" > {DROP_IN} && systemctl daemon-reload")

@@ -173,6 +173,9 @@ def test_the_nodes_of_a_server_restart_together():
     assert renumbered.switch and renumbered.reason.startswith("node b runs 0002-abcdef12")
     switching = Decision("0004-99999999", True, True, "new release")
     assert with_peers(switching, {"b": same}) is switching
+    rekeyed = with_peers(mine, {"b": Peer(same.store, "d", restart=True)})
+    assert rekeyed.switch and rekeyed.reason == "node b restarts for its changed secrets: the nodes of this server " \
+                                                "restart together"
 
 
 def test_one_release_id_names_the_release_on_every_node():
