@@ -42,7 +42,10 @@ release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join
 switch = dict(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
               reason="rollback", auto_rollback=True, force=True)
 node = meta.get("node")  # a multi-node release: this host's rank (release_plan.build_meta)
-nodes = [h.name for h in inventory.get_group(host.data.get("node_group"))] if node else []
+spans = node or (active_meta or {}).get("node")  # entering or leaving a multi-node release
+nodes = [h.name for h in inventory.get_group(host.data.get("node_group"))] if spans else []
+if spans:  # every node of the server goes together
+    multinode.require_whole_server(nodes, "rolled back")
 if node:
     multinode.stop_for_restart(switch=switch, rank=node["rank"], nnodes=node["nnodes"])
 if node and node["rank"] > 0:

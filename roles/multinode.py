@@ -24,11 +24,28 @@ from sglang_deploy.plan import PlanError, plan_for_host
 from sglang_deploy.release_plan import Peer, server_digest
 
 
+def require_whole_server(names: list[str], verb: str):
+    """A multi-node server is deployed and rolled back as a whole: a --limit or --exclude that leaves out one of
+    its nodes would restart a rank alone (or decide for a node that the run never reaches). Refused before any
+    change."""
+    limited = state.limit_hosts
+    if limited is None:
+        return
+    missing = [name for name in names if name not in {h.name for h in limited}]
+    if missing:
+        group = host.data.get("node_group")
+        raise DeployError(f"{host.name}: this {len(names)}-node server is {verb} as a whole, but --limit/--exclude "
+                          f"leaves out {', '.join(missing)} of inventory group {group!r}; nothing was changed. "
+                          f"Use --limit {group}")
+
+
 def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
     """The other nodes of this host's multi-node server (their stores, the content each will render from its own
-    host data and hardware facts, and whether its secrets file's content will change) and the server's digest: what release_plan.decide needs so that every
-    node picks the same release id. A node that cannot be planned stops the deploy on this node too."""
+    host data and hardware facts, and whether its secrets file's content will change) and the server's digest:
+    what release_plan.decide needs so that every node picks the same release id. A node that cannot be planned
+    stops the deploy on this node too."""
     members = groups[str(host.data.get("node_group"))]
+    require_whole_server([name for name, _ in members], "deployed")
     digests, peers = [], {}
     for name, data in members:
         if name == host.name:

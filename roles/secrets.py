@@ -24,8 +24,8 @@ def in_place(found_files: dict, secrets: str, service: str, user: str) -> bool:
 
 def content_changed(found_hash: str | None, secrets: str) -> bool:
     """Whether the server must restart for its secrets: the file's content differs (its mode or owner being
-    repaired needs no restart: systemd reads the file only at start). found_hash: the file's sha256, None if
-    absent."""
+    repaired needs no restart: SGLang reads the file, through --config, only at start). found_hash: the file's
+    sha256, None if absent or unreadable."""
     import hashlib
 
     return found_hash != hashlib.sha256(secrets.encode()).hexdigest()

@@ -74,7 +74,7 @@ def test_second_run_changes_nothing_and_does_not_restart(deployed):
 def test_secrets_mode_is_repaired_without_a_restart_and_a_new_key_restarts(deployed):
     simhost, _ = deployed
     before = simhost.start_timestamp()
-    simhost.sh(f"chmod 644 {SECRETS}")  # systemd reads the file only at start: nothing to restart for
+    simhost.sh(f"chmod 644 {SECRETS}")  # SGLang reads it (--config) only at start: nothing to restart for
     result = simhost.deploy(profile=PROVEN)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert simhost.sh(f"stat -c '%a %U %G' {SECRETS}").split() == ["640", "root", "sglang"]

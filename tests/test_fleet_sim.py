@@ -268,6 +268,14 @@ def test_two_node_server_gates_rank0_and_rolls_back_together(fleet, tmp_path):
     assert stop < joiner < rank0, output[-5000:]
     started = [int(fleet.sh(i, "systemctl show -p ExecMainStartTimestampMonotonic --value sglang")) for i in (0, 1)]
     assert started[1] < started[0]  # one kernel, one monotonic clock: rank 1 started first
+    # One node alone is refused, for a deploy and a rollback, before anything changes.
+    for verb, args in (("deployed", ("deploy.py", "--data", f"profile={two_node_variant(tmp_path, 'n1.yaml')}")),
+                       ("rolled back", ("rollback.py",))):
+        alone = fleet.pyinfra(*args[:1], "--limit", b, *args[1:])
+        assert alone.returncode != 0 and f"this 2-node server is {verb} as a whole, but --limit/--exclude leaves out " \
+            f"{a} of inventory group 'nodes'; nothing was changed" in alone.stdout + alone.stderr, alone.stderr[-3000:]
+    assert [int(fleet.sh(i, "systemctl show -p ExecMainStartTimestampMonotonic --value sglang")) for i in (0, 1)] \
+        == started
     for rank in (0, 1):
         cmdline = fleet.sh(rank, "tr '\\0' ' ' < /proc/$(systemctl show -p MainPID --value sglang)/cmdline")
         assert "--tp-size 4" in cmdline and f"--nnodes 2 --node-rank {rank} --dist-init-addr {dist}" in cmdline
