@@ -129,11 +129,9 @@ if skip_gate:
 # A multi-node server: the other nodes' stores and renders make one release id name the release on every node
 # (decide) and make this node restart when another one will (the nodes restart together).
 peers, server = multinode.peers_of(plan, groups, service) if plan.node is not None else ({}, None)
-found_secrets = facts["files"].get(layout.secrets_path) or []
-restart_needed = secrets.content_changed(found_secrets[3] if len(found_secrets) > 3 else None, plan.rendered.secrets) \
+restart_needed = secrets.content_changed(secrets.found_hash(facts["files"], service), plan.rendered.secrets) \
     or any(op.will_change for op in runtime_ops)
-decision = decide(plan, store, restart_needed=restart_needed,
-                  peers=peers, server=server)
+decision = decide(plan, store, restart_needed=restart_needed, peers=peers, server=server)
 decision = with_peers(decision, peers)
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
@@ -150,19 +148,11 @@ if decision.switch:
                   max_auto_rollbacks=int(host.data.get("max_auto_rollbacks")),
                   force=host_flag(host.data, "force"), gate=gated_here, mark_good=not gated_here,
                   on_inconclusive=profile.gate.on_inconclusive)
-    # A multi-node server restarts as a whole, in order (pyinfra runs each operation on every host before the
-    # next): every node stops, the joining ranks start and wait at the rendezvous, then rank 0 starts, and its
-    # readiness and gate see the new release on every node (no rank joins a rank 0 of the old release).
-    nodes = [name for name, _ in groups[str(host.data.get("node_group"))]] if plan.node is not None else []
-    if plan.node is not None:
-        multinode.stop_for_restart(switch=switch, rank=plan.node.rank, nnodes=plan.node.nnodes)
-    if plan.node is not None and not plan.node.serves_http:
-        multinode.require_peers(names=nodes, step="the joining ranks' start")
+    if plan.node is None:
         release.switch(**switch)
-    if plan.node is not None and plan.node.serves_http:
-        multinode.require_peers(names=nodes, step="rank 0's start")
-    if plan.node is None or plan.node.serves_http:
-        release.switch(**switch)
+    else:  # the nodes restart together, in their start order
+        multinode.switch_in_order(switch, plan.node.rank, plan.node.nnodes,
+                                  nodes=[name for name, _ in groups[str(host.data.get("node_group"))]])
     if plan.node is not None and not plan.node.serves_http:
         rank0 = groups[str(host.data.get("node_group"))][0][0]
         multinode.follow_rank0(service=service, rank0=rank0, target=store["state"].get("active"),

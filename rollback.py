@@ -47,11 +47,6 @@ nodes = [h.name for h in inventory.get_group(host.data.get("node_group"))] if sp
 if spans:  # every node of the server goes together
     multinode.require_whole_server(nodes, "rolled back")
 if node:
-    multinode.stop_for_restart(switch=switch, rank=node["rank"], nnodes=node["nnodes"])
-if node and node["rank"] > 0:
-    multinode.require_peers(names=nodes, step="the joining ranks' start")
-    release.switch(**switch)
-if node and node["rank"] == 0:
-    multinode.require_peers(names=nodes, step="rank 0's start")
-if not node or node["rank"] == 0:
+    multinode.switch_in_order(switch, node["rank"], node["nnodes"], nodes)
+else:
     release.switch(**switch)

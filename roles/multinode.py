@@ -13,7 +13,7 @@ from pyinfra.operations import python, server
 
 from pyinfra.facts.files import Sha256File
 
-from roles import secrets
+from roles import release, secrets
 from roles.facts import GpuHost, ReleaseStore
 from roles.release import SWITCH_DEFAULTS, switch_command
 from sglang_deploy.hostdata import host_flag
@@ -110,3 +110,17 @@ def stop_for_restart(switch: dict, rank: int, nnodes: int):
 def require_peers(names: list, step: str):
     python.call(name=f"Every node of the server passed the steps before {step}", function=_peers_intact,
                 names=names, step=step)
+
+
+def switch_in_order(switch: dict, rank: int, nnodes: int, nodes: list[str]):
+    """release.switch for a node of a multi-node server, in the server's start order (pyinfra runs each
+    operation on every host before the next, in the order of these lines): every node stops, the joining ranks
+    start and wait at the rendezvous, then rank 0 starts, and its readiness and gate see the new release on
+    every node (no rank joins a rank 0 of the old release)."""
+    stop_for_restart(switch=switch, rank=rank, nnodes=nnodes)
+    if rank > 0:
+        require_peers(names=nodes, step="the joining ranks' start")
+        release.switch(**switch)
+    if rank == 0:
+        require_peers(names=nodes, step="rank 0's start")
+        release.switch(**switch)

@@ -22,6 +22,12 @@ def in_place(found_files: dict, secrets: str, service: str, user: str) -> bool:
                                                              hashlib.sha256(secrets.encode()).hexdigest()])
 
 
+def found_hash(found_files: dict, service: str) -> str | None:
+    """The secrets file's sha256 as the DeployState fact found it (mode, owner, group, sha256), None if absent."""
+    found = found_files.get(ServiceLayout(service).secrets_path) or []
+    return found[3] if len(found) > 3 else None
+
+
 def content_changed(found_hash: str | None, secrets: str) -> bool:
     """Whether the server must restart for its secrets: the file's content differs (its mode or owner being
     repaired needs no restart: SGLang reads the file, through --config, only at start). found_hash: the file's

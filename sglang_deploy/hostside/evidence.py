@@ -14,7 +14,7 @@ returns it with the launch command): ``redact`` runs before anything is stored o
 import re
 import subprocess
 
-from .store import env_file_values
+from .store import env_file_values, read_environ
 
 # custom_all_reduce_utils.py:505-508 (no P2P) and :488-496 (more than two PCIe-only GPUs),
 # parallel_state.py:514-517 (setup failed).
@@ -130,11 +130,8 @@ def costly_undeclared(environ, declared, sources):
 
 
 def process_environment(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return dict(item.decode(errors="replace").split("=", 1) for item in f.read().split(b"\0") if b"=" in item)
-    except (FileNotFoundError, PermissionError):
-        return {}
+    """The process's environment; {} when it cannot be read."""
+    return read_environ(pid) or {}
 
 
 if __name__ == "__main__":  # python3 -m hostside.evidence SERVICE: what the journal says since the unit started

@@ -99,17 +99,23 @@ def env_file_values(text) -> dict:
     return values
 
 
-def environment_drift(pid, declared) -> list | None:
-    """Names (never values) of declared variables the server process lacks or has with another value; None
-    when the process's environment cannot be read (no process, not allowed, mid-exec): nothing to compare."""
+def read_environ(pid) -> dict | None:
+    """/proc/PID/environ as a dict; None when it cannot be read (no process, not allowed) or is empty (a process
+    in the middle of exec, or a kernel thread, shows none)."""
     try:
         with open(f"/proc/{pid}/environ", "rb") as f:
             raw = f.read()
     except OSError:
         return None
-    if not raw:  # a process in the middle of exec (or a kernel thread) shows none: nothing to compare
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item) or None
+
+
+def environment_drift(pid, declared) -> list | None:
+    """Names (never values) of declared variables the server process lacks or has with another value; None
+    when the process's environment cannot be read: nothing to compare."""
+    environ = read_environ(pid)
+    if environ is None:
         return None
-    environ = dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item)
     return [name for name, value in declared.items() if environ.get(name) != value]
 
 
