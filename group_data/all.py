@@ -5,6 +5,9 @@ profile = "profiles/qwen3.6-27b-mtp-2xa6000.yaml"
 # The GPU count the profile is checked against (--tp-size); a real host's own report must not contradict it.
 gpus = None
 gpu_topology = None  # the GPU interconnect, "pcie" or "nvlink", for the NCCL rules
+# The GPU model whose facts SGLang's resolution is run under (sglang_deploy/gpu_facts.py: a6000, h100, ...) where
+# the host's nvidia-smi cannot say; a host that reports its GPUs is resolved under what it reports.
+gpu_model = "a6000"
 # The API key: read from this file (mode 0600, relative to the repository), else from api_key_env.
 api_key_file = None
 api_key_env = "SGLANG_DEPLOY_API_KEY"  # the controller environment variable holding the API key

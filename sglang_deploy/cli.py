@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from .gpu_facts import DEFAULT_MODEL, KNOWN, GpuFactsError, from_host_gpus, model
 from .hostfacts import detected_hardware
 from .plan import PlanError, reconcile_hardware
 from .profile import ProfileError, load_profile
@@ -15,7 +16,9 @@ from .validator_env import ValidatorEnvError
 
 
 def hardware_for_check(args: argparse.Namespace) -> tuple[int | None, str | None]:
-    """--gpus/--topology, or what a host reported (facts.py's JSON); a contradiction is an error."""
+    """--gpus/--topology, or what a host reported (facts.py's JSON); a contradiction is an error. Sets
+    args.gpu to the GPU model SGLang's resolution runs under (--gpu-model, the facts' GPUs, else the A6000)."""
+    args.gpu = model(args.gpu_model or DEFAULT_MODEL)
     if not args.facts:
         return args.gpus, args.topology
     try:
@@ -28,6 +31,14 @@ def hardware_for_check(args: argparse.Namespace) -> tuple[int | None, str | None
                                                labels={"gpus": "--gpus", "gpu_topology": "--topology"})
     for note in notes:
         print(f"  {note} ({args.facts})")
+    try:
+        reported = from_host_gpus(facts.get("gpus") or [])
+    except GpuFactsError as error:
+        raise PlanError(f"--facts {args.facts}: {error}") from None
+    if reported is not None and args.gpu_model and reported.key != args.gpu_model:
+        raise PlanError(f"--gpu-model {args.gpu_model} but {args.facts} reports {reported.name}; leave out --gpu-model")
+    if reported is not None:
+        args.gpu = reported
     return gpus, topology
 
 
@@ -53,7 +64,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if node is not None:
             print(f"  nodes: {profile.nodes}: checked as rank 0 ({' '.join(node.args())}; 127.0.0.1 stands in for "
                   "rank 0's address, which the inventory gives)")
-        report = check_profile(profile, gpus=gpus, topology=topology, path=args.path, node=node)
+        report = check_profile(profile, gpus=gpus, topology=topology, path=args.path, node=node, gpu=args.gpu)
     except ProfileError as error:
         print("\n".join(error.problems), file=sys.stderr)
         print(f"INVALID: {args.profile}", file=sys.stderr)
@@ -68,7 +79,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not report.ok:
         print(f"INVALID: {args.profile} ({len(report.problems)} problem(s))", file=sys.stderr)
         return 1
-    how = ("parser and resolution" if report.path == "full"
+    how = (f"parser and whole resolution, {report.resolution['gpu']['count']}x {report.resolution['gpu']['model']}"
+           if report.path == "full"
            else "option table exported from its parser (light: no resolution)")
     print(f"OK: {args.profile} (SGLang {profile.sglang.version} {how}, and the tool's rules)")
     return 0
@@ -110,6 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("profile")
     check.add_argument("--gpus", type=int, help="GPU count of the target host (checks --tp-size)")
     check.add_argument("--topology", choices=TOPOLOGIES, help="GPU interconnect of the target host (NCCL rules)")
+    check.add_argument("--gpu-model", choices=sorted(KNOWN), default=None,
+                       help="the GPU whose facts SGLang's resolution runs under (default: the host's in --facts, "
+                            "else a6000, CT129's cards)")
     check.add_argument("--facts", metavar="FILE",
                        help="GPU count and interconnect from a host's facts (results/<host>/facts.json of facts.py)")
     paths = check.add_mutually_exclusive_group()

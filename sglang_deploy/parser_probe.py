@@ -1,7 +1,7 @@
 """Runs inside a validator virtualenv that holds a pinned SGLang (no GPU dependencies).
 
 Reads JSON lines from stdin: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...],
-                               "resolve": {"argv": [...], "architectures": [...]} (optional)}
+                               "resolve": {"argv": [...], "model_config": {...}, "gpu_facts": "..."} (optional)}
 Writes JSON to stdout:
   {"sglang_version": ..., "actions": [...], "results": [{"ok": bool, "error": str|null}, ...],
    "algorithms": {name: error-or-null}, "resolution": {...} (when asked), "export": {...} (with "export": true:
@@ -12,12 +12,13 @@ ambiguous flags fail exactly as they would at server start. Standard library + s
 is executed by path (``python -P``: the folder of this file, which holds a ``profile.py``, must not
 shadow the standard library's ``profile``), the ``sglang_deploy`` package is not installed there.
 
-Resolution: the argv is parsed by SGLang's own ``prepare_server_args``, then SGLang's own resolution
-hooks that run without a GPU and without the checkpoint are applied in the pipeline's order
-(``handle_cuda_graph_config``, ``handle_speculative_decoding``), and the answer is SGLang's own
-``ServerArgs.resolved_dict()`` -- the projection ``/server_info`` serves. The rest of SGLang's
-``run_resolution_pipeline`` imports the GPU layer stack and reads the checkpoint: it runs only on a
-GPU host; docs/conformance.md names the fields this leaves unresolved.
+Resolution: the argv is parsed by SGLang's own ``prepare_server_args`` and resolved by SGLang's own
+``ServerArgs.resolve_once()``, every step of ``run_resolution_pipeline``, with the checkpoint's ``config.json``
+in a directory standing in for the model path, and under the target's GPU facts: the process is started with
+the GPU stand-in (gpu_standin/: torch.cuda facts installed before SGLang is imported, a stub libcuda.so.1 so that
+SGLang's kernel package imports, an nvidia-smi that answers from the facts). The answer is SGLang's own
+``ServerArgs.resolved_dict()`` -- the projection ``/server_info`` serves -- or the step that refused and its
+message.
 """
 
 import argparse
@@ -110,13 +111,6 @@ def answer(request, sglang, parser, SpeculativeAlgorithm):
     }
 
 
-# The hooks this probe runs, in the order of run_resolution_pipeline (srt/arg_groups/pipeline.py).
-RESOLUTION_HOOKS = (
-    ("sglang.srt.arg_groups.cuda_graph_hook", "handle_cuda_graph_config"),
-    ("sglang.srt.arg_groups.speculative_hook", "handle_speculative_decoding"),
-)
-
-
 class _CapturedLog(logging.Handler):
     def __init__(self):
         super().__init__(logging.INFO)
@@ -126,48 +120,108 @@ class _CapturedLog(logging.Handler):
         self.lines.append(record.getMessage())
 
 
-def resolve(request):
-    """SGLang's own parse + the GPU-free resolution hooks + resolved_dict() for one argv."""
-    import importlib
-    import types
+def _replace_strings(value, old, new):
+    if isinstance(value, str):
+        return value.replace(old, new)
+    if isinstance(value, list):
+        return [_replace_strings(item, old, new) for item in value]
+    if isinstance(value, dict):
+        return {key: _replace_strings(item, old, new) for key, item in value.items()}
+    return value
 
+
+def _model_directory(request):
+    """The checkpoint's config.json (an input of SGLang's ModelConfig) in a directory of its own, standing in for
+    the model path the host has; None when the request carries no config."""
+    import os
+    import tempfile
+
+    config = request.get("model_config")
+    if config is None:
+        return None
+    directory = tempfile.mkdtemp(prefix="sglang-deploy-model-")
+    with open(os.path.join(directory, "config.json"), "w") as out:
+        json.dump(config, out)
+    return directory
+
+
+def resolve(request):
+    """SGLang's own parse (prepare_server_args) and its whole resolution (ServerArgs.resolve_once: every step of
+    run_resolution_pipeline) for one argv, under the GPU facts this process was started with (gpu_standin), and
+    the answer SGLang's own ServerArgs.resolved_dict() gives: the projection /server_info serves."""
+    import os
+    import shutil
+
+    from sglang.srt.arg_groups import pipeline
     from sglang.srt.server_args import prepare_server_args
 
-    try:
-        server_args = prepare_server_args(list(request["argv"]))
-    except SystemExit:  # argparse refused the argv: the parse results already say why
-        return {"resolved": None, "hooks": [], "error": "SGLang's parser refuses the command line", "log": [],
-                "architectures": list(request.get("architectures") or [])}
-    # ``model_config_of`` (srt/arg_groups/model_override_base.py) hands back a configuration memoized on
-    # the record without building one; it imports ModelConfig first, and that module pulls the GPU layer
-    # stack. Only the checkpoint's architectures are read by the hooks run here (speculative_hook.py:
-    # _handle_eagle_family), so the memo carries them, and the class import is satisfied without the stack.
-    stub = types.ModuleType("sglang.srt.configs.model_config")
-    stub.ModelConfig = type("ModelConfig", (), {})
-    sys.modules.setdefault("sglang.srt.configs.model_config", stub)
-    architectures = list(request.get("architectures") or ["UnknownForCausalLM"])
-    server_args._model_config = types.SimpleNamespace(
-        hf_config=types.SimpleNamespace(architectures=architectures), is_hybrid_swa=False)
+    argv = list(request["argv"])
+    model_path = argv[argv.index("--model-path") + 1] if "--model-path" in argv else None
+    directory = _model_directory(request)
+    if directory is not None and model_path is not None:
+        argv[argv.index("--model-path") + 1] = directory
+    steps = []
+    real_hook, real_pass = pipeline.run_hook, pipeline.run_post_process_pass
+
+    def traced_hook(builtin, server_args):
+        steps.append(builtin.__name__)
+        return real_hook(builtin, server_args)
+
+    def traced_pass(server_args, fn):
+        steps.append(getattr(fn, "__name__", str(fn)))
+        return real_pass(server_args, fn)
+
+    environ = dict(os.environ)  # steps may set variables; each request starts from the same environment
     captured = _CapturedLog()
     logging.disable(logging.NOTSET)
     root = logging.getLogger()
     root.addHandler(captured)
     root.setLevel(logging.INFO)
-    hooks, error = [], None
+    pipeline.run_hook, pipeline.run_post_process_pass = traced_hook, traced_pass
+    error, step, resolved = None, None, None
     try:
-        for module, name in RESOLUTION_HOOKS:
-            getattr(importlib.import_module(module), name)(server_args)
-            hooks.append(f"{module}.{name}")
-    except Exception as failure:  # noqa: BLE001 - SGLang's own refusal is the answer
-        error = f"{type(failure).__name__}: {failure}"
+        try:
+            server_args = prepare_server_args(argv)
+        except SystemExit:  # argparse refused the argv: the parse results already say why
+            return {"resolved": None, "steps": [], "step": "parse", "log": [],
+                    "error": "SGLang's parser refuses the command line", "full": True}
+        try:
+            server_args.resolve_once()
+        except Exception as failure:  # noqa: BLE001 - SGLang's own refusal is the answer
+            error = f"{type(failure).__name__}: {failure}"
+            step = steps[-1] if steps else "resolve_once"
+        resolved = server_args.resolved_dict() if error is None else None
     finally:
+        pipeline.run_hook, pipeline.run_post_process_pass = real_hook, real_pass
         root.removeHandler(captured)
         logging.disable(logging.CRITICAL)
-    resolved = server_args.resolved_dict()
-    for secret in ("api_key", "admin_api_key"):
-        resolved.pop(secret, None)
-    return {"resolved": json.loads(json.dumps(resolved, default=str)), "hooks": hooks, "error": error,
-            "log": captured.lines, "architectures": architectures}
+        os.environ.clear()
+        os.environ.update(environ)
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
+    lines = captured.lines
+    if resolved is not None:
+        for secret in ("api_key", "admin_api_key"):
+            resolved.pop(secret, None)
+        if "--random-seed" not in argv:  # drawn anew at every start: not part of what a release is
+            resolved.pop("random_seed", None)
+        resolved = json.loads(json.dumps(resolved, default=str))
+    if directory is not None and model_path is not None:
+        resolved = _replace_strings(resolved, directory, model_path)
+        lines = _replace_strings(lines, directory, model_path)
+        error = _replace_strings(error, directory, model_path)
+    return {"resolved": resolved, "steps": steps, "step": step, "error": error, "log": lines, "full": True}
+
+
+def install_gpu_standin():
+    """The target's GPU facts, before SGLang is imported (it caches what it reads of the platform)."""
+    import os
+    import runpy
+
+    path = os.environ.get("SGLANG_DEPLOY_GPU_STANDIN")
+    if not path:
+        return None
+    return runpy.run_path(path)["install"]()
 
 
 def main():
@@ -175,10 +229,17 @@ def main():
     logging.disable(logging.CRITICAL)
     real_stdout = sys.stdout
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        gpu = install_gpu_standin()
         import sglang
         from sglang.srt.server_args import ServerArgs
         from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
+        if gpu is not None:
+            # flashinfer is a pinned dependency of every sglang install (flashinfer_python==0.7.2); the validator
+            # env leaves out its 600 MB and states the fact SGLang derives from it (runtime_context.py).
+            from sglang.srt.runtime_context import override_platform
+
+            override_platform(has_flashinfer=True).install()
         parser = ProbeParser(prog="sglang serve", add_help=False)
         ServerArgs.add_cli_args(parser)
         for line in sys.stdin:
@@ -188,6 +249,8 @@ def main():
                 if request.get("export"):
                     reply["export"] = export_table(sglang, parser, SpeculativeAlgorithm)
                 if request.get("resolve"):
+                    if gpu is None:
+                        raise SystemExit("a resolution needs the GPU stand-in (SGLANG_DEPLOY_GPU_FACTS)")
                     reply["resolution"] = resolve(request["resolve"])
                 real_stdout.write(json.dumps(reply) + "\n")
                 real_stdout.flush()

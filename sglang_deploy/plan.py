@@ -122,6 +122,20 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
     return (int(gpus) if gpus is not None else None), values["gpu_topology"], notes
 
 
+def gpu_model_for_host(data, detected: dict | None) -> tuple:
+    """The GPU model SGLang's resolution runs under: what the host's nvidia-smi reports, else host data gpu_model."""
+    from .gpu_facts import GpuFactsError, from_host_gpus, model
+
+    names = (detected or {}).get("gpu_names") or []
+    try:
+        reported = from_host_gpus([{"name": name} for name in names])
+        if reported is not None:
+            return reported, f"GPU model {reported.name} from the host's facts"
+        return model(str(_get(data, "gpu_model", "a6000"))), None
+    except GpuFactsError as error:
+        raise PlanError(f"{origin(data, 'gpu_model')}: gpu_model: {error}") from None
+
+
 def plan_for_host(data, detected: dict | None = None, need_key: bool = True, groups: dict | None = None,
                   host_name: str | None = None) -> Plan:
     """need_key=False: for provisioning only (the API key is not needed to install the venv). groups and
@@ -144,8 +158,11 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
                          host_name or "", data, groups or {})
     except NodeError as error:
         raise PlanError(f"{path}:{line_of(path, ('nodes',))}: {error}") from None
+    gpu, gpu_note = gpu_model_for_host(data, detected)
+    if gpu_note:
+        notes.append(gpu_note)
     try:
-        report = check_profile(profile, gpus=gpus, topology=topology, port=port, node=node)
+        report = check_profile(profile, gpus=gpus, topology=topology, port=port, node=node, gpu=gpu)
     except (ValidatorEnvError, ValueError) as error:
         raise PlanError(f"cannot validate {path}: {error}") from None
     if not report.ok:

@@ -72,7 +72,17 @@ class ModelSection(Strict):
     hybrid: StrictBool = Field(False, description="Hybrid linear-attention model (e.g. Gated DeltaNet + attention).")
     architecture: StrictStr | None = Field(
         None, description="The checkpoint's config.json architectures[0], e.g. Qwen3_5ForConditionalGeneration; "
-                          "SGLang's speculative resolution reads it.")
+                          "when model.config is given, it must agree with it.")
+    config: StrictStr | None = Field(
+        None, description="The checkpoint's config.json (relative to the repository, or absolute): an input of SGLang's "
+                          "resolution (its ModelConfig reads it). Required by the full check and every deploy.")
+
+    @field_validator("config")
+    @classmethod
+    def json_file(cls, value: str | None) -> str | None:
+        if value is not None and not value.endswith(".json"):
+            raise ValueError(f"must name the checkpoint's config.json (a .json file), got {value!r}")
+        return value
 
     @field_validator("architecture")
     @classmethod

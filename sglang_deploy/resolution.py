@@ -1,36 +1,63 @@
-"""What SGLang itself resolves for the exact command line a release ships: one document, two readers.
+"""What SGLang itself resolves for the exact command line a release ships: one document, several readers.
 
-The simulator serves it as ``/server_info`` (shipped with the release as ``resolved.json``) and the
-gate's expectations are read from it, so the two cannot drift from each other or from SGLang: the
-values come from the pinned SGLang's own parser, its GPU-free resolution hooks and its
-``ServerArgs.resolved_dict()`` (see parser_probe.py), run in the validator environment and cached by
-content (validator_env.probe_cached).
+The release ships it as ``resolved.json``, the gate's expectations are read from it, and the rules read it: the
+values come from the pinned SGLang's own parser and its whole resolution (``ServerArgs.resolve_once()``, every
+step of ``run_resolution_pipeline``) with the checkpoint's ``config.json`` and the target's GPU facts, run in
+the validator environment (parser_probe.py) and cached by content (validator_env.probe_cached).
 
-Fields SGLang resolves only on a GPU host (the rest of ``run_resolution_pipeline``) are listed with
-their source lines in docs/conformance.md; the gate never compares them.
+What SGLang decides only after resolution, on the GPU (KV capacity, captured graph sizes, the custom all-reduce
+choice), is not in it; docs/conformance.md lists those fields.
 """
 
 from __future__ import annotations
 
-from . import validator_env
+import json
+from pathlib import Path
+
+from . import gpu_facts, validator_env
 
 # /server_info fields the gate compares with the running server, besides the decode graph backend.
-# Each is produced by SGLang's parser or by a hook this project runs (parser_probe.RESOLUTION_HOOKS).
 COMPARED_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                    "speculative_num_draft_tokens", "max_running_requests", "disable_custom_all_reduce")
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def request(argv: list[str], architectures: list[str] | None) -> dict:
-    return {"argv": list(argv), "architectures": list(architectures or [])}
+class ModelConfigError(ValueError):
+    pass
+
+
+def config_path(value: str) -> Path:
+    path = Path(value)
+    return path if path.is_absolute() else REPO_ROOT / path
+
+
+def load_model_config(value: str) -> dict:
+    """The checkpoint's config.json named by model.config (relative to the repository, or absolute)."""
+    path = config_path(value)
+    try:
+        config = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ModelConfigError(f"{value} does not exist (expected the checkpoint's config.json; "
+                               "`sglang-deploy manifest` writes it beside the weights manifest)") from None
+    except ValueError as error:
+        raise ModelConfigError(f"{value} is not JSON: {error}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("architectures"), list):
+        raise ModelConfigError(f"{value} has no `architectures` list: not a checkpoint's config.json")
+    return config
+
+
+def request(argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int) -> dict:
+    return {"argv": list(argv), "model_config": model_config, "gpu_facts": gpu_facts.facts_json(gpu, count)}
 
 
 def document(version: str, argv: list[str], answer: dict) -> dict:
-    """{sglang_version, argv, architectures, resolved, hooks, log, error} from a probe answer."""
-    return {"sglang_version": version, "argv": list(argv), **answer["resolution"]}
+    """{sglang_version, argv, resolved, steps, step, log, error, gpu} from a probe answer."""
+    resolution = dict(answer["resolution"])
+    return {"sglang_version": version, "argv": list(argv), **resolution}
 
 
-def resolve_argv(version: str, argv: list[str], architectures: list[str] | None = None) -> dict:
-    answer = validator_env.probe_cached(version, [argv], [], resolve=request(argv, architectures))
+def resolve_argv(version: str, argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int) -> dict:
+    answer = validator_env.probe_cached(version, [argv], [], resolve=request(argv, model_config, gpu, count))
     return document(version, argv, answer)
 
 

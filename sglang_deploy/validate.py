@@ -4,8 +4,9 @@ Every problem names the profile file and line, the flag or variable, and what wo
 Nothing here touches a host: ``sglang-deploy check`` and the deploy both call ``check_profile``
 before any operation runs.
 
-Two paths to SGLang's verdict. Full: SGLang's own parser and GPU-free resolution hooks run in the cached
-validator environment (validator_env.py; several GB, built once). Light: the parser rebuilt from the
+Two paths to SGLang's verdict. Full: SGLang's own parser and its whole resolution (every step of
+``run_resolution_pipeline``, with the checkpoint's config.json and the target's GPU facts) run in the cached
+validator environment (validator_env.py, parser_probe.py; several GB, built once). Light: the parser rebuilt from the
 option table exported by that parser and kept in the repository (flag_table.py; standard library only),
 for a `check` on a machine without the environment; the rules that read SGLang's resolution are then
 reported as skipped. A deploy always takes the full path (the release ships SGLang's resolution).
@@ -16,7 +17,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from . import flag_table, resolution, validator_env
+from . import flag_table, gpu_facts, resolution, validator_env
 from .rules import NCCL_DEBUG_KNOBS, RENAMED_FLAGS, WAIVABLE
 from .flags import server_args
 from .profile import Profile, line_of
@@ -189,8 +190,36 @@ def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
     return problems
 
 
-LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution (they read SGLang's own resolution, "
-                 "which needs the validator environment: `sglang-deploy check --full`; every deploy runs it)")
+LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution: SGLang's whole resolution (about 90 "
+                 "steps, e.g. --language-model-only's architecture check, the attention backend, the memory "
+                 "settings) and the rules that read it need the validator environment: `sglang-deploy check "
+                 "--full`; every deploy runs it")
+
+
+def _refusal_field(profile: Profile, message: str) -> tuple:
+    """The profile flag a refusal names (the longest one, so --tp-size is not taken for --tp), else sglang.flags."""
+    named = [name for name in profile.sglang.flags if name in message]
+    return _flag(max(named, key=len)) if named else ("sglang", "flags")
+
+
+def model_config_problems(profile: Profile) -> tuple[list[Problem], dict | None]:
+    """The checkpoint's config.json, which SGLang's resolution reads (ModelConfig), and its agreement with
+    model.architecture."""
+    if profile.model.config is None:
+        return [Problem("model-config", ("model",),
+                        "model.config is required for SGLang's resolution, which reads the checkpoint's config.json "
+                        "(ModelConfig: architecture, layers, quantization); write `config: <path of the "
+                        "checkpoint's config.json>` (`sglang-deploy manifest` writes it beside the manifest)")], None
+    try:
+        config = resolution.load_model_config(profile.model.config)
+    except resolution.ModelConfigError as error:
+        return [Problem("model-config", ("model", "config"), str(error))], None
+    declared, found = profile.model.architecture, (config["architectures"] or [None])[0]
+    if declared is not None and declared != found:
+        return [Problem("model-config", ("model", "architecture"),
+                        f"model.architecture is {declared} but {profile.model.config} says {found}; "
+                        "accepted: the config's architectures[0], or leave model.architecture out")], config
+    return [], config
 
 
 def light_probe(table: dict, argv: list[str], algorithms: list[str]) -> dict:
@@ -209,10 +238,12 @@ def choose_path(version: str, path: str) -> str:
 
 
 def check_profile(profile: Profile, gpus: int | None = None, topology: str | None = None,
-                  port: int | None = None, path: str = "full", node=None) -> Report:
-    """Run both layers. path full: the parser and SGLang's resolution run in the cached validator env of the
-    profile's SGLang version (answers cached by content); light: the exported option table, no resolution;
-    auto: choose_path. `port` is the one the unit will use; `node`: a multi-node rank (flags.server_args)."""
+                  port: int | None = None, path: str = "full", node=None,
+                  gpu: gpu_facts.GpuModel | None = None) -> Report:
+    """Run both layers. path full: the parser and SGLang's whole resolution run in the cached validator env of the
+    profile's SGLang version (answers cached by content) under `gpu`'s facts (default: the reference target's
+    A6000) and `gpus` of them per node (default: the profile's TP share of a node); light: the exported option
+    table, no resolution; auto: choose_path. `port` is the one the unit will use; `node`: a multi-node rank."""
     if topology is not None and topology not in TOPOLOGIES:
         raise ValueError(f"topology must be one of {', '.join(TOPOLOGIES)}, not {topology!r}")
     algorithm = profile.sglang.flags.get("--speculative-algorithm")
@@ -225,20 +256,29 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
             f"no exported option table for SGLang {profile.sglang.version} in {flag_table.TABLE_DIR}: "
             f"use `sglang-deploy check --full`, or export one (python -m sglang_deploy.flag_table export "
             f"{profile.sglang.version})")
+    config_problems: list[Problem] = []
     if table is not None:
         probe = light_probe(table, argv, algorithms)
         answer = {"resolved": None, "error": None}
     else:
-        architectures = [profile.model.architecture] if profile.model.architecture else []
-        probe = validator_env.probe_cached(profile.sglang.version, [argv], algorithms,
-                                           resolve=resolution.request(argv, architectures))
-        answer = resolution.document(profile.sglang.version, argv, probe)
-    problems = parser_problems(profile, tuple(probe["actions"]), probe)
+        config_problems, config = model_config_problems(profile)
+        gpu = gpu or gpu_facts.model(gpu_facts.DEFAULT_MODEL)
+        tp = profile.sglang.flags.get("--tp-size", 1)
+        count = gpus or max(1, (tp if isinstance(tp, int) else 1) // profile.nodes)
+        if config is None:
+            probe = validator_env.probe_cached(profile.sglang.version, [argv], algorithms)
+            answer = {"resolved": None, "error": None}
+        else:
+            probe = validator_env.probe_cached(profile.sglang.version, [argv], algorithms,
+                                               resolve=resolution.request(argv, config, gpu, count))
+            answer = {**resolution.document(profile.sglang.version, argv, probe),
+                      "gpu": {"model": gpu.name, "count": count}, "model_config": profile.model.config}
+    problems = parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
     problems += speculative_problems(profile, probe["algorithms"])
     if not problems and answer["error"]:  # a refusal the rules above did not explain
-        problems.append(Problem("sglang-resolution", ("sglang", "flags"),
-                                f"SGLang {profile.sglang.version}'s own resolution refuses the command line: "
-                                f"{answer['error']}"))
+        problems.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),
+                                f"SGLang {profile.sglang.version} refuses the command line at "
+                                f"{answer.get('step') or 'resolution'}: {answer['error']}"))
     problems += resource_problems(profile, gpus, answer["resolved"])
     problems += nccl_problems(profile, topology)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]

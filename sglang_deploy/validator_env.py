@@ -35,6 +35,11 @@ PARSER_DEPENDENCIES = [
 TORCH_REQUIREMENTS = os.environ.get("SGLANG_DEPLOY_VALIDATOR_TORCH", "torch==2.14.1 torchvision==0.29.1").split()
 # Bump when the recipe above changes: an environment built by an older recipe is rebuilt.
 ENV_RECIPE = "3"
+# SGLang's whole resolution takes the CUDA code path, which imports SGLang's kernel package; its extension
+# modules link libcuda.so.1. The layer adds the package sglang pins and the GPU stand-in (gpu_standin/): a stub
+# driver library, an nvidia-smi that answers from the stated facts, and torch.cuda facts installed by the probe.
+STANDIN_DIR = Path(__file__).with_name("gpu_standin")
+FULL_LAYER_PACKAGES = ["sglang-kernel==0.4.10"]
 
 
 class ValidatorEnvError(RuntimeError):
@@ -78,6 +83,67 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
     return python
 
 
+def _layer_digest() -> str:
+    digest = hashlib.sha256(json.dumps(FULL_LAYER_PACKAGES).encode())
+    for name in ("libcuda_stub.c", "nvidia-smi"):
+        digest.update((STANDIN_DIR / name).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def standin_dir(version: str) -> Path:
+    return env_dir(version) / "gpu-standin"
+
+
+def ensure_full_layer(version: str, quiet: bool = False) -> Path:
+    """The validator env with the layer SGLang's whole resolution needs (built once, on top of the env, so the
+    6 GB base is not rebuilt when only the layer changes). Returns the stand-in's directory (lib/, bin/)."""
+    python = ensure_env(version, quiet)
+    target = standin_dir(version)
+    marker = target / ".complete"
+    digest = _layer_digest()
+    if marker.is_file() and marker.read_text().strip() == digest:
+        return target
+    with open(env_dir(version).parent / f".sglang-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.is_file() and marker.read_text().strip() == digest:
+            return target
+        if not quiet:
+            print(f"[check] adding SGLang {version}'s kernel package and the GPU stand-in to {env_dir(version)} "
+                  "(once; about a minute)", file=sys.stderr, flush=True)
+        shutil.rmtree(target, ignore_errors=True)
+        (target / "lib").mkdir(parents=True)
+        (target / "bin").mkdir()
+        compiler = shutil.which("cc") or shutil.which("gcc")
+        if compiler is None:
+            raise ValidatorEnvError("SGLang's full resolution needs a C compiler for the stub driver library "
+                                    "(apt-get install gcc)")
+        steps = [
+            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
+             *FULL_LAYER_PACKAGES],
+            [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(target / "lib" / "libcuda.so.1"),
+             str(STANDIN_DIR / "libcuda_stub.c")],
+        ]
+        for step in steps:
+            result = subprocess.run(step, capture_output=True, text=True)
+            if result.returncode != 0:
+                shutil.rmtree(target, ignore_errors=True)
+                raise ValidatorEnvError(f"could not add the full-resolution layer to {env_dir(version)}: "
+                                        f"{' '.join(step[:6])} ... failed:\n{result.stderr.strip()[-2000:]}")
+        shutil.copy(STANDIN_DIR / "nvidia-smi", target / "bin" / "nvidia-smi")
+        (target / "bin" / "nvidia-smi").chmod(0o755)
+        marker.write_text(digest + "\n")
+    return target
+
+
+def standin_environment(version: str, gpu_facts: str) -> dict:
+    """The environment a process of SGLang <version>'s validator env needs to take the target's CUDA path."""
+    target = ensure_full_layer(version)
+    return {**os.environ, "SGLANG_DEPLOY_GPU_FACTS": gpu_facts,
+            "SGLANG_DEPLOY_GPU_STANDIN": str(STANDIN_DIR / "standin.py"),
+            "LD_LIBRARY_PATH": str(target / "lib"), "PATH": f"{target / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+            "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def _complete(target: Path) -> bool:
     try:
         return (target / ".complete").read_text().split()[-1:] == [ENV_RECIPE]
@@ -85,24 +151,27 @@ def _complete(target: Path) -> bool:
         return False
 
 
-_probes: dict[str, subprocess.Popen] = {}
+_probes: dict[tuple, subprocess.Popen] = {}
 _probe_lock = threading.Lock()  # one request at a time per probe process (threads share it)
 
 
-def _probe_process(version: str) -> subprocess.Popen:
-    """One long-lived probe per version and controller process (importing sglang takes seconds)."""
-    process = _probes.get(version)
+def _probe_process(version: str, gpu_facts: str | None) -> subprocess.Popen:
+    """One long-lived probe per version, GPU facts and controller process (importing sglang takes seconds; the
+    facts are installed before the import, as SGLang caches what it reads of the platform)."""
+    process = _probes.get((version, gpu_facts))
     if process is None or process.poll() is not None:
         python = ensure_env(version)
+        env = standin_environment(version, gpu_facts) if gpu_facts else None
         process = subprocess.Popen([str(python), "-P", str(PROBE_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True)
-        _probes[version] = process
+                                   stderr=subprocess.PIPE, text=True, env=env)
+        _probes[(version, gpu_facts)] = process
     return process
 
 
 def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None,
               export: bool = False) -> dict:
-    """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape."""
+    """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape. A
+    resolve request runs SGLang's whole resolution under the GPU facts it carries (resolve["gpu_facts"])."""
     with _probe_lock:
         return _run_probe_locked(version, argvs, algorithms, resolve, export)
 
@@ -114,7 +183,7 @@ def env_built(version: str) -> bool:
 
 def _run_probe_locked(version: str, argvs: list[list[str]], algorithms, resolve: dict | None,
                       export: bool = False) -> dict:
-    process = _probe_process(version)
+    process = _probe_process(version, (resolve or {}).get("gpu_facts"))
     request = {"argvs": argvs, "algorithms": list(algorithms)}
     if resolve:
         request["resolve"] = resolve
@@ -124,7 +193,7 @@ def _run_probe_locked(version: str, argvs: list[list[str]], algorithms, resolve:
     process.stdin.flush()
     line = process.stdout.readline()
     if not line:
-        _probes.pop(version, None)
+        _probes.pop((version, (resolve or {}).get("gpu_facts")), None)
         raise ValidatorEnvError(
             f"SGLang {version}'s parser could not be loaded from {env_dir(version)}:\n{process.stderr.read()[-2000:]}"
         )
@@ -141,7 +210,8 @@ def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (
     """run_probe, answered from a cache keyed by the request's content, SGLang's version, the validator
     env's recipe and the probe's own source: an unchanged profile is not parsed or resolved again."""
     request = [version, argvs, list(algorithms), resolve, ENV_RECIPE,
-               hashlib.sha256(PROBE_SCRIPT.read_bytes()).hexdigest()]
+               hashlib.sha256(PROBE_SCRIPT.read_bytes()).hexdigest(),
+               hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest()]
     path = CACHE_DIR / "answers" / f"{hashlib.sha256(json.dumps(request).encode()).hexdigest()}.json"
     try:
         return json.loads(path.read_text())

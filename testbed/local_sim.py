@@ -15,6 +15,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = "0.5.23"
 ARCHITECTURE = "Qwen3_5ForConditionalGeneration"  # the simulated checkpoint's (data/qwen3.6-27b-fp8.json)
+MODEL_CONFIG = "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json"  # SGLang's resolution reads it
 
 
 def free_port() -> int:
@@ -45,14 +46,16 @@ class LocalSim:
     def start(self, log_path: Path) -> "LocalSim":
         """Resolve the command line with the pinned SGLang's own code (as a deploy ships resolved.json),
         then start the simulator on it."""
-        from sglang_deploy.resolution import resolve_argv
+        from sglang_deploy import gpu_facts
+        from sglang_deploy.resolution import load_model_config, resolve_argv
 
         self.log_path = log_path
         server_argv = self.argv()[4:]
         if "--api-key" in server_argv:  # the key does not change the resolution; keep it out of the cache
             position = server_argv.index("--api-key")
             server_argv = server_argv[:position] + server_argv[position + 2:]
-        document = resolve_argv(SGLANG_VERSION, server_argv, [ARCHITECTURE])
+        document = resolve_argv(SGLANG_VERSION, server_argv, load_model_config(MODEL_CONFIG),
+                                gpu_facts.model(gpu_facts.DEFAULT_MODEL), 2)
         resolved_path = log_path.with_name(log_path.name + ".resolved.json")
         resolved_path.write_text(json.dumps(document))
         self.env = {**self.env, "SGLANG_SIM_RESOLVED": str(resolved_path)}
