@@ -52,10 +52,13 @@ def launcher_args(profile: Profile, venv: str) -> list[str]:
 
 def exec_start_args(profile: Profile, venv: str, config_file: str | None, port: int | None = None,
                     node=None) -> list[str]:
-    """The service's full argv. The API key travels in --config FILE, never on the command line."""
+    """The service's full argv. The API key travels in --config FILE, never on the command line, and the server
+    runs behind the log redactor, which keeps the key SGLang logs at start out of the journal."""
+    from .hostside.store import LOG_REDACTOR
+
     argv = launcher_args(profile, venv) + server_args(profile, port, node)
     if config_file:
-        argv += ["--config", config_file]
+        argv = [*LOG_REDACTOR, *argv, "--config", config_file]
     return argv
 
 

@@ -48,9 +48,9 @@ def model(key: str) -> GpuModel:
 def from_host_gpus(gpus: list[dict]) -> GpuModel | None:
     """The model of a host's GPUs from its nvidia-smi facts (hostfacts.parse_gpus); None when none is visible.
     A card this table does not know is an error naming it (its resolution facts would be guesses)."""
-    if not gpus:
+    names = {gpu.get("name") for gpu in gpus or [] if gpu.get("name")}
+    if not names:
         return None
-    names = {gpu.get("name") for gpu in gpus}
     if len(names) > 1:
         raise GpuFactsError(f"the host has mixed GPU models ({', '.join(sorted(map(str, names)))}); "
                             "SGLang's resolution needs one model per server")

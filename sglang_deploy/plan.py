@@ -53,6 +53,11 @@ def _key_problem(key: str, where: str) -> str | None:
         return f"the API key in {where} is shorter than {MIN_API_KEY_LENGTH} characters"
     if any(not char.isprintable() or char.isspace() for char in key):
         return f"the API key in {where} contains whitespace or control characters"
+    if key.startswith("-"):
+        # SGLang merges the --config file into its argv as `--api-key <key>`; argparse takes a leading '-' for an
+        # option and exits 2 ("argument --api-key: expected one argument") on every start.
+        return (f"the API key in {where} starts with '-', which SGLang's parser reads as an option (it refuses to "
+                "start); accepted: a key starting with a letter, digit or another printable character")
     return None
 
 

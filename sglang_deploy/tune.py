@@ -80,8 +80,8 @@ def spec_candidate(flags: dict, steps: int, topk: int) -> Candidate:
     changes = {"--speculative-num-steps": steps, "--speculative-eagle-topk": topk,
                "--speculative-num-draft-tokens": drafts}
     if topk > 1 and "--page-size" not in flags:
-        # SGLang 0.5.23 verifies topk > 1 trees with page size 1 (or a tree-capable backend it knows only on
-        # the GPU host): without it, its resolution cannot place the tree.
+        # SGLang 0.5.23 drafts topk > 1 trees only with page size 1 unless the attention backend is tree-capable
+        # (speculative_hook.py); stated explicitly, as SGLang resolves it on the A6000 anyway (flashinfer, 1).
         changes["--page-size"] = 1
     if topk == 1 and "--page-size" not in flags:
         changes["--page-size"] = None

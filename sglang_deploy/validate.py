@@ -197,9 +197,17 @@ LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution: 
 
 
 def _refusal_field(profile: Profile, message: str) -> tuple:
-    """The profile flag a refusal names (the longest one, so --tp-size is not taken for --tp), else sglang.flags."""
-    named = [name for name in profile.sglang.flags if name in message]
-    return _flag(max(named, key=len)) if named else ("sglang", "flags")
+    """The one profile flag a refusal names, as an option (--page-size) or as SGLang's field (page_size); else
+    sglang.flags (none or several named)."""
+    import re
+
+    def named(form) -> list[str]:
+        return [name for name in profile.sglang.flags if re.search(rf"(?<![\w-]){re.escape(form(name))}(?![\w-])", message)]
+
+    for found in (named(lambda name: name), named(lambda name: name.lstrip("-").replace("-", "_"))):
+        if len(found) == 1:
+            return _flag(found[0])
+    return ("sglang", "flags")
 
 
 def model_config_problems(profile: Profile) -> tuple[list[Problem], dict | None]:

@@ -79,7 +79,7 @@ def test_host_facts_feed_the_validation_rules():
 
     h200 = {"gpus": parse_gpus(section(0)), "topology": parse_topology(section(2), section(3))}
     detected = detected_hardware(h200)
-    assert detected == {"gpus": 2, "gpu_topology": "nvlink"}
+    assert detected == {"gpus": 2, "gpu_topology": "nvlink", "gpu_names": ["NVIDIA H200", "NVIDIA H200"]}
     # Nothing declared: the host's facts are used (and said so).
     assert reconcile_hardware({}, detected) == (2, "nvlink", ["gpus 2 from the host's facts",
                                                             "gpu_topology nvlink from the host's facts"])

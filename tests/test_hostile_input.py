@@ -201,7 +201,7 @@ def key_file(tmp_path, text, mode=0o600):
 
 
 @pytest.mark.parametrize("case", ["missing-file", "empty-file", "short-key", "world-readable", "no-key-at-all",
-                                  "key-with-a-newline"])
+                                  "key-with-a-newline", "key-starting-with-a-dash"])
 def test_a_missing_or_unsafe_api_key_fails_the_plan(tmp_path, monkeypatch, case):
     monkeypatch.delenv("SGLANG_DEPLOY_API_KEY", raising=False)
     data, expected = {
@@ -212,6 +212,9 @@ def test_a_missing_or_unsafe_api_key_fails_the_plan(tmp_path, monkeypatch, case)
         "no-key-at-all": ({}, "no API key (api_key_file is not set and $SGLANG_DEPLOY_API_KEY is empty)"),
         "key-with-a-newline": ({"api_key_file": key_file(tmp_path, "sk-aaaaaaaaaaaa\nbbbbbbbbbbbbbbb\n")},
                                "contains whitespace or control characters"),
+        # secrets.token_urlsafe gives one about 1 time in 64; SGLang's argparse would exit 2 at every start
+        "key-starting-with-a-dash": ({"api_key_file": key_file(tmp_path, "-Jx3" + "a" * 40 + "\n")},
+                                     "starts with '-', which SGLang's parser reads as an option"),
     }[case]
     with pytest.raises(PlanError) as raised:
         resolve_api_key(data, "api-key", where="profile.yaml:33: service.auth")

@@ -49,5 +49,11 @@ def test_the_key_is_in_no_file_and_no_output(simhost, tmp_path):
     leaks = simhost.sh(f"grep -rlF -- '{key}' /var/lib/sglang-deploy /opt/sglang-deploy /etc/systemd/system "
                        "/etc/sglang-deploy /tmp /root 2>/dev/null | grep -v '^/etc/sglang-deploy/sglang/secrets.yaml$'; true")
     assert leaks.strip() == "", leaks
+    # The journal: the server logs the key at every start (server_args=, as SGLang does); the log redactor in
+    # front of it (ExecStart's first stage) replaced it, on this container's systemd.
+    journal = simhost.sh(f"journalctl --no-pager -o cat | grep -cF -- '{key}'; true")
+    assert journal.strip() == "0", "the API key is in the journal"
+    started = simhost.sh("journalctl --no-pager -o cat -u sglang | grep -F 'server_args=' | tail -1")
+    assert "'api_key': '<redacted>'" in started, started[-500:]
     local = subprocess.run(["grep", "-rlF", "--", key, str(REPO / "results")], capture_output=True, text=True)
     assert local.stdout.strip() == "", local.stdout

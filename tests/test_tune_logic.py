@@ -214,10 +214,13 @@ def runner(tmp_path, monkeypatch):
 
 
 def test_an_invalid_candidate_is_refused_by_sglangs_resolution_and_never_started(runner):
-    tree_without_page_size = tune.Candidate("topk2-no-page-size", "spec", (("--speculative-eagle-topk", 2),
-                                                                           ("--speculative-num-draft-tokens", 3)))
-    measured = runner.measure(tree_without_page_size)
-    assert not measured.valid and "sglang-resolution" in measured.invalid_reason
+    # SGLang's whole resolution refuses a topk 2 tree with 16-token pages on a backend that cannot page trees
+    tree_with_big_pages = tune.Candidate("topk2-page16", "spec", (("--attention-backend", "torch_native"),
+                                                                  ("--page-size", 16), ("--speculative-eagle-topk", 2),
+                                                                  ("--speculative-num-draft-tokens", 3)))
+    measured = runner.measure(tree_with_big_pages)
+    assert not measured.valid and "sglang-resolution" in measured.invalid_reason, measured.invalid_reason
+    assert "page_size > 1 is only supported on" in measured.invalid_reason
     assert runner.remote.commands == [] and runner.remote.puts == []  # nothing reached the host
     item, problem = runner.stage_files(tune.spec_candidate(flags_of(INCIDENT), 3, 2))
     assert problem is None and item["files"]["meta.json"] and '"--page-size"' in item["files"]["resolved.json"]

@@ -11,7 +11,7 @@ from sglang_deploy.profile import load_profile
 from sglang_deploy.validate import check_profile
 
 
-RESOLUTION_RULES = {"decode-graph-covers-batch", "cuda-graphs-on", "sglang-resolution"}
+RESOLUTION_RULES = {"decode-graph-covers-batch", "cuda-graphs-on", "sglang-resolution", "model-config"}
 
 
 def check(path, gpus=2, topology="pcie"):

@@ -31,6 +31,9 @@ import sys
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
 VENV_ROOT = "/opt/sglang-deploy/venvs"
 HOST_LIB = "/opt/sglang-deploy/lib"  # this package is installed as HOST_LIB/hostside (run with python3 -m)
+# ExecStart's first stage when the server has secrets: the server's stdout and stderr through a filter that keeps
+# them out of the journal (log_redactor.py); it execs the server, which keeps the main PID.
+LOG_REDACTOR = ("/usr/bin/python3", "-I", f"{HOST_LIB}/hostside/log_redactor.py")
 RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
 
@@ -59,8 +62,15 @@ def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
     return [i for i in ids_least_recent_first if i not in keep_ids and i not in protected]
 
 
+def server_argv(exec_start):
+    """The server's own argv: ExecStart without the log redactor, which execs the server."""
+    exec_start = list(exec_start or [])
+    return exec_start[len(LOG_REDACTOR):] if tuple(exec_start[:len(LOG_REDACTOR)]) == LOG_REDACTOR else exec_start
+
+
 def cmdline_matches(cmdline, exec_start) -> bool:
     """A script's process shows its interpreter first (`python3 /venv/bin/sglang serve ...`)."""
+    exec_start = server_argv(exec_start)
     if not cmdline or not exec_start:
         return False
     if cmdline == exec_start:

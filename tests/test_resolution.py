@@ -1,0 +1,98 @@
+"""SGLang 0.5.23's whole resolution (ServerArgs.resolve_once, every step) under the target's GPU facts: what
+check --full, every deploy and each release's resolved.json rest on. Runs in the cached validator env."""
+
+import json
+
+import pytest
+
+from conftest import PROFILES, PROVEN, proven_with, write_profile
+from sglang_deploy import gpu_facts
+from sglang_deploy.gpu_facts import GpuFactsError, from_host_gpus
+from sglang_deploy.profile import load_profile
+from sglang_deploy.validate import check_profile
+
+
+def resolve(path, gpu="a6000", gpus=2):
+    report = check_profile(load_profile(path), gpus=gpus, topology="pcie", gpu=gpu_facts.model(gpu))
+    return report
+
+
+@pytest.mark.parametrize("path", sorted(PROFILES.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_committed_profile_passes_the_whole_resolution(path):
+    profile = load_profile(path)
+    report = check_profile(profile, gpus=2, topology="pcie", node=__import__("sglang_deploy.cli").cli.stand_in_node(profile))
+    assert report.ok, report.lines()
+    steps = report.resolution["steps"]
+    # every step of run_resolution_pipeline ran (0.5.23 has 90; the last one validates the DeepEP budget)
+    assert len(steps) >= 85 and steps[-1] == "validate_deepep_v2_dispatch_token_budget", steps[-5:]
+    assert report.resolution["resolved"]["device"] == "cuda"
+
+
+def test_language_model_only_is_refused_with_sglangs_own_message(tmp_path):
+    path = proven_with(tmp_path, "    --enable-metrics: true ", "    --language-model-only: true\n    --enable-metrics: true ")
+    report = resolve(path)
+    assert [p.rule for p in report.problems] == ["sglang-resolution"], report.lines()
+    line = report.lines()[0]
+    assert line.startswith(f"{path}:{path.read_text().splitlines().index('    --language-model-only: true') + 1}: "
+                           "sglang.flags.--language-model-only: SGLang 0.5.23 refuses the command line at "
+                           "handle_encoder_disaggregation: ValueError: --language-model-only does not support "
+                           "['Qwen3_5ForConditionalGeneration']"), line
+
+
+def test_the_resolution_follows_the_gpu_facts():
+    a6000 = resolve(PROVEN, "a6000").resolution["resolved"]
+    h100 = resolve(PROVEN, "h100").resolution["resolved"]
+    # fields only the whole pipeline resolves, from the GPU it is told about (as on the host)
+    assert (a6000["attention_backend"], a6000["chunked_prefill_size"]) == ("flashinfer", 4096)
+    assert (h100["attention_backend"], h100["chunked_prefill_size"]) == ("fa3", 8192)
+    for resolved in (a6000, h100):
+        assert resolved["page_size"] == 1 and resolved["mamba_radix_cache_strategy"] == "extra_buffer"
+        assert resolved["cuda_graph_config"]["prefill"]["backend"] == "breakable"
+        assert (resolved["speculative_algorithm"], resolved["speculative_num_draft_tokens"]) == ("EAGLE", 4)
+        # the host's path, not the stand-in directory the config was read from; no per-start randomness
+        assert resolved["model_path"] == resolved["tokenizer_path"] == "/srv/models/Qwen3.6-27B-FP8"
+        assert "random_seed" not in resolved and "api_key" not in resolved
+
+
+def test_the_checkpoint_config_is_an_input_of_the_resolution(tmp_path):
+    config = json.loads((PROFILES.parent / "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json").read_text())
+    config["architectures"] = ["Cosmos3ForConditionalGeneration"]
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    path = proven_with(tmp_path, "config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json",
+                       f"config: {tmp_path / 'config.json'}")
+    report = resolve(path)
+    assert [p.rule for p in report.problems] == ["model-config"]
+    assert ("model.architecture: model.architecture is Qwen3_5ForConditionalGeneration but "
+            f"{tmp_path / 'config.json'} says Cosmos3ForConditionalGeneration") in report.lines()[0]
+
+
+@pytest.mark.parametrize("old, new, expected", [
+    ("  config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json", "  config: manifests/missing/config.json",
+     "model.config: manifests/missing/config.json does not exist"),
+    ("  config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json", "",
+     "model: model.config is required for SGLang's resolution"),
+])
+def test_a_missing_config_is_named(tmp_path, old, new, expected):
+    text = PROVEN.read_text()
+    line = next(line for line in text.splitlines() if line.startswith(old))
+    path = write_profile(tmp_path, text.replace(line, new, 1))
+    report = resolve(path)
+    assert [p.rule for p in report.problems] == ["model-config"] and expected in report.lines()[0], report.lines()
+
+
+def test_gpu_models_from_host_facts():
+    assert from_host_gpus([{"name": "NVIDIA RTX A6000"}] * 2).key == "a6000"
+    assert from_host_gpus([]) is None and from_host_gpus([{"index": 0}]) is None
+    with pytest.raises(GpuFactsError, match="not in the resolution stand-in's table"):
+        from_host_gpus([{"name": "NVIDIA GeForce RTX 3090"}])
+    with pytest.raises(GpuFactsError, match="mixed GPU models"):
+        from_host_gpus([{"name": "NVIDIA RTX A6000"}, {"name": "NVIDIA H200"}])
+
+
+def test_the_plan_resolves_under_the_hosts_gpu():
+    from sglang_deploy.plan import PlanError, gpu_model_for_host
+
+    assert gpu_model_for_host({}, {"gpu_names": ["NVIDIA H200"] * 2})[0].key == "h200"
+    assert gpu_model_for_host({"gpu_model": "h100"}, {"gpu_names": []}) == (gpu_facts.model("h100"), None)
+    with pytest.raises(PlanError, match="gpu_model: unknown GPU model 'v100'"):
+        gpu_model_for_host({"gpu_model": "v100"}, None)
