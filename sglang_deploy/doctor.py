@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from .hostside.client import is_simulated
 from .hostside.gate import decode_backend, decode_graph_gb
 from .roofline import datasheet_bandwidth, roofline
 from .rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
@@ -196,7 +197,7 @@ def diagnose(report: dict) -> dict:
         notes.append(f"MBU {bound['mbu'] * 100:.0f} % with no configuration suspect: the gap to the roofline is "
                      "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
     return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
-            "simulated": bool(server_info.get("simulated"))}
+            "simulated": is_simulated(server_info)}
 
 
 def format_report(result: dict) -> str:

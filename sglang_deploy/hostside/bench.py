@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
-from .client import headers, read_api_key
+from .client import headers, is_simulated, read_api_key
 
 PROMPTS = [
     ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "
@@ -200,7 +200,7 @@ def main():
 
     print(json.dumps({
         "url": args.url,
-        "simulated": bool(server_info.get("simulated")),
+        "simulated": is_simulated(server_info),
         "sglang_version": server_info.get("version"),
         "config": {"samples": args.samples, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
                    "concurrency": args.concurrency, "aggregate_rounds": args.aggregate_rounds},

@@ -64,3 +64,10 @@ def get_json(url, api_key, timeout=30):
     request = urllib.request.Request(url, headers=headers(api_key, content_type=False))
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
+
+
+def is_simulated(server_info):
+    """Whether /server_info comes from a simulated server: the model-only simulator says so at the top, the
+    Scheduler that replaces SGLang's own under its real front end in its internal state."""
+    states = (server_info or {}).get("internal_states") or [{}]
+    return bool((server_info or {}).get("simulated") or (isinstance(states[0], dict) and states[0].get("simulated")))

@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 
-from .client import get_json
+from .client import get_json, is_simulated
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -302,6 +302,6 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
         measurement = measure_builtin(probe_url, secrets_path, settings)
         result = evaluate(measurement, settings, baseline)
         result["measurement"] = measurement
-    result.update(config_problems=problems, simulated=bool(server_info.get("simulated")),
+    result.update(config_problems=problems, simulated=is_simulated(server_info),
                   duration_s=round(time.monotonic() - started, 1))
     return result

@@ -49,6 +49,7 @@ from sglang_deploy import flag_table  # shipped next to this package on a simula
 
 from .engine import SGLANG_VERSION, Engine, die_like_a_failed_scheduler, log
 from .http_api import handler_for
+from .startup import load_and_capture
 
 
 # --- command line ---------------------------------------------------------------------------------
@@ -86,14 +87,6 @@ def fail(message: str) -> int:
     return 1
 
 
-# What SGLang 0.5.23 appends to a failed decode graph capture (model_executor/runner_backend_utils).
-CUDA_GRAPH_CAPTURE_FAILED_MSG = (
-    "Possible solutions:\n"
-    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
-    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
-    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. (Not recommended. Huge performance loss)\n"
-    "Open an issue on GitHub https://github.com/sgl-project/sglang/issues/new/choose \n"
-)
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
 
 
@@ -181,39 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         log.warning(multinode.SPANS_NODES)
 
     start_seconds = float(env.get("SGLANG_SIM_START_SECONDS", "3"))
-    log.info("Load weight begin. avail mem=%.2f GB (simulated %s x%d)", engine.machine["gpu_memory_gib"],
-             engine.machine["gpu"], engine.eff.tp)
-    time.sleep(start_seconds * 0.5)
-    if env.get("SGLANG_SIM_CRASH_AT_START") == "1":
-        die_like_a_failed_scheduler("RuntimeError: CUDA error: an illegal memory access was encountered "
-                                    "(SIMULATED FAULT: SGLANG_SIM_CRASH_AT_START)")
-    usage = engine.memory_usage()
-    log.info("Load weight end. type=%s, dtype=fp8, mem usage=%.2f GB.", engine.model["architecture"], usage["weight"])
-    for note in engine.eff.notes:
-        log.warning(note)
-    if engine.eff.decode_graphs:
-        # cuda_graph_setup.py: "Capture {target|draft} {decode|verify} CUDA graph begin. backend=..."
-        backend = resolved["cuda_graph_config"]["decode"]["backend"]
-        if engine.eff.spec_steps:
-            log.info("Capture target verify CUDA graph begin. backend=%s, num_tokens_per_req=%d, avail mem=%.2f GB",
-                     backend, engine.eff.draft_tokens, engine.machine["gpu_memory_gib"] - usage["weight"])
-            log.info("Capture draft decode CUDA graph begin. backend=%s, num_tokens_per_req=%d, avail mem=%.2f GB",
-                     backend, engine.eff.spec_topk, engine.machine["gpu_memory_gib"] - usage["weight"])
-        else:
-            log.info("Capture target decode CUDA graph begin. backend=%s, num_tokens_per_req=1, avail mem=%.2f GB",
-                     backend, engine.machine["gpu_memory_gib"] - usage["weight"])
-    time.sleep(start_seconds * 0.4)
-    if env.get("SGLANG_SIM_GRAPH_CAPTURE_FAIL") == "1" and engine.eff.decode_graphs:
-        die_like_a_failed_scheduler(
-            "Exception: Capture cuda graph failed: CUDA error: out of memory (SIMULATED FAULT: "
-            f"SGLANG_SIM_GRAPH_CAPTURE_FAIL)\n{CUDA_GRAPH_CAPTURE_FAILED_MSG}")
-    if env.get("SGLANG_SIM_HANG_AT_START") == "1":
-        log.error("SIMULATED FAULT: hanging during CUDA graph capture (SGLANG_SIM_HANG_AT_START)")
-        threading.Event().wait()
-    if engine.eff.decode_graphs:
-        log.info("Capture cuda graph end. mem usage=%.2f GB.", engine.decode_graph_gb())
-    log.info("max_total_num_tokens=%d, max_running_requests=%d, context_len=%s",
-             usage["token_capacity"], engine.eff.max_running, args.context_length or engine.model["context_length"])
+    load_and_capture(engine, resolved, env, args.context_length, die_like_a_failed_scheduler)
     if args.node_rank:  # engine.py: only node rank 0 runs the tokenizer manager and the HTTP server
         log.info("node rank %d: schedulers ready; serving no HTTP (rank 0 serves) (SIMULATED)", args.node_rank)
         threading.Event().wait()

@@ -68,8 +68,75 @@ def write_safetensors(path, tensors, header_only=False):
             f.truncate(8 + len(raw) + offset)  # no data blocks are written: a sparse file
 
 
-def write(model_dir, header_only=False, architecture=None):
-    """The shards and their index; with `architecture` also the stub config.json the simulator needs."""
+# The words the simulator's engine emits (engine.WORDS), one token each after the 256 byte tokens; kept here too so
+# this file runs alone (standard library only).
+WORDS = ("the", "model", "server", "token", "decode", "graph", "memory", "bandwidth", "cache", "layer",
+         "request", "batch", "kernel", "stream", "value", "return", "def", "for", "in", "data", "result",
+         "system", "time", "speed", "and", "of", "to", "a", "is", "with")
+# Qwen3.5's special tokens (the tokenizer renumbers them after the vocabulary; nothing reads their ids here).
+SPECIALS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
+            "<|video_pad|>")
+CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def _byte_alphabet():
+    """GPT-2's byte-to-character table, as byte-level BPE tokenizers (Qwen's among them) use it."""
+    printable = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAC + 1)) + list(range(0xAE, 0xFF + 1))
+    chars, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            chars[byte] = chr(byte)
+        else:
+            chars[byte] = chr(256 + extra)
+            extra += 1
+    return chars
+
+
+def write_tokenizer(model_dir):
+    """A byte-level BPE tokenizer without merges (every byte one token) plus one token per simulator word, with
+    Qwen's special tokens and a ChatML template, and the Qwen3-VL processor configs SGLang's TokenizerManager
+    loads for this architecture: real tokenizer files, read by transformers as a checkpoint's are."""
+    alphabet = _byte_alphabet()
+    vocab = {alphabet[byte]: byte for byte in range(256)}
+    for index, word in enumerate(WORDS):
+        vocab["\u0120" + word] = 256 + index  # Ġword: the word with its leading space
+    added = [{"id": len(vocab) + index, "content": token, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for index, token in enumerate(SPECIALS)]
+    byte_level = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+    tokenizer = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+                 "pre_tokenizer": byte_level, "post_processor": None, "decoder": byte_level,
+                 "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                           "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
+                           "ignore_merges": False, "vocab": vocab, "merges": []}}
+    files = {
+        "tokenizer.json": tokenizer,
+        "tokenizer_config.json": {"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|im_end|>",
+                                  "pad_token": "<|endoftext|>", "model_max_length": 262144,
+                                  "chat_template": CHAT_TEMPLATE, "image_token": "<|image_pad|>",
+                                  "video_token": "<|video_pad|>", "vision_start_token": "<|vision_start|>",
+                                  "vision_end_token": "<|vision_end|>"},
+        "preprocessor_config.json": {"image_processor_type": "Qwen2VLImageProcessorFast", "patch_size": 16,
+                                     "temporal_patch_size": 2, "merge_size": 2,
+                                     "size": {"shortest_edge": 65536, "longest_edge": 16777216},
+                                     "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
+        "video_preprocessor_config.json": {"video_processor_type": "Qwen3VLVideoProcessor", "patch_size": 16,
+                                           "temporal_patch_size": 2, "merge_size": 2,
+                                           "size": {"shortest_edge": 4096, "longest_edge": 25165824},
+                                           "image_mean": [0.5, 0.5, 0.5], "image_std": [0.5, 0.5, 0.5]},
+        "generation_config.json": {"eos_token_id": [len(vocab) + 2, len(vocab)], "temperature": 0.7, "top_p": 0.8,
+                                   "top_k": 20},
+    }
+    for name, content in files.items():
+        with open(os.path.join(model_dir, name), "w") as f:
+            json.dump(content, f, indent=1)
+            f.write("\n")
+
+
+def write(model_dir, header_only=False, architecture=None, config=None):
+    """The shards and their index; with `config` (the checkpoint's config.json, as SGLang's resolution reads it)
+    that config and a tokenizer, so that SGLang's own front end loads the directory; with only `architecture` the
+    stub config.json the model-only simulator needs."""
     os.makedirs(model_dir, exist_ok=True)
     weight_map = {}
     for file_name, tensors in shards():
@@ -77,7 +144,12 @@ def write(model_dir, header_only=False, architecture=None):
         weight_map.update((name, file_name) for name, _, _ in tensors)
     with open(os.path.join(model_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {}, "weight_map": weight_map}, f)
-    if architecture:
+    if config is not None:
+        with open(os.path.join(model_dir, "config.json"), "w") as f:
+            json.dump(config, f, indent=2)
+            f.write("\n")
+        write_tokenizer(model_dir)
+    elif architecture:
         with open(os.path.join(model_dir, "config.json"), "w") as f:
             json.dump({"architectures": [architecture], "simulated": True,
                        "note": "stub checkpoint for the SGLang simulator"}, f, indent=2)

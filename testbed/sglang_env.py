@@ -1,0 +1,146 @@
+"""The simulated host's SGLang install: SGLang 0.5.23's own front end (`sglang serve`: resolution, HTTP server,
+TokenizerManager, detokenizer, run_scheduler_process) runnable without a GPU.
+
+It is a layer on the validator environment (sglang_deploy/validator_env.py: SGLang, torch, transformers, the
+kernel package and the GPU stand-in): a virtualenv in ``<validator env>/frontend`` whose site-packages comes
+first and whose ``.pth`` line adds the validator env's site-packages after it (relative, so the pair works
+wherever it is mounted), plus the packages SGLang's serving path imports that resolution does not. A second
+``.pth`` line installs the GPU stand-in (gpu_standin/standin.py) into torch.cuda when the process finds the
+host's GPU facts (``SGLANG_DEPLOY_GPU_FACTS``, or the file the simulated host keeps them in).
+
+    python -m testbed.sglang_env [--version 0.5.23]     (build it; prints its python)
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from sglang_deploy import validator_env  # noqa: E402
+
+# What `sglang serve` imports beyond the validator env, at the versions sglang 0.5.23 pins (its METADATA).
+FRONTEND_PACKAGES = [
+    "fastapi", "uvicorn>=0.51", "uvloop", "prometheus-client>=0.20.0", "python-multipart", "setproctitle",
+    "openai==2.8.0", "openai-harmony==0.0.4", "anthropic>=0.20.0", "partial_json_parser", "interegular", "zstandard",
+    "einops", "distro", "tiktoken", "watchfiles", "jsonschema", "xgrammar==0.2.7", "llguidance>=1.7.6,<2.0.0",
+    "mistral_common>=1.11.5", "blobfile==3.0.0", "easydict", "soundfile==0.13.1", "nvidia-ml-py", "xxhash",
+    "regex", "scipy", "python-dateutil<3", "timm==1.0.25",
+]
+# Where the simulated host keeps its GPU facts (its "hardware"): written by testbed/simhost.py.
+HOST_GPU_FACTS = "/etc/sglang-sim/gpus.json"
+STANDIN_PTH = """import os, sys; exec(open(os.path.join(sys.prefix, "gpu_standin_hook.py")).read()) if os.path.exists(os.path.join(sys.prefix, "gpu_standin_hook.py")) else None
+"""
+# Installed as <frontend>/gpu_standin_hook.py, run by the .pth line above at every interpreter start: cheap (no
+# torch import); it patches torch.cuda right after torch is imported, before any SGLang code reads it.
+HOOK = '''
+def _sglang_deploy_gpu_standin():
+    import importlib.abc, importlib.machinery, json, os, sys
+    text = os.environ.get("SGLANG_DEPLOY_GPU_FACTS")
+    if not text and os.path.exists({facts!r}):
+        with open({facts!r}) as handle:
+            text = handle.read()
+    if not text:
+        return
+    os.environ["SGLANG_DEPLOY_GPU_FACTS"] = text
+    standin = os.path.join(sys.prefix, "gpu_standin.py")
+
+    class Finder(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name != "torch":
+                return None
+            sys.meta_path.remove(self)
+            spec = importlib.machinery.PathFinder.find_spec(name, path)
+            if spec is None:
+                return None
+            loader = spec.loader
+            real_exec = loader.exec_module
+
+            def exec_module(module):
+                real_exec(module)
+                namespace = {{}}
+                exec(compile(open(standin).read(), standin, "exec"), namespace)
+                namespace["install"]()
+
+            loader.exec_module = exec_module
+            return spec
+
+    sys.meta_path.insert(0, Finder())
+
+
+_sglang_deploy_gpu_standin()
+'''.format(facts=HOST_GPU_FACTS)
+
+
+def recipe_digest() -> str:
+    digest = hashlib.sha256(json.dumps(FRONTEND_PACKAGES).encode() + HOOK.encode() + STANDIN_PTH.encode())
+    digest.update((validator_env.STANDIN_DIR / "standin.py").read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def frontend_dir(version: str) -> Path:
+    return validator_env.env_dir(version) / "frontend"
+
+
+def ensure(version: str = "0.5.23", quiet: bool = False) -> Path:
+    """The front end's python (built once under a lock; rebuilt when the recipe changes)."""
+    validator_env.ensure_full_layer(version, quiet)
+    target = frontend_dir(version)
+    marker = target / ".complete"
+    digest = recipe_digest()
+    if marker.is_file() and marker.read_text().strip() == digest:
+        return target / "bin" / "python"
+    with open(validator_env.env_dir(version).parent / f".sglang-{version}-frontend.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if marker.is_file() and marker.read_text().strip() == digest:
+            return target / "bin" / "python"
+        if not quiet:
+            print(f"[sglang-env] adding SGLang {version}'s front-end packages in {target} (once; a minute or two)",
+                  file=sys.stderr, flush=True)
+        shutil.rmtree(target, ignore_errors=True)
+        base = base_python(version)
+        subprocess.run([str(base), "-m", "venv", str(target)], check=True, capture_output=True)
+        site = next((target / "lib").glob("python3*/site-packages"))
+        validator_site = next((validator_env.env_dir(version) / "lib").glob("python3*/site-packages"))
+        (site / "zz-sglang-validator-env.pth").write_text(str(Path("..") / ".." / ".." / ".." /
+                                                              validator_site.relative_to(validator_env.env_dir(version)))
+                                                          + "\n")
+        (site / "zzz-sglang-deploy-gpu-standin.pth").write_text(STANDIN_PTH)
+        (target / "gpu_standin_hook.py").write_text(HOOK)
+        shutil.copy(validator_env.STANDIN_DIR / "standin.py", target / "gpu_standin.py")
+        result = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "-q",
+                                 "--disable-pip-version-check", *FRONTEND_PACKAGES], capture_output=True, text=True)
+        if result.returncode != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            raise RuntimeError(f"could not install SGLang's front-end packages:\n{result.stderr[-3000:]}")
+        marker.write_text(digest + "\n")
+    return target / "bin" / "python"
+
+
+def base_python(version: str) -> Path:
+    """The interpreter the validator env was made from (its pyvenv.cfg `home`)."""
+    config = (validator_env.env_dir(version) / "pyvenv.cfg").read_text()
+    home = next(line.split("=", 1)[1].strip() for line in config.splitlines() if line.startswith("home"))
+    version_line = next(line for line in config.splitlines() if line.startswith("version"))
+    major_minor = ".".join(version_line.split("=", 1)[1].strip().split(".")[:2])
+    return Path(home) / f"python{major_minor}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--version", default="0.5.23")
+    print(ensure(parser.parse_args().version))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
