@@ -39,7 +39,8 @@ except PlanError as error:
 profile = plan.profile
 service = profile.service.name
 programs = release.program_shipment()
-sim_shipment = simulator.simulator_shipment(profile) if plan.simulated else None
+sim_server = str(host.data.get("sim_server"))  # default: group_data/all.py
+sim_shipment = simulator.simulator_shipment(profile, sim_server) if plan.simulated else None
 layout = ServiceLayout(service)
 watch_units = render_watch(profile)
 # The weights the release serves: the profile's pinned source, or (a simulated host, a profile without one) the
@@ -82,8 +83,11 @@ if weights and not weights_status["verified"] and hub_python and not weights_sta
     if plan.simulated or wheelhouse:
         weights_role.hub_client(wheelhouse=host.data.get("hub_wheelhouse"))
 if plan.simulated:
-    logger.warning(f"[{host.name}] SIMULATED HOST: the GPU server is sglang_deploy.sim (a hardware model of "
-                   "2x RTX A6000), not SGLang; systemd, SSH and HTTP are real.")
+    logger.warning(f"[{host.name}] SIMULATED HOST: " + (
+        f"the GPU server is SGLang {profile.sglang.version}'s own front end with a modelled Scheduler (a hardware "
+        "model of 2x RTX A6000)" if sim_server == "sglang" else
+        "the GPU server is the model-only simulator sglang_deploy.sim (a hardware model of 2x RTX A6000), not "
+        "SGLang") + "; systemd, SSH and HTTP are real.")
 logger.info(f"[{host.name}] profile {profile.name}: SGLang {profile.sglang.version}, "
             f"{profile.model.served_name} on port {plan.port}")
 if plan.node is not None:
@@ -109,7 +113,8 @@ if not plan.simulated and host_flag(host.data, "provision", default=True):
     provision.python_env(profile=profile, mode=provision_mode)
 if not service_user.in_place(facts["user"], profile.service.user, layout.state_dir):
     service_user.install(user=profile.service.user, home=layout.state_dir)
-runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim_shipment.manifest)) \
+runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim_shipment.manifest),
+                               sim_server=sim_server) \
     if plan.simulated else []
 release.install_programs(installed_digest=facts["manifests"][programs.manifest] or "")
 # The weights: in place and verified against the manifest before anything is staged or switched.

@@ -17,6 +17,9 @@ keep_releases = 5  # releases kept on the host (the active and the last good one
 max_auto_rollbacks = 3  # automatic rollbacks in a row before deploys are refused (force=true overrides)
 # True only for the simulated CT129 (the host must carry /etc/sglang-deploy-simulated).
 simulated = False
+# On a simulated host, what runs behind <venv>/bin/sglang serve: "sglang" (SGLang's own front end, resolution and
+# processes with a modelled Scheduler; about 25 s to start, 4 GB) or "model" (the model-only simulator: 3 s, 0.1 GB).
+sim_server = "sglang"
 
 # --- provisioning (real hosts; skipped on the simulated one) ---
 # install: install what is missing; verify: change nothing, fail with what would have to change.

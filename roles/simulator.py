@@ -1,11 +1,17 @@
-"""Simulated hosts only: put the SGLang simulator where the real SGLang would be installed.
+"""Simulated hosts only: put the simulated host's SGLang where the real SGLang would be installed.
 
-The unit then runs `<venv>/bin/sglang serve ...` exactly as on a GPU host; that executable is
-sglang_deploy.sim (it says so in its logs and in /server_info). The simulator travels as one archive,
-uploaded only when its hash differs from the one the host recorded. A profile without managed weights
-(model.path) gets the synthetic checkpoint (sim/synthetic_checkpoint.py: real safetensors headers with
-Qwen3.6-27B FP8's tensors, no data, and a stub config.json) through the weights path: made on the
-controller, pushed over SSH, verified against its manifest before the switch (roles/weights.py).
+The unit then runs `<venv>/bin/sglang serve ...` exactly as on a GPU host (byte-identical ExecStart). Behind that
+executable, by host data `sim_server`:
+- `sglang` (the default): SGLang 0.5.23's own `sglang serve` from the simulated host's SGLang install (mounted by
+  testbed/simhost.py: the validator environment with its front-end layer, testbed/sglang_env.py), with its
+  Scheduler class replaced by sglang_sim.sglang_scheduler through SGLang's plugin hook (an entry point beside it);
+- `model`: the model-only simulator (sglang_sim.server: SGLang's option table and HTTP API rebuilt, the same
+  hardware model; 3 s to start instead of ~25, 0.1 GB instead of ~4), for tests that restart servers often.
+Both say they are simulated (the journal, /server_info). The files travel as one archive, uploaded only when its
+hash differs from the one the host recorded. A profile without managed weights (model.path) gets the synthetic
+checkpoint (sim/synthetic_checkpoint.py: real safetensors headers with Qwen3.6-27B FP8's tensors, no data, the
+profile's config.json and a tokenizer) through the weights path: made on the controller, pushed over SSH,
+verified against its manifest before the switch (roles/weights.py).
 """
 
 import hashlib
@@ -22,6 +28,7 @@ from sglang_deploy import shipment
 from sglang_deploy.hostside.weights import manifest_hash
 from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import Profile
+from sglang_deploy.resolution import load_model_config
 from sglang_deploy.sim import synthetic_checkpoint
 from sglang_deploy.validator_env import CACHE_DIR
 from sglang_deploy.weights import Source, Weights, manifest_from_directory, write_manifest
@@ -29,15 +36,34 @@ from sglang_deploy.weights import Source, Weights, manifest_from_directory, writ
 PACKAGE = Path(__file__).resolve().parent.parent / "sglang_deploy"
 SIM_PACKAGE = PACKAGE / "sim"
 SHIM = """#!/usr/bin/python3
-# SIMULATED SGLang: sglang-deploy's stand-in for the GPU server (sglang_deploy.sim), not the real sglang.
+# SIMULATED SGLang: sglang-deploy's model-only stand-in for the GPU server (sglang_deploy.sim), not the real sglang.
 import sys
 sys.path.insert(0, "{lib}")
 from sglang_sim.server import main
 sys.exit(main(sys.argv[1:]))
 """
+# The simulated host's python3, in a virtualenv that adds its SGLang install (testbed/simhost.py mounts it).
+SGLANG_PYTHON = "/opt/sglang-sim/python/bin/python"
+SGLANG_SHIM = """#!{python}
+# SIMULATED HOST: SGLang {version}'s own `sglang serve` (the simulated host's SGLang install); only its Scheduler
+# class is replaced, by sglang_sim.sglang_scheduler (an sglang.srt.plugins entry point in {lib}).
+import sys
+sys.path.insert(0, "{lib}")
+from sglang.cli.main import main
+if __name__ == "__main__":
+    sys.exit(main())
+"""
+PLUGIN_DIST = "sglang_sim_scheduler-0.dist-info"
+PLUGIN_FILES = {
+    "METADATA": "Metadata-Version: 2.1\nName: sglang-sim-scheduler\nVersion: 0\n",
+    "entry_points.txt": "[sglang.srt.plugins]\nsimulated_scheduler = sglang_sim.sglang_scheduler:register\n",
+}
+SIM_SERVERS = ("sglang", "model")
 
 
-def simulator_shipment(profile: Profile) -> shipment.Shipment:
+def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shipment:
+    if server not in SIM_SERVERS:
+        raise ValueError(f"sim_server: {server!r}; accepted: {', '.join(SIM_SERVERS)}")
     venv = venv_path(profile)
     lib = f"{venv}/lib/sglang-sim"
     members = shipment.tree(SIM_PACKAGE, f"{lib.lstrip('/')}/sglang_sim")
@@ -45,21 +71,29 @@ def simulator_shipment(profile: Profile) -> shipment.Shipment:
     members += [(f"{lib.lstrip('/')}/sglang_deploy/{name}", (PACKAGE / name).read_bytes(), 0o644)
                 for name in ("__init__.py", "flag_table.py")]
     members += shipment.tree(PACKAGE / "flag-tables", f"{lib.lstrip('/')}/sglang_deploy/flag-tables")
-    members += [(f"{venv.lstrip('/')}/bin/sglang", SHIM.format(lib=lib).encode(), 0o755)]
+    if server == "sglang":
+        shim = SGLANG_SHIM.format(python=SGLANG_PYTHON, version=profile.sglang.version, lib=lib)
+        members += [(f"{lib.lstrip('/')}/{PLUGIN_DIST}/{name}", text.encode(), 0o644)
+                    for name, text in PLUGIN_FILES.items()]
+    else:
+        shim = SHIM.format(lib=lib)
+    members += [(f"{venv.lstrip('/')}/bin/sglang", shim.encode(), 0o755)]
     return shipment.build("simulator", "/", f"{venv}/.manifest-simulator", members)
 
 
 def synthetic_weights(profile: Profile) -> Weights:
     """The synthetic checkpoint for a profile without managed weights, made once on the controller (cached by the
-    generator's content and the architecture), with its manifest; served at the profile's model.path."""
+    generator's content and the profile's config.json), with its manifest; served at the profile's model.path."""
     architecture = profile.model.architecture or "Qwen3_5ForConditionalGeneration"
-    digest = hashlib.sha256(Path(synthetic_checkpoint.__file__).read_bytes() + architecture.encode()).hexdigest()[:16]
+    config = load_model_config(profile.model.config) if profile.model.config else None
+    digest = hashlib.sha256(Path(synthetic_checkpoint.__file__).read_bytes() + architecture.encode()
+                            + json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]
     directory = CACHE_DIR / "synthetic" / f"qwen3.6-27b-fp8-{digest}"
-    manifest_file = directory.with_suffix(".manifest.json")
+    manifest_file = directory.parent / f"{directory.name}.manifest.json"  # (with_suffix would cut at "3.6")
     if not manifest_file.exists():
         directory.parent.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(dir=directory.parent))
-        synthetic_checkpoint.write(str(scratch), header_only=True, architecture=architecture)
+        synthetic_checkpoint.write(str(scratch), header_only=True, architecture=architecture, config=config)
         try:
             os.rename(scratch, directory)
         except OSError:  # another worker made it first
@@ -75,11 +109,11 @@ def synthetic_weights(profile: Profile) -> Weights:
 
 
 @deploy("SGLang simulator (simulated host)")
-def install(profile: Profile, installed_digest: str | None):
+def install(profile: Profile, installed_digest: str | None, sim_server: str = "sglang"):
     """Returns the operations that changed the server program (a restart follows when they did)."""
     if profile.sglang.launcher != "serve":
         raise ValueError("the simulator implements the 'serve' launcher only; set sglang.launcher: serve")
-    ship = simulator_shipment(profile)
+    ship = simulator_shipment(profile, sim_server)
     ops = []
     if installed_digest != ship.digest:
         ops.append(files.put(name=f"Simulator archive (package, `sglang` shim; {ship.digest[:12]})",

@@ -34,11 +34,15 @@ FRONTEND_PACKAGES = [
     "openai==2.8.0", "openai-harmony==0.0.4", "anthropic>=0.20.0", "partial_json_parser", "interegular", "zstandard",
     "einops", "distro", "tiktoken", "watchfiles", "jsonschema", "xgrammar==0.2.7", "llguidance>=1.7.6,<2.0.0",
     "mistral_common>=1.11.5", "blobfile==3.0.0", "easydict", "soundfile==0.13.1", "nvidia-ml-py", "xxhash",
-    "regex", "scipy", "python-dateutil<3", "timm==1.0.25",
+    "regex", "scipy", "python-dateutil<3", "timm==1.0.25", "tabulate", "click", "ninja",
 ]
+# Installed without its CUDA dependencies: it imports on a CPU-only machine, and its presence is what SGLang reads
+# to choose the flashinfer attention and sampling backends, as on the real host (a pinned dependency of sglang).
+NO_DEPS_PACKAGES = ["flashinfer_python==0.7.2"]
 # Where the simulated host keeps its GPU facts (its "hardware"): written by testbed/simhost.py.
 HOST_GPU_FACTS = "/etc/sglang-sim/gpus.json"
-STANDIN_PTH = """import os, sys; exec(open(os.path.join(sys.prefix, "gpu_standin_hook.py")).read()) if os.path.exists(os.path.join(sys.prefix, "gpu_standin_hook.py")) else None
+# A .pth line runs inside site.addpackage, where `sitedir` is the site-packages directory being read.
+STANDIN_PTH = """import os; _hook = os.path.join(sitedir, "..", "..", "..", "gpu_standin_hook.py"); exec(compile(open(_hook).read(), _hook, "exec"), {"__file__": _hook}) if os.path.exists(_hook) else None
 """
 # Installed as <frontend>/gpu_standin_hook.py, run by the .pth line above at every interpreter start: cheap (no
 # torch import); it patches torch.cuda right after torch is imported, before any SGLang code reads it.
@@ -52,7 +56,7 @@ def _sglang_deploy_gpu_standin():
     if not text:
         return
     os.environ["SGLANG_DEPLOY_GPU_FACTS"] = text
-    standin = os.path.join(sys.prefix, "gpu_standin.py")
+    standin = os.path.join(os.path.dirname(__file__), "gpu_standin.py")
 
     class Finder(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
@@ -82,7 +86,8 @@ _sglang_deploy_gpu_standin()
 
 
 def recipe_digest() -> str:
-    digest = hashlib.sha256(json.dumps(FRONTEND_PACKAGES).encode() + HOOK.encode() + STANDIN_PTH.encode())
+    digest = hashlib.sha256(json.dumps([FRONTEND_PACKAGES, NO_DEPS_PACKAGES]).encode() + HOOK.encode()
+                            + STANDIN_PTH.encode())
     digest.update((validator_env.STANDIN_DIR / "standin.py").read_bytes())
     return digest.hexdigest()[:16]
 
@@ -117,13 +122,25 @@ def ensure(version: str = "0.5.23", quiet: bool = False) -> Path:
         (site / "zzz-sglang-deploy-gpu-standin.pth").write_text(STANDIN_PTH)
         (target / "gpu_standin_hook.py").write_text(HOOK)
         shutil.copy(validator_env.STANDIN_DIR / "standin.py", target / "gpu_standin.py")
-        result = subprocess.run([str(target / "bin" / "python"), "-m", "pip", "install", "-q",
-                                 "--disable-pip-version-check", *FRONTEND_PACKAGES], capture_output=True, text=True)
-        if result.returncode != 0:
-            shutil.rmtree(target, ignore_errors=True)
-            raise RuntimeError(f"could not install SGLang's front-end packages:\n{result.stderr[-3000:]}")
+        pip = [str(target / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        for step in (pip + FRONTEND_PACKAGES, pip + ["--no-deps", *NO_DEPS_PACKAGES]):
+            result = subprocess.run(step, capture_output=True, text=True)
+            if result.returncode != 0:
+                shutil.rmtree(target, ignore_errors=True)
+                raise RuntimeError(f"could not install SGLang's front-end packages:\n{result.stderr[-3000:]}")
         marker.write_text(digest + "\n")
     return target / "bin" / "python"
+
+
+def interpreter_pth(install_root: str, version: str = "0.5.23") -> str:
+    """The .pth of another interpreter's virtualenv (the simulated host's own python3 3.11) that makes it run this
+    install mounted at `install_root`: the front-end layer, then the validator env, then the GPU stand-in hook."""
+    validator = validator_env.env_dir(version)
+    site = next((frontend_dir(version) / "lib").glob("python3*/site-packages")).relative_to(validator)
+    validator_site = next((validator / "lib").glob("python3*/site-packages")).relative_to(validator)
+    hook = f"{install_root}/frontend/gpu_standin_hook.py"
+    return (f"{install_root}/{site}\n{install_root}/{validator_site}\n"
+            f'import os; exec(compile(open("{hook}").read(), "{hook}", "exec"), {{"__file__": "{hook}"}})\n')
 
 
 def base_python(version: str) -> Path:

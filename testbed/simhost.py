@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed import sglang_env
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
 DEBIAN_MIRROR = os.environ.get("SGLANG_DEPLOY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
@@ -55,8 +57,22 @@ DEFAULT_STATE_DIR = Path(os.environ.get("SGLANG_DEPLOY_SIMHOST_DIR", REPO_ROOT /
 DEFAULT_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_SIMHOST_PORT", "2222"))
 
 
+SGLANG_VERSION = "0.5.23"  # the simulated host's SGLang install (the profiles' pin)
+SGLANG_INSTALL = f"/opt/sglang-sim/sglang-{SGLANG_VERSION}"  # where it is mounted in the container
+SGLANG_PYTHON = "/opt/sglang-sim/python"  # the container's python3 in a virtualenv that adds the install
+
+
 class SimHostError(RuntimeError):
     pass
+
+
+def ensure_sglang_install() -> Path:
+    """SGLang's front end for the simulated host, built once (testbed/sglang_env.py); returns the GPU stand-in's
+    directory (the stub libcuda.so.1)."""
+    from sglang_deploy import validator_env
+
+    sglang_env.ensure(SGLANG_VERSION)
+    return validator_env.standin_dir(SGLANG_VERSION)
 
 
 def log(message: str) -> None:
@@ -220,8 +236,44 @@ class SimHost:
         # A marker the deploy reads to say loudly that this host is simulated.
         if self.simulated:
             (self.rootfs / "etc/sglang-deploy-simulated").write_text(
-                "This host is the simulated CT129 (systemd-nspawn container); its GPU server is sglang_deploy.sim.\n"
+                "This host is the simulated CT129 (systemd-nspawn container): its GPU server is SGLang's own front end "
+                "with a modelled Scheduler, or the model-only simulator (sglang_deploy.sim).\n"
             )
+            self._install_gpus()
+
+    def _install_gpus(self) -> None:
+        """The simulated host's "GPUs": their facts (2x RTX A6000), and the driver pieces SGLang meets where a real
+        host has them: nvidia-smi in /usr/bin and libcuda.so.1 in the library path (stand-ins from
+        sglang_deploy/gpu_standin; no GPU work can run through them). The SGLang install's torch.cuda stand-in
+        reads the same facts (testbed/sglang_env.py)."""
+        from sglang_deploy import gpu_facts
+
+        standin = ensure_sglang_install()
+        facts = self.rootfs / sglang_env.HOST_GPU_FACTS.lstrip("/")
+        facts.parent.mkdir(parents=True, exist_ok=True)
+        facts.write_text(gpu_facts.facts_json(gpu_facts.model("a6000"), 2) + "\n")
+        smi = self.rootfs / "usr/bin/nvidia-smi"
+        shutil.copy(REPO_ROOT / "sglang_deploy/gpu_standin/nvidia-smi", smi)
+        smi.chmod(0o755)
+        libdir = self.rootfs / "usr/lib/x86_64-linux-gnu"
+        shutil.copy(standin / "lib" / "libcuda.so.1", libdir / "libcuda.so.1")
+        subprocess.run(["ldconfig", "-r", str(self.rootfs)], check=False, capture_output=True)
+        # The host's own python3 runs SGLang, from a virtualenv whose .pth adds the mounted install.
+        venv = self.rootfs / SGLANG_PYTHON.lstrip("/")
+        if not (venv / "bin" / "python").exists():
+            subprocess.run(["chroot", str(self.rootfs), "python3", "-m", "venv", "--without-pip", SGLANG_PYTHON],
+                           check=True, capture_output=True)
+        site = next((venv / "lib").glob("python3*/site-packages"))
+        (site / "sglang-install.pth").write_text(sglang_env.interpreter_pth(SGLANG_INSTALL, SGLANG_VERSION))
+
+    def bind_mounts(self) -> list[str]:
+        """The simulated host's SGLang install, read-only: the validator env with its front-end layer, run by the
+        host's own python3 from SGLANG_PYTHON (the `sglang` shim of roles/simulator.py)."""
+        if not self.simulated:
+            return []
+        from sglang_deploy import validator_env
+
+        return [f"--bind-ro={validator_env.env_dir(SGLANG_VERSION)}:{SGLANG_INSTALL}"]
 
     def up(self, fresh: bool = False, timeout: float = 90) -> None:
         check_prerequisites()
@@ -243,6 +295,7 @@ class SimHost:
         ]
         if HOST_CA_BUNDLE.exists():
             command.append(f"--bind-ro={HOST_CA_BUNDLE}:/etc/ssl/certs/host-ca.crt")
+        command += self.bind_mounts()
         with open(self.console_log, "wb") as console:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=console,
                                        stderr=subprocess.STDOUT, start_new_session=True)

@@ -249,9 +249,5 @@ class SimulatedScheduler:
 def register() -> None:
     """Entry point (group sglang.srt.plugins): SGLang calls it in every process that loads plugins."""
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
-    from sglang.srt.runtime_context import override_platform
 
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler", SimulatedScheduler, hook_type=HookType.REPLACE)
-    # The real host has flashinfer (a pinned dependency of sglang 0.5.23); the simulated host's SGLang install
-    # leaves out its 600 MB and states the fact SGLang derives from it (attention and sampling backends).
-    override_platform(has_flashinfer=True).install()
