@@ -44,7 +44,7 @@ def run_doctor():
     server_info = collected["server_info"]
     result = diagnose({"server_info": server_info, "environ": collected["environ"], "topology": gpu_facts["topology"],
                        "gpus": gpus, "gate": collected["gate"], "probe": collected.get("probe"),
-                       "checkpoint": collected["checkpoint"], "simulated_gpu": server_info.get("simulated_gpu"),
+                       "checkpoint": collected["checkpoint"], "simulated_gpu": ((server_info.get("internal_states") or [{}])[0] or {}).get("simulated_gpu"),
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env")})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")

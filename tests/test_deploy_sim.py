@@ -57,7 +57,7 @@ def test_api_key_is_enforced_by_the_server(deployed):
     assert simhost.http("/server_info")[0] == 401
     status, body = simhost.http("/server_info", key=simhost.api_key)
     info = json.loads(body)
-    assert status == 200 and info["simulated"] is True and info["speculative_num_steps"] == 3
+    assert status == 200 and info["internal_states"][0]["simulated"] is True and info["speculative_num_steps"] == 3
     assert info["api_key"] == simhost.api_key  # as SGLang: /server_info carries the key; copies are redacted
 
 

@@ -1,6 +1,7 @@
-"""Clients nobody here wrote, against the simulator with an API key: the openai Python client (the version
-SGLang 0.5.23 pins), prometheus_client's text parser on /metrics, and SGLang's own benchmark client
-(`python -m sglang.benchmark.serving` from the validator environment, with a tokenizer built offline)."""
+"""Clients nobody here wrote, against SGLang 0.5.23's own front end (testbed/local_sglang.py: `sglang serve` with
+only its Scheduler modelled) with an API key: the openai Python client (the version SGLang 0.5.23 pins),
+prometheus_client's text parser on /metrics, and SGLang's own benchmark client (`python -m sglang.benchmark.serving`
+from the validator environment, with a tokenizer built offline)."""
 
 import json
 import os
@@ -12,7 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sglang_deploy import validator_env
 from testbed.calibration import PROVEN
-from testbed.local_sim import SGLANG_VERSION, LocalSim, stub_model_dir
+from testbed.local_sglang import LocalSGLang, model_dir
+from testbed.local_sim import SGLANG_VERSION
 
 KEY = "sk-outside-clients"
 SERVED = "qwen3.6-27b"
@@ -31,9 +33,9 @@ json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    model_dir = stub_model_dir(tmp_path_factory.mktemp("model"))
-    sim = LocalSim(PROVEN + ["--served-model-name", SERVED, "--api-key", KEY], {}, model_dir)
-    sim.start(tmp_path_factory.mktemp("log") / "sim.log").wait_ready()
+    checkpoint = model_dir(tmp_path_factory.mktemp("model"))
+    sim = LocalSGLang(PROVEN + ["--served-model-name", SERVED, "--api-key", KEY], {}, checkpoint)
+    sim.start(tmp_path_factory.mktemp("log") / "sglang.log").wait_ready()
     yield sim
     sim.stop()
 

@@ -68,7 +68,7 @@ def test_other_endpoints_need_the_key(server, path):
 
 def test_server_info_reports_resolved_settings_and_says_simulated(server):
     info = json.loads(call(server.url, "/server_info", key=KEY)[1])
-    assert info["simulated"] is True and info["version"] == "0.5.23"
+    assert info["internal_states"][0]["simulated"] is True and info["version"] == "0.5.23"
     # SGLang's speculative_hook resolves NEXTN to EAGLE; /server_info serves resolved values.
     assert (info["speculative_algorithm"], info["speculative_num_steps"], info["speculative_num_draft_tokens"]) == ("EAGLE", 3, 4)
     assert info["disable_custom_all_reduce"] is False
@@ -82,7 +82,7 @@ def test_server_info_reports_resolved_settings_and_says_simulated(server):
 
 def test_model_info(server):
     info = json.loads(call(server.url, "/model_info", key=KEY)[1])
-    assert info["is_generation"] is True and info["simulated"] is True
+    assert info["is_generation"] is True and info["architectures"] == ["Qwen3_5ForConditionalGeneration"]
 
 
 def test_generate_meta_info(server):

@@ -78,7 +78,7 @@ class Handler(BaseHTTPRequestHandler):
         if path in ("/model_info", "/get_model_info"):
             return self.send_json(200, {
                 "model_path": self.server_args["model_path"], "tokenizer_path": self.server_args["model_path"],
-                "is_generation": True, "served_model_name": self.served_name, "simulated": True,
+                "is_generation": True, "served_model_name": self.served_name,
                 "architectures": [self.engine.model["architecture"]]})
         if path == "/v1/models":
             return self.send_json(200, {"object": "list", "data": [
@@ -112,15 +112,21 @@ class Handler(BaseHTTPRequestHandler):
         info = json.loads(json.dumps(self.server_args))
         # The decode graph batch limit the GPU-memory defaults pick on the host (memory_hook.py).
         info["cuda_graph_config"]["decode"]["max_bs"] = self.engine.eff.graph_max_bs
+        # build_server_info redacts the watermark secrets (sampling/watermarking/core.py), set or not.
+        info.update({"watermark_config": "<redacted>", "watermark_key": "<redacted>", "watermark_key_b": "<redacted>",
+                     "admin_api_key": None})
         info.update({
-            "version": SGLANG_VERSION, "simulated": True,
-            "simulated_machine": self.engine.machine["name"], "simulated_model": self.engine.model["name"],
-            "simulated_gpu": self.engine.machine["gpu"],
+            "version": SGLANG_VERSION,
+            # each scheduler's resolved_server_args_dict() with its runtime state (internal_state.py); where the
+            # Scheduler that replaces SGLang's under its real front end says it is simulated too
             "internal_states": [{
+                **{key: value for key, value in info.items()
+                   if key not in ("version", "launch_command", "custom_sigquit_handler")},
                 "avg_spec_accept_length": self.engine.avg_accept_length(),
                 "last_gen_throughput": self.engine.last_gen_throughput,
                 "memory_usage": usage,
                 "effective_max_running_requests_per_dp": self.engine.eff.max_running,
+                **simulated_state(self.engine),
             }],
         })
         return info
@@ -281,3 +287,9 @@ def handler_for(engine: Engine, server_args: dict, status: dict) -> type:
         "engine": engine, "server_args": server_args, "status": status, "api_key": server_args.get("api_key"),
         "auth_broken": engine.env.get("SGLANG_SIM_AUTH_BROKEN") == "1",
         "served_name": server_args.get("served_model_name") or server_args.get("model_path")})
+
+
+def simulated_state(engine) -> dict:
+    """How a simulated server says so in /server_info's internal state (both simulated servers)."""
+    return {"simulated": True, "simulated_machine": engine.machine["name"], "simulated_model": engine.model["name"],
+            "simulated_gpu": engine.machine["gpu"]}

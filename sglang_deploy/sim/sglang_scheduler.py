@@ -26,6 +26,7 @@ import time
 import types
 
 from .engine import SGLANG_VERSION, WORDS, Engine, log
+from .http_api import simulated_state
 from .startup import load_and_capture
 
 # Token ids the synthetic checkpoint's tokenizer decodes as words (synthetic_checkpoint.py: 256 byte tokens, then
@@ -101,7 +102,7 @@ class SimulatedScheduler:
             world_size=get_parallel().tp_size, startup_time=self.startup_time,
             effective_max_running_requests_per_dp=self.engine.eff.max_running,
             last_gen_throughput=self.engine.last_gen_throughput,
-            avg_spec_accept_length=self.engine.avg_accept_length(), simulated=True,
+            avg_spec_accept_length=self.engine.avg_accept_length(), **simulated_state(self.engine),
             memory_usage=build_memory_usage(
                 weight_gb=usage["weight"], kv_cache_gb=usage["kvcache"],
                 startup_available_gb=usage["startup_available"], token_capacity=usage["token_capacity"],

@@ -1,0 +1,121 @@
+"""One request sequence to both simulated servers: SGLang 0.5.23's own front end with the modelled Scheduler
+(testbed/local_sglang.py, what the simulated host runs) and the model-only simulator (testbed/local_sim.py, for
+tests that restart servers often). The real front end is the reference: for every request the status codes
+must be equal, and every field the model-only simulator returns must exist in SGLang's answer with the same
+type (it may leave fields out, it may not invent or retype one); the /server_info fields the tool reads
+(docs/conformance.md) and the metric names it reads must be in both."""
+
+import json
+import urllib.error
+import urllib.request
+
+import pytest
+
+from testbed.calibration import PROVEN
+from testbed.local_sglang import LocalSGLang, model_dir
+from testbed.local_sim import LocalSim
+
+KEY = "sk-differential-0123456789"
+SERVED = "qwen3.6-27b"
+# What the gate, the watch, the doctor and the dashboard read from /metrics.
+METRICS_READ = {"sglang:num_running_reqs", "sglang:gen_throughput", "sglang:spec_accept_length",
+                "sglang:cuda_graph_passes_total", "sglang:generation_tokens_total", "sglang:spec_verify_calls_total",
+                "sglang:time_to_first_token_seconds_bucket"}
+GENERATE = {"text": "Write a function that adds two numbers.", "sampling_params": {"max_new_tokens": 12, "temperature": 0}}
+SEQUENCE = [
+    ("/health", None, None), ("/v1/models", None, None), ("/v1/models", None, "sk-wrong"), ("/v1/models", None, KEY),
+    ("/server_info", None, None), ("/server_info", None, KEY), ("/model_info", None, KEY),
+    ("/generate", GENERATE, None), ("/generate", GENERATE, KEY),
+    ("/generate", {**GENERATE, "stream": True}, KEY),
+    ("/v1/chat/completions", {"model": SERVED, "messages": [{"role": "user", "content": "Hi?"}], "max_tokens": 8}, KEY),
+    ("/v1/completions", {"model": SERVED, "prompt": "The capital of France is", "max_tokens": 8}, KEY),
+    ("/v1/nonexistent", None, KEY),
+]
+
+
+def call(url, path, body, key):
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Content-Type": "application/json",
+                                              **({"Authorization": f"Bearer {key}"} if key else {})})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def parse(text):
+    if text.startswith("data:"):  # a stream: the chunks' shapes, [DONE] dropped
+        return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:") and "[DONE]" not in line]
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def not_in_reference(model, real, path=""):
+    """Fields of `model` missing from `real`, or of another JSON type there."""
+    if isinstance(model, dict):
+        if not isinstance(real, dict):
+            return [f"{path}: object vs {type(real).__name__}"]
+        return [problem for key, value in model.items()
+                for problem in ([f"{path}.{key}: not in SGLang's answer"] if key not in real
+                                else not_in_reference(value, real[key], f"{path}.{key}"))]
+    if isinstance(model, list):
+        if not isinstance(real, list):
+            return [f"{path}: list vs {type(real).__name__}"]
+        return not_in_reference(model[0], real[0], f"{path}[0]") if model and real else []
+    kind = lambda v: "number" if isinstance(v, (int, float)) and not isinstance(v, bool) else type(v).__name__
+    return [] if kind(model) == kind(real) or model is None and real is None else \
+        [f"{path}: {kind(model)} vs SGLang's {kind(real)}"]
+
+
+def metric_names(text):
+    return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line.startswith("sglang:")}
+
+
+@pytest.fixture(scope="module")
+def answers(tmp_path_factory):
+    checkpoint = model_dir(tmp_path_factory.mktemp("model"))
+    logs = tmp_path_factory.mktemp("logs")
+    flags = PROVEN + ["--served-model-name", SERVED, "--api-key", KEY]
+    servers = {"model": LocalSim(flags, {}, checkpoint), "sglang": LocalSGLang(flags, {}, checkpoint)}
+    try:
+        for name, server in servers.items():
+            server.start(logs / f"{name}.log")
+        for server in servers.values():
+            server.wait_ready()
+        yield {name: [call(server.url, path, body, key) for path, body, key in SEQUENCE]
+               + [call(server.url, "/metrics", None, None)] for name, server in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+@pytest.mark.parametrize("index", range(len(SEQUENCE)), ids=[f"{p}{'+key' if k == KEY else ''}" for p, _, k in SEQUENCE])
+def test_same_status_and_no_field_sglang_lacks(answers, index):
+    (model_status, model_text), (real_status, real_text) = answers["model"][index], answers["sglang"][index]
+    assert model_status == real_status, (SEQUENCE[index][0], model_text[:300], real_text[:300])
+    if model_status == 200:
+        assert not_in_reference(parse(model_text), parse(real_text), SEQUENCE[index][0]) == []
+
+
+def test_the_fields_the_tool_reads_are_in_both(answers):
+    from test_conformance import documented_fields
+
+    index = SEQUENCE.index(("/server_info", None, KEY))
+    for name in ("model", "sglang"):
+        info = json.loads(answers[name][index][1])
+        state = info["internal_states"][0]
+        # (top-level names of the table; nested ones, e.g. memory_usage's graph phases, are below these)
+        real = json.loads(answers["sglang"][index][1])
+        expected = {field for field in documented_fields() if field in real or field in real["internal_states"][0]}
+        missing = {field for field in expected if field not in info and field not in state}
+        assert missing == set(), (name, missing)
+        assert state.get("simulated") is True  # both say they are simulated, where SGLang's front end lets them
+
+
+def test_metric_names(answers):
+    model, real = (metric_names(answers[name][-1][1]) for name in ("model", "sglang"))
+    assert model - real == set(), "the model-only simulator exports metric names SGLang does not"
+    assert METRICS_READ - model == set() and METRICS_READ - real == set()
