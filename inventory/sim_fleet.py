@@ -26,6 +26,9 @@ fleet = [
         "gpu_topology": "pcie",
         "api_key_file": entry["api_key_file"],
         "port": entry["service_port"],
+        # N servers on one machine: the model-only simulator by default (SGLang's own front end takes 4 GB each);
+        # --data sim_server=sglang runs the real one on every host.
+        "sim_server": "model",
     })
     for entry in info["hosts"]
 ]

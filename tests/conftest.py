@@ -57,16 +57,25 @@ def proven_with(tmp_path: Path, old: str, new: str, name: str = "variant.yaml") 
     return write_profile(tmp_path, text.replace(old, new, 1), name)
 
 
+# Which server a simulated host runs (host data sim_server): SGLang's own front end with the modelled Scheduler for
+# the modules in SGLANG_FRONTEND_MODULES (about 25 s per start and 4 GB each), the model-only simulator (3 s,
+# 0.1 GB) for the rest, which restart servers dozens of times. At most FRONTEND_SLOTS real front ends run at once
+# across the workers (a lock file per slot), so that the suite fits the CI machine's 24 GB.
+SGLANG_FRONTEND_MODULES = {"test_deploy_sim.py", "test_secrets_sim.py", "test_frontend_sim.py"}
+FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
+
+
 class SimHostSession:
     def __init__(self, state_dir: Path):
         from testbed.simhost import SimHost
 
+        self.sim_server = "model"
         self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine=TEST_MACHINE)
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
                     "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
 
     def pyinfra_command(self, *args: str) -> list[str]:
-        command = [*CONTROLLER, "-m", "pyinfra", "inventory/sim.py", *args]
+        command = [*CONTROLLER, "-m", "pyinfra", "inventory/sim.py", *args, "--data", f"sim_server={self.sim_server}"]
         if "--dry" not in args:
             command.insert(len(CONTROLLER) + 2, "-y")
         return command
@@ -134,7 +143,7 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # measure twice, 2-3 min each), the longest single test, the modules that run as one chain, the rest. Measured
 # with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
-LONGEST_FIRST = ["test_gate_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
+LONGEST_FIRST = ["test_gate_sim.py", "test_frontend_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
                  "test_fleet_sim.py",  # about 130 s
                  "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
                  "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
@@ -199,6 +208,42 @@ def simhost_available() -> str | None:
         if not shutil.which(tool):
             return f"{tool} is not installed"
     return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _simhost_server(request):
+    """The modules of SGLANG_FRONTEND_MODULES deploy SGLang's own front end to the simulated host (holding one of
+    FRONTEND_SLOTS while they run); afterwards the server is stopped, so its memory is free for the next module."""
+    if request.path.name not in SGLANG_FRONTEND_MODULES:
+        yield
+        return
+    import fcntl
+
+    from testbed.simhost import CACHE_DIR
+
+    session = request.getfixturevalue("simhost")
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    slot = None
+    while slot is None:
+        for index in range(FRONTEND_SLOTS):
+            handle = open(CACHE_DIR / f".test-frontend-slot-{index}", "w")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                slot = handle
+                break
+            except BlockingIOError:
+                handle.close()
+        else:
+            import time
+
+            time.sleep(1)
+    session.sim_server = "sglang"
+    try:
+        yield
+    finally:
+        session.sim_server = "model"
+        session.sh("systemctl stop sglang; true", check=False)
+        slot.close()
 
 
 @pytest.fixture(scope="session")

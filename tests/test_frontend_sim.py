@@ -1,0 +1,79 @@
+"""The simulated CT129 running SGLang 0.5.23's own `sglang serve` (host data sim_server=sglang): only the Scheduler
+class is modelled. The proven profile passes the gate there, the incident's 1-step profile is refused for its real
+reasons, and the API key stays out of the journal through a start, a crash and a rollback."""
+
+import json
+
+import pytest
+
+from conftest import INCIDENT, PROVEN, TEST_SERVICE_PORT, proven_with
+
+pytestmark = pytest.mark.simhost
+
+
+@pytest.fixture(scope="module")
+def proven(simhost):
+    result = simhost.deploy(profile=PROVEN, gate=True)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_the_service_runs_sglangs_own_processes(simhost, proven):
+    # the service user's processes, by the titles SGLang gives them (setproctitle)
+    tree = simhost.sh("ps -o args= -u sglang")
+    for title in ("sglang::scheduler_TP0", "sglang::scheduler_TP1", "sglang::detokenizer"):
+        assert title in tree, tree
+    pid = simhost.main_pid()
+    cmdline = simhost.sh(f"tr '\\0' ' ' < /proc/{pid}/cmdline")
+    unit = simhost.sh("systemctl show -p ExecStart --value sglang")
+    # the unit's ExecStart is the one a real host gets: the log redactor, then <venv>/bin/sglang serve ...
+    assert "log_redactor.py /opt/sglang-deploy/venvs/sglang-0.5.23-" in unit and "simulat" not in unit.lower()
+    assert "/bin/sglang serve --model-path /srv/models/Qwen3.6-27B-FP8" in cmdline
+
+
+def test_server_info_is_sglangs_with_the_fields_only_the_full_pipeline_resolves(simhost, proven):
+    status, body = simhost.http("/server_info", key=simhost.api_key)
+    info = json.loads(body)
+    assert status == 200 and info["version"] == "0.5.23"
+    assert (info["attention_backend"], info["page_size"], info["chunked_prefill_size"]) == ("flashinfer", 1, 4096)
+    assert info["cuda_graph_config"]["prefill"]["backend"] == "breakable"
+    assert info["internal_states"][0]["simulated"] is True  # says so, where SGLang's answer has room
+    assert "GPU work is modelled" in simhost.sh("journalctl -u sglang --no-pager -o cat | grep -m1 SIMULATED")
+    assert simhost.http("/server_info")[0] == 401  # SGLang's own auth middleware
+
+
+def test_the_proven_profile_passes_the_gate(proven):
+    output = proven.stdout + proven.stderr
+    assert "decode tok/s (1 stream, median)" in output and "is active (good)" in output
+
+
+def test_the_incident_profile_is_refused_for_its_real_reasons(simhost, proven):
+    result = simhost.deploy(profile=INCIDENT, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    # the floors the user set from the seed: ~40 tok/s and tau ~1.8 at 1 step, as SGLang's front end reports them
+    assert "single-stream decode" in output and "is below the floor 45.0" in output, output[-3000:]
+    assert "acceptance length" in output and "is below the floor 2.8" in output
+    assert "automatic rollback to the last good release" in output and "healthy again" in output
+    status, body = simhost.http("/server_info", key=simhost.api_key)
+    assert json.loads(body)["speculative_num_steps"] == 3  # the proven release serves again
+
+
+def test_a_refused_start_exits_with_sglangs_own_error(simhost, tmp_path, proven):
+    # --speculative-adaptive on a hybrid model passes the parser: the modelled scheduler fails it at start, and
+    # SGLang's own run_scheduler_process takes the server down (rank 0 died during initialization)
+    bad = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_CRASH_AT_START: "1"\n', "crash.yaml")
+    result = simhost.deploy(profile=bad, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "scheduler died during initialization" in output or "Scheduler hit an exception" in output, output[-3000:]
+
+
+def test_the_key_is_in_no_journal_line_after_start_crash_and_rollback(simhost, proven):
+    key = simhost.api_key
+    assert simhost.sh(f"journalctl --no-pager -o cat | grep -cF -- '{key}'; true").strip() == "0"
+    lines = simhost.sh("journalctl --no-pager -o cat -u sglang | grep -F 'server_args=' | wc -l").strip()
+    assert int(lines) >= 3  # proven, incident, crash: SGLang logged server_args at every start
+    assert simhost.sh(f"grep -rlF -- '{key}' /var/log /var/lib/sglang-deploy /opt/sglang-deploy /tmp 2>/dev/null; true"
+                      ).strip() == ""
+    assert f":{TEST_SERVICE_PORT}" not in key
