@@ -18,4 +18,7 @@ if result.returncode != 0:
 meta = json.loads(result.stdout)["meta_info"]
 decode = (meta["completion_tokens"] - 1) / (meta["e2e_latency"] - meta["first_token_latency"])
 print(f"generated {meta['completion_tokens']} tokens in {meta['e2e_latency']:.2f} s: {decode:.1f} tok/s decode, "
-      f"acceptance length {meta['spec_accept_length']:.2f}  (SIMULATED server: sglang_deploy.sim)")
+      f"acceptance length {meta['spec_accept_length']:.2f}")
+processes = host.ssh("ps -o args= -u sglang | grep -o '^sglang::[a-zA-Z_0-9]*' | tr '\\n' ' '", check=False).stdout
+print(f"SIMULATED host: SGLang 0.5.23's own sglang serve ({processes.strip()}), its Scheduler modelled "
+      "(sglang_deploy/sim/sglang_scheduler.py)")

@@ -197,7 +197,26 @@ def diagnose(report: dict) -> dict:
         notes.append(f"MBU {bound['mbu'] * 100:.0f} % with no configuration suspect: the gap to the roofline is "
                      "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
     return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
-            "simulated": is_simulated(server_info)}
+            "memory": memory_budget(server_info, report.get("checkpoint")), "simulated": is_simulated(server_info)}
+
+
+def memory_budget(server_info: dict, checkpoint: dict | None) -> dict | None:
+    """Per GPU, as the running server accounts it (internal_states[0].memory_usage, GB): the static pool
+    mem_fraction_static x the memory at start, split into weights (the vision tower's share from the checkpoint's
+    headers, which SGLang 0.5.23 loads for Qwen3.5: it refuses --language-model-only), KV and state, and the graphs
+    outside it."""
+    state = (server_info.get("internal_states") or [{}])[0] or {}
+    usage = state.get("memory_usage") or {}
+    fraction = server_info.get("mem_fraction_static")
+    total = usage.get("startup_available")
+    if not (usage and isinstance(fraction, (int, float)) and total):
+        return None
+    tp = _tp(server_info)
+    vision = ((checkpoint or {}).get("bytes") or {}).get("vision")
+    graphs = sum((usage.get("graph") or {}).values())
+    return {"fraction": fraction, "total_gb": total, "pool_gb": fraction * total, "weight_gb": usage.get("weight"),
+            "vision_gb": vision / tp / 1e9 if isinstance(vision, (int, float)) else None,
+            "kv_gb": usage.get("kvcache"), "graph_gb": graphs, "outside_pool_gb": total - fraction * total}
 
 
 def format_report(result: dict) -> str:
@@ -211,6 +230,13 @@ def format_report(result: dict) -> str:
             lines.append(f"measured: {bound['measured_tok_s']:.1f} tok/s = {bound['mbu'] * 100:.0f} % MBU")
     else:
         lines.append("roofline: unavailable (no checkpoint bytes or bandwidth)")
+    memory = result.get("memory")
+    if memory:
+        vision = f" (vision tower {memory['vision_gb']:.2f} of it)" if memory.get("vision_gb") else ""
+        lines.append(f"memory per GPU at --mem-fraction-static {memory['fraction']} of {memory['total_gb']:.1f} GB: "
+                     f"static pool {memory['pool_gb']:.1f} GB = weights {memory['weight_gb']:.2f}{vision} + KV and "
+                     f"state {memory['kv_gb']:.1f}; graphs {memory['graph_gb']:.2f} and activations in the "
+                     f"{memory['outside_pool_gb']:.1f} GB outside it")
     if result["suspects"]:
         lines.append("suspects, most likely gain first:")
         for i, s in enumerate(result["suspects"], 1):

@@ -34,6 +34,7 @@ def expectations(plan: Plan) -> dict:
         "environment": dict(plan.rendered.environment),
         "venv": venv_path(plan.profile),
         "model_path": plan.profile.model.path,
+        "served_name": plan.profile.model.served_name,  # the output check asks /v1/chat/completions by name
     }
 
 

@@ -141,3 +141,19 @@ def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
                        "checkpoint": summarize(tmp_path)})
     assert result["roofline"]["bandwidth_source"].startswith("measured")
     assert result["roofline"]["bandwidth_gbs"] == min(b["read_gbs"] for b in probe["bandwidth"])
+
+
+def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower():
+    from sglang_deploy.doctor import format_report, memory_budget
+
+    server_info = {"mem_fraction_static": 0.88, "tp_size": 2, "internal_states": [{"memory_usage": {
+        "weight": 13.75, "kvcache": 25.8, "startup_available": 46.0,
+        "graph": {"prefill": 0.31, "decode": 0.0, "target_verify": 0.41, "draft_decode": 0.14, "draft_extend": 0.07}}}]}
+    checkpoint = {"bytes": {"layers": 2.2e10, "vision": 0.86e9}}
+    budget = memory_budget(server_info, checkpoint)
+    assert round(budget["pool_gb"], 2) == 40.48 and round(budget["outside_pool_gb"], 2) == 5.52
+    assert round(budget["vision_gb"], 2) == 0.43 and round(budget["graph_gb"], 2) == 0.93
+    text = format_report({"roofline": None, "suspects": [], "memory": budget})
+    assert ("memory per GPU at --mem-fraction-static 0.88 of 46.0 GB: static pool 40.5 GB = weights 13.75 "
+            "(vision tower 0.43 of it) + KV and state 25.8; graphs 0.93") in text
+    assert memory_budget({"internal_states": [{}]}, None) is None  # nothing to say without the server's accounting

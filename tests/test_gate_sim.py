@@ -158,3 +158,22 @@ def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
         # worker meets a server that does not run what its release declares (a redeploy sees nothing to change).
         simhost.sh("rm -rf /etc/systemd/system/sglang.service.d && systemctl daemon-reload && systemctl restart sglang")
         simhost.wait_healthy()
+
+
+def test_a_faster_release_that_answers_garbage_never_passes(simhost, tmp_path):
+    """sgl-project/sglang#37111: HTTP 200, faster, repeated `!`. The output check fails it before any measurement."""
+    good, _ = gated_baseline(simhost, tmp_path, "garbage-baseline")
+    garbage = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_OUTPUT: garbage\n'
+                          '  SGLANG_SIM_SLOWDOWN_PCT: "-15"\n', "garbage.yaml")
+    result = simhost.deploy(profile=garbage, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0
+    assert "output: degenerate on 8 of 8 prompts" in output and "one character repeated" in output, output[-4000:]
+    assert "known answers right (of 8)" in output and "GATE FAIL" in output
+    assert "sample 1/" not in output.split("garbage.yaml")[-1]  # never measured: its speed does not matter
+    assert f"automatic rollback to {good}: healthy again" in output
+    [bad] = [r for r in state(simhost)["releases"] if r["profile"] == "garbage"]
+    recorded = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{bad['id']}/gate-result.json"))
+    assert recorded["output"]["prompts_digest"].startswith("sha256:") and recorded["output"]["degenerate"] == 8
+    passed = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{good}/gate-result.json"))
+    assert passed["output"]["known_right"] == 8 and passed["output"]["verdict"] == "pass"

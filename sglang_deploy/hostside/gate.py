@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 
+from . import output_check
 from .client import get_json, is_simulated
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
@@ -231,6 +232,10 @@ def evaluate(measurement, settings, baseline=None):
 def format_value(value, metric=""):
     if value is None:
         return "-"
+    if metric.startswith(("known answers", "degenerate")):
+        return str(value)
+    if metric.startswith("agree with"):
+        return f"{value:.0f} %"
     if "ratio" in metric or "tau" in metric:
         return f"{value:.3f}" if "ratio" in metric else f"{value:.2f}"
     if "s (median)" in metric and "tok/s" not in metric:
@@ -277,8 +282,25 @@ def measure_builtin(probe_url, secrets_path, settings):
     return json.loads(result.stdout)
 
 
-def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, baseline, evidence):
-    """Effective-config checks, then the measurement, then the verdict (config problems fail at once).
+def output_rows(output):
+    """The output check's lines of the gate's table."""
+    rows = [{"metric": f"known answers right (of {output['total']})", "value": output["known_right"],
+             "spread_pct": None, "threshold": f"= {output['total']}", "previous": None,
+             "verdict": "pass" if output["known_right"] == output["total"] else "FAIL"},
+            {"metric": "degenerate outputs", "value": output["degenerate"], "spread_pct": None, "threshold": "= 0",
+             "previous": None, "verdict": "pass" if not output["degenerate"] else "FAIL"}]
+    if output.get("agreement") is not None:
+        rows.append({"metric": f"agree with baseline (first {output_check.AGREE_WORDS} words)",
+                     "value": output["agreement"] * 100, "spread_pct": None,
+                     "threshold": f">= {output_check.MIN_AGREEMENT * 100:.0f} %", "previous": None,
+                     "verdict": "pass" if output["agreement"] >= output_check.MIN_AGREEMENT else "inconclusive"})
+    return rows
+
+
+def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, baseline, evidence, baseline_output=None):
+    """Effective-config checks, then the output check, then the measurement, then the verdict (config problems and
+    wrong or degenerate answers fail at once, unmeasured). baseline_output: the output check of the baseline
+    release when it serves the same weights (for the agreement figure).
 
     evidence: {"findings": SGLang's own log lines since the unit started, "environ": the process's
     whole environment, "costly_env": undeclared costly variables with their sources} (evidence.py)."""
@@ -294,14 +316,25 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
     else:
         problems = config_problems(server_info, evidence.get("environ") or {}, cmdline_ok, cmdline, expect,
                                    evidence.get("findings"), evidence.get("costly_env") or ())
+    output = None
     if problems:
         result = {"verdict": "fail", "reasons": ["the running server differs from the release" if not read_error
                                                  else read_error],
                   "inconclusive": [], "rows": [], "comparison": None, "measurement": None}
     else:
-        measurement = measure_builtin(probe_url, secrets_path, settings)
-        result = evaluate(measurement, settings, baseline)
-        result["measurement"] = measurement
+        output = output_check.run(probe_url, api_key, expect.get("served_name") or "default", baseline_output)
+        if output["verdict"] == "fail":
+            result = {"verdict": "fail", "reasons": output["reasons"], "inconclusive": output["inconclusive"],
+                      "rows": output_rows(output), "comparison": None, "measurement": None}
+        else:
+            measurement = measure_builtin(probe_url, secrets_path, settings)
+            result = evaluate(measurement, settings, baseline)
+            result["measurement"] = measurement
+            result["rows"] = output_rows(output) + result["rows"]
+            result["inconclusive"] = output["inconclusive"] + result["inconclusive"]
+            if result["verdict"] == "pass" and result["inconclusive"]:
+                result["verdict"] = "inconclusive"
+    result["output"] = output
     result.update(config_problems=problems, simulated=is_simulated(server_info),
                   duration_s=round(time.monotonic() - started, 1))
     return result

@@ -287,10 +287,13 @@ def run_gate(store, args, meta, state):
         candidates.append((release_id, store.meta(release_id), stored[release_id].get("verdict")))
     baseline_release, note = choose_baseline(candidates, state.get("last_good"), args.release)
     baseline = stored[baseline_release].get("measurement") if baseline_release else None
+    # the greedy outputs are compared only on the same weights (another snapshot answers otherwise)
+    baseline_output = stored[baseline_release].get("output") if baseline_release else None
     if baseline_release:
         change = weights_change(meta.get("weights"), store.meta(baseline_release).get("weights"))
         if change:
             note = f"{note}; {change}"
+            baseline_output = None
     status = service_status(store.service)
     log(f"gate: checking the running server against release {args.release}, then measuring; baseline: {note}")
     environ = evidence.process_environment(status["main_pid"])
@@ -303,7 +306,7 @@ def run_gate(store, args, meta, state):
         return {"verdict": "fail", "reasons": [stranger], "rows": [], "config_problems": [], "inconclusive": []}
     result = gate.run(args.probe_url, store.secrets_path, api_key, status["main_pid"],
                       cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
-                      baseline, found)
+                      baseline, found, baseline_output=baseline_output)
     result = evidence.redact(result, [api_key])
     result["baseline_release"] = baseline_release
     result["baseline"] = {"release": baseline_release, "note": note}

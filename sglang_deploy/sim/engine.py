@@ -4,6 +4,7 @@ hardware model gives (hardware.py); tokens are emitted in real time. Standard li
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import queue
@@ -12,16 +13,37 @@ import signal
 import threading
 import time
 import uuid
+from pathlib import Path
 
 from . import hardware
 
 SGLANG_VERSION = "0.5.23"
-DECODE_LOG_INTERVAL = 40  # cycles between "Decode batch" log lines, as SGLang's --decode-log-interval
+DECODE_LOG_INTERVAL = 40
+EOS_TOKEN = 248046  # <|im_end|>, what a finished chat answer matched  # cycles between "Decode batch" log lines, as SGLang's --decode-log-interval
 WORDS = ("the", "model", "server", "token", "decode", "graph", "memory", "bandwidth", "cache", "layer",
          "request", "batch", "kernel", "stream", "value", "return", "def", "for", "in", "data", "result",
          "system", "time", "speed", "and", "of", "to", "a", "is", "with")
 
 log = logging.getLogger("sglang.sim")
+# Token ids from here up carry one byte of a modelled answer each (below: the synthetic vocabulary's word ids);
+# ANSWER_END is the end-of-turn token a finished answer ends with (SGLang trims the matched stop token).
+ANSWER_BASE = 1_000_000
+ANSWER_END = ANSWER_BASE + 256
+ANSWER_BOOK = json.loads((Path(__file__).with_name("data") / "answers.json").read_text())
+OUTPUT_FAULTS = ("garbage", "wrong")
+
+
+def modelled_answer(prompt: str, max_new_tokens: int, fault: str | None) -> tuple[str, bool] | None:
+    """(text, ends) the modelled model answers with, None for word salad. A prompt of the gate's output check
+    gets its answer (data/answers.json); SGLANG_SIM_OUTPUT=garbage makes every answer `!!!!...` to the last token
+    (sgl-project/sglang#37111), =wrong gives plausible wrong answers to the output check's prompts."""
+    if fault == "garbage":
+        return "!" * max_new_tokens, False
+    book = ANSWER_BOOK["wrong" if fault == "wrong" else "answers"]
+    for question, answer in book.items():
+        if question in prompt:
+            return answer, True
+    return None
 
 
 # --- the engine -----------------------------------------------------------------------------------
@@ -40,6 +62,8 @@ class Request:
         self.first_token_at: float | None = None
         self.accept_probabilities: list[float] = []
         self.slowness = 1.0
+        self.answer_ids: list[int] | None = None  # a modelled answer's bytes (ANSWER_BASE + byte)
+        self.ends = False  # the answer ends before max_new_tokens (finish reason stop, not length)
 
 
 def classify_prompt(prompt: str) -> str:
@@ -93,6 +117,15 @@ class Engine:
         greedy = float(params.get("temperature", 1.0)) == 0.0
         rng = hardware.SeededRandom(f"greedy:{prompt}" if greedy else f"{self.seed}:{index}:{prompt}")
         request = Request(prompt, params, rng)
+        fault = self.env.get("SGLANG_SIM_OUTPUT") or None
+        answer = modelled_answer(prompt, request.max_new_tokens, fault if fault in OUTPUT_FAULTS else None)
+        if answer is not None:
+            text, ends = answer
+            request.answer_ids = [ANSWER_BASE + byte for byte in text.encode()]
+            request.ends = ends and len(request.answer_ids) < request.max_new_tokens
+            if request.ends:
+                request.answer_ids.append(ANSWER_END)
+            request.max_new_tokens = min(request.max_new_tokens, len(request.answer_ids))
         request.slowness = hardware.jitter(self.rng, self.machine["noise_request_sigma"])
         collapsed = self.collapse or bool(self.collapse_after and index > self.collapse_after)
         request.accept_probabilities = hardware.accept_probabilities(self.eff, self.model, request.kind, collapsed)
@@ -155,7 +188,10 @@ class Engine:
 
     def _emit(self, request: Request, count: int) -> int:
         count = min(count, request.max_new_tokens - len(request.output_ids))
-        ids = [request.rng.randrange(1000, 150000) for _ in range(count)]
+        if request.answer_ids is not None:
+            ids = request.answer_ids[len(request.output_ids):len(request.output_ids) + count]
+        else:
+            ids = [request.rng.randrange(1000, 150000) for _ in range(count)]
         request.output_ids += ids
         self.stats["generation_tokens"] += count
         request.events.put(("tokens", ids))
@@ -172,7 +208,8 @@ class Engine:
         if completion > 1:
             self.histograms["itl"].append((e2e - ttft) / (completion - 1))
         meta = {
-            "id": request.rid, "finish_reason": {"type": "length", "length": completion},
+            "id": request.rid, "finish_reason": ({"type": "stop", "matched": EOS_TOKEN} if request.ends
+                                                 else {"type": "length", "length": completion}),
             "prompt_tokens": request.prompt_tokens, "completion_tokens": completion,
             "cached_tokens": 0, "e2e_latency": e2e,
         }
@@ -197,7 +234,21 @@ class Engine:
         return self.stats["accepted_total"] / self.stats["verify_calls"]
 
     def text_of(self, ids: list[int]) -> str:
-        return "".join(" " + WORDS[i % len(WORDS)] for i in ids)
+        """Words for the synthetic vocabulary's ids, the bytes of a modelled answer for ANSWER_BASE + byte."""
+        out, answer = [], bytearray()
+        for i in ids:
+            if i == ANSWER_END:
+                continue  # the end-of-turn token: not part of the text
+            if i >= ANSWER_BASE:
+                answer.append(i - ANSWER_BASE)
+                continue
+            if answer:
+                out.append(answer.decode("utf-8", "replace"))
+                answer = bytearray()
+            out.append(" " + WORDS[i % len(WORDS)])
+        if answer:
+            out.append(answer.decode("utf-8", "replace"))
+        return "".join(out)
 
     def memory_usage(self) -> dict:
         """SGLang 0.5.23's schema: GB per GPU, graph memory per capture phase (0 = not captured)."""

@@ -214,7 +214,7 @@ class Handler(BaseHTTPRequestHandler):
                 delta = self.engine.text_of(ids[sent[0]:])
                 sent[0] = len(ids)
                 done = "e2e_latency" in meta
-                choice = {"index": 0, "finish_reason": "length" if done else None}
+                choice = {"index": 0, "finish_reason": meta["finish_reason"]["type"] if done else None}
                 choice.update({"delta": {"content": delta}} if chat else {"text": delta})
                 head = {"id": request.rid, "object": object_name + ".chunk", "created": created,
                         "model": model_name}
@@ -227,7 +227,7 @@ class Handler(BaseHTTPRequestHandler):
             return self.stream(request, chunk)
         meta = self.wait_done(request)
         text = self.engine.text_of(request.output_ids)
-        choice = {"index": 0, "finish_reason": "length"}
+        choice = {"index": 0, "finish_reason": meta["finish_reason"]["type"]}
         choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
         usage = {"prompt_tokens": meta["prompt_tokens"], "completion_tokens": meta["completion_tokens"],
                  "total_tokens": meta["prompt_tokens"] + meta["completion_tokens"]}

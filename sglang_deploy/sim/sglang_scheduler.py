@@ -25,7 +25,7 @@ import threading
 import time
 import types
 
-from .engine import SGLANG_VERSION, WORDS, Engine, log
+from .engine import ANSWER_BASE, ANSWER_END, SGLANG_VERSION, WORDS, Engine, log
 from .http_api import simulated_state
 from .startup import load_and_capture
 
@@ -157,7 +157,7 @@ class SimulatedScheduler:
 
     def _submit(self, message) -> dict:
         params = message.sampling_params
-        text = message.input_text if isinstance(message.input_text, str) else " ".join(map(str, message.input_ids))
+        text = message.input_text if isinstance(message.input_text, str) else self._decode(message.input_ids or [])
         health = str(message.rid).startswith("HEALTH_CHECK")
         request = self.engine.submit(text, {"max_new_tokens": params.max_new_tokens if params.max_new_tokens
                                             is not None else 128, "temperature": params.temperature},
@@ -166,6 +166,21 @@ class SimulatedScheduler:
         surround = max(len(prompt) - 5, 0)  # INIT_INCREMENTAL_DETOKENIZATION_OFFSET
         return {"message": message, "request": request, "prompt": prompt, "surround": surround,
                 "read_offset": len(prompt) - surround, "sent": 0, "done": None}
+
+    def _decode(self, ids) -> str:
+        """The prompt as text (the chat path sends only token ids), with the checkpoint's tokenizer, which SGLang's
+        own scheduler loads too."""
+        if getattr(self, "_tokenizer", None) is None:
+            from transformers import AutoTokenizer
+
+            self._tokenizer = AutoTokenizer.from_pretrained(self.server_args.tokenizer_path or self.server_args.model_path)
+        return self._tokenizer.decode(list(ids))
+
+    def _end_token(self) -> int:
+        if getattr(self, "_end", None) is None:
+            self._decode([])
+            self._end = self._tokenizer.convert_tokens_to_ids("<|im_end|>")
+        return self._end
 
     def _drain(self, running: dict):
         from sglang.srt.managers import io_struct as io
@@ -177,7 +192,9 @@ class SimulatedScheduler:
                 while True:
                     kind, value = state["request"].events.get_nowait()
                     if kind == "tokens":
-                        new += [WORD_TOKEN_BASE + token % len(WORDS) for token in value]
+                        # a modelled answer's bytes are the byte-level tokenizer's byte tokens (ids 0-255)
+                        new += [self._end_token() if token == ANSWER_END else token - ANSWER_BASE
+                                if token >= ANSWER_BASE else WORD_TOKEN_BASE + token % len(WORDS) for token in value]
                     else:
                         state["done"] = value
             except queue.Empty:
@@ -196,7 +213,10 @@ class SimulatedScheduler:
             read_offsets.append(state["read_offset"])
             out_ids.append(new)
             meta = state["done"]
-            finished.append(meta["finish_reason"] if meta else None)
+            reason = dict(meta["finish_reason"]) if meta else None
+            if reason and reason.get("type") == "stop":
+                reason["matched"] = self._end_token()  # the stop token the answer ended with (trimmed by SGLang)
+            finished.append(reason)
             requests.append(state)
         count = len(rows)
         empty = [[] for _ in rows]
