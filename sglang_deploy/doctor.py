@@ -178,7 +178,8 @@ def diagnose(report: dict) -> dict:
     gate = report.get("gate")
     suspects = suspects_from(server_info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
                              gate, report.get("probe"), report.get("log_findings"), report.get("costly_env") or ())
-    gpu_name = (report.get("gpus") or [{}])[0].get("name") or server_info.get("simulated_gpu")
+    state = (server_info.get("internal_states") or [{}])[0] or {}
+    gpu_name = (report.get("gpus") or [{}])[0].get("name") or state.get("simulated_gpu") or report.get("simulated_gpu")
     probe = report.get("probe") or {}
     if probe.get("bandwidth"):
         bandwidth, source = min(b["read_gbs"] for b in probe["bandwidth"]), "measured (probe, read-only reduction)"

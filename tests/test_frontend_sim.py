@@ -6,14 +6,25 @@ import json
 
 import pytest
 
-from conftest import INCIDENT, PROVEN, TEST_SERVICE_PORT, proven_with
+from conftest import INCIDENT, PROVEN, TEST_SERVICE_PORT, proven_with, write_profile
 
 pytestmark = pytest.mark.simhost
 
 
+def small_gate(profile, directory):
+    """The profile with a gate sized to what these tests check (the floors decide; 3 samples of 128 tokens)."""
+    import re
+
+    text = profile.read_text()
+    head, gate = text.split("\ngate:\n", 1)
+    gate = re.sub(r"^  (samples|max_new_tokens|warmup): .*\n", "", gate, flags=re.M).rstrip("\n")
+    return write_profile(directory, f"{head}\ngate:\n{gate}\n  samples: 3\n  max_new_tokens: 128\n  warmup: 0\n",
+                         profile.name)
+
+
 @pytest.fixture(scope="module")
-def proven(simhost):
-    result = simhost.deploy(profile=PROVEN, gate=True)
+def proven(simhost, tmp_path_factory):
+    result = simhost.deploy(profile=small_gate(PROVEN, tmp_path_factory.mktemp("profiles")), gate=True)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -47,8 +58,8 @@ def test_the_proven_profile_passes_the_gate(proven):
     assert "decode tok/s (1 stream, median)" in output and "is active (good)" in output
 
 
-def test_the_incident_profile_is_refused_for_its_real_reasons(simhost, proven):
-    result = simhost.deploy(profile=INCIDENT, gate=True)
+def test_the_incident_profile_is_refused_for_its_real_reasons(simhost, proven, tmp_path):
+    result = simhost.deploy(profile=small_gate(INCIDENT, tmp_path), gate=True)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
     # the floors the user set from the seed: ~40 tok/s and tau ~1.8 at 1 step, as SGLang's front end reports them

@@ -163,7 +163,7 @@ def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
 def test_a_faster_release_that_answers_garbage_never_passes(simhost, tmp_path):
     """sgl-project/sglang#37111: HTTP 200, faster, repeated `!`. The output check fails it before any measurement."""
     good, _ = gated_baseline(simhost, tmp_path, "garbage-baseline")
-    garbage = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_OUTPUT: garbage\n'
+    garbage = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_FAULT_OUTPUT: garbage\n'
                           '  SGLANG_SIM_SLOWDOWN_PCT: "-15"\n', "garbage.yaml")
     result = simhost.deploy(profile=garbage, gate=True)
     output = result.stdout + result.stderr

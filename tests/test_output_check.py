@@ -16,27 +16,32 @@ BOOK = json.loads((Path(output_check.__file__).parents[1] / "sim" / "data" / "an
 KEY = "sk-output-check-0123456789"
 
 
-def answers(book="answers", finish="stop"):
-    return {item["id"]: (BOOK[book][item["prompt"]], finish) for item in DOCUMENT["prompts"]}
+def answers(wrong=False, finish="stop"):
+    return {item["id"]: ((BOOK["wrong"] if wrong and item["prompt"] in BOOK["wrong"] else BOOK["answers"])[item["prompt"]],
+                         finish) for item in DOCUMENT["prompts"]}
 
 
 def test_the_prompt_set_is_versioned_and_the_simulator_answers_all_of_it():
     assert DOCUMENT["version"] == 1 and DIGEST.startswith("sha256:") and len(DOCUMENT["prompts"]) == 8
     prompts = {item["prompt"] for item in DOCUMENT["prompts"]}
-    assert set(BOOK["answers"]) == prompts and set(BOOK["wrong"]) == prompts
+    assert set(BOOK["answers"]) == prompts and len(set(BOOK["wrong"]) & prompts) == 3
 
 
 def test_right_answers_pass_and_every_wrong_one_is_named():
     good = output_check.evaluate(answers(), DOCUMENT, DIGEST)
     assert good["verdict"] == "pass" and good["known_right"] == 8 and good["degenerate"] == 0
-    bad = output_check.evaluate(answers("wrong"), DOCUMENT, DIGEST)
-    assert bad["verdict"] == "fail" and bad["known_right"] == 0
-    reason = bad["reasons"][0]
-    assert reason.startswith("output: 8 of 8 known answers wrong: arith-mul: answered 381, expected 391; ")
-    for expected in ("copy-code: does not contain 'XK7-QP2-M9ZT-44B'", "json-city: JSON object lacks country",
-                     "json-sum: JSON values wrong: sum=6 (expected 5)", "code-add: the code does not parse",
-                     "count-five: does not contain '1, 2, 3, 4, 5'"):
-        assert expected in reason, reason
+    bad = output_check.evaluate(answers(wrong=True), DOCUMENT, DIGEST)
+    assert bad["verdict"] == "fail" and bad["known_right"] == 5
+    assert bad["reasons"] == ["output: 3 of 8 known answers wrong: arith-mul: answered 381, expected 391; copy-code: "
+                              "does not contain 'XK7-QP2-M9ZT-44B'; json-sum: JSON values wrong: sum=6 (expected 5)"]
+    # the other checks, on answers of the right form with wrong content
+    checks = {item["id"]: item["check"] for item in DOCUMENT["prompts"]}
+    assert output_check.known_answer_problem(checks["json-city"], '{"city": "Paris"}') == "JSON object lacks country"
+    assert output_check.known_answer_problem(checks["code-add"], "def add(a, b)\n  return a + b").startswith(
+        "the code does not parse")
+    assert output_check.known_answer_problem(checks["code-add"], "def plus(a, b):\n    return a + b") == \
+        "the code defines no function add"
+    assert output_check.known_answer_problem(checks["count-five"], "1, 2, 3, 5") == "does not contain '1, 2, 3, 4, 5'"
 
 
 @pytest.mark.parametrize("text, finish, problem", [
@@ -73,27 +78,40 @@ def checkpoint(tmp_path_factory):
     return model_dir(tmp_path_factory.mktemp("model"))
 
 
-@pytest.mark.parametrize("fault, verdict, expected", [
-    (None, "pass", None),
-    ("garbage", "fail", "degenerate on 8 of 8 prompts"),
-    ("wrong", "fail", "8 of 8 known answers wrong"),
-])
-def test_the_model_only_simulator(checkpoint, tmp_path, fault, verdict, expected):
-    env = {"SGLANG_SIM_OUTPUT": fault} if fault else {}
+def check_on_sim(checkpoint, log, fault=None, baseline=None):
+    env = {"SGLANG_SIM_FAULT_OUTPUT": fault} if fault else {}
     sim = LocalSim(PROVEN + ["--api-key", KEY, "--served-model-name", "qwen3.6-27b"], env, checkpoint)
-    sim.start(tmp_path / "sim.log").wait_ready()
+    sim.start(log).wait_ready()
     try:
-        result = output_check.run(sim.url, KEY, "qwen3.6-27b")
+        return output_check.run(sim.url, KEY, "qwen3.6-27b", baseline)
     finally:
         sim.stop()
+
+
+@pytest.fixture(scope="module")
+def clean_baseline(checkpoint, tmp_path_factory):
+    return check_on_sim(checkpoint, tmp_path_factory.mktemp("log") / "baseline.log")
+
+
+@pytest.mark.parametrize("fault, verdict, expected", [
+    (None, "pass", None),  # an unchanged release: every answer right, all 8 agree with the baseline
+    ("garbage", "fail", "degenerate on 8 of 8 prompts"),
+    ("wrong-answers", "fail", "3 of 8 known answers wrong"),
+    ("diverge", "inconclusive", "0 of 8 prompts agree with the baseline release"),
+])
+def test_the_model_only_simulator(checkpoint, clean_baseline, tmp_path, fault, verdict, expected):
+    assert clean_baseline["verdict"] == "pass"
+    result = check_on_sim(checkpoint, tmp_path / "sim.log", fault, clean_baseline)
     assert result["verdict"] == verdict, result["reasons"] + result["inconclusive"]
-    assert expected is None or expected in " ".join(result["reasons"])
+    assert expected is None or expected in " ".join(result["reasons"] + result["inconclusive"])
+    if fault is None:
+        assert result["agreement"] == 1.0
 
 
 def test_sglangs_own_front_end_returns_the_modelled_answers(checkpoint, tmp_path):
     # the chat template, the tokenizer's byte tokens and the detokenizer are SGLang's: the answers survive them
     server = LocalSGLang(PROVEN + ["--api-key", KEY, "--served-model-name", "qwen3.6-27b"],
-                         {"SGLANG_SIM_OUTPUT": ""}, checkpoint)
+                         {"SGLANG_SIM_FAULT_OUTPUT": ""}, checkpoint)
     server.start(tmp_path / "sglang.log").wait_ready()
     try:
         result = output_check.run(server.url, KEY, "qwen3.6-27b")

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from conftest import PROVEN, REPO, TEST_SERVICE_PORT, proven_with
+from sglang_deploy.hostside.store import server_argv
 
 pytestmark = pytest.mark.simhost
 
@@ -42,7 +43,7 @@ def assert_running(simhost, release_id):
     assert simhost.http("/health")[0] == 200
     meta = release_of(store, release_id)
     cmdline = simhost.sh(f"tr '\\0' '\\n' < /proc/{simhost.main_pid()}/cmdline").splitlines()
-    assert cmdline[1:] == meta["exec_start"]  # python3 + the release's ExecStart
+    assert cmdline[1:] == server_argv(meta["exec_start"])  # python3 + the release's ExecStart behind the redactor
     return store
 
 
@@ -204,3 +205,24 @@ def test_retention_after_seven_deploys(simhost, tmp_path):
     retained = [r["id"] for r in store["releases"]]
     assert set(ids[-5:]) <= set(retained) and not set(ids[:2]) & set(retained)
     assert store["state"]["last_good"] in retained and len(retained) <= 6
+
+
+def test_a_server_that_exits_0_is_restarted(simhost, tmp_path):
+    """Restart=always: a CUDA fault that exits 0 (vllm-project/vllm#53726) is no reason to stay down."""
+    profile = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_EXIT0_AFTER_REQUESTS: "2"\n',
+                          "exit0.yaml")
+    result = simhost.deploy(profile=profile)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    before = int(simhost.sh("systemctl show -p NRestarts --value sglang").strip())
+    for _ in range(4):  # readiness sent one; the third request makes it exit 0
+        simhost.sh(f"curl -s -m 10 -o /dev/null -H 'Authorization: Bearer {simhost.api_key}' "
+                   f"http://127.0.0.1:{TEST_SERVICE_PORT}/generate -d '{{\"text\": \"x\", \"sampling_params\": "
+                   "{\"max_new_tokens\": 2}}'; true")
+    import time
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and int(simhost.sh("systemctl show -p NRestarts --value sglang").strip()) == before:
+        time.sleep(1)
+    assert int(simhost.sh("systemctl show -p NRestarts --value sglang").strip()) == before + 1
+    assert "exiting with status 0" in simhost.sh("journalctl -u sglang --no-pager -o cat | grep -F 'status 0' | tail -1")
+    simhost.wait_healthy()

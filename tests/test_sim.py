@@ -301,3 +301,11 @@ def test_fault_accept_collapse_after_n_requests(start_sim):
     sim = start_sim(env={"SGLANG_SIM_SEED": "3", "SGLANG_SIM_ACCEPT_COLLAPSE_AFTER": "2"})
     before, after = sim.bench(*args), sim.bench(*args)
     assert before["accept_length"]["min"] > 2.0 and after["accept_length"]["max"] < 1.5
+
+
+def test_fault_exit_0_after_requests(start_sim):
+    sim = start_sim(env={"SGLANG_SIM_EXIT0_AFTER_REQUESTS": "1"})
+    assert call(sim.url, "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+    with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+        call(sim.url, "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})
+    assert sim.process.wait(10) == 0  # a fault that exits cleanly: only Restart=always brings it back

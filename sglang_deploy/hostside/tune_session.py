@@ -37,7 +37,7 @@ import sys
 import threading
 import time
 
-from . import evidence, gate
+from . import evidence, gate, output_check
 from .client import read_api_key
 from .readiness import foreign_listener
 from .store import (RELEASE_ID, Lock, Locked, Store, atomic_write, cmdline_matches, content_hash, lock_holder, now,
@@ -314,6 +314,19 @@ class Session:
             return result
         meta = self.store.meta(release_id)
         probe_url = meta.get("probe_url") or self.original_meta["probe_url"]
+        # the gate's output check first: a candidate that answers wrong is never measured, so never adopted
+        config = read_json(os.path.join(self.store.release_dir(release_id), "gate-config.json")) or {}
+        output = output_check.run(probe_url, read_api_key(self.store.secrets_path),
+                                  (config.get("expect") or {}).get("served_name") or "default")
+        result["output"] = {key: output[key] for key in ("verdict", "known_right", "total", "degenerate",
+                                                         "prompts_digest")}
+        if output["verdict"] == "fail":
+            self.log(f"candidate {item.get('id')}: output check FAILED: {output['reasons'][0]}")
+            result.update(error=f"output check failed: {output['reasons'][0]}",
+                          duration_s=round(time.monotonic() - started, 1))
+            return result
+        self.log(f"candidate {item.get('id')}: output check {output['verdict']}: {output['known_right']} of "
+                 f"{output['total']} known answers right")
         repeats = []
         for index in range(int(settings["repeats"])):
             warmup = int(settings.get("warmup", 1)) if index == 0 else 0

@@ -30,18 +30,24 @@ log = logging.getLogger("sglang.sim")
 ANSWER_BASE = 1_000_000
 ANSWER_END = ANSWER_BASE + 256
 ANSWER_BOOK = json.loads((Path(__file__).with_name("data") / "answers.json").read_text())
-OUTPUT_FAULTS = ("garbage", "wrong")
+# SGLANG_SIM_FAULT_OUTPUT: garbage (every answer `!!!!...` to the last token, and decode 15 % faster: the
+# signature of sgl-project/sglang#37111), wrong-answers (the right form, wrong values on 3 of the output check's 8
+# prompts), diverge (right answers, then words that differ from one server start to the next).
+OUTPUT_FAULTS = ("garbage", "wrong-answers", "diverge")
+GARBAGE_SPEEDUP = 0.85
 
 
-def modelled_answer(prompt: str, max_new_tokens: int, fault: str | None) -> tuple[str, bool] | None:
+def modelled_answer(prompt: str, max_new_tokens: int, fault: str | None, start: str = "") -> tuple[str, bool] | None:
     """(text, ends) the modelled model answers with, None for word salad. A prompt of the gate's output check
-    gets its answer (data/answers.json); SGLANG_SIM_OUTPUT=garbage makes every answer `!!!!...` to the last token
-    (sgl-project/sglang#37111), =wrong gives plausible wrong answers to the output check's prompts."""
+    gets its answer (data/answers.json); the output faults break it (OUTPUT_FAULTS)."""
     if fault == "garbage":
         return "!" * max_new_tokens, False
-    book = ANSWER_BOOK["wrong" if fault == "wrong" else "answers"]
-    for question, answer in book.items():
+    for question, answer in ANSWER_BOOK["answers"].items():
         if question in prompt:
+            if fault == "wrong-answers" and question in ANSWER_BOOK["wrong"]:
+                return ANSWER_BOOK["wrong"][question], True
+            if fault == "diverge":
+                return f"{answer}\n(checked {start})", True
             return answer, True
     return None
 
@@ -89,6 +95,10 @@ class Engine:
         self.eff = hardware.resolve(resolved, env, self.machine)
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
+        fault = env.get("SGLANG_SIM_FAULT_OUTPUT") or None
+        self.output_fault = fault if fault in OUTPUT_FAULTS else None
+        if self.output_fault == "garbage":
+            self.slowdown *= GARBAGE_SPEEDUP
         self.collapse = env.get("SGLANG_SIM_ACCEPT_COLLAPSE") == "1"
         self.die_after = int(env.get("SGLANG_SIM_DIE_AFTER_REQUESTS", "0"))
         self.collapse_after = int(env.get("SGLANG_SIM_ACCEPT_COLLAPSE_AFTER", "0"))
@@ -109,6 +119,12 @@ class Engine:
         with self.lock:
             self.request_count += counted
             index = self.request_count
+        exit0_after = int(self.env.get("SGLANG_SIM_EXIT0_AFTER_REQUESTS", "0"))
+        if counted and exit0_after and index > exit0_after:
+            log.error("SIMULATED FAULT: CUDA error: an illegal memory access was encountered; exiting with status 0 "
+                      "(SGLANG_SIM_EXIT0_AFTER_REQUESTS, as vllm-project/vllm#53726)")
+            logging.shutdown()
+            os._exit(0)
         if counted and self.die_after and index > self.die_after:
             die_like_a_failed_scheduler(f"RuntimeError: SIMULATED FAULT: dying after {self.die_after} requests "
                                         "(SGLANG_SIM_DIE_AFTER_REQUESTS)")
@@ -117,8 +133,7 @@ class Engine:
         greedy = float(params.get("temperature", 1.0)) == 0.0
         rng = hardware.SeededRandom(f"greedy:{prompt}" if greedy else f"{self.seed}:{index}:{prompt}")
         request = Request(prompt, params, rng)
-        fault = self.env.get("SGLANG_SIM_OUTPUT") or None
-        answer = modelled_answer(prompt, request.max_new_tokens, fault if fault in OUTPUT_FAULTS else None)
+        answer = modelled_answer(prompt, request.max_new_tokens, self.output_fault, self.seed[-6:])
         if answer is not None:
             text, ends = answer
             request.answer_ids = [ANSWER_BASE + byte for byte in text.encode()]
