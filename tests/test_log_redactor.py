@@ -87,3 +87,20 @@ def test_the_unit_runs_the_server_behind_it_and_the_switch_sees_the_server(tmp_p
     assert os.path.basename(LOG_REDACTOR[2]) == REDACTOR.name
     unkeyed = render(load_profile(PROVEN), api_key=None)
     assert unkeyed.exec_start[0].endswith("/bin/sglang")  # nothing to redact: the server alone
+
+
+def test_the_filter_outlives_a_server_that_kills_its_own_process_tree(tmp_path):
+    """SGLang's kill_process_tree on a failed start kills every descendant: the filter is none, so the last lines
+    (the traceback) still reach the journal."""
+    config = secrets_file(tmp_path)
+    server = tmp_path / "server.py"
+    server.write_text(
+        "import os, signal, sys, time\n"
+        "for pid in os.popen(f'pgrep -P {os.getpid()}').read().split():\n"
+        "    os.kill(int(pid), signal.SIGKILL)\n"  # psutil.Process().children(recursive=True), as SGLang does
+        "time.sleep(0.2)\n"
+        "print('Scheduler hit an exception: the last words', file=sys.stderr, flush=True)\n"
+        "sys.exit(1)\n")
+    result = subprocess.run([sys.executable, "-I", str(REDACTOR), sys.executable, str(server), "--config", str(config)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    assert b"Scheduler hit an exception: the last words" in result.stdout and result.returncode == 1

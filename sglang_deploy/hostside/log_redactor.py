@@ -5,9 +5,9 @@ the API key it read from the --config file included, to stderr, and systemd puts
 program reads the secrets from the --config file of the command it is given, puts a pipe in place of its stdout
 and stderr, forks a filter that copies what comes through the pipe to the journal with every secret replaced by
 `<redacted>`, and then execs the command: the server keeps this process's PID (systemd's main PID), its own argv
-and its environment, and its children (schedulers, detokenizer) inherit the pipe. The filter ignores SIGTERM and
-SIGINT and leaves when the last writer closes the pipe, so the server's last words on a stop still pass through
-it. It works the same on every systemd version (LogFilterPatterns=, systemd 253+, could only drop whole lines).
+and its environment, and its children (schedulers, detokenizer) inherit the pipe. The filter is no descendant of
+the server (SGLang kills its own process tree when a scheduler fails), ignores SIGTERM and SIGINT and leaves when
+the last writer closes the pipe, so the server's last words, a failing start's traceback included, pass through. It works the same on every systemd version (LogFilterPatterns=, systemd 253+, could only drop whole lines).
 
     python3 -I log_redactor.py PROGRAM ARG... --config SECRETS.yaml
 """
@@ -99,12 +99,20 @@ def main(argv):
         print(f"log_redactor: cannot read {config}: {error.strerror}; the server will refuse it too", file=sys.stderr)
     read_fd, write_fd = os.pipe()
     out_fd = os.dup(2)
-    if os.fork() == 0:
-        os.close(write_fd)
-        try:
-            _filter(read_fd, out_fd, forms)
-        finally:
-            os._exit(0)
+    # The filter is a grandchild, handed to init (or the service manager) at once: no descendant of the server,
+    # so SGLang's kill_process_tree on a failing start (entrypoints/engine.py) does not kill it before the
+    # traceback it is passing on reaches the journal.
+    child = os.fork()
+    if child == 0:
+        if os.fork() == 0:
+            os.close(write_fd)
+            os.setsid()  # nor in the server's process group
+            try:
+                _filter(read_fd, out_fd, forms)
+            finally:
+                os._exit(0)
+        os._exit(0)
+    os.waitpid(child, 0)
     os.close(read_fd)
     os.close(out_fd)
     os.dup2(write_fd, 1)
