@@ -10,7 +10,8 @@ host = SimHost()
 request = json.dumps({"text": "Explain CUDA graphs in one paragraph.",
                       "sampling_params": {"max_new_tokens": 128, "temperature": 0, "ignore_eos": True}})
 command = ("key=$(sed -n 's/^api-key: \"\\(.*\\)\"$/\\1/p' /etc/sglang-deploy/sglang/secrets.yaml); "
-           f"curl -sf -H \"Authorization: Bearer $key\" http://127.0.0.1:30000/generate -d '{request}'")
+           f"curl -sf -H \"Authorization: Bearer $key\" -H \"Content-Type: application/json\" "
+           f"http://127.0.0.1:30000/generate -d '{request}'")
 print(host.ssh("systemctl --no-pager --lines=0 status sglang | head -3").stdout, end="")
 result = host.ssh(command, check=False)
 if result.returncode != 0:
