@@ -16,15 +16,13 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 from sglang_deploy import gpu_facts, validator_env
 from sglang_deploy.resolution import load_model_config
 from sglang_deploy.sim import synthetic_checkpoint
 from testbed import sglang_env
-from testbed.local_sim import MODEL_CONFIG, SGLANG_VERSION, free_port
+from testbed.local_sim import MODEL_CONFIG, SGLANG_VERSION, free_port, wait_healthy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHIM = """#!{python}
@@ -85,18 +83,8 @@ class LocalSGLang:
         return self
 
     def wait_ready(self, timeout: float = 180) -> "LocalSGLang":
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"sglang serve exited with {self.process.returncode}:\n{self.log()[-4000:]}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as response:
-                    if response.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"sglang serve not ready within {timeout} s:\n{self.log()[-4000:]}")
+        wait_healthy(self, "sglang serve", timeout, poll_s=0.5)
+        return self
 
     def wait_exit(self, timeout: float = 120) -> int:
         return self.process.wait(timeout)

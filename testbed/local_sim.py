@@ -65,18 +65,8 @@ class LocalSim:
         return self
 
     def wait_ready(self, timeout: float = 30) -> "LocalSim":
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"simulator exited with {self.process.returncode}:\n{self.log()}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=2) as response:
-                    if response.status == 200:
-                        return self
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        raise TimeoutError(f"simulator not ready within {timeout} s:\n{self.log()}")
+        wait_healthy(self, "simulator", timeout, poll_s=0.1)
+        return self
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path and self.log_path.exists() else ""
@@ -102,3 +92,19 @@ def stub_model_dir(path: Path) -> str:
     path.mkdir(parents=True, exist_ok=True)
     (path / "config.json").write_text(json.dumps({"architectures": [ARCHITECTURE], "simulated": True}))
     return str(path)
+
+
+def wait_healthy(server, name: str, timeout: float, poll_s: float) -> None:
+    """Until `server` (a local process with .process, .url, .log()) answers /health 200; its log on failure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"{name} exited with {server.process.returncode}:\n{server.log()[-4000:]}")
+        try:
+            with urllib.request.urlopen(server.url + "/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(poll_s)
+    raise TimeoutError(f"{name} not ready within {timeout} s:\n{server.log()[-4000:]}")
