@@ -21,7 +21,7 @@ from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
-from sglang_deploy.release_plan import build_meta, decide, profile_snapshot, with_peers
+from sglang_deploy.release_plan import build_meta, decide, gpus_per_node, profile_snapshot, with_peers
 from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_gpu, release_inputs
 from sglang_deploy import safety
@@ -141,11 +141,22 @@ decision = with_peers(decision, peers)
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
+    # The preflight: can this release's server start here? Asked before the store or the running server changes.
+    skip_preflight = host_flag(host.data, "skip_preflight")
+    if skip_preflight:
+        logger.warning(f"[{host.name}] skip_preflight: the release is switched to WITHOUT its preflight (recorded)")
+    else:
+        release.preflight(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
+                          env=plan.rendered.env, gpus=gpus_per_node(plan), simulated=plan.simulated,
+                          interpreter=simulator.SGLANG_PYTHON if plan.simulated else f"{venv_path(profile)}/bin/python",
+                          exec_start=plan.rendered.exec_start, resolved=(plan.resolution or {}).get("resolved"),
+                          container_id=host.data.get("container_id"))
     if decision.is_new:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
                       resolution=plan.resolution,
-                      meta=build_meta(plan, decision.release_id, weights=weights),
+                      meta=build_meta(plan, decision.release_id, weights=weights,
+                                      preflight="skipped (skip_preflight)" if skip_preflight else "passed"),
                       roofline=release_inputs(plan.resolution["resolved"], profile.model.path, release_gpu(
                           plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))))
     switch = dict(service=service, release_id=decision.release_id, probe_url=plan.probe_url,

@@ -13,6 +13,11 @@ api_key_file = None
 api_key_env = "SGLANG_DEPLOY_API_KEY"  # the controller environment variable holding the API key
 # Deploy without the throughput gate (the release is marked good once ready). For emergencies.
 skip_gate = False
+# Before a switch, the preflight runs the release's server checks on the host under the release's own sandbox
+# (hostside/preflight.py). True skips it: for emergencies only, and recorded in the release.
+skip_preflight = False
+# The host's Proxmox CT id, for the fixes the preflight and facts.py --proxmox print (`pct set <id> ...`).
+container_id = None
 keep_releases = 5  # releases kept on the host (the active and the last good one are never pruned)
 max_auto_rollbacks = 3  # automatic rollbacks in a row before deploys are refused (force=true overrides)
 # True only for the simulated CT129 (the host must carry /etc/sglang-deploy-simulated).

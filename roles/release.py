@@ -138,3 +138,60 @@ def prune(service: str, keep: int):
                       "no retained release uses",
                  commands=[host_program("store", "prune", "--service", service, "--keep", str(keep), "--prune-venvs"),
                            host_program("weights", "prune")])
+
+
+PREFLIGHT_DIR = "/run/sglang-deploy/preflight"  # a tmpfs: the preflight's inputs never reach the release store
+PREFLIGHT_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
+                    "attention_backend", "page_size", "chunked_prefill_size")
+
+
+def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list[str], dict]:
+    """(SGLang's argv after `serve`, the resolved fields the host's resolution is compared with)."""
+    from sglang_deploy.hostside.store import server_argv
+
+    argv = server_argv(exec_start)
+    argv = argv[argv.index("serve") + 1:] if "serve" in argv else argv[1:]
+    expected = {key: (resolved or {}).get(key) for key in PREFLIGHT_FIELDS if key in (resolved or {})}
+    return argv, expected
+
+
+def preflight_command(service: str, release_id: str, python: str, gpus: int, simulated: bool,
+                      container_id=None, resolve: bool = True) -> str:
+    directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
+    args = ["--service", service, "--unit", f"{directory}/sglang.service", "--env", f"{directory}/sglang.env",
+            "--python", python, "--gpus", str(gpus), "--json", f"{PREFLIGHT_DIR}/{service}.json",
+            "--expected", f"{directory}/expected.json"]
+    args += ["--argv-json", f"{directory}/argv.json"] if resolve else []
+    args += ["--simulated"] * simulated + (["--container-id", str(container_id)] if container_id else [])
+    return f"{host_program('preflight', *args)}; rc=$?; rm -rf {shlex.quote(directory)}; exit $rc"
+
+
+def _preflight_report(service):
+    ok, output = host.run_shell_command(shlex.join(["cat", f"{PREFLIGHT_DIR}/{service}.json"]),
+                                        _sudo=bool(host.data.get("_sudo")))
+    if not ok:
+        return
+    document = json.loads(output.stdout)
+    for item in document["findings"]:
+        if item["status"] in ("warn",):
+            host.log(f"preflight {item['step']}: {item['detail']}" + (f" (fix: {item['fix']})" if item["fix"] else ""),
+                     logger.warning)
+    host.log(f"preflight passed in {document['seconds']} s: "
+             + ", ".join(f"{f['step']} {f['status']}" for f in document["findings"]), logger.info)
+
+
+@deploy("Release: preflight")
+def preflight(service: str, release_id: str, unit: str, env: str, interpreter: str, gpus: int, simulated: bool,
+              exec_start: list[str], resolved: dict | None, container_id=None):
+    """Before the switch touches anything running: the release's server checks on the host, under the release's
+    own unit properties (hostside/preflight.py). A failure stops the deploy here, before the store changes."""
+    directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
+    argv, expected = preflight_inputs(exec_start, resolved)
+    files.directory(name="Preflight inputs (tmpfs)", path=directory, mode=755)
+    for name, content, mode in (("sglang.service", unit, 644), ("sglang.env", env, 600),
+                                ("argv.json", json.dumps(argv), 644), ("expected.json", json.dumps(expected), 644)):
+        files.put(name=f"Preflight {name}", src=BytesIO(content.encode()), dest=f"{directory}/{name}", mode=mode)
+    server.shell(name=f"Preflight of release {release_id}: sandbox, devices, shm, toolchain, caches, SGLang's "
+                      "resolution, torch, P2P/NCCL, Triton (as the service, under its unit's sandbox)",
+                 commands=[preflight_command(service, release_id, interpreter, gpus, simulated, container_id)])
+    python.call(name="Preflight report", function=_preflight_report, service=service)

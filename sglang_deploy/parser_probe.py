@@ -111,106 +111,16 @@ def answer(request, sglang, parser, SpeculativeAlgorithm):
     }
 
 
-class _CapturedLog(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines = []
-
-    def emit(self, record):
-        self.lines.append(record.getMessage())
-
-
-def _replace_strings(value, old, new):
-    if isinstance(value, str):
-        return value.replace(old, new)
-    if isinstance(value, list):
-        return [_replace_strings(item, old, new) for item in value]
-    if isinstance(value, dict):
-        return {key: _replace_strings(item, old, new) for key, item in value.items()}
-    return value
-
-
-def _model_directory(request):
-    """The checkpoint's config.json (an input of SGLang's ModelConfig) in a directory of its own, standing in for
-    the model path the host has; None when the request carries no config."""
+def _resolution_module():
+    """hostside/sglang_resolution.py, by path: the one home of the resolution, shared with the host's preflight."""
+    import importlib.util
     import os
-    import tempfile
 
-    config = request.get("model_config")
-    if config is None:
-        return None
-    directory = tempfile.mkdtemp(prefix="sglang-deploy-model-")
-    with open(os.path.join(directory, "config.json"), "w") as out:
-        json.dump(config, out)
-    return directory
-
-
-def resolve(request):
-    """SGLang's own parse (prepare_server_args) and its whole resolution (ServerArgs.resolve_once: every step of
-    run_resolution_pipeline) for one argv, under the GPU facts this process was started with (gpu_standin), and
-    the answer SGLang's own ServerArgs.resolved_dict() gives: the projection /server_info serves."""
-    import os
-    import shutil
-
-    from sglang.srt.arg_groups import pipeline
-    from sglang.srt.server_args import prepare_server_args
-
-    argv = list(request["argv"])
-    model_path = argv[argv.index("--model-path") + 1] if "--model-path" in argv else None
-    directory = _model_directory(request)
-    if directory is not None and model_path is not None:
-        argv[argv.index("--model-path") + 1] = directory
-    steps = []
-    real_hook, real_pass = pipeline.run_hook, pipeline.run_post_process_pass
-
-    def traced_hook(builtin, server_args):
-        steps.append(builtin.__name__)
-        return real_hook(builtin, server_args)
-
-    def traced_pass(server_args, fn):
-        steps.append(getattr(fn, "__name__", str(fn)))
-        return real_pass(server_args, fn)
-
-    environ = dict(os.environ)  # steps may set variables; each request starts from the same environment
-    captured = _CapturedLog()
-    logging.disable(logging.NOTSET)
-    root = logging.getLogger()
-    root.addHandler(captured)
-    root.setLevel(logging.INFO)
-    pipeline.run_hook, pipeline.run_post_process_pass = traced_hook, traced_pass
-    error, step, resolved = None, None, None
-    try:
-        try:
-            server_args = prepare_server_args(argv)
-        except SystemExit:  # argparse refused the argv: the parse results already say why
-            return {"resolved": None, "steps": [], "step": "parse", "log": [],
-                    "error": "SGLang's parser refuses the command line", "full": True}
-        try:
-            server_args.resolve_once()
-        except Exception as failure:  # noqa: BLE001 - SGLang's own refusal is the answer
-            error = f"{type(failure).__name__}: {failure}"
-            step = steps[-1] if steps else "resolve_once"
-        resolved = server_args.resolved_dict() if error is None else None
-    finally:
-        pipeline.run_hook, pipeline.run_post_process_pass = real_hook, real_pass
-        root.removeHandler(captured)
-        logging.disable(logging.CRITICAL)
-        os.environ.clear()
-        os.environ.update(environ)
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-    lines = captured.lines
-    if resolved is not None:
-        for secret in ("api_key", "admin_api_key"):
-            resolved.pop(secret, None)
-        if "--random-seed" not in argv:  # drawn anew at every start: not part of what a release is
-            resolved.pop("random_seed", None)
-        resolved = json.loads(json.dumps(resolved, default=str))
-    if directory is not None and model_path is not None:
-        resolved = _replace_strings(resolved, directory, model_path)
-        lines = _replace_strings(lines, directory, model_path)
-        error = _replace_strings(error, directory, model_path)
-    return {"resolved": resolved, "steps": steps, "step": step, "error": error, "log": lines, "full": True}
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostside", "sglang_resolution.py")
+    spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def install_gpu_standin():
@@ -251,7 +161,7 @@ def main():
                 if request.get("resolve"):
                     if gpu is None:
                         raise SystemExit("a resolution needs the GPU stand-in (SGLANG_DEPLOY_GPU_FACTS)")
-                    reply["resolution"] = resolve(request["resolve"])
+                    reply["resolution"] = _resolution_module().resolve(request["resolve"])
                 real_stdout.write(json.dumps(reply) + "\n")
                 real_stdout.flush()
 

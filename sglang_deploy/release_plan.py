@@ -50,7 +50,14 @@ def git_revision() -> dict:
     return {"revision": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
-def build_meta(plan: Plan, release_id: str, weights=None) -> dict:
+def gpus_per_node(plan: Plan) -> int:
+    """The GPUs this host's share of the server uses: SGLang's resolved tp x pp over the nodes."""
+    resolved = (plan.resolution or {}).get("resolved") or {}
+    total = int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1)
+    return max(1, total // (plan.node.nnodes if plan.node is not None else 1))
+
+
+def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None = None) -> dict:
     from datetime import datetime, timezone
 
     profile = plan.profile
@@ -72,6 +79,8 @@ def build_meta(plan: Plan, release_id: str, weights=None) -> dict:
         "weights": weights.meta() if weights else None,
         "verdict": None,
         "gate": None,
+        # "passed" or "skipped (skip_preflight)": whether the release's server checks ran on the host before its switch
+        "preflight": preflight,
         # A multi-node server: this host's rank; only rank 0 serves HTTP (the switch waits for the process
         # alone on the others, hostside/switch.py activate).
         **({"node": {"rank": plan.node.rank, "nnodes": plan.node.nnodes, "dist_init_addr": plan.node.dist_init_addr},

@@ -237,6 +237,8 @@ def host_data_problems(data) -> list[tuple[str, str]]:
     check("keep_releases", lambda v: _int_in(v, 1, 100))
     check("max_auto_rollbacks", lambda v: _int_in(v, 1, 100))
     check("gpus", lambda v: _int_in(v, 1, 64))
+    check("container_id", lambda v: _int_in(v, 100, 999999999))  # a Proxmox CT id (100 and up)
+    check("sim_server", lambda v: None if v in ("sglang", "model") else f"must be sglang or model, got {v!r}")
     check("cuda_major", lambda v: _int_in(v, 10, 99))
     check("driver_branch", lambda v: _int_in(v, 300, 9999))
     check("gpu_topology", lambda v: None if v in ("pcie", "nvlink") else f"must be pcie or nvlink, got {v!r}")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
 PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
+RESOLUTION_SCRIPT = Path(__file__).parent / "hostside" / "sglang_resolution.py"  # loaded by the probe
 # What `from sglang.srt.server_args import ServerArgs` needs on a CPU-only machine, plus what SGLang's
 # GPU-free resolution hooks (arg_groups/cuda_graph_hook.py, speculative_hook.py) import (verified for
 # 0.5.23; at the versions sglang 0.5.23 pins, torch included).
@@ -210,7 +211,7 @@ def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (
     """run_probe, answered from a cache keyed by the request's content, SGLang's version, the validator
     env's recipe and the probe's own source: an unchanged profile is not parsed or resolved again."""
     request = [version, argvs, list(algorithms), resolve, ENV_RECIPE,
-               hashlib.sha256(PROBE_SCRIPT.read_bytes()).hexdigest(),
+               hashlib.sha256(PROBE_SCRIPT.read_bytes() + RESOLUTION_SCRIPT.read_bytes()).hexdigest(),
                hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest()]
     path = CACHE_DIR / "answers" / f"{hashlib.sha256(json.dumps(request).encode()).hexdigest()}.json"
     try:

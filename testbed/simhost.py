@@ -138,6 +138,9 @@ class SimHost:
     # A fleet's hosts share one extracted rootfs (read-only lower layer of an overlayfs; each host writes only
     # its own upper layer) instead of unpacking the tarball once per host.
     overlay_lower: Path | None = None
+    # The mode of the GPU stand-in device nodes (/dev/nvidia*): NVIDIA's own 0666 by default.
+    device_mode: int = 0o666
+    address = "127.0.0.1"  # where its sshd and services listen (this machine's network namespace)
 
     @property
     def rootfs(self) -> Path:
@@ -181,7 +184,7 @@ class SimHost:
             "ssh", "-i", str(self.key), "-p", str(self.ssh_port),
             "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
             "-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "ConnectTimeout=3",
-            "root@127.0.0.1", *remote,
+            f"root@{self.address}", *remote,
         ]
 
     def ssh(self, *remote: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -218,7 +221,7 @@ class SimHost:
             shutil.rmtree(self.rootfs, ignore_errors=True)
             self.known_hosts.unlink(missing_ok=True)
             self.rootfs.mkdir(parents=True)
-            subprocess.run(["tar", "-C", str(self.rootfs), "-xf", str(build_rootfs_tarball())], check=True)
+            self._extract_rootfs()
         if not self.key.exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sglang-deploy-simhost",
                             "-f", str(self.key)], check=True)
@@ -228,10 +231,10 @@ class SimHost:
         (ssh_dir / "authorized_keys").chmod(0o600)
         (self.rootfs / "etc/hostname").write_text(self.machine + "\n")
         (self.rootfs / "etc/ssh/sshd_config.d/simhost.conf").write_text(
-            f"Port {self.ssh_port}\nListenAddress 127.0.0.1\nPasswordAuthentication no\n"
+            f"Port {self.ssh_port}\nListenAddress {self.address}\nPasswordAuthentication no\n"
         )
         (self.rootfs / "etc/default/prometheus-node-exporter").write_text(
-            f'ARGS="--web.listen-address=127.0.0.1:{self.node_exporter_port} '
+            f'ARGS="--web.listen-address={self.address}:{self.node_exporter_port} '
             f'--collector.textfile.directory={TEXTFILE_DIR}"\n')
         # A marker the deploy reads to say loudly that this host is simulated.
         if self.simulated:
@@ -240,6 +243,27 @@ class SimHost:
                 "with a modelled Scheduler, or the model-only simulator (sglang_deploy.sim).\n"
             )
             self._install_gpus()
+
+    def _extract_rootfs(self) -> None:
+        subprocess.run(["tar", "-C", str(self.rootfs), "-xf", str(build_rootfs_tarball())], check=True)
+
+    DEVICE_NODES = ("nvidiactl", "nvidia-uvm", "nvidia0", "nvidia1")
+
+    def device_nodes(self, owner: int = 0) -> list[Path]:
+        """Stand-ins for the GPU device nodes the server opens, made on this machine and bound into the container
+        at /dev/<name>: character devices with /dev/null's numbers (1:3: they open, and nothing can be done
+        through them), mode device_mode. The preflight opens them as the service user."""
+        directory = self.state_dir / "devices"
+        directory.mkdir(parents=True, exist_ok=True)
+        nodes = []
+        for name in self.DEVICE_NODES:
+            node = directory / name
+            if not node.exists():
+                os.mknod(node, 0o600 | __import__("stat").S_IFCHR, os.makedev(1, 3))
+            os.chown(node, owner, owner)
+            os.chmod(node, self.device_mode)
+            nodes.append(node)
+        return nodes
 
     def _install_gpus(self) -> None:
         """The simulated host's "GPUs": their facts (2x RTX A6000), and the driver pieces SGLang meets where a real
@@ -273,7 +297,8 @@ class SimHost:
             return []
         from sglang_deploy import validator_env
 
-        return [f"--bind-ro={validator_env.env_dir(SGLANG_VERSION)}:{SGLANG_INSTALL}"]
+        return [f"--bind-ro={validator_env.env_dir(SGLANG_VERSION)}:{SGLANG_INSTALL}"] + [
+            f"--bind={node}:/dev/{node.name}" for node in self.device_nodes()]
 
     def up(self, fresh: bool = False, timeout: float = 90) -> None:
         check_prerequisites()
@@ -310,7 +335,7 @@ class SimHost:
                 state = result.stdout.strip()
                 if state in ("running", "degraded"):
                     (self.state_dir / "info.json").write_text(json.dumps(self.info(), indent=2))
-                    log(f"up: ssh -i {self.key} -p {self.ssh_port} root@127.0.0.1 (systemd {state})")
+                    log(f"up: ssh -i {self.key} -p {self.ssh_port} root@{self.address} (systemd {state})")
                     return
             except subprocess.TimeoutExpired:
                 pass
@@ -363,7 +388,7 @@ class SimHost:
 
     def ssh_data(self) -> dict:
         """pyinfra host data to reach the container over SSH."""
-        return {"ssh_hostname": "127.0.0.1", "ssh_port": self.ssh_port, "ssh_user": "root",
+        return {"ssh_hostname": self.address, "ssh_port": self.ssh_port, "ssh_user": "root",
                 "ssh_key": str(self.key), "ssh_known_hosts_file": str(self.known_hosts),
                 "ssh_strict_host_key_checking": "accept-new"}
 
@@ -371,13 +396,13 @@ class SimHost:
         return {
             "running": bool(self.pid()),
             "pid": self.pid(),
-            "ssh_host": "127.0.0.1",
+            "ssh_host": self.address,
             "ssh_port": self.ssh_port,
             "ssh_user": "root",
             "ssh_key": str(self.key),
             "known_hosts": str(self.known_hosts),
             "rootfs": str(self.rootfs),
-            "node_exporter": f"http://127.0.0.1:{self.node_exporter_port}/metrics",
+            "node_exporter": f"http://{self.address}:{self.node_exporter_port}/metrics",
         }
 
 

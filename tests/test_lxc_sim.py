@@ -1,0 +1,152 @@
+"""The LXC test host (testbed/lxchost.py): CT129's unprivileged Proxmox container, with nesting on and off.
+
+The preflight (hostside/preflight.py) must refuse a release that cannot start there before anything changes, name
+the cause and the fix, and the sandbox report must say what this kind of host does not enforce.
+"""
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest import BASE_SSH_PORT, PROVEN, TEST_MACHINE, SimHostSession, proven_with, simhost_available
+
+pytestmark = pytest.mark.simhost
+
+STATE_PATHS = "/etc/systemd/system /etc/sglang-deploy /var/lib/sglang-deploy /var/lib/sglang /var/cache/sglang"
+
+
+def lxc_session(tmp_path_factory, name, nesting, port_offset):
+    reason = simhost_available() or (None if shutil.which("lxc-start") else "lxc is not installed")
+    if reason:
+        pytest.skip(f"LXC test host unavailable: {reason}")
+    from testbed.lxchost import LxcHost
+
+    # container root (uid 100000 here) must traverse to its rootfs: not under pytest's 0700 temporary directory
+    state_dir = Path(f"/var/tmp/sglang-deploy-tests/{TEST_MACHINE}-{name}")
+    LxcHost(state_dir=state_dir, machine=f"{TEST_MACHINE}-{name}").down()  # one left by an interrupted run
+    shutil.rmtree(state_dir, ignore_errors=True)
+    state_dir.mkdir(parents=True)
+    os.chmod(state_dir.parent, 0o755)
+    session = SimHostSession(state_dir)
+    session.host = LxcHost(state_dir=state_dir, ssh_port=BASE_SSH_PORT + port_offset, machine=f"{TEST_MACHINE}-{name}",
+                           nesting=nesting, device_mode=0o666)
+    session.host.up(fresh=True)
+    return session
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory):
+    session = lxc_session(tmp_path_factory, "lxc-nesting", nesting=True, port_offset=30)
+    yield session
+    session.host.down()
+    remove(session)
+
+
+@pytest.fixture(scope="module")
+def unnested(tmp_path_factory):
+    session = lxc_session(tmp_path_factory, "lxc-no-nesting", nesting=False, port_offset=31)
+    yield session
+    session.host.down()
+    remove(session)
+
+
+def remove(session):
+    from testbed.lxchost import mounted
+
+    assert not mounted(session.host.state_dir / "sglang-install")  # never delete through the install's bind mount
+    shutil.rmtree(session.host.state_dir, ignore_errors=True)
+
+
+def store_state(session) -> dict:
+    return json.loads(session.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
+
+
+def tree_digest(session) -> str:
+    """Every file under the paths a deploy writes, with its content hash, mode and owner."""
+    return session.sh(f"find {STATE_PATHS} -xdev \\( -type f -o -type l \\) 2>/dev/null | sort | "
+                      "while read -r f; do printf '%s %s ' \"$f\" \"$(stat -c '%a %U %G' \"$f\")\"; "
+                      "sha256sum < \"$f\" 2>/dev/null || readlink \"$f\"; done; true")
+
+
+def test_the_container_is_what_proxmox_runs(nested):
+    assert nested.sh("cat /proc/self/uid_map").split() == ["0", "100000", "65536"]  # unprivileged
+    assert "lxcfs" in nested.sh("grep lxcfs /proc/self/mountinfo | head -1")
+    nodes = nested.sh("stat -c '%n %a %U:%G %t:%T' /dev/nvidia0 /dev/nvidiactl").splitlines()
+    assert nodes == ["/dev/nvidia0 666 root:root 1:3", "/dev/nvidiactl 666 root:root 1:3"]
+
+
+def test_with_nesting_the_proven_profile_deploys_and_passes_the_gate(nested):
+    result = nested.deploy(profile=PROVEN, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "preflight passed in" in output and "sandbox ok, devices ok" in output
+    assert "GATE PASS" in output
+    store = store_state(nested)
+    assert store["state"]["active"] and store["consistent"]
+    assert next(r for r in store["releases"] if r["id"] == store["state"]["active"])["verdict"] == "good"
+
+
+def test_the_running_services_sandbox_matches_the_report(nested):
+    pid = nested.main_pid()
+    inside = f"nsenter -t {pid} -m -- setpriv --reuid=sglang --regid=sglang --init-groups "
+    # probed from inside the running service's own mount namespace, as its user
+    assert "Read-only" in nested.sh(inside + "sh -c 'touch /usr/x 2>&1; true'")
+    assert "Permission denied" in nested.sh(inside + "sh -c 'ls /home 2>&1; true'")
+    assert "Read-only" in nested.sh(inside + "sh -c '{ echo x > /proc/sys/kernel/hostname; } 2>&1; true'")
+    assert "opened" in nested.sh(inside + "sh -c '{ exec 3<>/dev/fuse && echo opened; } 2>&1; true'")  # DevicePolicy inert
+    limits = nested.sh(f"grep -E 'open files|locked memory' /proc/{pid}/limits")
+    assert "1048576" not in limits and "unlimited" not in limits  # clamped by the container
+    nested.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.preflight --service sglang --active --no-gpu --gpus 2 "
+              "--json /tmp/report.json --quiet")
+    document = json.loads(nested.sh("cat /tmp/report.json"))
+    enforced = {row[0]: row[2] for row in document["sandbox"]}
+    assert enforced["ProtectSystem"] and enforced["ProtectHome"] and enforced["ProtectKernelTunables"]
+    assert enforced["DevicePolicy"] is False and enforced["LimitNOFILE"] is False and enforced["LimitMEMLOCK"] is False
+    assert document["host"] == {"uid_map": ["0", "100000", "65536"], "unprivileged": True, "nesting": True}
+
+
+def test_0660_root_nodes_are_refused_before_the_switch_and_the_release_keeps_serving(nested, tmp_path):
+    before, pid = store_state(nested), nested.main_pid()
+    nested.host.set_device_mode(0o660)  # Proxmox's devN: default without mode=/gid=
+    try:
+        result = nested.deploy("--data", "container_id=129",
+                               profile=proven_with(tmp_path, "  warmup: 1", "  warmup: 2"))
+    finally:
+        nested.host.set_device_mode(0o666)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "cannot open /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidia1: permission denied" in output
+    assert "mode 0660, owner root:root" in output and "/etc/pve/lxc/129.conf" in output and "mode=0666" in output
+    assert "the release was not staged and nothing running was touched" in output
+    after = store_state(nested)
+    assert after["releases"] == before["releases"] and after["state"] == before["state"]
+    assert nested.main_pid() == pid and nested.http("/health")[0] == 200
+
+
+def test_without_nesting_the_deploy_is_refused_at_the_preflight_and_changes_nothing(unnested, tmp_path):
+    result = unnested.deploy(profile=PROVEN, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0, output[-3000:]
+    assert "226/NAMESPACE" in output and "/run/systemd/unit-root/proc: Permission denied" in output
+    assert "features: nesting=1" in output and "service.relax: [ProtectKernelTunables, ProtectControlGroups]" in output
+    assert "Switch sglang" not in output  # never reached
+    assert unnested.sh("test -e /etc/systemd/system/sglang.service && echo unit; true").strip() == ""
+    assert store_state(unnested)["releases"] == []
+    # a second attempt (another release) leaves the host byte-identical
+    snapshot = tree_digest(unnested)
+    again = unnested.deploy(profile=proven_with(tmp_path, "  warmup: 1", "  warmup: 2"))
+    assert again.returncode != 0 and "226/NAMESPACE" in again.stdout + again.stderr
+    assert tree_digest(unnested) == snapshot
+
+
+def test_without_nesting_relaxing_the_two_directives_deploys(unnested, tmp_path):
+    relaxed = proven_with(tmp_path, "  user: sglang\n",
+                          "  user: sglang\n  relax: [ProtectKernelTunables, ProtectControlGroups]\n", "relaxed.yaml")
+    result = unnested.deploy(profile=relaxed)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "preflight passed in" in output and store_state(unnested)["state"]["active"]
+    assert unnested.http("/health")[0] == 200
