@@ -145,6 +145,7 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
 LONGEST_FIRST = ["test_gate_sim.py", "test_frontend_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
                  "test_fleet_sim.py",  # about 130 s
+                 "test_lxc_sim.py",  # about 125 s
                  "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
                  "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
                  "test_outside_clients.py", "test_gate_trials.py"]
