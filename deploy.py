@@ -21,12 +21,14 @@ from sglang_deploy.layout import SIMULATED_MARKER, ServiceLayout, venv_path
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.plan import PlanError, host_problems, plan_for_host
 from sglang_deploy.gate import gate_config
-from sglang_deploy.release_plan import build_meta, decide, gpus_per_node, profile_snapshot, with_peers
+from sglang_deploy.release_plan import build_meta, decide, profile_snapshot, with_peers
 from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_gpu, release_inputs
 from sglang_deploy import safety
 from sglang_deploy.hostdata import origin
 from sglang_deploy.weights import MIRROR_URL, profile_weights
+
+FIRST_START_TIMEOUT_S = 3600  # a cold first start on CT129: weights, FlashInfer/Triton JIT for sm_86, graph capture
 
 # A real host reports its GPU count and interconnect; the validation rules use those, not a guess.
 detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
@@ -138,19 +140,24 @@ restart_needed = secrets.content_changed(secrets.found_hash(facts["files"], serv
     or any(op.will_change for op in runtime_ops)
 decision = decide(plan, store, restart_needed=restart_needed, peers=peers, server=server)
 decision = with_peers(decision, peers)
-if decision.switch:
-    logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
-    release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
-    # The preflight: can this release's server start here? Asked before the store or the running server changes.
-    skip_preflight = host_flag(host.data, "skip_preflight")
+# The preflight: can this release's server start here? Asked before the store or the running server changes, for
+# a release that would switch, and in provision_mode=verify for the active one too.
+skip_preflight = host_flag(host.data, "skip_preflight")
+if decision.switch or host.data.get("provision_mode") == "verify":
     if skip_preflight:
         logger.warning(f"[{host.name}] skip_preflight: the release is switched to WITHOUT its preflight (recorded)")
     else:
         release.preflight(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
-                          env=plan.rendered.env, gpus=gpus_per_node(plan), simulated=plan.simulated,
-                          interpreter=simulator.SGLANG_PYTHON if plan.simulated else f"{venv_path(profile)}/bin/python",
+                          env=plan.rendered.env, simulated=plan.simulated,
+                          gpus=release.preflight_gpus((plan.resolution or {}).get("resolved"),
+                                                      plan.node.nnodes if plan.node is not None else 1),
+                          interpreter=release.preflight_interpreter(plan.simulated, venv_path(profile)),
                           exec_start=plan.rendered.exec_start, resolved=(plan.resolution or {}).get("resolved"),
-                          container_id=host.data.get("container_id"))
+                          container_id=host.data.get("container_id"),
+                          resolve=host_flag(host.data, "preflight_resolution", default=True))
+if decision.switch:
+    logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
+    release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
     if decision.is_new:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
@@ -159,8 +166,15 @@ if decision.switch:
                                       preflight="skipped (skip_preflight)" if skip_preflight else "passed"),
                       roofline=release_inputs(plan.resolution["resolved"], profile.model.path, release_gpu(
                           plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))))
+    # A host that never ran a good release starts cold: weights, every JIT kernel and the graph captures with empty
+    # caches. Its first start gets at least FIRST_START_TIMEOUT_S (later starts reuse the persisted caches).
+    start_timeout = profile.service.start_timeout_s
+    if not store["state"].get("last_good") and start_timeout < FIRST_START_TIMEOUT_S:
+        logger.info(f"[{host.name}] first start on this host (empty JIT and graph caches): readiness waits up to "
+                    f"{FIRST_START_TIMEOUT_S} s instead of the profile's {start_timeout} s")
+        start_timeout = FIRST_START_TIMEOUT_S
     switch = dict(service=service, release_id=decision.release_id, probe_url=plan.probe_url,
-                  timeout=profile.service.start_timeout_s, reason="deploy",
+                  timeout=start_timeout, reason="deploy",
                   max_auto_rollbacks=int(host.data.get("max_auto_rollbacks")),
                   force=host_flag(host.data, "force"), gate=gated_here, mark_good=not gated_here,
                   on_inconclusive=profile.gate.on_inconclusive)
@@ -173,7 +187,7 @@ if decision.switch:
         rank0 = groups[str(host.data.get("node_group"))][0][0]
         multinode.follow_rank0(service=service, rank0=rank0, target=store["state"].get("active"),
                                release_id=decision.release_id, probe_url=plan.probe_url,
-                               timeout=profile.service.start_timeout_s)
+                               timeout=start_timeout)
     release.prune(service=service, keep=int(host.data.get("keep_releases")))
 else:
     logger.info(f"[{host.name}] release {decision.release_id} is active and unchanged: nothing to switch")

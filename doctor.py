@@ -46,7 +46,8 @@ def run_doctor():
                        "gpus": gpus, "gate": collected["gate"], "probe": collected.get("probe"),
                        "checkpoint": collected["checkpoint"], "simulated_gpu": ((server_info.get("internal_states") or [{}])[0] or {}).get("simulated_gpu"),
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env")})
-    result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"))
+    result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
+                  sandbox=collected.get("sandbox"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
     if uvm_warning(gpu_facts):
         logger.warning(f"[{host.name}] {uvm_warning(gpu_facts)}")

@@ -1,7 +1,9 @@
 """Print what a GPU host reports: GPUs, driver (kernel and user space), container, CUDA toolkit,
-NCCL (system and the venv's torch), GPU topology and P2P, and whether the driver is adequate.
+NCCL (system and the venv's torch), GPU topology and P2P, and whether the driver is adequate; for a
+container, what it is (privileged, nesting, device nodes, /dev/shm, limits, compilers) and the Proxmox CT
+configuration it needs (`features: nesting=1`, the devN: lines with their modes, the cgroup majors).
 
-    pyinfra inventory/X.py facts.py [--data python=/opt/sglang-deploy/venvs/.../bin/python]
+    pyinfra inventory/X.py facts.py [--data python=/opt/sglang-deploy/venvs/.../bin/python] [--data container_id=129]
 
 Reads only; changes nothing on the host. Saves results/<host>/facts.json on the controller, which
 `sglang-deploy check PROFILE --facts results/<host>/facts.json` checks a profile against.
@@ -13,6 +15,7 @@ from pathlib import Path
 from pyinfra import host, logger
 
 from roles.facts import GpuHost, VenvTorch
+from sglang_deploy.container import container_summary, proxmox_config
 from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
 
 facts = host.get_fact(GpuHost)
@@ -28,6 +31,10 @@ if uvm_warning(facts):
     facts["uvm_warning"] = uvm_warning(facts)
     logger.warning(f"[{host.name}] {facts['uvm_warning']}")
 logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))
+if facts["container"] != "none" or (facts.get("lxc") or {}).get("unprivileged"):
+    logger.info(f"[{host.name}] container ({facts['container']}):\n    " + "\n    ".join(container_summary(facts)))
+    facts["proxmox_config"] = proxmox_config(facts, host.data.get("container_id"), host.data.get("gpus"))
+    logger.info(f"[{host.name}] the Proxmox CT configuration this host needs:\n" + facts["proxmox_config"])
 saved = Path(__file__).resolve().parent / "results" / host.name / "facts.json"
 saved.parent.mkdir(parents=True, exist_ok=True)
 saved.write_text(json.dumps(facts, indent=1) + "\n")

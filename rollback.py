@@ -8,12 +8,15 @@ A release of a multi-node server (`--limit nodes`) restarts in the deploy's orde
 joining ranks start, then rank 0.
 """
 
+import json
+
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FileContents
 
 from roles import multinode, release
 from roles.facts import ReleaseStore
+from sglang_deploy.hostdata import host_flag
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of
 
@@ -39,6 +42,17 @@ directory = release_dir(service, target)
 unit, env = (host.get_fact(FileContents, path=f"{directory}/{name}") for name in ("sglang.service", "sglang.env"))
 release.install_programs()
 release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n")
+# The target's preflight before its restart (a rollback the switch does on its own is never delayed by one).
+if host_flag(host.data, "skip_preflight"):
+    logger.warning(f"[{host.name}] skip_preflight: restarting on {target} WITHOUT its preflight")
+else:
+    resolution = json.loads("\n".join(host.get_fact(FileContents, path=f"{directory}/resolved.json") or ["{}"]) or "{}")
+    release.preflight(service=service, release_id=target, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n",
+                      interpreter=release.preflight_interpreter(bool(meta.get("simulated")), meta.get("venv", "")),
+                      gpus=release.preflight_gpus(resolution.get("resolved"), (meta.get("node") or {}).get("nnodes", 1)),
+                      simulated=bool(meta.get("simulated")), exec_start=meta.get("exec_start") or [],
+                      resolved=resolution.get("resolved"), container_id=host.data.get("container_id"),
+                      resolve=host_flag(host.data, "preflight_resolution", default=True))
 switch = dict(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
               reason="rollback", auto_rollback=True, force=True)
 node = meta.get("node")  # a multi-node release: this host's rank (release_plan.build_meta)

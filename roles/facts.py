@@ -123,6 +123,24 @@ def _user(text):
             "groups": sorted((lines[1] if len(lines) > 1 else "").split())}
 
 
+def container_facts(text: dict) -> dict:
+    """The container sections of GpuHost's output, parsed (sglang_deploy/container.py)."""
+    from sglang_deploy import container
+
+    compilers = dict(line.split("=", 1) for line in text.get("compilers", "").splitlines() if "=" in line)
+    shm = text.get("shm", "").strip()
+    return {**container.parse_uid_map(text.get("uid_map", "")), "nesting": container.parse_nesting(text.get("nesting", "")),
+            "nodes": container.parse_nodes(text.get("nodes", "")),
+            "majors": {k: v for k, v in container.parse_proc_devices(text.get("proc_devices", "")).items()
+                       if k in container.NVIDIA_GROUPS},
+            "shm_bytes": int(shm) if shm.isdigit() else None,
+            "service_limits": container.parse_limits(text.get("service_limits", "")),
+            "compilers": {"gcc": compilers.get("gcc") or None, "g++": compilers.get("g++") or None,
+                          "python_h": compilers.get("python_h") == "True"},
+            "video_gid": int(text["video_gid"].strip()) if text.get("video_gid", "").strip().isdigit() else None,
+            "simulated": text.get("simulated", "").strip() == "yes"}
+
+
 class GpuHost(FactBase):
     """GPUs, drivers, container, CUDA toolkit, NCCL and topology in one round trip (all optional)."""
 
@@ -142,6 +160,20 @@ class GpuHost(FactBase):
             "topo": "nvidia-smi topo -m",
             "p2p": "nvidia-smi topo -p2p r",
             "uvm": "ls -1d /dev/nvidia-uvm",
+            # what kind of container, and what the service will meet in it (sglang_deploy/container.py)
+            "uid_map": "cat /proc/self/uid_map",
+            "nodes": "for f in /dev/nvidia*; do [ -e \"$f\" ] && stat -c '%n|%F|%a|%U|%G|%t|%T' \"$f\"; done",
+            "proc_devices": "cat /proc/devices",
+            "shm": "df -B1 --output=size /dev/shm | tail -1",
+            "service_limits": "systemd-run --quiet --wait --pipe --collect -p LimitNOFILE=1048576 "
+                              "-p LimitMEMLOCK=infinity cat /proc/self/limits",
+            "nesting": "systemd-run --quiet --wait --collect -p ProtectKernelTunables=yes -p ProtectControlGroups=yes "
+                       "/bin/true; echo rc=$?",
+            "compilers": "echo gcc=$(command -v gcc); echo g++=$(command -v g++); python3 -c 'import os, sysconfig; "
+                         "print(\"python_h=\" + str(os.path.exists(os.path.join(sysconfig.get_paths()[\"include\"], "
+                         "\"Python.h\"))))'",
+            "video_gid": "getent group video | cut -d: -f3",
+            "simulated": "test -e /etc/sglang-deploy-simulated && echo yes",
         }
         # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
         return "; ".join(f"echo '@@{name}'; ({command}) 2>/dev/null; echo" for name, command in sections.items()) + "; true"
@@ -160,6 +192,7 @@ class GpuHost(FactBase):
             "system_nccl": text.get("nccl_deb", "").strip() or None,
             "topology": hostfacts.parse_topology(text.get("topo", ""), text.get("p2p", "")),
             "nvidia_uvm": "/dev/nvidia-uvm" in text.get("uvm", ""),
+            "lxc": container_facts(text),
         }
 
 

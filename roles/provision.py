@@ -19,7 +19,7 @@ from sglang_deploy.hostdata import get
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
 from sglang_deploy.provision import (NCCL_PACKAGE_VERSION, cuda_toolkit_step, driver_step, nccl_step,
-                                     nvidia_repo_path, userspace_driver_defaults)
+                                     nvidia_repo_path, toolchain_step, userspace_driver_defaults)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
 SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
@@ -96,6 +96,7 @@ def nvidia_stack(mode: str, python: str | None = None):
         cuda_toolkit_step(facts, cuda_version, mode),
         nccl_step(facts, str(nccl_pin) if nccl_pin else None, (torch or {}).get("nccl"), mode,
                   cuda_version=cuda_version, package_version=setting("nccl_package_version", NCCL_PACKAGE_VERSION)),
+        toolchain_step(facts, mode),
     ]
     for step in steps:
         host.log(f"{step.role}: {step.action}: {step.message}", logger.info if step.action != "error" else logger.error)
@@ -117,8 +118,9 @@ def nvidia_stack(mode: str, python: str | None = None):
             userspace_available_check(driver.hold, kernel, userspace_driver(facts["gpus"], facts["libcuda"]))
         # Whether to install was decided from facts; versions may be globs (580.95.05-*), hence quoted.
         # --allow-downgrades: a container's user space may have to go back to the host module's version.
+        # --no-install-recommends: a Debian-style libcuda1 recommends kernel-module packages (dkms in a container).
         server.shell(name=f"Install {', '.join(packages)}", commands=[
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades "
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades --no-install-recommends "
             "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
             + " ".join(shlex.quote(package) for package in packages)])
     holds = {package: version for step in steps for package, version in step.hold.items()}

@@ -182,7 +182,7 @@ def _preflight_report(service):
 
 @deploy("Release: preflight")
 def preflight(service: str, release_id: str, unit: str, env: str, interpreter: str, gpus: int, simulated: bool,
-              exec_start: list[str], resolved: dict | None, container_id=None):
+              exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True):
     """Before the switch touches anything running: the release's server checks on the host, under the release's
     own unit properties (hostside/preflight.py). A failure stops the deploy here, before the store changes."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
@@ -191,7 +191,20 @@ def preflight(service: str, release_id: str, unit: str, env: str, interpreter: s
     for name, content, mode in (("sglang.service", unit, 644), ("sglang.env", env, 600),
                                 ("argv.json", json.dumps(argv), 644), ("expected.json", json.dumps(expected), 644)):
         files.put(name=f"Preflight {name}", src=BytesIO(content.encode()), dest=f"{directory}/{name}", mode=mode)
-    server.shell(name=f"Preflight of release {release_id}: sandbox, devices, shm, toolchain, caches, SGLang's "
-                      "resolution, torch, P2P/NCCL, Triton (as the service, under its unit's sandbox)",
-                 commands=[preflight_command(service, release_id, interpreter, gpus, simulated, container_id)])
+    server.shell(name=f"Preflight of release {release_id}: sandbox, devices, shm, toolchain, caches, "
+                      + ("SGLang's resolution, " if resolve else "") + "torch, P2P/NCCL, Triton (as the service, "
+                      "under its unit's sandbox)",
+                 commands=[preflight_command(service, release_id, interpreter, gpus, simulated, container_id, resolve)])
     python.call(name="Preflight report", function=_preflight_report, service=service)
+
+
+def preflight_interpreter(simulated: bool, venv: str) -> str:
+    """The python the release's server runs in: the venv's, or on a simulated host its SGLang install's."""
+    from roles.simulator import SGLANG_PYTHON
+
+    return SGLANG_PYTHON if simulated else f"{venv}/bin/python"
+
+
+def preflight_gpus(resolved: dict | None, nnodes: int = 1) -> int:
+    resolved = resolved or {}
+    return max(1, int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1) // max(1, nnodes))

@@ -115,6 +115,25 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_proxmox_config(args: argparse.Namespace) -> int:
+    """The Proxmox CT configuration a host needs, from the facts facts.py saved (results/<host>/facts.json)."""
+    import json
+
+    from .container import proxmox_config
+
+    try:
+        facts = json.loads(Path(args.facts).read_text())
+    except (OSError, ValueError) as error:
+        print(f"sglang-deploy: error: {args.facts}: {error} (facts.py writes results/<host>/facts.json)", file=sys.stderr)
+        return 1
+    if "lxc" not in facts:
+        print(f"sglang-deploy: error: {args.facts}: no container facts in it; run facts.py again with this version",
+              file=sys.stderr)
+        return 1
+    print(proxmox_config(facts, args.container_id, args.gpus))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="sglang-deploy", allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -140,6 +159,12 @@ def main(argv: list[str] | None = None) -> int:
     manifest.add_argument("--output", help="where to write it (default manifests/<org>--<name>/<commit>.json)")
     manifest.add_argument("--endpoint", help="an HF-compatible endpoint (a mirror) instead of huggingface.co")
     manifest.set_defaults(func=cmd_manifest)
+    proxmox = sub.add_parser("proxmox-config", help="print the Proxmox CT configuration a host needs (from its facts)",
+                             allow_abbrev=False)
+    proxmox.add_argument("--facts", required=True, metavar="FILE", help="results/<host>/facts.json of facts.py")
+    proxmox.add_argument("--container-id", type=int, help="the CT id (for the file name and pct commands)")
+    proxmox.add_argument("--gpus", type=int, help="the GPUs to pass through (default: the facts' GPU count)")
+    proxmox.set_defaults(func=cmd_proxmox_config)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -246,6 +246,24 @@ def format_report(result: dict) -> str:
     else:
         lines.append("suspects: none found")
     lines += result.get("notes", [])
+    lines += sandbox_lines(result.get("sandbox"))
     if result.get("simulated"):
         lines.append("(SIMULATED server: sglang_deploy.sim)")
     return "\n".join(lines)
+
+
+def sandbox_lines(view: dict | None) -> list[str]:
+    """The host and sandbox section: what the unit declares next to what this host enforces, and the preflight's
+    findings that are not ok (devices, shm, toolchain)."""
+    from .hostside.preflight import sandbox_report
+
+    if not view:
+        return []
+    if view.get("error"):
+        return [f"sandbox: {view['error']}"]
+    lines = sandbox_report([tuple(row) for row in view.get("sandbox") or []], view.get("host")).splitlines()
+    for item in view.get("findings") or []:
+        if item["status"] in ("fail", "warn"):
+            lines.append(f"{item['step']}: {item['status'].upper()}: {item['detail']}"
+                         + (f" (fix: {item['fix']})" if item.get("fix") else ""))
+    return lines

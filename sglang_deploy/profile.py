@@ -305,8 +305,11 @@ class WatchSection(Strict):
     drift_min_accept_length: Annotated[float, Field(ge=1)] | None = Field(
         None, description="Acceptance length below this is drift (default: gate.min_accept_length).")
     drift_runs: Annotated[int, Field(ge=1, le=100)] = Field(
-        2, description="Drifting measurements in a row (acceptance below the threshold, or decode below "
-                       "gate.min_decode_tok_s) before on_drift acts.")
+        2, description="Drifting measurements in a row (acceptance below the threshold, decode below "
+                       "gate.min_decode_tok_s, or a failed output check) before on_drift acts.")
+    output_prompts: Annotated[int, Field(ge=0, le=8)] = Field(
+        3, description="Known-answer prompts of the gate's output check asked each run (0: none); a wrong or "
+                       "degenerate answer counts as drift.")
     max_restarts_per_day: Annotated[int, Field(ge=0, le=24)] = Field(
         3, description="on_drift: restart restarts at most this often in 24 h; past it a drift is recorded "
                        "(restart-withheld, a journal warning), not acted on.")

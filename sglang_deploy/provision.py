@@ -114,3 +114,19 @@ def nccl_step(facts: dict, nccl_pin: str | None, torch_nccl: str | None, mode: s
         return Step("nccl", "error", f"verify mode: libnccl2 {system or 'missing'}, pinned {wanted}{note}")
     return Step("nccl", "install", f"libnccl2 {system or 'missing'} -> {wanted}{note}", [f"libnccl2={wanted}"],
                 hold={"libnccl2": wanted})
+
+
+# What the server's first JIT compile needs (Triton's launcher and FlashInfer build C against the base interpreter's
+# Python.h; nvcc needs a host compiler): Debian's package for each missing piece.
+TOOLCHAIN = (("gcc", "gcc"), ("g++", "g++"), ("python_h", "python3-dev"))
+
+
+def toolchain_step(facts: dict, mode: str) -> Step:
+    compilers = (facts.get("lxc") or {}).get("compilers") or {}
+    missing = [package for key, package in TOOLCHAIN if not compilers.get(key)]
+    if not missing:
+        return Step("toolchain", "ok", "gcc, g++ and Python.h for the first JIT compile (Triton, FlashInfer, nvcc)")
+    if mode == "verify":
+        return Step("toolchain", "error", f"verify mode: {', '.join(missing)} missing (Triton's and FlashInfer's first "
+                    "JIT compile at start needs them)")
+    return Step("toolchain", "install", f"{', '.join(missing)} missing: installed for the first JIT compile", missing)

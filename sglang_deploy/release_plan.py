@@ -50,13 +50,6 @@ def git_revision() -> dict:
     return {"revision": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
-def gpus_per_node(plan: Plan) -> int:
-    """The GPUs this host's share of the server uses: SGLang's resolved tp x pp over the nodes."""
-    resolved = (plan.resolution or {}).get("resolved") or {}
-    total = int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1)
-    return max(1, total // (plan.node.nnodes if plan.node is not None else 1))
-
-
 def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None = None) -> dict:
     from datetime import datetime, timezone
 

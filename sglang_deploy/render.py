@@ -132,11 +132,11 @@ def render_watch(profile: Profile) -> RenderedWatch:
                              "--max-running-requests", str(watch.max_running_requests), "--on-drift", watch.on_drift,
                              "--drift-runs", str(watch.drift_runs), "--max-restarts-per-day",
                              str(watch.max_restarts_per_day), "--history-lines", str(watch.history_lines),
-                             "--textfile-dir", watch.textfile_dir)
+                             "--textfile-dir", watch.textfile_dir, "--output-prompts", str(watch.output_prompts))
     if watch.drift_min_accept_length is not None:
         argv += ["--drift-min-accept-length", str(watch.drift_min_accept_length)]
     # One bench run at its own deadline (hostside/gate.py measure_builtin), twice with a restart in between.
-    bench_s = 120 + (watch.samples + 3) * (60 + gate.max_new_tokens)
+    bench_s = 120 + (watch.samples + 3) * (60 + gate.max_new_tokens) + 120 * watch.output_prompts
     timeout = 2 * bench_s + (profile.service.start_timeout_s if watch.on_drift == "restart" else 0)
     hardening, relaxed = hardening_directives(unit_value(f"{STORE_ROOT}/{profile.service.name}"),
                                               unit_value(watch.textfile_dir), profile.service.relax, comments=False)

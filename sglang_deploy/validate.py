@@ -96,6 +96,91 @@ def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> li
     return problems
 
 
+# SGLang's fields the tool sets itself (the unit's argv, the secrets file); no spelling of them in sglang.flags.
+DERIVED_DESTS = {
+    "model_path": "model.path (or model.source)", "served_model_name": "model.served_name", "host": "service.host",
+    "port": "service.port", "api_key": "the host's API key secret, through --config", "config": "the secrets file",
+    "nnodes": "nodes", "node_rank": "the host's place in the inventory group `nodes`",
+    "dist_init_addr": "multinode.dist_init_port and the rank 0 host's address",
+}
+NUMERIC_TYPES = ("int", "float")
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+        return value.strip() == value and value.isascii()
+    except ValueError:
+        return False
+
+
+def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
+    """Each flag by SGLang's own dest: no second spelling of one dest, no spelling of a dest the tool sets, no
+    alias the rules would not read, and no value that is itself an option (argparse would take `--host` inside a
+    list as the next flag)."""
+    options = {opt: action for action in spec for opt in action["options"]}
+    seen: dict[str, str] = {}
+    problems = []
+    for name, value in profile.sglang.flags.items():
+        action = options.get(name)
+        if action is None:
+            continue  # parser_problems names it
+        dest, canonical = action["dest"], action["options"][0]
+        if dest in DERIVED_DESTS:
+            problems.append(Problem("tool-derived-flag", _flag(name),
+                                    f"{name} is SGLang's {dest}, which the tool sets from {DERIVED_DESTS[dest]}; "
+                                    "remove it from sglang.flags"))
+            continue
+        if dest in seen:
+            problems.append(Problem("one-spelling-per-flag", _flag(name),
+                                    f"{seen[dest]} and {name} both set SGLang's {dest} (the last one wins in SGLang, "
+                                    f"the rules read {canonical}); keep one: {canonical}"))
+            continue
+        seen[dest] = name
+        negation = name.startswith("--no-") and action["kind"] in ("store_true", "store_false")
+        if name != canonical and not negation:
+            problems.append(Problem("canonical-flag-name", _flag(name),
+                                    f"{name} is another spelling of {canonical} (SGLang's {dest}); write {canonical}, "
+                                    "the spelling the tool's rules read"))
+        numeric = action.get("type") in NUMERIC_TYPES
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item.startswith("-") and not (numeric and _is_number(item)):
+                problems.append(Problem("no-option-as-value", _flag(name),
+                                        f"the value {item!r} of {name} starts with '-': SGLang's parser would read it "
+                                        "as an option; accepted: a value that does not start with '-' (a negative "
+                                        "number only for a numeric flag)"))
+    return problems
+
+
+def derived_values_problems(profile: Profile, argv: list[str], port: int | None, node=None) -> list[Problem]:
+    """Backstop: the rendered argv, parsed by the table of SGLang's own parser, gives the tool's own values for the
+    fields the tool sets (whatever the profile's flags do to the parse)."""
+    table = flag_table.load(profile.sglang.version)
+    if table is None:
+        return []
+    try:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stderr(io.StringIO()):
+            parsed = vars(flag_table.build_parser(table).parse_args(argv))
+    except flag_table.ParseFailure:
+        return []  # the parser's verdict is reported by parser_problems
+    wanted = {"model_path": profile.model.path, "served_model_name": profile.model.served_name,
+              "host": profile.service.host, "port": int(port or profile.service.port), "api_key": None, "config": None}
+    if node is not None:
+        wanted.update(nnodes=node.nnodes, node_rank=node.rank, dist_init_addr=node.dist_init_addr)
+    else:
+        wanted.update(nnodes=1, node_rank=0, dist_init_addr=None)
+    wrong = {dest: parsed.get(dest) for dest, value in wanted.items() if dest in parsed and parsed.get(dest) != value}
+    if not wrong:
+        return []
+    return [Problem("tool-flags-intact", ("sglang", "flags"),
+                    "the command line would not carry the tool's own values: SGLang's parser reads "
+                    + ", ".join(f"{dest}={value!r} (the tool sets {wanted[dest]!r})" for dest, value in wrong.items())
+                    + "; a value in sglang.flags is taken for an option")]
+
+
 def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Problem]:
     flags = profile.sglang.flags
     problems = []
@@ -281,7 +366,10 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
                                                resolve=resolution.request(argv, config, gpu, count))
             answer = {**resolution.document(profile.sglang.version, argv, probe),
                       "gpu": {"model": gpu.name, "count": count}, "model_config": profile.model.config}
-    problems = parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
+    identity = flag_identity_problems(profile, tuple(probe["actions"]))
+    problems = identity + parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
+    if not identity:
+        problems += derived_values_problems(profile, argv, port, node)
     problems += speculative_problems(profile, probe["algorithms"])
     if not problems and answer["error"]:  # a refusal the rules above did not explain
         problems.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),

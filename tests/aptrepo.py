@@ -59,6 +59,13 @@ def nccl_package(version: str, cuda: str) -> Package:
                    {f"usr/lib/{LIBDIR}/libnccl.so.{version}": f"test fixture: NCCL {version}\n"})
 
 
+def toolchain_packages(python: str = "3.11") -> list[Package]:
+    """Stand-ins for Debian's gcc, g++ and python3-dev (what the first JIT compile needs; the tests compile nothing)."""
+    return [Package("gcc", "4:12.2.0-3", {"usr/bin/gcc": "#!/bin/sh\necho 'test fixture: gcc' >&2\nexit 1\n"}),
+            Package("g++", "4:12.2.0-3", {"usr/bin/g++": "#!/bin/sh\necho 'test fixture: g++' >&2\nexit 1\n"}),
+            Package("python3-dev", "3.11.2-1+b1", {f"usr/include/python{python}/Python.h": "/* test fixture */\n"})]
+
+
 def build_deb(package: Package, out: Path) -> Path:
     root = out / f"build-{package.name}-{package.version}"
     (root / "DEBIAN").mkdir(parents=True)

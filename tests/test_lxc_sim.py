@@ -150,3 +150,33 @@ def test_without_nesting_relaxing_the_two_directives_deploys(unnested, tmp_path)
     assert result.returncode == 0, output[-3000:]
     assert "preflight passed in" in output and store_state(unnested)["state"]["active"]
     assert unnested.http("/health")[0] == 200
+
+
+def test_skip_preflight_is_recorded_and_readiness_names_nesting(unnested):
+    good = store_state(unnested)["state"]["active"]
+    result = unnested.deploy("--data", "skip_preflight=true", profile=PROVEN)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "WITHOUT its preflight" in output, output[-3000:]
+    assert "226/NAMESPACE" in output and "features: nesting=1" in output  # readiness explains the failed start
+    store = store_state(unnested)
+    assert store["state"]["active"] == good  # rolled back to the relaxed release
+    [skipped] = [r for r in store["releases"] if r["id"] != good]
+    meta = json.loads(unnested.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{skipped['id']}/meta.json"))
+    assert meta["preflight"] == "skipped (skip_preflight)"
+
+
+def test_the_doctor_reports_what_this_container_does_not_enforce(nested):
+    result = nested.pyinfra("doctor.py")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "host: unprivileged container (uid map 0 100000 65536); nesting (a fresh /proc for a unit): yes" in output
+    assert "NOT enforced here: " in output and "DevicePolicy=closed" in output and "LimitMEMLOCK=infinity" in output
+
+
+def test_facts_print_the_proxmox_configuration(unnested):
+    result = unnested.pyinfra("facts.py", "--data", "container_id=129")
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-3000:]
+    assert "unprivileged container, uid map 0 100000 65536" in output and "nesting (a unit's fresh /proc" in output
+    assert "# /etc/pve/lxc/129.conf" in output and "features: nesting=1" in output
+    assert "dev0: /dev/nvidia0,mode=0666" in output

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from aptrepo import AptRepo, cuda_toolkit_package, driver_packages, nccl_package
+from aptrepo import AptRepo, cuda_toolkit_package, driver_packages, nccl_package, toolchain_packages
 from conftest import CONTROLLER, PROVEN, REPO, TEST_BARE_MACHINE, TEST_BARE_SSH_PORT, simhost_available
 
 pytestmark = pytest.mark.simhost
@@ -87,7 +87,7 @@ def bare(tmp_path_factory):
     directory = tmp_path_factory.mktemp("bare")
     repo = AptRepo(directory / "apt")
     repo.publish([*driver_packages("580.65.06"), *driver_packages("580.95.05"),
-                  cuda_toolkit_package("13.0", "13.0.88"), nccl_package("2.28.3", "13.0")])
+                  cuda_toolkit_package("13.0", "13.0.88"), nccl_package("2.28.3", "13.0"), *toolchain_packages()])
     host = BareHost(directory / "host", repo, repo.serve())
     host.repo = repo
     host.host.up(fresh=True)

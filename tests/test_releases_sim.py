@@ -58,6 +58,28 @@ def test_two_deploys_then_rollback_restores_release_one_byte_for_byte(simhost, t
         assert simhost.sh(f"sha256sum < {installed}") == simhost.sh(f"sha256sum < {STORE}/releases/{first}/{name}")
 
 
+def test_a_manual_rollback_runs_the_targets_preflight_first(simhost, tmp_path):
+    first = deploy_ok(simhost, PROVEN)
+    second = deploy_ok(simhost, env_variant(tmp_path, "second.yaml", SGLANG_SIM_NOTE="preflight-rollback"))
+    before = (simhost.checksums(UNIT, ENV), simhost.start_timestamp())
+    simhost.sh("install -d -o sglang -m 700 /var/cache/sglang/triton && touch /var/cache/sglang/triton/kernel-marker")
+    simhost.host.device_mode = 0o600  # the service user can no longer open the (stand-in) GPU nodes
+    try:
+        simhost.host.device_nodes()
+        result = simhost.pyinfra("rollback.py", "--data", f"release={first}")
+    finally:
+        simhost.host.device_mode = 0o666
+        simhost.host.device_nodes()
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "cannot open /dev/nvidiactl" in output and "mode 0600" in output, output[-3000:]
+    assert (simhost.checksums(UNIT, ENV), simhost.start_timestamp()) == before  # nothing restarted
+    assert state(simhost)["state"]["active"] == second
+    skipped = simhost.pyinfra("rollback.py", "--data", f"release={first}", "--data", "skip_preflight=true")
+    assert skipped.returncode == 0 and "WITHOUT its preflight" in skipped.stdout + skipped.stderr
+    assert_running(simhost, first)
+    assert simhost.sh("ls /var/cache/sglang/triton").split() == ["kernel-marker"]  # JIT caches outlive releases
+
+
 def test_rollback_to_any_retained_release_and_the_listing(simhost, tmp_path):
     target = deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 13"))
     deploy_ok(simhost, PROVEN)
@@ -96,6 +118,8 @@ def test_hang_at_start_times_out_and_rolls_back(simhost, tmp_path):
     result = simhost.deploy(profile=hang)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "FAILED at stage 'health'" in output and "not ready within 12 s" in output
+    assert "still starting after 4 s of 12 s (stage health)" in output  # progress while it waits
+    assert "start_timeout_s: a cold first start" in output
     assert_running(simhost, good)
 
 

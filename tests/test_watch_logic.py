@@ -154,7 +154,8 @@ def fake_release(tmp_path, monkeypatch, config=None, measurement=None):
 
 def watch_args(tmp_path, **overrides):
     values = dict(service="sglang", samples=3, max_running_requests=0, on_drift="record", drift_min_accept_length=None,
-                  drift_runs=1, max_restarts_per_day=3, history_lines=500, textfile_dir=str(tmp_path / "textfile"))
+                  drift_runs=1, max_restarts_per_day=3, history_lines=500, textfile_dir=str(tmp_path / "textfile"),
+                  output_prompts=0)
     return type("Args", (), {**values, **overrides})()
 
 
@@ -169,6 +170,30 @@ def test_record_mode_does_not_restart(tmp_path, monkeypatch):
     assert [len(e["drift"]) for e in entries] == [2, 2] and calls == []
     assert 'sglang_deploy_watch_drift_streak{service="sglang",release="0001-aaaaaaaa"} 2.0' in \
         (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
+
+
+def test_wrong_answers_at_full_speed_are_drift(tmp_path, monkeypatch):
+    """A measurement at full speed whose short output check fails drifts, is exported, and restarts on_drift."""
+    directory = fake_release(tmp_path, monkeypatch, measurement={
+        "status": "ok", "decode_tok_s": 52.0, "accept_length": 3.2, "ttft_s": 0.03, "samples": 3})
+    asked = []
+
+    def output_run(url, api_key, model, baseline=None, limit=None):
+        asked.append(limit)
+        return {"verdict": "fail", "reasons": ["output: 2 of 3 known answers wrong: arith: no 391"], "inconclusive": [],
+                "known_right": 1, "total": 3, "degenerate": 0}
+
+    monkeypatch.setattr(watch.output_check, "run", output_run)
+    calls = []
+    monkeypatch.setattr(watch, "systemctl", lambda *a: calls.append(a) or type("R", (), {"returncode": 1})())
+    args = watch_args(tmp_path, output_prompts=3, on_drift="restart")
+    assert watch.run(args) == 0
+    [entry, restart] = watch.read_history(str(directory / "watch.jsonl"))
+    assert asked == [3] and entry["drift"] == ["output: 2 of 3 known answers wrong: arith: no 391"]
+    assert restart["event"] == "restart" and calls == [("restart", "sglang.service")]
+    text = (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
+    assert 'sglang_deploy_watch_output_ok{service="sglang",release="0001-aaaaaaaa",verdict="fail"} 0.0' in text
+    assert 'sglang_deploy_watch_output_known_right{service="sglang",release="0001-aaaaaaaa"} 1.0' in text
 
 
 def test_restarts_are_capped_per_day_and_the_withheld_one_is_recorded(tmp_path, monkeypatch, capsys):

@@ -79,6 +79,7 @@ def test_one_watch_run_is_exported_by_node_exporter(watched):
     simhost.sh("systemctl start sglang-watch.service")  # a oneshot: returns when the run is done
     last = history(simhost, release)[-1]
     assert last["status"] == "ok" and last["samples"] == 3 and last["drift"] == [], last
+    assert last["output"]["verdict"] == "pass" and (last["output"]["known_right"], last["output"]["total"]) == (3, 3)
     assert 45 < last["decode_tok_s"] < 90 and last["accept_length"] > 2.8
     assert simhost.api_key not in simhost.sh(f"cat {STORE}/releases/{release}/watch.jsonl {PROM}")
     assert simhost.api_key not in simhost.sh("journalctl -u sglang-watch.service --no-pager")
@@ -89,6 +90,7 @@ def test_one_watch_run_is_exported_by_node_exporter(watched):
     assert watch_samples(metrics, "ttft_seconds")[labels] > 0
     assert watch_samples(metrics, "last_success_timestamp_seconds")[labels] == pytest.approx(last["unix"])
     assert watch_samples(metrics, "gate_verdict") == {tuple(sorted(labels + (("verdict", "pass"),))): 1.0}
+    assert watch_samples(metrics, "output_ok") == {tuple(sorted(labels + (("verdict", "pass"),))): 1.0}
     # decode / roofline: roofline.json staged with the release, the synthetic checkpoint's bytes (13.5 GB per
     # GPU per verify pass), 768 GB/s for an RTX A6000, the measured tau.
     roofline = json.loads(simhost.sh(f"cat {STORE}/releases/{release}/roofline.json"))
@@ -211,3 +213,24 @@ def test_history_verb_writes_the_table_and_the_page(watched):
     assert all(release in dom for release in releases) and dom.count('class="floor"') == 2
     assert 'class="roofline"' in decode_svg
     print(f"history written to {directory} (history.png: {png.stat().st_size} bytes):\n{text}")
+
+
+def test_a_server_that_starts_answering_garbage_drifts(watched, tmp_path):
+    """Fast but wrong between deploys (the fault stands in for a release whose answers went bad at uptime): the
+    watch's short output check counts it as drift, in its history and in node_exporter's metrics."""
+    simhost = watched
+    garbage = proven_with(tmp_path, "environment:\n",
+                          'environment:\n  SGLANG_SIM_NOTE: "watch garbage"\n  SGLANG_SIM_FAULT_OUTPUT: garbage\n',
+                          "garbage.yaml")
+    result = simhost.deploy(profile=garbage)  # skip_gate: the gate's own output check would refuse it
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    release = active(simhost)
+    simhost.sh("systemctl start sglang-watch.service")
+    last = history(simhost, release)[-1]
+    assert last["status"] == "ok" and last["output"]["verdict"] == "fail", last
+    assert any(reason.startswith("output: ") for reason in last["drift"]), last["drift"]
+    assert 45 < last["decode_tok_s"]  # as fast as ever
+    labels = (("release", release), ("service", "sglang"))
+    metrics = node_exporter(simhost)
+    assert watch_samples(metrics, "output_ok") == {tuple(sorted(labels + (("verdict", "fail"),))): 0.0}
+    assert watch_samples(metrics, "drift_streak")[labels] == 1.0

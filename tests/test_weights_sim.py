@@ -15,6 +15,8 @@ import pytest
 
 from conftest import PROVEN, REPO, write_profile
 from hubstub import Hub
+from sglang_deploy.profile import load_profile
+from sglang_deploy.resolution import load_model_config
 from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
 from sglang_deploy.validator_env import CACHE_DIR
 from sglang_deploy.weights import HUB_CLIENT_PIN, manifest_from_hub, write_manifest
@@ -42,7 +44,9 @@ def hub(tmp_path_factory):
     """Two revisions of the synthetic checkpoint; B differs in config.json."""
     base = tmp_path_factory.mktemp("weights")
     checkpoint = base / "checkpoint"
-    write_checkpoint(str(checkpoint), header_only=True, architecture="Qwen3_5ForConditionalGeneration")
+    # the checkpoint's real config.json and a tokenizer: the host's preflight resolves the release with SGLang,
+    # whose ModelConfig reads it (a stub config without model_type is refused there, as SGLang would refuse it)
+    write_checkpoint(str(checkpoint), header_only=True, config=load_model_config(load_profile(PROVEN).model.config))
     hub = Hub().start()
     revision_a = hub.add_directory(REPO_ID, checkpoint)
     config = json.loads((checkpoint / "config.json").read_text())

@@ -56,6 +56,22 @@ def probe_command(python, user, home, nccl, force):
              python, program, "--allreduce-env", json.dumps(nccl)] + ["--force"] * force)
 
 
+def sandbox_view(service, gpus):
+    """The active release's preflight without its GPU steps (hostside/preflight.py --active --no-gpu): devices,
+    shm, toolchain, limits, and the sandbox the unit declares next to what this host enforces."""
+    out = f"/run/sglang-deploy/preflight/{service}-doctor.json"
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    subprocess.run([sys.executable, "-m", "hostside.preflight", "--service", service, "--active", "--no-gpu",
+                    "--gpus", str(gpus), "--json", out, "--quiet"], cwd=here, capture_output=True, text=True, timeout=300)
+    try:
+        with open(out) as handle:
+            document = json.load(handle)
+    except (OSError, ValueError) as error:
+        return {"error": f"the sandbox view could not be taken: {error}"}
+    return {"findings": document["findings"], "sandbox": document["sandbox"], "host": document["host"]}
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--service", required=True, type=service_name)
@@ -102,6 +118,13 @@ def main():
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")
     report["clock_reasons"] = clock_reasons()
+    resolved = {}
+    try:
+        resolved = json.loads(store.read(os.path.join(store.release_dir(active), "resolved.json")) or "{}").get(
+            "resolved") or {} if active else {}
+    except ValueError:
+        pass
+    report["sandbox"] = sandbox_view(args.service, int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1))
     if args.probe:
         python = os.path.join(meta.get("venv", ""), "bin", "python")
         try:

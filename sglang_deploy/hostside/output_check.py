@@ -175,8 +175,11 @@ def evaluate(answers, document, digest, baseline=None):
             "results": results}
 
 
-def run(url, api_key, model, baseline=None, path=PROMPTS_FILE):
+def run(url, api_key, model, baseline=None, path=PROMPTS_FILE, limit=None):
+    """limit: only the first N prompts (the watch's short check each period)."""
     document, digest = load_prompts(path)
+    if limit:
+        document = {**document, "prompts": document["prompts"][:limit]}
     answers = {}
     for item in document["prompts"]:
         try:

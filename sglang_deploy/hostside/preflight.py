@@ -260,7 +260,7 @@ def torch_facts(gpus, simulated):
             found["free_mib"].append(free >> 20)
         found["p2p"] = {f"{a}-{b}": bool(torch.cuda.can_device_access_peer(a, b))
                         for a in range(len(tensors)) for b in range(len(tensors)) if a != b}
-        if len(tensors) > 1:
+        if tensors:  # one GPU too: NCCL loads and sums
             started = time.perf_counter()
             torch.cuda.nccl.all_reduce(tensors)
             for index in range(len(tensors)):
@@ -475,7 +475,7 @@ def _torch_findings(found, triton, gpus, simulated):
         out.append(finding("p2p", "skip", "simulated host: no GPU, no peer access or NCCL all-reduce to try"))
         out.append(finding("triton", "skip", "simulated host: no GPU to compile a Triton kernel for"))
         return out
-    if gpus > 1 and not found.get("error"):
+    if not found.get("error"):
         no_peer = sorted(pair for pair, ok in (found.get("p2p") or {}).items() if not ok)
         if no_peer:
             out.append(finding("p2p", "warn", f"no peer access between GPUs {', '.join(no_peer)}: SGLang's custom "
@@ -486,7 +486,8 @@ def _torch_findings(found, triton, gpus, simulated):
             out.append(finding("p2p", "fail", "the NCCL all-reduce over the TP GPUs computed a wrong sum",
                                "check NCCL_P2P_DISABLE / the IOMMU setup"))
         elif "all_reduce_ms" in found:
-            out.append(finding("p2p", "ok", f"NCCL all-reduce over {gpus} GPUs in {found['all_reduce_ms']} ms"))
+            out.append(finding("p2p", "ok", f"NCCL all-reduce over {gpus} GPU(s) in {found['all_reduce_ms']} ms"
+                               + ("" if gpus > 1 else " (one GPU: no peer to reach)")))
     if triton is not None:
         if triton.get("error"):
             out.append(finding("triton", "fail", f"a Triton kernel does not compile or run: {triton['error']}",

@@ -8,12 +8,18 @@ api-key a request without the key is refused. A failed start is explained from t
 import datetime
 import json
 import os
+import re
 import subprocess
 import time
 
 from . import evidence
 from .client import LOOPBACK_URL, http, read_api_key
-from .store import service_status, systemctl
+from .store import log, service_status, systemctl
+
+# While a start takes long, the journal's latest line (loading, JIT, graphs) every 30 s, and at least three times
+# before a short timeout runs out.
+PROGRESS_EVERY_S = 30
+SYSTEMD_NOISE = re.compile(r"Failed to kill control group|: Killing process \d+ |remains running after unit stopped")
 
 
 # --- who listens on the port (before the API key is sent) ------------------------------------------
@@ -106,9 +112,16 @@ def journal_since(service, since):
 def failed_start(service, since, api_key, lines=25):
     """The journal of a failed start, secrets redacted: its last lines and what SGLang's own log says."""
     journal = journal_since(service, since)
-    tail = evidence.redact("\n".join(journal.splitlines()[-lines:]), [api_key])
+    # systemd's own housekeeping while it kills the unit's processes says nothing about why it failed, and its
+    # repetitions would push SGLang's error out of the tail
+    told = [line for line in journal.splitlines() if not SYSTEMD_NOISE.search(line)]
+    tail = evidence.redact("\n".join(told[-lines:]), [api_key])
     findings = evidence.log_findings(journal)
     cause = None
+    if "status=226/NAMESPACE" in journal or "Failed to set up mount namespacing" in journal:
+        cause = ("the unit's sandbox cannot be set up here (226/NAMESPACE): in an unprivileged Proxmox container "
+                 "this is a container without `features: nesting=1` (or relax ProtectKernelTunables and "
+                 "ProtectControlGroups); the preflight says so before the switch")
     if findings["graph_capture_failed"]:
         cause = ("decode CUDA graph capture failed and SGLang exited (0.5.23 has no eager fallback): "
                  + evidence.redact(findings["graph_capture_failed"], [api_key]))
@@ -125,8 +138,15 @@ def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
         return {"ready": False, "stage": "auth", "elapsed_s": 0.0, "journal": "",
                 "detail": f"the release requires an API key (auth api-key) but {store.secrets_path} holds none"}
     stage, detail = "active", ""
+    every = min(PROGRESS_EVERY_S, max(2.0, timeout / 3))
+    next_progress = every
     while time.monotonic() - start < timeout:
         elapsed = time.monotonic() - start
+        if elapsed >= next_progress:
+            next_progress += every
+            latest = (journal_since(store.service, since).splitlines() or ["(nothing in the journal yet)"])[-1]
+            log(f"still starting after {elapsed:.0f} s of {timeout:.0f} s (stage {stage}): "
+                + evidence.redact(latest, [api_key])[:240])
         status = service_status(store.service)
         state = status["active_state"]
         if state in ("failed", "inactive") or (state != "active" and elapsed > settle):
@@ -167,7 +187,10 @@ def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
         detail = f"/generate answered {status}: {body[:200].decode(errors='replace')}"
         time.sleep(0.5)
     tail, cause = failed_start(store.service, since, api_key)
-    return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({cause or detail})",
+    return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({cause or detail}); the "
+            "timeout is the profile's service.start_timeout_s: a cold first start loads the weights, compiles JIT "
+            "kernels and captures CUDA graphs (the caches persist under the service's state and cache directories, "
+            "so the next start is faster): raise it, or deploy again",
             "elapsed_s": round(time.monotonic() - start, 1), "journal": tail}
 
 

@@ -11,8 +11,9 @@ One run, under the release store's lock (a deploy or rollback never runs at the 
   2. read sglang:num_running_reqs from the server's /metrics; above --max-running-requests the run records
      "busy" and measures nothing (so does a server without /metrics, or one that is down);
   3. measure with the gate's own client (bench.py: the same prompts, --samples requests, single stream);
-  4. drift: acceptance below --drift-min-accept-length (default: the gate's min_accept_length) or decode
-     below the gate's min_decode_tok_s; after --drift-runs drifting measurements in a row, --on-drift
+  4. drift: acceptance below --drift-min-accept-length (default: the gate's min_accept_length), decode
+     below the gate's min_decode_tok_s, or a failed short output check (the first --output-prompts known-answer
+     prompts of the gate's output check, hostside/output_check.py: a wrong or degenerate answer); after --drift-runs drifting measurements in a row, --on-drift
      restart restarts the service, waits until it is ready and measures again, at most
      --max-restarts-per-day times in 24 h (then it records "restart-withheld" instead); a restart or a
      withheld one is a line in watch.jsonl and a warning in the journal, a restart also in meta.json's history;
@@ -31,7 +32,7 @@ import re
 import sys
 import time
 
-from . import evidence, gate, roofline, safetensors_headers
+from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
 from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name, systemctl
 
@@ -49,8 +50,9 @@ def running_requests(metrics_text):
 
 
 def drift_reasons(entry, min_accept, min_decode):
-    """Why one measurement counts as drift ([] when it does not)."""
-    reasons = []
+    """Why one measurement counts as drift ([] when it does not): too slow, too little acceptance, or wrong answers
+    (a server that keeps its speed but answers garbage drifts too)."""
+    reasons = list((entry.get("output") or {}).get("reasons") or [])
     tau, decode = entry.get("accept_length"), entry.get("decode_tok_s")
     if min_accept is not None and tau is not None and tau < min_accept:
         reasons.append(f"acceptance length {tau:.2f} is below {min_accept}")
@@ -137,6 +139,12 @@ def textfile(service, release_id, history, verdict, now):
     gauge("last_run_timestamp_seconds", "Unix time of the last run (measured or skipped).", last.get("unix", now))
     gauge("last_run_ok", "1 when the last run measured, 0 when it was skipped or failed.",
           1 if last.get("status") == "ok" else 0, f',status="{_label(last.get("status", "none"))}"')
+    output = (last_ok or {}).get("output")
+    if output:
+        gauge("output_ok", "1 when the last run's short output check passed (known answers right, nothing degenerate).",
+              1 if output.get("verdict") == "pass" else 0, f',verdict="{_label(output.get("verdict"))}"')
+        gauge("output_known_right", "Known answers right in the last run's short output check.",
+              output.get("known_right"))
     gauge("drift_streak", "Drifting measurements in a row.", drift_streak(history))
     gauge("restarts", "Restarts by the watch recorded in this release's history.",
           sum(1 for e in history if e.get("event") == "restart"))
@@ -289,6 +297,11 @@ def run(args):
     def measured(label):
         entry = measure(probe_url, store.secrets_path, settings, args.samples)
         entry["event"] = label
+        if entry["status"] == "ok" and args.output_prompts:
+            check = output_check.run(probe_url, api_key, expect.get("served_name") or "default",
+                                     limit=args.output_prompts)
+            entry["output"] = {key: check[key] for key in ("verdict", "reasons", "inconclusive", "known_right",
+                                                           "total", "degenerate")}
         if entry["status"] == "ok":
             entry["drift"] = drift_reasons(entry, min_accept, min_decode)
             if "inputs" not in bound_cache:  # once per run (the safetensors headers), only when measured
@@ -338,6 +351,8 @@ def main():
     parser.add_argument("--drift-runs", type=int, default=2)
     parser.add_argument("--max-restarts-per-day", type=int, default=3)
     parser.add_argument("--history-lines", type=int, default=500)
+    parser.add_argument("--output-prompts", type=int, default=3,
+                        help="known-answer prompts of the output check per run (0: none)")
     parser.add_argument("--textfile-dir", default="/var/lib/prometheus/node-exporter")
     args = parser.parse_args()
     store = Store(args.service)

@@ -1,0 +1,57 @@
+"""Flags by SGLang's own dest (security review 2, findings on spellings and option-valued flags): a second spelling,
+an alias of a tool-set field, or a value that is itself an option never reaches the unit. Both paths: SGLang's own
+parser (full) and its exported table (light)."""
+
+import pytest
+
+from conftest import proven_with
+from test_validate import check
+
+
+@pytest.mark.parametrize("old, new, rule, message", [
+    ("  flags:\n", "  flags:\n    --tensor-parallel-size: 2\n", "one-spelling-per-flag",
+     "--tensor-parallel-size and --tp-size both set SGLang's tp_size"),
+    ("  flags:\n", "  flags:\n    --model: /srv/other\n", "tool-derived-flag",
+     "--model is SGLang's model_path, which the tool sets from model.path"),
+    ("  flags:\n", "  flags:\n    --nccl-init-addr: 10.0.0.9:5000\n", "tool-derived-flag",
+     "--nccl-init-addr is SGLang's dist_init_addr"),
+    ("  flags:\n", "  flags:\n    --lora-target-modules: [all, \"--host\", \"0.0.0.0\"]\n", "no-option-as-value",
+     "the value '--host' of --lora-target-modules starts with '-'"),
+    ("  flags:\n", "  flags:\n    --chat-template: \"--api-key=x\"\n", "no-option-as-value",
+     "the value '--api-key=x' of --chat-template starts with '-'"),
+])
+def test_spellings_and_option_values_are_refused_naming_the_flag(tmp_path, old, new, rule, message):
+    report = check(proven_with(tmp_path, old, new))
+    found = [p for p in report.problems if p.rule == rule]
+    assert found and message in found[0].message, report.lines()
+    assert report.lines()[0].split(":")[1].isdigit()  # file:line
+
+
+def test_an_alias_alone_is_refused_so_the_rules_read_what_sglang_gets(tmp_path):
+    profile = proven_with(tmp_path, "    --tp-size: 2 ", "    --tensor-parallel-size: 2 ")
+    report = check(profile)
+    [problem] = [p for p in report.problems if p.rule == "canonical-flag-name"]
+    assert "write --tp-size" in problem.message and problem.field == ("sglang", "flags", "--tensor-parallel-size")
+
+
+def test_a_negative_number_is_a_value_for_a_numeric_flag_only(tmp_path):
+    report = check(proven_with(tmp_path, "  flags:\n", "  flags:\n    --random-seed: -1\n"))
+    assert not [p for p in report.problems if p.rule == "no-option-as-value"], report.lines()
+
+
+def test_a_negation_spelling_is_not_an_alias(tmp_path):
+    report = check(proven_with(tmp_path, "  flags:\n", "  flags:\n    --no-enable-tf32-matmul: true\n"))
+    assert not [p for p in report.problems if p.rule in ("canonical-flag-name", "one-spelling-per-flag")], report.lines()
+
+
+def test_the_backstop_parses_the_rendered_argv_for_the_tools_own_values():
+    from conftest import PROVEN
+    from sglang_deploy.flags import server_args
+    from sglang_deploy.profile import load_profile
+    from sglang_deploy.validate import derived_values_problems
+
+    profile = load_profile(PROVEN)
+    argv = server_args(profile)
+    assert derived_values_problems(profile, argv, None) == []
+    [problem] = derived_values_problems(profile, argv + ["--lora-target-modules", "all", "--host", "0.0.0.0"], None)
+    assert problem.rule == "tool-flags-intact" and "host='0.0.0.0' (the tool sets '127.0.0.1')" in problem.message
