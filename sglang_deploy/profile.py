@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -52,7 +53,8 @@ class ProfileError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # inf and nan are no numbers a profile means (YAML's .inf/.nan would pass every "at least" check)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSection(Strict):
@@ -187,6 +189,8 @@ class SGLangSection(Strict):
             if name in DERIVED_FLAGS:
                 raise ValueError(f"flag {name} is set by the tool from {DERIVED_FLAGS[name]}; remove it from sglang.flags")
             for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, float) and not math.isfinite(item):
+                    raise ValueError(f"value of {name} is {item}: not a number a flag takes")
                 problem = safety.control_message(item) if isinstance(item, str) else None
                 if problem:
                     raise ValueError(f"value of {name} {problem}")
@@ -479,6 +483,12 @@ def load_profile(path: Path | str) -> Profile:
     except OSError as error:
         raise ProfileError(path, [f"{source}: cannot read profile: {error.strerror}"]) from None
     try:
+        # An alias (*name) is expanded by the loader: nested ones grow without bound (a "billion laughs"), and a
+        # reviewer reading the profile does not see the value where it is used. Refused before anything expands.
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise ProfileError(path, [f"{source}:{event.start_mark.line + 1}: YAML alias *{event.anchor}: aliases "
+                                          "are not accepted in a profile; write the value out where it is used"])
         node = yaml.compose(text, Loader=_UniqueKeyLoader)
         data = yaml.load(text, Loader=_UniqueKeyLoader)
     except yaml.YAMLError as error:

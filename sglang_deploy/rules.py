@@ -6,6 +6,14 @@ nothing of the project, so no import cycle runs through it.
 
 # rule id -> what it protects. Ids are what `waivers:` in a profile refers to.
 RULES = {
+    "env-tool-owned": "the profile's environment does not override a variable the tool sets",
+    "env-loads-code": "no variable that loads code from a path, unless waived with a reason",
+    "no-secret-in-profile": "no secret flag (admin key, TLS key password) in a profile",
+    "tool-derived-flag": "no spelling of a flag the tool sets (model path, host, port, key, config, nodes)",
+    "one-spelling-per-flag": "one spelling per SGLang field",
+    "canonical-flag-name": "flags use SGLang's first spelling, the one the rules read",
+    "no-option-as-value": "no flag value that SGLang's parser would read as an option",
+    "tool-flags-intact": "the rendered command line parses to the tool's own values",
     "sglang-parser": "the pinned SGLang release's own argument parser accepts the command line",
     "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line",
     "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
@@ -24,7 +32,16 @@ RULES = {
 }
 # Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server
 # that does not start, or against corrupted results.
-WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on"}
+WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on", "env-loads-code"}
+
+# Variables that make the server load code from a path (plugins, injection libraries, compiler binaries); waivable
+# with `waivers: {env-loads-code: reason}`. Patterns are fullmatched.
+CODE_LOADING_ENV = (r"NCCL_\w*PLUGIN\w*", r"NCCL_NET", r"TRITON_\w*_PATH", r"CUDA_INJECTION\w*", r"TORCH_EXTENSIONS_DIR",
+                    r"SGLANG_\w*PLUGIN\w*", r"PYTORCH_\w*PLUGIN\w*")
+# Variables the tool sets itself (render.py base_environment): a profile that changed them would undo the offline
+# start, move the JIT caches out of the service's directories or swap the toolkit.
+TOOL_ENV = ("HOME", "SGLANG_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE", "HF_ENDPOINT", "CUDA_HOME", "TRITON_CACHE_DIR",
+            "TORCHINDUCTOR_CACHE_DIR", "PATH")
 
 # NVIDIA documents these as debugging knobs, not production settings.
 NCCL_DEBUG_KNOBS = (

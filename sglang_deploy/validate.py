@@ -18,7 +18,7 @@ import difflib
 from dataclasses import dataclass
 
 from . import flag_table, gpu_facts, resolution, validator_env
-from .rules import NCCL_DEBUG_KNOBS, RENAMED_FLAGS, WAIVABLE
+from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, RENAMED_FLAGS, TOOL_ENV, WAIVABLE
 from .flags import server_args
 from .profile import Profile, line_of
 
@@ -104,6 +104,9 @@ DERIVED_DESTS = {
     "dist_init_addr": "multinode.dist_init_port and the rank 0 host's address",
 }
 NUMERIC_TYPES = ("int", "float")
+# Secrets SGLang takes as flags: on the command line they are world-readable in /proc, and a profile is reviewed in
+# the open. The API key goes through the secrets file (--config); these have no place in a profile at all.
+SECRET_DESTS = {"admin_api_key": "an admin API key", "ssl_keyfile_password": "the TLS key file's password"}
 
 
 def _is_number(value: str) -> bool:
@@ -126,6 +129,12 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
         if action is None:
             continue  # parser_problems names it
         dest, canonical = action["dest"], action["options"][0]
+        if dest in SECRET_DESTS:
+            problems.append(Problem("no-secret-in-profile", _flag(name),
+                                    f"{name} is {SECRET_DESTS[dest]}, a secret: a profile is reviewed in the open and "
+                                    "SGLang's command line is world-readable in /proc; remove it (the tool passes "
+                                    "only the API key, through the root-owned secrets file)"))
+            continue
         if dest in DERIVED_DESTS:
             problems.append(Problem("tool-derived-flag", _flag(name),
                                     f"{name} is SGLang's {dest}, which the tool sets from {DERIVED_DESTS[dest]}; "
@@ -248,6 +257,22 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
                                 f"{flag} turns decode CUDA graphs off (SGLang resolves cuda_graph_config.decode."
                                 "backend to 'disabled'; at least 25 % slower decode); accepted: remove it, or "
                                 "--cuda-graph-backend-decode full or breakable"))
+    return problems
+
+
+def environment_problems(profile: Profile) -> list[Problem]:
+    import re
+
+    problems = []
+    for key in profile.environment:
+        if key in TOOL_ENV:
+            problems.append(Problem("env-tool-owned", _env(key),
+                                    f"{key} is set by the tool (offline start, the service's own JIT caches, the "
+                                    "pinned toolkit); remove it from environment"))
+        elif any(re.fullmatch(pattern, key) for pattern in CODE_LOADING_ENV):
+            problems.append(Problem("env-loads-code", _env(key),
+                                    f"{key} makes the server load code from a path; remove it, or waive the rule "
+                                    "for a reviewed reason: `waivers: {env-loads-code: \"why\"}`"))
     return problems
 
 
@@ -377,6 +402,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
                                 f"{answer.get('step') or 'resolution'}: {answer['error']}"))
     problems += resource_problems(profile, gpus, answer["resolved"])
     problems += nccl_problems(profile, topology)
+    problems += environment_problems(profile)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     for rule in profile.waivers:
         if rule not in WAIVABLE:

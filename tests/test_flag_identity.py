@@ -17,6 +17,10 @@ from test_validate import check
      "--nccl-init-addr is SGLang's dist_init_addr"),
     ("  flags:\n", "  flags:\n    --lora-target-modules: [all, \"--host\", \"0.0.0.0\"]\n", "no-option-as-value",
      "the value '--host' of --lora-target-modules starts with '-'"),
+    ("  flags:\n", "  flags:\n    --admin-api-key: sk-admin-0123456789abcdef\n", "no-secret-in-profile",
+     "--admin-api-key is an admin API key, a secret"),
+    ("  flags:\n", "  flags:\n    --ssl-keyfile-password: hunter2hunter2\n", "no-secret-in-profile",
+     "--ssl-keyfile-password is the TLS key file's password, a secret"),
     ("  flags:\n", "  flags:\n    --chat-template: \"--api-key=x\"\n", "no-option-as-value",
      "the value '--api-key=x' of --chat-template starts with '-'"),
 ])
@@ -55,3 +59,22 @@ def test_the_backstop_parses_the_rendered_argv_for_the_tools_own_values():
     assert derived_values_problems(profile, argv, None) == []
     [problem] = derived_values_problems(profile, argv + ["--lora-target-modules", "all", "--host", "0.0.0.0"], None)
     assert problem.rule == "tool-flags-intact" and "host='0.0.0.0' (the tool sets '127.0.0.1')" in problem.message
+
+
+@pytest.mark.parametrize("variable, value, rule", [
+    ("HF_HUB_OFFLINE", "0", "env-tool-owned"), ("TRITON_CACHE_DIR", "/tmp/shared", "env-tool-owned"),
+    ("CUDA_HOME", "/opt/other-cuda", "env-tool-owned"), ("HF_ENDPOINT", "http://mirror.example", "env-tool-owned"),
+    ("NCCL_NET_PLUGIN", "/srv/x/libnccl-net.so", "env-loads-code"), ("TRITON_PTXAS_PATH", "/srv/x/ptxas", "env-loads-code"),
+    ("CUDA_INJECTION64_PATH", "/srv/x/inject.so", "env-loads-code"),
+])
+def test_environment_that_undoes_the_tool_or_loads_code_is_refused(tmp_path, variable, value, rule):
+    report = check(proven_with(tmp_path, "environment:\n", f'environment:\n  {variable}: "{value}"\n'))
+    [problem] = [p for p in report.problems if p.field == ("environment", variable)]
+    assert problem.rule == rule, report.lines()
+
+
+def test_a_code_loading_variable_can_be_waived_with_a_reason(tmp_path):
+    text = ('environment:\n  NCCL_NET_PLUGIN: "/opt/nccl-net/libnccl-net.so"\n')
+    profile = proven_with(tmp_path, "environment:\n", text)
+    profile.write_text(profile.read_text() + 'waivers:\n  env-loads-code: "the site network plugin, reviewed"\n')
+    assert not [p for p in check(profile).problems if p.rule == "env-loads-code"]

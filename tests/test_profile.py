@@ -141,3 +141,29 @@ def test_pins_go_into_the_versioned_venv(tmp_path):
     assert venv_path(pinned) != venv_path(load_profile(PROVEN))  # another env, so old releases keep theirs
     loose = proven_with(tmp_path, '  launcher: serve\n', '  launcher: serve\n  pins: ["nvidia-nccl-cu13>=2.28"]\n', "loose.yaml")
     assert any("sglang.pins" in p and "must be an exact requirement" in p for p in problems_of(loose))
+
+
+def test_yaml_aliases_are_refused_before_they_expand(tmp_path):
+    from conftest import PROVEN
+    from sglang_deploy.profile import ProfileError, load_profile
+
+    laughs = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{n}: &{n} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, n in zip("abcdefgh", "bcdefghi"))
+    path = tmp_path / "laughs.yaml"
+    path.write_text(laughs + PROVEN.read_text())
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    assert f"{path}:2: YAML alias *a: aliases are not accepted" in str(error.value)
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_infinite_and_nan_numbers_are_refused_naming_the_field(tmp_path, value):
+    from conftest import proven_with
+    from sglang_deploy.profile import ProfileError, load_profile
+
+    for old, new, field in (("  min_decode_tok_s: 45 ", f"  min_decode_tok_s: {value} ", "gate.min_decode_tok_s"),
+                            ("    --mem-fraction-static: 0.88", f"    --mem-fraction-static: {value}",
+                             "sglang.flags")):
+        with pytest.raises(ProfileError) as error:
+            load_profile(proven_with(tmp_path, old, new))
+        assert field in str(error.value), str(error.value)
