@@ -260,7 +260,9 @@ def host_data_problems(data) -> list[tuple[str, str]]:
         check(key, lambda v: None if v == "python3" or full(ABS_PATH, str(v))
               else f"must be python3 or an absolute path, got {v!r}")
     check("service", lambda v: service_name_problem(str(v)))
-    check("api_key_env", lambda v: None if full(ENV_NAME, str(v)) else f"must be an environment variable name, got {v!r}")
+    check("api_key_env", lambda v: None if full(ENV_NAME, str(v)) and str(v).startswith("SGLANG_DEPLOY_") else
+          f"must be an environment variable name starting with SGLANG_DEPLOY_ (the controller reads the key from "
+          f"it; another name could hand over any variable of the controller's environment), got {v!r}")
     return problems
 
 

@@ -177,3 +177,11 @@ def test_a_faster_release_that_answers_garbage_never_passes(simhost, tmp_path):
     assert recorded["output"]["prompts_digest"].startswith("sha256:") and recorded["output"]["degenerate"] == 8
     passed = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{good}/gate-result.json"))
     assert passed["output"]["known_right"] == 8 and passed["output"]["verdict"] == "pass"
+    # the right form, wrong values (3 of the 8 known answers): refused the same way, the good release back again
+    wrong = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_FAULT_OUTPUT: wrong-answers\n',
+                        "wrong-answers.yaml")
+    result = simhost.deploy(profile=wrong, gate=True)
+    output = result.stdout + result.stderr
+    assert result.returncode != 0 and "output: 3 of 8 known answers wrong" in output, output[-4000:]
+    assert "GATE FAIL" in output and f"automatic rollback to {good}: healthy again" in output
+    assert state(simhost)["state"]["active"] == good and simhost.http("/health")[0] == 200

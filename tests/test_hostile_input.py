@@ -180,6 +180,9 @@ HOST_DATA_CASES = [
     ("service", "sglang;id", "must be a unit name"),
     ("gpu_topology", "infiniband", "must be pcie or nvlink"),
     ("api_key_env", "KEY; id", "must be an environment variable name"),
+    ("api_key_env", "AWS_SECRET_ACCESS_KEY", "starting with SGLANG_DEPLOY_"),
+    ("container_id", "99", "must be between 100 and 999999999"),
+    ("sim_server", "vllm", "must be sglang or model"),
 ]
 
 
@@ -284,3 +287,16 @@ def test_a_unit_with_an_injected_section_is_caught_after_rendering():
     injected = unit.replace("[Install]", "[Service]\nExecStartPre=+/bin/touch /tmp/pwned\n[Install]")
     with pytest.raises(RenderError, match="sections"):
         check_unit_structure(injected, render(load_profile(PROVEN), api_key="sk-" + "k" * 20).exec_start)
+
+
+
+def test_relaxing_the_servers_sandbox_does_not_weaken_the_root_run_watch(tmp_path):
+    from conftest import proven_with
+    from sglang_deploy.profile import load_profile
+    from sglang_deploy.render import render_watch
+
+    profile = load_profile(proven_with(tmp_path, "  user: sglang\n", "  user: sglang\n  relax: [ProtectHome, "
+                                       "SystemCallFilter, ProtectKernelTunables, ProtectControlGroups]\n"))
+    watch = render_watch(profile).service
+    assert "ProtectHome=yes" in watch and "SystemCallFilter=@system-service" in watch
+    assert "ProtectKernelTunables=" not in watch  # what a container without nesting needs for any unit to start

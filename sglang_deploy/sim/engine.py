@@ -96,6 +96,10 @@ class Engine:
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         fault = env.get("SGLANG_SIM_FAULT_OUTPUT") or None
+        # SGLANG_SIM_FAULT_OUTPUT_AT_STEPS=N: the fault only where the release runs N draft steps (one tune candidate)
+        at_steps = env.get("SGLANG_SIM_FAULT_OUTPUT_AT_STEPS")
+        if at_steps and str(resolved.get("speculative_num_steps")) != at_steps.strip():
+            fault = None
         self.output_fault = fault if fault in OUTPUT_FAULTS else None
         if self.output_fault == "garbage":
             self.slowdown *= GARBAGE_SPEEDUP

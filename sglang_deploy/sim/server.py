@@ -16,6 +16,7 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_DIE_AFTER_REQUESTS=N         the scheduler dies after N generation requests (SIGKILL)
   SGLANG_SIM_EXIT0_AFTER_REQUESTS=N       ... exits with status 0 after N requests (a CUDA fault that exits 0)
   SGLANG_SIM_FAULT_OUTPUT=garbage|wrong-answers|diverge   broken answers (engine.py OUTPUT_FAULTS)
+  SGLANG_SIM_FAULT_OUTPUT_AT_STEPS=N                    ... only in a release with N speculative steps
   SGLANG_SIM_SLOWDOWN_PCT=X               every cycle X % slower (a regression only a benchmark sees)
   SGLANG_SIM_GENERATE_5XX=1               generation endpoints answer 500
   SGLANG_SIM_ACCEPT_COLLAPSE=1            speculative acceptance collapses (tau ~1.2)
