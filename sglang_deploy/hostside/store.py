@@ -68,6 +68,13 @@ def server_argv(exec_start):
     return exec_start[len(LOG_REDACTOR):] if tuple(exec_start[:len(LOG_REDACTOR)]) == LOG_REDACTOR else exec_start
 
 
+def parse_cmdline(raw):
+    """/proc/PID/cmdline as a list of strings. A process may rewrite its own argv with any bytes (the service user
+    controls the server): bytes that are not UTF-8 are shown escaped, never an exception that would stop a state
+    listing, a switch or a rollback."""
+    return [arg.decode("utf-8", errors="backslashreplace") for arg in raw.split(b"\0") if arg]
+
+
 def cmdline_matches(cmdline, exec_start) -> bool:
     """A script's process shows its interpreter first (`python3 /venv/bin/sglang serve ...`)."""
     exec_start = server_argv(exec_start)
@@ -397,8 +404,8 @@ def service_status(service):
     if pid:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = [a.decode() for a in f.read().split(b"\0") if a]
-        except FileNotFoundError:
+                cmdline = parse_cmdline(f.read())
+        except OSError:  # the process went away
             pass
     return {"active_state": props.get("ActiveState"), "sub_state": props.get("SubState"),
             "result": props.get("Result"), "main_pid": pid, "cmdline": cmdline,
