@@ -5,6 +5,7 @@ dropped SSH connection); this role ships the host package, stages files, starts 
 its outcome.
 """
 
+import base64
 import json
 import shlex
 from io import BytesIO
@@ -187,14 +188,21 @@ def preflight(service: str, release_id: str, unit: str, env: str, interpreter: s
     own unit properties (hostside/preflight.py). A failure stops the deploy here, before the store changes."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     argv, expected = preflight_inputs(exec_start, resolved)
-    files.directory(name="Preflight inputs (tmpfs)", path=directory, mode=755)
-    for name, content, mode in (("sglang.service", unit, 644), ("sglang.env", env, 600),
-                                ("argv.json", json.dumps(argv), 644), ("expected.json", json.dumps(expected), 644)):
-        files.put(name=f"Preflight {name}", src=BytesIO(content.encode()), dest=f"{directory}/{name}", mode=mode)
+    # One operation: the inputs (nothing secret: the key stays in the secrets file) written by the same command
+    # that runs the preflight and removes them.
+    inputs = [(name, content, mode) for name, content, mode in (
+        ("sglang.service", unit, "644"), ("sglang.env", env, "600"), ("argv.json", json.dumps(argv), "644"),
+        ("expected.json", json.dumps(expected), "644"))]
+    write = [f"install -d -m 755 {shlex.quote(directory)}"]
+    for name, content, mode in inputs:
+        path = shlex.quote(f"{directory}/{name}")
+        encoded = base64.b64encode(content.encode()).decode()
+        write.append(f"(umask 077; echo {encoded} | base64 -d > {path}) && chmod {mode} {path}")
     server.shell(name=f"Preflight of release {release_id}: sandbox, devices, shm, toolchain, caches, "
                       + ("SGLang's resolution, " if resolve else "") + "torch, P2P/NCCL, Triton (as the service, "
                       "under its unit's sandbox)",
-                 commands=[preflight_command(service, release_id, interpreter, gpus, simulated, container_id, resolve)])
+                 commands=[" && ".join(write) + " && { " + preflight_command(service, release_id, interpreter, gpus,
+                                                                             simulated, container_id, resolve) + "; }"])
     python.call(name="Preflight report", function=_preflight_report, service=service)
 
 
