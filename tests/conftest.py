@@ -65,7 +65,7 @@ SGLANG_FRONTEND_MODULES = {"test_deploy_sim.py", "test_secrets_sim.py", "test_fr
 # The preflight's SGLang resolution on the host (hostside/preflight.py: ~6 s of CPU and 0.9 GB per new command line)
 # runs in these modules; elsewhere `--data preflight_resolution=false` leaves that one step out (the controller's
 # check resolved the same command line with the same SGLang install moments before). The LXC hosts always run it.
-PREFLIGHT_RESOLUTION_MODULES = SGLANG_FRONTEND_MODULES | {"test_weights_sim.py", "test_lxc_sim.py"}
+PREFLIGHT_RESOLUTION_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py"}
 FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
 
 
