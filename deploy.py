@@ -154,7 +154,7 @@ if decision.switch or host.data.get("provision_mode") == "verify":
                           interpreter=release.preflight_interpreter(plan.simulated, venv_path(profile)),
                           exec_start=plan.rendered.exec_start, resolved=(plan.resolution or {}).get("resolved"),
                           container_id=host.data.get("container_id"),
-                          resolve=host_flag(host.data, "preflight_resolution", default=True))
+                          resolve=host_flag(host.data, "preflight_stack", default=True))
 if decision.switch:
     logger.info(f"[{host.name}] release {decision.release_id}: {decision.reason}")
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)

@@ -52,7 +52,7 @@ else:
                       gpus=release.preflight_gpus(resolution.get("resolved"), (meta.get("node") or {}).get("nnodes", 1)),
                       simulated=bool(meta.get("simulated")), exec_start=meta.get("exec_start") or [],
                       resolved=resolution.get("resolved"), container_id=host.data.get("container_id"),
-                      resolve=host_flag(host.data, "preflight_resolution", default=True))
+                      resolve=host_flag(host.data, "preflight_stack", default=True))
 switch = dict(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
               reason="rollback", auto_rollback=True, force=True)
 node = meta.get("node")  # a multi-node release: this host's rank (release_plan.build_meta)

@@ -16,10 +16,10 @@ skip_gate = False
 # Before a switch, the preflight runs the release's server checks on the host under the release's own sandbox
 # (hostside/preflight.py). True skips it: for emergencies only, and recorded in the release.
 skip_preflight = False
-# False leaves out the preflight's SGLang resolution on the host (the controller's check ran SGLang's whole resolution
-# already; the test suite's simulated hosts, whose SGLang install is the controller's, skip it outside the modules
-# that test it, to save ~6 s of CPU per deploy).
-preflight_resolution = True
+# False leaves out the preflight's steps that import SGLang's stack: its resolution on the host, and on a simulated
+# host the torch step (the controller's check ran SGLang's whole resolution already; the test suite's simulated hosts,
+# whose SGLang install is the controller's, skip them outside the modules that test them, to save CPU per deploy).
+preflight_stack = True
 # The host's Proxmox CT id, for the fixes the preflight and facts.py --proxmox print (`pct set <id> ...`).
 container_id = None
 keep_releases = 5  # releases kept on the host (the active and the last good one are never pruned)

@@ -62,10 +62,10 @@ def proven_with(tmp_path: Path, old: str, new: str, name: str = "variant.yaml") 
 # 0.1 GB) for the rest, which restart servers dozens of times. At most FRONTEND_SLOTS real front ends run at once
 # across the workers (a lock file per slot), so that the suite fits the CI machine's 24 GB.
 SGLANG_FRONTEND_MODULES = {"test_deploy_sim.py", "test_secrets_sim.py", "test_frontend_sim.py"}
-# The preflight's SGLang resolution on the host (hostside/preflight.py: ~6 s of CPU and 0.9 GB per new command line)
-# runs in these modules; elsewhere `--data preflight_resolution=false` leaves that one step out (the controller's
-# check resolved the same command line with the same SGLang install moments before). The LXC hosts always run it.
-PREFLIGHT_RESOLUTION_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py"}
+# The preflight's steps that import SGLang's stack (hostside/preflight.py: the resolution, ~6 s of CPU and 0.9 GB per
+# new command line, and torch) run in these modules; elsewhere `--data preflight_stack=false` leaves them out (the
+# controller's check resolved the same command line with the same SGLang install moments before).
+PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py"}
 FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
 
 
@@ -74,14 +74,14 @@ class SimHostSession:
         from testbed.simhost import SimHost
 
         self.sim_server = "model"
-        self.preflight_resolution = True
+        self.preflight_stack = True
         self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine=TEST_MACHINE)
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
                     "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
 
     def pyinfra_command(self, *args: str) -> list[str]:
         command = [*CONTROLLER, "-m", "pyinfra", "inventory/sim.py", *args, "--data", f"sim_server={self.sim_server}",
-                   "--data", f"preflight_resolution={str(self.preflight_resolution).lower()}"]
+                   "--data", f"preflight_stack={str(self.preflight_stack).lower()}"]
         if "--dry" not in args:
             command.insert(len(CONTROLLER) + 2, "-y")
         return command
@@ -224,7 +224,7 @@ def _simhost_server(request):
     if request.path.name not in SGLANG_FRONTEND_MODULES:
         yield
         return
-    # (the resolution step of the preflight: see _preflight_resolution)
+    # (the resolution step of the preflight: see _preflight_stack)
     import fcntl
 
     from testbed.simhost import CACHE_DIR
@@ -255,17 +255,17 @@ def _simhost_server(request):
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _preflight_resolution(request):
-    """The session's simulated host runs the preflight's resolution step only in PREFLIGHT_RESOLUTION_MODULES."""
+def _preflight_stack(request):
+    """The session's simulated host runs the preflight's resolution step only in PREFLIGHT_STACK_MODULES."""
     if "simhost" not in request.fixturenames:
         yield
         return
     session = request.getfixturevalue("simhost")
-    session.preflight_resolution = request.path.name in PREFLIGHT_RESOLUTION_MODULES
+    session.preflight_stack = request.path.name in PREFLIGHT_STACK_MODULES
     try:
         yield
     finally:
-        session.preflight_resolution = True
+        session.preflight_stack = True
 
 
 @pytest.fixture(scope="session")
