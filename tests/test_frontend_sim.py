@@ -20,10 +20,13 @@ def small_gate(profile, directory):
     # worker's host already runs the same unit from another module
     text = profile.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_NOTE: "frontend-sim"\n', 1)
     head, gate = text.split("\ngate:\n", 1)
-    gate = re.sub(r"^  (samples|max_new_tokens|warmup|on_inconclusive): .*\n", "", gate, flags=re.M).rstrip("\n")
-    # 3 pairs often leave the comparison with an earlier release on this worker's host inconclusive: keep then
+    gate = re.sub(r"^  (samples|max_new_tokens|warmup|on_inconclusive|max_regression_pct): .*\n", "", gate,
+                  flags=re.M).rstrip("\n")
+    # The baseline on this worker's host is often a release another module measured on the model-only simulator, a
+    # different server on a differently loaded machine: 3 pairs against it say little (keep when inconclusive), and
+    # only a collapse (more than 40 % slower) fails the comparison; the floors and the output check decide.
     return write_profile(directory, f"{head}\ngate:\n{gate}\n  samples: 3\n  max_new_tokens: 128\n  warmup: 0\n"
-                                    "  on_inconclusive: keep\n", profile.name)
+                                    "  on_inconclusive: keep\n  max_regression_pct: 40\n", profile.name)
 
 
 @pytest.fixture(scope="module")
