@@ -5,7 +5,8 @@ configuration it needs (`features: nesting=1`, the devN: lines with their modes,
 
     pyinfra inventory/X.py facts.py [--data python=/opt/sglang-deploy/venvs/.../bin/python] [--data container_id=129]
 
-Reads only; changes nothing on the host. Saves results/<host>/facts.json on the controller, which
+Reads only; changes nothing on the host (the nesting and limits facts start two transient units that run
+/bin/true and cat, collected when they exit). Saves results/<host>/facts.json on the controller, which
 `sglang-deploy check PROFILE --facts results/<host>/facts.json` checks a profile against.
 """
 
