@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from .hostside import preflight
+
 # The device groups of /proc/devices the server's nodes belong to: nvidia-frontend is 195 everywhere, the others
 # are dynamic (alloc_chrdev_region at module load) and can change at a host reboot.
 NVIDIA_GROUPS = ("nvidia-frontend", "nvidia-uvm", "nvidia-caps")
@@ -14,8 +16,7 @@ NVIDIA_GROUPS = ("nvidia-frontend", "nvidia-uvm", "nvidia-caps")
 
 def parse_uid_map(text: str) -> dict:
     fields = text.split()
-    unprivileged = bool(fields) and fields[:3] != ["0", "0", "4294967295"]
-    return {"uid_map": " ".join(fields[:3]), "unprivileged": unprivileged}
+    return {"uid_map": " ".join(fields[:3]), "unprivileged": preflight.unprivileged(fields)}
 
 
 def parse_nodes(text: str) -> list[dict]:
@@ -47,13 +48,7 @@ def parse_proc_devices(text: str) -> dict[str, int]:
 
 def parse_limits(text: str) -> dict:
     """/proc/<pid>/limits -> {"nofile": (soft, hard), "memlock": (soft, hard)}."""
-    found = {}
-    for line in text.splitlines():
-        for label, key in (("Max open files", "nofile"), ("Max locked memory", "memlock")):
-            if line.startswith(label):
-                soft, hard = line[len(label):].split()[:2]
-                found[key] = (soft, hard)
-    return found
+    return {key: (value["soft"], value["hard"]) for key, value in preflight.parse_limits(text).items()}
 
 
 def parse_nesting(text: str) -> bool | None:

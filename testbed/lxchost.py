@@ -34,7 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.simhost import REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, build_rootfs_tarball, log
+from testbed.simhost import (REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, build_rootfs_tarball, ensure_api_key,
+                             log)
 
 ID_BASE, ID_COUNT = 100000, 65536  # Proxmox's id map for unprivileged containers
 LXCFS_DIR = Path("/var/lib/lxcfs")
@@ -183,12 +184,7 @@ class LxcHost(SimHost):
         if closed:
             raise SimHostError(f"{self.state_dir}: container root (uid {ID_BASE} here) cannot traverse {closed[0]} "
                                "to reach its rootfs; use a state directory under a world-traversable path")
-        api_key = self.state_dir / "api_key"
-        if not api_key.exists():
-            import secrets
-
-            api_key.touch(mode=0o600)
-            api_key.write_text("sk-sim-" + secrets.token_urlsafe(24) + "\n")
+        ensure_api_key(self.state_dir)
         if self.pid():
             log(f"already running (pid {self.pid()}, {self.address})")
             return

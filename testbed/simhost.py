@@ -117,6 +117,15 @@ def _debootstrap() -> None:
     shutil.rmtree(build_dir, ignore_errors=True)
 
 
+def ensure_api_key(state_dir: Path) -> Path:
+    """The test host's API key (mode 0600), made once per state directory."""
+    api_key = state_dir / "api_key"
+    if not api_key.exists():
+        api_key.touch(mode=0o600)
+        api_key.write_text("sk-sim-" + secrets.token_urlsafe(24) + "\n")
+    return api_key
+
+
 def port_in_use(port: int) -> bool:
     with socket.socket() as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -303,10 +312,7 @@ class SimHost:
     def up(self, fresh: bool = False, timeout: float = 90) -> None:
         check_prerequisites()
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        api_key = self.state_dir / "api_key"  # the demo's API key, to show it never leaks
-        if not api_key.exists():
-            api_key.touch(mode=0o600)
-            api_key.write_text("sk-sim-" + secrets.token_urlsafe(24) + "\n")
+        ensure_api_key(self.state_dir)  # the demo's API key, to show it never leaks
         if self.pid():
             log(f"already running (pid {self.pid()}, ssh port {self.ssh_port})")
             return
@@ -469,10 +475,7 @@ class Fleet:
                                "choose another --service-port base")
         hosts = self.hosts()
         # One API key for the fleet: SGLang's router sends a single key to every worker behind it.
-        api_key = self.state_dir / "api_key"
-        if not api_key.exists():
-            api_key.touch(mode=0o600)
-            api_key.write_text("sk-sim-" + secrets.token_urlsafe(24) + "\n")
+        ensure_api_key(self.state_dir)
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=self.count) as pool:

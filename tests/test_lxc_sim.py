@@ -37,20 +37,21 @@ def lxc_session(tmp_path_factory, name, nesting, port_offset):
     return session
 
 
-@pytest.fixture(scope="module")
-def nested(tmp_path_factory):
-    session = lxc_session(tmp_path_factory, "lxc-nesting", nesting=True, port_offset=30)
+def lxc_host(tmp_path_factory, name, nesting, port_offset):
+    session = lxc_session(tmp_path_factory, name, nesting=nesting, port_offset=port_offset)
     yield session
     session.host.down()
     remove(session)
+
+
+@pytest.fixture(scope="module")
+def nested(tmp_path_factory):
+    yield from lxc_host(tmp_path_factory, "lxc-nesting", nesting=True, port_offset=30)
 
 
 @pytest.fixture(scope="module")
 def unnested(tmp_path_factory):
-    session = lxc_session(tmp_path_factory, "lxc-no-nesting", nesting=False, port_offset=31)
-    yield session
-    session.host.down()
-    remove(session)
+    yield from lxc_host(tmp_path_factory, "lxc-no-nesting", nesting=False, port_offset=31)
 
 
 def remove(session):

@@ -92,16 +92,20 @@ def _listdir(path):
         return []
 
 
-def limits():
+def parse_limits(text):
+    """/proc/<pid>/limits -> {"nofile": {"soft", "hard"}, "memlock": {...}} (also the controller's container facts)."""
     wanted = {"Max open files": "nofile", "Max locked memory": "memlock"}
     found = {}
-    with open("/proc/self/limits") as handle:
-        for line in handle.read().splitlines()[1:]:
-            for label, key in wanted.items():
-                if line.startswith(label):
-                    soft, hard = line[len(label):].split()[:2]
-                    found[key] = {"soft": soft, "hard": hard}
+    for line in text.splitlines():
+        for label, key in wanted.items():
+            if line.startswith(label):
+                soft, hard = line[len(label):].split()[:2]
+                found[key] = {"soft": soft, "hard": hard}
     return found
+
+
+def limits():
+    return parse_limits(_read("/proc/self/limits"))
 
 
 def toolchain():
