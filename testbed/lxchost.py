@@ -25,6 +25,8 @@ The same debootstrapped rootfs as the nspawn host (testbed/simhost.py), booted b
 from __future__ import annotations
 
 import argparse
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -75,15 +77,37 @@ def ensure_prerequisites() -> None:
         if f"root:{ID_BASE}:{ID_COUNT}" not in text.split():
             with open(path, "a") as handle:
                 handle.write(f"root:{ID_BASE}:{ID_COUNT}\n")
-    if not (LXCFS_DIR / "proc" / "meminfo").exists():
-        LXCFS_DIR.mkdir(parents=True, exist_ok=True)
-        subprocess.Popen(["lxcfs", str(LXCFS_DIR)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 10
-        while not (LXCFS_DIR / "proc" / "meminfo").exists():
-            if time.monotonic() > deadline:
-                raise SimHostError(f"lxcfs did not come up at {LXCFS_DIR} (is /dev/fuse there?)")
-            time.sleep(0.1)
+    with open("/run/sglang-deploy-lxcfs.lock", "w") as lock:  # one lxcfs for all test workers
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        ensure_lxcfs()
+
+
+def lxcfs_state(directory: Path = LXCFS_DIR) -> str:
+    """"up", "absent" or "stale": a FUSE mount whose lxcfs died (ENOTCONN), which is what a killed CI job leaves."""
+    try:
+        return "up" if (directory / "proc" / "meminfo").exists() else "absent"
+    except OSError as error:
+        if error.errno == errno.ENOTCONN:
+            return "stale"
+        raise
+
+
+def ensure_lxcfs(directory: Path = LXCFS_DIR) -> None:
+    state = lxcfs_state(directory)
+    if state == "up":
+        return
+    if state == "stale":
+        log(f"lxcfs at {directory} lost its process; detaching the stale mount and starting it again")
+        subprocess.run(["umount", "-l", str(directory)], check=True, capture_output=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    pidfile = "/run/lxcfs.pid" if directory == LXCFS_DIR else f"{directory}.pid"  # lxcfs locks its pid file
+    subprocess.Popen(["lxcfs", "--pidfile", pidfile, str(directory)], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                     stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 10
+    while lxcfs_state(directory) != "up":
+        if time.monotonic() > deadline:
+            raise SimHostError(f"lxcfs did not come up at {directory} (is /dev/fuse there?)")
+        time.sleep(0.1)
 
 
 @dataclass

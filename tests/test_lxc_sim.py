@@ -183,3 +183,35 @@ def test_facts_print_the_proxmox_configuration(unnested):
     assert "unprivileged container, uid map 0 100000 65536" in output and "nesting (a unit's fresh /proc" in output
     assert "# /etc/pve/lxc/129.conf" in output and "features: nesting=1" in output
     assert "dev0: /dev/nvidia0,mode=0666" in output
+
+
+def test_a_stale_lxcfs_mount_is_detached_and_lxcfs_started_again(tmp_path):
+    """A CI job that ends kills its lxcfs and leaves the FUSE mount (ENOTCONN); the next run must recover, not fail."""
+    if os.geteuid() != 0 or not shutil.which("lxcfs"):
+        pytest.skip("needs root and lxcfs")
+    import signal
+    import subprocess
+    import time
+
+    from testbed.lxchost import ensure_lxcfs, lxcfs_state
+
+    directory = Path("/var/tmp/sglang-deploy-tests") / f"lxcfs-{os.getpid()}"
+    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        assert lxcfs_state(directory) == "absent"
+        ensure_lxcfs(directory)
+        assert lxcfs_state(directory) == "up"
+        for pid in subprocess.run(["pgrep", "-f", f"lxcfs .*{directory}$"], capture_output=True,
+                                  text=True).stdout.split():
+            os.kill(int(pid), signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while lxcfs_state(directory) != "stale" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert lxcfs_state(directory) == "stale"
+        ensure_lxcfs(directory)
+        assert lxcfs_state(directory) == "up"
+    finally:
+        subprocess.run(["pkill", "-f", f"lxcfs .*{directory}$"])
+        subprocess.run(["umount", "-l", str(directory)], capture_output=True)
+        shutil.rmtree(directory, ignore_errors=True)
+        Path(f"{directory}.pid").unlink(missing_ok=True)
