@@ -27,6 +27,7 @@ from sglang_deploy.roofline import release_gpu, release_inputs
 from sglang_deploy import safety
 from sglang_deploy.hostdata import origin
 from sglang_deploy.weights import MIRROR_URL, profile_weights
+from sglang_deploy.drafter import draft_weights
 
 FIRST_START_TIMEOUT_S = 3600  # a cold first start on CT129: weights, FlashInfer/Triton JIT for sm_86, graph capture
 
@@ -48,6 +49,7 @@ watch_units = render_watch(profile)
 # The weights the release serves: the profile's pinned source, or (a simulated host, a profile without one) the
 # synthetic checkpoint, pushed and verified the same way.
 weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
+draft = draft_weights(profile)  # speculative.draft: a second snapshot, fetched or pushed and verified the same way
 hub_python = None
 hf_token_file = host.data.get("hf_token_file")
 if hf_token_file and safety.model_path_problem(str(hf_token_file)):
@@ -56,7 +58,7 @@ if hf_token_file and safety.model_path_problem(str(hf_token_file)):
 if host.data.get("hf_endpoint") and not MIRROR_URL.fullmatch(str(host.data.get("hf_endpoint"))):
     raise DeployError(f"{origin(host.data, 'hf_endpoint')}: hf_endpoint: {host.data.get('hf_endpoint')!r} is not "
                       "http(s)://host[:port][/path] of an HF-compatible endpoint; nothing was changed")
-if weights and weights.source.kind == "hf":
+if any(w and w.source.kind == "hf" for w in (weights, draft)):
     hub_python = host.data.get("hub_python") or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
                                                  else f"{venv_path(profile)}/bin/python")
 facts = host.get_fact(DeployState, service=service,
@@ -65,7 +67,8 @@ facts = host.get_fact(DeployState, service=service,
                       user=profile.service.user,
                       files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
                       timers=(f"{service}-watch.timer",),
-                      weights=(weights.host_manifest, weights.path, hub_python) if weights else ())
+                      weights=(weights.host_manifest, weights.path, hub_python) if weights else (),
+                      draft=(draft.host_manifest, draft.path, None if weights else hub_python) if draft else ())
 # The service user must be a dedicated system account and the unit the tool's own: read before any change.
 refused = host_problems(plan, facts["account"], facts["units"], ssh_user=host.data.get("ssh_user"))
 if refused:
@@ -75,8 +78,10 @@ if plan.simulated != host_is_simulated:
     raise DeployError(
         f"{host.name}: the inventory says simulated={plan.simulated} but the host "
         f"{'has' if host_is_simulated else 'lacks'} {SIMULATED_MARKER}; refusing to deploy")
-weights_status = facts["weights"]
-if weights and not weights_status["verified"] and hub_python and not weights_status["hub_client"]:
+weights_status, draft_status = facts["weights"], facts["draft"]
+fetched = [w for w, status in ((weights, weights_status), (draft, draft_status))
+           if w and w.source.kind == "hf" and not status["verified"]]
+if fetched and not any(status and status["hub_client"] for status in (weights_status, draft_status)):
     wheelhouse = host.data.get("hub_wheelhouse")
     if wheelhouse and not any(Path(str(wheelhouse)).glob("*.whl")):
         raise DeployError(f"{origin(host.data, 'hub_wheelhouse')}: hub_wheelhouse: {wheelhouse!r} is not a directory of "
@@ -124,6 +129,10 @@ if weights:
     weights_role.ensure(weights=weights, verified=weights_status["verified"], python=hub_python,
                         endpoint=host.data.get("hf_endpoint") or weights.mirror,
                         local_dir=weights.source.local_dir, token_file=hf_token_file)
+if draft:
+    weights_role.ensure(weights=draft, verified=draft_status["verified"], python=hub_python,
+                        endpoint=host.data.get("hf_endpoint"), local_dir=draft.source.local_dir,
+                        token_file=hf_token_file)
 secrets_changed = not secrets.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
 if secrets_changed:
     secrets.configure_secrets(secrets=plan.rendered.secrets, service=service, user=profile.service.user)
@@ -162,7 +171,7 @@ if decision.switch:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
                       resolution=plan.resolution,
-                      meta=build_meta(plan, decision.release_id, weights=weights,
+                      meta=build_meta(plan, decision.release_id, weights=weights, draft=draft,
                                       preflight="skipped (skip_preflight)" if skip_preflight else "passed"),
                       roofline=release_inputs(plan.resolution["resolved"], profile.model.path, release_gpu(
                           plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))))

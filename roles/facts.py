@@ -65,9 +65,10 @@ class DeployState(FactBase):
     requires_command = "python3"
 
     def command(self, service: str, manifests: tuple = (), paths: tuple = (), user: str | None = None,
-                files: tuple = (), timers: tuple = (), weights: tuple = ()) -> str:
+                files: tuple = (), timers: tuple = (), weights: tuple = (), draft: tuple = ()) -> str:
         """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change); with `weights`
-        (manifest, snapshot directory, hub python or None): WeightsStatus's."""
+        (manifest, snapshot directory, hub python or None): WeightsStatus's; with `draft` the same for the draft
+        model."""
         import shlex
 
         from sglang_deploy.layout import SIMULATED_MARKER
@@ -93,6 +94,8 @@ class DeployState(FactBase):
             checks.append(f"echo '@@units'; {UnitOwnership().command(service)}")
         if weights:
             checks.append(WeightsStatus().command(*weights))
+        if draft:
+            checks.append(WeightsStatus().command(*draft, section="draft"))
         return "; ".join(checks)
 
     def process(self, output):
@@ -110,6 +113,7 @@ class DeployState(FactBase):
             "account": ServiceAccount().process(sections["account"]) if "account" in sections else None,
             "units": UnitOwnership().process(sections["units"]) if "units" in sections else None,
             "weights": WeightsStatus().process(output) if "weights_status" in sections else None,
+            "draft": WeightsStatus().process(output, section="draft") if "draft_status" in sections else None,
         }
 
 
@@ -279,21 +283,21 @@ class WeightsStatus(FactBase):
 
     requires_command = "python3"
 
-    def command(self, manifest: str, directory: str, python: str | None = None) -> str:
+    def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights") -> str:
         program = base64.b64encode(WEIGHTS_PY.read_bytes()).decode()
-        checks = [f"echo '@@weights_status'; if test -f {shlex.quote(manifest)}; then echo {program} | base64 -d | "
+        checks = [f"echo '@@{section}_status'; if test -f {shlex.quote(manifest)}; then echo {program} | base64 -d | "
                   f"python3 - status --manifest {shlex.quote(manifest)} --dir {shlex.quote(directory)}; "
                   "else echo '{\"verified\": false}'; fi"]
         if python:
-            checks.append(f"echo '@@weights_hub'; {shlex.quote(python)} -c 'import huggingface_hub; "
+            checks.append(f"echo '@@{section}_hub'; {shlex.quote(python)} -c 'import huggingface_hub; "
                           f"print(huggingface_hub.__version__)' 2>/dev/null; echo")
         return "; ".join(checks)
 
-    def process(self, output):
+    def process(self, output, section: str = "weights"):
         sections = split_sections(output)
         try:
-            status = json.loads("\n".join(sections.get("weights_status") or []) or "{}")
+            status = json.loads("\n".join(sections.get(f"{section}_status") or []) or "{}")
         except ValueError:
             status = {}
-        hub = "\n".join(sections.get("weights_hub") or []).strip()
+        hub = "\n".join(sections.get(f"{section}_hub") or []).strip()
         return {"verified": bool(status.get("verified")), "hub_client": hub or None}

@@ -89,26 +89,39 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     """Write the frozen manifest of a weights source: from the Hub's metadata (huggingface_hub's API; files stored
     without LFS are downloaded and hashed) or from a local directory (every file hashed)."""
+    import shutil
+    import tempfile
+
+    from .drafter import config_copy
     from .weights import (WeightsSourceError, default_manifest_path, manifest_from_directory, manifest_from_hub,
                           parse_source, resolve_manifest_path, write_manifest)
 
+    scratch = Path(tempfile.mkdtemp(prefix="sglang-deploy-manifest-")) / "config.json"
     try:
         source = parse_source(args.source, allow_branch=True)
         if source.kind == "hf":
-            manifest = manifest_from_hub(source.repo, source.revision, endpoint=args.endpoint)
+            manifest = manifest_from_hub(source.repo, source.revision, endpoint=args.endpoint, config_out=scratch)
             pinned = parse_source(manifest["source"])
         else:
             manifest = manifest_from_directory(Path(source.local_dir))
             pinned = source
+            if (Path(source.local_dir) / "config.json").is_file():
+                shutil.copyfile(Path(source.local_dir) / "config.json", scratch)
     except WeightsSourceError as error:
+        shutil.rmtree(scratch.parent, ignore_errors=True)
         print(f"sglang-deploy: error: {error}", file=sys.stderr)
         return 1
     except Exception as error:  # noqa: BLE001 - the Hub client's errors (network, 404, auth) end the command
+        shutil.rmtree(scratch.parent, ignore_errors=True)
         print(f"sglang-deploy: error: {args.source}: {type(error).__name__}: {error}", file=sys.stderr)
         return 2
     output = Path(args.output) if args.output else resolve_manifest_path(default_manifest_path(pinned))
     write_manifest(manifest, output)
     print(f"wrote {output}: {len(manifest['files'])} files, {manifest['total_bytes']} bytes")
+    if scratch.exists():  # SGLang's resolution reads it (model.config, a draft's block size): reviewed with the manifest
+        shutil.copyfile(scratch, config_copy(output))
+        print(f"wrote {config_copy(output)}: the snapshot's config.json")
+    shutil.rmtree(scratch.parent, ignore_errors=True)
     if source.kind == "hf" and source.revision != pinned.revision:
         print(f"{args.source} resolves to commit {pinned.revision}")
     print(f"profile:\n  model:\n    source: {pinned.text}" + (f"\n    manifest: {args.output}" if args.output else ""))

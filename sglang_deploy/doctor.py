@@ -191,7 +191,8 @@ def diagnose(report: dict) -> dict:
     measured = ((gate or {}).get("decode_tok_s") or {}).get("median")
     bound = None
     if report.get("checkpoint") and bandwidth:
-        bound = roofline(report["checkpoint"], _tp(server_info), steps, tau, bandwidth, measured)
+        bound = roofline(report["checkpoint"], _tp(server_info), steps, tau, bandwidth, measured,
+                         draft=report.get("draft_checkpoint"))
         bound["bandwidth_source"] = source
     notes = []
     if bound and bound.get("mbu") is not None and bound["mbu"] < 0.5 and not suspects:

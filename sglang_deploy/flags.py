@@ -33,13 +33,17 @@ def flag_args(flags: dict) -> list[str]:
 
 def server_args(profile: Profile, port: int | None = None, node=None) -> list[str]:
     """Everything after the launcher: the derived flags first (a multi-node host's --nnodes, --node-rank and
-    --dist-init-addr among them), then sglang.flags as written."""
+    --dist-init-addr among them, and a draft model's verified snapshot), then sglang.flags as written."""
+    from .drafter import draft_path
+
+    draft = draft_path(profile)
     return [
         "--model-path", profile.model.path,
         "--served-model-name", profile.model.served_name,
         "--host", profile.service.host,
         "--port", str(port or profile.service.port),
         *(node.args() if node is not None else []),
+        *(["--speculative-draft-model-path", draft] if draft else []),
         *flag_args(profile.sglang.flags),
     ]
 

@@ -33,6 +33,8 @@ DERIVED_FLAGS = {
     "--nnodes": "nodes",
     "--node-rank": "the host's place in the inventory group `nodes` (rank order)",
     "--dist-init-addr": "multinode.dist_init_port and the rank 0 host's address",
+    "--speculative-draft-model-path": "speculative.draft.source (the verified draft snapshot)",
+    "--speculative-draft-model-revision": "speculative.draft.source (its manifest pins every file)",
 }
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
 # Every pattern is applied with fullmatch (Python's `$` also matches before a final newline).
@@ -346,10 +348,50 @@ class WatchSection(Strict):
         return value
 
 
+class DraftSection(Strict):
+    source: StrictStr = Field(
+        description="The draft model SGLang's DFLASH/EAGLE3/STANDALONE decoding reads: hf://ORG/NAME@<40-hex commit> or "
+                    "file:///dir on the controller (a drafter you trained: `sglang-deploy manifest file:///dir` "
+                    "freezes it), verified on the host like model.source; the tool derives "
+                    "--speculative-draft-model-path from it.")
+    manifest: StrictStr | None = Field(
+        None, description="The frozen manifest of the draft source (relative to the repository; default "
+                          "manifests/<org>--<name>/<revision>.json, or manifests/local--<dir>.json).")
+    config: StrictStr | None = Field(
+        None, description="The draft's config.json (relative to the repository) for SGLang's resolution, which reads "
+                          "the DFLASH block size from it; default: config.json of a file:// source's directory. Must be "
+                          "the file the manifest lists.")
+
+    @field_validator("source")
+    @classmethod
+    def draft_source(cls, value: str) -> str:
+        from .weights import WeightsSourceError, parse_source
+
+        try:
+            parse_source(value)
+        except WeightsSourceError as error:
+            raise ValueError(str(error)) from None
+        return value
+
+    @field_validator("config")
+    @classmethod
+    def json_file(cls, value: str | None) -> str | None:
+        if value is not None and not value.endswith(".json"):
+            raise ValueError(f"must name the draft model's config.json (a .json file), got {value!r}")
+        return value
+
+
+class SpeculativeSection(Strict):
+    draft: DraftSection | None = Field(
+        None, description="A draft model as part of the release (DFLASH, EAGLE3, STANDALONE); NEXTN drafts with the "
+                          "checkpoint's own MTP heads and takes none.")
+
+
 class Profile(Strict):
     description: StrictStr = ""
     model: ModelSection
     sglang: SGLangSection
+    speculative: SpeculativeSection = Field(default_factory=SpeculativeSection)
     environment: dict[str, Union[StrictStr, StrictInt, StrictFloat, EnvSetting]] = Field(
         default_factory=dict, description="Variables for the server process (NCCL_*, SGLANG_*, CUDA_*, ...).")
     service: ServiceSection = Field(default_factory=ServiceSection)

@@ -50,7 +50,7 @@ def git_revision() -> dict:
     return {"revision": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
-def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None = None) -> dict:
+def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None = None, draft=None) -> dict:
     from datetime import datetime, timezone
 
     profile = plan.profile
@@ -70,6 +70,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
         "auth": plan.auth,
         "start_timeout_s": profile.service.start_timeout_s,
         "weights": weights.meta() if weights else None,
+        "draft": draft.meta() if draft else None,  # the draft model (speculative.draft), verified like the weights
         "verdict": None,
         "gate": None,
         # "passed" or "skipped (skip_preflight)": whether the release's server checks ran on the host before its switch
@@ -181,14 +182,16 @@ def weights_label(meta: dict) -> str:
     return revision[:12] if not revision.startswith("sha256:") else revision[:19]
 
 
-def weights_change(release: dict, active: dict) -> str | None:
-    """'weights: <active's> -> <release's>' when the two serve other weights (source or manifest)."""
-    mine, theirs = release.get("weights") or {}, active.get("weights") or {}
+def weights_change(release: dict, active: dict, key: str = "weights") -> str | None:
+    """'weights: <active's> -> <release's>' when the two serve other weights (source or manifest); key "draft":
+    'draft: A -> B' for their draft models."""
+    mine, theirs = release.get(key) or {}, active.get(key) or {}
     if (mine.get("source"), mine.get("manifest_sha256")) == (theirs.get("source"), theirs.get("manifest_sha256")):
         return None
     def label(w):
-        return f"{w.get('source')} (manifest {w.get('manifest_sha256', '')[:12]})" if w else "(unmanaged)"
-    return f"weights: {label(theirs)} -> {label(mine)}"
+        return f"{w.get('source')} (manifest {w.get('manifest_sha256', '')[:12]})" if w else \
+            ("(unmanaged)" if key == "weights" else "(none)")
+    return f"{key}: {label(theirs)} -> {label(mine)}"
 
 
 def listing(store: dict) -> list[str]:
@@ -203,9 +206,10 @@ def listing(store: dict) -> list[str]:
         gate = release.get("gate") or {}
         gate_text = gate.get("summary") or (gate.get("verdict") or "-")
         diffs = flag_differences(release.get("exec_start"), active.get("exec_start")) if active else []
-        change = weights_change(release, active) if active else None
-        if change:
-            diffs = [change] + [d for d in diffs if not d.startswith("--model-path:")]
+        changes = [change for change in (weights_change(release, active, key) for key in ("weights", "draft"))
+                   if change] if active else []
+        if changes:
+            diffs = changes + [d for d in diffs if not d.startswith(("--model-path:", "--speculative-draft-model-path:"))]
         lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} {weights_label(release):12} "
                      f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:28]:28} "
                      f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}")

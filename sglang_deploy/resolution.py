@@ -18,7 +18,8 @@ from . import gpu_facts, validator_env
 
 # /server_info fields the gate compares with the running server, besides the decode graph backend.
 COMPARED_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
-                   "speculative_num_draft_tokens", "max_running_requests", "disable_custom_all_reduce")
+                   "speculative_num_draft_tokens", "speculative_draft_model_path", "max_running_requests",
+                   "disable_custom_all_reduce")
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -46,8 +47,13 @@ def load_model_config(value: str) -> dict:
     return config
 
 
-def request(argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int) -> dict:
-    return {"argv": list(argv), "model_config": model_config, "gpu_facts": gpu_facts.facts_json(gpu, count)}
+def request(argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int,
+            draft_config: dict | None = None) -> dict:
+    """A draft model's config.json (DFLASH reads its block size there) is an input like the target's."""
+    out = {"argv": list(argv), "model_config": model_config, "gpu_facts": gpu_facts.facts_json(gpu, count)}
+    if draft_config is not None:
+        out["draft_config"] = draft_config
+    return out
 
 
 def document(version: str, argv: list[str], answer: dict) -> dict:

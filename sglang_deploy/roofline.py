@@ -32,4 +32,5 @@ def release_inputs(resolved: dict, model_path: str, gpu_name: str | None) -> dic
     return {"gpu": gpu_name, "bandwidth_gbs": bandwidth,
             "bandwidth_source": f"datasheet ({gpu_name})" if bandwidth else f"unknown GPU {gpu_name!r}",
             "tp": int(resolved.get("tp_size") or 1), "algorithm": algorithm,
-            "steps": int(resolved.get("speculative_num_steps") or 0) if algorithm else 0, "model_path": model_path}
+            "steps": int(resolved.get("speculative_num_steps") or 0) if algorithm else 0, "model_path": model_path,
+            "draft_path": resolved.get("speculative_draft_model_path") if algorithm else None}

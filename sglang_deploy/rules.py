@@ -20,6 +20,7 @@ RULES = {
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
     "draft-tokens-chain": "with --speculative-eagle-topk 1, draft tokens = steps + 1",
+    "draft-model": "a draft model only with an algorithm that reads one, frozen by a manifest, its config the one served",
     "tp-matches-gpus": "--tp-size equals the host's GPU count (times nodes for a multi-node profile)",
     "multinode-tp-divisible": "with nodes > 1, --tp-size is a multiple of nodes",
     "mem-fraction-range": "--mem-fraction-static between 0.5 and 0.95",

@@ -17,7 +17,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass
 
-from . import flag_table, gpu_facts, resolution, validator_env
+from . import drafter, flag_table, gpu_facts, resolution, validator_env
 from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, RENAMED_FLAGS, TOOL_ENV, WAIVABLE
 from .flags import server_args
 from .profile import Profile, line_of
@@ -102,6 +102,8 @@ DERIVED_DESTS = {
     "port": "service.port", "api_key": "the host's API key secret, through --config", "config": "the secrets file",
     "nnodes": "nodes", "node_rank": "the host's place in the inventory group `nodes`",
     "dist_init_addr": "multinode.dist_init_port and the rank 0 host's address",
+    "speculative_draft_model_path": "speculative.draft.source (the verified draft snapshot)",
+    "speculative_draft_model_revision": "speculative.draft.source (its manifest pins every file)",
 }
 NUMERIC_TYPES = ("int", "float")
 # Secrets SGLang takes as flags: on the command line they are world-readable in /proc, and a profile is reviewed in
@@ -175,8 +177,11 @@ def derived_values_problems(profile: Profile, argv: list[str], port: int | None,
             parsed = vars(flag_table.build_parser(table).parse_args(argv))
     except flag_table.ParseFailure:
         return []  # the parser's verdict is reported by parser_problems
+    from .drafter import draft_path
+
     wanted = {"model_path": profile.model.path, "served_model_name": profile.model.served_name,
-              "host": profile.service.host, "port": int(port or profile.service.port), "api_key": None, "config": None}
+              "host": profile.service.host, "port": int(port or profile.service.port), "api_key": None, "config": None,
+              "speculative_draft_model_path": draft_path(profile), "speculative_draft_model_revision": None}
     if node is not None:
         wanted.update(nnodes=node.nnodes, node_rank=node.rank, dist_init_addr=node.dist_init_addr)
     else:
@@ -210,6 +215,22 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
         problems.append(Problem(
             "no-adaptive-speculation-on-hybrid", _flag("--speculative-adaptive"),
             "--speculative-adaptive breaks on hybrid Gated-DeltaNet models (model.hybrid: true); remove it"))
+    return problems
+
+
+# What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
+# _handle_dflash): the release would verify blocks the drafter was not trained for.
+DFLASH_BLOCK_FALLBACK = "Failed to infer DFLASH block_size from draft model config"
+
+
+def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
+    """The draft model (drafter.py) and what SGLang's resolution made of its config.json."""
+    problems = [Problem("draft-model", found.field, found.message) for found in drafter.problems(profile)]
+    if not problems and any(DFLASH_BLOCK_FALLBACK in line for line in answer.get("log") or []):
+        line = next(line for line in answer["log"] if DFLASH_BLOCK_FALLBACK in line)
+        problems.append(Problem("draft-model", ("speculative", "draft"),
+                                f"SGLang {profile.sglang.version} cannot read the DFLASH block size from the draft's "
+                                f"config.json and would verify 16 tokens: {line}"))
     return problems
 
 
@@ -388,7 +409,8 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
             answer = {"resolved": None, "error": None}
         else:
             probe = validator_env.probe_cached(profile.sglang.version, [argv], algorithms,
-                                               resolve=resolution.request(argv, config, gpu, count))
+                                               resolve=resolution.request(argv, config, gpu, count,
+                                                                          drafter.resolution_config(profile)))
             answer = {**resolution.document(profile.sglang.version, argv, probe),
                       "gpu": {"model": gpu.name, "count": count}, "model_config": profile.model.config}
     identity = flag_identity_problems(profile, tuple(probe["actions"]))
@@ -396,6 +418,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     if not identity:
         problems += derived_values_problems(profile, argv, port, node)
     problems += speculative_problems(profile, probe["algorithms"])
+    problems += draft_problems(profile, answer)
     if not problems and answer["error"]:  # a refusal the rules above did not explain
         problems.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),
                                 f"SGLang {profile.sglang.version} refuses the command line at "

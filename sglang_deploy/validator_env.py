@@ -40,7 +40,10 @@ ENV_RECIPE = "3"
 # modules link libcuda.so.1. The layer adds the package sglang pins and the GPU stand-in (gpu_standin/): a stub
 # driver library, an nvidia-smi that answers from the stated facts, and torch.cuda facts installed by the probe.
 STANDIN_DIR = Path(__file__).with_name("gpu_standin")
-FULL_LAYER_PACKAGES = ["sglang-kernel==0.4.10"]
+# openai (with what it needs beyond the base env), partial-json-parser and einops: SGLang's DFLASH hook imports its
+# speculative utils, which import them (versions as SGLang 0.5.23's own environment resolves them).
+FULL_LAYER_PACKAGES = ["sglang-kernel==0.4.10", "openai==2.8.0", "distro==1.9.0", "jiter==0.19.0", "sniffio==1.3.1",
+                       "partial-json-parser==0.2.1.1.post7", "einops==0.8.2"]
 
 
 class ValidatorEnvError(RuntimeError):

@@ -168,7 +168,8 @@ def manifest_from_directory(directory: Path, source_text: str | None = None) -> 
             "total_bytes": sum(f["size"] for f in files)}
 
 
-def manifest_from_hub(repo: str, revision: str, endpoint: str | None = None, token: str | None = None) -> dict:
+def manifest_from_hub(repo: str, revision: str, endpoint: str | None = None, token: str | None = None,
+                      config_out: Path | None = None) -> dict:
     """From the Hub's metadata through huggingface_hub's own API: sizes and LFS sha256 for every file; files the Hub
     stores without LFS (config, tokenizer) carry no sha256 there and are downloaded and hashed."""
     import tempfile
@@ -190,6 +191,9 @@ def manifest_from_hub(repo: str, revision: str, endpoint: str | None = None, tok
             local = hf_hub_download(repo, sibling.rfilename, revision=commit, local_dir=scratch, endpoint=endpoint,
                                     token=token)
             files.append({"path": sibling.rfilename, "size": os.path.getsize(local), "sha256": sha256_file(local)})
+            if sibling.rfilename == "config.json" and config_out is not None:
+                config_out.parent.mkdir(parents=True, exist_ok=True)
+                config_out.write_bytes(Path(local).read_bytes())
     return {"format": 1, "source": f"hf://{repo}@{commit}", "repo": repo, "revision": commit, "files": files,
             "total_bytes": sum(f["size"] for f in files)}
 

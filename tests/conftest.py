@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -55,6 +56,34 @@ def proven_with(tmp_path: Path, old: str, new: str, name: str = "variant.yaml") 
     text = PROVEN.read_text()
     assert old in text, f"{old!r} not in the proven profile"
     return write_profile(tmp_path, text.replace(old, new, 1), name)
+
+
+DFLASH = PROFILES / "qwen3.6-27b-dflash-2xa6000.yaml"
+DFLASH_CONFIG = REPO / "manifests" / "local--qwen3.6-27b-dflash.config.reconstructed.json"
+
+
+def synthetic_draft(directory: Path, **config_changes) -> Path:
+    """A DFlash draft checkpoint with the committed profile's (reconstructed) config, header-only safetensors."""
+    from sglang_deploy.sim.synthetic_checkpoint import write_draft
+
+    config = {**json.loads(DFLASH_CONFIG.read_text()), **config_changes}
+    write_draft(str(directory), config, header_only=True)
+    return directory
+
+
+def dflash_profile(tmp_path: Path, draft_dir: Path, name: str = "dflash.yaml", text: str | None = None) -> Path:
+    """The committed DFlash profile with its drafter frozen: `source` the given directory, the manifest (and the
+    config copy beside it) written the way `sglang-deploy manifest` writes them."""
+    from sglang_deploy.drafter import config_copy
+    from sglang_deploy.weights import manifest_from_directory, write_manifest
+
+    manifest = tmp_path / f"{name}.manifest.json"
+    write_manifest(manifest_from_directory(draft_dir), manifest)
+    config_copy(manifest).write_bytes((draft_dir / "config.json").read_bytes())
+    text = (text or DFLASH.read_text()).replace("file:///srv/drafters/qwen3.6-27b-dflash", f"file://{draft_dir}")
+    text = text.replace("manifest: manifests/local--qwen3.6-27b-dflash.json", f"manifest: {manifest}")
+    lines = [line for line in text.splitlines() if "config.reconstructed.json  # until frozen" not in line]
+    return write_profile(tmp_path, "\n".join(lines) + "\n", name)
 
 
 # Which server a simulated host runs (host data sim_server): SGLang's own front end with the modelled Scheduler for

@@ -117,6 +117,13 @@ def main():
     except (OSError, ValueError) as error:
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")
+    # A separate draft model (DFLASH): its bytes are read every cycle too.
+    draft_path = (meta.get("draft") or {}).get("path") or report["server_info"].get("speculative_draft_model_path")
+    try:
+        report["draft_checkpoint"] = safetensors_headers.summarize(draft_path) if draft_path else None
+    except (OSError, ValueError) as error:
+        report["draft_checkpoint"] = None
+        report["errors"].append(f"draft model {draft_path}: {error}")
     report["clock_reasons"] = clock_reasons()
     resolved = {}
     try:

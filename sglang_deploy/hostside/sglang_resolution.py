@@ -29,19 +29,22 @@ def _replace_strings(value, old, new):
     return value
 
 
-def _model_directory(request):
-    """The checkpoint's config.json (an input of SGLang's ModelConfig) in a directory of its own, standing in for
-    the model path the host has; None when the request carries no config."""
+def _config_directory(config):
+    """A checkpoint's config.json (an input of SGLang's ModelConfig, and of the DFLASH block size for a draft
+    model) in a directory of its own, standing in for the path the host has; None without a config."""
     import os
     import tempfile
 
-    config = request.get("model_config")
     if config is None:
         return None
     directory = tempfile.mkdtemp(prefix="sglang-deploy-model-")
     with open(os.path.join(directory, "config.json"), "w") as out:
         json.dump(config, out)
     return directory
+
+
+# (the flag whose path a config stands in for, the request's key for that config)
+STAND_INS = (("--model-path", "model_config"), ("--speculative-draft-model-path", "draft_config"))
 
 
 def resolve(request):
@@ -55,10 +58,12 @@ def resolve(request):
     from sglang.srt.server_args import prepare_server_args
 
     argv = list(request["argv"])
-    model_path = argv[argv.index("--model-path") + 1] if "--model-path" in argv else None
-    directory = _model_directory(request)
-    if directory is not None and model_path is not None:
-        argv[argv.index("--model-path") + 1] = directory
+    stand_ins = []  # (the host's path, the stand-in directory)
+    for flag, key in STAND_INS:
+        directory = _config_directory(request.get(key)) if flag in argv else None
+        if directory is not None:
+            stand_ins.append((argv[argv.index(flag) + 1], directory))
+            argv[argv.index(flag) + 1] = directory
     steps = []
     real_hook, real_pass = pipeline.run_hook, pipeline.run_post_process_pass
 
@@ -73,7 +78,8 @@ def resolve(request):
     environ = dict(os.environ)  # steps may set variables; each request starts from the same environment
     captured = _CapturedLog()
     logging.disable(logging.NOTSET)
-    root = logging.getLogger()
+    root = logging.getLogger("sglang")  # not the root logger: a step that reconfigures logging would drop the handler
+    level = root.level
     root.addHandler(captured)
     root.setLevel(logging.INFO)
     pipeline.run_hook, pipeline.run_post_process_pass = traced_hook, traced_pass
@@ -93,10 +99,11 @@ def resolve(request):
     finally:
         pipeline.run_hook, pipeline.run_post_process_pass = real_hook, real_pass
         root.removeHandler(captured)
+        root.setLevel(level)
         logging.disable(logging.CRITICAL)
         os.environ.clear()
         os.environ.update(environ)
-        if directory is not None:
+        for _, directory in stand_ins:
             shutil.rmtree(directory, ignore_errors=True)
     lines = captured.lines
     if resolved is not None:
@@ -105,8 +112,8 @@ def resolve(request):
         if "--random-seed" not in argv:  # drawn anew at every start: not part of what a release is
             resolved.pop("random_seed", None)
         resolved = json.loads(json.dumps(resolved, default=str))
-    if directory is not None and model_path is not None:
-        resolved = _replace_strings(resolved, directory, model_path)
-        lines = _replace_strings(lines, directory, model_path)
-        error = _replace_strings(error, directory, model_path)
+    for path, directory in stand_ins:
+        resolved = _replace_strings(resolved, directory, path)
+        lines = _replace_strings(lines, directory, path)
+        error = _replace_strings(error, directory, path)
     return {"resolved": resolved, "steps": steps, "step": step, "error": error, "log": lines, "full": True}

@@ -89,7 +89,7 @@ def roofline_bound(inputs, checkpoint, entry, measured_bandwidth=None):
     if not bandwidth or not tau:
         return {}
     bound = roofline.roofline(checkpoint, int(inputs.get("tp") or 1), int(inputs.get("steps") or 0), float(tau),
-                              float(bandwidth), entry["decode_tok_s"])
+                              float(bandwidth), entry["decode_tok_s"], draft=inputs.get("draft_checkpoint"))
     return {"roofline_tok_s": float(f"{bound['roofline_tok_s']:.5g}"), "roofline_fraction": float(f"{bound['mbu']:.4g}"),
             "bandwidth_source": source}
 
@@ -208,6 +208,12 @@ def release_roofline(release_dir, model_path):
     except (OSError, ValueError, KeyError) as error:
         log(f"checkpoint {path}: {error}: no roofline fraction")
         checkpoint = None
+    if inputs.get("draft_path"):  # a separate draft model: its bytes are part of every cycle
+        try:
+            inputs = {**inputs, "draft_checkpoint": safetensors_headers.summarize(inputs["draft_path"])}
+        except (OSError, ValueError, KeyError) as error:
+            log(f"draft model {inputs['draft_path']}: {error}: no roofline fraction")
+            checkpoint = None
     measured = None
     try:  # the doctor's probe measured this host's bandwidth: better than the datasheet's
         with open(os.path.join(release_dir, "doctor.json")) as f:

@@ -54,6 +54,9 @@ PATH_PART = re.compile(r"[A-Za-z0-9._+-]{1,200}")
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the weights
 EXIT_MISMATCH = 1
 EXIT_NO_SPACE = 5
+# meta.json keys of the snapshots a release serves, and the flags that name them on its command line
+SNAPSHOT_KEYS = ("weights", "draft")
+SNAPSHOT_FLAGS = ("--model-path", "--speculative-draft-model-path")
 PRUNE_GRACE_S = 3600  # a snapshot verified this recently is kept even if no release records it yet
 
 
@@ -435,8 +438,8 @@ def referenced_snapshots(store_root=None):
         for release_id in os.listdir(releases) if os.path.isdir(releases) else []:
             meta = read_json(os.path.join(releases, release_id, "meta.json")) or {}
             argv = meta.get("exec_start") or []
-            for path in [(meta.get("weights") or {}).get("path")] + [
-                    argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg == "--model-path"]:
+            for path in [(meta.get(key) or {}).get("path") for key in SNAPSHOT_KEYS] + [
+                    argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in SNAPSHOT_FLAGS]:
                 if path:
                     used.add(os.path.abspath(path))
     return used
@@ -503,19 +506,26 @@ def prune_locked(models_root, store_root, grace_s):
 
 
 def release_problem(meta):
-    """Before a switch: the release's snapshot must be in place and unchanged since it was verified (no hashing).
-    None when the release has no managed weights or they are fine."""
-    weights = (meta or {}).get("weights")
+    """Before a switch: the release's snapshots (its weights, its draft model) must be in place and unchanged since
+    they were verified (no hashing). None when the release has no managed weights or they are fine."""
+    for key in SNAPSHOT_KEYS:
+        problem = snapshot_problem((meta or {}).get(key), "weights" if key == "weights" else "draft model")
+        if problem:
+            return problem
+    return None
+
+
+def snapshot_problem(weights, what):
     if not weights:
         return None
     manifest = read_json(weights.get("manifest") or "")
     if manifest is None or check_manifest(manifest) or manifest_hash(manifest) != weights.get("manifest_sha256"):
-        return f"the manifest {weights.get('manifest')} of the release's weights is missing or not the recorded one"
+        return f"the manifest {weights.get('manifest')} of the release's {what} is missing or not the recorded one"
     if not os.path.isdir(weights["path"]):
-        return f"the release's weights {weights['path']} are not on the host (pruned?); deploy them again"
+        return f"the release's {what} {weights['path']} are not on the host (pruned?); deploy them again"
     problems, _ = verify(weights["path"], manifest, quick=True)
     if problems:
-        return f"the release's weights in {weights['path']} changed since they were verified: " + "; ".join(problems)
+        return f"the release's {what} in {weights['path']} changed since they were verified: " + "; ".join(problems)
     return None
 
 

@@ -92,7 +92,7 @@ class Engine:
         if env.get("SGLANG_SIM_P2P") == "0":
             self.machine = {**self.machine, "p2p": False}
         self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
-        self.eff = hardware.resolve(resolved, env, self.machine)
+        self.eff = hardware.resolve(resolved, env, self.machine, self.model)
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         fault = env.get("SGLANG_SIM_FAULT_OUTPUT") or None

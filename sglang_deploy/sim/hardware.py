@@ -41,6 +41,8 @@ class Effective:
     notes: tuple[str, ...] = field(default=())  # log lines explaining fallbacks
     launch_blocking: bool = False  # CUDA_LAUNCH_BLOCKING=1 in the process
     nccl_debug: bool = False  # NCCL_DEBUG=INFO or TRACE in the process
+    drafter: str | None = None  # a separate draft model's algorithm (DFLASH): one block-parallel draft pass a cycle
+    draft_bytes: float = 0.0  # its weights, from the draft checkpoint's safetensors headers (whole model)
 
 
 # SGLang's own custom all-reduce warning when P2P is missing
@@ -62,7 +64,23 @@ def default_decode_max_bs(gpu_memory_gib: float, tp: int) -> int:
     return 256 if tp < 4 else 512
 
 
-def resolve(resolved: dict, env: dict, machine: dict) -> Effective:
+def checkpoint_bytes(directory: str) -> int:
+    """Tensor bytes a checkpoint declares in its safetensors headers (data regions may be absent)."""
+    import os
+    import struct
+
+    total = 0
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".safetensors"):
+            with open(os.path.join(directory, name), "rb") as handle:
+                (size,) = struct.unpack("<Q", handle.read(8))
+                header = json.loads(handle.read(size))
+            total += sum(end - start for key, value in header.items() if key != "__metadata__"
+                         for start, end in [value["data_offsets"]])
+    return total
+
+
+def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None) -> Effective:
     """The runtime state for SGLang's resolved arguments (resolution.py: SGLang's own hooks) on this
     machine and process environment: what the resolution cannot know (P2P, the GPU memory defaults)."""
     notes = []
@@ -88,12 +106,18 @@ def resolve(resolved: dict, env: dict, machine: dict) -> Effective:
         custom = False
         notes.append(CUSTOM_ALLREDUCE_NO_P2P)
     proto = env.get("NCCL_PROTO", "").upper() or None
+    drafter = algorithm if algorithm in ((model or {}).get("drafters") or {}) else None
+    draft_bytes = 0.0
+    if drafter:
+        steps = 1  # SGLang forces it for DFLASH; the block (draft tokens) is what matters
+        draft_bytes = float(checkpoint_bytes(resolved["speculative_draft_model_path"]))
     return Effective(
         tp=tp, spec_algorithm=algorithm, spec_steps=steps, spec_topk=topk,
         draft_tokens=drafts, decode_graphs=decode_graphs, graph_max_bs=int(graph_max_bs),
         custom_allreduce=custom, p2p=p2p, nccl_proto=proto, max_running=max_running, notes=tuple(notes),
         launch_blocking=env.get("CUDA_LAUNCH_BLOCKING", "0").strip() not in ("", "0"),
         nccl_debug=env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE"),
+        drafter=drafter, draft_bytes=draft_bytes,
     )
 
 
@@ -127,6 +151,8 @@ def tree_shape(eff: Effective) -> tuple[int, float]:
     alternatives each. Fewer draft tokens than steps + 1 cut the depth."""
     if not eff.spec_steps:
         return 0, 0.0
+    if eff.drafter:  # a block-parallel drafter proposes draft tokens - 1 positions at once, one chain
+        return max(1, eff.draft_tokens - 1), 0.0
     depth = max(1, min(eff.spec_steps, eff.draft_tokens - 1))
     extra = max(0, eff.draft_tokens - 1 - depth)
     return depth, min(max(0, eff.spec_topk - 1), extra / depth)
@@ -160,12 +186,18 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
               + model["kernels_per_forward"] * launch / 1e3
               + spec["verify_tokens"] + spec["tree"])
     draft = 0.0
-    if eff.spec_steps:
+    if eff.drafter:  # one pass of the draft model over the block, its logits through the target's LM head
+        drafter = model["drafters"][eff.drafter]
+        draft_ars = drafter["allreduces_per_pass"] if eff.tp > 1 else 0
+        draft = ((eff.draft_bytes + drafter["shared_lm_head_bytes"]) / eff.tp / bandwidth * 1e3
+                 + drafter["pass_overhead_ms"] + draft_ars * (ar + issue) / 1e3
+                 + drafter["kernels_per_pass"] * launch / 1e3)
+    elif eff.spec_steps:
         draft_ars = model["draft_allreduces_per_step"] if eff.tp > 1 else 0
         draft = (model["draft_step_bytes"] / eff.tp / bandwidth * 1e3 + speculation(model)["draft_step_overhead_ms"]
                  + spec["branches"] + draft_ars * (ar + issue) / 1e3 + model["kernels_per_draft_step"] * launch / 1e3)
     nccl = model["nccl_collectives_per_cycle"] * _nccl_us(eff, machine) / 1e3 if eff.tp > 1 else 0.0
-    single = verify + eff.spec_steps * draft + nccl + machine["cycle_fixed_ms"]
+    single = verify + (draft if eff.drafter else eff.spec_steps * draft) + nccl + machine["cycle_fixed_ms"]
     if eff.launch_blocking:  # no CPU/GPU overlap left (measured ratios, data/<machine>.json env_costs)
         single *= machine["env_costs"]["CUDA_LAUNCH_BLOCKING=1"]["graphs" if graphs else "eager"]
     return single * (1 + machine["batch_cost_per_extra_request"] * (batch - 1))
@@ -183,10 +215,11 @@ def accept_probabilities(eff: Effective, model: dict, prompt_kind: str, collapse
         return []
     if collapse:
         return [0.15] * depth
-    spec = speculation(model)
+    spec = model["drafters"][eff.drafter] if eff.drafter else speculation(model)
     rates = list(spec["accept_rate_by_position"])
     rates += [rates[-1] * (rates[-1] / rates[-2])] * max(0, depth - len(rates))
-    recovery = spec["topk_recovery_max"] * (1 - math.exp(-alternatives / spec["topk_recovery_scale"]))
+    recovery = 0.0 if eff.drafter else \
+        spec["topk_recovery_max"] * (1 - math.exp(-alternatives / spec["topk_recovery_scale"]))
     shift = spec["accept_shift_by_prompt_kind"].get(prompt_kind, 0.0)
     out, previous = [], 1.0
     for rate in rates[:depth]:
@@ -255,5 +288,9 @@ def jitter(rng: random.Random, sigma: float) -> float:
 
 def roofline_tok_s(eff: Effective, machine: dict, model: dict, tau: float) -> float:
     """Bandwidth-only bound (all weight bytes at datasheet bandwidth), for reports."""
-    per_gpu = (model["verify_bytes"] + eff.spec_steps * model["draft_step_bytes"]) / eff.tp
+    if eff.drafter:
+        drafts = eff.draft_bytes + model["drafters"][eff.drafter]["shared_lm_head_bytes"]
+    else:
+        drafts = eff.spec_steps * model["draft_step_bytes"]
+    per_gpu = (model["verify_bytes"] + drafts) / eff.tp
     return tau / (per_gpu / (machine["memory_bandwidth_gbs"] * 1e9))

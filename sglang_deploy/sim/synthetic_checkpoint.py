@@ -50,6 +50,39 @@ def shards():
 SIZES = {"F8_E4M3": 1, "BF16": 2, "F32": 4}
 
 
+def draft_tensors(config):
+    """A DFlash draft model's tensors (BF16), from its config.json: dense Qwen3 layers over the target's hidden
+    states, and the fc that projects the target layers it reads (dflash_config.target_layer_ids) into the draft; the
+    embeddings and the LM head are the target's (SGLang shares them), so the draft has none of its own."""
+    hidden, inter = config["hidden_size"], config["intermediate_size"]
+    q_out = config["num_attention_heads"] * config["head_dim"]
+    kv_out = config["num_key_value_heads"] * config["head_dim"]
+    targets = len((config.get("dflash_config") or {}).get("target_layer_ids") or [0])
+    tensors = [("fc.weight", "BF16", [hidden, targets * hidden]), ("hidden_norm.weight", "BF16", [hidden]),
+               ("norm.weight", "BF16", [hidden])]
+    for index in range(config["num_hidden_layers"]):
+        prefix = f"layers.{index}"
+        for name, rows, cols in (("self_attn.q_proj", q_out, hidden), ("self_attn.k_proj", kv_out, hidden),
+                                 ("self_attn.v_proj", kv_out, hidden), ("self_attn.o_proj", hidden, q_out),
+                                 ("mlp.gate_proj", inter, hidden), ("mlp.up_proj", inter, hidden),
+                                 ("mlp.down_proj", hidden, inter)):
+            tensors.append((f"{prefix}.{name}.weight", "BF16", [rows, cols]))
+        tensors += [(f"{prefix}.self_attn.q_norm.weight", "BF16", [config["head_dim"]]),
+                    (f"{prefix}.self_attn.k_norm.weight", "BF16", [config["head_dim"]]),
+                    (f"{prefix}.input_layernorm.weight", "BF16", [hidden]),
+                    (f"{prefix}.post_attention_layernorm.weight", "BF16", [hidden])]
+    return tensors
+
+
+def write_draft(model_dir, config, header_only=False):
+    """A synthetic draft checkpoint (one safetensors file, real headers) with the draft's config.json."""
+    os.makedirs(model_dir, exist_ok=True)
+    write_safetensors(os.path.join(model_dir, "model.safetensors"), draft_tensors(config), header_only)
+    with open(os.path.join(model_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+        f.write("\n")
+
+
 def write_safetensors(path, tensors, header_only=False):
     """One safetensors file with real headers for (name, dtype, shape); the data region is a hole (or absent)."""
     note = "synthetic (sglang-deploy): header only, no tensor data" if header_only else "synthetic (sglang-deploy)"
