@@ -18,7 +18,7 @@ import difflib
 from dataclasses import dataclass
 
 from . import flag_table, gpu_facts, resolution, validator_env
-from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, RENAMED_FLAGS, TOOL_ENV, WAIVABLE
+from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, PIN_FAMILY, RENAMED_FLAGS, TOOL_ENV, WAIVABLE
 from .flags import server_args
 from .profile import Profile, line_of
 
@@ -276,6 +276,24 @@ def environment_problems(profile: Profile) -> list[Problem]:
     return problems
 
 
+def pin_problems(profile: Profile) -> list[Problem]:
+    import re
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    problems = []
+    for position, pin in enumerate(profile.sglang.pins):
+        name = canonicalize_name(Requirement(pin).name)  # the schema made it an exact PEP 508 pin
+        if not any(re.fullmatch(pattern, name) for pattern in PIN_FAMILY):
+            problems.append(Problem("pin-outside-cuda-family", ("sglang", "pins", position),
+                                    f"{name} is not of the CUDA/torch/kernel family (torch, triton, flashinfer*, "
+                                    "sgl-kernel, nvidia-*, cuda-*, xgrammar, ...): a pin brings its code into the "
+                                    "root-run install; remove it, or waive the rule for a reviewed reason: "
+                                    "`waivers: {pin-outside-cuda-family: \"why\"}`"))
+    return problems
+
+
 def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
     env = profile.env_values()
     problems = []
@@ -403,6 +421,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     problems += resource_problems(profile, gpus, answer["resolved"])
     problems += nccl_problems(profile, topology)
     problems += environment_problems(profile)
+    problems += pin_problems(profile)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     for rule in profile.waivers:
         if rule not in WAIVABLE:

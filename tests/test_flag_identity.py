@@ -78,3 +78,28 @@ def test_a_code_loading_variable_can_be_waived_with_a_reason(tmp_path):
     profile = proven_with(tmp_path, "environment:\n", text)
     profile.write_text(profile.read_text() + 'waivers:\n  env-loads-code: "the site network plugin, reviewed"\n')
     assert not [p for p in check(profile).problems if p.rule == "env-loads-code"]
+
+
+# --- pins: the CUDA/torch/kernel family, or a waiver with a reason (security review 2, finding 3) -----------------
+
+PIN_CASES = [
+    # (pin, waived, refused)
+    ("nvidia-nccl-cu13==2.28.9", False, False),
+    ("torch==2.9.1", False, False),
+    ("flashinfer-python==0.5.3", False, False),
+    ("sgl_kernel==0.3.20", False, False),  # normalized to sgl-kernel
+    ("cuda-python==13.0.1", False, False),
+    ("requests==2.32.3", False, True),
+    ("evil-build-backend==1.0", False, True),
+    ("evil-build-backend==1.0", True, False),
+]
+
+
+@pytest.mark.parametrize("pin, waived, refused", PIN_CASES, ids=[f"{c[0]}-{'waived' if c[1] else 'plain'}" for c in PIN_CASES])
+def test_pins_name_the_cuda_family_or_carry_a_waiver(tmp_path, pin, waived, refused):
+    waiver = '\nwaivers:\n  pin-outside-cuda-family: "a reviewed fix, upstream PR 123"\n' if waived else "\n"
+    path = proven_with(tmp_path, "  launcher: serve\n", f'  launcher: serve\n  pins: ["{pin}"]\n')
+    path.write_text(path.read_text() + waiver)
+    report = check(path)
+    rules = [(p.rule, p.field) for p in report.problems]
+    assert (("pin-outside-cuda-family", ("sglang", "pins", 0)) in rules) == refused, report.lines()
