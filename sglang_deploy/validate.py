@@ -18,7 +18,8 @@ import difflib
 from dataclasses import dataclass
 
 from . import flag_table, gpu_facts, resolution, validator_env
-from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, PIN_FAMILY, RENAMED_FLAGS, TOOL_ENV, WAIVABLE
+from .rules import (CODE_FLAGS, CODE_LOADING_ENV, LOAD_FORMAT_DESTS, NCCL_DEBUG_KNOBS, OTHER_WEIGHTS_FORMATS, PIN_FAMILY,
+                    RENAMED_FLAGS, TOOL_ENV, WAIVABLE, WEIGHTS_PATH_DESTS)
 from .flags import server_args
 from .profile import Profile, line_of
 
@@ -158,6 +159,43 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
                                         f"the value {item!r} of {name} starts with '-': SGLang's parser would read it "
                                         "as an option; accepted: a value that does not start with '-' (a negative "
                                         "number only for a numeric flag)"))
+    return problems
+
+
+def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
+    """Flags that run someone else's code or serve something other than the verified snapshot (by SGLang's dest, so
+    every spelling counts); each waivable with a reason, which the unit and the release listing then show."""
+    import os
+
+    options = {opt: action for action in spec for opt in action["options"]}
+    snapshot = profile.model.path if profile.model.source else None  # verified on the host before any switch
+    how = "remove it, or waive the rule for a reviewed reason: `waivers: {%s: \"why\"}`"
+    problems = []
+    for name, value in profile.sglang.flags.items():
+        dest = (options.get(name) or {}).get("dest")
+        if value is False or value is None or dest is None:
+            continue
+        if dest in CODE_FLAGS and not (dest == "trust_remote_code" and snapshot):
+            problems.append(Problem("flag-runs-code", _flag(name),
+                                    f"{name} {CODE_FLAGS[dest]}; " + how % "flag-runs-code"))
+        elif dest in LOAD_FORMAT_DESTS and value in OTHER_WEIGHTS_FORMATS:
+            problems.append(Problem("flag-serves-other-weights", _flag(name),
+                                    f"{name} {value} serves no verified weights (random ones, or another server's); "
+                                    + how % "flag-serves-other-weights"))
+        elif dest in WEIGHTS_PATH_DESTS:
+            for item in value if isinstance(value, list) else [value]:
+                text = str(item)
+                if WEIGHTS_PATH_DESTS[dest] and "/" not in text:
+                    continue  # a built-in template's name
+                inside = snapshot and os.path.isabs(text) and ".." not in text.split("/") \
+                    and os.path.commonpath([text, snapshot]) == snapshot
+                if not inside:
+                    where = f"the verified snapshot {snapshot}" if snapshot else "a verified snapshot (model.source)"
+                    problems.append(Problem("flag-serves-other-weights", _flag(name),
+                                            f"{name} {text} is outside {where}: the server would read what nobody "
+                                            "verified (any local user writes /dev/shm, /tmp); accepted: a path inside "
+                                            "it; " + how % "flag-serves-other-weights"))
+                    break
     return problems
 
 
@@ -411,6 +449,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
                       "gpu": {"model": gpu.name, "count": count}, "model_config": profile.model.config}
     identity = flag_identity_problems(profile, tuple(probe["actions"]))
     problems = identity + parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
+    problems += code_and_weights_problems(profile, tuple(probe["actions"]))
     if not identity:
         problems += derived_values_problems(profile, argv, port, node)
     problems += speculative_problems(profile, probe["algorithms"])
