@@ -403,3 +403,35 @@ def test_a_directory_the_tool_did_not_verify_is_never_replaced(models, checkpoin
         host_weights.promote(str(directory), manifest_from_directory(checkpoint))
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_text() == '{"theirs": true}'
+
+
+# A forged verification record names the directory prune removes: never one outside the models root
+# (security review 2, finding 18). (the directory written in the record, relative to tmp_path; {models}: the root)
+FORGED_RECORD_CASES = [
+    "{models}/../victim",              # '..' out of the root
+    "{models}/org--a/../../victim",
+    "{models}/org--link/rev",           # a symlinked org directory pointing out of the root
+    "{models}/org--a/rev-link",         # a symlinked snapshot
+    "{models}//org--a/x",              # not normalized
+    "{models}/org--a",                  # not a snapshot: the whole org directory
+    "{models}/.sglang-deploy/manifests",  # the tool's own directory
+    "victim/org--a/rev",                # another root
+]
+
+
+@pytest.mark.parametrize("written", FORGED_RECORD_CASES)
+def test_prune_never_leaves_the_models_root(models, tmp_path, written):
+    victim = tmp_path / "victim"
+    (victim / "org--a" / "rev").mkdir(parents=True)
+    (victim / "keep.txt").write_text("not the tool's")
+    (models / "org--a").mkdir(parents=True)
+    (models / "org--link").symlink_to(victim / "org--a")
+    (models / "org--a" / "rev-link").symlink_to(victim)
+    (models / ".sglang-deploy" / "manifests").mkdir(parents=True)
+    records = models / ".sglang-deploy" / "verified"
+    records.mkdir(parents=True)
+    directory = written.format(models=models) if written.startswith("{") else str(tmp_path / written)
+    (records / "forged.json").write_text(json.dumps({"directory": directory, "verified_at": "2000-01-01T00:00:00Z"}))
+    result = host_weights.prune(str(models), str(tmp_path / "store"), grace_s=0)
+    assert result["removed"] == [] and (victim / "keep.txt").exists() and (victim / "org--a" / "rev").is_dir()
+    assert (models / "org--a").is_dir() and (models / ".sglang-deploy" / "manifests").is_dir()
