@@ -24,9 +24,8 @@ from sglang_deploy.gate import gate_config
 from sglang_deploy.release_plan import build_meta, decide, profile_snapshot, with_peers
 from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_gpu, release_inputs
-from sglang_deploy import safety
 from sglang_deploy.hostdata import origin
-from sglang_deploy.weights import MIRROR_URL, profile_weights
+from sglang_deploy.weights import profile_weights
 from sglang_deploy.drafter import draft_weights
 
 FIRST_START_TIMEOUT_S = 3600  # a cold first start on CT129: weights, FlashInfer/Triton JIT for sm_86, graph capture
@@ -51,13 +50,7 @@ watch_units = render_watch(profile)
 weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
 draft = draft_weights(profile)  # speculative.draft: a second snapshot, fetched or pushed and verified the same way
 hub_python = None
-hf_token_file = host.data.get("hf_token_file")
-if hf_token_file and safety.model_path_problem(str(hf_token_file)):
-    raise DeployError(f"{origin(host.data, 'hf_token_file')}: hf_token_file: "
-                      f"{safety.model_path_problem(str(hf_token_file))}; nothing was changed")
-if host.data.get("hf_endpoint") and not MIRROR_URL.fullmatch(str(host.data.get("hf_endpoint"))):
-    raise DeployError(f"{origin(host.data, 'hf_endpoint')}: hf_endpoint: {host.data.get('hf_endpoint')!r} is not "
-                      "http(s)://host[:port][/path] of an HF-compatible endpoint; nothing was changed")
+hf_token_file = host.data.get("hf_token_file")  # checked with hf_endpoint and hf_token_endpoint by the plan
 if any(w and w.source.kind == "hf" for w in (weights, draft)):
     hub_python = host.data.get("hub_python") or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
                                                  else f"{venv_path(profile)}/bin/python")
@@ -127,7 +120,7 @@ release.install_programs(installed_digest=facts["manifests"][programs.manifest] 
 # The weights: in place and verified against the manifest before anything is staged or switched.
 if weights:
     weights_role.ensure(weights=weights, verified=weights_status["verified"], python=hub_python,
-                        endpoint=host.data.get("hf_endpoint") or weights.mirror,
+                        endpoint=host.data.get("hf_endpoint"),
                         local_dir=weights.source.local_dir, token_file=hf_token_file)
 if draft:
     weights_role.ensure(weights=draft, verified=draft_status["verified"], python=hub_python,

@@ -56,7 +56,8 @@ wheelhouse = None
 verify_python = None
 
 # --- model weights (profiles with model.source) ---
-# An HF-compatible endpoint to fetch hf:// sources from (a mirror for air-gapped hosts); wins over model.mirror.
+# An HF-compatible endpoint to fetch hf:// sources from (a mirror for air-gapped hosts; None: the Hub). https only
+# (plain http only on loopback, for a test Hub). Host data only: a profile never names an endpoint.
 hf_endpoint = None
 # The python whose huggingface_hub fetches the weights on the host (default: the release's venv on GPU hosts,
 # /opt/sglang-deploy/hub-client/bin/python on the simulated one).
@@ -65,6 +66,9 @@ hub_python = None
 hub_wheelhouse = None
 # A file ON THE HOST holding a Hugging Face token (root-only), for gated or private repositories (HF_TOKEN_PATH).
 hf_token_file = None
+# The one endpoint the token of hf_token_file may go to (None: the Hub, https://huggingface.co); a deploy whose
+# hf_endpoint is another one is refused, so a changed endpoint never receives the token unnoticed.
+hf_token_endpoint = None
 
 # --- per-host overrides of the profile (None: the profile's value) ---
 port = None  # the server's port (the profile's service.port)

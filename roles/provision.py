@@ -18,8 +18,8 @@ from roles.facts import GpuHost, SGLangVersion, VenvTorch
 from sglang_deploy.hostdata import get
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.provision import (NCCL_PACKAGE_VERSION, cuda_toolkit_step, driver_step, nccl_step,
-                                     nvidia_repo_path, toolchain_step, userspace_driver_defaults)
+from sglang_deploy.provision import (NCCL_PACKAGE_VERSION, cuda_toolkit_step, driver_step, install_commands,
+                                     nccl_step, nvidia_repo_path, toolchain_step, userspace_driver_defaults)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
 SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
@@ -155,11 +155,11 @@ def python_env(profile, mode: str):
         raise DeployError(f"{host.name}: verify mode: {venv} has SGLang {installed or 'nothing'}, "
                           f"the profile pins {profile.sglang.version}")
     wheelhouse = setting("wheelhouse")  # a directory of wheels on the controller: install offline
-    index_args = ""
+    index_args = []
     if wheelhouse:
         remote = f"/opt/sglang-deploy/wheelhouse/sglang-{profile.sglang.version}"
         files.sync(name="Upload the wheelhouse", src=wheelhouse, dest=remote, delete=True)
-        index_args = shlex.join(["--no-index", "--find-links", remote])
+        index_args = ["--no-index", "--find-links", remote]
     # Requirements are PEP 508 (validated by the profile) and quoted by construction, never by hand.
     wanted = shlex.join(requirements(profile))
     q_venv = shlex.quote(venv)
@@ -168,8 +168,7 @@ def python_env(profile, mode: str):
         create = f"UV_PYTHON_DOWNLOADS=never uv venv --python python3 {q_venv}" if use_uv else f"python3 -m venv {q_venv}"
         server.shell(name=f"Create {venv}", commands=[create])
     python = shlex.quote(f"{venv}/bin/python")
-    install = (f"uv pip install -q --python {python} {index_args} {wanted}" if use_uv
-               else f"{shlex.quote(venv + '/bin/pip')} install -q --disable-pip-version-check {index_args} {wanted}")
+    install = install_commands(venv, requirements(profile), index_args, use_uv)
     check_version = ("import sglang, sys; v = sglang.__version__; "
                      "assert v == sys.argv[1], f'sglang {v} imported, {sys.argv[1]} pinned'")
     checks = [shlex.join([f"{venv}/bin/python", "-c", check_version, profile.sglang.version])]
@@ -177,4 +176,4 @@ def python_env(profile, mode: str):
     if gpus:  # a real GPU host: the venv's torch must see every GPU
         checks.append(f"{python} -c 'import torch; n = torch.cuda.device_count(); "
                       f"assert torch.cuda.is_available() and n == {int(gpus)}, f\"torch sees {{n}} of {int(gpus)} GPUs\"'")
-    server.shell(name=f"Install {wanted} into {venv}", commands=[install, *checks])
+    server.shell(name=f"Install {wanted} into {venv} (binary wheels only)", commands=[*install, *checks])

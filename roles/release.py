@@ -71,6 +71,12 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
     if roofline:
         managed_file(name=f"{release_id}/roofline.json", dest=f"{directory}/roofline.json",
                      content=json.dumps(roofline, indent=1, sort_keys=True) + "\n", mode=644, diff=False)
+    if meta.get("venv"):  # what the venv's install recorded: every package with the sha256 of its file list
+        from sglang_deploy.provision import PACKAGES_FILE
+
+        source, dest = shlex.quote(f"{meta['venv']}/{PACKAGES_FILE}"), shlex.quote(f"{directory}/packages.json")
+        server.shell(name=f"{release_id}/packages.json (the venv's packages and their hashes)",
+                     commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
     managed_file(name=f"{release_id}/meta.json", dest=f"{directory}/meta.json",
                  content=json.dumps(meta, indent=1) + "\n", mode=644, diff=False)
 

@@ -105,7 +105,7 @@ def synthetic_weights(profile: Profile) -> Weights:
         os.replace(tmp, manifest_file)
     manifest = json.loads(manifest_file.read_text())
     return Weights(Source("dir", None, None, str(directory)), manifest_file, manifest, manifest_hash(manifest),
-                   profile.model.path, None)
+                   profile.model.path)
 
 
 @deploy("SGLang simulator (simulated host)")

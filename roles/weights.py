@@ -2,7 +2,7 @@
 manifest before any switch (hostside/weights.py does the work on the host).
 
 - hf:// sources: huggingface_hub's own client on the host (hf_hub_download, resumable), from the Hub, the
-  profile's `model.mirror` or host data `hf_endpoint`; the python is the release's venv on GPU hosts (SGLang
+  endpoint of host data `hf_endpoint` (never the profile's); the python is the release's venv on GPU hosts (SGLang
   brings huggingface_hub), or a small venv (`hub_python`, installed from a controller wheelhouse).
 - file:// sources (and the simulated host's synthetic checkpoint): pushed from the controller over the deploy's
   SSH connection into the staging directory (a file already there with the same content is not sent again),
@@ -94,8 +94,8 @@ def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint
                        function=_fetch_live, command=fetch_command(weights, python, endpoint, token_file))
         return
     staging = staging_dir(weights.path)
-    for entry in weights.manifest["files"]:
-        files.put(name=f"push {entry['path']} ({human(entry['size'])})", src=str(Path(local_dir) / entry["path"]),
+    for entry, src in weights.local_files():
+        files.put(name=f"push {entry['path']} ({human(entry['size'])})", src=src,
                   dest=f"{staging}/{entry['path']}", mode=644, create_remote_dir=True)
     server.shell(name=f"Verify the pushed weights against the manifest, rename into {weights.path}",
                  commands=[host_program("weights", "promote", "--manifest", weights.host_manifest, "--dir",

@@ -36,10 +36,17 @@ DERIVED_FLAGS = {
     "--speculative-draft-model-path": "speculative.draft.source (the verified draft snapshot)",
     "--speculative-draft-model-revision": "speculative.draft.source (its manifest pins every file)",
 }
+# Fields a profile no longer has, with where their value belongs now.
+REMOVED_FIELDS = {
+    ("model", "mirror"): "not a profile field: the Hub endpoint is the host's, host data `hf_endpoint` (a profile "
+                         "could send the host's Hugging Face token anywhere); remove it",
+}
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
 # Every pattern is applied with fullmatch (Python's `$` also matches before a final newline).
 FLAG_NAME = safety.FLAG_NAME
 VERSION_PIN = safety.VERSION_PIN
+
+MIN_WATCH_INTERVAL_S = 600  # the watch benchmarks production: at most every 10 minutes
 
 FlagScalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 FlagValue = Union[FlagScalar, list[Union[StrictInt, StrictFloat, StrictStr]]]
@@ -69,9 +76,6 @@ class ModelSection(Strict):
     manifest: StrictStr | None = Field(
         None, description="The frozen manifest of model.source (relative to the repository; default "
                           "manifests/<org>--<name>/<revision>.json), made by `sglang-deploy manifest`.")
-    mirror: StrictStr | None = Field(
-        None, description="An HF-compatible endpoint to download hf:// sources from (air-gapped hosts); host data "
-                          "hf_endpoint overrides it.")
     served_name: StrictStr = Field(description="Model name the API reports (--served-model-name).")
     hybrid: StrictBool = Field(False, description="Hybrid linear-attention model (e.g. Gated DeltaNet + attention).")
     architecture: StrictStr | None = Field(
@@ -106,13 +110,11 @@ class ModelSection(Strict):
     @field_validator("source")
     @classmethod
     def weights_source(cls, value: str | None) -> str | None:
-        from .weights import WeightsSourceError, parse_source
+        from .weights import source_problem
 
-        if value is not None:
-            try:
-                parse_source(value)
-            except WeightsSourceError as error:
-                raise ValueError(str(error)) from None
+        problem = source_problem(value) if value is not None else None
+        if problem:
+            raise ValueError(problem)
         return value
 
     @model_validator(mode="after")
@@ -124,13 +126,13 @@ class ModelSection(Strict):
                 raise ValueError("model.source or model.path is required: model.source "
                                  "(hf://ORG/NAME@<commit> or file:///dir) for weights the tool provisions and verifies, "
                                  "model.path for a checkpoint managed outside the tool")
-            if self.manifest is not None or self.mirror is not None:
-                raise ValueError("model.manifest and model.mirror belong to model.source; set model.source")
+            if self.manifest is not None:
+                raise ValueError("model.manifest belongs to model.source; set model.source")
             return self
         if self.path is not None:
             raise ValueError(f"model.path is derived from model.source ({self.source}); remove model.path")
         try:
-            weights = weights_for(self.source, self.manifest, self.mirror)
+            weights = weights_for(self.source, self.manifest)
         except WeightsSourceError as error:
             raise ValueError(f"model.source/model.manifest: {error}") from None
         object.__setattr__(self, "path", weights.path)
@@ -208,8 +210,9 @@ class ServiceSection(Strict):
     name: StrictStr = Field("sglang", description="systemd unit name (without .service).")
     user: StrictStr = Field("sglang", description="Dedicated system user the server runs as.")
     host: StrictStr = Field("127.0.0.1", description="Bind address (--host): loopback or a wildcard address.")
-    port: Annotated[int, Field(ge=1, le=65535)] = Field(30000, description="Bind port (--port).")
-    start_timeout_s: Annotated[int, Field(ge=10, le=7200)] = Field(
+    port: Annotated[StrictInt, Field(ge=1024, le=65535)] = Field(
+        30000, description="Bind port (--port); 1024 and up (the unit has no capability to bind a privileged port).")
+    start_timeout_s: Annotated[StrictInt, Field(ge=10, le=7200)] = Field(
         1800, description="Seconds from restart until the server must answer /health (weights + CUDA graphs).")
     auth: Literal["api-key", "none"] = Field(
         "api-key", description="api-key: the host's API key is required (a missing key file fails the plan); "
@@ -254,7 +257,7 @@ class ServiceSection(Strict):
 class MultinodeSection(Strict):
     """Tensor parallelism over several hosts (nodes > 1): SGLang's --nnodes/--node-rank/--dist-init-addr."""
 
-    dist_init_port: Annotated[int, Field(ge=1024, le=65535)] = Field(
+    dist_init_port: Annotated[StrictInt, Field(ge=1024, le=65535)] = Field(
         50000, description="Port of rank 0's torch.distributed rendezvous (--dist-init-addr <rank 0>:<port>).")
     socket_ifname: StrictStr | None = Field(
         None, description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME: the interface the nodes talk over (eth0, "
@@ -270,17 +273,17 @@ class MultinodeSection(Strict):
 
 
 class GateSection(Strict):
-    min_decode_tok_s: Annotated[float, Field(gt=0)] | None = Field(
+    min_decode_tok_s: Annotated[float, Field(strict=True, gt=0)] | None = Field(
         None, description="Floor for single-stream decode tokens/s (median).")
-    min_accept_length: Annotated[float, Field(ge=1)] | None = Field(
+    min_accept_length: Annotated[float, Field(strict=True, ge=1)] | None = Field(
         None, description="Floor for the speculative acceptance length tau (median).")
-    max_regression_pct: Annotated[float, Field(gt=0, lt=100)] = Field(
+    max_regression_pct: Annotated[float, Field(strict=True, gt=0, lt=100)] = Field(
         10.0, description="Fail when slower than the last good release by more than this.")
-    samples: Annotated[int, Field(le=100)] = Field(
+    samples: Annotated[StrictInt, Field(le=100)] = Field(
         5, description="Measured requests per metric; at least 3 (the comparison with the baseline pairs them).")
-    warmup: Annotated[int, Field(ge=0, le=20)] = Field(1, description="Unmeasured requests first.")
-    max_new_tokens: Annotated[int, Field(ge=16, le=4096)] = Field(256, description="Tokens per measured request.")
-    concurrency: Annotated[int, Field(ge=1, le=256)] = Field(4, description="Parallel streams for the aggregate figure.")
+    warmup: Annotated[StrictInt, Field(ge=0, le=20)] = Field(1, description="Unmeasured requests first.")
+    max_new_tokens: Annotated[StrictInt, Field(ge=16, le=4096)] = Field(256, description="Tokens per measured request.")
+    concurrency: Annotated[StrictInt, Field(ge=1, le=256)] = Field(4, description="Parallel streams for the aggregate figure.")
     on_inconclusive: Literal["rollback", "keep"] = Field(
         "rollback", description="What to do when the measurement is too noisy or requests fail.")
 
@@ -302,24 +305,24 @@ class WatchSection(Strict):
     enabled: StrictBool = Field(True, description="Install and enable the watch timer (false: disable it).")
     interval: StrictStr = Field("6h", description="Time between measurements (systemd time span: 90s, 30min, 6h, 1d).")
     randomized_delay: StrictStr = Field("15min", description="Random extra delay per run (systemd time span; 0 for none).")
-    samples: Annotated[int, Field(ge=1, le=20)] = Field(3, description="Measured requests per run (the gate's prompts).")
-    max_running_requests: Annotated[int, Field(ge=0, le=1024)] = Field(
+    samples: Annotated[StrictInt, Field(ge=1, le=20)] = Field(3, description="Measured requests per run (the gate's prompts).")
+    max_running_requests: Annotated[StrictInt, Field(ge=0, le=1024)] = Field(
         0, description="Measure only when sglang:num_running_reqs is at most this; else the run records 'busy, skipped'.")
     on_drift: Literal["record", "restart"] = Field(
         "record", description="record: history and metrics only; restart: also restart the service after "
                               "`drift_runs` drifting measurements in a row.")
-    drift_min_accept_length: Annotated[float, Field(ge=1)] | None = Field(
+    drift_min_accept_length: Annotated[float, Field(strict=True, ge=1)] | None = Field(
         None, description="Acceptance length below this is drift (default: gate.min_accept_length).")
-    drift_runs: Annotated[int, Field(ge=1, le=100)] = Field(
+    drift_runs: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
         2, description="Drifting measurements in a row (acceptance below the threshold, decode below "
                        "gate.min_decode_tok_s, or a failed output check) before on_drift acts.")
-    output_prompts: Annotated[int, Field(ge=0, le=8)] = Field(
+    output_prompts: Annotated[StrictInt, Field(ge=0, le=8)] = Field(
         3, description="Known-answer prompts of the gate's output check asked each run (0: none); a wrong or "
                        "degenerate answer counts as drift.")
-    max_restarts_per_day: Annotated[int, Field(ge=0, le=24)] = Field(
+    max_restarts_per_day: Annotated[StrictInt, Field(ge=0, le=24)] = Field(
         3, description="on_drift: restart restarts at most this often in 24 h; past it a drift is recorded "
                        "(restart-withheld, a journal warning), not acted on.")
-    history_lines: Annotated[int, Field(ge=10, le=100000)] = Field(
+    history_lines: Annotated[StrictInt, Field(ge=10, le=100000)] = Field(
         500, description="Lines kept in the release's watch.jsonl (oldest dropped).")
     textfile_dir: StrictStr = Field(
         "/var/lib/prometheus/node-exporter",
@@ -334,9 +337,14 @@ class WatchSection(Strict):
 
     @field_validator("interval")
     @classmethod
-    def not_zero(cls, value: str) -> str:
-        if int(re.match(r"\d+", value).group()) == 0:
+    def not_too_often(cls, value: str) -> str:
+        number, unit = re.fullmatch(r"([0-9]+)([a-z]+)", value).groups()
+        seconds = int(number) * {"s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
+        if seconds == 0:
             raise ValueError("must be longer than 0")
+        if seconds < MIN_WATCH_INTERVAL_S:
+            raise ValueError(f"{value} is too often: each run benchmarks the production server; accepted: "
+                             f"{MIN_WATCH_INTERVAL_S // 60}min or longer")
         return value
 
     @field_validator("textfile_dir")
@@ -397,7 +405,7 @@ class Profile(Strict):
     service: ServiceSection = Field(default_factory=ServiceSection)
     gate: GateSection = Field(default_factory=GateSection)
     watch: WatchSection = Field(default_factory=WatchSection)
-    nodes: Annotated[int, Field(ge=1, le=64)] = Field(
+    nodes: Annotated[StrictInt, Field(ge=1, le=64)] = Field(
         1, description="Hosts one server spans (tensor parallelism over nodes: --nnodes); the inventory group "
                        "`nodes` lists them in rank order.")
     multinode: MultinodeSection = Field(default_factory=MultinodeSection)
@@ -471,6 +479,9 @@ class _UniqueKeyLoader(yaml.SafeLoader):
     def construct_mapping(self, node, deep=False):
         seen = {}
         for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b]` or `? {a: 1}`: unhashable, and no field name
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key must be a plain name, not a list or mapping", key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
@@ -503,7 +514,7 @@ def _pydantic_problems(source: str, error: ValidationError, lines: dict[tuple, i
         field = _format_location(loc)
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key (not part of the profile format; see README 'Profile format')"
+            message = REMOVED_FIELDS.get(loc, "unknown key (not part of the profile format; see README 'Profile format')")
         elif item["type"] == "missing":
             message = "required field is missing"
         key = (field, message)

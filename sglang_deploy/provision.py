@@ -7,6 +7,7 @@ needed. In verify mode an install becomes an error, so `provision_mode=verify` c
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 
 from .hostfacts import driver_branch, driver_verdict, nccl_differs
@@ -130,3 +131,29 @@ def toolchain_step(facts: dict, mode: str) -> Step:
         return Step("toolchain", "error", f"verify mode: {', '.join(missing)} missing (Triton's and FlashInfer's first "
                     "JIT compile at start needs them)")
     return Step("toolchain", "install", f"{', '.join(missing)} missing: installed for the first JIT compile", missing)
+
+
+# --- the Python env -------------------------------------------------------------------------------
+
+# Written into the venv after its install; each release staged on it keeps a copy (packages.json): every installed
+# distribution with the sha256 of its RECORD, which lists the sha256 of each file the wheel installed.
+PACKAGES_FILE = "sglang-deploy-packages.json"
+PACKAGES_SCRIPT = """import hashlib, json, sys
+from importlib import metadata
+found = {f"{d.metadata['Name']}=={d.version}": hashlib.sha256((d.read_text('RECORD') or '').encode()).hexdigest()
+         for d in metadata.distributions()}
+with open(sys.argv[1], "w") as out:
+    json.dump(dict(sorted(found.items())), out, indent=1)
+"""
+
+
+def install_commands(venv: str, wanted: list[str], index_args: list[str], use_uv: bool) -> list[str]:
+    """Install the requirements from binary wheels only (an sdist runs its build backend, as root here), then record
+    what was installed. The requirements are PEP 508 pins the profile validated; everything is quoted."""
+    python = f"{venv}/bin/python"
+    if use_uv:
+        install = ["uv", "pip", "install", "-q", "--no-build", "--python", python, *index_args, *wanted]
+    else:
+        install = [f"{venv}/bin/pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
+                   *index_args, *wanted]
+    return [shlex.join(install), shlex.join([python, "-c", PACKAGES_SCRIPT, f"{venv}/{PACKAGES_FILE}"])]

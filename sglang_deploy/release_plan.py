@@ -71,6 +71,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
         "start_timeout_s": profile.service.start_timeout_s,
         "weights": weights.meta() if weights else None,
         "draft": draft.meta() if draft else None,  # the draft model (speculative.draft), verified like the weights
+        "waivers": dict(profile.waivers),  # rule -> reason: each rule the profile switched off, shown by the listing
         "verdict": None,
         "gate": None,
         # "passed" or "skipped (skip_preflight)": whether the release's server checks ran on the host before its switch
@@ -210,9 +211,10 @@ def listing(store: dict) -> list[str]:
                    if change] if active else []
         if changes:
             diffs = changes + [d for d in diffs if not d.startswith(("--model-path:", "--speculative-draft-model-path:"))]
+        waived = f" WAIVED: {','.join(sorted(release['waivers']))}" if release.get("waivers") else ""
         lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} {weights_label(release):12} "
                      f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:28]:28} "
-                     f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}")
+                     f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}{waived}")
     lines.append("(* active, g last good)")
     return lines
 

@@ -30,15 +30,43 @@ RULES = {
     "nccl-ll128-needs-nvlink": "NCCL_PROTO=LL128 is never forced on a PCIe-only host",
     "nccl-p2p-level-nvl-needs-nvlink": "NCCL_P2P_LEVEL=NVL is never set on a PCIe-only host (it turns P2P off)",
     "nccl-debug-knob-needs-reason": "NCCL debugging knobs carry a recorded reason",
+    "flag-runs-code": "no flag that runs code from API clients, a dotted name or unverified weights, unless waived",
+    "flag-serves-other-weights": "no flag that serves other weights or a tokenizer/template from outside the verified "
+                                 "snapshot, unless waived",
+    "pin-outside-cuda-family": "sglang.pins only name the CUDA/torch/kernel family, unless waived with a reason",
 }
 # Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server
 # that does not start, or against corrupted results.
-WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on", "env-loads-code"}
+WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on", "env-loads-code",
+            "pin-outside-cuda-family", "flag-runs-code", "flag-serves-other-weights"}
 
 # Variables that make the server load code from a path (plugins, injection libraries, compiler binaries); waivable
 # with `waivers: {env-loads-code: reason}`. Patterns are fullmatched.
 CODE_LOADING_ENV = (r"NCCL_\w*PLUGIN\w*", r"NCCL_NET", r"TRITON_\w*_PATH", r"CUDA_INJECTION\w*", r"TORCH_EXTENSIONS_DIR",
                     r"SGLANG_\w*PLUGIN\w*", r"PYTORCH_\w*PLUGIN\w*")
+# SGLang fields (dests) whose flag runs code someone else chooses; waivable with `waivers: {flag-runs-code: reason}`.
+# trust_remote_code only where the weights are not the tool's verified snapshot (model.path instead of model.source).
+CODE_FLAGS = {
+    "enable_custom_logit_processor": "unpickles (dill) a processor that every API request may carry: code from any "
+                                     "client, run as the service user",
+    "custom_weight_loader": "imports and calls the callables it names (any importable function, e.g. os.system)",
+    "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path)",
+}
+# Load formats that serve no verified weights: random ones, or another server's.
+OTHER_WEIGHTS_FORMATS = ("dummy", "remote", "remote_instance", "private", "runai_streamer")
+LOAD_FORMAT_DESTS = ("load_format", "speculative_draft_load_format")
+# Path-valued fields that make the server read weights, a tokenizer or a template: only inside the verified snapshot
+# (model.source). True: a plain name (no '/') is a built-in template, not a path.
+WEIGHTS_PATH_DESTS = {
+    "tokenizer_path": False, "lora_paths": False, "kt_weight_path": False,
+    "quantization_param_path": False, "decrypted_config_file": False, "decrypted_draft_config_file": False,
+    "speculative_ngram_external_corpus_path": False, "chat_template": True, "completion_template": True,
+}
+# Packages sglang.pins may name without a waiver (normalized names, fullmatched): the CUDA, torch and kernel stack SGLang
+# is built against, which a profile pins to match a driver or a known-good NCCL. Any other package is code a pull
+# request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
+PIN_FAMILY = (r"torch", r"torchvision", r"torchaudio", r"triton", r"flashinfer(-[a-z0-9-]+)?", r"sgl-kernel",
+              r"sglang-kernel", r"nvidia-[a-z0-9-]+", r"cuda-[a-z0-9-]+", r"xgrammar", r"flash-attn(-[a-z0-9-]+)?")
 # Variables the tool sets itself (render.py base_environment): a profile that changed them would undo the offline
 # start, move the JIT caches out of the service's directories or swap the toolkit.
 TOOL_ENV = ("HOME", "SGLANG_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE", "HF_ENDPOINT", "CUDA_HOME", "TRITON_CACHE_DIR",

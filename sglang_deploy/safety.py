@@ -1,8 +1,9 @@
 """What a profile, inventory or `--data` value may be before it reaches a unit, a shell, a path or a URL.
 
 Every check is a full match (``re.fullmatch``: Python's ``$`` also matches before a final newline), and
-no value may carry a control character. Pure: used by the profile schema, the plan and deploy.py's
-host checks (the service user and the unit name need what the host reports).
+no value may carry a control character. Digits are ``[0-9]`` (a backslash-d also matches a fullwidth ``６``), and
+every pattern runs in linear time (no repeated group whose separator is optional). Pure: used by the profile
+schema, the plan and deploy.py's host checks (the service user and the unit name need what the host reports).
 """
 
 from __future__ import annotations
@@ -21,19 +22,29 @@ TEXT_ALLOWED = {"\n", "\t"}
 SERVICE_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 USER_NAME = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
 SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,127}")
-MODEL_PATH = re.compile(r"/(?:[A-Za-z0-9_@+=:,-][A-Za-z0-9._@+=:,-]*/?)*")
+# Path components separated by one mandatory '/': each character has one place to go, so a mismatch fails in
+# linear time (an optional separator let the engine try every way of cutting a component: minutes for a trailing
+# space after a long directory name).
+PATH_PART = r"[A-Za-z0-9_@+=:,-][A-Za-z0-9._@+=:,-]*"
+MODEL_PATH = re.compile(rf"/(?:{PATH_PART}(?:/{PATH_PART})*/?)?")
 FLAG_NAME = re.compile(r"--[a-z0-9][a-z0-9-]*")
 ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
-VERSION_PIN = re.compile(r"\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?")
+VERSION_PIN = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+(?:\.post[0-9]+|rc[0-9]+)?")
 EXTRA_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?")  # PEP 508 / PEP 685 extra
 DEB_PACKAGE = re.compile(r"[a-z0-9][a-z0-9.+-]+")
 DEB_VERSION_GLOB = re.compile(r"[A-Za-z0-9.+~:*{}-]+")
-CUDA_VERSION = re.compile(r"\d{1,2}\.\d{1,2}")
-NCCL_VERSION = re.compile(r"\d+\.\d+\.\d+")
+CUDA_VERSION = re.compile(r"[0-9]{1,2}\.[0-9]{1,2}")
+NCCL_VERSION = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+")
 ABS_PATH = re.compile(r"/[A-Za-z0-9._@+=:,/-]*")
 # A systemd time span of one number and unit (the watch's interval and randomized delay).
-TIME_SPAN = re.compile(r"\d{1,6}(?:s|min|h|d)")
+TIME_SPAN = re.compile(r"[0-9]{1,6}(?:s|min|h|d)")
 WRITABLE_DIR = re.compile(r"/(?:var/lib|run|var/spool)(?:/[A-Za-z0-9_][A-Za-z0-9._-]{0,63}){1,8}")
+# An HF-compatible endpoint (host data hf_endpoint, hf_token_endpoint): https, or plain http on loopback only (the
+# tests' stand-in Hub). One label or path part between mandatory separators: linear.
+_HOST_NAME = r"[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*"
+_URL_PATH = r"(?:/[A-Za-z0-9._~-]*)*"
+HUB_ENDPOINT = re.compile(rf"(?:https://{_HOST_NAME}|http://(?:127\.0\.0\.1|localhost|\[::1\]))(?::[0-9]{{1,5}})?{_URL_PATH}")
+DEFAULT_HUB = "https://huggingface.co"
 URL = re.compile(r"(?:https?|file)://[A-Za-z0-9._~:/?#\[\]@!&'()*+,;=%{}-]+")
 
 # The tool's marker: the first line of every unit it writes starts with it. A unit file without it
@@ -206,10 +217,35 @@ def pin_problem(pin: str) -> str | None:
     return None
 
 
+def hub_endpoint_problem(url: str) -> str | None:
+    if not full(HUB_ENDPOINT, url):
+        return (f"{url!r} is not an HF-compatible endpoint the tool talks to; accepted: https://host[:port][/path] "
+                "(plain http only on loopback, http://127.0.0.1 or http://localhost, for a test Hub)")
+    return None
+
+
+def token_endpoint_problem(data) -> str | None:
+    """The Hugging Face token goes only to the endpoint named with it: hf_token_endpoint (default the Hub), which
+    must be the endpoint the download uses (hf_endpoint, default the Hub)."""
+    from .hostdata import get
+
+    if not get(data, "hf_token_file"):
+        return None
+    used = str(get(data, "hf_endpoint", DEFAULT_HUB)).rstrip("/")
+    named = str(get(data, "hf_token_endpoint", DEFAULT_HUB)).rstrip("/")
+    if used != named:
+        return (f"the token of hf_token_file is sent only to hf_token_endpoint ({named}), but the weights come from "
+                f"hf_endpoint {used}; accepted: hf_token_endpoint={used} when that endpoint may have the token, or no "
+                "hf_token_file")
+    return None
+
+
 # --- host data (inventory and --data) --------------------------------------------------------------
 
 def _int_in(value, low: int, high: int) -> str | None:
     try:
+        if isinstance(value, bool) or not re.fullmatch(r"-?[0-9]+", str(value)):  # int() takes "６" and " 6"
+            raise ValueError(value)
         number = int(str(value), 10)
     except ValueError:
         return f"must be an integer between {low} and {high}, got {value!r}"
@@ -233,7 +269,7 @@ def host_data_problems(data) -> list[tuple[str, str]]:
         if message:
             problems.append((key, message))
 
-    check("port", lambda v: _int_in(v, 1, 65535))
+    check("port", lambda v: _int_in(v, 1024, 65535))  # the unit may not bind a privileged port
     check("keep_releases", lambda v: _int_in(v, 1, 100))
     check("max_auto_rollbacks", lambda v: _int_in(v, 1, 100))
     check("gpus", lambda v: _int_in(v, 1, 64))
@@ -260,9 +296,14 @@ def host_data_problems(data) -> list[tuple[str, str]]:
         check(key, lambda v: None if v == "python3" or full(ABS_PATH, str(v))
               else f"must be python3 or an absolute path, got {v!r}")
     check("service", lambda v: service_name_problem(str(v)))
+    check("hf_endpoint", lambda v: hub_endpoint_problem(str(v)))
+    check("hf_token_endpoint", lambda v: hub_endpoint_problem(str(v)))
+    check("hf_token_file", lambda v: model_path_problem(str(v)))
     check("api_key_env", lambda v: None if full(ENV_NAME, str(v)) and str(v).startswith("SGLANG_DEPLOY_") else
           f"must be an environment variable name starting with SGLANG_DEPLOY_ (the controller reads the key from "
           f"it; another name could hand over any variable of the controller's environment), got {v!r}")
+    if not any(key.startswith("hf_") for key, _ in problems) and token_endpoint_problem(data):
+        problems.append(("hf_token_file", token_endpoint_problem(data)))
     return problems
 
 

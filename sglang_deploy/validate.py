@@ -18,7 +18,8 @@ import difflib
 from dataclasses import dataclass
 
 from . import drafter, flag_table, gpu_facts, resolution, validator_env
-from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, RENAMED_FLAGS, TOOL_ENV, WAIVABLE
+from .rules import (CODE_FLAGS, CODE_LOADING_ENV, LOAD_FORMAT_DESTS, NCCL_DEBUG_KNOBS, OTHER_WEIGHTS_FORMATS, PIN_FAMILY,
+                    RENAMED_FLAGS, TOOL_ENV, WAIVABLE, WEIGHTS_PATH_DESTS)
 from .flags import server_args
 from .profile import Profile, line_of
 
@@ -163,6 +164,43 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
     return problems
 
 
+def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
+    """Flags that run someone else's code or serve something other than the verified snapshot (by SGLang's dest, so
+    every spelling counts); each waivable with a reason, which the unit and the release listing then show."""
+    import os
+
+    options = {opt: action for action in spec for opt in action["options"]}
+    snapshot = profile.model.path if profile.model.source else None  # verified on the host before any switch
+    how = "remove it, or waive the rule for a reviewed reason: `waivers: {%s: \"why\"}`"
+    problems = []
+    for name, value in profile.sglang.flags.items():
+        dest = (options.get(name) or {}).get("dest")
+        if value is False or value is None or dest is None:
+            continue
+        if dest in CODE_FLAGS and not (dest == "trust_remote_code" and snapshot):
+            problems.append(Problem("flag-runs-code", _flag(name),
+                                    f"{name} {CODE_FLAGS[dest]}; " + how % "flag-runs-code"))
+        elif dest in LOAD_FORMAT_DESTS and value in OTHER_WEIGHTS_FORMATS:
+            problems.append(Problem("flag-serves-other-weights", _flag(name),
+                                    f"{name} {value} serves no verified weights (random ones, or another server's); "
+                                    + how % "flag-serves-other-weights"))
+        elif dest in WEIGHTS_PATH_DESTS:
+            for item in value if isinstance(value, list) else [value]:
+                text = str(item)
+                if WEIGHTS_PATH_DESTS[dest] and "/" not in text:
+                    continue  # a built-in template's name
+                inside = snapshot and os.path.isabs(text) and ".." not in text.split("/") \
+                    and os.path.commonpath([text, snapshot]) == snapshot
+                if not inside:
+                    where = f"the verified snapshot {snapshot}" if snapshot else "a verified snapshot (model.source)"
+                    problems.append(Problem("flag-serves-other-weights", _flag(name),
+                                            f"{name} {text} is outside {where}: the server would read what nobody "
+                                            "verified (any local user writes /dev/shm, /tmp); accepted: a path inside "
+                                            "it; " + how % "flag-serves-other-weights"))
+                    break
+    return problems
+
+
 def derived_values_problems(profile: Profile, argv: list[str], port: int | None, node=None) -> list[Problem]:
     """Backstop: the rendered argv, parsed by the table of SGLang's own parser, gives the tool's own values for the
     fields the tool sets (whatever the profile's flags do to the parse)."""
@@ -297,6 +335,24 @@ def environment_problems(profile: Profile) -> list[Problem]:
     return problems
 
 
+def pin_problems(profile: Profile) -> list[Problem]:
+    import re
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    problems = []
+    for position, pin in enumerate(profile.sglang.pins):
+        name = canonicalize_name(Requirement(pin).name)  # the schema made it an exact PEP 508 pin
+        if not any(re.fullmatch(pattern, name) for pattern in PIN_FAMILY):
+            problems.append(Problem("pin-outside-cuda-family", ("sglang", "pins", position),
+                                    f"{name} is not of the CUDA/torch/kernel family (torch, triton, flashinfer*, "
+                                    "sgl-kernel, nvidia-*, cuda-*, xgrammar, ...): a pin brings its code into the "
+                                    "root-run install; remove it, or waive the rule for a reviewed reason: "
+                                    "`waivers: {pin-outside-cuda-family: \"why\"}`"))
+    return problems
+
+
 def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
     env = profile.env_values()
     problems = []
@@ -415,6 +471,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
                       "gpu": {"model": gpu.name, "count": count}, "model_config": profile.model.config}
     identity = flag_identity_problems(profile, tuple(probe["actions"]))
     problems = identity + parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
+    problems += code_and_weights_problems(profile, tuple(probe["actions"]))
     if not identity:
         problems += derived_values_problems(profile, argv, port, node)
     problems += speculative_problems(profile, probe["algorithms"])
@@ -426,6 +483,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     problems += resource_problems(profile, gpus, answer["resolved"])
     problems += nccl_problems(profile, topology)
     problems += environment_problems(profile)
+    problems += pin_problems(profile)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     for rule in profile.waivers:
         if rule not in WAIVABLE:

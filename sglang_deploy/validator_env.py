@@ -76,7 +76,7 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
             pip + [*TORCH_REQUIREMENTS, *PARSER_DEPENDENCIES],
         ]
         for step in steps:
-            result = subprocess.run(step, capture_output=True, text=True)
+            result = subprocess.run(step, capture_output=True, text=True, env=scrubbed_environment())
             if result.returncode != 0:
                 shutil.rmtree(target, ignore_errors=True)
                 raise ValidatorEnvError(
@@ -128,7 +128,7 @@ def ensure_full_layer(version: str, quiet: bool = False) -> Path:
              str(STANDIN_DIR / "libcuda_stub.c")],
         ]
         for step in steps:
-            result = subprocess.run(step, capture_output=True, text=True)
+            result = subprocess.run(step, capture_output=True, text=True, env=scrubbed_environment())
             if result.returncode != 0:
                 shutil.rmtree(target, ignore_errors=True)
                 raise ValidatorEnvError(f"could not add the full-resolution layer to {env_dir(version)}: "
@@ -139,10 +139,20 @@ def ensure_full_layer(version: str, quiet: bool = False) -> Path:
     return target
 
 
+def scrubbed_environment() -> dict:
+    """The controller's environment without its secrets, for every process of the validator env (SGLang's code, pip):
+    no SGLANG_DEPLOY_* variable (the API key is one: SGLANG_DEPLOY_API_KEY, or what api_key_env names) and no
+    variable whose name says secret (*_TOKEN, *_API_KEY, ...)."""
+    from .hostside.store import secret_name
+
+    return {name: value for name, value in os.environ.items()
+            if not name.startswith("SGLANG_DEPLOY_") and not secret_name(name)}
+
+
 def standin_environment(version: str, gpu_facts: str) -> dict:
     """The environment a process of SGLang <version>'s validator env needs to take the target's CUDA path."""
     target = ensure_full_layer(version)
-    return {**os.environ, "SGLANG_DEPLOY_GPU_FACTS": gpu_facts,
+    return {**scrubbed_environment(), "SGLANG_DEPLOY_GPU_FACTS": gpu_facts,
             "SGLANG_DEPLOY_GPU_STANDIN": str(STANDIN_DIR / "standin.py"),
             "LD_LIBRARY_PATH": str(target / "lib"), "PATH": f"{target / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONDONTWRITEBYTECODE": "1"}
@@ -165,7 +175,7 @@ def _probe_process(version: str, gpu_facts: str | None) -> subprocess.Popen:
     process = _probes.get((version, gpu_facts))
     if process is None or process.poll() is not None:
         python = ensure_env(version)
-        env = standin_environment(version, gpu_facts) if gpu_facts else None
+        env = standin_environment(version, gpu_facts) if gpu_facts else scrubbed_environment()
         process = subprocess.Popen([str(python), "-P", str(PROBE_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, text=True, env=env)
         _probes[(version, gpu_facts)] = process

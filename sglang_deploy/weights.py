@@ -1,7 +1,7 @@
 """Model weights as part of a release (controller side): the profile's `model.source`, its frozen manifest,
 and the `sglang-deploy manifest` command that writes one.
 
-    model.source: hf://ORG/NAME@REVISION   a full 40-hex commit of a Hugging Face (or HF-compatible mirror) repo
+    model.source: hf://ORG/NAME@REVISION   a full 40-hex commit of a Hugging Face repo (or of host data hf_endpoint's)
     model.source: file:///abs/dir           a directory on the controller, pushed over the deploy's SSH connection
 
 The served path is derived: /srv/models/<org>--<name>/<revision> (local directories: local--<dir name>/<the
@@ -22,8 +22,12 @@ from .hostside.weights import (MODELS_ROOT, REPO_PART, REVISION, TOOL_DIR, check
                                manifest_hash, sha256_file, total_bytes)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+MANIFESTS_DIR = REPO_ROOT / "manifests"
+# The controller directories a file:// source or an absolute manifest may come from: colon-separated absolute paths,
+# set by the operator in the controller's environment (a profile, which comes in a pull request, cannot widen it).
+WEIGHTS_DIRS_VARIABLE = "SGLANG_DEPLOY_WEIGHTS_DIRS"
+MANIFEST_MAX_BYTES = 64 << 20  # a manifest of a million files is 150 MB; this bounds what `check` reads
 HF_SOURCE = re.compile(r"hf://([^/@]+)/([^/@]+)@(.*)")
-MIRROR_URL = re.compile(r"https?://[A-Za-z0-9.-]+(:\d{1,5})?(/[A-Za-z0-9._~/-]*)?")
 HUB_CLIENT_PIN = "huggingface_hub==1.33.0"  # what SGLang 0.5.23's venv brings
 
 
@@ -71,6 +75,54 @@ def parse_source(text: str, allow_branch: bool = False) -> Source:
                              "(Hugging Face or an HF-compatible mirror) or file:///absolute/directory (controller)")
 
 
+def weights_dirs() -> list[str]:
+    return [os.path.realpath(p) for p in os.environ.get(WEIGHTS_DIRS_VARIABLE, "").split(":") if p.startswith("/")]
+
+
+def inside(path, roots) -> bool:
+    """Whether path, its symlinks resolved, is one of roots or below one."""
+    real = os.path.realpath(path)
+    return any(os.path.commonpath([real, root]) == root for root in roots)
+
+
+def _accepted_dirs() -> str:
+    return (f"accepted: a directory under one of ${WEIGHTS_DIRS_VARIABLE} (colon-separated absolute directories of "
+            f"the controller, set by the operator; now {':'.join(weights_dirs()) or 'unset'})")
+
+
+def local_dir_problem(directory: str) -> str | None:
+    """A file:// source's directory: under a configured weights directory, no hidden component (.ssh, .aws)."""
+    hidden = next((part for part in directory.split("/") if part.startswith(".")), None)
+    if hidden:
+        return f"file://{directory}: the hidden path component {hidden!r} is not accepted; {_accepted_dirs()}"
+    if not inside(directory, weights_dirs()):
+        return f"file://{directory} is not under a weights directory of this controller; {_accepted_dirs()}"
+    return None
+
+
+def source_problem(text: str) -> str | None:
+    """What is wrong with a profile's model.source (None: fine)."""
+    try:
+        source = parse_source(text)
+    except WeightsSourceError as error:
+        return str(error)
+    return local_dir_problem(source.local_dir) if source.kind == "dir" else None
+
+
+def manifest_path_problem(value: str) -> str | None:
+    """model.manifest: relative, under the repository's manifests/ (no '..'); or absolute, under a weights
+    directory."""
+    if not os.path.isabs(value):
+        if ".." in value.split("/") or not inside(REPO_ROOT / value, [os.path.realpath(MANIFESTS_DIR)]):
+            return (f"model.manifest {value!r}: a relative manifest must be under the repository's manifests/ "
+                    "(no '..')")
+        return None
+    if not inside(value, weights_dirs()):
+        return (f"model.manifest {value!r} is not under the repository's manifests/ or a weights directory; "
+                + _accepted_dirs().replace("a directory", "a file"))
+    return None
+
+
 def default_manifest_path(source: Source) -> str:
     if source.kind == "hf":
         return f"manifests/{source.repo.replace('/', '--')}/{source.revision}.json"
@@ -83,7 +135,12 @@ def resolve_manifest_path(value: str) -> Path:
 
 
 def load_manifest(path: Path) -> dict:
+    import stat
+
     try:
+        status = os.stat(path)
+        if not stat.S_ISREG(status.st_mode) or status.st_size > MANIFEST_MAX_BYTES:
+            raise WeightsSourceError(f"manifest {path}: not a regular file of at most {MANIFEST_MAX_BYTES >> 20} MiB")
         manifest = json.loads(path.read_text())
     except OSError as error:
         raise WeightsSourceError(f"manifest {path}: cannot read it ({error.strerror}); create it with "
@@ -112,7 +169,6 @@ class Weights:
     manifest: dict
     digest: str  # manifest_hash
     path: str  # served snapshot directory on the host
-    mirror: str | None
 
     @property
     def host_manifest(self) -> str:
@@ -132,22 +188,36 @@ class Weights:
                 "manifest": self.host_manifest, "path": self.path, "bytes": self.total_bytes,
                 "files": len(self.manifest["files"])}
 
+    def local_files(self) -> list[tuple[dict, str]]:
+        """(manifest entry, controller file) for a file:// source: each a regular file inside the source directory
+        after symlinks are resolved (a symlink there could hand over any controller file)."""
+        root = os.path.realpath(self.source.local_dir)
+        out = []
+        for entry in self.manifest["files"]:
+            path = os.path.join(self.source.local_dir, entry["path"])
+            if not inside(path, [root]) or not os.path.isfile(path):
+                raise WeightsSourceError(f"{path}: not a regular file inside {self.source.local_dir} (a symlink out of "
+                                         "it, or missing); nothing was pushed")
+            out.append((entry, path))
+        return out
+
     def unit_comment(self) -> str:
         """A line of the unit: the weights are part of the release's content (its hash)."""
         return f"# Weights: {self.source.text} (manifest sha256:{self.digest}, {len(self.manifest['files'])} files, " \
                f"{self.total_bytes} bytes)"
 
 
-def weights_for(source_text: str, manifest_value: str | None, mirror: str | None = None) -> Weights:
+def weights_for(source_text: str, manifest_value: str | None) -> Weights:
     source = parse_source(source_text)
+    problem = manifest_path_problem(manifest_value) if manifest_value else None
+    if problem:
+        raise WeightsSourceError(problem)
     manifest_file = resolve_manifest_path(manifest_value or default_manifest_path(source))
     manifest = load_manifest(manifest_file)
     if source.kind == "hf" and manifest.get("revision") not in (None, source.revision):
         raise WeightsSourceError(f"manifest {manifest_file} is for revision {manifest.get('revision')}, the source pins "
                                  f"{source.revision}")
-    if mirror is not None and not MIRROR_URL.fullmatch(mirror):
-        raise WeightsSourceError(f"mirror {mirror!r}: expected http(s)://host[:port][/path] of an HF-compatible endpoint")
-    return Weights(source, manifest_file, manifest, manifest_hash(manifest), served_path(source, manifest), mirror)
+    return Weights(source, manifest_file, manifest, manifest_hash(manifest), served_path(source, manifest))
 
 
 # --- making a manifest ------------------------------------------------------------------------------------
@@ -211,7 +281,7 @@ def profile_weights(profile) -> Weights | None:
     model = profile.model
     if not model.source:
         return None
-    key = (model.source, model.manifest, model.mirror)
+    key = (model.source, model.manifest)
     if key not in _CACHE:
-        _CACHE[key] = weights_for(model.source, model.manifest, model.mirror)
+        _CACHE[key] = weights_for(model.source, model.manifest)
     return _CACHE[key]

@@ -94,7 +94,7 @@ SGLANG_FRONTEND_MODULES = {"test_deploy_sim.py", "test_secrets_sim.py", "test_fr
 # The preflight's steps that import SGLang's stack (hostside/preflight.py: the resolution, ~6 s of CPU and 0.9 GB per
 # new command line, and torch) run in these modules; elsewhere `--data preflight_stack=false` leaves them out (the
 # controller's check resolved the same command line with the same SGLang install moments before).
-PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py"}
+PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py", "test_drafter_sim.py"}
 FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
 
 
@@ -182,7 +182,7 @@ LONGEST_FIRST = ["test_gate_sim.py", "test_frontend_sim.py", "test_releases_sim.
                  "test_fleet_sim.py",  # about 130 s
                  "test_lxc_sim.py",  # about 125 s
                  "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
-                 "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
+                 "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_drafter_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
                  "test_outside_clients.py", "test_gate_trials.py"]
 
 

@@ -17,6 +17,14 @@ from sglang_deploy.sim import hardware
 from sglang_deploy.validate import check_profile
 
 
+@pytest.fixture(autouse=True)
+def weights_dirs(monkeypatch, tmp_path_factory):
+    """The operator's setting that lets file:// sources and manifests come from these directories."""
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path_factory.getbasetemp()))
+
+
 def check(path):
     return check_profile(load_profile(path), gpus=2, topology="pcie")
 

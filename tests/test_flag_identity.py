@@ -78,3 +78,96 @@ def test_a_code_loading_variable_can_be_waived_with_a_reason(tmp_path):
     profile = proven_with(tmp_path, "environment:\n", text)
     profile.write_text(profile.read_text() + 'waivers:\n  env-loads-code: "the site network plugin, reviewed"\n')
     assert not [p for p in check(profile).problems if p.rule == "env-loads-code"]
+
+
+# --- pins: the CUDA/torch/kernel family, or a waiver with a reason (security review 2, finding 3) -----------------
+
+PIN_CASES = [
+    # (pin, waived, refused)
+    ("nvidia-nccl-cu13==2.28.9", False, False),
+    ("torch==2.9.1", False, False),
+    ("flashinfer-python==0.5.3", False, False),
+    ("sgl_kernel==0.3.20", False, False),  # normalized to sgl-kernel
+    ("cuda-python==13.0.1", False, False),
+    ("requests==2.32.3", False, True),
+    ("evil-build-backend==1.0", False, True),
+    ("evil-build-backend==1.0", True, False),
+]
+
+
+@pytest.mark.parametrize("pin, waived, refused", PIN_CASES, ids=[f"{c[0]}-{'waived' if c[1] else 'plain'}" for c in PIN_CASES])
+def test_pins_name_the_cuda_family_or_carry_a_waiver(tmp_path, pin, waived, refused):
+    waiver = '\nwaivers:\n  pin-outside-cuda-family: "a reviewed fix, upstream PR 123"\n' if waived else "\n"
+    path = proven_with(tmp_path, "  launcher: serve\n", f'  launcher: serve\n  pins: ["{pin}"]\n')
+    path.write_text(path.read_text() + waiver)
+    report = check(path)
+    rules = [(p.rule, p.field) for p in report.problems]
+    assert (("pin-outside-cuda-family", ("sglang", "pins", 0)) in rules) == refused, report.lines()
+
+
+# --- flags that run someone else's code or serve other weights: refused unless waived (security review 2, 6) -------
+
+SNAPSHOT_SOURCE = "hf://Qwen/Qwen3.6-27B-FP8@" + "0" * 40
+CODE_FLAG_CASES = [
+    # (flags, managed weights?, rule or None)
+    ("--enable-custom-logit-processor: true", False, "flag-runs-code"),
+    ("--custom-weight-loader: [os.system]", False, "flag-runs-code"),
+    ("--trust-remote-code: true", False, "flag-runs-code"),  # model.path: weights nobody verified
+    ("--load-format: dummy", False, "flag-serves-other-weights"),
+    ("--load-format: remote_instance", False, "flag-serves-other-weights"),
+    ("--tokenizer-path: /dev/shm/tokenizer", False, "flag-serves-other-weights"),
+    ("--chat-template: /dev/shm/template.jinja", False, "flag-serves-other-weights"),
+    ("--chat-template: chatml", False, None),  # a built-in template's name
+    ("--load-format: safetensors", False, None),
+    ("--enable-custom-logit-processor: false", False, None),
+    ("--trust-remote-code: true", True, None),  # the verified snapshot's own code
+    (f"--chat-template: /srv/models/Qwen--Qwen3.6-27B-FP8/{'0' * 40}/chat_template.jinja", True, None),
+    (f"--tokenizer-path: /srv/models/Qwen--Qwen3.6-27B-FP8/{'0' * 40}/../../x", True, "flag-serves-other-weights"),
+]
+
+
+def code_flag_profile(tmp_path, monkeypatch, flags: str, managed: bool):
+    path = proven_with(tmp_path, "  flags:\n", f"  flags:\n    {flags}\n")
+    if managed:  # a source with a manifest made for the test (model.path becomes the verified snapshot's)
+        from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE, write_manifest
+
+        monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path))
+        manifest = tmp_path / "manifest.json"
+        write_manifest({"format": 1, "revision": "0" * 40, "files": [{"path": "config.json", "size": 2,
+                                                                      "sha256": "0" * 64}], "total_bytes": 2}, manifest)
+        path.write_text(path.read_text().replace("  path: /srv/models/Qwen3.6-27B-FP8\n",
+                                                 f"  source: {SNAPSHOT_SOURCE}\n  manifest: {manifest}\n"))
+    return path
+
+
+@pytest.mark.parametrize("flags, managed, rule", CODE_FLAG_CASES, ids=[f"{c[0][:45]}-{c[1]}" for c in CODE_FLAG_CASES])
+def test_flags_that_run_code_or_serve_other_weights_need_a_waiver(tmp_path, monkeypatch, flags, managed, rule):
+    from sglang_deploy.profile import load_profile
+    from sglang_deploy.validate import check_profile
+
+    path = code_flag_profile(tmp_path, monkeypatch, flags, managed)
+    report = check_profile(load_profile(path), gpus=2, topology="pcie", path="light")
+    found = [p for p in report.problems if p.rule in ("flag-runs-code", "flag-serves-other-weights")]
+    assert [p.rule for p in found] == ([rule] if rule else []), report.lines()
+    if rule:
+        assert found[0].field[:2] == ("sglang", "flags") and "waive the rule" in found[0].message
+        path.write_text(path.read_text() + f'\nwaivers:\n  {rule}: "reviewed: needed for the eval harness"\n')
+        waived = check_profile(load_profile(path), gpus=2, topology="pcie", path="light")
+        assert not [p for p in waived.problems if p.rule == rule], waived.lines()
+
+
+def test_a_waiver_is_shown_in_the_unit_and_the_release_listing(tmp_path):
+    from sglang_deploy.profile import load_profile
+    from sglang_deploy.release_plan import listing
+    from sglang_deploy.render import render
+
+    path = proven_with(tmp_path, "  flags:\n", "  flags:\n    --enable-custom-logit-processor: true\n")
+    path.write_text(path.read_text() + '\nwaivers:\n  flag-runs-code: "the eval harness sends processors"\n')
+    unit = render(load_profile(path), api_key="k" * 24).unit
+    assert "# WAIVED by the profile: flag-runs-code: the eval harness sends processors" in unit
+    store = {"state": {"active": "0002-bbbbbbbb"}, "releases": [
+        {"id": "0001-aaaaaaaa", "exec_start": ["x"]},
+        {"id": "0002-bbbbbbbb", "exec_start": ["x"], "waivers": {"flag-runs-code": "the eval harness"}}]}
+    lines = listing(store)
+    assert "WAIVED: flag-runs-code" in next(line for line in lines if "0002-bbbbbbbb" in line)
+    assert "WAIVED" not in next(line for line in lines if "0001-aaaaaaaa" in line)

@@ -104,6 +104,10 @@ PROFILE_CASES = [
         "model.source", "source:", "is not a weights source; accepted: hf://ORG/NAME@<40-hex commit>"),
     Bad("source-file-dotdot", "  path: /srv/models/Qwen3.6-27B-FP8", "  source: file:///srv/../etc",
         "model.source", "source:", "no '..'"),
+    # The Hub endpoint is the host's: a profile naming one would get the host's token (security review 2, finding 2).
+    Bad("hub-endpoint-in-the-profile", "  path: /srv/models/Qwen3.6-27B-FP8",
+        "  path: /srv/models/Qwen3.6-27B-FP8\n  mirror: https://attacker.example", "model.mirror", "mirror:",
+        "not a profile field: the Hub endpoint is the host's, host data `hf_endpoint`"),
     # Another account, another unit.
     Bad("user-root", "  user: sglang", "  user: root", "service.user", "user:", "'root' is an existing system"),
     Bad("user-login-account", "  user: sglang", "  user: ubuntu", "service.user", "user:", "'ubuntu' is an existing system"),
@@ -126,6 +130,33 @@ PROFILE_CASES = [
         "auth: none with host 0.0.0.0"),
     Bad("auth-unknown-mode", "  host: 127.0.0.1", "  host: 127.0.0.1\n  auth: basic", "service.auth", "auth:",
         "Input should be 'api-key' or 'none'"),
+    # Numbers: a boolean, a string or a fullwidth digit where a number belongs; privileged ports; a watch that runs
+    # the benchmark against production every few seconds (security review 2, finding 17).
+    Bad("port-bool", "  port: 30000", "  port: true", "service.port", "port:", "Input should be a valid integer"),
+    Bad("port-string", "  port: 30000", '  port: "30000"', "service.port", "port:", "Input should be a valid integer"),
+    Bad("port-privileged", "  port: 30000", "  port: 80", "service.port", "port:", "greater than or equal to 1024"),
+    Bad("timeout-float", "  start_timeout_s: 1800", "  start_timeout_s: 1800.5", "service.start_timeout_s",
+        "start_timeout_s:", "Input should be a valid integer"),
+    Bad("gate-floor-bool", "  min_decode_tok_s: 45", "  min_decode_tok_s: true", "gate.min_decode_tok_s",
+        "min_decode_tok_s:", "Input should be a valid number"),
+    Bad("gate-floor-string", "  min_decode_tok_s: 45", '  min_decode_tok_s: "45"', "gate.min_decode_tok_s",
+        "min_decode_tok_s:", "Input should be a valid number"),
+    Bad("gate-samples-fullwidth", "  samples: 8 ", '  samples: "８" ', "gate.samples", "samples:",
+        "Input should be a valid integer"),
+    Bad("watch-interval-fullwidth-digit", "\ngate:", '\nwatch:\n  interval: "６h"\ngate:', "watch.interval",
+        "interval:", "must be a systemd time span"),
+    Bad("watch-interval-every-second", "\ngate:", "\nwatch:\n  interval: 1s\ngate:", "watch.interval",
+        "interval:", "1s is too often"),
+    Bad("watch-interval-nine-minutes", "\ngate:", "\nwatch:\n  interval: 9min\ngate:", "watch.interval",
+        "interval:", "accepted: 10min or longer"),
+    Bad("version-fullwidth-digit", 'version: "0.5.23"', 'version: "0.5.2３"', "sglang.version", "version:",
+        "must be an exact release"),
+    Bad("nodes-bool", "\ngate:", "\nnodes: true\ngate:", "nodes", "nodes:", "Input should be a valid integer"),
+    # YAML keys that are no names (a traceback before; security review 2, finding 19).
+    Bad("yaml-list-key", "\ngate:", "\n? [a, b]\n: 1\ngate:", "invalid YAML", "? [a, b]",
+        "a key must be a plain name, not a list or mapping"),
+    Bad("yaml-mapping-key", "  port: 30000", "  ? {a: 1}\n  : 1\n  port: 30000", "invalid YAML", "? {a: 1}",
+        "a key must be a plain name"),
     Bad("relax-unknown-directive", "  host: 127.0.0.1", "  host: 127.0.0.1\n  relax: [MemoryDenyWriteExecute]",
         "service.relax[0]", "relax:", "Input should be"),
 ]
@@ -165,8 +196,8 @@ def test_check_command_exits_1_on_a_unit_injection(tmp_path):
 # --- inventory and --data values ------------------------------------------------------------------
 
 HOST_DATA_CASES = [
-    ("port", "30000; id", "must be an integer between 1 and 65535"),
-    ("port", "70000", "must be between 1 and 65535"),
+    ("port", "30000; id", "must be an integer between 1024 and 65535"),
+    ("port", "70000", "must be between 1024 and 65535"),
     ("keep_releases", "-1", "must be between 1 and 100"),
     ("max_auto_rollbacks", "0", "must be between 1 and 100"),
     ("cuda_version", "13.0\nTrusted: yes", "control character U+000A"),
@@ -183,6 +214,14 @@ HOST_DATA_CASES = [
     ("api_key_env", "AWS_SECRET_ACCESS_KEY", "starting with SGLANG_DEPLOY_"),
     ("container_id", "99", "must be between 100 and 999999999"),
     ("sim_server", "vllm", "must be sglang or model"),
+    ("hf_endpoint", "http://mirror.example:8080", "plain http only on loopback"),
+    ("hf_endpoint", "http://127.0.0.1.attacker.example/", "plain http only on loopback"),
+    ("hf_endpoint", "https://hub.example/x;id", "accepted: https://host[:port][/path]"),
+    ("hf_endpoint", "ftp://hub.example", "is not an HF-compatible endpoint"),
+    ("hf_token_endpoint", "http://hub.example", "plain http only on loopback"),
+    ("hf_token_file", "/root/hf token", "must be a normalized absolute path"),
+    ("port", "３0000", "must be an integer between 1024 and 65535"),
+    ("port", "80", "must be between 1024 and 65535"),
 ]
 
 
@@ -192,6 +231,28 @@ def test_bad_host_data_is_refused_naming_where_it_was_set(monkeypatch, key, valu
     with pytest.raises(PlanError) as raised:
         check_host_data({key: value})
     assert f"--data: {key}: " in str(raised.value) and message in str(raised.value), str(raised.value)
+
+
+TOKEN_ENDPOINT_CASES = [
+    # (host data, refused?) The token goes only to the endpoint named with it (default: the Hub).
+    ({"hf_token_file": "/root/hf-token"}, False),
+    ({"hf_token_file": "/root/hf-token", "hf_endpoint": "https://huggingface.co/"}, False),
+    ({"hf_token_file": "/root/hf-token", "hf_endpoint": "https://attacker.example"}, True),
+    ({"hf_token_file": "/root/hf-token", "hf_endpoint": "https://hub.internal", "hf_token_endpoint": "https://hub.internal"}, False),
+    ({"hf_token_file": "/root/hf-token", "hf_token_endpoint": "https://hub.internal"}, True),
+    ({"hf_endpoint": "https://hub.internal"}, False),  # no token: any https endpoint
+]
+
+
+@pytest.mark.parametrize("data, refused", TOKEN_ENDPOINT_CASES, ids=[str(sorted(d.items()))[:60] for d, _ in TOKEN_ENDPOINT_CASES])
+def test_the_hub_token_goes_only_to_the_endpoint_named_with_it(monkeypatch, data, refused):
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "inventory/sim.py", "deploy.py"])
+    if not refused:
+        check_host_data(data)
+        return
+    with pytest.raises(PlanError) as raised:
+        check_host_data(data)
+    assert "hf_token_file: the token of hf_token_file is sent only to hf_token_endpoint" in str(raised.value)
 
 
 # --- the API key ----------------------------------------------------------------------------------
@@ -300,3 +361,53 @@ def test_relaxing_the_servers_sandbox_does_not_weaken_the_root_run_watch(tmp_pat
     watch = render_watch(profile).service
     assert "ProtectHome=yes" in watch and "SystemCallFilter=@system-service" in watch
     assert "ProtectKernelTunables=" not in watch  # what a container without nesting needs for any unit to start
+
+
+# --- every pattern on input runs in linear time (security review 2, finding 11) -------------------------------
+
+LONG = "Qwen3.6-27B-FP8-Instruct-2507-AWQ-" + "a1-" * 300
+LINEAR_CASES = [
+    ("model-path-trailing-space", f"safety.model_path_problem('/srv/models/{LONG} ')", "must be a normalized"),
+    ("model-path-one-long-part", "safety.model_path_problem('/' + 'a' * 20000 + '!')", "must be a normalized"),
+    ("model-path-many-parts", "safety.model_path_problem('/a' * 5000 + '/ ')", "must be a normalized"),
+    ("textfile-dir", f"safety.abs_path_problem('/var/lib/' + 'a.' * 30 + '/{LONG} ')", "must be a normalized"),
+    ("served-name", f"safety.served_name_problem('{LONG} ')", "must be letters"),
+    ("extra", "safety.extra_problem('a' + '.-' * 5000 + '!')", "not a PEP 508 extra name"),
+    ("socket-ifname", "str(safety.SOCKET_IFNAME.fullmatch('eth0,' * 3000 + '!'))", "None"),
+    ("file-source", f"weights.source_problem('file:///srv/{LONG}/x ')", "file://"),
+    ("hub-endpoint", "safety.hub_endpoint_problem('https://' + 'a.' * 5000 + '/' + 'b/' * 5000 + ' ')", "https://"),
+]
+
+
+@pytest.mark.parametrize("case, call, message", LINEAR_CASES, ids=[c[0] for c in LINEAR_CASES])
+def test_a_long_value_with_a_late_mismatch_is_refused_at_once(case, call, message):
+    """Each check in its own interpreter with a deadline of a few seconds (the MODEL_PATH pattern used to run for
+    minutes on a trailing space; the deadline is not a measurement, only a bound that backtracking would pass)."""
+    code = f"from sglang_deploy import safety, weights\nprint({call})"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20,
+                            cwd=Path(__file__).resolve().parent.parent)
+    assert result.returncode == 0 and message in result.stdout, result.stdout + result.stderr
+
+
+def test_the_validator_never_sees_the_controllers_secrets(monkeypatch):
+    from sglang_deploy import validator_env
+
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-controller-key-0123456789")
+    monkeypatch.setenv("SGLANG_DEPLOY_OTHER_KEY", "sk-named-by-api-key-env")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_notarealtoken")
+    seen = {}
+
+    class Popen:
+        def __init__(self, argv, env=None, **kwargs):
+            seen["env"] = env
+
+        def poll(self):
+            return None
+
+    monkeypatch.setattr(validator_env, "ensure_env", lambda version, quiet=False: Path("/nonexistent/python"))
+    monkeypatch.setattr(validator_env.subprocess, "Popen", Popen)
+    monkeypatch.setattr(validator_env, "_probes", {})
+    validator_env._probe_process("0.5.23", None)
+    env = seen["env"]
+    assert env is not None and "PATH" in env
+    assert not {"SGLANG_DEPLOY_API_KEY", "SGLANG_DEPLOY_OTHER_KEY", "GITHUB_TOKEN"} & set(env)

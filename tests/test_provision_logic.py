@@ -1,5 +1,11 @@
 """Provisioning decisions from host facts: container-aware driver, CUDA toolkit, NCCL."""
 
+import json
+import subprocess
+import sys
+
+import pytest
+
 from sglang_deploy.provision import cuda_toolkit_step, driver_step, nccl_step
 
 H200 = {"gpus": [{"driver_version": "580.159.04"}], "kernel_driver": "580.159.04", "container": "none",
@@ -86,3 +92,24 @@ def test_repository_path_and_driver_packages_follow_the_distribution():
     step = driver_step(lxc, 13, 580, "install", userspace_packages=packages, package_version=version)
     assert step.packages == ["libnvidia-compute-580=580.95.05-*", "nvidia-utils-580=580.95.05-*"]
     assert userspace_driver_defaults(debian)[0] == ("libcuda1", "libnvidia-ml1", "nvidia-smi")
+
+
+# --- the Python env: binary wheels only, what was installed recorded (security review 2, finding 3) ---------------
+
+@pytest.mark.parametrize("use_uv, binary_only", [(False, ["--only-binary", ":all:"]), (True, ["--no-build"])])
+def test_the_venv_installs_binary_wheels_only_and_records_them(tmp_path, use_uv, binary_only):
+    import shlex as _shlex
+
+    from sglang_deploy.provision import PACKAGES_FILE, install_commands
+
+    install, record = install_commands("/opt/v", ["sglang==0.5.23", "torch==2.9.1"], ["--no-index"], use_uv)
+    argv = _shlex.split(install)
+    assert argv[argv.index(binary_only[0]):][:len(binary_only)] == binary_only
+    assert argv[-2:] == ["sglang==0.5.23", "torch==2.9.1"] and "--no-index" in argv
+    # The record step, run with this interpreter: every installed distribution, with a sha256.
+    script = _shlex.split(record)
+    assert script[-1] == f"/opt/v/{PACKAGES_FILE}"
+    subprocess.run([sys.executable, "-c", script[2], str(tmp_path / "p.json")], check=True)
+    found = json.loads((tmp_path / "p.json").read_text())
+    assert any(name.startswith("pydantic==") for name in found)
+    assert all(len(digest) == 64 for digest in found.values())

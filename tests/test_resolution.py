@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import PROFILES, PROVEN, proven_with, write_profile
+from conftest import DFLASH, PROFILES, PROVEN, dflash_profile, proven_with, synthetic_draft, write_profile
 from sglang_deploy import gpu_facts
 from sglang_deploy.gpu_facts import GpuFactsError, from_host_gpus
 from sglang_deploy.profile import load_profile
@@ -18,7 +18,12 @@ def resolve(path, gpu="a6000", gpus=2):
 
 
 @pytest.mark.parametrize("path", sorted(PROFILES.glob("*.yaml")), ids=lambda p: p.name)
-def test_every_committed_profile_passes_the_whole_resolution(path):
+def test_every_committed_profile_passes_the_whole_resolution(path, tmp_path, monkeypatch):
+    if path == DFLASH:  # its drafter is the user's: frozen here from a synthetic one of the same config
+        from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+        monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path))
+        path = dflash_profile(tmp_path, synthetic_draft(tmp_path / "qwen3.6-27b-dflash"))
     profile = load_profile(path)
     report = check_profile(profile, gpus=2, topology="pcie", node=__import__("sglang_deploy.cli").cli.stand_in_node(profile))
     assert report.ok, report.lines()

@@ -18,10 +18,17 @@ from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.release_plan import listing
 from sglang_deploy.render import render
 from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
-from sglang_deploy.weights import manifest_from_directory, manifest_from_hub, write_manifest
+from sglang_deploy.weights import (WEIGHTS_DIRS_VARIABLE, WeightsSourceError, manifest_from_directory, manifest_from_hub,
+                                   weights_for, write_manifest)
 
 WEIGHTS_PY = REPO / "sglang_deploy" / "hostside" / "weights.py"
 REPO_ID = "sim-org/qwen3.6-27b-synthetic"
+
+
+@pytest.fixture(autouse=True)
+def weights_dirs(tmp_path_factory, monkeypatch):
+    """The tests' manifests and directories live under pytest's temporary root: the operator's setting names it."""
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path_factory.getbasetemp()))
 
 
 @pytest.fixture(scope="module")
@@ -91,6 +98,49 @@ def test_bad_sources_are_refused(tmp_path, source, says):
     with pytest.raises(ProfileError) as error:
         load_profile(source_profile(tmp_path, source))
     assert says in str(error.value) and "model.source" in str(error.value)
+
+
+# A file:// source or a manifest names a controller path: only under the repository's manifests/ or a directory the
+# operator configured (security review 2, finding 10). (source, manifest, the weights directories, what is said)
+CONTROLLER_PATH_CASES = [
+    ("file:///root/.ssh", None, "{tmp}", "the hidden path component '.ssh' is not accepted"),
+    ("file:///etc", None, "{tmp}", "file:///etc is not under a weights directory of this controller"),
+    ("file://{tmp}/checkpoint", None, "", "now unset"),
+    ("file://{tmp}/link-out", None, "{tmp}", "is not under a weights directory"),  # a symlink to /etc
+    ("hf://Qwen/Q@" + "0" * 40, "/etc/passwd.json", "{tmp}", "model.manifest '/etc/passwd.json' is not under"),
+    ("hf://Qwen/Q@" + "0" * 40, "../../etc/x.json", "{tmp}", "a relative manifest must be under the repository's manifests/"),
+    ("hf://Qwen/Q@" + "0" * 40, "profiles/x.json", "{tmp}", "a relative manifest must be under"),
+    ("hf://Qwen/Q@" + "0" * 40, "{tmp}/fifo.json", "{tmp}", "not a regular file"),  # a FIFO would hang `check`
+]
+
+
+@pytest.mark.parametrize("source, manifest, dirs, says", CONTROLLER_PATH_CASES,
+                         ids=[f"{c[0]}-{c[1]}"[-50:] for c in CONTROLLER_PATH_CASES])
+def test_controller_paths_come_only_from_configured_directories(tmp_path, monkeypatch, source, manifest, dirs, says):
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "link-out").symlink_to("/etc")
+    os.mkfifo(tmp_path / "fifo.json")
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, dirs.format(tmp=tmp_path))
+    fill = {"tmp": tmp_path}
+    path = source_profile(tmp_path, source.format(**fill), manifest and manifest.format(**fill))
+    with pytest.raises(ProfileError) as error:
+        load_profile(path)
+    field = "model.source" if source.startswith("file:") else "model"
+    assert any(f": {field}: " in p and says in p for p in error.value.problems), error.value.problems
+
+
+def test_a_symlink_in_a_pushed_directory_is_not_followed_out_of_it(tmp_path, checkpoint):
+    directory = tmp_path / "local"
+    directory.mkdir()
+    (directory / "config.json").write_text("{}")
+    manifest_file = tmp_path / "local.json"
+    write_manifest(manifest_from_directory(directory), manifest_file)
+    weights = weights_for(f"file://{directory}", str(manifest_file))
+    assert [entry["path"] for entry, _ in weights.local_files()] == ["config.json"]
+    (directory / "config.json").unlink()
+    (directory / "config.json").symlink_to("/etc/hostname")
+    with pytest.raises(WeightsSourceError, match="not a regular file inside"):
+        weights.local_files()
 
 
 def test_source_derives_the_served_path_and_the_unit_names_the_weights(tmp_path, checkpoint):
@@ -353,3 +403,35 @@ def test_a_directory_the_tool_did_not_verify_is_never_replaced(models, checkpoin
         host_weights.promote(str(directory), manifest_from_directory(checkpoint))
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_text() == '{"theirs": true}'
+
+
+# A forged verification record names the directory prune removes: never one outside the models root
+# (security review 2, finding 18). (the directory written in the record, relative to tmp_path; {models}: the root)
+FORGED_RECORD_CASES = [
+    "{models}/../victim",              # '..' out of the root
+    "{models}/org--a/../../victim",
+    "{models}/org--link/rev",           # a symlinked org directory pointing out of the root
+    "{models}/org--a/rev-link",         # a symlinked snapshot
+    "{models}//org--a/x",              # not normalized
+    "{models}/org--a",                  # not a snapshot: the whole org directory
+    "{models}/.sglang-deploy/manifests",  # the tool's own directory
+    "victim/org--a/rev",                # another root
+]
+
+
+@pytest.mark.parametrize("written", FORGED_RECORD_CASES)
+def test_prune_never_leaves_the_models_root(models, tmp_path, written):
+    victim = tmp_path / "victim"
+    (victim / "org--a" / "rev").mkdir(parents=True)
+    (victim / "keep.txt").write_text("not the tool's")
+    (models / "org--a").mkdir(parents=True)
+    (models / "org--link").symlink_to(victim / "org--a")
+    (models / "org--a" / "rev-link").symlink_to(victim)
+    (models / ".sglang-deploy" / "manifests").mkdir(parents=True)
+    records = models / ".sglang-deploy" / "verified"
+    records.mkdir(parents=True)
+    directory = written.format(models=models) if written.startswith("{") else str(tmp_path / written)
+    (records / "forged.json").write_text(json.dumps({"directory": directory, "verified_at": "2000-01-01T00:00:00Z"}))
+    result = host_weights.prune(str(models), str(tmp_path / "store"), grace_s=0)
+    assert result["removed"] == [] and (victim / "keep.txt").exists() and (victim / "org--a" / "rev").is_dir()
+    assert (models / "org--a").is_dir() and (models / ".sglang-deploy" / "manifests").is_dir()

@@ -19,7 +19,7 @@ from sglang_deploy.profile import load_profile
 from sglang_deploy.resolution import load_model_config
 from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
 from sglang_deploy.validator_env import CACHE_DIR
-from sglang_deploy.weights import HUB_CLIENT_PIN, manifest_from_hub, write_manifest
+from sglang_deploy.weights import HUB_CLIENT_PIN, WEIGHTS_DIRS_VARIABLE, manifest_from_hub, write_manifest
 
 pytestmark = pytest.mark.simhost
 
@@ -80,6 +80,7 @@ def model_path_running(simhost) -> str:
 
 
 def test_weights_revisions_are_releases_and_roll_back(simhost, hub, wheelhouse):
+    simhost.env[WEIGHTS_DIRS_VARIABLE] = str(hub.checkpoint.parent)  # the manifests live there
     data = ["--data", f"hf_endpoint={hub.url}", "--data", f"hub_wheelhouse={wheelhouse}"]
     started = time.monotonic()
     result = simhost.deploy(*data, profile=hub.profiles["a"])
@@ -142,6 +143,7 @@ def test_weights_revisions_are_releases_and_roll_back(simhost, hub, wheelhouse):
 
 def test_a_local_directory_is_pushed_over_ssh(simhost, hub):
     """The controller-push path for a file:// source (served at local--<dir>/<manifest hash>)."""
+    simhost.env[WEIGHTS_DIRS_VARIABLE] = str(hub.checkpoint.parent)  # the operator's setting names the directory
     text = PROVEN.read_text().replace("  path: /srv/models/Qwen3.6-27B-FP8\n", f"  source: file://{hub.checkpoint}\n")
     manifest = hub.checkpoint.parent / "local-manifest.json"
     result = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "manifest", f"file://{hub.checkpoint}",

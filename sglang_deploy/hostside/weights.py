@@ -38,6 +38,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -484,6 +485,25 @@ def prune(models_root=None, store_root=None, grace_s=PRUNE_GRACE_S):
         return {"ok": True, "skipped": str(error), "removed": [], "kept": []}
 
 
+def snapshot_below(directory, models_root):
+    """Whether a record's directory is a snapshot <org>--<name>/<revision> of the models root itself: written
+    normalized (no '..', '.', '//'), no hidden part, and no symlink on the way (its real path is the one written under
+    the root's real path), so a forged record can never name a path outside the models root."""
+    if not isinstance(directory, str) or not os.path.isabs(directory) or os.path.normpath(directory) != directory:
+        return False
+    root = os.path.normpath(os.path.abspath(models_root))
+    relative = os.path.relpath(directory, root)
+    parts = relative.split(os.sep)
+    if relative.startswith("..") or len(parts) != 2 or any(part.startswith(".") for part in parts):
+        return False
+    try:
+        if not all(stat.S_ISDIR(os.lstat(path).st_mode) for path in (os.path.join(root, parts[0]), directory)):
+            return False  # a symlink (lstat does not follow it), or not a directory
+    except OSError:
+        return False
+    return os.path.realpath(directory) == os.path.join(os.path.realpath(root), relative)
+
+
 def prune_locked(models_root, store_root, grace_s):
     used = referenced_snapshots(store_root)
     records_dir = os.path.join(models_root, TOOL_DIR, "verified")
@@ -491,9 +511,7 @@ def prune_locked(models_root, store_root, grace_s):
     for name in sorted(os.listdir(records_dir)) if os.path.isdir(records_dir) else []:
         record = read_json(os.path.join(records_dir, name)) or {}
         directory = record.get("directory")
-        if not directory or not directory.startswith(os.path.abspath(models_root) + "/"):
-            continue
-        if os.path.basename(directory).startswith(".staging-"):
+        if not snapshot_below(directory, models_root):  # also .staging-* (hidden) and the tool's own directory
             continue
         age = verified_seconds_ago(record)
         if directory in used or (age is not None and age < grace_s):
