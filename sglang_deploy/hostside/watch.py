@@ -34,6 +34,7 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
+from .listener import foreign_listener, guard_unit
 from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name, systemctl
 
 METRIC_PREFIX = "sglang_deploy_watch"
@@ -219,8 +220,12 @@ def release_roofline(release_dir, model_path):
     return inputs, checkpoint, measured
 
 
-def idle_check(probe_url, api_key, threshold):
-    """(status, detail, running): status None when idle enough to measure."""
+def idle_check(probe_url, api_key, threshold, service=None):
+    """(status, detail, running): status None when the unit's own server listens (listener.py) and is idle
+    enough to measure."""
+    stranger = foreign_listener(service, probe_url) if service else None
+    if stranger:  # nothing listening is a failed run too: the key goes only to the unit's processes
+        return "no-listener", stranger, None
     status, body = http(probe_url + "/metrics", api_key=api_key, timeout=10)
     if status != 200:
         return "no-metrics", f"/metrics answered {status} (is --enable-metrics on?)", None
@@ -310,7 +315,7 @@ def run(args):
             entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth))
         return record(entry)
 
-    skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests)
+    skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests, args.service)
     if skipped:
         record({"event": "measure", "status": skipped, "detail": detail, "running": running})
     else:
@@ -356,6 +361,7 @@ def main():
     parser.add_argument("--textfile-dir", default="/var/lib/prometheus/node-exporter")
     args = parser.parse_args()
     store = Store(args.service)
+    guard_unit(args.service)  # every keyed request: only to the unit's own processes
     try:
         with Lock(store, f"sglang-deploy watch ({args.service}-watch.service)"):
             return run(args)

@@ -1,0 +1,120 @@
+"""What the host programs trust of the server and the host: who listens on the port (the key goes to the unit's
+processes only), server text on the terminal, answer sizes, files root reads and writes (security review 2)."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import socket
+import threading
+
+import pytest
+
+from sglang_deploy.hostside import client, listener, readiness
+
+HEADER = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+
+
+def row(n, local_port, remote_port, state, inode, uid=999):
+    return (f"   {n}: 0100007F:{local_port:04X} 0100007F:{remote_port:04X} {state} 00000000:00000000 00:00000000 "
+            f"00000000  {uid}        0 {inode} 1\n")
+
+
+def fake_proc(tmp_path, holders):
+    """A /proc with pid -> [socket inodes] as fd links (readlink needs no target); every pid of this test's uid."""
+    proc = tmp_path / "proc"
+    for pid, inodes in holders.items():
+        (proc / str(pid) / "fd").mkdir(parents=True)
+        (proc / str(pid) / "comm").write_text("squatter\x1b[2J\n")
+        for fd, inode in enumerate(inodes):
+            os.symlink(f"socket:[{inode}]", proc / str(pid) / "fd" / str(fd + 3))
+        os.symlink("/dev/null", proc / str(pid) / "fd" / "0")
+    return proc
+
+
+# rows of /proc/net/tcp, holders, the unit's pids -> the decision
+LISTENER_CASES = {
+    "nothing listens (a server still loading, or a squatter between listens)": (
+        [row(0, 30000, 40000, "01", 11)], {100: ["11"]}, {100}, "nothing listens on port 30000"),
+    "the unit's process listens": ([row(0, 30000, 0, "0A", 4242)], {100: ["4242"]}, {100}, None),
+    "the unit listens on two addresses (one inode each)": (
+        [row(0, 30000, 0, "0A", 1), row(1, 30000, 0, "0A", 2)], {100: ["1"], 101: ["2"]}, {100, 101}, None),
+    "another user's process listens": ([row(0, 30000, 0, "0A", 4242)], {777: ["4242"]}, {100},
+                                       "port 30000 is held by pid 777 (squatter\\x1b[2J, uid"),
+    "the unit and a squatter on another address": (
+        [row(0, 30000, 0, "0A", 1), row(1, 30000, 0, "0A", 2)], {100: ["1"], 777: ["2"]}, {100}, "held by pid 777"),
+    "another uid's listener whose fds are not readable (the watch has no CAP_SYS_PTRACE)": (
+        [row(0, 30000, 0, "0A", 4242)], {100: []}, {100}, "held by a process of uid 999 not visible here"),
+    "the unit's uid owns the socket, its fds not readable": (
+        [row(0, 30000, 0, "0A", 4242, uid=os.getuid())], {100: []}, {100}, None),
+    "the unit is not running (no pids)": ([row(0, 30000, 0, "0A", 4242)], {100: ["4242"]}, set(), "held by pid 100"),
+}
+
+
+@pytest.mark.parametrize("rows, holders, pids, expected", LISTENER_CASES.values(), ids=LISTENER_CASES)
+def test_the_key_goes_only_to_a_port_the_units_processes_listen_on(tmp_path, rows, holders, pids, expected):
+    table = tmp_path / "tcp"
+    table.write_text(HEADER + "".join(rows))
+    problem = listener.foreign_listener("sglang", "http://127.0.0.1:30000", pids=pids, tables=(str(table),),
+                                        proc=str(fake_proc(tmp_path, holders)))
+    assert (problem is None, expected is None or expected in problem) == (expected is None, True), problem
+
+
+@pytest.fixture
+def key_server():
+    """A loopback HTTP server in this process that records the Authorization header of every request."""
+    seen = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            seen.append(self.headers.get("Authorization"))
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"{}")
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.parametrize("unit_is_this_process", [True, False])
+def test_a_real_listener_is_judged_by_the_process_that_holds_it(key_server, unit_is_this_process):
+    url, _ = key_server
+    pids = {os.getpid()} if unit_is_this_process else {os.getppid()}
+    problem = listener.foreign_listener("sglang", url, pids=pids)
+    assert (problem is None) == unit_is_this_process, problem
+    assert unit_is_this_process or f"held by pid {os.getpid()}" in problem
+
+
+@pytest.mark.parametrize("unit_is_this_process", [True, False])
+def test_the_key_is_sent_only_over_a_connection_the_unit_accepted(key_server, monkeypatch, unit_is_this_process):
+    """The connection check after connect(): a listener swapped after the port check still gets no key."""
+    url, seen = key_server
+    monkeypatch.setattr(client, "GUARD", None)
+    monkeypatch.setattr(client, "GUARDED_OPENER", None)
+    listener.guard_unit("sglang", pids={os.getpid()} if unit_is_this_process else {os.getppid()}, accept_wait_s=1)
+    status, body = client.http(url + "/server_info", api_key="sk-the-key")
+    unkeyed, _ = client.http(url + "/health")  # no key: no check needed
+    assert (status, unkeyed) == ((200 if unit_is_this_process else None), 200), body
+    assert seen == (["Bearer sk-the-key", None] if unit_is_this_process else [None])
+    assert unit_is_this_process or b"the connection to port" in body
+
+
+def test_a_free_port_is_not_ready_and_gets_no_key(tmp_path, monkeypatch):
+    """Readiness: /health answered, then nothing listens (a squatter between two listens): wait, never send."""
+    (tmp_path / "secrets.yaml").write_text('api-key: "sk-the-key"\n')
+    store = type("S", (), {"service": "sglang", "secrets_path": str(tmp_path / "secrets.yaml")})()
+    sent = []
+    monkeypatch.setattr(readiness, "service_status", lambda s: {"active_state": "active", "main_pid": 1})
+    monkeypatch.setattr(readiness, "http", lambda url, body=None, api_key=None, timeout=0:
+                        sent.append((url, api_key)) or (200, b"{}"))
+    monkeypatch.setattr(readiness, "foreign_listener", lambda s, u: "nothing listens on port 30000")
+    monkeypatch.setattr(readiness, "journal_since", lambda *a: "")
+    result = readiness.wait_ready(store, "http://127.0.0.1:30000", timeout=1.5, settle=0)
+    assert (result["ready"], "nothing listens on port 30000" in result["detail"]) == (False, True), result
+    assert sent and all(url.endswith("/health") and key is None for url, key in sent), sent
