@@ -118,3 +118,63 @@ def test_a_free_port_is_not_ready_and_gets_no_key(tmp_path, monkeypatch):
     result = readiness.wait_ready(store, "http://127.0.0.1:30000", timeout=1.5, settle=0)
     assert (result["ready"], "nothing listens on port 30000" in result["detail"]) == (False, True), result
     assert sent and all(url.endswith("/health") and key is None for url, key in sent), sent
+
+
+# --- the root watch's textfile directory (finding 7) ----------------------------------------------
+
+def textfile_case(tmp_path, case):
+    """The textfile directory of one case under tmp_path, and a victim file the root watch must not touch."""
+    victim = tmp_path / "state.json"
+    victim.write_text("{}")
+    victim.chmod(0o600)
+    directory = tmp_path / "textfile"
+    directory.mkdir(mode=0o755)
+    if case == "group-writable":
+        directory.chmod(0o775)
+    elif case == "world-writable-sticky":
+        directory.chmod(0o1777)
+    elif case == "owned-by-the-service-user":
+        os.chown(directory, 1234, 1234)
+    elif case == "a-symlink-to-a-root-directory":
+        os.rmdir(directory)
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        directory.symlink_to(tmp_path / "elsewhere")
+    elif case == "a-symlink-planted-at-the-prom-name":
+        (directory / "sglang-deploy-sglang.prom").symlink_to(victim)
+    elif case == "a-symlink-planted-at-the-temporary-name":
+        (directory / f".sglang-deploy-sglang.prom.{os.getpid()}.tmp").symlink_to(victim)
+    elif case == "missing-is-created":
+        os.rmdir(directory)
+    return directory, victim
+
+
+# case -> the refusal's words (None: written)
+TEXTFILE_CASES = {
+    "root-owned-0755": None,
+    "missing-is-created": None,
+    "a-symlink-planted-at-the-prom-name": None,  # replaced by the rename, not followed
+    "a-symlink-planted-at-the-temporary-name": None,  # removed, not followed
+    "group-writable": "with mode 0775; accepted: directories owned by root and writable by root alone",
+    "world-writable-sticky": "with mode 1777",
+    "owned-by-the-service-user": "is owned by uid 1234",
+    "a-symlink-to-a-root-directory": "is a symlink or not a directory",
+}
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the watch runs as root; ownership cases need root")
+@pytest.mark.parametrize("case, refusal", TEXTFILE_CASES.items(), ids=TEXTFILE_CASES)
+def test_the_root_watch_writes_metrics_only_into_a_directory_root_alone_writes(tmp_path, case, refusal):
+    from sglang_deploy.hostside import watch
+
+    directory, victim = textfile_case(tmp_path, case)
+    try:
+        path = watch.write_textfile(str(directory), "sglang", "metric 1\n")
+        problem = None
+    except watch.UnsafeDirectory as error:
+        path, problem = None, str(error)
+    assert (victim.read_text(), victim.stat().st_mode & 0o777) == ("{}", 0o600)
+    if refusal is None:
+        assert problem is None and open(path).read() == "metric 1\n" and os.lstat(path).st_mode & 0o777 == 0o644
+        assert sorted(os.listdir(directory)) == ["sglang-deploy-sglang.prom"]
+    else:
+        assert problem and refusal in problem and str(directory) in problem, problem
