@@ -178,3 +178,94 @@ def test_the_root_watch_writes_metrics_only_into_a_directory_root_alone_writes(t
         assert sorted(os.listdir(directory)) == ["sglang-deploy-sglang.prom"]
     else:
         assert problem and refusal in problem and str(directory) in problem, problem
+
+
+# --- model.path: where it may be, and what root's readers open there (finding 9) ------------------
+
+MODEL_PATH_CASES = {  # model.path, service -> the refusal's words (None: accepted)
+    "the managed store": ("/srv/models/Qwen3.6-27B-FP8", "sglang", None),
+    "a shared memory directory": ("/dev/shm/models/qwen", "sglang", "is under /dev/shm, which other local users"),
+    "the shared /tmp": ("/tmp/qwen", "sglang", "is under /tmp"),
+    "the shared /var/tmp": ("/var/tmp/qwen", "sglang", "is under /var/tmp"),
+    "a user's runtime directory": ("/run/user/1000/qwen", "sglang", "is under /run/user"),
+    "the service user's hub cache": ("/var/cache/sglang/huggingface/hub/models--Qwen", "sglang",
+                                     "the service user writes (sglang.service's state or cache directory)"),
+    "the service user's state directory": ("/var/lib/sglang/weights", "sglang", "is under /var/lib/sglang"),
+    "another service's state directory": ("/var/lib/sglang/weights", "qwen", None),
+    "a name that only starts like /tmp": ("/tmpfs-models/qwen", "sglang", None),
+}
+
+
+@pytest.mark.parametrize("path, service, refusal", MODEL_PATH_CASES.values(), ids=MODEL_PATH_CASES)
+def test_model_path_in_a_directory_others_write_is_refused(path, service, refusal):
+    from sglang_deploy import safety
+
+    problem = safety.model_path_location_problem(path, service)
+    assert (problem is None, refusal is None or refusal in problem) == (refusal is None, True), problem
+
+
+def test_a_profile_with_weights_in_dev_shm_is_refused_naming_the_field(tmp_path):
+    from conftest import proven_with
+
+    from sglang_deploy.profile import ProfileError, load_profile
+
+    path = proven_with(tmp_path, "  path: /srv/models/Qwen3.6-27B-FP8", "  path: /dev/shm/models/qwen")
+    with pytest.raises(ProfileError) as raised:
+        load_profile(path)
+    assert any(f"{path}:6: model.path: " in p and "/dev/shm" in p for p in raised.value.problems), raised.value.problems
+
+
+def weights_case(directory, case):
+    import json
+    import struct
+
+    def shard(name, header):
+        data = json.dumps(header).encode()
+        (directory / name).write_bytes(struct.pack("<Q", len(data)) + data)
+
+    shard("a.safetensors", {"model.layers.0.w": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, 32]}})
+    if case == "a FIFO named like a shard":
+        os.mkfifo(directory / "b.safetensors")
+    elif case == "a FIFO as config.json":
+        os.mkfifo(directory / "config.json")
+    elif case == "a symlink to a root-only file":
+        secret = directory.parent / "root-only"
+        secret.write_bytes(b"\x08" + b"\x00" * 7 + b"{}")
+        (directory / "b.safetensors").symlink_to(secret)
+    elif case == "a shape of huge numbers (root CPU)":
+        shard("b.safetensors", {"x": {"dtype": "BF16", "shape": [10 ** 400] * 3, "data_offsets": [0, 0]}})
+
+
+# case -> the words of the error (None: summarised)
+WEIGHTS_CASES = {
+    "regular shards": None,
+    "a FIFO named like a shard": "not a regular file",
+    "a FIFO as config.json": "not a regular file",
+    "a symlink to a root-only file": "a symlink",
+    "a shape of huge numbers (root CPU)": "is not a list of at most 8 sizes",
+}
+
+
+@pytest.mark.parametrize("case, error", WEIGHTS_CASES.items(), ids=WEIGHTS_CASES)
+def test_roots_header_reader_neither_blocks_nor_follows_links(tmp_path, case, error):
+    from sglang_deploy.hostside import safetensors_headers
+
+    directory = tmp_path / "weights"
+    directory.mkdir()
+    weights_case(directory, case)
+    outcome = {}
+
+    def summarize():
+        try:
+            outcome["summary"] = safetensors_headers.summarize(str(directory))
+        except (OSError, ValueError) as raised:
+            outcome["error"] = str(raised)
+
+    worker = threading.Thread(target=summarize, daemon=True)
+    worker.start()
+    worker.join(10)
+    assert not worker.is_alive(), "the reader blocked"
+    if error is None:
+        assert outcome["summary"]["bytes"]["layers"] == 32, outcome
+    else:
+        assert error in outcome.get("error", ""), outcome

@@ -101,12 +101,13 @@ def main():
     api_key = read_api_key(store.secrets_path)
     report["environ"] = evidence.process_environment(status["main_pid"]) if status["main_pid"] else {}
     report["log_findings"] = evidence.log_findings(evidence.journal_since_start(args.service))
-    declared = {}
+    declared, expect = {}, {}
     if active:
         try:
             with open(os.path.join(store.release_dir(active), "gate-config.json")) as f:
-                declared = json.load(f)["expect"].get("environment") or {}
-        except (OSError, ValueError, KeyError):
+                expect = json.load(f)["expect"]
+            declared = expect.get("environment") or {}
+        except (OSError, ValueError, KeyError, AttributeError):
             pass
     report["costly_env"] = evidence.costly_undeclared(report["environ"], declared,
                                                       evidence.environment_sources(args.service))
@@ -117,12 +118,13 @@ def main():
     except Exception as error:  # noqa: BLE001 - reported, the doctor works with what it has
         report["server_info"] = {}
         report["errors"].append(f"/server_info: {error}")
-    # The release's verified weights snapshot (hostside/weights.py), else what the server reports it loaded.
-    model_path = (meta.get("weights") or {}).get("path") or report["server_info"].get("model_path")
+    # The release's verified weights snapshot (hostside/weights.py), else the release's own model.path (root's
+    # gate-config.json): never a path the server reports, which root would then read.
+    model_path = (meta.get("weights") or {}).get("path") or expect.get("model_path")
     report["checkpoint_path"] = model_path
     try:
         report["checkpoint"] = safetensors_headers.summarize(model_path) if model_path else None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, KeyError, TypeError) as error:
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")
     report["clock_reasons"] = clock_reasons()
