@@ -143,6 +143,8 @@ def textfile_case(tmp_path, case):
         (directory / "sglang-deploy-sglang.prom").symlink_to(victim)
     elif case == "a-symlink-planted-at-the-temporary-name":
         (directory / f".sglang-deploy-sglang.prom.{os.getpid()}.tmp").symlink_to(victim)
+    elif case == "an-ancestor-owned-by-another-user":
+        os.chown(tmp_path, 1234, 1234)
     elif case == "missing-is-created":
         os.rmdir(directory)
     return directory, victim
@@ -154,9 +156,10 @@ TEXTFILE_CASES = {
     "missing-is-created": None,
     "a-symlink-planted-at-the-prom-name": None,  # replaced by the rename, not followed
     "a-symlink-planted-at-the-temporary-name": None,  # removed, not followed
-    "group-writable": "with mode 0775; accepted: directories owned by root and writable by root alone",
+    "group-writable": "with mode 0775; accepted: a directory owned by root and writable by root alone",
     "world-writable-sticky": "with mode 1777",
     "owned-by-the-service-user": "is owned by uid 1234",
+    "an-ancestor-owned-by-another-user": None,  # walked without following links: its owner cannot redirect
     "a-symlink-to-a-root-directory": "is a symlink or not a directory",
 }
 

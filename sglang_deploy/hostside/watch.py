@@ -173,9 +173,8 @@ class UnsafeDirectory(Exception):
 
 def open_root_directory(directory, create=True):
     """An fd of `directory`, each component opened without following symlinks (created 0755 when missing and
-    `create`) and required to be root-owned and not writable by group or others (an ancestor may be sticky):
-    the root watch writes only where nobody else can plant a symlink or swap a directory. UnsafeDirectory
-    names the component."""
+    `create`), the directory itself required to be root-owned and not writable by group or others: the root
+    watch writes only where nobody else can plant a symlink or swap a file. UnsafeDirectory names the part."""
     if not os.path.isabs(directory):
         raise UnsafeDirectory(f"watch.textfile_dir {directory!r} is not an absolute path")
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
@@ -198,12 +197,12 @@ def open_root_directory(directory, create=True):
             os.close(fd)
             fd = child
             stat = os.fstat(fd)
-            last = len(path) == len(directory.rstrip("/"))
-            # an ancestor may be a sticky /tmp (nobody else can rename what root owns there), the directory not
-            if stat.st_uid != 0 or stat.st_mode & 0o022 and (last or not stat.st_mode & 0o1000):
+            # Ancestors are held open as they are walked (a later swap changes nothing): no symlink among them
+            # is enough. The directory itself is where the files go: nobody but root may add entries there.
+            if len(path) == len(directory.rstrip("/")) and (stat.st_uid != 0 or stat.st_mode & 0o022):
                 raise UnsafeDirectory(
                     f"watch.textfile_dir {directory}: {path} is owned by uid {stat.st_uid} with mode "
-                    f"{stat.st_mode & 0o7777:04o}; accepted: directories owned by root and writable by root alone "
+                    f"{stat.st_mode & 0o7777:04o}; accepted: a directory owned by root and writable by root alone "
                     "(e.g. 0755 root:root), since the root watch writes there")
         return fd
     except BaseException:
