@@ -272,3 +272,35 @@ def test_roots_header_reader_neither_blocks_nor_follows_links(tmp_path, case, er
         assert outcome["summary"]["bytes"]["layers"] == 32, outcome
     else:
         assert error in outcome.get("error", ""), outcome
+
+
+# --- the secrets file through pyinfra -vvv --diff (finding 12) -------------------------------------
+
+SECRET_DEPLOY = """
+from roles.ops import secret_file
+secret_file(name="secret", dest={dest!r}, content=open({source!r}).read(), mode=640, group="root")
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the file is installed as root:root")
+@pytest.mark.parametrize("step", ["create", "change", "unchanged"])
+def test_the_secrets_file_is_never_printed_by_pyinfra_vvv_diff(tmp_path, step):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parent.parent
+    dest, source = tmp_path / "secrets.yaml", tmp_path / "new"
+    old_key, new_key = "sk-OLD-0123456789abcdef", "sk-NEW-fedcba9876543210"
+    if step != "create":
+        dest.write_text(f'api-key: "{old_key}"\n')
+    source.write_text(f'api-key: "{old_key if step == "unchanged" else new_key}"\n')
+    deploy = tmp_path / "deploy_secret.py"
+    deploy.write_text(SECRET_DEPLOY.format(dest=str(dest), source=str(source)))
+    run = subprocess.run([sys.executable, "-m", "pyinfra", "-y", "-vvv", "--diff", "@local", str(deploy)], cwd=repo,
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(repo)})
+    printed = run.stdout + run.stderr
+    assert run.returncode == 0, printed[-2000:]
+    assert (old_key in printed, new_key in printed) == (False, False), printed
+    assert (dest.read_text(), dest.stat().st_mode & 0o777) == (source.read_text(), 0o640)
+    assert ("changed (secret" in printed) == (step != "unchanged"), printed[-2000:]
