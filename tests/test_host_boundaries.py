@@ -304,3 +304,60 @@ def test_the_secrets_file_is_never_printed_by_pyinfra_vvv_diff(tmp_path, step):
     assert (old_key in printed, new_key in printed) == (False, False), printed
     assert (dest.read_text(), dest.stat().st_mode & 0o777) == (source.read_text(), 0o640)
     assert ("changed (secret" in printed) == (step != "unchanged"), printed[-2000:]
+
+
+# --- server text on the operator's terminal, answer sizes, the results path (findings 16, 19) ------
+
+PRINTABLE_CASES = {  # server text -> what may reach the terminal
+    "plain text": ("release OK, 50.1 tok/s", "release OK, 50.1 tok/s"),
+    "line erase and cursor up": ("\x1b[2K\x1b[1Arelease OK", "\\x1b[2K\\x1b[1Arelease OK"),
+    "terminal title (OSC 0)": ("\x1b]0;pwned\x07", "\\x1b]0;pwned\\x07"),
+    "clipboard (OSC 52)": ("\x1b]52;c;Y3VybCBldmls\x07", "\\x1b]52;c;Y3VybCBldmls\\x07"),
+    "a forged line": ("500\nGATE PASS", "500\\nGATE PASS"),
+    "carriage return": ("FAILED\rpass  ", "FAILED\\rpass  "),
+    "bidi override": ("abc\u202edcba", "abc\\u202edcba"),
+    "C1 control (CSI)": ("\x9b31m", "\\x9b31m"),
+    "bytes, not UTF-8": (b"\xff\x1b[31m", "\ufffd\\x1b[31m"),
+    "other scripts stay": ("Grüße, 你好", "Grüße, 你好"),
+}
+
+
+@pytest.mark.parametrize("text, shown", PRINTABLE_CASES.values(), ids=PRINTABLE_CASES)
+def test_server_text_reaches_the_terminal_escaped(text, shown):
+    assert client.printable(text) == shown
+
+
+def test_the_gate_table_escapes_what_the_server_said():
+    from sglang_deploy.hostside import gate
+
+    table = gate.table({"verdict": "inconclusive", "rows": [], "reasons": [],
+                        "inconclusive": ["sample 1: HTTP Error 500: \x1b[31mfake\x1b[0m\nGATE PASS"]})
+    assert "\x1b" not in table and table.splitlines()[-1].startswith("GATE INCONCLUSIVE"), table
+
+
+class Body:
+    def __init__(self, size):
+        self.left = size
+
+    def read(self, n=-1):
+        n = self.left if n < 0 else min(n, self.left)
+        self.left -= n
+        return b"x" * n
+
+
+@pytest.mark.parametrize("size, ok", [(1 << 10, True), (client.MAX_BODY_BYTES, True), (client.MAX_BODY_BYTES + 1, False)])
+def test_server_answers_are_read_up_to_a_bound(size, ok):
+    try:
+        read = len(client.read_bounded(Body(size)))
+    except client.TooLarge as error:
+        read = str(error)
+    assert read == size if ok else "larger than 16 MiB" in read
+
+
+@pytest.mark.parametrize("release, name", [("0007-0123abcd", "0007-0123abcd"), ("../../../.ssh/authorized_keys", "unknown"),
+                                           ("0001-aaaaaaaa/../../x", "unknown"), (None, "unknown")])
+def test_the_results_path_takes_only_a_release_id_from_the_host(tmp_path, release, name):
+    from sglang_deploy.gate import save_result
+
+    path = save_result("ct129", {"release": release}, results_dir=tmp_path)
+    assert (path.parent, path.name.startswith(f"{name}-switch-")) == (tmp_path / "ct129", True), path

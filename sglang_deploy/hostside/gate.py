@@ -18,7 +18,7 @@ import time
 import urllib.error
 
 from . import client, output_check
-from .client import get_json, is_simulated
+from .client import get_json, is_simulated, printable
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -261,7 +261,7 @@ def table(result):
         lines.append(f"comparison: {comparison['message']}")
     lines.append(f"GATE {result['verdict'].upper()}" + (": " + "; ".join(result["reasons"] + result["inconclusive"])
                                                         if result["reasons"] or result["inconclusive"] else ""))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # server text: no escapes, no forged lines
 
 
 # --- running on the host -------------------------------------------------------------------------------
