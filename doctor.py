@@ -20,6 +20,8 @@ from roles.facts import GpuHost
 from sglang_deploy.doctor import diagnose, format_report
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
+from sglang_deploy.hostside.client import printable
+from sglang_deploy.hostside.store import RELEASE_ID
 from sglang_deploy.layout import host_program
 from sglang_deploy.hostdata import host_flag
 from sglang_deploy.layout import STORE_ROOT
@@ -40,6 +42,9 @@ def run_doctor():
     collected = json.loads(output.stdout)
     if not collected.get("active"):
         raise DeployError(f"{host.name}: no active release of {service} to examine")
+    if not RELEASE_ID.match(str(collected["active"])):  # it names the upload path below
+        raise DeployError(f"{host.name}: the host reports the active release as {printable(collected['active'])!r}, "
+                          "not a release id (NNNN-xxxxxxxx): nothing is written")
     gpus = [dict(gpu, clocks_event_reasons=collected["clock_reasons"].get(str(gpu["index"]))) for gpu in gpu_facts["gpus"]]
     server_info = collected["server_info"]
     result = diagnose({"server_info": server_info, "environ": collected["environ"], "topology": gpu_facts["topology"],
@@ -52,7 +57,8 @@ def run_doctor():
     if uvm_warning(gpu_facts):
         logger.warning(f"[{host.name}] {uvm_warning(gpu_facts)}")
         result.setdefault("errors", []).append(uvm_warning(gpu_facts))
-    for line in (format_report(result) + ("\n" + "\n".join(collected["errors"]) if collected["errors"] else "")).splitlines():
+    errors = [printable(error) for error in collected["errors"]]
+    for line in (format_report(result) + ("\n" + "\n".join(errors) if errors else "")).splitlines():
         logger.info(f"    {line}")
     host.put_file(StringIO(json.dumps(result, indent=1) + "\n"),
                   f"{STORE_ROOT}/{service}/releases/{collected['active']}/doctor.json")

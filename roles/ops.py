@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import difflib
-from io import StringIO
+import hashlib
+import shlex
+from io import BytesIO, StringIO
 
 from pyinfra import host, logger, state
-from pyinfra.api import operation
-from pyinfra.facts.files import File, FileContents
+from pyinfra.api import FileUploadCommand, StringCommand, operation
+from pyinfra.facts.files import File, FileContents, Sha256File
+from pyinfra.facts.server import Home
 from pyinfra.operations import files
 
 from sglang_deploy.render import mask_secrets
@@ -47,3 +50,37 @@ def preview_diff(dest: str, content: str):
     if state.config.DIFF:
         _log_masked_diff(dest, content)
     yield from ()
+
+
+STAGING_DIR = ".sglang-deploy-staging"  # in the SSH user's home, 0700: where a sudo deploy stages a secret
+
+
+@operation()
+def secret_file(dest: str, content: str, mode: int, group: str):
+    """Install a secret file as root:group with `mode`, its content never on the console or in a shared /tmp.
+
+    - No fact reads the file (`-vvv` prints every fact's output): the change is decided by its sha256.
+    - --diff says "changed (secret)", never the lines.
+    - Uploaded over SFTP directly to `dest` when the SSH user is root; under sudo (pyinfra would stage a 0644
+      file at a predictable /tmp/pyinfra-<sha1>) into a 0700 directory of the SSH user, then installed with
+      `install -m` by sudo and removed. The commands carry paths only."""
+    wanted = hashlib.sha256(content.encode()).hexdigest()
+    if host.get_fact(Sha256File, path=dest) == wanted:
+        yield from files.file._inner(path=dest, user="root", group=group, mode=mode)
+        return
+    if state.config.DIFF:
+        host.log(f"Will write {dest}: changed (secret: its content is not shown)", logger.info)
+    data = BytesIO(content.encode())
+    if not (host.data.get("_sudo") or state.config.SUDO):
+        yield StringCommand("install", "-m", "600", "/dev/null", dest)  # 0600 before a byte arrives
+        yield FileUploadCommand(data, dest)
+    else:
+        home = host.get_fact(Home, _sudo=False)
+        staged = f"{home}/{STAGING_DIR}/{hashlib.sha256(dest.encode()).hexdigest()[:16]}"
+        yield StringCommand(f"umask 077 && mkdir -p {shlex.quote(f'{home}/{STAGING_DIR}')} && "
+                            f"chmod 700 {shlex.quote(f'{home}/{STAGING_DIR}')}", _sudo=False)
+        yield FileUploadCommand(data, staged, _sudo=False)
+        yield StringCommand("install", "-m", "600", staged, dest)
+        yield StringCommand("rm", "-f", staged, _sudo=False)
+    yield StringCommand("chown", f"root:{group}", dest)
+    yield StringCommand("chmod", str(mode), dest)  # pyinfra's modes: 640 means 0640

@@ -19,6 +19,7 @@ from pyinfra.operations import files, python, server
 from roles.ops import managed_file, preview_diff
 from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
+from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, OLD_TOOL_BIN, STORE_ROOT, ServiceLayout, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
@@ -114,9 +115,9 @@ def _report(service):
     saved = save_result(host.name, document)
     ready = document["readiness"]
     if document.get("auth_change"):
-        host.log(document["auth_change"], logger.warning)
-    host.log(f"release {document['release']} is active ({document.get('verdict') or 'unverified'}); ready after "
-             f"{ready['elapsed_s']} s; result saved to {saved}", logger.info)
+        host.log(printable(document["auth_change"]), logger.warning)
+    host.log(printable(f"release {document['release']} is active ({document.get('verdict') or 'unverified'}); ready "
+                       f"after {ready['elapsed_s']} s; result saved to {saved}"), logger.info)
     if document.get("gate"):
         if document["gate"].get("simulated"):
             host.log("the gate measured a SIMULATED server (sglang_deploy.sim)", logger.warning)

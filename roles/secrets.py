@@ -8,7 +8,7 @@ old key.
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from roles.ops import managed_file
+from roles.ops import secret_file
 from sglang_deploy.layout import ServiceLayout
 
 
@@ -41,5 +41,6 @@ def content_changed(found_hash: str | None, secrets: str) -> bool:
 def configure_secrets(secrets: str, service: str, user: str):
     layout = ServiceLayout(service)
     files.directory(name="Config directory", path=layout.config_dir, user="root", group=user, mode=750)
-    return managed_file(name=f"Secrets {layout.secrets_path} (0640, masked)", dest=layout.secrets_path,
-                        content=secrets, mode=640, group=user)
+    # not managed_file: its --diff reads the file through a fact, which -vvv prints (roles/ops.py secret_file)
+    return secret_file(name=f"Secrets {layout.secrets_path} (0640, never shown)", dest=layout.secrets_path,
+                       content=secrets, mode=640, group=user)

@@ -12,6 +12,7 @@ from io import StringIO
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
+from sglang_deploy.layout import host_program
 from sglang_deploy.render import RenderedWatch, watch_paths
 
 
@@ -43,5 +44,8 @@ def install(rendered: RenderedWatch, service: str, textfile_dir: str, enabled: b
     files.put(name=f"{timer_path}", src=StringIO(rendered.timer), dest=timer_path, mode=644, user="root",
               group="root")
     server.shell(name=f"Textfile directory {textfile_dir}; enable {service}-watch.timer",
-                 commands=[f"install -d -m 0755 {shlex.quote(textfile_dir)}",
+                 # not `install -d`: it chmods through a symlink; the host program opens each component
+                 # without following links and refuses one that is not root's alone (hostside/watch.py)
+                 commands=[host_program("watch", "--service", service, "--textfile-dir", textfile_dir,
+                                        "--prepare-textfile-dir"),
                            f"systemctl daemon-reload && systemctl enable {timer} && systemctl restart {timer}"])

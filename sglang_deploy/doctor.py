@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from .hostside.client import is_simulated
+from .hostside.client import is_simulated, printable
 from .hostside.gate import decode_backend, decode_graph_gb
 from .roofline import datasheet_bandwidth, roofline
 from .rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
@@ -250,7 +250,7 @@ def format_report(result: dict) -> str:
     lines += sandbox_lines(result.get("sandbox"))
     if result.get("simulated"):
         lines.append("(SIMULATED server: sglang_deploy.sim)")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # server and host text: no escapes, no forged lines
 
 
 def sandbox_lines(view: dict | None) -> list[str]:

@@ -44,8 +44,14 @@ def gate_config(plan: Plan) -> dict:
 
 def save_result(host_name: str, document: dict, kind: str = "switch", results_dir: Path = RESULTS_DIR) -> Path:
     """Keep a document locally: results/<host>/<release>-<kind>-<UTC time>.json (kind: switch, doctor)."""
+    from .hostside.store import RELEASE_ID
+
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    path = results_dir / host_name / f"{document.get('release', 'unknown')}-{kind}-{stamp}.json"
+    release = str(document.get("release"))  # from the host: a release id, or the file is named "unknown"
+    release = release if RELEASE_ID.match(release) else "unknown"
+    path = results_dir / host_name / f"{release}-{kind}-{stamp}.json"
+    if results_dir.resolve() not in path.resolve().parents:
+        raise ValueError(f"{path} is not under {results_dir}: host name {host_name!r} is not a file name")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=1) + "\n")
     return path

@@ -436,6 +436,13 @@ class Profile(Strict):
         return env
 
     @model_validator(mode="after")
+    def model_path_location(self) -> "Profile":
+        problem = safety.model_path_location_problem(self.model.path, self.service.name) if self.model.path else None
+        if problem:
+            raise ValueError(f"model.path: {problem}")  # the shared directories: the field's own validator
+        return self
+
+    @model_validator(mode="after")
     def known_waivers(self) -> "Profile":
         for rule in self.waivers:
             if rule not in RULES:

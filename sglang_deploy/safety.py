@@ -163,6 +163,26 @@ def model_path_problem(path: str) -> str | None:
     if not full(MODEL_PATH, path) or "/../" in path + "/" or "/./" in path + "/" or "//" in path:
         return (f"must be a normalized absolute path of letters, digits and ._@+=:,- (no '..', '//', spaces or "
                 f"shell characters), got {path!r}")
+    return model_path_location_problem(path)
+
+
+# Directories other users (or the service user) write: weights there can be swapped under the server, and root's
+# readers (the watch, the doctor) would read a planted FIFO or symlink.
+SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/user", "/run/lock", "/var/crash")
+
+
+def model_path_location_problem(path: str, service: str | None = None) -> str | None:
+    """model.path must not be in a directory that other users write, nor (with `service`) in the directories
+    the service user writes."""
+    writable = SHARED_DIRS + ((f"/var/lib/{service}", f"/var/cache/{service}") if service else ())
+    for directory in writable:
+        if path == directory or path.startswith(directory + "/"):
+            return (f"{path!r} is under {directory}, which "
+                    + ("other local users can write" if directory in SHARED_DIRS else
+                       f"the service user writes ({service}.service's state or cache directory)")
+                    + ": the weights could be replaced under the server and root's watch and doctor read them; "
+                      "accepted: a root-owned directory such as /srv/models/... (or a model.source the tool "
+                      "manages)")
     return None
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy.hostside import client, readiness, store as store_module, switch
+from sglang_deploy.hostside import client, listener, store as store_module, switch
 
 PACKAGE_PARENT = Path(switch.__file__).resolve().parent.parent
 
@@ -83,7 +83,7 @@ def test_listening_sockets_are_read_from_proc_net_tables(tmp_path):
         "   0: 0100007F:76F0 00000000:0000 0A 00000000:00000000 00:00000000 00000000  65534        0 4242 1\n"
         "   1: 0100007F:76F0 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  65534        0 4343 1\n"
         "   2: 00000000:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000      0        0 4444 1\n")
-    assert readiness.listening_inodes(30448, tables=(str(table),)) == {"4242"}
+    assert listener.listening_inodes(30448, tables=(str(table),)) == {"4242": 65534}
 
 
 @pytest.mark.parametrize("url, ok", [("http://127.0.0.1:30000", True), ("http://[::1]:30000", True),

@@ -20,7 +20,8 @@ import time
 import urllib.error
 import urllib.request
 
-from .client import headers, is_simulated, read_api_key
+from .client import MAX_BODY_BYTES, headers, is_simulated, printable, read_api_key, read_bounded, urlopen
+from .listener import guard_unit
 
 PROMPTS = [
     ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "
@@ -39,6 +40,9 @@ PROMPTS = [
 ]
 
 
+MAX_LINE_BYTES = 1 << 20  # one server-sent event: a chunk of tokens and its meta_info
+
+
 class Client:
     def __init__(self, url, api_key, timeout, request_deadline=None):
         """timeout: the longest silence on a stream (per socket read); request_deadline: the longest one
@@ -50,8 +54,8 @@ class Client:
 
     def get_json(self, path):
         request = urllib.request.Request(self.url + path, headers=self.headers)
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            return json.load(response)
+        with urlopen(request, self.timeout) as response:
+            return json.loads(read_bounded(response))
 
     def generate(self, prompt, max_new_tokens):
         """One streaming request; returns the sample measured on this client's clock."""
@@ -64,8 +68,16 @@ class Client:
         first_tokens = last_tokens = 0
         last = None
         deadline = start + self.request_deadline if self.request_deadline else None
-        with urllib.request.urlopen(request, timeout=self.timeout) as response:
-            for raw in response:
+        read = 0
+        with urlopen(request, self.timeout) as response:
+            while True:
+                raw = response.readline(MAX_LINE_BYTES + 1)
+                if not raw:
+                    break
+                read += len(raw)
+                if len(raw) > MAX_LINE_BYTES or read > MAX_BODY_BYTES:
+                    raise RuntimeError(f"the stream sent a line over {MAX_LINE_BYTES >> 10} KiB or over "
+                                       f"{MAX_BODY_BYTES >> 20} MiB in all: not read further")
                 if deadline and time.perf_counter() > deadline:
                     raise RuntimeError(f"the request took longer than its deadline of {self.request_deadline:.0f} s")
                 line = raw.decode().strip()
@@ -127,7 +139,7 @@ def aggregate_round(client, concurrency, max_new_tokens, offset, errors):
         try:
             results[i] = client.generate(prompt, max_new_tokens)
         except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
-            errors.append(f"aggregate stream {i}: {error}")
+            errors.append(f"aggregate stream {i}: {printable(error)}")
 
     start = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(concurrency)]
@@ -148,6 +160,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True)
     parser.add_argument("--api-key-file")
+    parser.add_argument("--service", help="send the key only over connections this unit's processes accepted")
     parser.add_argument("--samples", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=256)
@@ -158,6 +171,8 @@ def main():
                         "60 s + 1 s per token")
     args = parser.parse_args()
 
+    if args.service:
+        guard_unit(args.service)
     deadline = args.request_deadline or 60 + args.max_new_tokens
     client = Client(args.url, read_api_key(args.api_key_file), args.timeout, deadline)
     errors = []
@@ -166,14 +181,14 @@ def main():
         server_info = client.get_json("/server_info")
     except (urllib.error.URLError, OSError, ValueError) as error:
         server_info = {}
-        errors.append(f"/server_info: {error}")
+        errors.append(f"/server_info: {printable(error)}")
 
     for i in range(args.warmup):
         progress(f"warmup {i + 1}/{args.warmup}")
         try:
             client.generate(PROMPTS[i % len(PROMPTS)][1], min(64, args.max_new_tokens))
         except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
-            errors.append(f"warmup {i + 1}: {error}")
+            errors.append(f"warmup {i + 1}: {printable(error)}")
 
     samples = []
     for i in range(args.samples):
@@ -181,8 +196,8 @@ def main():
         try:
             sample = client.generate(prompt, args.max_new_tokens)
         except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
-            errors.append(f"sample {i + 1}: {error}")
-            progress(f"sample {i + 1}/{args.samples} ({kind}): error {error}")
+            errors.append(f"sample {i + 1}: {printable(error)}")
+            progress(f"sample {i + 1}/{args.samples} ({kind}): error {printable(error)}")
             continue
         sample["kind"] = kind
         samples.append(sample)

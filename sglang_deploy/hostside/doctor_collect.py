@@ -17,6 +17,7 @@ import sys
 
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
+from .listener import foreign_listener, guard_unit
 from .store import Store, service_name, service_status
 
 
@@ -79,6 +80,7 @@ def main():
     parser.add_argument("--probe-force", action="store_true")
     args = parser.parse_args()
     store = Store(args.service)
+    guard_unit(args.service)  # every keyed request: only to the unit's own processes
     state = store.state()
     active = state.get("active")
     report = {"active": active, "errors": []}
@@ -86,35 +88,43 @@ def main():
     report["meta"] = meta
     gate_result = store.read(os.path.join(store.release_dir(active), "gate-result.json")) if active else None
     report["gate"] = (json.loads(gate_result).get("measurement") if gate_result else None)
-    if report["gate"] is None and meta:
+    probe_url = meta.get("probe_url", "http://127.0.0.1:30000")
+    stranger = foreign_listener(args.service, probe_url) if meta else None
+    if stranger:
+        report["errors"].append(stranger)
+    if report["gate"] is None and meta and not stranger:
         # No gate ran for this release (skip_gate): take a short measurement of our own for tau and MBU.
-        report["gate"] = gate.measure_builtin(meta.get("probe_url", "http://127.0.0.1:30000"), store.secrets_path,
+        report["gate"] = gate.measure_builtin(probe_url, store.secrets_path,
                                               {"samples": 3, "warmup": 1, "max_new_tokens": 192, "concurrency": 1})
         report["gate_source"] = "doctor (3 x 192 tokens; the release has no gate result)"
     status = service_status(args.service)
     api_key = read_api_key(store.secrets_path)
     report["environ"] = evidence.process_environment(status["main_pid"]) if status["main_pid"] else {}
     report["log_findings"] = evidence.log_findings(evidence.journal_since_start(args.service))
-    declared = {}
+    declared, expect = {}, {}
     if active:
         try:
             with open(os.path.join(store.release_dir(active), "gate-config.json")) as f:
-                declared = json.load(f)["expect"].get("environment") or {}
-        except (OSError, ValueError, KeyError):
+                expect = json.load(f)["expect"]
+            declared = expect.get("environment") or {}
+        except (OSError, ValueError, KeyError, AttributeError):
             pass
     report["costly_env"] = evidence.costly_undeclared(report["environ"], declared,
                                                       evidence.environment_sources(args.service))
     try:
-        report["server_info"] = get_json(meta.get("probe_url", "http://127.0.0.1:30000") + "/server_info", api_key)
+        if stranger:
+            raise OSError("not asked: " + stranger)
+        report["server_info"] = get_json(probe_url + "/server_info", api_key)
     except Exception as error:  # noqa: BLE001 - reported, the doctor works with what it has
         report["server_info"] = {}
         report["errors"].append(f"/server_info: {error}")
-    # The release's verified weights snapshot (hostside/weights.py), else what the server reports it loaded.
-    model_path = (meta.get("weights") or {}).get("path") or report["server_info"].get("model_path")
+    # The release's verified weights snapshot (hostside/weights.py), else the release's own model.path (root's
+    # gate-config.json): never a path the server reports, which root would then read.
+    model_path = (meta.get("weights") or {}).get("path") or expect.get("model_path")
     report["checkpoint_path"] = model_path
     try:
         report["checkpoint"] = safetensors_headers.summarize(model_path) if model_path else None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, KeyError, TypeError) as error:
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")
     # A separate draft model (DFLASH): its bytes are read every cycle too.

@@ -17,8 +17,8 @@ import sys
 import time
 import urllib.error
 
-from . import output_check
-from .client import get_json, is_simulated
+from . import client, output_check
+from .client import get_json, is_simulated, printable
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -261,7 +261,7 @@ def table(result):
         lines.append(f"comparison: {comparison['message']}")
     lines.append(f"GATE {result['verdict'].upper()}" + (": " + "; ".join(result["reasons"] + result["inconclusive"])
                                                         if result["reasons"] or result["inconclusive"] else ""))
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)  # server text: no escapes, no forged lines
 
 
 # --- running on the host -------------------------------------------------------------------------------
@@ -270,6 +270,8 @@ def measure_builtin(probe_url, secrets_path, settings):
     command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
                "--samples", str(settings["samples"]), "--warmup", str(settings["warmup"]),
                "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"])]
+    if client.GUARD is not None:  # the bench checks each keyed connection too (listener.py)
+        command += ["--service", client.GUARD.service]
     # An overall deadline: every request at its own deadline (bench.py: 60 s + 1 s per token), plus start-up.
     requests = settings["warmup"] + settings["samples"] + 2
     deadline = 120 + requests * (60 + settings["max_new_tokens"])

@@ -7,98 +7,19 @@ api-key a request without the key is refused. A failed start is explained from t
 
 import datetime
 import json
-import os
 import re
 import subprocess
 import time
 
 from . import evidence
-from .client import LOOPBACK_URL, http, read_api_key
-from .store import log, service_status, systemctl
+from .client import http, printable, read_api_key
+from .listener import foreign_listener
+from .store import log, service_status
 
 # While a start takes long, the journal's latest line (loading, JIT, graphs) every 30 s, and at least three times
 # before a short timeout runs out.
 PROGRESS_EVERY_S = 30
 SYSTEMD_NOISE = re.compile(r"Failed to kill control group|: Killing process \d+ |remains running after unit stopped")
-
-
-# --- who listens on the port (before the API key is sent) ------------------------------------------
-
-def listening_inodes(port, tables=("/proc/net/tcp", "/proc/net/tcp6")):
-    """Socket inodes in LISTEN state on the port (any local address)."""
-    inodes = set()
-    for table in tables:
-        try:
-            with open(table) as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            fields = row.split()
-            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    return inodes
-
-
-def unit_pids(service):
-    """Every process of the unit's cgroup (SGLang's schedulers and detokenizer included)."""
-    group = systemctl("show", "-p", "ControlGroup", "--value", f"{service}.service").stdout.strip()
-    pids = set()
-    if group:
-        for directory, _, files in os.walk("/sys/fs/cgroup" + group):
-            if "cgroup.procs" in files:
-                try:
-                    with open(os.path.join(directory, "cgroup.procs")) as f:
-                        pids.update(int(line) for line in f if line.strip())
-                except OSError:
-                    pass
-    main_pid = service_status(service)["main_pid"]
-    return pids | ({main_pid} if main_pid else set())
-
-
-def socket_owners(inodes):
-    """inode -> pids holding it open (the processes this host's /proc shows)."""
-    owners = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            for fd in os.listdir(f"/proc/{entry}/fd"):
-                target = os.readlink(f"/proc/{entry}/fd/{fd}")
-                if target.startswith("socket:[") and target[8:-1] in inodes:
-                    owners.setdefault(target[8:-1], set()).add(int(entry))
-        except OSError:
-            continue
-    return owners
-
-
-def process_label(pid):
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            comm = f.read().strip()
-        uid = os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return f"pid {pid}"
-    return f"pid {pid} ({comm}, uid {uid})"
-
-
-def foreign_listener(service, probe_url):
-    """None when every socket listening on the probe's port belongs to the unit's processes; else why not.
-    SGLang binds its port only after minutes of loading: a local user who binds it first would otherwise
-    receive the API key and could fake readiness and the gate."""
-    port = int(LOOPBACK_URL.fullmatch(probe_url).group(2))
-    inodes = listening_inodes(port)
-    if not inodes:
-        return f"nothing listens on port {port}"
-    pids = unit_pids(service)
-    owners = socket_owners(inodes)
-    strangers = sorted({pid for held in owners.values() for pid in held if pid not in pids})
-    unowned = [inode for inode in inodes if not owners.get(inode)]
-    if strangers or unowned:
-        who = ", ".join(process_label(pid) for pid in strangers) or "a process outside this host's view"
-        return (f"port {port} is held by {who}, not by {service}.service: the API key is not sent "
-                "(another process bound the port first)")
-    return None
 
 
 # --- readiness ------------------------------------------------------------------------------------
@@ -160,12 +81,16 @@ def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
         stage = "health"
         status, body = http(probe_url + "/health", timeout=5)
         if status != 200:
-            detail = f"/health answered {status}"
+            detail = f"/health answered {status}" + (f" ({printable(body[:200])})" if status is None else "")
             time.sleep(0.5)
             continue
         stage = "listener"
         stranger = foreign_listener(store.service, probe_url)
-        if stranger and not stranger.startswith("nothing listens"):
+        if stranger and stranger.startswith("nothing listens"):  # not ready yet (or the listener was swapped)
+            detail = stranger
+            time.sleep(0.5)
+            continue
+        if stranger:
             return {"ready": False, "stage": "listener", "detail": stranger, "journal": "",
                     "elapsed_s": round(time.monotonic() - start, 1)}
         stage = "generate"
@@ -184,7 +109,7 @@ def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
         if tokens > 0:
             return {"ready": True, "stage": "generate", "elapsed_s": round(time.monotonic() - start, 1),
                     "auth": auth}
-        detail = f"/generate answered {status}: {body[:200].decode(errors='replace')}"
+        detail = f"/generate answered {status}: {printable(body[:200])}"
         time.sleep(0.5)
     tail, cause = failed_start(store.service, since, api_key)
     return {"ready": False, "stage": stage, "detail": f"not ready within {timeout:.0f} s ({cause or detail}); the "

@@ -10,6 +10,7 @@ during text decode.
 
 import json
 import os
+import stat
 import struct
 import sys
 
@@ -18,12 +19,31 @@ DTYPE_BYTES = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "F16"
 
 
 MAX_HEADER_BYTES = 100_000_000  # the safetensors format's own limit
+MAX_DIM, MAX_RANK = 1 << 48, 8
+
+
+def open_regular(path):
+    """A file object of a regular file, opened without following a symlink and without blocking (a FIFO
+    planted in the weights directory would hang root's watch, and with it the store's lock); ValueError
+    for anything else."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if error.errno == 40:  # ELOOP: the last component is a symlink
+            raise ValueError(f"{path}: a symlink; root's readers follow none in the weights directory") from None
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise ValueError(f"{path}: not a regular file (mode {stat.filemode(mode)}): not read")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
 
 
 def read_header(path):
     """The JSON header (ValueError for a file that is not safetensors: the watch runs as root and must not
     allocate what a corrupt or hostile length field asks for)."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         prefix = f.read(8)
         if len(prefix) != 8:
             raise ValueError(f"{path}: shorter than a safetensors header")
@@ -47,8 +67,12 @@ def role(name):
 
 
 def tensor_bytes(info):
+    shape = info["shape"]
+    if not isinstance(shape, list) or len(shape) > MAX_RANK or not all(
+            isinstance(dim, int) and 0 <= dim < MAX_DIM for dim in shape):
+        raise ValueError(f"tensor shape {str(shape)[:80]} is not a list of at most {MAX_RANK} sizes below 2**48")
     count = 1
-    for dim in info["shape"]:
+    for dim in shape:
         count *= dim
     return count * DTYPE_BYTES.get(info["dtype"], 0)
 
@@ -66,9 +90,9 @@ def summarize(model_dir):
             totals[role(name)] += tensor_bytes(info)
     tied = False
     config_path = os.path.join(model_dir, "config.json")
-    if os.path.exists(config_path):
-        with open(config_path) as f:
-            config = json.load(f)
+    if os.path.lexists(config_path):
+        with open_regular(config_path) as f:
+            config = json.loads(f.read(MAX_HEADER_BYTES))
         text_config = config.get("text_config", config)
         tied = bool(text_config.get("tie_word_embeddings", config.get("tie_word_embeddings")))
     if tied and not totals["lm_head"]:

@@ -17,7 +17,8 @@ import sys
 
 from . import evidence, gate, weights
 from .client import LOOPBACK_URL, loopback_url, read_api_key
-from .readiness import foreign_listener, wait_ready, wait_running
+from .listener import foreign_listener, guard_unit
+from .readiness import wait_ready, wait_running
 from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, last_used, log, now,
                     release_auth, service_name, service_status, systemctl)
 
@@ -390,6 +391,7 @@ def main(argv=None):
     if args.rollback_timeout is None:
         args.rollback_timeout = args.timeout
     shield = StderrShield(os.path.join(STORE_ROOT, args.service, "switch.log"))
+    guard_unit(args.service)  # every keyed request: only to the unit's own processes
     try:
         return switch(args)
     finally:

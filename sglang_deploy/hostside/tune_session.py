@@ -39,7 +39,7 @@ import time
 
 from . import evidence, gate, output_check
 from .client import read_api_key
-from .readiness import foreign_listener
+from .listener import foreign_listener, guard_unit
 from .store import (RELEASE_ID, Lock, Locked, Store, atomic_write, cmdline_matches, content_hash, lock_holder, now,
                     service_name, service_status)
 from .switch import activate
@@ -492,6 +492,7 @@ def main():
             command.add_argument("--why", default=None)
             command.add_argument("--wait-s", type=float, default=1900)
     args = parser.parse_args()
+    guard_unit(args.service)  # every keyed request: only to the unit's own processes
     if args.command == "run":
         return Session(args).run()
     return {"open": cmd_open, "poll": cmd_poll, "close": cmd_close}[args.command](args)

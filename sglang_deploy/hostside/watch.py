@@ -34,6 +34,7 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
+from .listener import foreign_listener, guard_unit
 from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name, systemctl
 
 METRIC_PREFIX = "sglang_deploy_watch"
@@ -166,17 +167,70 @@ def log(message, priority=None):
     print(prefix + message, flush=True)
 
 
+class UnsafeDirectory(Exception):
+    pass
+
+
+def open_root_directory(directory, create=True):
+    """An fd of `directory`, each component opened without following symlinks (created 0755 when missing and
+    `create`), the directory itself required to be root-owned and not writable by group or others: the root
+    watch writes only where nobody else can plant a symlink or swap a file. UnsafeDirectory names the part."""
+    if not os.path.isabs(directory):
+        raise UnsafeDirectory(f"watch.textfile_dir {directory!r} is not an absolute path")
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY)
+    path = ""
+    try:
+        for part in [p for p in directory.split("/") if p]:
+            path += "/" + part
+            if part == "..":
+                raise UnsafeDirectory(f"watch.textfile_dir {directory}: '..' is not accepted")
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise UnsafeDirectory(f"watch.textfile_dir {directory}: {path} does not exist") from None
+                os.mkdir(part, 0o755, dir_fd=fd)
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as error:  # ELOOP: a symlink; ENOTDIR: a file
+                raise UnsafeDirectory(f"watch.textfile_dir {directory}: {path} is a symlink or not a directory "
+                                      f"({error.strerror}); the root watch follows no links there") from None
+            os.close(fd)
+            fd = child
+            stat = os.fstat(fd)
+            # Ancestors are held open as they are walked (a later swap changes nothing): no symlink among them
+            # is enough. The directory itself is where the files go: nobody but root may add entries there.
+            if len(path) == len(directory.rstrip("/")) and (stat.st_uid != 0 or stat.st_mode & 0o022):
+                raise UnsafeDirectory(
+                    f"watch.textfile_dir {directory}: {path} is owned by uid {stat.st_uid} with mode "
+                    f"{stat.st_mode & 0o7777:04o}; accepted: a directory owned by root and writable by root alone "
+                    "(e.g. 0755 root:root), since the root watch writes there")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def write_textfile(directory, service, content):
-    os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, f"sglang-deploy-{service}.prom")
-    tmp = f"{path}.{os.getpid()}.tmp"  # node_exporter reads *.prom only
-    with open(tmp, "w") as f:
-        f.write(content)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
-    return path
+    """<directory>/sglang-deploy-<service>.prom through a temporary file (node_exporter reads *.prom only) in a
+    verified directory: created exclusively, no symlink followed, renamed in place."""
+    name = f"sglang-deploy-{service}.prom"
+    tmp = f".{name}.{os.getpid()}.tmp"
+    directory_fd = open_root_directory(directory)
+    try:
+        try:
+            os.unlink(tmp, dir_fd=directory_fd)  # a leftover of a killed run
+        except FileNotFoundError:
+            pass
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=directory_fd)
+        with os.fdopen(fd, "w") as f:
+            os.fchmod(fd, 0o644)
+            f.write(content)
+            f.flush()
+            os.fsync(fd)
+        os.replace(tmp, name, src_dir_fd=directory_fd, dst_dir_fd=directory_fd)
+    finally:
+        os.close(directory_fd)
+    return os.path.join(directory, name)
 
 
 def read_history(path):
@@ -225,8 +279,12 @@ def release_roofline(release_dir, model_path):
     return inputs, checkpoint, measured
 
 
-def idle_check(probe_url, api_key, threshold):
-    """(status, detail, running): status None when idle enough to measure."""
+def idle_check(probe_url, api_key, threshold, service=None):
+    """(status, detail, running): status None when the unit's own server listens (listener.py) and is idle
+    enough to measure."""
+    stranger = foreign_listener(service, probe_url) if service else None
+    if stranger:  # nothing listening is a failed run too: the key goes only to the unit's processes
+        return "no-listener", stranger, None
     status, body = http(probe_url + "/metrics", api_key=api_key, timeout=10)
     if status != 200:
         return "no-metrics", f"/metrics answered {status} (is --enable-metrics on?)", None
@@ -316,7 +374,7 @@ def run(args):
             entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth))
         return record(entry)
 
-    skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests)
+    skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests, args.service)
     if skipped:
         record({"event": "measure", "status": skipped, "detail": detail, "running": running})
     else:
@@ -341,8 +399,12 @@ def run(args):
             if ready:
                 measured("after-restart")
     verdict = (meta.get("gate") or {}).get("verdict")
-    path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
-                                                                    time.time()))
+    try:
+        path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
+                                                                        time.time()))
+    except UnsafeDirectory as error:
+        log(f"metrics NOT written: {error}", WARNING)
+        return 1
     log(f"metrics written to {path}")
     return 0
 
@@ -360,8 +422,18 @@ def main():
     parser.add_argument("--output-prompts", type=int, default=3,
                         help="known-answer prompts of the output check per run (0: none)")
     parser.add_argument("--textfile-dir", default="/var/lib/prometheus/node-exporter")
+    parser.add_argument("--prepare-textfile-dir", action="store_true",
+                        help="create or check --textfile-dir (the deploy's step), then exit")
     args = parser.parse_args()
+    if args.prepare_textfile_dir:
+        try:
+            os.close(open_root_directory(args.textfile_dir))
+        except UnsafeDirectory as error:
+            print(error, file=sys.stderr)
+            return 2
+        return 0
     store = Store(args.service)
+    guard_unit(args.service)  # every keyed request: only to the unit's own processes
     try:
         with Lock(store, f"sglang-deploy watch ({args.service}-watch.service)"):
             return run(args)
