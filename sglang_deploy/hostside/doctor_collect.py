@@ -127,8 +127,8 @@ def main():
     except (OSError, ValueError, KeyError, TypeError) as error:
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")
-    # A separate draft model (DFLASH): its bytes are read every cycle too.
-    draft_path = (meta.get("draft") or {}).get("path") or report["server_info"].get("speculative_draft_model_path")
+    # A separate draft model (DFLASH): its bytes are read every cycle too; its verified snapshot, as for the weights.
+    draft_path = (meta.get("draft") or {}).get("path")
     try:
         report["draft_checkpoint"] = safetensors_headers.summarize(draft_path) if draft_path else None
     except (OSError, ValueError) as error:
