@@ -26,7 +26,7 @@ from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_gpu, release_inputs
 from sglang_deploy.hostdata import origin
 from sglang_deploy.weights import profile_weights
-from sglang_deploy.drafter import draft_weights
+from sglang_deploy.drafter import draft_weights, offered_weights
 
 FIRST_START_TIMEOUT_S = 3600  # a cold first start on CT129: weights, FlashInfer/Triton JIT for sm_86, graph capture
 
@@ -49,9 +49,10 @@ watch_units = render_watch(profile)
 # synthetic checkpoint, pushed and verified the same way.
 weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
 draft = draft_weights(profile)  # speculative.draft: a second snapshot, fetched or pushed and verified the same way
+offered = [w for w in offered_weights(profile) if not draft or w.digest != draft.digest]  # tune.drafters
 hub_python = None
 hf_token_file = host.data.get("hf_token_file")  # checked with hf_endpoint and hf_token_endpoint by the plan
-if any(w and w.source.kind == "hf" for w in (weights, draft)):
+if any(w and w.source.kind == "hf" for w in (weights, draft, *offered)):
     hub_python = host.data.get("hub_python") or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
                                                  else f"{venv_path(profile)}/bin/python")
 facts = host.get_fact(DeployState, service=service,
@@ -61,7 +62,8 @@ facts = host.get_fact(DeployState, service=service,
                       files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
                       timers=(f"{service}-watch.timer",),
                       weights=(weights.host_manifest, weights.path, hub_python) if weights else (),
-                      draft=(draft.host_manifest, draft.path, None if weights else hub_python) if draft else ())
+                      draft=(draft.host_manifest, draft.path, None if weights else hub_python) if draft else (),
+                      offered=tuple((w.host_manifest, w.path) for w in offered))
 # The service user must be a dedicated system account and the unit the tool's own: read before any change.
 refused = host_problems(plan, facts["account"], facts["units"], ssh_user=host.data.get("ssh_user"))
 if refused:
@@ -72,7 +74,7 @@ if plan.simulated != host_is_simulated:
         f"{host.name}: the inventory says simulated={plan.simulated} but the host "
         f"{'has' if host_is_simulated else 'lacks'} {SIMULATED_MARKER}; refusing to deploy")
 weights_status, draft_status = facts["weights"], facts["draft"]
-fetched = [w for w, status in ((weights, weights_status), (draft, draft_status))
+fetched = [w for w, status in ((weights, weights_status), (draft, draft_status), *zip(offered, facts["offered"]))
            if w and w.source.kind == "hf" and not status["verified"]]
 if fetched and not any(status and status["hub_client"] for status in (weights_status, draft_status)):
     wheelhouse = host.data.get("hub_wheelhouse")
@@ -122,9 +124,9 @@ if weights:
     weights_role.ensure(weights=weights, verified=weights_status["verified"], python=hub_python,
                         endpoint=host.data.get("hf_endpoint"),
                         local_dir=weights.source.local_dir, token_file=hf_token_file)
-if draft:
-    weights_role.ensure(weights=draft, verified=draft_status["verified"], python=hub_python,
-                        endpoint=host.data.get("hf_endpoint"), local_dir=draft.source.local_dir,
+for snapshot, status in ([(draft, draft_status)] if draft else []) + list(zip(offered, facts["offered"])):
+    weights_role.ensure(weights=snapshot, verified=status["verified"], python=hub_python,
+                        endpoint=host.data.get("hf_endpoint"), local_dir=snapshot.source.local_dir,
                         token_file=hf_token_file)
 secrets_changed = not secrets.in_place(facts["files"], plan.rendered.secrets, service, profile.service.user)
 if secrets_changed:
@@ -164,7 +166,7 @@ if decision.switch:
         release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit,
                       env=plan.rendered.env, profile_json=profile_snapshot(plan), gate_config=gate_config(plan),
                       resolution=plan.resolution,
-                      meta=build_meta(plan, decision.release_id, weights=weights, draft=draft,
+                      meta=build_meta(plan, decision.release_id, weights=weights, draft=draft, offered=offered,
                                       preflight="skipped (skip_preflight)" if skip_preflight else "passed"),
                       roofline=release_inputs(plan.resolution["resolved"], profile.model.path, release_gpu(
                           plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))))

@@ -50,7 +50,9 @@ def run_doctor():
     result = diagnose({"server_info": server_info, "environ": collected["environ"], "topology": gpu_facts["topology"],
                        "gpus": gpus, "gate": collected["gate"], "probe": collected.get("probe"),
                        "checkpoint": collected["checkpoint"], "simulated_gpu": ((server_info.get("internal_states") or [{}])[0] or {}).get("simulated_gpu"),
-                       "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env")})
+                       "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env"),
+                       "draft_checkpoint": collected.get("draft_checkpoint"),
+                       "offered_drafts": collected.get("offered_drafts")})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
                   sandbox=collected.get("sandbox"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")

@@ -1,6 +1,6 @@
 """Tune: find the fastest valid profile on the host, measured, and write it down as a profile.
 
-    pyinfra inventory/X.py tune.py [--data tune_space=spec|graphs|nccl|all] [--data tune_budget_s=N]
+    pyinfra inventory/X.py tune.py [--data tune_space=spec|drafter|graphs|nccl|all] [--data tune_budget_s=N]
                                    [--data tune_repeats=3] [--data tune_samples=6] [--data tune_max_new_tokens=128]
                                    [--data tune_steps=1-6] [--data tune_topk=1,2,4] [--data tune_min_aggregate=0.95]
                                    [--data tune_noise_pct=5] [--data tune_min_gain_pct=2]

@@ -96,7 +96,7 @@ router_health_failures = 3  # failed health checks before the router takes a wor
 router_gate = False  # router.py: also measure the fleet's gate through the router (the workers' floors)
 
 # --- tune.py (find the fastest valid profile on the host; README "Tune") ---
-tune_space = "spec"  # what to search: spec, graphs, nccl, all, or a comma list
+tune_space = "spec,drafter"  # what to search: spec, drafter, graphs, nccl, all, or a comma list
 tune_budget_s = 3600  # the tune's time budget in seconds (candidates that would not fit are not started)
 tune_repeats = 3  # repeats per candidate (at least 3): the score is median - 1.4826 x MAD over them
 tune_samples = 6  # single-stream requests per repeat (the gate's 6 prompts, each once)

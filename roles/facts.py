@@ -3,6 +3,7 @@
 import base64
 import shlex
 import json
+import re
 from pathlib import Path
 
 from pyinfra.api import FactBase
@@ -65,7 +66,8 @@ class DeployState(FactBase):
     requires_command = "python3"
 
     def command(self, service: str, manifests: tuple = (), paths: tuple = (), user: str | None = None,
-                files: tuple = (), timers: tuple = (), weights: tuple = (), draft: tuple = ()) -> str:
+                files: tuple = (), timers: tuple = (), weights: tuple = (), draft: tuple = (),
+                offered: tuple = ()) -> str:
         """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change); with `weights`
         (manifest, snapshot directory, hub python or None): WeightsStatus's; with `draft` the same for the draft
         model."""
@@ -96,6 +98,8 @@ class DeployState(FactBase):
             checks.append(WeightsStatus().command(*weights))
         if draft:
             checks.append(WeightsStatus().command(*draft, section="draft"))
+        for index, (manifest, directory) in enumerate(offered):  # the drafters the profile offers the tune
+            checks.append(WeightsStatus().command(manifest, directory, section=f"offered{index}"))
         return "; ".join(checks)
 
     def process(self, output):
@@ -114,6 +118,9 @@ class DeployState(FactBase):
             "units": UnitOwnership().process(sections["units"]) if "units" in sections else None,
             "weights": WeightsStatus().process(output) if "weights_status" in sections else None,
             "draft": WeightsStatus().process(output, section="draft") if "draft_status" in sections else None,
+            "offered": [WeightsStatus().process(output, section=key[:-len("_status")])
+                        for key in sorted((k for k in sections if re.fullmatch(r"offered\d+_status", k)),
+                                          key=lambda k: int(k[len("offered"):-len("_status")]))],
         }
 
 

@@ -19,6 +19,12 @@ from .rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 NCCL_DEBUG_KNOBS = tuple(k for k in VALIDATED_KNOBS if k not in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"))
 PROVEN_STEPS = 3
 PROVEN_TAU = 2.8
+# A DFlash drafter against MTP 3 on code: tau about 4.4 vs 3.4 (club-3090 docs/DUAL_CARD.md; anchors-2026.md §3).
+DFLASH_TAU_RATIO = 4.4 / 3.4
+# When the profile offers no drafter, one sized like the reconstructed Qwen3.6-27B DFlash drafter (3.46 GB of BF16
+# against 24.3 GB of target layers: manifests/local--qwen3.6-27b-dflash.config.reconstructed.json).
+DRAFT_SIZE_OF_LAYERS = 0.14
+DRAFTER_WORTH_PCT = 10.0
 
 
 @dataclass
@@ -126,7 +132,7 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             "/server_info speculative_algorithm is empty", "+70-80 % (about 30 -> 52 tok/s on CT129)", 75.0,
             "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
             "--speculative-num-draft-tokens 4 (the proven profile)"))
-    elif steps < PROVEN_STEPS:
+    elif steps < PROVEN_STEPS and not server_info.get("speculative_draft_model_path"):  # a drafter forces steps 1
         found.append(Suspect(
             "weak-speculation", f"speculation is weaker than the proven {PROVEN_STEPS} steps",
             f"{algorithm} with {steps} step(s), {server_info.get('speculative_num_draft_tokens')} draft tokens",
@@ -195,11 +201,41 @@ def diagnose(report: dict) -> dict:
                          draft=report.get("draft_checkpoint"))
         bound["bandwidth_source"] = source
     notes = []
+    drafter = drafter_suspect(server_info, report.get("checkpoint"), tau, bandwidth, report.get("offered_drafts"),
+                              measured) if bound and (gate or {}).get("accept_length") else None
     if bound and bound.get("mbu") is not None and bound["mbu"] < 0.5 and not suspects:
         notes.append(f"MBU {bound['mbu'] * 100:.0f} % with no configuration suspect: the gap to the roofline is "
                      "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
     return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
+            "opportunities": [asdict(drafter)] if drafter else [],
             "memory": memory_budget(server_info, report.get("checkpoint")), "simulated": is_simulated(server_info)}
+
+
+def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, bandwidth: float, offered,
+                    measured: float | None) -> Suspect | None:
+    """MTP through the checkpoint's own heads, while a drafter would raise the roofline: the expected gain is the
+    ratio of the two rooflines at the same MBU (the drafter's tau from the cited DFlash/MTP ratio, its bytes from
+    the offered drafter's manifest, else estimated)."""
+    if not server_info.get("speculative_algorithm") or server_info.get("speculative_draft_model_path") or not checkpoint:
+        return None
+    tp, steps = _tp(server_info), int(server_info.get("speculative_num_steps") or 0)
+    offered = [entry for entry in offered or [] if entry.get("bytes")]
+    draft_bytes = offered[0]["bytes"] if offered else DRAFT_SIZE_OF_LAYERS * checkpoint["bytes"]["layers"]
+    mtp = roofline(checkpoint, tp, steps, tau, bandwidth)
+    dflash = roofline(checkpoint, tp, 1, tau * DFLASH_TAU_RATIO, bandwidth, draft={"bytes": {"layers": draft_bytes}})
+    gain = (dflash["roofline_tok_s"] / mtp["roofline_tok_s"] - 1) * 100
+    if gain < DRAFTER_WORTH_PCT:
+        return None
+    at_mbu = f"; at today's MBU about {measured * (1 + gain / 100):.0f} tok/s" if measured else ""
+    where = ("offered by the profile: " + ", ".join(str(entry.get("source")) for entry in offered)
+             + " (tune.py measures it: tune_space=drafter)") if offered else \
+        "the profile offers none: freeze a DFlash drafter for this model and offer it in tune.drafters (docs/drafters.md)"
+    return Suspect(
+        "drafter", "a separate drafter would raise the roofline past what MTP heads give",
+        f"{server_info.get('speculative_algorithm')} {steps} steps at tau {tau:.2f}: roofline {mtp['roofline_tok_s']:.0f} "
+        f"tok/s; a DFlash drafter at tau {tau * DFLASH_TAU_RATIO:.2f} (the cited 4.4/3.4) reading "
+        f"{draft_bytes / 1e9:.2f} GB{'' if offered else ' (estimated)'} per cycle: {dflash['roofline_tok_s']:.0f} "
+        f"tok/s{at_mbu}", f"+{gain:.0f} % (roofline ratio at the same MBU; peers measure +30-45 %)", gain, where)
 
 
 def memory_budget(server_info: dict, checkpoint: dict | None) -> dict | None:
@@ -246,6 +282,10 @@ def format_report(result: dict) -> str:
                       f"   seen: {s['evidence']}", f"   expected gain: {s['expected_gain']}", f"   fix: {s['fix']}"]
     else:
         lines.append("suspects: none found")
+    # Not a defect of this configuration: perf left on the table by its design (a stronger drafter).
+    for s in result.get("opportunities") or []:
+        lines += [f"opportunity: [{s['id']}] {s['title']}", f"   seen: {s['evidence']}",
+                  f"   expected gain: {s['expected_gain']}", f"   how: {s['fix']}"]
     lines += result.get("notes", [])
     lines += sandbox_lines(result.get("sandbox"))
     if result.get("simulated"):

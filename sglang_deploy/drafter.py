@@ -47,6 +47,11 @@ def draft_weights(profile) -> Weights | None:
     return weights_for(draft.source, draft.manifest)
 
 
+def offered_weights(profile) -> list[Weights]:
+    """The drafters the profile offers the tune (tune.drafters), deployed and verified with every release."""
+    return [weights_for(draft.source, draft.manifest) for draft in profile.tune.drafters]
+
+
 def draft_path(profile) -> str | None:
     """--speculative-draft-model-path: the served snapshot; a placeholder path while the manifest is not frozen
     (the check then refuses the profile, naming the command that freezes it)."""
@@ -66,10 +71,10 @@ def config_copy(manifest_file: Path) -> Path:
     return manifest_file.with_name(manifest_file.name[:-len(".json")] + ".config.json")
 
 
-def config_file(profile) -> Path | None:
+def config_file(profile, draft=None) -> Path | None:
     """Where the controller reads the draft's config.json: speculative.draft.config, else the copy beside the
     manifest, else a file:// source's own directory."""
-    draft = profile.speculative.draft
+    draft = draft or profile.speculative.draft
     if draft is None:
         return None
     if draft.config is not None:
@@ -81,8 +86,8 @@ def config_file(profile) -> Path | None:
     return Path(source.local_dir) / "config.json"
 
 
-def load_config(profile) -> dict | None:
-    path = config_file(profile)
+def load_config(profile, draft=None) -> dict | None:
+    path = config_file(profile, draft)
     if path is None:
         return None
     try:
@@ -92,41 +97,50 @@ def load_config(profile) -> dict | None:
     return config if isinstance(config, dict) else None
 
 
-def freeze_command(profile) -> str:
-    draft = profile.speculative.draft
+def freeze_command(profile, draft=None) -> str:
+    draft = draft or profile.speculative.draft
     output = draft.manifest or default_manifest_path(parse_source(draft.source))
     return f"sglang-deploy manifest {draft.source} --output {output}"
 
 
 def problems(profile) -> list[DraftProblem]:
-    """The draft model against the algorithm, its manifest and its config.json (what SGLang's resolution reads)."""
+    """The draft model against the algorithm, its manifest and its config.json (what SGLang's resolution reads),
+    and the same for each drafter the profile offers the tune."""
     draft, name = profile.speculative.draft, algorithm(profile)
+    found = []
+    for index, offered in enumerate(profile.tune.drafters):
+        found += draft_problems(profile, offered, ("tune", "drafters", index))
     if draft is None:
         if name in DRAFT_ALGORITHMS:
-            return [DraftProblem(("sglang", "flags", "--speculative-algorithm"),
-                                 f"{name} decodes with a separate draft model: add speculative.draft.source "
-                                 "(hf://ORG/NAME@<commit> or file:///dir, with its manifest); the tool derives "
-                                 "--speculative-draft-model-path from it")]
-        return []
+            found.append(DraftProblem(("sglang", "flags", "--speculative-algorithm"),
+                                      f"{name} decodes with a separate draft model: add speculative.draft.source "
+                                      "(hf://ORG/NAME@<commit> or file:///dir, with its manifest); the tool derives "
+                                      "--speculative-draft-model-path from it"))
+        return found
     if name not in DRAFT_ALGORITHMS:
-        return [DraftProblem(("speculative", "draft"),
-                             f"speculative.draft is set but --speculative-algorithm is {name or 'not set'}: "
-                             + ("NEXTN drafts with the checkpoint's own MTP heads" if name in SELF_DRAFTING else
-                                "no speculative decoding reads it")
-                             + f"; accepted with a draft model: {', '.join(DRAFT_ALGORITHMS)}")]
+        return found + [DraftProblem(("speculative", "draft"),
+                                     f"speculative.draft is set but --speculative-algorithm is {name or 'not set'}: "
+                                     + ("NEXTN drafts with the checkpoint's own MTP heads" if name in SELF_DRAFTING
+                                        else "no speculative decoding reads it")
+                                     + f"; accepted with a draft model: {', '.join(DRAFT_ALGORITHMS)}")]
+    return found + draft_problems(profile, draft, ("speculative", "draft"))
+
+
+def draft_problems(profile, draft, where: tuple) -> list[DraftProblem]:
+    """One draft model: its frozen manifest, and the config.json the resolution reads being the one it pins."""
     found = []
     try:
-        weights = draft_weights(profile)
+        weights = weights_for(draft.source, draft.manifest)
     except WeightsSourceError as error:
         weights = None
         manifest = resolve_manifest_path(draft.manifest or default_manifest_path(parse_source(draft.source)))
         message = (f"the drafter is not frozen yet: {manifest} does not exist; freeze it with "
-                   f"`{freeze_command(profile)}`" if not manifest.exists() else str(error))
-        found.append(DraftProblem(("speculative", "draft", "manifest" if draft.manifest else "source"), message))
-    path = config_file(profile)
-    config = load_config(profile)
+                   f"`{freeze_command(profile, draft)}`" if not manifest.exists() else str(error))
+        found.append(DraftProblem(where + ("manifest" if draft.manifest else "source",), message))
+    path = config_file(profile, draft)
+    config = load_config(profile, draft)
     if config is None:
-        found.append(DraftProblem(("speculative", "draft", "config" if draft.config else "source"),
+        found.append(DraftProblem(where + ("config" if draft.config else "source",),
                                   f"{path}: not a readable config.json (expected the draft model's config, a JSON "
                                   "object)"))
         return found
@@ -134,13 +148,13 @@ def problems(profile) -> list[DraftProblem]:
         listed = {entry["path"]: entry for entry in weights.manifest["files"]}.get("config.json")
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         if listed is None:
-            found.append(DraftProblem(("speculative", "draft", "manifest"),
+            found.append(DraftProblem(where + ("manifest",),
                                       f"{weights.manifest_file} lists no config.json: not a model directory"))
         elif listed["sha256"] != digest:
-            found.append(DraftProblem(("speculative", "draft", "config"),
+            found.append(DraftProblem(where + ("config",),
                                       f"{path} is not the config.json the manifest pins (sha256 {digest[:12]} vs "
                                       f"{listed['sha256'][:12]}): the resolution would read another draft than the "
-                                      "host serves; remove speculative.draft.config (the freeze wrote the drafter's "
+                                      "host serves; remove the config line (the freeze wrote the drafter's "
                                       f"own copy, {config_copy(weights.manifest_file).name}) or point it at that file"))
     return found
 

@@ -389,6 +389,19 @@ class DraftSection(Strict):
         return value
 
 
+class OfferedDraft(DraftSection):
+    algorithm: Literal["DFLASH", "DSPARK", "EAGLE3", "STANDALONE"] = Field(
+        "DFLASH", description="The --speculative-algorithm the tune runs this drafter with.")
+
+
+class TuneSection(Strict):
+    drafters: list[OfferedDraft] = Field(
+        default_factory=list,
+        description="Draft models the tune may switch to (its `drafter` axis), each measured against the profile's own "
+                    "speculation on prose, code and chat; deployed and verified with the release, so the tune and a "
+                    "rollback find them on the host.")
+
+
 class SpeculativeSection(Strict):
     draft: DraftSection | None = Field(
         None, description="A draft model as part of the release (DFLASH, EAGLE3, STANDALONE); NEXTN drafts with the "
@@ -400,6 +413,7 @@ class Profile(Strict):
     model: ModelSection
     sglang: SGLangSection
     speculative: SpeculativeSection = Field(default_factory=SpeculativeSection)
+    tune: TuneSection = Field(default_factory=TuneSection)
     environment: dict[str, Union[StrictStr, StrictInt, StrictFloat, EnvSetting]] = Field(
         default_factory=dict, description="Variables for the server process (NCCL_*, SGLANG_*, CUDA_*, ...).")
     service: ServiceSection = Field(default_factory=ServiceSection)

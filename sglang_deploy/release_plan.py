@@ -50,7 +50,8 @@ def git_revision() -> dict:
     return {"revision": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain"))}
 
 
-def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None = None, draft=None) -> dict:
+def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None = None, draft=None,
+               offered=()) -> dict:
     from datetime import datetime, timezone
 
     profile = plan.profile
@@ -71,6 +72,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
         "start_timeout_s": profile.service.start_timeout_s,
         "weights": weights.meta() if weights else None,
         "draft": draft.meta() if draft else None,  # the draft model (speculative.draft), verified like the weights
+        "offered_drafts": [w.meta() for w in offered],  # tune.drafters: on the host for the tune, kept by prune
         "waivers": dict(profile.waivers),  # rule -> reason: each rule the profile switched off, shown by the listing
         "verdict": None,
         "gate": None,

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 STEPS_RANGE = (1, 2, 3, 4, 5, 6)
 TOPKS = (1, 2, 4)
-AXES = ("spec", "graphs", "nccl")
+AXES = ("spec", "drafter", "graphs", "nccl")
+SPEC_COUNT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 SAFE_SCALAR = re.compile(r"[A-Za-z0-9_./@+:-]+")
 YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"}
 NCCL_PROTOS_PCIE = ("LL", "Simple")  # LL128 only over NVLink (rule nccl-ll128-needs-nvlink)
@@ -35,6 +36,7 @@ class Candidate:
     axis: str
     flags: tuple = ()  # ((name, value or None), ...)
     env: tuple = ()  # ((name, value or {"value", "reason"} or None), ...)
+    draft: tuple = ()  # speculative.draft of a drafter candidate: (("source", ...), ("manifest", ...), ...)
 
     @property
     def flag_changes(self) -> dict:
@@ -48,7 +50,8 @@ class Candidate:
         """This candidate's changes with another's on top (the search carries the best so far forward)."""
         flags = {**self.flag_changes, **other.flag_changes}
         env = {**dict(self.env), **dict(other.env)}
-        return Candidate(new_id or other.id, other.axis, tuple(sorted(flags.items())), tuple(sorted(env.items())))
+        return Candidate(new_id or other.id, other.axis, tuple(sorted(flags.items())), tuple(sorted(env.items())),
+                         other.draft or self.draft)
 
 
 BASELINE = Candidate("original", "baseline")
@@ -87,6 +90,28 @@ def spec_candidate(flags: dict, steps: int, topk: int) -> Candidate:
         changes["--page-size"] = None
     changes = {name: value for name, value in changes.items() if flags.get(name) != value}
     return Candidate(spec_id(steps, topk, drafts), "spec", tuple(sorted(changes.items())))
+
+
+# --- drafters ----------------------------------------------------------------------------------------
+
+def drafter_name(draft: dict) -> str:
+    """A short name for a drafter: its repository or directory name."""
+    source = draft["source"]
+    tail = source.split("@")[0].rstrip("/").split("/")[-1]
+    return re.sub(r"[^A-Za-z0-9._-]", "-", tail)[:40]
+
+
+def drafter_candidates(flags: dict, drafters: list[dict]) -> list[Candidate]:
+    """One candidate per offered drafter (tune.drafters): its algorithm, its draft model as speculative.draft, and
+    the step/topk/draft-token flags removed (SGLang forces steps 1 and reads the block size from the draft)."""
+    out = []
+    for draft in drafters:
+        changes = {"--speculative-algorithm": draft.get("algorithm") or "DFLASH",
+                   **{name: None for name in SPEC_COUNT_FLAGS if name in flags}}
+        entry = tuple(sorted((key, value) for key, value in draft.items()
+                             if key in ("source", "manifest", "config") and value is not None))
+        out.append(Candidate(f"drafter-{drafter_name(draft)}", "drafter", tuple(sorted(changes.items())), (), entry))
+    return out
 
 
 # --- the other axes ---------------------------------------------------------------------------------
@@ -180,6 +205,15 @@ class Measured:
         values = self.values("accept_length")
         return statistics.median(values) if values else None
 
+    def by_kind(self) -> dict:
+        """Median single-stream decode per content class of the prompt mix (prose, code, chat) over the repeats."""
+        values: dict = {}
+        for repeat in self.repeats:
+            for kind, value in (repeat.get("by_kind") or {}).items():
+                if value:
+                    values.setdefault(kind, []).append(value)
+        return {kind: statistics.median(v) for kind, v in sorted(values.items())}
+
     @property
     def measured(self) -> bool:
         return self.valid and not self.error and bool(self.values("decode_tok_s"))
@@ -189,7 +223,8 @@ class Measured:
 
     def to_json(self) -> dict:
         return {"id": self.candidate.id, "axis": self.candidate.axis, "flags": self.candidate.flag_changes,
-                "env": self.candidate.env_changes, "valid": self.valid, "invalid_reason": self.invalid_reason,
+                "env": self.candidate.env_changes, "draft": dict(self.candidate.draft) or None,
+                "by_kind": self.by_kind(), "valid": self.valid, "invalid_reason": self.invalid_reason,
                 "error": self.error, "repeats": self.repeats, "duration_s": self.duration_s,
                 "restart_s": self.restart_s, "release_id": self.release_id,
                 "decode_score": self.decode, "aggregate_score": self.aggregate, "tau": self.tau,
@@ -200,7 +235,7 @@ class Measured:
         env = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
                            for k, v in (document.get("env") or {}).items()))
         candidate = Candidate(document["id"], document["axis"], tuple(sorted((document.get("flags") or {}).items())),
-                              env)
+                              env, tuple(sorted((document.get("draft") or {}).items())))
         return cls(candidate, document.get("valid", True), document.get("invalid_reason"), document.get("error"),
                    document.get("repeats") or [], document.get("duration_s") or 0.0, document.get("restart_s"),
                    document.get("release_id"), resumed=True)
@@ -233,6 +268,8 @@ def acceptable(measured: Measured, baseline: Measured | None, objective: Objecti
 
 
 def draft_tokens_of(candidate: Candidate, original_flags: dict) -> int:
+    if candidate.draft:
+        return 99  # a drafter's block (16 for DFlash b16): in a tie the profile's own speculation stays
     flags = {**original_flags, **candidate.flag_changes}
     spec = spec_settings({k: v for k, v in flags.items() if v is not None})
     return spec[2] if spec else 0
@@ -282,8 +319,9 @@ class Search:
     answers from saved results); it raises BudgetExhausted when the next one would not fit."""
 
     def __init__(self, original_flags: dict, original_env: dict, axes, concurrency: int, topology: str | None,
-                 measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS):
+                 measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS, drafters=()):
         self.flags, self.env = original_flags, original_env
+        self.drafters = list(drafters)
         self.axes = [axis for axis in AXES if axis in axes]
         self.concurrency, self.topology = concurrency, topology
         self.measure_fn = measure
@@ -298,6 +336,8 @@ class Search:
         count = 1
         if "spec" in self.axes and spec_settings(self.flags):
             count += len(self.steps_range) - 1 + len(self.topks) - 1 + 2
+        if "drafter" in self.axes:
+            count += len(self.drafters)
         if "graphs" in self.axes:
             count += len(graph_candidates(self.flags, self.concurrency))
         if "nccl" in self.axes:
@@ -364,13 +404,25 @@ class Search:
         """Apply a candidate of one axis on top of the best so far from the other axes."""
         if best.candidate.id == BASELINE.id or best.candidate.axis == candidate.axis:
             return candidate
+        if candidate.axis == "drafter" and best.candidate.axis == "spec":
+            return candidate  # a drafter replaces the speculation the spec axis tuned
         merged = best.candidate.merged(candidate)
-        return Candidate(f"{best.candidate.id}+{candidate.id}", candidate.axis, merged.flags, merged.env)
+        return Candidate(f"{best.candidate.id}+{candidate.id}", candidate.axis, merged.flags, merged.env, merged.draft)
 
     def clearly_better(self, measured: Measured, than: Measured) -> bool:
         """For a knob (graphs, nccl): better, and by more than the two measurements' noise (clear_gain), so a
         later axis does not build on a change that only won by noise."""
         return self.better(measured, than) and clear_gain(measured, than, self.objective)
+
+    def axis_drafter(self, best: Measured) -> Measured:
+        """Each offered drafter against the best speculation so far (the profile's own, tuned): a drafter wins only
+        by more than the two measurements' noise, on the whole prompt mix."""
+        top = best
+        for candidate in drafter_candidates(self.flags, self.drafters):
+            measured = self.run_one(self.with_best(best, candidate))
+            if self.clearly_better(measured, top):
+                top = measured
+        return top
 
     def axis_graphs(self, best: Measured) -> Measured:
         top = best
@@ -461,6 +513,20 @@ def _set_entries(lines: list[str], block, changes: dict, render, comments: dict)
     return out + lines[end:]
 
 
+def _set_draft(lines: list[str], draft: dict) -> list[str]:
+    """speculative.draft set to the candidate's drafter (a `speculative:` section replaced, or added before
+    `sglang:`)."""
+    block = [f"    {key}: {yaml_scalar(draft[key])}" for key in ("source", "manifest", "config") if draft.get(key)]
+    section = ["speculative:", "  draft:"] + block
+    found = _block(lines, re.compile(r"^()speculative:\s*(#.*)?$"))
+    if found:
+        start, end, _ = found
+        return lines[:start] + section + lines[end:]
+    sglang = _block(lines, re.compile(r"^()sglang:\s*(#.*)?$"))
+    at = sglang[0] if sglang else len(lines)
+    return lines[:at] + section + [""] + lines[at:]
+
+
 def apply_changes(text: str, candidate: Candidate, comments: dict | None = None, description: str | None = None) -> str:
     """The profile's YAML text with the candidate's flags and variables set (comments kept, or replaced where
     `comments` names the key). Raises ValueError when the sections cannot be found."""
@@ -480,6 +546,8 @@ def apply_changes(text: str, candidate: Candidate, comments: dict | None = None,
             lines += ["environment:"]
             environment = (len(lines) - 1, len(lines), 2)
         lines = _set_entries(lines, environment, candidate.env_changes, env_scalar, comments)
+    if candidate.draft:
+        lines = _set_draft(lines, dict(candidate.draft))
     if description is not None:
         for index, line in enumerate(lines):
             if re.match(r"^description:\s*\S", line):
@@ -509,6 +577,8 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
     for m in results:
         flags = {**original_flags, **m.candidate.flag_changes}
         spec = spec_settings({k: v for k, v in flags.items() if v is not None}) or (0, 0, 0)
+        if m.candidate.draft:  # SGLang forces steps and topk 1; the draft tokens are the drafter's block
+            spec = (1, 1, "blk")
         ok, why = acceptable(m, baseline, objective)
         if m.measured:
             vs = f"{(m.decode / baseline.decode - 1) * 100:+.1f} %" if baseline and baseline.decode else "-"
@@ -528,6 +598,32 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
         if not ok and why:
             notes.append(why)
         lines.append(f"{m.candidate.id[:56]:56} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")
+    return "\n".join(lines)
+
+
+KINDS = ("prose", "code", "chat")
+
+
+def kind_gains(measured: Measured, baseline: Measured) -> str:
+    """'prose +19 %, code +52 %, chat +35 % (spread x %)': the gain per content class of the prompt mix."""
+    mine, theirs = measured.by_kind(), baseline.by_kind()
+    parts = [f"{kind} {(mine[kind] / theirs[kind] - 1) * 100:+.0f} %" for kind in KINDS
+             if mine.get(kind) and theirs.get(kind)]
+    return ", ".join(parts) or "no per-class figures"
+
+
+def kind_table(results: list[Measured], baseline: Measured | None) -> str:
+    """Median decode per content class for the original and every measured drafter candidate (acceptance, and
+    so a drafter's gain, depends on the text)."""
+    rows = [m for m in results if m.measured and (m.candidate.axis == "drafter" or m is baseline) and m.by_kind()]
+    if baseline is None or len(rows) < 2:
+        return ""
+    lines = ["per content class (median single-stream decode, tok/s):",
+             f"  {'candidate':40} " + " ".join(f"{kind:>7}" for kind in KINDS) + "  vs original"]
+    for m in rows:
+        kinds = m.by_kind()
+        cells = " ".join(f"{kinds[kind]:7.1f}" if kinds.get(kind) else f"{'-':>7}" for kind in KINDS)
+        lines.append(f"  {m.candidate.id[:40]:40} {cells}  " + ("(original)" if m is baseline else kind_gains(m, baseline)))
     return "\n".join(lines)
 
 

@@ -94,11 +94,11 @@ class Settings:
 
 
 def settings_from(data, profile) -> Settings:
-    space = str(_get(data, "tune_space", "spec")).strip()
+    space = str(_get(data, "tune_space", "spec,drafter")).strip()
     axes = tuple(tune.AXES) if space == "all" else tuple(part.strip() for part in space.split(","))
     unknown = [axis for axis in axes if axis not in tune.AXES]
     if unknown:
-        raise TuneError(f"--data: tune_space: {space!r}; accepted: spec, graphs, nccl, all (or a comma list)")
+        raise TuneError(f"--data: tune_space: {space!r}; accepted: spec, drafter, graphs, nccl, all (or a comma list)")
     return Settings(
         axes=axes,
         budget_s=_number(data, "tune_budget_s", 3600, float, 10, 7 * 24 * 3600),
@@ -187,7 +187,8 @@ class Runner:
         self.original_flags, self.original_env = flags, env
         self.search = tune.Search(flags, env, self.settings.axes, self.settings.concurrency,
                                   self.data.get("gpu_topology") or (self.detected or {}).get("gpu_topology"),
-                                  self.measure, self.settings.objective, self.settings.steps, self.settings.topks)
+                                  self.measure, self.settings.objective, self.settings.steps, self.settings.topks,
+                                  drafters=[d.model_dump() for d in self.profile.tune.drafters])
         self.say(f"tune {self.profile.name} on {self.host_name}: original release {active}; space "
                  f"{','.join(self.settings.axes)}; budget {tune.eta_text(self.settings.budget_s)}; "
                  f"{self.settings.repeats} repeats x {self.settings.samples} samples x {self.settings.max_new_tokens} "
@@ -427,6 +428,9 @@ class Runner:
         front = tune.pareto_table(results)
         for line in front.splitlines():
             self.say(f"    {line}")
+        kinds = tune.kind_table(results, baseline)
+        for line in kinds.splitlines():
+            self.say(f"    {line}")
         if self.search.stopped:
             self.say(f"search stopped early: {self.search.stopped}")
         document = self.document(winner)
@@ -442,9 +446,11 @@ class Runner:
             self.say("no candidate beat the original release within the objective: no tuned profile written")
         document["tuned_profile"] = str(tuned_path) if tuned_path else None
         document["table"] = text
+        document["by_kind"] = kinds
         path = self.results_path()
         path.write_text(json.dumps(document, indent=1) + "\n")
-        (self.work / "table.txt").write_text(text + ("\n" + front if front else "") + "\n")
+        (self.work / "table.txt").write_text(text + ("\n" + front if front else "") + ("\n" + kinds if kinds else "")
+                                             + "\n")
         self.remote.put(json.dumps(document, indent=1) + "\n",
                         f"{STORE_ROOT}/{self.service}/releases/{self.active}/tune-results.json")
         plot = self.plot(results)
@@ -456,6 +462,8 @@ class Runner:
         comments = {}
         for name, value in winner.candidate.flags:
             comments[name] = tune.change_comment(name, self.original_flags.get(name), value, winner, baseline)
+        if winner.candidate.draft and "--speculative-algorithm" in comments:  # the drafter's gain by content class
+            comments["--speculative-algorithm"] += "; " + tune.kind_gains(winner, baseline)
         for name, value in winner.candidate.env:
             shown = dict(value)["value"] if isinstance(value, tuple) else value
             before = self.original_env.get(name)

@@ -157,3 +157,37 @@ def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower()
     assert ("memory per GPU at --mem-fraction-static 0.88 of 46.0 GB: static pool 40.5 GB = weights 13.75 "
             "(vision tower 0.43 of it) + KV and state 25.8; graphs 0.93") in text
     assert memory_budget({"internal_states": [{}]}, None) is None  # nothing to say without the server's accounting
+
+
+def test_mtp_heads_with_a_drafter_worth_it_are_an_opportunity_not_a_defect(tmp_path):
+    write_qwen_like(tmp_path)
+    report = {"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gate": GATE,
+              "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "checkpoint": summarize(tmp_path)}
+    result = diagnose(report)
+    assert result["suspects"] == []
+    [opportunity] = result["opportunities"]
+    assert opportunity["id"] == "drafter" and "(estimated)" in opportunity["evidence"]
+    assert 20 < opportunity["gain_pct"] < 60 and "tune.drafters" in opportunity["fix"]
+    offered = diagnose({**report, "offered_drafts": [{"source": "file:///srv/drafters/d", "bytes": 3.46e9}]})
+    assert "file:///srv/drafters/d" in offered["opportunities"][0]["fix"] and "tune_space=drafter" in offered[
+        "opportunities"][0]["fix"]
+    text = format_report(offered)
+    assert "suspects: none found" in text and "opportunity: [drafter]" in text
+
+
+def test_a_release_running_a_drafter_counts_its_bytes_and_gets_no_drafter_opportunity(tmp_path):
+    import json as json_module
+
+    from conftest import DFLASH_CONFIG
+    from sglang_deploy.sim.synthetic_checkpoint import write_draft
+
+    write_qwen_like(str(tmp_path / "target"))
+    write_draft(str(tmp_path / "draft"), json_module.loads(DFLASH_CONFIG.read_text()), header_only=True)
+    info = {**PROVEN_INFO, "speculative_algorithm": "DFLASH", "speculative_num_steps": 1,
+            "speculative_num_draft_tokens": 16, "speculative_draft_model_path": "/srv/models/local--d/x"}
+    base = {"server_info": info, "environ": {}, "topology": PCIE, "gate": {**GATE, "accept_length": {"median": 4.2}},
+            "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "checkpoint": summarize(str(tmp_path / "target"))}
+    result = diagnose({**base, "draft_checkpoint": summarize(str(tmp_path / "draft"))})
+    assert result["opportunities"] == [] and result["suspects"] == []  # steps 1 is DFLASH's, not weak speculation
+    without = diagnose(base)["roofline"]
+    assert result["roofline"]["draft_model"] and result["roofline"]["cycle_gb_per_gpu"] > without["cycle_gb_per_gpu"]

@@ -76,3 +76,48 @@ def test_a_dflash_release_deploys_gates_and_rolls_back_to_mtp(simhost, tmp_path)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "model.safetensors" in output, output[-3000:]
     assert state(simhost)["state"]["active"] == mtp and "--speculative-draft-model-path" not in running_argv(simhost)
+
+
+def test_the_tune_picks_the_drafter_by_measurement_and_reports_each_content_class(simhost, tmp_path):
+    """From the proven MTP release with a DFlash drafter offered (tune.drafters, deployed with the release): the
+    drafter candidate runs as a temporary release and wins on the measured mix; the tuned profile names it. The
+    modelled block-16 verify costs aggregate throughput at the gate's concurrency 4 (about -7 %): the objective's
+    aggregate floor is lowered to 80 % here, a single-stream user's choice the tune otherwise refuses."""
+    from sglang_deploy.drafter import config_copy
+    from sglang_deploy.weights import manifest_from_directory, write_manifest
+
+    simhost.env[WEIGHTS_DIRS_VARIABLE] = str(tmp_path)
+    draft = synthetic_draft(tmp_path / "offered-dflash")
+    manifest = tmp_path / "offered-dflash.json"
+    write_manifest(manifest_from_directory(draft), manifest)
+    config_copy(manifest).write_bytes((draft / "config.json").read_bytes())
+    text = PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "1"\n', 1)
+    text += f"\ntune:\n  drafters:\n    - source: file://{draft}\n      manifest: {manifest}\n"
+    profile = tmp_path / "mtp-offering-dflash.yaml"
+    profile.write_text(text)
+    result = simhost.deploy(profile=profile)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    active = state(simhost)["state"]["active"]
+    meta = next(r for r in state(simhost)["releases"] if r["id"] == active)
+    [offered] = meta["offered_drafts"]
+    assert simhost.sh(f"ls {offered['path']}").split() == ["config.json", "model.safetensors"]
+
+    result = simhost.pyinfra("tune.py", "--data", f"profile={profile}", "--data", "tune_space=drafter",
+                             "--data", "tune_samples=3", "--data", "tune_max_new_tokens=48",
+                             "--data", "tune_resume=false", "--data", "tune_heartbeat_s=90",
+                             "--data", "tune_budget_s=600", "--data", "tune_min_aggregate=0.8", timeout=700)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    document = json.loads(simhost.sh(f"cat {RELEASES}/{active}/tune-results.json"))
+    print("\n" + document["table"] + "\n" + document["by_kind"])
+    results = {entry["id"]: entry for entry in document["results"]}
+    assert document["winner"] == "drafter-offered-dflash", document["table"]
+    winner = results["drafter-offered-dflash"]
+    assert winner["decode_score"] > 1.1 * results["original"]["decode_score"]
+    assert set(winner["by_kind"]) == {"prose", "code", "chat"}
+    assert winner["by_kind"]["code"] > winner["by_kind"]["prose"]  # acceptance depends on the text
+    assert "per content class" in document["by_kind"] and "code +" in document["by_kind"]
+    tuned = profile.with_name("mtp-offering-dflash.tuned.yaml").read_text()
+    assert f"source: file://{draft}" in tuned and "--speculative-algorithm: DFLASH  # tuned: NEXTN -> DFLASH" in tuned
+    assert "--speculative-num-steps" not in tuned and "code +" in tuned
+    assert state(simhost)["state"]["active"] == active  # the original release is back

@@ -289,3 +289,70 @@ def test_host_session_helpers():
                                            "accept_length": {"median": 3.2}, "samples": [{"decode_tok_s": 50.0}]})
     assert (summary["decode_tok_s"], summary["aggregate_tok_s"], summary["accept_length"]) == (50.0, 150.0, 3.2)
     assert tune_session.SESSION_ID.fullmatch("20261130222606") and not tune_session.SESSION_ID.fullmatch("../x")
+
+
+# --- the drafter axis ---------------------------------------------------------------------------------
+
+OFFERED = {"source": "file:///srv/drafters/qwen3.6-27b-dflash", "manifest": "manifests/local--qwen3.6-27b-dflash.json",
+           "config": None, "algorithm": "DFLASH"}
+
+
+def test_a_drafter_candidate_names_its_draft_and_drops_the_step_flags(tmp_path):
+    flags = flags_of(PROVEN)
+    [candidate] = tune.drafter_candidates(flags, [OFFERED])
+    assert candidate.id == "drafter-qwen3.6-27b-dflash" and candidate.axis == "drafter"
+    assert candidate.flag_changes == {"--speculative-algorithm": "DFLASH", "--speculative-num-steps": None,
+                                      "--speculative-eagle-topk": None, "--speculative-num-draft-tokens": None}
+    out = tune.apply_changes(PROVEN.read_text(), candidate)
+    path = tmp_path / "candidate.yaml"
+    path.write_text(out)
+    profile = load_profile(path)  # the schema accepts it; the resolution is test_drafter's
+    assert profile.speculative.draft.source == OFFERED["source"]
+    assert profile.speculative.draft.manifest == OFFERED["manifest"]
+    assert profile.sglang.flags["--speculative-algorithm"] == "DFLASH"
+    assert not {"--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"} & set(
+        profile.sglang.flags)
+    # a second application replaces the section, does not add another
+    again = tune.apply_changes(out, candidate)
+    assert again.count("speculative:\n  draft:") == 1
+
+
+def drafter_measure(original, gain, by_kind, noise=0.01):
+    rng = random.Random(3)
+
+    def measure(candidate):
+        flags = {k: v for k, v in {**original, **candidate.flag_changes}.items() if v is not None}
+        decode, aggregate = model_tok_s(flags)
+        factor, kinds = (gain, by_kind) if candidate.draft else (1.0, {"prose": 1.0, "code": 1.0, "chat": 1.0})
+        repeats = [{"decode_tok_s": decode * factor * rng.gauss(1, noise), "aggregate_tok_s": aggregate,
+                    "by_kind": {kind: decode * f * rng.gauss(1, noise) for kind, f in kinds.items()}}
+                   for _ in range(3)]
+        return tune.Measured(candidate, repeats=repeats, duration_s=10)
+    return measure
+
+
+@pytest.mark.parametrize("gain, wins", [(1.3, True), (1.005, False), (0.8, False)])
+def test_the_drafter_wins_only_by_a_clear_measured_gain(gain, wins):
+    flags = flags_of(PROVEN)
+    search = tune.Search(flags, {}, ("spec", "drafter"), 4, "pcie",
+                         drafter_measure(flags, gain, {"prose": 1.15, "code": 1.5, "chat": 1.35}),
+                         steps_range=(2, 3, 4), topks=(1,), drafters=[OFFERED])
+    winner = search.run()
+    assert (winner.candidate.axis == "drafter") is wins, winner.candidate.id
+    assert "drafter-qwen3.6-27b-dflash" in search.results  # measured either way
+    if wins:  # a drafter replaces the tuned steps rather than stacking on them
+        assert winner.candidate.id == "drafter-qwen3.6-27b-dflash" and not winner.candidate.flag_changes.get(
+            "--speculative-num-steps")
+        table = tune.kind_table(list(search.results.values()), search.baseline)
+        import re
+
+        gains = {kind: int(value) for kind, value in re.findall(r"(prose|code|chat) \+(\d+) %", table)}
+        assert gains.keys() == {"prose", "code", "chat"} and abs(gains["prose"] - 15) <= 3 and \
+            abs(gains["code"] - 50) <= 3 and abs(gains["chat"] - 35) <= 3, table
+
+
+def test_saved_results_keep_the_draft_and_the_classes():
+    [candidate] = tune.drafter_candidates(flags_of(PROVEN), [OFFERED])
+    measured = tune.Measured(candidate, repeats=[{"decode_tok_s": 60.0, "by_kind": {"code": 70.0, "prose": 50.0}}] * 3)
+    again = tune.Measured.from_json(json.loads(json.dumps(measured.to_json())))
+    assert again.candidate == candidate and again.by_kind() == {"code": 70.0, "prose": 50.0}

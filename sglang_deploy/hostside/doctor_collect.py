@@ -134,6 +134,8 @@ def main():
     except (OSError, ValueError) as error:
         report["draft_checkpoint"] = None
         report["errors"].append(f"draft model {draft_path}: {error}")
+    report["offered_drafts"] = [{"source": entry.get("source"), "bytes": entry.get("bytes")}
+                                for entry in meta.get("offered_drafts") or [] if isinstance(entry, dict)]
     report["clock_reasons"] = clock_reasons()
     resolved = {}
     try:

@@ -68,6 +68,16 @@ def bench_command(probe_url, secrets_path, settings, warmup):
             "--aggregate-rounds", str(settings.get("aggregate_rounds", 1))]
 
 
+def by_kind(samples):
+    """Median decode tok/s per content class of the prompt mix (acceptance, and so a drafter's gain, depends on it)."""
+    kinds = {}
+    for sample in samples:
+        if sample.get("kind") and sample.get("decode_tok_s"):
+            kinds.setdefault(sample["kind"], []).append(sample["decode_tok_s"])
+    return {kind: sorted(values)[len(values) // 2] if len(values) % 2 else
+            sum(sorted(values)[len(values) // 2 - 1:len(values) // 2 + 1]) / 2 for kind, values in kinds.items()}
+
+
 def repeat_summary(measurement):
     """One repeat reduced to the numbers the controller scores (medians over the repeat's samples)."""
     def median(key):
@@ -76,6 +86,7 @@ def repeat_summary(measurement):
     return {"decode_tok_s": median("decode_tok_s"), "aggregate_tok_s": median("aggregate_tok_s"),
             "accept_length": median("accept_length"), "ttft_s": median("ttft_s"),
             "samples": [s.get("decode_tok_s") for s in measurement.get("samples") or []],
+            "by_kind": by_kind(measurement.get("samples") or []),
             "errors": measurement.get("errors") or [], "duration_s": measurement.get("duration_s")}
 
 

@@ -431,7 +431,8 @@ def fetch(directory, manifest, repo, revision, python, endpoint=None, token_file
 
 
 def referenced_snapshots(store_root=None):
-    """Snapshot paths that retained releases of any service point at."""
+    """Snapshot paths that retained releases of any service point at: their weights, their draft model, the
+    drafters their profile offers the tune (meta.json offered_drafts)."""
     store_root = store_root or STORE_ROOT
     used = set()
     for service in os.listdir(store_root) if os.path.isdir(store_root) else []:
@@ -439,7 +440,8 @@ def referenced_snapshots(store_root=None):
         for release_id in os.listdir(releases) if os.path.isdir(releases) else []:
             meta = read_json(os.path.join(releases, release_id, "meta.json")) or {}
             argv = meta.get("exec_start") or []
-            for path in [(meta.get(key) or {}).get("path") for key in SNAPSHOT_KEYS] + [
+            offered = [entry.get("path") for entry in meta.get("offered_drafts") or [] if isinstance(entry, dict)]
+            for path in [(meta.get(key) or {}).get("path") for key in SNAPSHOT_KEYS] + offered + [
                     argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in SNAPSHOT_FLAGS]:
                 if path:
                     used.add(os.path.abspath(path))
