@@ -62,8 +62,10 @@ def document(version: str, argv: list[str], answer: dict) -> dict:
     return {"sglang_version": version, "argv": list(argv), **resolution}
 
 
-def resolve_argv(version: str, argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int) -> dict:
-    answer = validator_env.probe_cached(version, [argv], [], resolve=request(argv, model_config, gpu, count))
+def resolve_argv(version: str, argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int,
+                 draft_config: dict | None = None) -> dict:
+    answer = validator_env.probe_cached(version, [argv], [],
+                                        resolve=request(argv, model_config, gpu, count, draft_config))
     return document(version, argv, answer)
 
 

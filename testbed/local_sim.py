@@ -27,7 +27,9 @@ def free_port() -> int:
 class LocalSim:
     """A simulator process on 127.0.0.1 with the given flags and environment."""
 
-    def __init__(self, flags: list[str], env: dict | None = None, model_dir: str | None = None, port: int | None = None):
+    def __init__(self, flags: list[str], env: dict | None = None, model_dir: str | None = None, port: int | None = None,
+                 draft_config: dict | None = None):
+        self.draft_config = draft_config  # a draft model's config.json (DFLASH: its block size), resolved with
         self.port = port or free_port()
         self.model_dir = model_dir
         self.flags = flags
@@ -55,7 +57,7 @@ class LocalSim:
             position = server_argv.index("--api-key")
             server_argv = server_argv[:position] + server_argv[position + 2:]
         document = resolve_argv(SGLANG_VERSION, server_argv, load_model_config(MODEL_CONFIG),
-                                gpu_facts.model(gpu_facts.DEFAULT_MODEL), 2)
+                                gpu_facts.model(gpu_facts.DEFAULT_MODEL), 2, self.draft_config)
         resolved_path = log_path.with_name(log_path.name + ".resolved.json")
         resolved_path.write_text(json.dumps(document))
         self.env = {**self.env, "SGLANG_SIM_RESOLVED": str(resolved_path)}

@@ -54,6 +54,15 @@ def test_a_dflash_release_deploys_gates_and_rolls_back_to_mtp(simhost, tmp_path)
     assert gate["verdict"] == "pass", gate
     listing = simhost.pyinfra("releases.py")
     assert f"draft: file://{draft}" in listing.stdout + listing.stderr and "-> (none)" in listing.stdout + listing.stderr
+    # The doctor's roofline reads the draft snapshot's headers on the host: its bytes are part of every cycle.
+    result = simhost.pyinfra("doctor.py")
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    doctor = json.loads(simhost.sh(f"cat {RELEASES}/{dflash}/doctor.json"))
+    bound = doctor["roofline"]
+    assert bound["draft_model"] and bound["steps"] == 1 and not doctor["opportunities"]
+    # per GPU: the draft's 3.46 GB and the target's LM head (2.54 GB) over TP 2, on top of the verify pass
+    assert bound["draft_step_gb_per_gpu"] == pytest.approx((3.46 + 2.54) / 2, abs=0.05)
+    assert "weak-speculation" not in [s["id"] for s in doctor["suspects"]]
 
     # Back to MTP: no draft flag, and the draft snapshot stays (the DFlash release is retained).
     result = simhost.pyinfra("rollback.py", "--data", f"release={mtp}")
