@@ -28,7 +28,7 @@ DERIVED_FLAGS = {
     "--served-model-name": "model.served_name",
     "--host": "service.host",
     "--port": "service.port",
-    "--api-key": "the host's API key secret (see README: secrets)",
+    "--api-key": "the host's API key secret (see docs/host.md: secrets)",
     "--config": "nothing: the tool owns --config (it carries the API key)",
     "--nnodes": "nodes",
     "--node-rank": "the host's place in the inventory group `nodes` (rank order)",
@@ -441,7 +441,7 @@ class Profile(Strict):
                 raise ValueError(
                     f"variable {key!r} looks like a secret; the environment is copied into every release, its "
                     "profile.json (world-readable) and the history, so secrets do not go here: the API key is the "
-                    "host's secret (README: secrets), a Hugging Face token a root-only file named by host data "
+                    "host's secret (docs/host.md: secrets), a Hugging Face token a root-only file named by host data "
                     "hf_token_file")
             text = value.value if isinstance(value, EnvSetting) else value
             problem = safety.control_message(text) if isinstance(text, str) else None
@@ -535,7 +535,7 @@ def _pydantic_problems(source: str, error: ValidationError, lines: dict[tuple, i
         field = _format_location(loc)
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = REMOVED_FIELDS.get(loc, "unknown key (not part of the profile format; see README 'Profile format')")
+            message = REMOVED_FIELDS.get(loc, "unknown key (not part of the profile format; see docs/profile.md)")
         elif item["type"] == "missing":
             message = "required field is missing"
         key = (field, message)

@@ -131,7 +131,7 @@ def test_report_with_roofline_and_no_suspect(tmp_path):
 
 
 def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
-    """The GPU probe's output as recorded on the lent 2x H200 machine (see the README's figures)."""
+    """The GPU probe's output as recorded on the lent 2x H200 machine (see docs/measurements.md)."""
     probe = json.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "h200x2-gpu-probe.json").read_text())
     assert all(b["read_gbs"] >= 0.85 * 4800 for b in probe["bandwidth"])
     assert probe["p2p"]["can_access_0_1"] and max(probe["allreduce_default"]["latency_us"].values()) < 20

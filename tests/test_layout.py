@@ -1,4 +1,4 @@
-"""README.md's layout tree is the repository: one line per file git tracks (test data and pictures aside),
+"""docs/layout.md's tree is the repository: one line per file git tracks (test data and pictures aside),
 no line for a file that is gone."""
 
 import re
@@ -24,16 +24,16 @@ def tree_paths(readme: str) -> list[str]:
 
 
 def test_the_readme_tree_has_one_line_per_file():
-    listed = tree_paths((REPO / "README.md").read_text())
+    listed = tree_paths((REPO / "docs" / "layout.md").read_text())
     tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                              capture_output=True, text=True, check=True).stdout.split()
     tracked = sorted(f for f in tracked if not f.startswith(UNLISTED) and (REPO / f).exists())
     assert [p for p in listed if listed.count(p) > 1] == []
-    assert sorted(set(tracked) - set(listed)) == [], "files missing from README.md's layout"
-    assert sorted(set(listed) - set(tracked)) == [], "README.md's layout names files that do not exist"
+    assert sorted(set(tracked) - set(listed)) == [], "files missing from docs/layout.md"
+    assert sorted(set(listed) - set(tracked)) == [], "docs/layout.md names files that do not exist"
 
 
 def test_every_line_says_what_the_file_is():
-    block = (REPO / "README.md").read_text().split("<!-- layout:begin -->\n```\n", 1)[1].split("```", 1)[0]
+    block = (REPO / "docs" / "layout.md").read_text().split("<!-- layout:begin -->\n```\n", 1)[1].split("```", 1)[0]
     bare = [line for line in block.splitlines() if not line.strip().endswith("/") and len(line.split()) < 2]
     assert bare == []

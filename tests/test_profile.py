@@ -38,7 +38,7 @@ def test_unknown_key_names_field_and_line(tmp_path):
     path = proven_with(tmp_path, "service:\n", "service:\n  restart_policy: always\n")
     [problem] = problems_of(path)
     line = path.read_text().splitlines().index("  restart_policy: always") + 1
-    assert problem == f"{path}:{line}: service.restart_policy: unknown key (not part of the profile format; see README 'Profile format')"
+    assert problem == f"{path}:{line}: service.restart_policy: unknown key (not part of the profile format; see docs/profile.md)"
 
 
 def test_wrong_type_names_field(tmp_path):

@@ -1,5 +1,5 @@
 """Every host setting once: each key the code reads from host data has its default, with a comment, in
-group_data/all.py, and the README names it. (pyinfra's own connector keys are pyinfra's.)"""
+group_data/all.py, and docs/settings.md names it. (pyinfra's own connector keys are pyinfra's.)"""
 
 import ast
 import re
@@ -56,7 +56,7 @@ def test_every_key_the_code_reads_has_its_default_in_group_data():
 
 
 def test_the_readme_names_every_setting():
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "settings.md").read_text()
     _, every = defaults()
     named = set(re.findall(r"`(?:--data )?([a-z_]+)(?:=[^`]*)?`", readme)) | set(re.findall(r'"([a-z_]+)":', readme))
     assert sorted(set(every) - named) == []
@@ -69,7 +69,7 @@ def test_the_scan_finds_what_it_should():
 
 
 def settings_table() -> str:
-    """The README's table of host settings, from group_data/all.py: key, default, the comment that explains it."""
+    """docs/settings.md's table of host settings, from group_data/all.py: key, default, the comment that explains it."""
     lines = GROUP_DATA.read_text().splitlines()
     rows = ["| setting | default | meaning |", "|---|---|---|"]
     for node in ast.parse(GROUP_DATA.read_text()).body:
@@ -88,8 +88,8 @@ def settings_table() -> str:
 
 
 def test_the_readme_table_of_settings_is_group_data():
-    """README.md quotes every setting with its default as group_data/all.py has it (regenerate the table between
+    """docs/settings.md quotes every setting with its default as group_data/all.py has it (regenerate the table between
     the markers with: python -c 'import sys; sys.path[:0]=["tests"]; import test_settings as t; print(t.settings_table())')."""
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "settings.md").read_text()
     table = readme.split("<!-- settings:begin -->\n", 1)[1].split("\n<!-- settings:end -->", 1)[0]
     assert table == settings_table()
