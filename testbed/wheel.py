@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -17,7 +18,10 @@ def build(work: Path) -> Path:
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for name in filter(None, listed):
-        if (REPO / name).is_file():
+        if (REPO / name).is_symlink():  # sglang_deploy/templates -> ../templates: the wheel carries the files
+            (source / name).parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(REPO / name), source / name)
+        elif (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)],
