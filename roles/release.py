@@ -107,11 +107,18 @@ def _report(service):
 
     (The host program's own summary is shown by pyinfra only when the switch fails.)
     """
-    ok, output = host.run_shell_command(shlex.join(["cat", f"{STORE_ROOT}/{service}/last_switch.json"]),
-                                        _sudo=bool(host.data.get("_sudo")))
-    if not ok:
+    path = f"{STORE_ROOT}/{service}/last_switch.json"
+    for _ in range(3):  # one SSH round trip; a busy host may drop one
+        ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=bool(host.data.get("_sudo")))
+        try:
+            document = json.loads(output.stdout) if ok else None
+        except ValueError:
+            document = None
+        if document is not None:
+            break
+    else:
+        host.log(f"the switch succeeded, but its report {path} could not be read: see releases.py", logger.warning)
         return
-    document = json.loads(output.stdout)
     saved = save_result(host.name, document)
     ready = document["readiness"]
     if document.get("auth_change"):
