@@ -94,7 +94,7 @@ SGLANG_FRONTEND_MODULES = {"test_deploy_sim.py", "test_secrets_sim.py", "test_fr
 # The preflight's steps that import SGLang's stack (hostside/preflight.py: the resolution, ~6 s of CPU and 0.9 GB per
 # new command line, and torch) run in these modules; elsewhere `--data preflight_stack=false` leaves them out (the
 # controller's check resolved the same command line with the same SGLang install moments before).
-PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py", "test_drafter_sim.py"}
+PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py"}
 FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
 
 
@@ -173,16 +173,17 @@ class SimHostSession:
 # Parallel runs (scripts/test: pytest-xdist with --dist loadfile --no-loadscope-reorder). A module's tests stay
 # together, in order, on one worker (and its simulated host), except in the modules below: each of their tests
 # starts by deploying the release it needs, so they are handed out one by one to whichever worker is free.
-INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py"}
+INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py", "test_drafter_sim.py"}
 # Longest first, so the long ones start at once and the short ones fill the gaps: the gate's tests (two of them
 # measure twice, 2-3 min each), the longest single test, the modules that run as one chain, the rest. Measured
 # with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
 LONGEST_FIRST = ["test_gate_sim.py", "test_frontend_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
                  "test_fleet_sim.py",  # about 130 s
+                 "test_drafter_sim.py",  # two tests, 80-190 s each
                  "test_lxc_sim.py",  # about 125 s
                  "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
-                 "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_drafter_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
+                 "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
                  "test_outside_clients.py", "test_gate_trials.py"]
 
 
