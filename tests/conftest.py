@@ -178,12 +178,13 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # measure twice, 2-3 min each), the longest single test, the modules that run as one chain, the rest. Measured
 # with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
-LONGEST_FIRST = ["test_gate_sim.py", "test_frontend_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
+LONGEST_FIRST = ["test_gate_sim.py", "test_secrets_sim.py",  # about 290 s, one test on a real front end
+                 "test_frontend_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
                  "test_fleet_sim.py",  # about 130 s
                  "test_drafter_sim.py",  # two tests, 80-190 s each
                  "test_lxc_sim.py",  # about 125 s
                  "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
-                 "test_secrets_sim.py", "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
+                 "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
                  "test_outside_clients.py", "test_gate_trials.py"]
 
 
