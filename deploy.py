@@ -49,7 +49,10 @@ watch_units = render_watch(profile)
 # synthetic checkpoint, pushed and verified the same way.
 weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
 draft = draft_weights(profile)  # speculative.draft: a second snapshot, fetched or pushed and verified the same way
-offered = [w for w in offered_weights(profile) if not draft or w.digest != draft.digest]  # tune.drafters
+offered = []  # tune.drafters, each snapshot once (not the weights' or the draft's again)
+for snapshot in offered_weights(profile):
+    if snapshot.path not in {w.path for w in (weights, draft, *offered) if w}:
+        offered.append(snapshot)
 hub_python = None
 hf_token_file = host.data.get("hf_token_file")  # checked with hf_endpoint and hf_token_endpoint by the plan
 if any(w and w.source.kind == "hf" for w in (weights, draft, *offered)):

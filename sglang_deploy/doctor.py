@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 
 from .hostside.client import is_simulated, printable
 from .hostside.gate import decode_backend, decode_graph_gb
-from .roofline import datasheet_bandwidth, roofline
+from .roofline import datasheet_bandwidth, roofline, separate_draft
 from .rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 
 # The P2P knobs get their own suspect (p2p-unavailable); the rest are reported as debugging knobs.
@@ -132,7 +132,7 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             "/server_info speculative_algorithm is empty", "+70-80 % (about 30 -> 52 tok/s on CT129)", 75.0,
             "--speculative-algorithm NEXTN --speculative-num-steps 3 --speculative-eagle-topk 1 "
             "--speculative-num-draft-tokens 4 (the proven profile)"))
-    elif steps < PROVEN_STEPS and not server_info.get("speculative_draft_model_path"):  # a drafter forces steps 1
+    elif steps < PROVEN_STEPS and not separate_draft(server_info):  # a drafter forces steps 1
         found.append(Suspect(
             "weak-speculation", f"speculation is weaker than the proven {PROVEN_STEPS} steps",
             f"{algorithm} with {steps} step(s), {server_info.get('speculative_num_draft_tokens')} draft tokens",
@@ -216,7 +216,7 @@ def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, band
     """MTP through the checkpoint's own heads, while a drafter would raise the roofline: the expected gain is the
     ratio of the two rooflines at the same MBU (the drafter's tau from the cited DFlash/MTP ratio, its bytes from
     the offered drafter's manifest, else estimated)."""
-    if not server_info.get("speculative_algorithm") or server_info.get("speculative_draft_model_path") or not checkpoint:
+    if not server_info.get("speculative_algorithm") or separate_draft(server_info) or not checkpoint:
         return None
     tp, steps = _tp(server_info), int(server_info.get("speculative_num_steps") or 0)
     offered = [entry for entry in offered or [] if entry.get("bytes")]

@@ -23,7 +23,10 @@ from .hostside.weights import MODELS_ROOT
 from .weights import (Weights, WeightsSourceError, default_manifest_path, parse_source, resolve_manifest_path,
                       weights_for)
 
-DRAFT_ALGORITHMS = ("DFLASH", "DSPARK", "EAGLE", "EAGLE3", "STANDALONE")
+DRAFT_ALGORITHMS = ("DFLASH", "DSPARK", "EAGLE", "EAGLE3", "STANDALONE")  # may read a separate draft model
+# ... and need one named: SGLang fills in EAGLE's draft path for checkpoints with MTP layers (DeepSeek-V3, GLM-MoE,
+# _handle_eagle_family) and finds DSPARK drafts bundled in some checkpoints.
+NEEDS_DRAFT = ("DFLASH", "EAGLE3", "STANDALONE")
 SELF_DRAFTING = ("NEXTN", "NGRAM")  # the checkpoint's own heads, or n-grams of the prompt: no draft model
 UNFROZEN = "unfrozen"  # the path segment of a draft whose manifest does not exist yet (check reports it)
 
@@ -111,7 +114,7 @@ def problems(profile) -> list[DraftProblem]:
     for index, offered in enumerate(profile.tune.drafters):
         found += draft_problems(profile, offered, ("tune", "drafters", index))
     if draft is None:
-        if name in DRAFT_ALGORITHMS:
+        if name in NEEDS_DRAFT:
             found.append(DraftProblem(("sglang", "flags", "--speculative-algorithm"),
                                       f"{name} decodes with a separate draft model: add speculative.draft.source "
                                       "(hf://ORG/NAME@<commit> or file:///dir, with its manifest); the tool derives "
@@ -127,7 +130,17 @@ def problems(profile) -> list[DraftProblem]:
 
 
 def draft_problems(profile, draft, where: tuple) -> list[DraftProblem]:
-    """One draft model: its frozen manifest, and the config.json the resolution reads being the one it pins."""
+    """One draft model: where it may come from, its frozen manifest, and the config.json the resolution reads being
+    the one it pins."""
+    from .weights import local_dir_problem, manifest_path_problem
+
+    source = parse_source(draft.source)
+    problem = local_dir_problem(source.local_dir) if source.kind == "dir" else None
+    if problem:  # a file:// draft is pushed from the controller: only from the operator's weights directories
+        return [DraftProblem(where + ("source",), problem)]
+    problem = manifest_path_problem(draft.config) if draft.config else None
+    if problem:
+        return [DraftProblem(where + ("config",), problem.replace("model.manifest", "speculative.draft.config"))]
     found = []
     try:
         weights = weights_for(draft.source, draft.manifest)

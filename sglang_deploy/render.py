@@ -83,6 +83,27 @@ def _jinja() -> jinja2.Environment:
     return env
 
 
+def snapshots_comment(profile: Profile) -> str | None:
+    """The unit's lines naming every snapshot the release serves or offers (weights, draft model, the tune's
+    drafters), with their manifests' hashes: another snapshot makes another release, which records it."""
+    from .drafter import draft_weights
+    from .weights import WeightsSourceError, profile_weights, weights_for
+
+    lines = []
+    weights = profile_weights(profile)
+    if weights:
+        lines.append(weights.unit_comment())
+    try:
+        draft = draft_weights(profile)
+        offered = [weights_for(d.source, d.manifest) for d in profile.tune.drafters]
+    except WeightsSourceError:  # an unfrozen drafter: the check refuses the profile and names the command
+        draft, offered = None, []
+    if draft:
+        lines.append(draft.unit_comment().replace("# Weights:", "# Draft model:", 1))
+    lines += [w.unit_comment().replace("# Weights:", "# Drafter offered to the tune:", 1) for w in offered]
+    return "\n".join(lines) or None
+
+
 def render(profile: Profile, api_key: str | None = None, port: int | None = None,
            cuda_home: str | None = None, node=None) -> Rendered:
     """Same profile and key -> byte-identical files. The key only ever lands in the secrets file."""
@@ -93,11 +114,8 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     environment = {**base_environment(layout, venv, cuda_home),
                    **(node.environment() if node is not None else {}), **profile.env_values()}
     env = _jinja()
-    from .weights import profile_weights
-
-    weights = profile_weights(profile)
     context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key,
-                   weights_comment=weights.unit_comment() if weights else None)
+                   weights_comment=snapshots_comment(profile))
     hardening, relaxed = hardening_directives(unit_value(layout.state_dir), unit_value(layout.cache_dir),
                                               profile.service.relax)
     unit = env.get_template("sglang.service.j2").render(exec_start=exec_start_line(argv), hardening=hardening,

@@ -33,4 +33,11 @@ def release_inputs(resolved: dict, model_path: str, gpu_name: str | None) -> dic
             "bandwidth_source": f"datasheet ({gpu_name})" if bandwidth else f"unknown GPU {gpu_name!r}",
             "tp": int(resolved.get("tp_size") or 1), "algorithm": algorithm,
             "steps": int(resolved.get("speculative_num_steps") or 0) if algorithm else 0, "model_path": model_path,
-            "draft_path": resolved.get("speculative_draft_model_path") if algorithm else None}
+            "draft_path": separate_draft(resolved) if algorithm else None}
+
+
+def separate_draft(info: dict) -> str | None:
+    """The draft model's path when it is a model of its own; None when SGLang drafts with the target's own layers
+    (EAGLE's MTP fill-in for DeepSeek-V3 and GLM-MoE sets the draft path to the model path)."""
+    path = info.get("speculative_draft_model_path")
+    return path if path and path != info.get("model_path") else None

@@ -95,10 +95,15 @@ def spec_candidate(flags: dict, steps: int, topk: int) -> Candidate:
 # --- drafters ----------------------------------------------------------------------------------------
 
 def drafter_name(draft: dict) -> str:
-    """A short name for a drafter: its repository or directory name."""
+    """A short, unique name for an offered drafter: its algorithm, repository or directory name, and a digest of
+    its source and manifest (two drafters of one name, or one offered with two algorithms, stay apart)."""
+    import hashlib
+
     source = draft["source"]
-    tail = source.split("@")[0].rstrip("/").split("/")[-1]
-    return re.sub(r"[^A-Za-z0-9._-]", "-", tail)[:40]
+    tail = re.sub(r"[^A-Za-z0-9._-]", "-", source.split("@")[0].rstrip("/").split("/")[-1])[:32]
+    digest = hashlib.sha256(json.dumps([source, draft.get("manifest"), draft.get("algorithm") or "DFLASH"])
+                            .encode()).hexdigest()[:6]
+    return f"{(draft.get('algorithm') or 'DFLASH').lower()}-{tail}-{digest}"
 
 
 def drafter_candidates(flags: dict, drafters: list[dict]) -> list[Candidate]:

@@ -263,7 +263,10 @@ class Runner:
         release_id = next_release_id(self.release_ids, digest)
         self.release_ids.append(release_id)
         self.by_hash[digest] = release_id
-        meta = build_meta(plan, release_id)
+        from .drafter import draft_weights
+
+        # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
+        meta = build_meta(plan, release_id, draft=draft_weights(plan.profile))
         meta.update(tune={"session": self.session, "temporary": True, "candidate": candidate.id})
         files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
                  "profile.json": profile_snapshot(plan),
@@ -370,8 +373,10 @@ class Runner:
 
     # --- saved results (resumption) ---------------------------------------------------------------
     def key(self, candidate: tune.Candidate) -> str:
-        return json.dumps([candidate.flag_changes, {k: v for k, v in candidate.env_changes.items()}], sort_keys=True,
-                          default=str)
+        key = [candidate.flag_changes, {k: v for k, v in candidate.env_changes.items()}]
+        if candidate.draft:  # a drafter candidate is its drafter too (two drafters share their flag changes)
+            key.append(dict(candidate.draft))
+        return json.dumps(key, sort_keys=True, default=str)
 
     def results_path(self) -> Path:
         return self.results_dir / f"tune-{self.active}.json"

@@ -258,14 +258,16 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
 
 # What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
 # _handle_dflash): the release would verify blocks the drafter was not trained for.
-DFLASH_BLOCK_FALLBACK = "Failed to infer DFLASH block_size from draft model config"
+DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model config",  # the config raised
+                         "speculative_num_draft_tokens is not set; defaulting to")  # it has no block_size
 
 
 def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
     """The draft model (drafter.py) and what SGLang's resolution made of its config.json."""
     problems = [Problem("draft-model", found.field, found.message) for found in drafter.problems(profile)]
-    if not problems and any(DFLASH_BLOCK_FALLBACK in line for line in answer.get("log") or []):
-        line = next(line for line in answer["log"] if DFLASH_BLOCK_FALLBACK in line)
+    fallback = [line for line in answer.get("log") or [] if any(words in line for words in DFLASH_BLOCK_FALLBACK)]
+    if not problems and fallback and profile.speculative.draft is not None:
+        line = fallback[0]
         problems.append(Problem("draft-model", ("speculative", "draft"),
                                 f"SGLang {profile.sglang.version} cannot read the DFLASH block size from the draft's "
                                 f"config.json and would verify 16 tokens: {line}"))

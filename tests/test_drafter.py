@@ -64,6 +64,41 @@ def test_a_config_sglang_cannot_read_the_block_size_from_is_refused(tmp_path):
     assert "would verify 16 tokens" in report.lines()[0] and "Failed to infer DFLASH block_size" in report.lines()[0]
 
 
+def test_a_draft_config_without_a_block_size_is_refused(tmp_path):
+    draft = synthetic_draft(tmp_path / "no-block")
+    config = json.loads((draft / "config.json").read_text())
+    del config["block_size"]
+    (draft / "config.json").write_text(json.dumps(config))
+    report = check(dflash_profile(tmp_path, draft))
+    assert [p.rule for p in report.problems] == ["draft-model"], report.lines()
+    assert "defaulting to 16" in report.lines()[0]
+
+
+def test_a_draft_from_outside_the_weights_directories_is_refused(tmp_path, draft_dir, monkeypatch):
+    """A file:// draft is pushed from the controller: a pull request must not name ~/.docker or /etc."""
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    import os
+
+    path = dflash_profile(tmp_path, draft_dir)
+    allowed = os.environ[WEIGHTS_DIRS_VARIABLE]
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path / "elsewhere"))
+    [problem] = [p for p in check(path).problems if p.rule == "draft-model"]
+    assert problem.field == ("speculative", "draft", "source") and "not under a weights directory" in problem.message
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, allowed)
+    text = path.read_text().replace("  draft:\n", "  draft:\n    config: ../../etc/draft.json\n")
+    [problem] = [p for p in check(write_profile(tmp_path, text, "etc.yaml")).problems if p.rule == "draft-model"]
+    assert problem.field == ("speculative", "draft", "config") and "speculative.draft.config" in problem.message
+
+
+def test_an_eagle_profile_may_leave_the_draft_to_sglang(tmp_path):
+    """SGLang fills EAGLE's draft path in for checkpoints with MTP layers; DFLASH, EAGLE3, STANDALONE need one."""
+    from sglang_deploy import drafter as module
+
+    eagle = load_profile(proven_with(tmp_path, "--speculative-algorithm: NEXTN", "--speculative-algorithm: EAGLE"))
+    assert module.problems(eagle) == []
+
+
 def test_a_draft_config_sglang_refuses_is_its_refusal(tmp_path):
     draft = synthetic_draft(tmp_path / "unknown", model_type="not-a-model-type")
     report = check(dflash_profile(tmp_path, draft))
@@ -71,7 +106,10 @@ def test_a_draft_config_sglang_refuses_is_its_refusal(tmp_path):
     assert "not-a-model-type" in report.lines()[0]
 
 
-def test_the_committed_profile_waits_only_for_the_users_freeze(tmp_path):
+def test_the_committed_profile_waits_only_for_the_users_freeze(monkeypatch):
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, "/srv/drafters")  # as the profile's header says
     report = check(DFLASH)
     assert [p.rule for p in report.problems] == ["draft-model"], report.lines()
     line = report.lines()[0]
@@ -163,3 +201,20 @@ def test_the_listing_and_prune_know_the_draft(tmp_path, draft_dir):
     (store / "meta.json").write_text(json.dumps({**release, "exec_start": ["sglang", "serve",
                                                  "--speculative-draft-model-path", "/srv/models/y/c"]}))
     assert {"/srv/models/x/b", "/srv/models/y/c"} <= weights.referenced_snapshots(str(tmp_path / "store"))
+
+
+def test_the_draft_and_the_offered_drafters_are_part_of_the_release_content(tmp_path, draft_dir):
+    """Each snapshot is named in the unit with its manifest's hash: offering a drafter, or another manifest of the
+    draft, makes another release (which then records it), not an 'unchanged' deploy that prune forgets."""
+    from sglang_deploy.render import render
+
+    path = dflash_profile(tmp_path, draft_dir)
+    unit = render(load_profile(path)).unit
+    assert f"# Draft model: file://{draft_dir} (manifest sha256:" in unit
+    mtp = load_profile(proven_with(tmp_path, "--enable-metrics: true", "--enable-metrics: true"))
+    manifest = path.read_text().split("manifest: ")[1].split("\n")[0]
+    offering = write_profile(tmp_path, PROVEN.read_text() + f"\ntune:\n  drafters:\n    - source: file://{draft_dir}\n"
+                             f"      manifest: {manifest}\n", "offering.yaml")
+    offered_unit = render(load_profile(offering)).unit
+    assert f"# Drafter offered to the tune: file://{draft_dir}" in offered_unit
+    assert offered_unit != render(mtp).unit

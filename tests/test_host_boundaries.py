@@ -105,6 +105,27 @@ def test_the_key_is_sent_only_over_a_connection_the_unit_accepted(key_server, mo
     assert unit_is_this_process or b"the connection to port" in body
 
 
+def test_the_units_processes_are_asked_once_per_interval_and_again_before_a_refusal(key_server, monkeypatch):
+    """Two systemctl calls per keyed request added up on a busy host: the list is reused for UNIT_TTL_S, and a
+    connection it does not cover is judged again on a fresh list (a restarted server is not refused)."""
+    url, seen = key_server
+    calls = []
+    answers = iter([{os.getppid()}, {os.getpid()}])  # the first list is stale: the server is this process
+
+    def unit_pids(service):
+        calls.append(service)
+        return next(answers, {os.getpid()})
+
+    monkeypatch.setattr(listener, "unit_pids", unit_pids)
+    monkeypatch.setattr(client, "GUARD", None)
+    monkeypatch.setattr(client, "GUARDED_OPENER", None)
+    listener.guard_unit("sglang", accept_wait_s=0.2)
+    for _ in range(3):
+        status, body = client.http(url + "/server_info", api_key="sk-the-key")
+        assert status == 200, body
+    assert len(calls) == 2 and seen == ["Bearer sk-the-key"] * 3
+
+
 def test_a_free_port_is_not_ready_and_gets_no_key(tmp_path, monkeypatch):
     """Readiness: /health answered, then nothing listens (a squatter between two listens): wait, never send."""
     (tmp_path / "secrets.yaml").write_text('api-key: "sk-the-key"\n')

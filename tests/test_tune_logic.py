@@ -300,7 +300,11 @@ OFFERED = {"source": "file:///srv/drafters/qwen3.6-27b-dflash", "manifest": "man
 def test_a_drafter_candidate_names_its_draft_and_drops_the_step_flags(tmp_path):
     flags = flags_of(PROVEN)
     [candidate] = tune.drafter_candidates(flags, [OFFERED])
-    assert candidate.id == "drafter-qwen3.6-27b-dflash" and candidate.axis == "drafter"
+    assert candidate.id.startswith("drafter-dflash-qwen3.6-27b-dflash-") and candidate.axis == "drafter"
+    # two drafters of one name, or one offered with two algorithms, are two candidates
+    others = tune.drafter_candidates(flags, [OFFERED, {**OFFERED, "manifest": "manifests/other.json"},
+                                             {**OFFERED, "algorithm": "EAGLE3"}])
+    assert len({c.id for c in others}) == 3
     assert candidate.flag_changes == {"--speculative-algorithm": "DFLASH", "--speculative-num-steps": None,
                                       "--speculative-eagle-topk": None, "--speculative-num-draft-tokens": None}
     out = tune.apply_changes(PROVEN.read_text(), candidate)
@@ -339,9 +343,9 @@ def test_the_drafter_wins_only_by_a_clear_measured_gain(gain, wins):
                          steps_range=(2, 3, 4), topks=(1,), drafters=[OFFERED])
     winner = search.run()
     assert (winner.candidate.axis == "drafter") is wins, winner.candidate.id
-    assert "drafter-qwen3.6-27b-dflash" in search.results  # measured either way
+    [drafter_id] = [key for key in search.results if key.startswith("drafter-")]  # measured either way
     if wins:  # a drafter replaces the tuned steps rather than stacking on them
-        assert winner.candidate.id == "drafter-qwen3.6-27b-dflash" and not winner.candidate.flag_changes.get(
+        assert winner.candidate.id == drafter_id and not winner.candidate.flag_changes.get(
             "--speculative-num-steps")
         table = tune.kind_table(list(search.results.values()), search.baseline)
         import re

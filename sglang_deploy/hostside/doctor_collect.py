@@ -131,7 +131,7 @@ def main():
     draft_path = (meta.get("draft") or {}).get("path")
     try:
         report["draft_checkpoint"] = safetensors_headers.summarize(draft_path) if draft_path else None
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, KeyError, TypeError) as error:  # a malformed header, as for the checkpoint
         report["draft_checkpoint"] = None
         report["errors"].append(f"draft model {draft_path}: {error}")
     report["offered_drafts"] = [{"source": entry.get("source"), "bytes": entry.get("bytes")}

@@ -140,21 +140,33 @@ def foreign_listener(service, probe_url, pids=None, tables=TABLES, proc="/proc")
 class Guard:
     """The connection check: `pids` (a set, or a callable giving it) are the unit's processes."""
 
+    UNIT_TTL_S = 2.0  # the unit's processes, asked of systemd at most this often (two systemctl calls each time)
+
     def __init__(self, service, pids=None, accept_wait_s=5.0, tables=TABLES, proc="/proc"):
         self.service, self.pids, self.accept_wait_s = service, pids, accept_wait_s
         self.tables, self.proc = tables, proc
+        self._unit = None  # (monotonic time, pids) of the last unit_pids()
 
-    def unit(self):
+    def unit(self, fresh=False):
         if self.pids is None:
-            return unit_pids(self.service)
+            now = time.monotonic()
+            if fresh or self._unit is None or now - self._unit[0] > self.UNIT_TTL_S:
+                self._unit = (now, unit_pids(self.service))
+            return self._unit[1]
         return self.pids() if callable(self.pids) else self.pids
 
     def connection_problem(self, sock):
-        """None when the unit's processes hold the server-side end of this connected socket, else why not."""
+        """None when the unit's processes hold the server-side end of this connected socket, else why not. The
+        unit's process list is reused for UNIT_TTL_S; a connection it does not cover is judged on a fresh one."""
+        problem = self._connection_problem(sock, self.unit())
+        if problem and self.pids is None:
+            problem = self._connection_problem(sock, self.unit(fresh=True))
+        return problem
+
+    def _connection_problem(self, sock, pids):
         server_port, client_port = sock.getpeername()[1], sock.getsockname()[1]
         what = f"the connection to port {server_port}"
         deadline = time.monotonic() + self.accept_wait_s
-        pids = self.unit()
         uids = process_uids(pids, self.proc)
         while True:  # until accept() the server-side end has inode 0, and its fd comes a moment after the inode
             sockets = accepted_inodes(server_port, client_port, self.tables)
