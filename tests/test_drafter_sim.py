@@ -24,6 +24,20 @@ def running_argv(simhost) -> list[str]:
 
 
 def test_a_dflash_release_deploys_gates_and_rolls_back_to_mtp(simhost, tmp_path):
+    try:
+        dflash_release_deploys_gates_and_rolls_back(simhost, tmp_path)
+    finally:
+        # The DFlash release passed its gate at ~68 tok/s: left retained, it would be the baseline every later MTP
+        # release on this worker's host is compared with (and found 25 % slower). A switch with keep_releases=1
+        # prunes it, and its draft snapshot with it.
+        variant = tmp_path / "after-dflash.yaml"
+        variant.write_text(PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_NOTE: "after dflash"\n', 1))
+        result = simhost.deploy("--data", "keep_releases=1", profile=variant)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        assert not any(r.get("draft") for r in state(simhost)["releases"])
+
+
+def dflash_release_deploys_gates_and_rolls_back(simhost, tmp_path):
     simhost.env[WEIGHTS_DIRS_VARIABLE] = str(tmp_path)
     draft = synthetic_draft(tmp_path / "qwen3.6-27b-dflash")
     profile = dflash_profile(tmp_path, draft)
