@@ -86,8 +86,8 @@ def _jinja() -> jinja2.Environment:
 def snapshots_comment(profile: Profile) -> str | None:
     """The unit's lines naming every snapshot the release serves or offers (weights, draft model, the tune's
     drafters), with their manifests' hashes: another snapshot makes another release, which records it."""
-    from .drafter import draft_weights
-    from .weights import WeightsSourceError, profile_weights, weights_for
+    from .drafter import draft_weights, offered_weights
+    from .weights import WeightsSourceError, profile_weights
 
     lines = []
     weights = profile_weights(profile)
@@ -95,7 +95,7 @@ def snapshots_comment(profile: Profile) -> str | None:
         lines.append(weights.unit_comment())
     try:
         draft = draft_weights(profile)
-        offered = [weights_for(d.source, d.manifest) for d in profile.tune.drafters]
+        offered = offered_weights(profile)
     except WeightsSourceError:  # an unfrozen drafter: the check refuses the profile and names the command
         draft, offered = None, []
     if draft:

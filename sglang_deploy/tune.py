@@ -419,31 +419,24 @@ class Search:
         later axis does not build on a change that only won by noise."""
         return self.better(measured, than) and clear_gain(measured, than, self.objective)
 
-    def axis_drafter(self, best: Measured) -> Measured:
-        """Each offered drafter against the best speculation so far (the profile's own, tuned): a drafter wins only
-        by more than the two measurements' noise, on the whole prompt mix."""
+    def clear_winner(self, best: Measured, candidates) -> Measured:
+        """Each candidate on top of the best so far; the one that beats it by more than the noise (clearly_better)."""
         top = best
-        for candidate in drafter_candidates(self.flags, self.drafters):
+        for candidate in candidates:
             measured = self.run_one(self.with_best(best, candidate))
             if self.clearly_better(measured, top):
                 top = measured
         return top
+
+    def axis_drafter(self, best: Measured) -> Measured:
+        """Each offered drafter against the best speculation so far (the profile's own, tuned), on the whole mix."""
+        return self.clear_winner(best, drafter_candidates(self.flags, self.drafters))
 
     def axis_graphs(self, best: Measured) -> Measured:
-        top = best
-        for candidate in graph_candidates(self.flags, self.concurrency):
-            measured = self.run_one(self.with_best(best, candidate))
-            if self.clearly_better(measured, top):
-                top = measured
-        return top
+        return self.clear_winner(best, graph_candidates(self.flags, self.concurrency))
 
     def axis_nccl(self, best: Measured) -> Measured:
-        top = best
-        for candidate in nccl_candidates(self.flags, self.env, self.topology):
-            measured = self.run_one(self.with_best(best, candidate))
-            if self.clearly_better(measured, top):
-                top = measured
-        return top
+        return self.clear_winner(best, nccl_candidates(self.flags, self.env, self.topology))
 
 
 # --- profile text -----------------------------------------------------------------------------------
