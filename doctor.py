@@ -23,20 +23,20 @@ from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.store import RELEASE_ID
 from sglang_deploy.layout import host_program
-from sglang_deploy.hostdata import host_flag
 from sglang_deploy.layout import STORE_ROOT
 from sglang_deploy.release_plan import service_of
+from sglang_deploy.settings import DoctorArgs
+from roles.settings import host_settings, of, sudo
 
-service = service_of(host.data)
+service = service_of(host_settings())
 gpu_facts = host.get_fact(GpuHost)
-probe = host_flag(host.data, "probe")
-probe_force = host_flag(host.data, "probe_force")
+probe, probe_force = of(DoctorArgs).probe, of(DoctorArgs).probe_force
 
 
 def run_doctor():
     command = host_program("doctor_collect", "--service", service, *["--probe"] * probe,
                            *["--probe-force"] * probe_force)
-    ok, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
+    ok, output = host.run_shell_command(command, _sudo=sudo())
     if not ok:
         raise DeployError(f"collecting the doctor's inputs failed:\n{output.stderr}")
     collected = json.loads(output.stdout)

@@ -16,14 +16,16 @@ from pathlib import Path
 from pyinfra import host, logger
 
 from roles.facts import GpuHost, VenvTorch
+from roles.settings import host_settings, of
+from sglang_deploy.settings import FactsArgs
 from sglang_deploy.container import container_summary, proxmox_config
 from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
 
 facts = host.get_fact(GpuHost)
-python = host.data.get("python")
+python = of(FactsArgs).python
 facts["venv_torch"] = host.get_fact(VenvTorch, python=python)
 facts["driver"] = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"],
-                                 cuda_major=int(host.data.get("cuda_major") or 13), libcuda=facts["libcuda"])
+                                 cuda_major=host_settings().cuda_major, libcuda=facts["libcuda"])
 facts["validation_uses"] = detected_hardware(facts)  # GPU count and topology deploy.py checks the profile against
 torch_nccl = (facts["venv_torch"] or {}).get("nccl")
 if nccl_differs(facts["system_nccl"], torch_nccl):
@@ -34,7 +36,7 @@ if uvm_warning(facts):
 logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))
 if facts["container"] != "none" or (facts.get("lxc") or {}).get("unprivileged"):
     logger.info(f"[{host.name}] container ({facts['container']}):\n    " + "\n    ".join(container_summary(facts)))
-    facts["proxmox_config"] = proxmox_config(facts, host.data.get("container_id"), host.data.get("gpus"))
+    facts["proxmox_config"] = proxmox_config(facts, host_settings().container_id, host_settings().gpus)
     logger.info(f"[{host.name}] the Proxmox CT configuration this host needs:\n" + facts["proxmox_config"])
 saved = Path(__file__).resolve().parent / "results" / host.name / "facts.json"
 saved.parent.mkdir(parents=True, exist_ok=True)

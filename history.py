@@ -14,12 +14,13 @@ import json
 from pyinfra import host, logger
 
 from roles.facts import ReleaseHistory
+from roles.settings import host_settings
 from sglang_deploy import history
 from sglang_deploy.gate import RESULTS_DIR
 from sglang_deploy.history_png import PlotUnavailable, picture
 from sglang_deploy.release_plan import service_of
 
-service = service_of(host.data)
+service = service_of(host_settings())
 document = host.get_fact(ReleaseHistory, service=service)
 directory = RESULTS_DIR / host.name
 directory.mkdir(parents=True, exist_ok=True)

@@ -6,18 +6,16 @@ deploy.py runs the same roles first on real hosts; verify mode changes nothing a
 would have to change.
 """
 
-from pyinfra import host
-
 from roles import provision
-from sglang_deploy.hostdata import host_flag
+from roles.settings import host_settings, of
+from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.settings import ProvisionArgs
 
-mode = host.data.get("provision_mode")
+mode = host_settings().provision_mode
 provision.nvidia_stack(mode=mode)
-if not host_flag(host.data, "skip_python_env"):
-    from sglang_deploy.plan import PlanError, plan_for_host  # needs pydantic; the NVIDIA stack does not
-
+if not of(ProvisionArgs).skip_python_env:
     try:
-        profile = plan_for_host(host.data, need_key=False).profile
+        profile = plan_for_host(host_settings(), need_key=False).profile
     except PlanError as error:
         raise SystemExit(str(error)) from None
     provision.python_env(profile=profile, mode=mode)

@@ -14,10 +14,12 @@ from pathlib import Path
 from pyinfra import host, logger, state
 
 from roles.facts import ReleaseStore
+from roles.settings import host_settings, of
+from sglang_deploy.settings import ReleasesArgs
 from sglang_deploy.fleet import host_summary, summary_lines
 from sglang_deploy.release_plan import listing, service_of
 
-service = service_of(host.data)
+service = service_of(host_settings())
 store = host.get_fact(ReleaseStore, service=service)
 logger.info(f"[{host.name}] releases of {service}.service"
             + ("" if store["consistent"] else "  (WARNING: the host is not consistent with its active release: "
@@ -38,7 +40,7 @@ if set(hosts) <= set(rows):
         logger.info(f"fleet summary ({len(ordered)} hosts):")
         for line in summary_lines(ordered):
             logger.info(f"    {line}")
-    if host.data.get("fleet_summary"):
-        path = Path(str(host.data.get("fleet_summary")))
+    if of(ReleasesArgs).fleet_summary:
+        path = Path(of(ReleasesArgs).fleet_summary)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(ordered, indent=1) + "\n")

@@ -16,17 +16,20 @@ from pyinfra.facts.files import FileContents
 
 from roles import multinode, release
 from roles.facts import ReleaseStore
-from sglang_deploy.hostdata import host_flag
+from roles.settings import host_settings, of
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of
+from sglang_deploy.settings import RollbackArgs
+from sglang_deploy.switch_options import SwitchOptions
 
-service = service_of(host.data)
+settings, args = host_settings(), of(RollbackArgs)
+service = service_of(settings)
 store = host.get_fact(ReleaseStore, service=service)
 if store["lock"]:
     raise DeployError(f"{host.name}: another deploy or rollback is running: {store['lock'].get('owner')} "
                       f"(since {store['lock'].get('since')}); nothing was changed")
 try:
-    target = rollback_target(store, host.data.get("release"))
+    target = rollback_target(store, args.release)
 except ValueError as error:
     raise DeployError(f"{host.name}: {error}; nothing was changed") from None
 
@@ -43,7 +46,7 @@ unit, env = (host.get_fact(FileContents, path=f"{directory}/{name}") for name in
 release.install_programs()
 release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n")
 # The target's preflight before its restart (a rollback the switch does on its own is never delayed by one).
-if host_flag(host.data, "skip_preflight"):
+if args.skip_preflight:
     logger.warning(f"[{host.name}] skip_preflight: restarting on {target} WITHOUT its preflight")
 else:
     resolution = json.loads("\n".join(host.get_fact(FileContents, path=f"{directory}/resolved.json") or ["{}"]) or "{}")
@@ -51,16 +54,16 @@ else:
                       interpreter=release.preflight_interpreter(bool(meta.get("simulated")), meta.get("venv", "")),
                       gpus=release.preflight_gpus(resolution.get("resolved"), (meta.get("node") or {}).get("nnodes", 1)),
                       simulated=bool(meta.get("simulated")), exec_start=meta.get("exec_start") or [],
-                      resolved=resolution.get("resolved"), container_id=host.data.get("container_id"),
-                      resolve=host_flag(host.data, "preflight_stack", default=True))
-switch = dict(service=service, release_id=target, probe_url=meta["probe_url"], timeout=meta["start_timeout_s"],
-              reason="rollback", auto_rollback=True, force=True)
+                      resolved=resolution.get("resolved"), container_id=settings.container_id,
+                      resolve=settings.preflight_stack)
+options = SwitchOptions(service=service, release_id=target, probe_url=meta["probe_url"],
+                        timeout=meta["start_timeout_s"], reason="rollback", auto_rollback=True, force=True)
 node = meta.get("node")  # a multi-node release: this host's rank (release_plan.build_meta)
 spans = node or (active_meta or {}).get("node")  # entering or leaving a multi-node release
-nodes = [h.name for h in inventory.get_group(host.data.get("node_group"))] if spans else []
+nodes = [h.name for h in inventory.get_group(settings.node_group)] if spans else []
 if spans:  # every node of the server goes together
     multinode.require_whole_server(nodes, "rolled back")
 if node:
-    multinode.switch_in_order(switch, node["rank"], node["nnodes"], nodes)
+    multinode.switch_in_order(options, node["rank"], node["nnodes"], nodes)
 else:
-    release.switch(**switch)
+    release.switch(options=options)

@@ -16,63 +16,20 @@ batch passed, 1 when the rollout stopped, 2 on a usage error.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from sglang_deploy.fleet import FleetError, host_change, inventory_groups, plan_batches, summary_lines  # noqa: E402
+from sglang_deploy.fleet import FleetError, inventory_groups, plan_batches  # noqa: E402
+from sglang_deploy.rollout import Log, roll_out  # noqa: E402
 
 if __name__ != "__main__":  # run by pyinfra as a deploy file by mistake
     raise SystemExit("rollout.py drives pyinfra itself: run `python rollout.py INVENTORY [options]`, "
                      "not `pyinfra INVENTORY rollout.py`")
-
-
-class Log:
-    def __init__(self, path: Path | None):
-        self.file = open(path, "a") if path else None
-        self.start = time.monotonic()
-
-    def __call__(self, message: str = "") -> None:
-        line = f"[rollout +{time.monotonic() - self.start:6.1f}s] {message}" if message else ""
-        print(line, flush=True)
-        if self.file:
-            self.file.write(line + "\n")
-            self.file.flush()
-
-
-def pyinfra(inventory: Path, verb: str, hosts: list[str], data: list[str], log_path: Path) -> int:
-    command = [sys.executable, "-m", "pyinfra", "-y", str(inventory), verb]
-    for host in hosts:
-        command += ["--limit", host]
-    for item in data:
-        command += ["--data", item]
-    with open(log_path, "w") as out:
-        return subprocess.run(command, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
-                              env={**os.environ, "PYTHONUNBUFFERED": "1"}).returncode
-
-
-def read_summary(inventory: Path, hosts: list[str], data: list[str], work: Path, tag: str) -> dict[str, dict]:
-    """The hosts' release stores through pyinfra releases.py (reads only)."""
-    path = work / f"summary-{tag}.json"
-    code = pyinfra(inventory, "releases.py", hosts, data + [f"fleet_summary={path}"], work / f"releases-{tag}.log")
-    try:
-        rows = json.loads(path.read_text())
-    except (OSError, ValueError):
-        rows = {}
-    return {h: rows.get(h) or {"error": f"could not read its release store (pyinfra exit {code}, "
-                                        f"see {work / f'releases-{tag}.log'})"} for h in hosts}
-
-
-NOTEWORTHY = ("FAILED", "automatic rollback", "gate fail", "gate inconclusive", "effective config", "Error",
-              "is active (", "is not declared", "below", "regress")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,54 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work = Path(tempfile.mkdtemp(prefix=f"rollout-{stamp}-", dir=os.environ.get("TMPDIR")))
-    log = Log(args.log)
-    hosts = [h for batch in batches for h in batch]
-    log(f"rollout over {len(hosts)} hosts of {args.inventory}: "
-        + " | ".join(f"{'canary' if i == 0 else f'batch {i}'}: {', '.join(b)}" for i, b in enumerate(batches)))
-    log(f"pyinfra logs in {work}")
-    if any(item.split("=", 1)[0] == "skip_gate" and item.split("=", 1)[1].lower() in ("1", "true", "yes", "on")
-           for item in args.data):
-        log("WARNING: skip_gate: hosts are marked good when ready, WITHOUT the gate; the canary proves only readiness")
-    before = read_summary(inventory, hosts, args.data, work, "before")
-    stopped_at = None
-    for index, batch in enumerate(batches):
-        label = "canary" if index == 0 else f"batch {index}/{len(batches) - 1}"
-        log(f"{label}: deploying {', '.join(batch)}")
-        started = time.monotonic()
-        batch_log = work / f"deploy-{index}.log"
-        code = pyinfra(inventory, "deploy.py", batch, args.data, batch_log)
-        after = read_summary(inventory, batch, args.data, work, f"after-{index}")
-        failed = []
-        for host in batch:
-            change = host_change(before.get(host), after.get(host))
-            ok = change.startswith(("deployed", "unchanged"))
-            failed += [] if ok else [host]
-            log(f"  {host}: {change}")
-        if code != 0 and not failed:  # pyinfra failed before any switch (validation, connection, lock)
-            failed = list(batch)
-        if failed:
-            for line in batch_log.read_text(errors="replace").splitlines():
-                if any(word in line for word in NOTEWORTHY):
-                    log(f"    | {line.strip()[:200]}")
-        share = 100.0 * len(failed) / len(batch)
-        log(f"{label}: {'PASSED' if not failed else 'FAILED'} in {time.monotonic() - started:.1f} s "
-            f"(pyinfra exit {code}; {len(failed)}/{len(batch)} failed: {', '.join(failed) or 'none'}; full log {batch_log})")
-        if failed and (index == 0 or share > args.fail_percent):
-            stopped_at = index
-            break
-    remaining = [h for batch in batches[(stopped_at + 1 if stopped_at is not None else len(batches)):] for h in batch]
-    final = read_summary(inventory, hosts, args.data, work, "final")
-    if remaining:
-        log(f"rollout STOPPED at {'the canary' if stopped_at == 0 else f'batch {stopped_at}'}; "
-            f"{len(remaining)} host(s) not deployed:")
-        for host in remaining:
-            log(f"  {host}: {host_change(before.get(host), final.get(host))}")
-    else:
-        log("rollout COMPLETE: every batch passed")
-    log("fleet summary:")
-    for line in summary_lines(final):
-        log(f"  {line}")
-    return 1 if remaining or stopped_at is not None else 0
+    return roll_out(inventory, str(args.inventory), batches, args.data, args.fail_percent, work, Log(args.log))
 
 
 if __name__ == "__main__":

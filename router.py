@@ -15,63 +15,37 @@ result is saved in results/<router host>/; a failed gate fails the run (nothing 
 no release).
 """
 
-import json
 
 from pyinfra import host, inventory, logger
-from pyinfra.api.exceptions import DeployError, OperationError
+from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.server import Command
 from pyinfra.operations import python
 
 from roles import release
 from roles import router as router_role
-from sglang_deploy.gate import save_result
-from sglang_deploy.hostdata import host_flag, origin
-from sglang_deploy.layout import host_program
-from sglang_deploy.plan import PlanError, resolve_api_key
+from roles.settings import host_settings, of
+from sglang_deploy.plan import PlanError, host_settings as settings_of, resolve_api_key
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.plan import resolve_profile_path
-from sglang_deploy.router import (ROUTER_KEY_PATH, ROUTER_LIB, RouterError, gate_verdict, render_unit, settings,
+from sglang_deploy.settings import RouterSettings
+from sglang_deploy.router import (ROUTER_LIB, RouterError, render_unit,
                                   wheelhouse, worker_url)
-
-
-def gate_through_router(check_url, workers, gate):
-    """The gate's client through the router, on the router host; the verdict on the workers' floors."""
-    command = host_program("bench", "--url", check_url, "--api-key-file", ROUTER_KEY_PATH,
-                           "--samples", str(gate.samples), "--max-new-tokens", str(gate.max_new_tokens),
-                           "--concurrency", str(gate.concurrency * len(workers)), "--aggregate-rounds", "1")
-    ok, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
-    if not ok:
-        raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
-    measurement = json.loads(output.stdout)
-    verdict = gate_verdict(measurement, {"min_decode_tok_s": gate.min_decode_tok_s,
-                                         "min_accept_length": gate.min_accept_length}, len(workers))
-    saved = save_result(host.name, {"release": "router", "router": check_url, "workers": workers,
-                                    "gate": verdict, "measurement": measurement}, kind="router-gate")
-    host.log(f"gate through the router over {len(workers)} workers: {verdict['verdict'].upper()}: decode "
-             f"{verdict['decode_tok_s'] or 0:.1f} tok/s single stream, tau {verdict['accept_length'] or 0:.2f}, "
-             f"aggregate {verdict['aggregate_tok_s'] or 0:.1f} tok/s at {gate.concurrency * len(workers)} streams "
-             f"({verdict['aggregate_per_worker_tok_s'] or 0:.1f} per worker); saved to {saved}",
-             logger.info if verdict["verdict"] == "pass" else logger.error)
-    if verdict["verdict"] != "pass":
-        raise OperationError("the fleet's gate through the router failed: " + "; ".join(verdict["reasons"]))
 
 
 if host not in (inventory.get_group("router") if "router" in inventory.groups else []):
     logger.info(f"[{host.name}] not in the inventory group `router`: no router here")
 else:
+    config = of(RouterSettings)
     try:
-        config = settings(host.data)
         workers, gates = [], []
         for worker in inventory.get_group(config.workers_group) if config.workers_group in inventory.groups else []:
-            profile = load_profile(resolve_profile_path(worker.data.get("profile")))
-            workers.append(worker_url(worker.name, worker.data, profile.service.port))
+            theirs = settings_of(worker.data)
+            profile = load_profile(resolve_profile_path(theirs.profile))
+            workers.append(worker_url(worker.name, theirs, profile.service.port))
             gates.append(profile.gate)
         unit = render_unit(config, workers)
-        api_key = resolve_api_key(host.data, where="router")
-    except RouterError as error:
-        key = str(error).split(":", 1)[0]
-        raise DeployError(f"{host.name}: {origin(host.data, key)}: {error}; nothing was changed") from None
-    except (PlanError, ProfileError) as error:
+        api_key = resolve_api_key(host_settings(), where="router")
+    except (RouterError, PlanError, ProfileError) as error:
         raise DeployError(f"{host.name}: {error}; nothing was changed") from None
     found = host.get_fact(Command, command="python3 -c 'import platform, sys; print(\"%d.%d\" % sys.version_info[:2], "
                                            "platform.machine())'; cat " + ROUTER_LIB + "/.manifest 2>/dev/null; true")
@@ -84,7 +58,7 @@ else:
                 f"workers of group {config.workers_group}: {' '.join(workers)}")
     router_role.install(ship=ship, installed_digest=(lines[1].strip() if len(lines) > 1 else ""), unit=unit,
                         api_key=api_key, check_url=check_url, workers=workers)
-    if host_flag(host.data, "router_gate") and workers:
+    if config.gate and workers:
         release.install_programs()  # the gate's client runs from the host package
-        python.call(name=f"Gate through the router ({len(workers)} workers)", function=gate_through_router,
+        python.call(name=f"Gate through the router ({len(workers)} workers)", function=router_role.gate_through_router,
                     check_url=check_url, workers=workers, gate=gates[0])

@@ -23,26 +23,26 @@ from pyinfra.operations import python
 
 from roles import release
 from roles.facts import GpuHost
-from sglang_deploy.hostdata import host_flag
+from roles.settings import host_settings, sudo
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.tune_run import Runner, TuneError
 
-detected = None if host_flag(host.data, "simulated") else detected_hardware(host.get_fact(GpuHost))
+detected = None if host_settings().simulated else detected_hardware(host.get_fact(GpuHost))
 
 
 class Remote:
     def run(self, command):
-        ok, output = host.run_shell_command(command, _sudo=bool(host.data.get("_sudo")))
+        ok, output = host.run_shell_command(command, _sudo=sudo())
         return ok, output.stdout, output.stderr
 
     def put(self, text, path):
         from io import StringIO
 
-        host.put_file(StringIO(text), path, _sudo=bool(host.data.get("_sudo")))
+        host.put_file(StringIO(text), path, _sudo=sudo())
 
 
 def run_tune():
-    if host_flag(host.data, "simulated"):
+    if host_settings().simulated:
         logger.warning(f"[{host.name}] SIMULATED HOST: every number below comes from sglang_deploy.sim's hardware "
                        "model of 2x RTX A6000, not from SGLang on a GPU")
     try:

@@ -15,13 +15,15 @@ from pyinfra.facts.files import Sha256File
 
 from roles import release, secrets
 from roles.facts import GpuHost, ReleaseStore
-from roles.release import SWITCH_DEFAULTS, switch_command
-from sglang_deploy.hostdata import host_flag
+from roles.release import switch_command
+from roles.settings import host_settings, sudo
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.hostside.store import content_hash
 from sglang_deploy.layout import ServiceLayout
 from sglang_deploy.plan import PlanError, plan_for_host
+from sglang_deploy.plan import host_settings as host_settings_of
 from sglang_deploy.release_plan import Peer, server_digest
+from sglang_deploy.switch_options import SwitchOptions
 
 
 def require_whole_server(names: list[str], verb: str):
@@ -33,7 +35,7 @@ def require_whole_server(names: list[str], verb: str):
         return
     missing = [name for name in names if name not in {h.name for h in limited}]
     if missing:
-        group = host.data.get("node_group")
+        group = host_settings().node_group
         raise DeployError(f"{host.name}: this {len(names)}-node server is {verb} as a whole, but --limit/--exclude "
                           f"leaves out {', '.join(missing)} of inventory group {group!r}; nothing was changed. "
                           f"Use --limit {group}")
@@ -44,7 +46,7 @@ def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
     host data and hardware facts, and whether its secrets file's content will change) and the server's digest:
     what release_plan.decide needs so that every node picks the same release id. A node that cannot be planned
     stops the deploy on this node too."""
-    members = groups[str(host.data.get("node_group"))]
+    members = groups[host_settings().node_group]
     require_whole_server([name for name, _ in members], "deployed")
     digests, peers = [], {}
     for name, data in members:
@@ -52,8 +54,9 @@ def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
             digests.append(content_hash(plan.rendered.unit, plan.rendered.env))
             continue
         other = inventory.get_host(name)
-        detected = None if host_flag(data, "simulated") else detected_hardware(other.get_fact(GpuHost))
         try:
+            data = host_settings_of(data)
+            detected = None if data.simulated else detected_hardware(other.get_fact(GpuHost))
             theirs = plan_for_host(data, detected=detected, groups=groups, host_name=name)
         except PlanError as error:
             raise DeployError(f"{host.name}: node {name} of this server cannot be planned, so this node is not "
@@ -65,27 +68,27 @@ def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
     return peers, server_digest(digests)
 
 
-def _follow(service: str, rank0: str, target: str | None, release_id: str, probe_url: str, timeout: int):
+def _follow(options: SwitchOptions, rank0: str, target: str | None):
     if rank0 not in {h.name for h in state.failed_hosts}:
         return
+    release_id = options.release_id
     if not target or target == release_id:
         raise OperationError(f"rank 0 ({rank0}) failed its switch to {release_id}; this node has no earlier release "
                              "to go back to and is left as it is")
     host.log(f"rank 0 ({rank0}) failed its switch to {release_id}: this node goes back to {target} with it",
              logger.warning)
-    ok, output = host.run_shell_command(switch_command(
-        service, target, probe_url, timeout, "rollback (rank 0 failed)", auto_rollback=False, mark_good=False,
-        max_auto_rollbacks=1000, force=True, gate=False, on_inconclusive="keep", mark_previous_bad=True),
-        _sudo=bool(host.data.get("_sudo")))
+    back = options.but(release_id=target, reason="rollback (rank 0 failed)", auto_rollback=False, mark_good=False,
+                       max_auto_rollbacks=1000, force=True, gate=False, on_inconclusive="keep",
+                       mark_previous_bad=True)
+    ok, output = host.run_shell_command(switch_command(back), _sudo=sudo())
     raise OperationError(f"rank 0 ({rank0}) failed its switch to {release_id}; this node went back to {target}"
                          + ("" if ok else " (ITS SWITCH BACK FAILED: see the journal)"))
 
 
 @deploy("Multi-node: follow rank 0")
-def follow_rank0(service: str, rank0: str, target: str | None, release_id: str, probe_url: str, timeout: int):
+def follow_rank0(options: SwitchOptions, rank0: str, target: str | None):
     python.call(name=f"Back to {target} with the other nodes if rank 0 ({rank0}) failed its switch",
-                function=_follow, service=service, rank0=rank0, target=target, release_id=release_id,
-                probe_url=probe_url, timeout=timeout)
+                function=_follow, options=options, rank0=rank0, target=target)
 
 
 def _peers_intact(names, step: str):
@@ -97,13 +100,13 @@ def _peers_intact(names, step: str):
 
 
 @deploy("Multi-node: stop every node first")
-def stop_for_restart(switch: dict, rank: int, nnodes: int):
+def stop_for_restart(options: SwitchOptions, rank: int, nnodes: int):
     """Before the switch: the server spans the nodes, so restarting one rank ends it on all; stopping every node
     first means the ranks that start next meet each other, not a rank of the old release. The stop runs the
     switch's own refusals first (lock, automatic-rollback cap, weights), under the store's lock."""
-    server.shell(name=f"Stop {switch['service']} on all {nnodes} nodes (they restart together: the joining ranks "
+    server.shell(name=f"Stop {options.service} on all {nnodes} nodes (they restart together: the joining ranks "
                       "first, rank 0 last)",
-                 commands=[switch_command(**{**SWITCH_DEFAULTS, **switch}, stop_only=True)])
+                 commands=[switch_command(options.but(stop_only=True))])
 
 
 @deploy("Multi-node: every node still in")
@@ -112,15 +115,29 @@ def require_peers(names: list, step: str):
                 names=names, step=step)
 
 
-def switch_in_order(switch: dict, rank: int, nnodes: int, nodes: list[str]):
+def switch_in_order(options: SwitchOptions, rank: int, nnodes: int, nodes: list[str]):
     """release.switch for a node of a multi-node server, in the server's start order (pyinfra runs each
     operation on every host before the next, in the order of these lines): every node stops, the joining ranks
     start and wait at the rendezvous, then rank 0 starts, and its readiness and gate see the new release on
     every node (no rank joins a rank 0 of the old release)."""
-    stop_for_restart(switch=switch, rank=rank, nnodes=nnodes)
+    stop_for_restart(options=options, rank=rank, nnodes=nnodes)
     if rank > 0:
         require_peers(names=nodes, step="the joining ranks' start")
-        release.switch(**switch)
+        release.switch(options=options)
     if rank == 0:
         require_peers(names=nodes, step="rank 0's start")
-        release.switch(**switch)
+        release.switch(options=options)
+
+
+def describe(node) -> str:
+    return (f"node {node.rank} of {node.nnodes} (--dist-init-addr {node.dist_init_addr})"
+            + ("" if node.serves_http else ": joins rank 0 and serves no HTTP; gated through rank 0"))
+
+
+def switch_server(options: SwitchOptions, node, members: list, previous: str | None):
+    """This node's part of a multi-node server's switch: in the server's start order, then (a rank that serves no
+    HTTP) back to `previous` with the others if rank 0 failed its switch."""
+    names = [name for name, _ in members]
+    switch_in_order(options, node.rank, node.nnodes, nodes=names)
+    if not node.serves_http:
+        follow_rank0(options=options, rank0=names[0], target=previous)

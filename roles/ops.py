@@ -13,6 +13,7 @@ from pyinfra.facts.files import File, FileContents, Sha256File
 from pyinfra.facts.server import Home
 from pyinfra.operations import files
 
+from roles.settings import sudo
 from sglang_deploy.render import mask_secrets
 
 
@@ -71,7 +72,7 @@ def secret_file(dest: str, content: str, mode: int, group: str):
     if state.config.DIFF:
         host.log(f"Will write {dest}: changed (secret: its content is not shown)", logger.info)
     data = BytesIO(content.encode())
-    if not (host.data.get("_sudo") or state.config.SUDO):
+    if not (sudo() or state.config.SUDO):
         yield StringCommand("install", "-m", "600", "/dev/null", dest)  # 0600 before a byte arrives
         yield FileUploadCommand(data, dest)
     else:

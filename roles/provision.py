@@ -15,10 +15,10 @@ from pyinfra.facts.server import Arch, LinuxDistribution, Which
 from pyinfra.operations import apt, files, server
 
 from roles.facts import GpuHost, SGLangVersion, VenvTorch
-from sglang_deploy.hostdata import get
+from roles.settings import host_settings
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.provision import (NCCL_PACKAGE_VERSION, cuda_toolkit_step, driver_step, install_commands,
+from sglang_deploy.provision import (cuda_toolkit_step, driver_step, install_commands,
                                      nccl_step, nvidia_repo_path, toolchain_step, userspace_driver_defaults)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
@@ -40,10 +40,6 @@ Pin-Priority: 1001
 """
 
 
-def setting(name, default=None):
-    return get(host.data, name, default)
-
-
 def os_release() -> dict:
     return host.get_fact(LinuxDistribution)["release_meta"]
 
@@ -51,7 +47,7 @@ def os_release() -> dict:
 def nvidia_repository():
     """NVIDIA's CUDA apt repository (or a mirror): keyring, deb822 source, preference for its packages.
     {distro} and {arch} in the URLs come from the host (debian12/x86_64, ubuntu2404/sbsa, ...)."""
-    url, key = setting("cuda_repo_url"), setting("cuda_repo_key_url")
+    url, key = host_settings().cuda_repo_url, host_settings().cuda_repo_key_url
     if "{" in url + key:
         try:
             path = nvidia_repo_path(os_release(), host.get_fact(Arch))
@@ -65,7 +61,7 @@ def nvidia_repository():
     files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
               src=StringIO(CUDA_SOURCES.format(url=url, keyring=KEYRING)))
     files.put(name="Prefer NVIDIA's repository for CUDA packages", dest=REPO_PREFERENCE, mode="644",
-              src=StringIO(CUDA_PIN.format(origin=setting("cuda_repo_origin"))))
+              src=StringIO(CUDA_PIN.format(origin=host_settings().cuda_repo_origin)))
 
 
 def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
@@ -84,18 +80,18 @@ def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
 def nvidia_stack(mode: str, python: str | None = None):
     """python: the interpreter whose torch reports the NCCL that is actually loaded (the profile's venv)."""
     facts = host.get_fact(GpuHost)
-    torch = host.get_fact(VenvTorch, python=setting("verify_python") or python or "python3")
-    cuda_version = str(setting("cuda_version"))  # `--data cuda_version=13.1` arrives as a float
-    nccl_pin = setting("nccl_version")
-    default_packages, default_version = userspace_driver_defaults(os_release())
-    driver = driver_step(facts, int(setting("cuda_major")), int(setting("driver_branch")), mode,
-                         userspace_packages=setting("driver_userspace_packages", default_packages),
-                         package_version=setting("driver_package_version", default_version))
+    torch = host.get_fact(VenvTorch, python=host_settings().verify_python or python or "python3")
+    cuda_version = host_settings().cuda_version  # `--data cuda_version=13.1` arrives as a float; the setting is its text
+    nccl_pin = host_settings().nccl_version
+    default_packages, _ = userspace_driver_defaults(os_release())
+    driver = driver_step(facts, host_settings().cuda_major, host_settings().driver_branch, mode,
+                         userspace_packages=host_settings().driver_userspace_packages or default_packages,
+                         package_version=host_settings().driver_package_version)
     steps = [
         driver,
         cuda_toolkit_step(facts, cuda_version, mode),
         nccl_step(facts, str(nccl_pin) if nccl_pin else None, (torch or {}).get("nccl"), mode,
-                  cuda_version=cuda_version, package_version=setting("nccl_package_version", NCCL_PACKAGE_VERSION)),
+                  cuda_version=cuda_version, package_version=host_settings().nccl_package_version),
         toolchain_step(facts, mode),
     ]
     for step in steps:
@@ -154,7 +150,7 @@ def python_env(profile, mode: str):
     if mode == "verify":
         raise DeployError(f"{host.name}: verify mode: {venv} has SGLang {installed or 'nothing'}, "
                           f"the profile pins {profile.sglang.version}")
-    wheelhouse = setting("wheelhouse")  # a directory of wheels on the controller: install offline
+    wheelhouse = host_settings().wheelhouse  # a directory of wheels on the controller: install offline
     index_args = []
     if wheelhouse:
         remote = f"/opt/sglang-deploy/wheelhouse/sglang-{profile.sglang.version}"

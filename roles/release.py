@@ -17,12 +17,14 @@ from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, python, server
 
 from roles.ops import managed_file, preview_diff
+from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, OLD_TOOL_BIN, STORE_ROOT, ServiceLayout, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
+from sglang_deploy.switch_options import SwitchOptions
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 
@@ -89,17 +91,8 @@ def show_changes(service: str, unit: str, env: str):
     preview_diff(name="Diff: environment", dest=layout.env_path, content=env)
 
 
-def switch_command(service, release_id, probe_url, timeout, reason, auto_rollback, mark_good, max_auto_rollbacks,
-                   force, gate, on_inconclusive, mark_previous_bad=False, stop_only=False) -> str:
-    command = [
-        "--service", service, "--release", release_id,
-        "--probe-url", probe_url, "--timeout", str(timeout), "--reason", reason,
-        "--owner", f"{controller_identity()} ({reason})", "--max-auto-rollbacks", str(max_auto_rollbacks),
-    ]
-    command += ["--auto-rollback"] * auto_rollback + ["--mark-good-on-ready"] * mark_good + ["--force"] * force
-    command += ["--gate", "--on-inconclusive", on_inconclusive] if gate else []
-    command += ["--mark-previous-bad"] * mark_previous_bad + ["--stop-only"] * stop_only
-    return host_program("switch", *command)
+def switch_command(options: SwitchOptions) -> str:
+    return host_program("switch", *options.argv(controller_identity()))
 
 
 def _report(service):
@@ -109,7 +102,7 @@ def _report(service):
     """
     path = f"{STORE_ROOT}/{service}/last_switch.json"
     for _ in range(3):  # one SSH round trip; a busy host may drop one
-        ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=bool(host.data.get("_sudo")))
+        ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
         try:
             document = json.loads(output.stdout) if ok else None
         except ValueError:
@@ -132,19 +125,10 @@ def _report(service):
             logger.info(f"    {line}")
 
 
-SWITCH_DEFAULTS = dict(auto_rollback=True, mark_good=False, max_auto_rollbacks=3, force=False, gate=False,
-                       on_inconclusive="rollback")
-
-
 @deploy("Release: switch")
-def switch(service: str, release_id: str, probe_url: str, timeout: int, reason: str, **options):
-    """options: SWITCH_DEFAULTS' keys (auto_rollback, mark_good, max_auto_rollbacks, force, gate, on_inconclusive)."""
-    options = {**SWITCH_DEFAULTS, **options}
-    server.shell(name=f"Switch {service} to release {release_id} ({reason}): restart, readiness"
-                      + (", gate" if options["gate"] else "")
-                      + (", automatic rollback on failure" if options["auto_rollback"] else ""),
-                 commands=[switch_command(service, release_id, probe_url, timeout, reason, **options)])
-    python.call(name="Report", function=_report, service=service)
+def switch(options: SwitchOptions):
+    server.shell(name=options.describe(), commands=[switch_command(options)])
+    python.call(name="Report", function=_report, service=options.service)
 
 
 @deploy("Release: prune")
@@ -184,7 +168,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, sim
 
 def _preflight_report(service):
     ok, output = host.run_shell_command(shlex.join(["cat", f"{PREFLIGHT_DIR}/{service}.json"]),
-                                        _sudo=bool(host.data.get("_sudo")))
+                                        _sudo=sudo())
     if not ok:
         return
     document = json.loads(output.stdout)

@@ -4,18 +4,24 @@ Installed or restarted only when something differs from what the host has (the w
 the unit, the key); then the router must report every worker healthy (hostside/router_check.py).
 """
 
+import json
 import shlex
 from functools import lru_cache
 from io import StringIO
 from pathlib import Path
 
+from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import OperationError
 from pyinfra.operations import files, server, systemd
 
 from roles.ops import managed_file
+from roles.settings import sudo
 from sglang_deploy import shipment
+from sglang_deploy.gate import save_result
+from sglang_deploy.layout import host_program
 from sglang_deploy.router import (ROUTER_CONFIG_DIR, ROUTER_KEY_PATH, ROUTER_LIB, ROUTER_SERVICE, ROUTER_UNIT_PATH,
-                                  ROUTER_VENV, ROUTER_VERSION)
+                                  ROUTER_VENV, ROUTER_VERSION, gate_verdict)
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 PROGRAMS = ("router_launch.py", "router_check.py")
@@ -56,3 +62,25 @@ def install(ship: shipment.Shipment, installed_digest: str, unit: str, api_key: 
     server.shell(name=f"Router ready with {len(workers)} healthy worker(s)",
                  commands=[shlex.join(["python3", f"{ROUTER_LIB}/router_check.py", "--url", check_url, "--key-file", ROUTER_KEY_PATH, "--timeout",
                                        "120", *[a for w in workers for a in ("--worker", w)]])])
+
+
+def gate_through_router(check_url, workers, gate):
+    """The gate's client through the router, on the router host; the verdict on the workers' floors."""
+    command = host_program("bench", "--url", check_url, "--api-key-file", ROUTER_KEY_PATH,
+                           "--samples", str(gate.samples), "--max-new-tokens", str(gate.max_new_tokens),
+                           "--concurrency", str(gate.concurrency * len(workers)), "--aggregate-rounds", "1")
+    ok, output = host.run_shell_command(command, _sudo=sudo())
+    if not ok:
+        raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
+    measurement = json.loads(output.stdout)
+    verdict = gate_verdict(measurement, {"min_decode_tok_s": gate.min_decode_tok_s,
+                                         "min_accept_length": gate.min_accept_length}, len(workers))
+    saved = save_result(host.name, {"release": "router", "router": check_url, "workers": workers,
+                                    "gate": verdict, "measurement": measurement}, kind="router-gate")
+    host.log(f"gate through the router over {len(workers)} workers: {verdict['verdict'].upper()}: decode "
+             f"{verdict['decode_tok_s'] or 0:.1f} tok/s single stream, tau {verdict['accept_length'] or 0:.2f}, "
+             f"aggregate {verdict['aggregate_tok_s'] or 0:.1f} tok/s at {gate.concurrency * len(workers)} streams "
+             f"({verdict['aggregate_per_worker_tok_s'] or 0:.1f} per worker); saved to {saved}",
+             logger.info if verdict["verdict"] == "pass" else logger.error)
+    if verdict["verdict"] != "pass":
+        raise OperationError("the fleet's gate through the router failed: " + "; ".join(verdict["reasons"]))

@@ -61,6 +61,15 @@ PLUGIN_FILES = {
 SIM_SERVERS = ("sglang", "model")
 
 
+def banner(profile: Profile, sim_server: str) -> str:
+    """Every deploy to the simulated host says what stands in for the GPU server."""
+    server = (f"the GPU server is SGLang {profile.sglang.version}'s own front end with a modelled Scheduler (a "
+              "hardware model of 2x RTX A6000)" if sim_server == "sglang" else
+              "the GPU server is the model-only simulator sglang_deploy.sim (a hardware model of 2x RTX A6000), not "
+              "SGLang")
+    return f"SIMULATED HOST: {server}; systemd, SSH and HTTP are real."
+
+
 def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shipment:
     if server not in SIM_SERVERS:
         raise ValueError(f"sim_server: {server!r}; accepted: {', '.join(SIM_SERVERS)}")

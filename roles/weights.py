@@ -21,6 +21,7 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.operations import files, server
 from pyinfra.operations import python as python_op
 
+from roles.settings import sudo
 from sglang_deploy.hostside.weights import MODELS_ROOT, TOOL_DIR, human, staging_dir
 from sglang_deploy.layout import host_program
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
@@ -64,7 +65,7 @@ def fetch_command(weights: Weights, python: str, endpoint: str | None, token_fil
 def _fetch_live(command: str):
     """The fetch with its output printed as it arrives (a download of tens of GB takes minutes: its progress
     lines, every few seconds, show on the controller during the transfer, not only when it fails)."""
-    ok, output = host.run_shell_command(command, print_output=True, _sudo=bool(host.data.get("_sudo")))
+    ok, output = host.run_shell_command(command, print_output=True, _sudo=sudo())
     if not ok:
         try:
             reason = json.loads(output.stdout_lines[-1])["error"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import runpy
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -116,26 +117,41 @@ def summary_lines(rows: dict[str, dict]) -> list[str]:
     return lines
 
 
-def host_change(before: dict | None, after: dict | None) -> str:
-    """What a rollout did to one host, from its summary rows before and after: untouched, deployed,
-    unchanged (the release was already active), rolled back, or failed."""
+@dataclass(frozen=True)
+class HostChange:
+    """What a rollout did to one host. outcome: untouched, unchanged (the release was already active), deployed,
+    failed (rolled back, or nothing active), unknown (its store could not be read) or inactive."""
+    outcome: str
+    text: str
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome in ("deployed", "unchanged")
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def host_change(before: dict | None, after: dict | None) -> HostChange:
+    """From the host's summary rows (releases.py's JSON) before and after a batch."""
     if after is None or after.get("error"):
-        return "unknown (its store could not be read)"
+        return HostChange("unknown", "unknown (its store could not be read)")
     if before is not None and not before.get("error"):
         same_releases = before.get("releases") == after.get("releases")
         same_process = (before.get("main_pid"), before.get("started_us")) == (after.get("main_pid"), after.get("started_us"))
         if same_releases and same_process:
-            return "untouched"
+            return HostChange("untouched", "untouched")
         before_active = (before.get("active") or {}).get("id")
     else:
         before_active = None
     active = after.get("active") or {}
     newest = after.get("newest")
     if newest and newest["verdict"] in ("bad", "inconclusive") and newest["id"] not in (before or {}).get("releases", []):
-        return (f"FAILED: release {newest['id']} {newest['verdict']} ({newest.get('gate') or 'not ready'}); "
-                + (f"rolled back to {active.get('id')}" if active.get("id") else "no release active"))
+        return HostChange("failed", f"FAILED: release {newest['id']} {newest['verdict']} ({newest.get('gate') or 'not ready'}); "
+                          + (f"rolled back to {active.get('id')}" if active.get("id") else "no release active"))
     if active.get("id") and active.get("id") == before_active:
-        return f"unchanged: {active['id']} stayed active"
+        return HostChange("unchanged", f"unchanged: {active['id']} stayed active")
     if active.get("id"):
-        return f"deployed: {active['id']} {active.get('verdict')} ({active.get('gate') or active.get('verdict_by')})"
-    return "no release active"
+        return HostChange("deployed", f"deployed: {active['id']} {active.get('verdict')} "
+                          f"({active.get('gate') or active.get('verdict_by')})")
+    return HostChange("inactive", "no release active")

@@ -45,8 +45,9 @@ class Node:
         return self.rank == 0
 
 
-def node_address(name: str, data) -> str:
-    address = str(data.get("worker_address") or data.get("ssh_hostname") or name)
+def node_address(name: str, settings) -> str:
+    """settings: the node's HostSettings (or host data)."""
+    address = str(settings.get("worker_address") or settings.get("ssh_hostname") or name)
     try:
         literal = ipaddress.ip_address(address)
         return f"[{literal}]" if literal.version == 6 else str(literal)
@@ -56,11 +57,11 @@ def node_address(name: str, data) -> str:
         return address
 
 
-def placement(nodes: int, dist_init_port: int, socket_ifname: str | None, host_name: str, data,
+def placement(nodes: int, dist_init_port: int, socket_ifname: str | None, host_name: str, settings,
               groups: dict[str, list[tuple[str, dict]]]) -> Node | None:
     """This host's Node for a profile with `nodes` hosts (None for a one-host profile). groups: the inventory's
     groups as (host name, host data) lists. Errors name the group and what is accepted."""
-    group = str(data.get("node_group") or "nodes")
+    group = str(settings.get("node_group") or "nodes")
     if not GROUP.fullmatch(group):
         raise NodeError(f"node_group: {group!r}: an inventory group name")
     if nodes == 1:
@@ -76,11 +77,11 @@ def placement(nodes: int, dist_init_port: int, socket_ifname: str | None, host_n
     if host_name not in names:
         raise NodeError(f"nodes: {host_name} is not in the inventory group {group!r} ({', '.join(names)}), which "
                         f"runs this {nodes}-node profile")
-    rank0_name, rank0_data = members[0]
-    ifname = data.get("nccl_socket_ifname") or socket_ifname
+    rank0_name, rank0_settings = members[0]
+    ifname = settings.get("nccl_socket_ifname") or socket_ifname
     if ifname is not None and not SOCKET_IFNAME.fullmatch(str(ifname)):
         raise NodeError(f"nccl_socket_ifname: {ifname!r}: interface names such as eth0, comma-separated, "
                         "optionally prefixed with ^ or =")
     return Node(rank=names.index(host_name), nnodes=nodes,
-                dist_init_addr=f"{node_address(rank0_name, rank0_data)}:{dist_init_port}",
+                dist_init_addr=f"{node_address(rank0_name, rank0_settings)}:{dist_init_port}",
                 socket_ifname=str(ifname) if ifname else None)

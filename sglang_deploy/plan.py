@@ -1,6 +1,6 @@
 """Everything a deploy decides before it touches a host: profile, validation, rendered files.
 
-Pure: takes the inventory's host data (a mapping) and returns a Plan or raises PlanError whose message
+Pure: takes the host's settings (settings.HostSettings, or host data to make them from) and returns a Plan or raises PlanError whose message
 names the file, field or flag. deploy.py calls it before any operation is queued, so a bad profile
 changes nothing on the host and the running release keeps running.
 """
@@ -11,15 +11,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostdata import get as _get, origin
 from .profile import Profile, ProfileError, line_of, load_profile
-from .safety import host_data_problems, loopback_url
+from .safety import loopback_url
+from .settings import DEFAULT_API_KEY_ENV, HostSettings, SettingsError, origin
 from .render import RenderError, Rendered, render
 from .validate import check_profile
 from .validator_env import ValidatorEnvError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
 MIN_API_KEY_LENGTH = 16
 
 
@@ -61,43 +60,49 @@ def _key_problem(key: str, where: str) -> str | None:
     return None
 
 
-def resolve_api_key(data, auth: str = "api-key", where: str = "service.auth") -> str | None:
+def resolve_api_key(settings, auth: str = "api-key", where: str = "service.auth") -> str | None:
     """The API key comes from a file (host data api_key_file) or an environment variable of the controller.
 
     With auth `api-key` (the default) a missing, empty or unsafe key fails the plan: a server without
     authentication must be asked for with `service.auth: none`."""
     if auth == "none":
         return None
-    key_file, env_name = _get(data, "api_key_file"), _get(data, "api_key_env", DEFAULT_API_KEY_ENV)
+    settings = host_settings(settings)
+    key_file, env_name = settings.api_key_file, settings.api_key_env or DEFAULT_API_KEY_ENV
     hint = (f"set host data api_key_file or the controller's ${env_name}, or write `auth: none` in the profile's "
             "service section to run without authentication")
     if key_file:
         path = Path(key_file) if Path(key_file).is_absolute() else REPO_ROOT / key_file
         if not path.is_file():
-            raise PlanError(f"{origin(data, 'api_key_file')}: api_key_file: {key_file} does not exist (no API key: the "
+            raise PlanError(f"{origin(settings, 'api_key_file')}: api_key_file: {key_file} does not exist (no API key: the "
                             f"server would run without authentication); create it (chmod 600), or {hint}")
         if path.stat().st_mode & 0o077:
-            raise PlanError(f"{origin(data, 'api_key_file')}: api_key_file: {key_file} is readable by group/others; "
+            raise PlanError(f"{origin(settings, 'api_key_file')}: api_key_file: {key_file} is readable by group/others; "
                             "chmod 600 it")
         key = path.read_text().strip()
         problem = _key_problem(key, key_file) if key else f"{key_file} is empty"
         if problem:
-            raise PlanError(f"{origin(data, 'api_key_file')}: api_key_file: {problem}; {hint}")
+            raise PlanError(f"{origin(settings, 'api_key_file')}: api_key_file: {problem}; {hint}")
         return key
     key = (os.environ.get(env_name) or "").strip()
     if not key:
         raise PlanError(f"{where}: no API key (api_key_file is not set and ${env_name} is empty); {hint}")
     problem = _key_problem(key, f"${env_name}")
     if problem:
-        raise PlanError(f"{origin(data, 'api_key_env')}: api_key_env: {problem}")
+        raise PlanError(f"{origin(settings, 'api_key_env')}: api_key_env: {problem}")
     return key
 
 
-def check_host_data(data) -> None:
-    """Inventory and --data values that reach a shell, a path or a URL: refused before anything runs."""
-    problems = [f"{origin(data, key)}: {key}: {message}" for key, message in host_data_problems(data)]
-    if problems:
-        raise PlanError("invalid host data:\n" + "\n".join(problems))
+def host_settings(data) -> HostSettings:
+    """The host's typed settings (settings.HostSettings); a bad value is refused before anything runs, naming
+    where it was set."""
+    if isinstance(data, HostSettings):
+        return data
+    try:
+        return HostSettings.of(data)
+    except SettingsError as error:
+        raise PlanError("invalid host data:\n" + "\n".join(error.problems)) from None
+
 
 
 def resolve_profile_path(profile_path) -> Path:
@@ -115,7 +120,7 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
     notes = []
     values = {}
     for name in ("gpus", "gpu_topology"):
-        declared, found = _get(data, name), (detected or {}).get(name)
+        declared, found = data.get(name), (detected or {}).get(name)
         label = (labels or {}).get(name, name)
         if declared is not None and found is not None and str(declared) != str(found):
             raise PlanError(f"{declared_by} says {label} {declared} but the host reports {found} "
@@ -127,7 +132,7 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
     return (int(gpus) if gpus is not None else None), values["gpu_topology"], notes
 
 
-def gpu_model_for_host(data, detected: dict | None) -> tuple:
+def gpu_model_for_host(settings: HostSettings, detected: dict | None) -> tuple:
     """The GPU model SGLang's resolution runs under: what the host's nvidia-smi reports, else host data gpu_model."""
     from .gpu_facts import GpuFactsError, from_host_gpus, model
 
@@ -136,34 +141,34 @@ def gpu_model_for_host(data, detected: dict | None) -> tuple:
         reported = from_host_gpus([{"name": name} for name in names])
         if reported is not None:
             return reported, f"GPU model {reported.name} from the host's facts"
-        return model(str(_get(data, "gpu_model", "a6000"))), None
+        return model(str(settings.gpu_model)), None
     except GpuFactsError as error:
-        raise PlanError(f"{origin(data, 'gpu_model')}: gpu_model: {error}") from None
+        raise PlanError(f"{origin(settings, 'gpu_model')}: gpu_model: {error}") from None
 
 
 def plan_for_host(data, detected: dict | None = None, need_key: bool = True, groups: dict | None = None,
                   host_name: str | None = None) -> Plan:
     """need_key=False: for provisioning only (the API key is not needed to install the venv). groups and
     host_name: the inventory's groups ((name, data) lists) and this host, for a multi-node profile."""
-    profile_path = _get(data, "profile")
+    settings = host_settings(data)
+    profile_path = settings.profile
     if not profile_path:
         raise PlanError("no profile: set `profile` in the host's inventory data or pass --data profile=PATH")
-    check_host_data(data)
     path = resolve_profile_path(profile_path)
     try:
         profile = load_profile(path)
     except ProfileError as error:
         raise PlanError("invalid profile:\n" + "\n".join(error.problems)) from None
-    gpus, topology, notes = reconcile_hardware(data, detected)
-    port = int(_get(data, "port", profile.service.port))
+    gpus, topology, notes = reconcile_hardware(settings, detected)
+    port = settings.port or profile.service.port
     from .multinode import NodeError, placement
 
     try:
         node = placement(profile.nodes, profile.multinode.dist_init_port, profile.multinode.socket_ifname,
-                         host_name or "", data, groups or {})
+                         host_name or "", settings, groups or {})
     except NodeError as error:
         raise PlanError(f"{path}:{line_of(path, ('nodes',))}: {error}") from None
-    gpu, gpu_note = gpu_model_for_host(data, detected)
+    gpu, gpu_note = gpu_model_for_host(settings, detected)
     if gpu_note:
         notes.append(gpu_note)
     try:
@@ -172,16 +177,16 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
         raise PlanError(f"cannot validate {path}: {error}") from None
     if not report.ok:
         raise PlanError(f"{path} fails validation ({len(report.problems)} problem(s)):\n" + "\n".join(report.lines()))
-    cuda_version = _get(data, "cuda_version")
+    cuda_version = settings.cuda_version
     auth_line = line_of(path, ("service", "auth"))
-    api_key = resolve_api_key(data, profile.service.auth if need_key else "none",
+    api_key = resolve_api_key(settings, profile.service.auth if need_key else "none",
                               where=f"{path}:{auth_line}: service.auth")
     try:
         rendered = render(profile, api_key=api_key, port=port,
                           cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None, node=node)
     except RenderError as error:
         raise PlanError(f"{path}: cannot render the unit: {error}") from None
-    return Plan(profile=profile, rendered=rendered, port=port, simulated=bool(_get(data, "simulated", False)),
+    return Plan(profile=profile, rendered=rendered, port=port, simulated=settings.simulated,
                 skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes), resolution=report.resolution,
                 node=node)
 
@@ -206,3 +211,25 @@ def host_problems(plan: Plan, account: dict | None, unit_report: dict | None, ss
     if problem:
         problems.append(f"{where['name']}: {problem}")
     return problems
+
+
+def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: bool = False) -> list[str]:
+    """What the host reports (roles.facts.DeployState) that stops a deploy before any change: the service user and
+    the unit (host_problems), a simulated host the inventory does not call simulated or the reverse, another
+    deploy holding the store's lock, and a hub_wheelhouse that holds no wheels when the hub client must be
+    installed from it. Empty when the deploy may go on."""
+    from .layout import SIMULATED_MARKER
+
+    refused = host_problems(plan, facts["account"], facts["units"], ssh_user=settings.ssh_user)
+    if plan.simulated != facts["simulated"]:
+        refused.append(f"the inventory says simulated={plan.simulated} but the host "
+                       f"{'has' if facts['simulated'] else 'lacks'} {SIMULATED_MARKER}; refusing to deploy")
+    wheelhouse = settings.hub_wheelhouse
+    if needs_hub_client and wheelhouse and not any(Path(wheelhouse).glob("*.whl")):
+        refused.append(f"{origin(settings, 'hub_wheelhouse')}: hub_wheelhouse: {wheelhouse!r} is not a directory of "
+                       "wheels (huggingface_hub and its dependencies: pip download huggingface_hub==1.33.0 -d DIR)")
+    holder = facts["store"]["lock"]
+    if holder:
+        refused.append(f"another deploy or rollback is running: {holder.get('owner')} (pid {holder.get('pid')}, "
+                       f"since {holder.get('since')})")
+    return refused

@@ -221,23 +221,18 @@ def listing(store: dict) -> list[str]:
     return lines
 
 
-def service_of(data) -> str:
-    """The service a rollback or listing addresses: host data `service`, else the host's profile's."""
-    from .profile import ProfileError, load_profile
+def service_of(settings) -> str:
+    """The service a rollback or listing addresses (settings.HostSettings): host data `service`, else the host's
+    profile's."""
     from .plan import resolve_profile_path
+    from .profile import ProfileError, load_profile
 
-    from .hostdata import origin
-    from .safety import service_name_problem
-
-    if data.get("service"):
-        problem = service_name_problem(str(data.get("service")))
-        if problem:
-            raise SystemExit(f"{origin(data, 'service')}: service: {problem}")
-        return data.get("service")
-    if not data.get("profile"):
+    if settings.service:
+        return settings.service
+    if not settings.profile:
         return "sglang"
     try:
-        return load_profile(resolve_profile_path(data.get("profile"))).service.name
+        return load_profile(resolve_profile_path(settings.profile)).service.name
     except ProfileError as error:
         raise SystemExit("the service to address is named in the profile, which is invalid:\n"
                          + "\n".join(error.problems) + "\nfix the profile, or name the service: --data service=NAME"

@@ -2,18 +2,13 @@
 
 The router is data parallelism across hosts: every worker runs the same profile; the router spreads requests
 over them (policy cache_aware by default), health-checks them (`/health`) and drops a failing one. Settings
-come from the router host's data (all optional):
-
-    router_port: 30080            the router's port (--port)
-    router_bind: 127.0.0.1        its listen address (--host): an IP literal
-    router_policy: cache_aware    random, round_robin, cache_aware, power_of_two
-    router_workers: fleet         the inventory group whose hosts are the workers
-    router_health_interval_s: 10  seconds between health checks of each worker
-    router_health_failures: 3     failed checks before a worker is taken out (successes to bring it back: 2)
+come from the router host's data (all optional: router_port, router_bind, router_policy, router_workers,
+router_health_interval_s, router_health_failures; a worker taken out needs 2 successes to come back).
 
 Each worker's URL is http://<worker_address>:<port>, from the worker host's data (`worker_address`, else its
 `ssh_hostname`; `port`, else the profile's service.port). The workers' API key reaches the router through
 systemd's LoadCredential (never its command line); clients send the same key, which the router forwards.
+The router's keys, their types and defaults are settings.RouterSettings (docs/settings.md).
 """
 
 from __future__ import annotations
@@ -21,7 +16,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import shlex
-from dataclasses import dataclass
+
+from .settings import RouterSettings, SettingsError
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
 ROUTER_SERVICE = "sglang-router"
@@ -30,22 +26,11 @@ ROUTER_LIB = "/opt/sglang-deploy/router"
 ROUTER_CONFIG_DIR = "/etc/sglang-deploy/sglang-router"
 ROUTER_KEY_PATH = f"{ROUTER_CONFIG_DIR}/workers-api-key"
 ROUTER_UNIT_PATH = f"/etc/systemd/system/{ROUTER_SERVICE}.service"
-POLICIES = ("random", "round_robin", "cache_aware", "power_of_two")
 HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 
 
 class RouterError(ValueError):
     pass
-
-
-@dataclass(frozen=True)
-class RouterSettings:
-    port: int = 30080
-    bind: str = "127.0.0.1"
-    policy: str = "cache_aware"
-    workers_group: str = "fleet"
-    health_interval_s: int = 10
-    health_failures: int = 3
 
 
 def _int(data, key: str, default: int, low: int, high: int) -> int:
@@ -59,34 +44,24 @@ def _int(data, key: str, default: int, low: int, high: int) -> int:
 
 
 def settings(data) -> RouterSettings:
-    """The router's settings from its host's data; a bad value is an error naming the key."""
-    bind = str(data.get("router_bind") or "127.0.0.1")
+    """The router's settings from its host's data (settings.RouterSettings); a bad value is an error naming the
+    key and where it was set."""
     try:
-        ipaddress.ip_address(bind)
-    except ValueError:
-        raise RouterError(f"router_bind: {bind!r}: an IP literal (127.0.0.1, ::1, 0.0.0.0)") from None
-    policy = str(data.get("router_policy") or "cache_aware")
-    if policy not in POLICIES:
-        raise RouterError(f"router_policy: {policy!r}: one of {', '.join(POLICIES)}")
-    group = str(data.get("router_workers") or "fleet")
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", group):
-        raise RouterError(f"router_workers: {group!r}: an inventory group name")
-    return RouterSettings(port=_int(data, "router_port", 30080, 1, 65535), bind=bind, policy=policy,
-                          workers_group=group,
-                          health_interval_s=_int(data, "router_health_interval_s", 10, 1, 3600),
-                          health_failures=_int(data, "router_health_failures", 3, 1, 100))
+        return RouterSettings.of(data)
+    except SettingsError as error:
+        raise RouterError("; ".join(error.problems)) from None
 
 
-def worker_url(name: str, data, default_port: int) -> str:
-    """http://<worker_address or ssh_hostname or name>:<port> of one worker host."""
-    address = str(data.get("worker_address") or data.get("ssh_hostname") or name)
+def worker_url(name: str, settings, default_port: int) -> str:
+    """http://<worker_address or ssh_hostname or name>:<port> of one worker host (settings: its HostSettings)."""
+    address = str(settings.get("worker_address") or settings.get("ssh_hostname") or name)
     try:
         literal = ipaddress.ip_address(address)
         address = f"[{literal}]" if literal.version == 6 else str(literal)
     except ValueError:
         if not HOSTNAME.fullmatch(address):
             raise RouterError(f"{name}: worker_address: {address!r}: an IP literal or a host name") from None
-    port = _int(data, "port", default_port, 1, 65535)
+    port = _int(settings, "port", default_port, 1, 65535)
     return f"http://{address}:{port}"
 
 

@@ -244,25 +244,9 @@ def hub_endpoint_problem(url: str) -> str | None:
     return None
 
 
-def token_endpoint_problem(data) -> str | None:
-    """The Hugging Face token goes only to the endpoint named with it: hf_token_endpoint (default the Hub), which
-    must be the endpoint the download uses (hf_endpoint, default the Hub)."""
-    from .hostdata import get
-
-    if not get(data, "hf_token_file"):
-        return None
-    used = str(get(data, "hf_endpoint", DEFAULT_HUB)).rstrip("/")
-    named = str(get(data, "hf_token_endpoint", DEFAULT_HUB)).rstrip("/")
-    if used != named:
-        return (f"the token of hf_token_file is sent only to hf_token_endpoint ({named}), but the weights come from "
-                f"hf_endpoint {used}; accepted: hf_token_endpoint={used} when that endpoint may have the token, or no "
-                "hf_token_file")
-    return None
-
-
 # --- host data (inventory and --data) --------------------------------------------------------------
 
-def _int_in(value, low: int, high: int) -> str | None:
+def int_in(value, low: int, high: int) -> str | None:
     try:
         if isinstance(value, bool) or not re.fullmatch(r"-?[0-9]+", str(value)):  # int() takes "６" and " 6"
             raise ValueError(value)
@@ -272,59 +256,6 @@ def _int_in(value, low: int, high: int) -> str | None:
     if not low <= number <= high:
         return f"must be between {low} and {high}, got {number}"
     return None
-
-
-def host_data_problems(data) -> list[tuple[str, str]]:
-    """(key, message) for every host data value that would reach a shell, a path or a URL unchecked."""
-    from .hostdata import get
-
-    problems = []
-
-    def check(key, problem):
-        value = get(data, key)
-        if value is None:
-            return
-        message = control_message(str(value)) if isinstance(value, str) else None
-        message = message or problem(value)
-        if message:
-            problems.append((key, message))
-
-    check("port", lambda v: _int_in(v, 1024, 65535))  # the unit may not bind a privileged port
-    check("keep_releases", lambda v: _int_in(v, 1, 100))
-    check("max_auto_rollbacks", lambda v: _int_in(v, 1, 100))
-    check("gpus", lambda v: _int_in(v, 1, 64))
-    check("container_id", lambda v: _int_in(v, 100, 999999999))  # a Proxmox CT id (100 and up)
-    check("sim_server", lambda v: None if v in ("sglang", "model") else f"must be sglang or model, got {v!r}")
-    check("cuda_major", lambda v: _int_in(v, 10, 99))
-    check("driver_branch", lambda v: _int_in(v, 300, 9999))
-    check("gpu_topology", lambda v: None if v in ("pcie", "nvlink") else f"must be pcie or nvlink, got {v!r}")
-    check("provision_mode", lambda v: None if v in ("install", "verify") else f"must be install or verify, got {v!r}")
-    check("cuda_version", lambda v: None if full(CUDA_VERSION, str(v)) else f"must be MAJOR.MINOR such as 13.0, got {v!r}")
-    check("nccl_version", lambda v: None if full(NCCL_VERSION, str(v)) else f"must be X.Y.Z such as 2.28.3, got {v!r}")
-    check("driver_package_version", lambda v: None if full(DEB_VERSION_GLOB, str(v))
-          else f"must be a Debian version glob such as '{{version}}-*', got {v!r}")
-    check("nccl_package_version", lambda v: None if full(DEB_VERSION_GLOB, str(v))
-          else f"must be a Debian version pattern such as '{{version}}-1+cuda{{cuda}}', got {v!r}")
-    check("driver_userspace_packages", lambda v: None if isinstance(v, (list, tuple)) and all(
-        full(DEB_PACKAGE, str(p)) for p in v) else f"must be a list of Debian package names, got {v!r}")
-    for key in ("cuda_repo_url", "cuda_repo_key_url"):
-        check(key, lambda v: None if full(URL, str(v)) or (key == "cuda_repo_key_url" and not str(v).startswith(
-            "/") and "://" not in str(v)) or full(ABS_PATH, str(v)) else f"must be an http(s) or file URL, got {v!r}")
-    check("cuda_repo_origin", lambda v: None if re.fullmatch(r"[A-Za-z0-9.-]+", str(v)) else
-          f"must be a host name such as developer.download.nvidia.com, got {v!r}")
-    for key in ("verify_python", "python"):
-        check(key, lambda v: None if v == "python3" or full(ABS_PATH, str(v))
-              else f"must be python3 or an absolute path, got {v!r}")
-    check("service", lambda v: service_name_problem(str(v)))
-    check("hf_endpoint", lambda v: hub_endpoint_problem(str(v)))
-    check("hf_token_endpoint", lambda v: hub_endpoint_problem(str(v)))
-    check("hf_token_file", lambda v: model_path_problem(str(v)))
-    check("api_key_env", lambda v: None if full(ENV_NAME, str(v)) and str(v).startswith("SGLANG_DEPLOY_") else
-          f"must be an environment variable name starting with SGLANG_DEPLOY_ (the controller reads the key from "
-          f"it; another name could hand over any variable of the controller's environment), got {v!r}")
-    if not any(key.startswith("hf_") for key, _ in problems) and token_endpoint_problem(data):
-        problems.append(("hf_token_file", token_endpoint_problem(data)))
-    return problems
 
 
 # --- what the host reports -------------------------------------------------------------------------

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from . import tune
 from .gate import RESULTS_DIR, gate_config
-from .hostdata import get as _get
-from .hostdata import host_flag
+from .settings import SettingsError, TuneArgs, int_list, origin
 from .hostside.store import content_hash, next_release_id
 from .layout import host_program
 from .plan import PlanError, plan_for_host
@@ -44,36 +43,6 @@ class Overlay:
         return default if value is None else value
 
 
-def _number(data, key, default, kind=float, low=None, high=None):
-    value = _get(data, key, default)
-    try:
-        number = kind(value)
-    except (TypeError, ValueError):
-        raise TuneError(f"--data: {key}: {value!r} is not a {'whole ' if kind is int else ''}number") from None
-    if (low is not None and number < low) or (high is not None and number > high):
-        raise TuneError(f"--data: {key}: {number} is outside {low}..{high}")
-    return number
-
-
-def _int_list(data, key, default, allowed):
-    text = str(_get(data, key, default))
-    values = []
-    for part in text.replace(" ", "").split(","):
-        if "-" in part:
-            low, _, high = part.partition("-")
-            if not (low.isdigit() and high.isdigit()):
-                raise TuneError(f"--data: {key}: {text!r} is not a list such as 1-6 or 1,2,4")
-            values += list(range(int(low), int(high) + 1))
-        elif part.isdigit():
-            values.append(int(part))
-        else:
-            raise TuneError(f"--data: {key}: {text!r} is not a list such as 1-6 or 1,2,4")
-    bad = [v for v in values if v not in allowed]
-    if bad:
-        raise TuneError(f"--data: {key}: {bad} not in the search space {list(allowed)}")
-    return tuple(sorted(set(values)))
-
-
 @dataclass(frozen=True)
 class Settings:
     axes: tuple
@@ -94,26 +63,23 @@ class Settings:
 
 
 def settings_from(data, profile) -> Settings:
-    space = str(_get(data, "tune_space", "spec,drafter")).strip()
-    axes = tuple(tune.AXES) if space == "all" else tuple(part.strip() for part in space.split(","))
-    unknown = [axis for axis in axes if axis not in tune.AXES]
-    if unknown:
-        raise TuneError(f"--data: tune_space: {space!r}; accepted: spec, drafter, graphs, nccl, all (or a comma list)")
+    """The tune's settings: its one-run arguments (settings.TuneArgs, from host data) and the profile's gate."""
+    try:
+        args = TuneArgs.of(data)
+    except SettingsError as error:
+        raise TuneError("\n".join(error.problems)) from None
+    axes = tuple(tune.AXES) if args.space.strip() == "all" else tuple(p.strip() for p in args.space.split(","))
+    steps, topks = int_list(args.steps), int_list(args.topk)
+    for key, values, allowed in (("tune_steps", steps, tune.STEPS_RANGE), ("tune_topk", topks, tune.TOPKS)):
+        bad = [value for value in values if value not in allowed]
+        if bad:
+            raise TuneError(f"{origin(data, key)}: {key}: {bad} not in the search space {list(allowed)}")
     return Settings(
-        axes=axes,
-        budget_s=_number(data, "tune_budget_s", 3600, float, 10, 7 * 24 * 3600),
-        repeats=_number(data, "tune_repeats", 3, int, 3, 50),
-        samples=_number(data, "tune_samples", 6, int, 1, 60),  # the gate's 6 prompts, each once
-        max_new_tokens=_number(data, "tune_max_new_tokens", 128, int, 16, 4096),
-        concurrency=_number(data, "tune_concurrency", profile.gate.concurrency, int, 1, 256),
-        heartbeat_s=_number(data, "tune_heartbeat_s", 30, float, 3, 3600),
-        steps=_int_list(data, "tune_steps", "1-6", tune.STEPS_RANGE),
-        topks=_int_list(data, "tune_topk", "1,2,4", tune.TOPKS),
-        resume=host_flag(data, "tune_resume", default=True),
-        objective=tune.Objective(
-            min_aggregate_fraction=_number(data, "tune_min_aggregate", 0.95, float, 0.0, 1.0),
-            noise_max_pct=_number(data, "tune_noise_pct", 5.0, float, 0.1, 100.0),
-            min_gain_pct=_number(data, "tune_min_gain_pct", 2.0, float, 0.0, 100.0)),
+        axes=axes, budget_s=args.budget_s, repeats=args.repeats, samples=args.samples,
+        max_new_tokens=args.max_new_tokens, concurrency=args.concurrency or profile.gate.concurrency,
+        heartbeat_s=args.heartbeat_s, steps=steps, topks=topks, resume=args.resume,
+        objective=tune.Objective(min_aggregate_fraction=args.min_aggregate, noise_max_pct=args.noise_pct,
+                                 min_gain_pct=args.min_gain_pct),
     )
 
 

@@ -64,20 +64,29 @@ def release(id_, verdict, created, gate=None, events=()):
 BASE = release("0001-aaaa", "good", "t1", events=[("t1", "activated (deploy)")])
 
 
+def str_change(before, after):
+    return str(host_change(before, after))
+
+
 def test_host_change_tells_untouched_deployed_and_rolled_back():
     before = host_summary(store("0001-aaaa", [BASE]))
-    assert host_change(before, host_summary(store("0001-aaaa", [BASE]))) == "untouched"
+    assert str_change(before, host_summary(store("0001-aaaa", [BASE]))) == "untouched"
     # Same releases but restarted: not untouched.
-    assert host_change(before, host_summary(store("0001-aaaa", [BASE], pid=200))) == "unchanged: 0001-aaaa stayed active"
+    assert str_change(before, host_summary(store("0001-aaaa", [BASE], pid=200))) == "unchanged: 0001-aaaa stayed active"
     new = release("0002-bbbb", "good", "t2", gate={"verdict": "pass", "summary": "pass 55 tok/s"},
                   events=[("t2", "activated (deploy)")])
-    assert host_change(before, host_summary(store("0002-bbbb", [BASE, new], pid=300))) == \
+    assert str_change(before, host_summary(store("0002-bbbb", [BASE, new], pid=300))) == \
         "deployed: 0002-bbbb good (pass 55 tok/s)"
     bad = release("0002-bbbb", "bad", "t2", gate={"verdict": "fail", "summary": "fail"}, events=[("t3", "gate fail: x")])
     back = release("0001-aaaa", "good", "t1", events=[("t1", "activated (deploy)"), ("t4", "activated (automatic rollback)")])
     after = host_summary(store("0001-aaaa", [back, bad], pid=400))
     assert after["newest"]["id"] == "0002-bbbb"  # the rollback's activation does not make the baseline newest
-    assert host_change(before, after) == "FAILED: release 0002-bbbb bad (fail); rolled back to 0001-aaaa"
+    assert str_change(before, after) == "FAILED: release 0002-bbbb bad (fail); rolled back to 0001-aaaa"
+    # The rollout passes a batch by the outcome, not by the words.
+    outcomes = [host_change(before, a) for a in (host_summary(store("0001-aaaa", [BASE])), after,
+                                                 host_summary(store("0002-bbbb", [BASE, new], pid=300)), None)]
+    assert [(c.outcome, c.passed) for c in outcomes] == [("untouched", False), ("failed", False), ("deployed", True),
+                                                         ("unknown", False)]
     lines = summary_lines({"h1": after, "h2": {"error": "unreachable"}})
     assert lines[1].split()[:4] == ["h1", "0001-aaaa", "good", "-"] and "0002-bbbb bad: fail" in lines[1]
     assert lines[2].startswith("h2") and "unreachable" in lines[2]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import PROVEN, proven_with, write_profile
-from sglang_deploy.plan import PlanError, Plan, check_host_data, host_problems, resolve_api_key
+from sglang_deploy.plan import PlanError, Plan, host_settings, host_problems, resolve_api_key
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import RenderError, check_unit_structure, render, unit_value
 
@@ -229,7 +229,7 @@ HOST_DATA_CASES = [
 def test_bad_host_data_is_refused_naming_where_it_was_set(monkeypatch, key, value, message):
     monkeypatch.setattr(sys, "argv", ["pyinfra", "inventory/sim.py", "deploy.py", "--data", f"{key}={value}"])
     with pytest.raises(PlanError) as raised:
-        check_host_data({key: value})
+        host_settings({key: value})
     assert f"--data: {key}: " in str(raised.value) and message in str(raised.value), str(raised.value)
 
 
@@ -248,10 +248,10 @@ TOKEN_ENDPOINT_CASES = [
 def test_the_hub_token_goes_only_to_the_endpoint_named_with_it(monkeypatch, data, refused):
     monkeypatch.setattr(sys, "argv", ["pyinfra", "inventory/sim.py", "deploy.py"])
     if not refused:
-        check_host_data(data)
+        host_settings(data)
         return
     with pytest.raises(PlanError) as raised:
-        check_host_data(data)
+        host_settings(data)
     assert "hf_token_file: the token of hf_token_file is sent only to hf_token_endpoint" in str(raised.value)
 
 
@@ -411,3 +411,37 @@ def test_the_validator_never_sees_the_controllers_secrets(monkeypatch):
     env = seen["env"]
     assert env is not None and "PATH" in env
     assert not {"SGLANG_DEPLOY_API_KEY", "SGLANG_DEPLOY_OTHER_KEY", "GITHUB_TOKEN"} & set(env)
+
+
+def deploy_facts(simulated=True, lock=None):
+    """The parts of roles.facts.DeployState that plan.refusals reads."""
+    own = {"passwd": "sglang:x:998:998:sglang-deploy service user:/var/lib/sglang:/usr/sbin/nologin"}
+    unit = {"files": {"/etc/systemd/system/sglang.service": True}, "directories": {"/var/lib/sglang": "sglang"}}
+    return {"account": own, "units": unit, "simulated": simulated, "store": {"lock": lock}}
+
+
+REFUSAL_CASES = [
+    # (facts, host data, needs a hub client, the refusal expected, or None)
+    (deploy_facts(), {}, False, None),
+    (deploy_facts(simulated=False), {}, False, "the inventory says simulated=True but the host lacks"),
+    (deploy_facts(lock={"owner": "bob@ci (deploy)", "pid": 4242, "since": "t0"}), {}, False,
+     "another deploy or rollback is running: bob@ci (deploy) (pid 4242, since t0)"),
+    (deploy_facts(), {"hub_wheelhouse": "EMPTY"}, True, "hub_wheelhouse: "),
+    (deploy_facts(), {"hub_wheelhouse": "EMPTY"}, False, None),  # the client is there already: not used
+    (deploy_facts(), {"ssh_user": "sglang"}, False, "'sglang' is the inventory's SSH user"),
+]
+
+
+@pytest.mark.parametrize("facts, data, needs_hub_client, expected", REFUSAL_CASES,
+                         ids=["clean", "marker", "lock", "empty-wheelhouse", "wheelhouse-unused", "ssh-user"])
+def test_what_the_host_reports_refuses_a_deploy_before_any_change(tmp_path, facts, data, needs_hub_client, expected):
+    from sglang_deploy.plan import refusals
+    from sglang_deploy.settings import HostSettings
+
+    (tmp_path / "EMPTY").mkdir()
+    data = {key: str(tmp_path / value) if key == "hub_wheelhouse" else value for key, value in data.items()}
+    found = refusals(plan_for(tmp_path), facts, HostSettings.of(data), needs_hub_client=needs_hub_client)
+    if expected is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and expected in found[0], found

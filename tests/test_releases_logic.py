@@ -112,13 +112,6 @@ def test_listing_marks_active_and_shows_flag_differences():
     assert lines[2].startswith("*g0001-aaaaaaaa") and "(active)" in lines[2]
 
 
-def test_host_flags_parse_strings_from_the_command_line():
-    from sglang_deploy.hostdata import host_flag
-
-    assert host_flag({"force": "false"}, "force") is False and host_flag({"force": "true"}, "force") is True
-    assert host_flag({}, "provision", default=True) is True and host_flag({"provision": "no"}, "provision") is False
-
-
 def test_environment_file_values_and_the_process_drift_names_only():
     text = plan_of(PROVEN).rendered.env
     declared = env_file_values(text + "# a comment\nQUOTED=\"a b\"\n")
@@ -226,7 +219,11 @@ def test_one_release_id_names_the_release_on_every_node():
 
 
 def test_the_verbs_address_the_profiles_service_or_refuse_an_invalid_profile(tmp_path):
-    from sglang_deploy.release_plan import service_of
+    from sglang_deploy.release_plan import service_of as service_of_settings
+    from sglang_deploy.settings import HostSettings
+
+    def service_of(data):
+        return service_of_settings(HostSettings.of(data))
 
     assert service_of({}) == "sglang"
     renamed = proven_with(tmp_path, "service:\n  name: sglang\n", "service:\n  name: qwen\n", "renamed.yaml")

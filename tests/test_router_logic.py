@@ -15,10 +15,10 @@ def test_defaults_and_values():
 
 
 @pytest.mark.parametrize("data, message", [
-    ({"router_port": "30080;id"}, "router_port: '30080;id': an integer from 1 to 65535"),
+    ({"router_port": "30080;id"}, "router_port: must be an integer between 1 and 65535, got '30080;id'"),
     ({"router_port": 70000}, "router_port"),
-    ({"router_bind": "router.example.com"}, "router_bind: 'router.example.com': an IP literal"),
-    ({"router_policy": "fastest"}, "router_policy: 'fastest': one of random, round_robin, cache_aware, power_of_two"),
+    ({"router_bind": "router.example.com"}, "router_bind: must be an IP literal (127.0.0.1, ::1, 0.0.0.0), got 'router.example.com'"),
+    ({"router_policy": "fastest"}, "router_policy: must be cache_aware or round_robin or random or power_of_two, got 'fastest'"),
     ({"router_workers": "fleet; rm -rf /"}, "router_workers"),
     ({"router_health_failures": "0"}, "router_health_failures"),
 ])

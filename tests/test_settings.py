@@ -1,95 +1,143 @@
-"""Every host setting once: each key the code reads from host data has its default, with a comment, in
-group_data/all.py, and docs/settings.md names it. (pyinfra's own connector keys are pyinfra's.)"""
+"""Host settings have one typed home (sglang_deploy/settings.py): every key the code reads is a field there, the
+verbs and roles read host data only through it, group_data/all.py holds only valid host settings, and
+docs/settings.md is generated from the models. Coercion of `--data` strings and the origins in errors."""
 
 import ast
-import re
+import sys
+
+import pytest
 
 from conftest import REPO
+from sglang_deploy import settings
+from sglang_deploy.settings import (DeployArgs, HostSettings, RollbackArgs, RouterSettings, SettingsError, TuneArgs,
+                                    markdown)
 
 GROUP_DATA = REPO / "group_data" / "all.py"
-# pyinfra's connector and sudo settings: documented by pyinfra, set in inventories.
-PYINFRA_KEYS = {"ssh_hostname", "ssh_user", "ssh_port", "ssh_key", "_sudo"}
 CODE = [*REPO.glob("*.py"), *(REPO / "roles").glob("*.py"), *(REPO / "sglang_deploy").glob("*.py")]
+# The one place that hands pyinfra's host data to the models, and the one that passes other hosts' data whole.
+READS_HOST_DATA = {"roles/settings.py"}
+KNOWN = {key for model in settings.MODELS for key in model.keys()}
 
 
-def _is_host_data(node) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.value, ast.Name)
-            and node.value.id == "host") or (isinstance(node, ast.Name) and node.id in ("data", "host_data"))
+def _parents(tree):
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            child.parent = node
+    return tree
 
 
-def keys_read() -> dict[str, str]:
-    """key -> the first file:line that reads it from host data."""
+def host_data_uses(path):
+    """(line, how) of each `host.data` / `<h>.data` use that is not passing the data on whole."""
+    uses = []
+    for node in ast.walk(_parents(ast.parse(path.read_text()))):
+        if isinstance(node, ast.Attribute) and node.attr == "data" and isinstance(node.value, ast.Name) \
+                and node.value.id in ("host", "worker", "h", "other"):
+            parent = getattr(node, "parent", None)
+            if isinstance(parent, (ast.Attribute, ast.Subscript)):
+                uses.append((node.lineno, ast.unparse(parent)[:60]))
+    return uses
+
+
+def test_only_the_settings_module_reads_host_data():
+    found = {f"{path.relative_to(REPO)}:{line}": how for path in CODE for line, how in host_data_uses(path)
+             if str(path.relative_to(REPO)) not in READS_HOST_DATA}
+    assert found == {}, "read host data through roles/settings.py (host_settings(), of(Model)) instead"
+
+
+def keys_read():
+    """key -> file:line for each `<x>settings.get("key")`: what the code asks a settings model (or another host's
+    data) for by its key name."""
     found = {}
     for path in CODE:
         for node in ast.walk(ast.parse(path.read_text())):
-            key = None
-            if isinstance(node, ast.Call) and node.args:
-                func = node.func
-                if isinstance(func, ast.Attribute) and func.attr == "get" and _is_host_data(func.value):
-                    key = node.args[0]
-                elif (isinstance(func, ast.Name) and func.id in ("host_flag", "get", "_get", "_int", "_number", "_int_list", "origin")
-                      and len(node.args) > 1 and _is_host_data(node.args[0])):
-                    key = node.args[1]
-            elif isinstance(node, ast.Subscript) and _is_host_data(node.value):
-                key = node.slice
-            if isinstance(key, ast.Constant) and isinstance(key.value, str):
-                found.setdefault(key.value, f"{path.relative_to(REPO)}:{node.lineno}")
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                    and isinstance(node.func.value, ast.Name) and node.func.value.id.endswith("settings") and node.args \
+                    and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                found.setdefault(node.args[0].value, f"{path.relative_to(REPO)}:{node.lineno}")
     return found
 
 
-def defaults() -> dict[str, int]:
-    """group_data/all.py: key -> line of its assignment, each with a comment on it or just above it."""
-    lines = GROUP_DATA.read_text().splitlines()
-    out = {}
-    for node in ast.parse(GROUP_DATA.read_text()).body:
-        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name):
-            out[node.targets[0].id] = node.lineno
-    return {key: line for key, line in out.items()
-            if not ("#" in lines[line - 1] or any(lines[i].startswith("#") for i in range(max(0, line - 4), line - 1)))}, out
+def test_every_key_the_code_asks_for_is_a_setting():
+    unknown = {key: where for key, where in keys_read().items() if key not in KNOWN}
+    assert unknown == {}
 
 
-def test_every_key_the_code_reads_has_its_default_in_group_data():
-    undocumented, every = defaults()
-    missing = {key: where for key, where in keys_read().items() if key not in every and key not in PYINFRA_KEYS}
-    assert missing == {}, f"read from host data but not set in group_data/all.py: {missing}"
-    assert undocumented == {}, f"group_data/all.py settings without a comment: {undocumented}"
+def test_every_setting_says_what_it_is():
+    for model in settings.MODELS:
+        assert model.title, model
+        for key, name in model.keys().items():
+            assert len(model.model_fields[name].description or "") > 15, f"{model.__name__}.{key}"
 
 
-def test_the_readme_names_every_setting():
-    readme = (REPO / "docs" / "settings.md").read_text()
-    _, every = defaults()
-    named = set(re.findall(r"`(?:--data )?([a-z_]+)(?:=[^`]*)?`", readme)) | set(re.findall(r'"([a-z_]+)":', readme))
-    assert sorted(set(every) - named) == []
+def test_a_key_means_one_thing_in_every_model():
+    seen = {}
+    for model in settings.MODELS:
+        for key, name in model.keys().items():
+            kind = settings._kind(model, name), model.model_fields[name].default
+            assert seen.setdefault(key, kind) == kind, key
 
 
-def test_the_scan_finds_what_it_should():
-    """The scan itself: it sees the settings deploy.py is known to read (a broken scan passes nothing)."""
-    read = keys_read()
-    assert {"skip_gate", "max_auto_rollbacks", "keep_releases", "profile"} <= set(read)
+def test_group_data_sets_only_valid_host_settings():
+    namespace = {}
+    exec(compile(GROUP_DATA.read_text(), str(GROUP_DATA), "exec"), namespace)
+    values = {key: value for key, value in namespace.items() if not key.startswith("__")}
+    assert values and set(values) <= set(HostSettings.keys()), set(values) - set(HostSettings.keys())
+    HostSettings.of(values)
+    run_args = {key for model in settings.MODELS if model is not HostSettings for key in model.keys()}
+    assert not set(values) & run_args, "a verb's one-run argument does not belong in group_data/all.py"
 
 
-def settings_table() -> str:
-    """docs/settings.md's table of host settings, from group_data/all.py: key, default, the comment that explains it."""
-    lines = GROUP_DATA.read_text().splitlines()
-    rows = ["| setting | default | meaning |", "|---|---|---|"]
-    for node in ast.parse(GROUP_DATA.read_text()).body:
-        if not (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)):
-            continue
-        line = lines[node.lineno - 1]
-        comment = line.split("  # ", 1)[1] if "  # " in line else ""
-        above = []
-        for previous in reversed(lines[:node.lineno - 1]):
-            if not previous.startswith("# ") or previous.startswith("# ---"):
-                break
-            above.insert(0, previous[2:])
-        meaning = " ".join(above + ([comment] if comment else [])).replace("|", "\\|")
-        rows.append(f"| `{node.targets[0].id}` | `{ast.get_source_segment(GROUP_DATA.read_text(), node.value)}` | {meaning} |")
-    return "\n".join(rows)
+def test_the_settings_page_is_generated_from_the_models():
+    assert (REPO / "docs" / "settings.md").read_text() == markdown(), \
+        "regenerate it: .venv/bin/python -m sglang_deploy.settings > docs/settings.md"
+    for key in KNOWN:
+        assert f"| `{key}` |" in markdown()
 
 
-def test_the_readme_table_of_settings_is_group_data():
-    """docs/settings.md quotes every setting with its default as group_data/all.py has it (regenerate the table between
-    the markers with: python -c 'import sys; sys.path[:0]=["tests"]; import test_settings as t; print(t.settings_table())')."""
-    readme = (REPO / "docs" / "settings.md").read_text()
-    table = readme.split("<!-- settings:begin -->\n", 1)[1].split("\n<!-- settings:end -->", 1)[0]
-    assert table == settings_table()
+# --- coercion and refusals ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, value", [("true", True), ("false", False), ("no", False), ("ON", True), (1, True),
+                                         (0, False), (True, True)])
+def test_flags_from_the_command_line(text, value):
+    assert DeployArgs.of({"force": text}).force is value
+
+
+def test_a_flag_that_is_not_yes_or_no_is_refused_not_taken_as_false(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "inventory/sim.py", "deploy.py", "--data", "skip_gate=maybe"])
+    with pytest.raises(SettingsError) as refused:
+        DeployArgs.of({"skip_gate": "maybe"})
+    assert str(refused.value) == "--data: skip_gate: must be true or false (also yes/no, on/off, 1/0), got 'maybe'"
+
+
+def test_values_are_coerced_and_defaults_filled():
+    values = HostSettings.of({"port": "30001", "cuda_version": 13.1, "simulated": "false", "_sudo": True})
+    assert (values.port, values.cuda_version, values.simulated, values.sudo) == (30001, "13.1", False, True)
+    assert (values.keep_releases, values.max_auto_rollbacks, values.sim_server) == (5, 3, "sglang")
+    tune = TuneArgs.of({"tune_repeats": "4", "tune_min_aggregate": "0.8", "tune_topk": 2})
+    assert (tune.repeats, tune.min_aggregate, tune.topk, tune.budget_s) == (4, 0.8, "2", 3600)
+    assert settings.int_list("1-3,6") == (1, 2, 3, 6)
+
+
+def test_an_error_names_the_inventory_line_that_set_the_value(tmp_path, monkeypatch):
+    inventory = tmp_path / "inventory" / "ct.py"
+    inventory.parent.mkdir()
+    inventory.write_text('hosts = [("ct129", {\n    "ssh_hostname": "10.0.0.9",\n    "keep_releases": 0,\n})]\n')
+    monkeypatch.setattr(sys, "argv", ["pyinfra", str(inventory), "deploy.py"])
+    with pytest.raises(SettingsError) as refused:
+        HostSettings.of({"keep_releases": 0, "gpus": "two"})
+    assert f"{inventory}:3: keep_releases: must be between 1 and 100, got 0" in refused.value.problems
+    assert "host data: gpus: must be an integer between 1 and 64, got 'two'" in refused.value.problems
+
+
+@pytest.mark.parametrize("model, data, message", [
+    (RollbackArgs, {"release": "0003-1a2b3c4d; id"}, "release: must be a release id such as 0003-1a2b3c4d"),
+    (TuneArgs, {"tune_steps": "1-x"}, "tune_steps: '1-x' is not a list such as 1-6 or 1,2,4"),
+    (TuneArgs, {"tune_budget_s": "soon"}, "tune_budget_s: must be a number between 10 and 604800"),
+    (RouterSettings, {"router_bind": "0.0.0.0\n"}, "router_bind: contains the control character U+000A"),
+    (HostSettings, {"profile": ["a.yaml"]}, "profile: must be a string, got ['a.yaml']"),
+])
+def test_each_verbs_arguments_are_checked_where_they_are_defined(monkeypatch, model, data, message):
+    monkeypatch.setattr(sys, "argv", ["pyinfra", "inventory/sim.py", "x.py"])
+    with pytest.raises(SettingsError) as refused:
+        model.of(data)
+    assert message in str(refused.value), str(refused.value)

@@ -237,7 +237,7 @@ def test_a_candidate_that_does_not_fit_the_budget_is_not_started(runner):
 def test_settings_refuse_fewer_than_three_repeats_and_unknown_axes(runner):
     from sglang_deploy import tune_run
 
-    with pytest.raises(tune_run.TuneError, match="tune_repeats: 2 is outside 3..50"):
+    with pytest.raises(tune_run.TuneError, match="tune_repeats: must be between 3 and 50, got 2"):
         tune_run.settings_from({"tune_repeats": "2"}, runner.profile)
     with pytest.raises(tune_run.TuneError, match="tune_space: 'graph'"):
         tune_run.settings_from({"tune_space": "graph"}, runner.profile)

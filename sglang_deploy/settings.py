@@ -1,0 +1,512 @@
+"""Host settings: one typed home for every key the tool reads from host data.
+
+Host data is pyinfra's: `group_data/all.py`, then the host's own data in `inventory/*.py`, then
+`--data key=value` (which arrives as a string, or as what pyinfra's parser makes of it: an int, a float,
+true/false). Each model here says, for its keys, the type, the accepted values, the default and what the
+key means; `Model.of(data)` coerces the values and refuses a bad one with the place it was set
+(`--data`, or FILE:LINE of the inventory or group data). The defaults live here and only here:
+`group_data/all.py` sets the site's own choices, and `docs/settings.md` is generated from these models
+(`python -m sglang_deploy.settings`, checked by tests/test_settings.py).
+
+`HostSettings` holds what describes a host and how it is deployed; each verb's one-run arguments are a
+small model of their own (`DeployArgs`, `RollbackArgs`, `DoctorArgs`, `TuneArgs`, `RouterSettings`, ...).
+"""
+
+
+import ipaddress
+import re
+import sys
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+
+from . import safety
+from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
+
+DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
+
+
+class SettingsError(ValueError):
+    """Bad host data: `problems` are `ORIGIN: key: message` lines."""
+
+    def __init__(self, problems: list[str]):
+        super().__init__("\n".join(problems))
+        self.problems = problems
+
+
+# --- where a value was set ----------------------------------------------------------------------------
+
+def origin(data, key: str, argv: list[str] | None = None) -> str:
+    """Where a host data value was set, for error messages: `--data`, or FILE:LINE of the inventory or
+    group data file that sets it (the first one found, in pyinfra's precedence)."""
+    argv = sys.argv if argv is None else argv
+    for position, arg in enumerate(argv):
+        value = argv[position + 1] if arg == "--data" and position + 1 < len(argv) else arg.removeprefix("--data=")
+        if (arg == "--data" or arg.startswith("--data=")) and value.split("=", 1)[0] == key:
+            return "--data"
+    root = Path(__file__).resolve().parent.parent
+    candidates = [Path(a) for a in argv[1:] if a.endswith(".py") and "inventory" in Path(a).parts]
+    candidates += [Path("group_data/all.py"), root / "group_data" / "all.py"]
+    patterns = (re.compile(rf"""["']{re.escape(key)}["']\s*:"""), re.compile(rf"^{re.escape(key)}\s*="))
+    for path in candidates:
+        try:
+            lines = path.read_text().splitlines()
+        except OSError:
+            continue
+        for number, line in enumerate(lines, 1):
+            if any(pattern.search(line) for pattern in patterns):
+                return f"{path}:{number}"
+    return "host data"
+
+
+# --- value types: each a converter that returns the value or raises ValueError(what is accepted) ----------
+
+def _text(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"must be a string, got {value!r}")
+    text = str(value)
+    message = safety.control_message(text)
+    if message:
+        raise ValueError(message)
+    return text
+
+
+def Text(problem=None, kind: str = "string"):
+    """A string (a number from `--data` is taken as its text); `problem(text)` returns a refusal or None."""
+    def convert(value):
+        if value is None:
+            return None
+        text = _text(value)
+        message = problem(text) if problem else None
+        if message:
+            raise ValueError(message)
+        return text
+    return Annotated[str | None, BeforeValidator(convert), kind]  # kind: what docs/settings.md says it accepts
+
+
+def Matching(pattern: re.Pattern, accepted: str):
+    return Text(lambda v: None if safety.full(pattern, v) else f"must be {accepted}, got {v!r}", accepted)
+
+
+def Int(low: int, high: int):
+    def convert(value):
+        if value is None:
+            return None
+        if isinstance(value, str):
+            _text(value)
+        problem = safety.int_in(value, low, high)
+        if problem:
+            raise ValueError(problem)
+        return int(str(value), 10)
+    return Annotated[int | None, BeforeValidator(convert), f"integer {low}..{high}"]
+
+
+def Number(low: float, high: float):
+    def convert(value):
+        if value is None:
+            return None
+        try:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            number = float(_text(value))
+        except ValueError:
+            raise ValueError(f"must be a number between {low:g} and {high:g}, got {value!r}") from None
+        if not low <= number <= high:
+            raise ValueError(f"must be between {low:g} and {high:g}, got {number:g}")
+        return number
+    return Annotated[float | None, BeforeValidator(convert), f"number {low:g}..{high:g}"]
+
+
+TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _flag(value):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in TRUE or text in FALSE:
+        return text in TRUE
+    raise ValueError(f"must be true or false (also yes/no, on/off, 1/0), got {value!r}")
+
+
+Flag = Annotated[bool, BeforeValidator(_flag), "true/false"]
+
+
+def Choice(*options: str):
+    return Text(lambda v: None if v in options else f"must be {' or '.join(options)}, got {v!r}",
+                " or ".join(options))
+
+
+def _package_list(value):
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and safety.full(safety.DEB_PACKAGE, p)
+                                                 for p in value):
+        return list(value)
+    raise ValueError(f"must be a list of Debian package names, got {value!r}")
+
+
+PackageList = Annotated[list[str] | None, BeforeValidator(_package_list), "list of Debian packages"]
+
+
+def _api_key_env_problem(name: str) -> str | None:
+    if safety.full(safety.ENV_NAME, name) and name.startswith("SGLANG_DEPLOY_"):
+        return None
+    return ("must be an environment variable name starting with SGLANG_DEPLOY_ (the controller reads the key from "
+            f"it; another name could hand over any variable of the controller's environment), got {name!r}")
+
+
+def _repo_url_problem(key_url: bool):
+    def problem(value: str) -> str | None:
+        if safety.full(safety.URL, value) or safety.full(safety.ABS_PATH, value):
+            return None
+        if key_url and not value.startswith("/") and "://" not in value:  # a controller file, relative
+            return None
+        return f"must be an http(s) or file URL, got {value!r}"
+    return problem
+
+
+def _python_problem(value: str) -> str | None:
+    return None if value == "python3" or safety.full(safety.ABS_PATH, value) else \
+        f"must be python3 or an absolute path, got {value!r}"
+
+
+def _ip_literal_problem(value: str) -> str | None:
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        return f"must be an IP literal (127.0.0.1, ::1, 0.0.0.0), got {value!r}"
+
+
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+Topology = Choice("pcie", "nvlink")
+SimServer = Choice("sglang", "model")
+ProvisionMode = Choice("install", "verify")
+RouterPolicy = Choice(*ROUTER_POLICIES)
+CudaVersion = Matching(safety.CUDA_VERSION, "MAJOR.MINOR such as 13.0")
+NcclVersion = Matching(safety.NCCL_VERSION, "X.Y.Z such as 2.28.3")
+NcclPackageVersion = Matching(safety.DEB_VERSION_GLOB, "a Debian version pattern such as '{version}-1+cuda{cuda}'")
+DriverPackageVersion = Matching(safety.DEB_VERSION_GLOB, "a Debian version glob such as '{version}-*'")
+HostName = Matching(re.compile(r"[A-Za-z0-9.-]+"), "a host name such as developer.download.nvidia.com")
+GroupName = Matching(re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), "an inventory group name")
+ReleaseId = Matching(re.compile(r"[0-9]{4}-[0-9a-f]{8}"), "a release id such as 0003-1a2b3c4d")
+
+
+# --- the models -------------------------------------------------------------------------------------
+
+class Settings(BaseModel):
+    """A group of host data keys. Subclasses declare fields; `Field(alias=...)` is the host data key when the
+    attribute's name is shorter."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    title: ClassVar[str] = ""
+
+    @classmethod
+    def keys(cls) -> dict[str, str]:
+        """host data key -> attribute name."""
+        return {(field.alias or name): name for name, field in cls.model_fields.items()}
+
+    @classmethod
+    def of(cls, data, argv: list[str] | None = None):
+        """The settings from host data (a pyinfra HostData or any mapping with .get); a missing or None value
+        takes the default. Raises SettingsError naming where each bad value was set."""
+        if isinstance(data, Settings):
+            data = data.as_data()
+        values = {}
+        for key in cls.keys():
+            value = data.get(key) if hasattr(data, "get") else None
+            if value is not None:
+                values[key] = value
+        try:
+            settings = cls.model_validate(values)
+        except ValidationError as error:
+            problems = []
+            for item in error.errors():
+                key = str(item["loc"][0]) if item["loc"] else "host data"
+                message = str(item.get("ctx", {}).get("error") or item["msg"])
+                problems.append(f"{origin(data, key, argv)}: {key}: {message}")
+            raise SettingsError(problems) from None
+        problems = [f"{origin(data, key, argv)}: {key}: {message}" for key, message in settings.cross_problems()]
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+    def cross_problems(self) -> list[tuple[str, str]]:
+        """(key, message) for rules between keys."""
+        return []
+
+    def as_data(self) -> dict[str, Any]:
+        """Back to host data keys (for code that takes a mapping)."""
+        return {key: getattr(self, name) for key, name in self.keys().items()}
+
+    def get(self, key: str, default=None):
+        name = self.keys().get(key)
+        value = getattr(self, name) if name else None
+        return default if value is None else value
+
+
+class HostSettings(Settings):
+    title: ClassVar[str] = "Host settings (inventory, group_data/all.py, --data)"
+
+    # --- what is deployed, and where ---
+    profile: Text() = Field(None, description="The serving profile (profiles/*.yaml) deployed to the host; "
+                            "group_data/all.py names the site's default.")
+    gpus: Int(1, 64) = Field(None, description="The GPU count the profile is checked against (--tp-size); a real "
+                             "host's own report must not contradict it.")
+    gpu_topology: Topology = Field(None, description="The GPU interconnect, for the NCCL rules "
+                                                   "(a real host reports its own).")
+    gpu_model: Text() = Field("a6000", description="The GPU model whose facts SGLang's resolution runs under "
+                              "(sglang_deploy/gpu_facts.py: a6000, h100, ...) where the host's nvidia-smi cannot say; "
+                              "a host that reports its GPUs is resolved under what it reports.")
+    port: Int(1024, 65535) = Field(None, description="The server's port (None: the profile's service.port). "
+                                   "The unit may not bind a privileged port.")
+    service: Text(safety.service_name_problem) = Field(
+        None, description="The unit's name, for verbs that run without a profile (rollback.py, releases.py, "
+        "doctor.py); None: the profile's.")
+    container_id: Int(100, 999999999) = Field(None, description="The host's Proxmox CT id, for the fixes the "
+                                              "preflight and facts.py print (`pct set <id> ...`).")
+    simulated: Flag = Field(False, description="True only for the simulated CT129 (the host must carry "
+                            "/etc/sglang-deploy-simulated).")
+    sim_server: SimServer = Field(
+        "sglang", description="On a simulated host, what runs behind <venv>/bin/sglang serve: sglang (SGLang's own "
+        "front end, resolution and processes with a modelled Scheduler; about 25 s to start, 4 GB) or model (the "
+        "model-only simulator: 3 s, 0.1 GB).")
+    # --- the API key ---
+    api_key_file: Text() = Field(None, description="The API key: read from this file (mode 0600, relative to the "
+                                 "repository), else from the controller's api_key_env.")
+    api_key_env: Text(_api_key_env_problem) = Field(DEFAULT_API_KEY_ENV, description="The controller environment "
+                                                    "variable holding the API key.")
+    # --- releases ---
+    keep_releases: Int(1, 100) = Field(5, description="Releases kept on the host (the active and the last good one "
+                                       "are never pruned).")
+    max_auto_rollbacks: Int(1, 100) = Field(3, description="Automatic rollbacks in a row before deploys are refused "
+                                            "(deploy.py --data force=true overrides).")
+    preflight_stack: Flag = Field(True, description="False leaves out the preflight's steps that import SGLang's "
+                                  "stack: its resolution on the host, and on a simulated host the torch step (the "
+                                  "test suite's simulated hosts skip them outside the modules that test them).")
+    # --- provisioning (real hosts; skipped on the simulated one) ---
+    provision: Flag = Field(True, description="deploy.py provisions real hosts (driver, CUDA, NCCL, venv); False: "
+                            "the host is prepared already.")
+    provision_mode: ProvisionMode = Field(
+        "install", description="install: install what is missing; verify: change nothing, fail with what would "
+        "have to change.")
+    cuda_major: Int(10, 99) = Field(13, description="The CUDA major the pinned SGLang (0.5.23) is built for; CUDA 13 "
+                                    "needs the R580 driver branch.")
+    cuda_version: CudaVersion = Field(
+        "13.0", description="The CUDA toolkit installed (/usr/local/cuda-<version>, the unit's CUDA_HOME).")
+    driver_branch: Int(300, 9999) = Field(580, description="The NVIDIA driver branch installed or required.")
+    nccl_version: NcclVersion = Field(
+        None, description="Pin the system libnccl2; PyTorch in the venv brings its own NCCL.")
+    nccl_package_version: NcclPackageVersion = Field(
+        NCCL_PACKAGE_VERSION, description="NVIDIA's Debian version of a libnccl2 pin.")
+    driver_userspace_packages: PackageList = Field(
+        None, description="In a container: the user-space driver packages installed at exactly the host kernel "
+        "module's version. None: by distribution (Debian: libcuda1 libnvidia-ml1 nvidia-smi; Ubuntu: "
+        "libnvidia-compute-{branch} nvidia-utils-{branch}).")
+    driver_package_version: DriverPackageVersion = Field(
+        DRIVER_PACKAGE_VERSION, description="The apt version glob of those packages ({version}: the kernel module's).")
+    cuda_repo_url: Text(_repo_url_problem(False)) = Field(
+        "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/",
+        description="NVIDIA's CUDA apt repository (a mirror for air-gapped hosts); {distro} and {arch} are the "
+        "host's (debian12, ubuntu2404; x86_64, sbsa).")
+    cuda_repo_key_url: Text(_repo_url_problem(True)) = Field(
+        "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub",
+        description="Its signing key (a URL, or a local file).")
+    cuda_repo_origin: HostName = Field("developer.download.nvidia.com", description="The apt origin whose packages are pinned at "
+                "priority 600, above the distribution's.")
+    wheelhouse: Text() = Field(None, description="A local directory of wheels for an offline Python env install.")
+    verify_python: Text(_python_problem) = Field(None, description="The python whose torch reports the NCCL it "
+                                                 "loads (None: the profile's venv in deploy.py, else python3).")
+    # --- model weights ---
+    hf_endpoint: Text(safety.hub_endpoint_problem) = Field(
+        None, description="An HF-compatible endpoint to fetch hf:// sources from (a mirror; None: the Hub). https "
+        "only (plain http only on loopback, for a test Hub). Host data only: a profile never names an endpoint.")
+    hub_python: Text() = Field(None, description="The python whose huggingface_hub fetches the weights on the host "
+                               "(None: the release's venv on GPU hosts, the hub-client venv on the simulated one).")
+    hub_wheelhouse: Text() = Field(None, description="A controller directory of wheels (huggingface_hub and its "
+                                   "dependencies) for that small venv, offline.")
+    hf_token_file: Text(safety.model_path_problem) = Field(
+        None, description="A file ON THE HOST holding a Hugging Face token (root-only), for gated or private "
+        "repositories.")
+    hf_token_endpoint: Text(safety.hub_endpoint_problem) = Field(
+        None, description="The one endpoint the token may go to (None: the Hub); a deploy whose hf_endpoint is "
+        "another one is refused.")
+    # --- multi-node servers ---
+    node_group: GroupName = Field(
+        "nodes", description="The inventory group of a multi-node profile's hosts, rank 0 first.")
+    worker_address: Text() = Field(None, description="The address other hosts reach this one at (None: "
+                                   "ssh_hostname, else the host name).")
+    nccl_socket_ifname: Text() = Field(None, description="NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME of a multi-node "
+                                       "server (None: the profile's).")
+    # --- pyinfra's own keys, read by the tool ---
+    ssh_hostname: Text() = Field(None, description="pyinfra's: the address SSH connects to.")
+    ssh_user: Text() = Field(None, description="pyinfra's: the SSH user (the service user may not be it).")
+    sudo: Flag = Field(False, alias="_sudo", description="pyinfra's: run host commands with sudo.")
+
+    def cross_problems(self) -> list[tuple[str, str]]:
+        """The Hugging Face token goes only to the endpoint named with it: hf_token_endpoint (default the Hub),
+        which must be the endpoint the download uses (hf_endpoint, default the Hub)."""
+        if not self.hf_token_file:
+            return []
+        used = (self.hf_endpoint or safety.DEFAULT_HUB).rstrip("/")
+        named = (self.hf_token_endpoint or safety.DEFAULT_HUB).rstrip("/")
+        if used != named:
+            return [("hf_token_file", f"the token of hf_token_file is sent only to hf_token_endpoint ({named}), but "
+                     f"the weights come from hf_endpoint {used}; accepted: hf_token_endpoint={used} when that "
+                     "endpoint may have the token, or no hf_token_file")]
+        return []
+
+
+class DeployArgs(Settings):
+    title: ClassVar[str] = "deploy.py (one run: --data key=value)"
+    force: Flag = Field(False, description="Deploy although automatic rollbacks in a row reached "
+                        "max_auto_rollbacks.")
+    skip_gate: Flag = Field(False, description="Deploy without the throughput gate (the release is marked good "
+                            "once ready). For emergencies.")
+    skip_preflight: Flag = Field(False, description="Switch without the preflight (the release's server checks on "
+                                 "the host under its own sandbox). For emergencies; recorded in the release. "
+                                 "rollback.py takes it too.")
+
+
+class RollbackArgs(Settings):
+    title: ClassVar[str] = "rollback.py"
+    release: ReleaseId = Field(
+        None, description="The retained release to go back to (None: the previous good one).")
+    skip_preflight: Flag = Field(False, description="Restart without the preflight (recorded).")
+
+
+class DoctorArgs(Settings):
+    title: ClassVar[str] = "doctor.py"
+    probe: Flag = Field(False, description="Also run the GPU probe (memory bandwidth, all-reduce) with the "
+                        "release's venv.")
+    probe_force: Flag = Field(False, description="Run the probe even while the GPUs are in use.")
+
+
+class ProvisionArgs(Settings):
+    title: ClassVar[str] = "provision.py"
+    skip_python_env: Flag = Field(False, description="The NVIDIA stack only, not the profile's virtualenv.")
+
+
+class FactsArgs(Settings):
+    title: ClassVar[str] = "facts.py"
+    python: Text(_python_problem) = Field("python3", description="The python whose torch reports the CUDA and NCCL "
+                                          "it loads.")
+
+
+class ReleasesArgs(Settings):
+    title: ClassVar[str] = "releases.py"
+    fleet_summary: Text() = Field(None, description="Also write the fleet summary as JSON to this file.")
+
+
+
+class RouterSettings(Settings):
+    title: ClassVar[str] = "router.py (the router host's data)"
+    port: Int(1, 65535) = Field(30080, alias="router_port", description="The router's port.")
+    bind: Text(_ip_literal_problem) = Field("127.0.0.1", alias="router_bind",
+                                            description="The router's listening address (an IP literal).")
+    policy: RouterPolicy = Field("cache_aware", alias="router_policy",
+                                             description="sglang-router's load-balancing policy.")
+    workers_group: GroupName = Field(
+        "fleet", alias="router_workers", description="The inventory group whose servers the router sends "
+        "requests to.")
+    health_interval_s: Int(1, 3600) = Field(10, alias="router_health_interval_s",
+                                            description="Seconds between the router's health checks of each worker.")
+    health_failures: Int(1, 100) = Field(3, alias="router_health_failures",
+                                         description="Failed health checks before the router takes a worker out.")
+    gate: Flag = Field(False, alias="router_gate", description="One run: also measure the fleet's gate through the "
+                       "router (the workers' floors).")
+
+
+def _int_list_problem(value: str) -> str | None:
+    parts = value.replace(" ", "").split(",")
+    if all(re.fullmatch(r"[0-9]{1,3}(?:-[0-9]{1,3})?", part) for part in parts):
+        return None
+    return f"{value!r} is not a list such as 1-6 or 1,2,4"
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """`1-6` or `1,2,4` (as TuneArgs accepts them) as sorted distinct ints."""
+    values = []
+    for part in text.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        values += list(range(int(low), int(high or low) + 1))
+    return tuple(sorted(set(values)))
+
+
+def _axes_problem(value: str) -> str | None:
+    from .tune import AXES
+
+    parts = [part.strip() for part in value.split(",")]
+    if value.strip() == "all" or all(part in AXES for part in parts):
+        return None
+    return f"{value!r}; accepted: {', '.join(AXES)}, all (or a comma list)"
+
+
+class TuneArgs(Settings):
+    title: ClassVar[str] = "tune.py"
+    space: Text(_axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: spec, "
+                                       "drafter, graphs, nccl, all, or a comma list.")
+    budget_s: Number(10, 7 * 24 * 3600) = Field(3600, alias="tune_budget_s", description="The tune's time budget in "
+                                                "seconds (candidates that would not fit are not started).")
+    repeats: Int(3, 50) = Field(3, alias="tune_repeats", description="Repeats per candidate: the score is "
+                                "median - 1.4826 x MAD over them.")
+    samples: Int(1, 60) = Field(6, alias="tune_samples", description="Single-stream requests per repeat (the "
+                                "gate's 6 prompts, each once).")
+    max_new_tokens: Int(16, 4096) = Field(128, alias="tune_max_new_tokens", description="Tokens per request.")
+    concurrency: Int(1, 256) = Field(None, alias="tune_concurrency", description="Streams of the aggregate round "
+                                     "(None: the profile's gate.concurrency).")
+    heartbeat_s: Number(3, 3600) = Field(30, alias="tune_heartbeat_s", description="The host restores the original "
+                                         "release when the controller is silent this long.")
+    steps: Text(_int_list_problem) = Field("1-6", alias="tune_steps", description="Speculative steps to try.")
+    topk: Text(_int_list_problem) = Field("1,2,4", alias="tune_topk", description="eagle-topk values to try (draft "
+                                          "tokens follow).")
+    resume: Flag = Field(True, alias="tune_resume", description="Reuse the measurements saved by an interrupted "
+                         "tune of the same profile.")
+    min_aggregate: Number(0, 1) = Field(0.95, alias="tune_min_aggregate", description="The winner's aggregate "
+                                        "throughput must stay >= this share of the original's.")
+    noise_pct: Number(0.1, 100) = Field(5.0, alias="tune_noise_pct", description="A candidate whose repeats spread "
+                                        "more than this (% of the median) is rejected as noisy.")
+    min_gain_pct: Number(0, 100) = Field(2.0, alias="tune_min_gain_pct", description="A change must gain at least "
+                                         "this much over the original to be written.")
+
+
+MODELS = (HostSettings, DeployArgs, RollbackArgs, DoctorArgs, TuneArgs, RouterSettings, ProvisionArgs, FactsArgs,
+          ReleasesArgs)
+
+
+# --- the generated reference page ------------------------------------------------------------------------
+
+def _kind(model: type[Settings], name: str) -> str:
+    metadata = [m for m in model.model_fields[name].metadata if isinstance(m, str)]
+    return metadata[0] if metadata else "true/false"
+
+
+def _default(value) -> str:
+    return "-" if value is None else f"`{str(value).lower() if isinstance(value, bool) else value}`"
+
+
+def markdown() -> str:
+    """docs/settings.md, from the models."""
+    lines = ["# Settings", "",
+             "<!-- Generated by `python -m sglang_deploy.settings > docs/settings.md` from sglang_deploy/settings.py;",
+             "     tests/test_settings.py checks that it is current. -->", "",
+             "Host data comes from pyinfra: `group_data/all.py` (the site's own defaults), then the host's data in",
+             "`inventory/*.py`, then `--data key=value` on the command line, which wins. Every key the tool reads is",
+             "below, with its type, what it accepts and its default; a bad value is refused before anything runs,",
+             "naming where it was set (`--data`, or FILE:LINE). The serving profile's fields are in",
+             "[profile.md](profile.md); environment variables of the controller and tests in",
+             "[testing.md](testing.md).", ""]
+    for model in MODELS:
+        lines += [f"## {model.title}", "", "| key | accepts | default | meaning |", "|---|---|---|---|"]
+        for key, name in model.keys().items():
+            field = model.model_fields[name]
+            lines.append(f"| `{key}` | {_kind(model, name)} | {_default(field.default)} | "
+                         f"{(field.description or '').replace('|', '/')} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.stdout.write(markdown())
