@@ -2,13 +2,18 @@
 
 pyinfra's own tests do the same for single operations (a fake State/Host with fake facts, the commands an
 operation yields compared with a fixture). Here the state is pyinfra's real one, in API mode, over an inventory of
-one host whose connector is never used: `host.get_fact` answers from the `facts` given (by fact class, then by
-the fact's keyword arguments), and every fact asked for is recorded. Each operation the role adds is then
-generated, as pyinfra's prepare step does, into its name and its commands.
+one host whose connector is never used: `host.get_fact` answers from the `facts` given (by fact class or its name;
+a value, a FactsBy table, or a callable of the fact's keyword arguments; DEBIAN_12 below for pyinfra's own facts),
+and every fact asked for is recorded (`ops.asked`). Each operation the role added is then generated, as pyinfra
+does before it executes, into its name and its commands (nothing is connected to or executed).
 
     ops = run_role(secrets.configure_secrets, secrets="k", service="sglang", user="sglang",
                    facts={Sha256File: None})
-    ops.named("Secrets").commands  ->  ["install -m 600 /dev/null /etc/sglang/secrets.json", "upload ...", ...]
+    ops.named("Secrets").commands
+    -> ["install -m 600 /dev/null /etc/sglang-deploy/sglang/secrets.yaml", "upload /etc/sglang-deploy/...", ...]
+
+Limits: facts that the role reads through `host.run_shell_command` (python.call callbacks such as release._report)
+are not run, only named (`call _report`); host data comes from `data` (the inventory's), not group_data/.
 """
 
 from __future__ import annotations
