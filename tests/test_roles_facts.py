@@ -5,7 +5,9 @@ command (or each of its distinctive parts), and the lines the host prints parse 
 A fixture: {"note": why the case exists (optional), "arg": the fact's keyword arguments, "process_arg": process()'s
 (optional), "command": a string or a list of strings the command must contain, "output": the host's stdout lines,
 "fact": the parsed value (JSON: tuples are lists), or "raises": the exception's class name instead}. As in pyinfra,
-empty output is never processed: the fact is the fact's default (None).
+empty output is never processed: the fact is the fact's default (None). Every `@@section` marker line in the
+output is one the command prints (so a renamed section cannot leave a fixture behind), unless the case sets
+"foreign_sections": true (a case about another section's answer).
 """
 
 import builtins
@@ -39,6 +41,10 @@ def test_fact(path):
     for part in [case["command"]] if isinstance(case["command"], str) else case["command"]:
         assert part in command
     output = case["output"]
+    if not case.get("foreign_sections"):
+        for line in output:
+            if line.startswith("@@"):
+                assert f"echo '{line}'" in command, f"{line}: not a section this command prints"
     if "raises" in case:
         with pytest.raises(getattr(builtins, case["raises"])):
             fact.process(output, **case.get("process_arg", {}))

@@ -115,3 +115,14 @@ def test_install_with_uv_into_an_existing_venv():
     assert not [name for name in ops.names if "Create" in name]
     assert ops.named("Install").commands[0] == (f"uv pip install -q --no-build --python {VENV}/bin/python "
                                                 f"sglang=={PROFILE.sglang.version}")
+
+
+def test_install_from_a_controller_wheelhouse_is_offline(tmp_path):
+    (tmp_path / "sglang-0.5.23-py3-none-any.whl").write_text("")
+    ops = run_role(provision.python_env, profile=PROFILE, mode="install", data={"wheelhouse": str(tmp_path)},
+                   facts={SGLangVersion: None, GpuHost: fixture_fact("GpuHost", "no_gpu_docker_dev_box")})
+    remote = f"/opt/sglang-deploy/wheelhouse/sglang-{PROFILE.sglang.version}"
+    assert f"upload {remote}/sglang-0.5.23-py3-none-any.whl" in ops.named("Upload the wheelhouse").commands
+    install = ops.named("Install").commands
+    assert f"--no-index --find-links {remote}" in install[0]
+    assert not [command for command in install if "torch.cuda" in command]  # no GPU there: no torch check
