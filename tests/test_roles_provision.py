@@ -1,0 +1,128 @@
+"""roles/provision.py without a host: install vs verify mode from the GpuHost fact's fixtures
+(tests/fixtures/facts/GpuHost) on a fake host: what is installed, what is refused (nothing is changed then).
+
+The settings are group_data/all.py's defaults, set as the fake host's inventory data."""
+
+import runpy
+from pathlib import Path
+
+import pytest
+from pyinfra.api.exceptions import DeployError
+from pyinfra.facts.files import File
+
+from fakehost import FactsBy, fixture_fact, run_role
+from roles import provision
+from roles.facts import GpuHost, SGLangVersion, VenvTorch
+from sglang_deploy.layout import venv_path
+from sglang_deploy.profile import load_profile
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULTS = {key: value for key, value in runpy.run_path(str(REPO / "group_data" / "all.py")).items()
+            if not key.startswith("_") and isinstance(value, (str, int, float, bool, type(None), list, dict))}
+PROFILE = load_profile(REPO / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml")
+VENV = venv_path(PROFILE)
+
+
+def stack(case: str, mode: str, **data):
+    return run_role(provision.nvidia_stack, mode=mode, python=f"{VENV}/bin/python",
+                    data={**DEFAULTS, "nccl_version": "2.28.9", **data},
+                    facts={GpuHost: fixture_fact("GpuHost", case), VenvTorch: {"nccl": "2.28.9"}})
+
+
+def installed(ops) -> str:
+    return ops.named("Install ").name.split("| Install ", 1)[1]
+
+
+def test_lxc_driver_mismatch_install_brings_user_space_to_the_host_module_checked_before_and_after():
+    ops = stack("lxc_driver_mismatch", "install")
+    assert installed(ops) == ("libcuda1=580.95.05-*, libnvidia-ml1=580.95.05-*, nvidia-smi=580.95.05-*, "
+                              "cuda-toolkit-13-0, libnccl2=2.28.9-1+cuda13.0, gcc, g++, python3-dev")
+    names = [name.split(" | ")[1] for name in ops.names]
+    assert names.index("apt update (NVIDIA repository)") < names.index("Check the repository has user space 580.95.05") \
+        < names.index(f"Install {installed(ops)}") < names.index("Check user space is now 580.95.05")
+    assert "--allow-downgrades --no-install-recommends" in ops.named("Install ").commands[0]
+    assert "'libcuda1=580.95.05-*'" in ops.named("Install ").commands[0]  # a glob, quoted
+    assert "Load nvidia-uvm at boot" not in " ".join(names)  # a container: the host loads modules
+
+
+def test_lxc_driver_mismatch_verify_names_both_versions_and_changes_nothing():
+    with pytest.raises(DeployError) as refused:
+        stack("lxc_driver_mismatch", "verify")
+    message = str(refused.value)
+    assert "nothing was changed" in message
+    assert "user-space driver 570.86.10 does not match the kernel module 580.95.05" in message
+
+
+def test_bare_metal_a6000_installs_only_the_toolkit_the_profile_needs_from_nvidias_signed_repository():
+    ops = stack("rtx_a6000x2_bare_metal", "install")  # nvcc 13.1 there, 13.0 wanted
+    assert installed(ops) == "cuda-toolkit-13-0"
+    assert ops.named("NVIDIA CUDA repository key").commands[-1] == "chmod 644 /usr/share/keyrings/nvidia-cuda.asc"
+    assert "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64/3bf863cc.pub" in \
+        ops.named("NVIDIA CUDA repository key").commands[0]
+    assert ops.named("Load nvidia-uvm at boot").commands[-2:] == [
+        "upload /etc/modules-load.d/nvidia-uvm.conf", "chmod 644 /etc/modules-load.d/nvidia-uvm.conf"]
+    assert not [name for name in ops.names if "Load nvidia-uvm and create" in name]  # /dev/nvidia-uvm is there
+
+
+def test_verify_mode_refuses_what_install_mode_would_install():
+    with pytest.raises(DeployError, match="verify mode: CUDA toolkit 13.1 found, 13.0 required"):
+        stack("rtx_a6000x2_bare_metal", "verify")
+    with pytest.raises(DeployError, match="libnccl2 2.28.3-1[+]cuda13.0, pinned 2.28.9-1[+]cuda13.0"):
+        stack("h200x2_nvlink_recorded", "verify")
+
+
+def test_a_host_with_everything_in_place_changes_nothing_in_either_mode():
+    assert stack("h200x2_nvlink_recorded", "verify", nccl_version=None).commands == []
+    install = stack("h200x2_nvlink_recorded", "install", nccl_version=None)
+    assert not [name for name in install.names if "apt update" in name or "Install " in name]
+
+
+def test_no_driver_in_a_container_is_refused_in_install_mode_too():
+    with pytest.raises(DeployError, match="install it on the Proxmox host"):
+        stack("no_gpu_docker_dev_box", "install")
+
+
+# --- the Python environment -----------------------------------------------------------------------------
+
+def python_env(mode: str, sglang: str | None, **facts):
+    return run_role(provision.python_env, profile=PROFILE, mode=mode, data={},
+                    facts={SGLangVersion: sglang, GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal"), **facts})
+
+
+def test_the_pinned_sglang_in_place_is_nothing_to_do_in_either_mode():
+    assert python_env("verify", PROFILE.sglang.version) == python_env("install", PROFILE.sglang.version) == []
+
+
+def test_verify_mode_refuses_another_sglang():
+    with pytest.raises(DeployError, match=f"has SGLang 0.5.22, the profile pins {PROFILE.sglang.version}"):
+        python_env("verify", "0.5.22")
+    with pytest.raises(DeployError, match="has SGLang nothing"):
+        python_env("verify", None)
+
+
+def test_install_creates_the_venv_and_checks_torch_sees_every_gpu():
+    ops = python_env("install", None)
+    assert ops.named("Create").commands == [f"python3 -m venv {VENV}"]
+    commands = ops.named("Install").commands
+    assert commands[0] == (f"{VENV}/bin/pip install -q --disable-pip-version-check --only-binary :all: "
+                           f"sglang=={PROFILE.sglang.version}")
+    assert "n == 2" in commands[-1] and "torch.cuda.is_available()" in commands[-1]
+
+
+def test_install_with_uv_into_an_existing_venv():
+    ops = python_env("install", "0.5.22", Which=lambda command: "/usr/local/bin/uv" if command == "uv" else None,
+                     File=FactsBy("path", {f"{VENV}/bin/python": {"mode": 755}}))
+    assert not [name for name in ops.names if "Create" in name]
+    assert ops.named("Install").commands[0] == (f"uv pip install -q --no-build --python {VENV}/bin/python "
+                                                f"sglang=={PROFILE.sglang.version}")
+
+
+def test_install_from_a_controller_wheelhouse_is_offline(tmp_path):
+    (tmp_path / "sglang-0.5.23-py3-none-any.whl").write_text("")
+    ops = run_role(provision.python_env, profile=PROFILE, mode="install", data={"wheelhouse": str(tmp_path)},
+                   facts={SGLangVersion: None, GpuHost: fixture_fact("GpuHost", "no_gpu_docker_dev_box")})
+    remote = f"/opt/sglang-deploy/wheelhouse/sglang-{PROFILE.sglang.version}"
+    assert f"upload {remote}/sglang-0.5.23-py3-none-any.whl" in ops.named("Upload the wheelhouse").commands
+    install = ops.named("Install").commands
+    assert f"--no-index --find-links {remote}" in install[0]
+    assert not [command for command in install if "torch.cuda" in command]  # no GPU there: no torch check

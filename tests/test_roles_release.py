@@ -1,0 +1,122 @@
+"""roles/release.py without a host: the preflight's GPU count and interpreter, the switch's command line, and the
+commands of the host-programs, stage, switch and prune operations for a fake host's facts."""
+
+import json
+import shlex
+
+import pytest
+from pyinfra.facts.files import FileContents
+
+from fakehost import run_role
+from roles import release
+from roles.simulator import SGLANG_PYTHON
+from sglang_deploy.release_plan import controller_identity
+
+
+@pytest.mark.parametrize("resolved, nnodes, gpus", [
+    ({"tp_size": 2}, 1, 2),
+    ({"tp_size": 2, "pp_size": 2}, 1, 4),
+    ({"tp_size": 4}, 2, 2),  # a 2-node server: each node runs its share
+    ({"tp_size": 1}, 2, 1),  # never 0
+    ({"tp_size": None, "pp_size": None}, 1, 1),
+    ({}, 1, 1),
+    (None, 1, 1),
+    ({"tp_size": "2"}, 0, 2),  # nnodes 0 is taken as 1
+])
+def test_preflight_gpus(resolved, nnodes, gpus):
+    assert release.preflight_gpus(resolved, nnodes) == gpus
+
+
+def test_preflight_interpreter():
+    assert release.preflight_interpreter(False, "/opt/sglang-deploy/venvs/v1") == "/opt/sglang-deploy/venvs/v1/bin/python"
+    assert release.preflight_interpreter(True, "/opt/sglang-deploy/venvs/v1") == SGLANG_PYTHON
+
+
+def switch_argv(**options):
+    command = release.switch_command("sglang", "r2", "http://127.0.0.1:30000", 600, "deploy",
+                                     **{**release.SWITCH_DEFAULTS, **options})
+    prefix = "cd /opt/sglang-deploy/lib && "
+    assert command.startswith(prefix)
+    return shlex.split(command[len(prefix):])
+
+
+def test_switch_command_defaults():
+    argv = switch_argv()
+    assert argv == ["python3", "-m", "hostside.switch", "--service", "sglang", "--release", "r2",
+                    "--probe-url", "http://127.0.0.1:30000", "--timeout", "600", "--reason", "deploy",
+                    "--owner", f"{controller_identity()} (deploy)", "--max-auto-rollbacks", "3", "--auto-rollback"]
+
+
+def test_switch_command_options():
+    argv = switch_argv(gate=True, on_inconclusive="keep", force=True, mark_good=True, auto_rollback=False,
+                       mark_previous_bad=True, stop_only=True)
+    assert "--auto-rollback" not in argv
+    assert argv[argv.index("--max-auto-rollbacks") + 2:] == [
+        "--mark-good-on-ready", "--force", "--gate", "--on-inconclusive", "keep", "--mark-previous-bad", "--stop-only"]
+
+
+# --- operations: facts in, commands out --------------------------------------------------------------------
+
+def test_host_programs_are_sent_only_when_the_hosts_manifest_differs():
+    ship = release.program_shipment()
+    assert run_role(release.install_programs, installed_digest=ship.digest) == []
+    # without the DeployState's answer the role reads the manifest itself
+    assert run_role(release.install_programs, facts={FileContents: [ship.digest]}) == []
+    ops = run_role(release.install_programs, installed_digest="0" * 64)
+    archive, unpack = ops
+    assert archive.commands[-2:] == [f"upload {ship.upload_path}", f"chmod 600 {ship.upload_path}"]
+    # the old package goes whole (a module removed here must not linger there), the manifest records the digest
+    assert unpack.commands[0] == "rm -rf /opt/sglang-deploy/lib/hostside /opt/sglang-deploy/bin"
+    assert f"echo {ship.digest} > /opt/sglang-deploy/lib/.manifest" in unpack.commands[1]
+
+
+def test_stage_writes_meta_json_last_and_the_environment_0600():
+    ops = run_role(release.stage, service="sglang", release_id="r2", unit="[Unit]\n", env="A=1\n", profile_json="{}",
+                   gate_config={"settings": {}}, resolution={"tp_size": 2}, meta={"venv": "/opt/v"},
+                   roofline={"gpu": "x"})
+    directory = "/var/lib/sglang-deploy/sglang/releases/r2"
+    assert [name.split(" | ")[1] for name in ops.names] == [
+        "Release directory r2", "r2/sglang.service", "r2/sglang.env (0600)", "r2/profile.json", "r2/gate-config.json",
+        "r2/resolved.json", "r2/roofline.json", "r2/packages.json (the venv's packages and their hashes)", "r2/meta.json"]
+    assert ops.named("sglang.env").commands[-1] == f"chmod 600 {directory}/sglang.env"
+    assert ops.named("meta.json").commands[-1] == f"chmod 644 {directory}/meta.json"
+    assert ops.named("packages.json").commands == [
+        f"if [ -f /opt/v/sglang-deploy-packages.json ]; then install -m 644 /opt/v/sglang-deploy-packages.json "
+        f"{directory}/packages.json; fi"]
+
+
+def test_stage_without_venv_or_roofline():
+    ops = run_role(release.stage, service="sglang", release_id="r2", unit="", env="", profile_json="{}", gate_config={},
+                   resolution={}, meta={})
+    assert not [name for name in ops.names if "packages.json" in name or "roofline.json" in name]
+
+
+def test_switch_then_report():
+    ops = run_role(release.switch, service="sglang", release_id="r2", probe_url="http://127.0.0.1:30000", timeout=600,
+                   reason="deploy", gate=True)
+    assert ops.names == ["Release: switch | Switch sglang to release r2 (deploy): restart, readiness, gate, automatic "
+                         "rollback on failure", "Release: switch | Report"]
+    assert ops[0].commands == [release.switch_command("sglang", "r2", "http://127.0.0.1:30000", 600, "deploy",
+                                                      **{**release.SWITCH_DEFAULTS, "gate": True})]
+    assert ops[1].commands == ["call _report"]
+
+
+def test_prune():
+    assert run_role(release.prune, service="sglang", keep=5).commands == [
+        "cd /opt/sglang-deploy/lib && python3 -m hostside.store prune --service sglang --keep 5 --prune-venvs",
+        "cd /opt/sglang-deploy/lib && python3 -m hostside.weights prune"]
+
+
+def test_preflight_inputs_travel_base64_and_are_removed_by_the_same_command():
+    unit, env = "[Service]\nExecStart=/opt/v/bin/sglang serve --tp-size 2\n", "NCCL_CUMEM_ENABLE=0\n"
+    ops = run_role(release.preflight, service="sglang", release_id="r2", unit=unit, env=env,
+                   interpreter="/opt/v/bin/python", gpus=2, simulated=False,
+                   exec_start=["/opt/v/bin/sglang", "serve", "--tp-size", "2"], resolved={"tp_size": 2})
+    (command,) = ops[0].commands
+    directory = "/run/sglang-deploy/preflight/sglang-r2"
+    assert command.startswith(f"install -d -m 755 {directory} && (umask 077; echo ")
+    assert f"chmod 600 {directory}/sglang.env" in command and "NCCL_CUMEM_ENABLE" not in command
+    assert command.endswith(f"; rc=$?; rm -rf {directory}; exit $rc; }}")
+    assert ops.names[1] == "Release: preflight | Preflight report"
+    assert json.dumps(["--tp-size", "2"]) == json.dumps(release.preflight_inputs(
+        ["/opt/v/bin/sglang", "serve", "--tp-size", "2"], None)[0])
