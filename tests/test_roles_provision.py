@@ -1,9 +1,8 @@
 """roles/provision.py without a host: install vs verify mode from the GpuHost fact's fixtures
 (tests/fixtures/facts/GpuHost) on a fake host: what is installed, what is refused (nothing is changed then).
 
-The settings are group_data/all.py's defaults, set as the fake host's inventory data."""
+The settings are the tool's defaults (sglang_deploy/settings.py) with what each test sets as the fake host's data."""
 
-import runpy
 from pathlib import Path
 
 import pytest
@@ -17,15 +16,13 @@ from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import load_profile
 
 REPO = Path(__file__).resolve().parent.parent
-DEFAULTS = {key: value for key, value in runpy.run_path(str(REPO / "group_data" / "all.py")).items()
-            if not key.startswith("_") and isinstance(value, (str, int, float, bool, type(None), list, dict))}
 PROFILE = load_profile(REPO / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml")
 VENV = venv_path(PROFILE)
 
 
 def stack(case: str, mode: str, **data):
     return run_role(provision.nvidia_stack, mode=mode, python=f"{VENV}/bin/python",
-                    data={**DEFAULTS, "nccl_version": "2.28.9", **data},
+                    data={"nccl_version": "2.28.9", **data},
                     facts={GpuHost: fixture_fact("GpuHost", case), VenvTorch: {"nccl": "2.28.9"}})
 
 

@@ -8,6 +8,7 @@ import pytest
 from pyinfra.facts.files import FileContents
 
 from fakehost import run_role
+from sglang_deploy.switch_options import SwitchOptions
 from roles import release
 from roles.simulator import SGLANG_PYTHON
 from sglang_deploy.release_plan import controller_identity
@@ -32,9 +33,12 @@ def test_preflight_interpreter():
     assert release.preflight_interpreter(True, "/opt/sglang-deploy/venvs/v1") == SGLANG_PYTHON
 
 
+DEPLOY = SwitchOptions(service="sglang", release_id="r2", probe_url="http://127.0.0.1:30000", timeout=600,
+                       reason="deploy")
+
+
 def switch_argv(**options):
-    command = release.switch_command("sglang", "r2", "http://127.0.0.1:30000", 600, "deploy",
-                                     **{**release.SWITCH_DEFAULTS, **options})
+    command = release.switch_command(DEPLOY.but(**options))
     prefix = "cd /opt/sglang-deploy/lib && "
     assert command.startswith(prefix)
     return shlex.split(command[len(prefix):])
@@ -92,12 +96,10 @@ def test_stage_without_venv_or_roofline():
 
 
 def test_switch_then_report():
-    ops = run_role(release.switch, service="sglang", release_id="r2", probe_url="http://127.0.0.1:30000", timeout=600,
-                   reason="deploy", gate=True)
+    ops = run_role(release.switch, options=DEPLOY.but(gate=True))
     assert ops.names == ["Release: switch | Switch sglang to release r2 (deploy): restart, readiness, gate, automatic "
                          "rollback on failure", "Release: switch | Report"]
-    assert ops[0].commands == [release.switch_command("sglang", "r2", "http://127.0.0.1:30000", 600, "deploy",
-                                                      **{**release.SWITCH_DEFAULTS, "gate": True})]
+    assert ops[0].commands == [release.switch_command(DEPLOY.but(gate=True))]
     assert ops[1].commands == ["call _report"]
 
 

@@ -7,6 +7,7 @@ import pytest
 from pyinfra.facts.files import File, Sha256File
 
 from fakehost import FactsBy, run_role
+from sglang_deploy.switch_options import SwitchOptions
 from roles import multinode, router
 from sglang_deploy.router import ROUTER_KEY_PATH, ROUTER_UNIT_PATH
 
@@ -53,8 +54,8 @@ def test_nothing_changed_no_restart_but_the_health_check_still_runs(tmp_path):
          "Switch sglang to release r2", "Report"]),
 ])
 def test_multinode_switch_stops_every_node_first_then_starts_in_rank_order(rank, order):
-    switch = {"service": "sglang", "release_id": "r2", "probe_url": "http://127.0.0.1:30000", "timeout": 600,
-              "reason": "deploy"}
-    ops = run_role(multinode.switch_in_order, switch=switch, rank=rank, nnodes=2, nodes=["gpu-a", "gpu-b"])
+    switch = SwitchOptions(service="sglang", release_id="r2", probe_url="http://127.0.0.1:30000", timeout=600,
+                           reason="deploy")
+    ops = run_role(multinode.switch_in_order, options=switch, rank=rank, nnodes=2, nodes=["gpu-a", "gpu-b"])
     assert [next(part for part in order if part in name) for name in ops.names] == order
     assert ops[0].commands[0].endswith("--auto-rollback --stop-only")
