@@ -1,9 +1,9 @@
-"""Tune, the pure part: candidates from a profile, robust scores, the search, the choice and the tuned profile.
+"""Tune, the pure part: candidates from a profile, robust scores, the search and the choice.
 
 The verb (tune.py at the top) validates each candidate with SGLang's parser and the rules, runs it on the
 host as a temporary release (hostside/tune_session.py) and feeds the measurements back here. Nothing in
 this module touches a host; the search is driven through a `measure(candidate)` callback so tests run it
-against a model.
+against a model. A candidate's profile text is tune_edit.py's, the tables and the plot tune_report.py's.
 """
 
 from __future__ import annotations
@@ -19,8 +19,6 @@ STEPS_RANGE = (1, 2, 3, 4, 5, 6)
 TOPKS = (1, 2, 4)
 AXES = ("spec", "drafter", "graphs", "nccl")
 SPEC_COUNT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
-SAFE_SCALAR = re.compile(r"[A-Za-z0-9_./@+:-]+")
-YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"}
 NCCL_PROTOS_PCIE = ("LL", "Simple")  # LL128 only over NVLink (rule nccl-ll128-needs-nvlink)
 
 
@@ -439,210 +437,8 @@ class Search:
         return self.clear_winner(best, nccl_candidates(self.flags, self.env, self.topology))
 
 
-# --- profile text -----------------------------------------------------------------------------------
-
-def yaml_scalar(value) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if isinstance(value, (int, float)):
-        return str(value)
-    text = str(value)
-    if SAFE_SCALAR.fullmatch(text) and text.lower() not in YAML_WORDS and not re.fullmatch(r"[-+0-9.eE]+", text):
-        return text
-    return json.dumps(text)
-
-
-def env_scalar(value) -> str:
-    if isinstance(value, dict):
-        return "{value: " + json.dumps(str(value["value"])) + ", reason: " + json.dumps(str(value["reason"])) + "}"
-    return json.dumps(str(value))
-
-
-def _block(lines: list[str], header: re.Pattern, parent_indent: int | None = None) -> tuple[int, int, int] | None:
-    """(header line, first line after the block, indentation of the block's entries) of a mapping block."""
-    for index, line in enumerate(lines):
-        match = header.match(line)
-        if not match:
-            continue
-        indent = len(match.group(1))
-        if parent_indent is not None and indent <= parent_indent:
-            continue
-        end, entry_indent = index + 1, None
-        while end < len(lines):
-            stripped = lines[end].strip()
-            current = len(lines[end]) - len(lines[end].lstrip())
-            if stripped and not stripped.startswith("#"):
-                if current <= indent:
-                    break
-                entry_indent = entry_indent if entry_indent is not None else current
-            end += 1
-        while end > index + 1 and not lines[end - 1].strip():
-            end -= 1
-        return index, end, entry_indent if entry_indent is not None else indent + 2
-    return None
-
-
-def _set_entries(lines: list[str], block, changes: dict, render, comments: dict) -> list[str]:
-    start, end, indent = block
-    entry = re.compile(r"^(\s*)([^\s:#][^:#]*?):(\s*)(.*?)(\s+#.*)?$")
-    out = lines[:start + 1]
-    seen = set()
-    last_entry = start
-    body = lines[start + 1:end]
-    for offset, line in enumerate(body):
-        match = entry.match(line)
-        if match and len(match.group(1)) == indent and match.group(2) in changes:
-            name = match.group(2)
-            seen.add(name)
-            value = changes[name]
-            if value is None:
-                continue
-            comment = f"  # {comments[name]}" if name in comments else (match.group(5) or "")
-            out.append(f"{match.group(1)}{name}: {render(value)}{comment}")
-        else:
-            out.append(line)
-        if line.strip() and not line.strip().startswith("#"):
-            last_entry = len(out) - 1
-    added = [f"{' ' * indent}{name}: {render(value)}" + (f"  # {comments[name]}" if name in comments else "")
-             for name, value in changes.items() if name not in seen and value is not None]
-    out = out[:last_entry + 1] + added + out[last_entry + 1:]
-    return out + lines[end:]
-
-
-def _set_draft(lines: list[str], draft: dict) -> list[str]:
-    """speculative.draft set to the candidate's drafter (a `speculative:` section replaced, or added before
-    `sglang:`)."""
-    block = [f"    {key}: {yaml_scalar(draft[key])}" for key in ("source", "manifest", "config") if draft.get(key)]
-    section = ["speculative:", "  draft:"] + block
-    found = _block(lines, re.compile(r"^()speculative:\s*(#.*)?$"))
-    if found:
-        start, end, _ = found
-        return lines[:start] + section + lines[end:]
-    sglang = _block(lines, re.compile(r"^()sglang:\s*(#.*)?$"))
-    at = sglang[0] if sglang else len(lines)
-    return lines[:at] + section + [""] + lines[at:]
-
-
-def apply_changes(text: str, candidate: Candidate, comments: dict | None = None, description: str | None = None) -> str:
-    """The profile's YAML text with the candidate's flags and variables set (comments kept, or replaced where
-    `comments` names the key). Raises ValueError when the sections cannot be found."""
-    comments = comments or {}
-    lines = text.splitlines()
-    if candidate.flags:
-        sglang = _block(lines, re.compile(r"^()sglang:\s*(#.*)?$"))
-        if not sglang:
-            raise ValueError("no top-level `sglang:` section")
-        flags = _block(lines, re.compile(r"^(\s+)flags:\s*(#.*)?$"), parent_indent=0)
-        if not flags:
-            raise ValueError("no `sglang.flags:` mapping")
-        lines = _set_entries(lines, flags, candidate.flag_changes, yaml_scalar, comments)
-    if candidate.env:
-        environment = _block(lines, re.compile(r"^()environment:\s*(#.*)?$"))
-        if environment is None:
-            lines += ["environment:"]
-            environment = (len(lines) - 1, len(lines), 2)
-        lines = _set_entries(lines, environment, candidate.env_changes, env_scalar, comments)
-    if candidate.draft:
-        lines = _set_draft(lines, dict(candidate.draft))
-    if description is not None:
-        for index, line in enumerate(lines):
-            if re.match(r"^description:\s*\S", line):
-                lines[index] = f"description: {json.dumps(description)}"
-                break
-    return "\n".join(lines) + "\n"
-
-
-# --- reports ----------------------------------------------------------------------------------------
-
-def change_comment(name: str, before, after, measured: Measured, baseline: Measured) -> str:
-    gain = (measured.decode / baseline.decode - 1) * 100 if baseline.decode else 0.0
-    aggregate = ""
-    if measured.aggregate and baseline.aggregate:
-        aggregate = f", aggregate {(measured.aggregate / baseline.aggregate - 1) * 100:+.1f} %"
-    return (f"tuned: {before if before is not None else '(unset)'} -> {after if after is not None else '(unset)'}; "
-            f"single stream {gain:+.1f} % ({baseline.decode:.1f} -> {measured.decode:.1f} tok/s, spread "
-            f"{measured.noise() or 0:.1f} % vs {baseline.noise() or 0:.1f} %){aggregate}")
-
-
-def table(results: list[Measured], baseline: Measured | None, winner: Measured | None, objective: Objective,
-          original_flags: dict) -> str:
-    header = (f"{'candidate':56} {'steps':>5} {'topk':>4} {'draft':>5} {'decode':>7} {'spread':>7} {'tau':>5} "
-              f"{'aggr':>7} {'vs orig':>8}  note")
-    lines = [header, "-" * len(header)]
-    pareto_ids = {m.candidate.id for m in pareto(results)}
-    for m in results:
-        flags = {**original_flags, **m.candidate.flag_changes}
-        spec = spec_settings({k: v for k, v in flags.items() if v is not None}) or (0, 0, 0)
-        if m.candidate.draft:  # SGLang forces steps and topk 1; the draft tokens are the drafter's block
-            spec = (1, 1, "blk")
-        ok, why = acceptable(m, baseline, objective)
-        if m.measured:
-            vs = f"{(m.decode / baseline.decode - 1) * 100:+.1f} %" if baseline and baseline.decode else "-"
-            cols = (f"{m.decode:7.1f} {m.noise() or 0:6.1f}% {m.tau or 0:5.2f} "
-                    f"{m.aggregate if m.aggregate is not None else 0:7.1f} {vs:>8}")
-        else:
-            cols = f"{'-':>7} {'-':>7} {'-':>5} {'-':>7} {'-':>8}"
-        notes = []
-        if winner is not None and m is winner:
-            notes.append("WINNER")
-        if m.candidate.id == BASELINE.id:
-            notes.append("original")
-        if m.candidate.id in pareto_ids:
-            notes.append("pareto")
-        if m.resumed:
-            notes.append("resumed")
-        if not ok and why:
-            notes.append(why)
-        lines.append(f"{m.candidate.id[:56]:56} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")
-    return "\n".join(lines)
-
-
-KINDS = ("prose", "code", "chat")
-
-
-def kind_gains(measured: Measured, baseline: Measured) -> str:
-    """'prose +19 %, code +52 %, chat +35 % (spread x %)': the gain per content class of the prompt mix."""
-    mine, theirs = measured.by_kind(), baseline.by_kind()
-    parts = [f"{kind} {(mine[kind] / theirs[kind] - 1) * 100:+.0f} %" for kind in KINDS
-             if mine.get(kind) and theirs.get(kind)]
-    return ", ".join(parts) or "no per-class figures"
-
-
-def kind_table(results: list[Measured], baseline: Measured | None) -> str:
-    """Median decode per content class for the original and every measured drafter candidate (acceptance, and
-    so a drafter's gain, depends on the text)."""
-    rows = [m for m in results if m.measured and (m.candidate.axis == "drafter" or m is baseline) and m.by_kind()]
-    if baseline is None or len(rows) < 2:
-        return ""
-    lines = ["per content class (median single-stream decode, tok/s):",
-             f"  {'candidate':40} " + " ".join(f"{kind:>7}" for kind in KINDS) + "  vs original"]
-    for m in rows:
-        kinds = m.by_kind()
-        cells = " ".join(f"{kinds[kind]:7.1f}" if kinds.get(kind) else f"{'-':>7}" for kind in KINDS)
-        lines.append(f"  {m.candidate.id[:40]:40} {cells}  " + ("(original)" if m is baseline else kind_gains(m, baseline)))
-    return "\n".join(lines)
-
-
-def pareto_table(results: list[Measured]) -> str:
-    points = sorted(pareto(results), key=lambda m: -m.decode)
-    if len(points) <= 1:
-        return ""
-    lines = ["Pareto front (single-stream decode vs aggregate; neither beats the other on both):"]
-    lines += [f"  {m.candidate.id:56} {m.decode:7.1f} tok/s single stream, {m.aggregate:7.1f} tok/s aggregate"
-              for m in points]
-    return "\n".join(lines)
-
-
 def eta_text(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     seconds = max(0, int(seconds))
     return f"{seconds // 60}m{seconds % 60:02d}s"
-
-
-def settings_signature(settings: dict) -> str:
-    """Saved results are reused only for the same measurement settings."""
-    keys = ("repeats", "samples", "max_new_tokens", "concurrency", "aggregate_rounds")
-    return json.dumps({k: settings.get(k) for k in keys}, sort_keys=True)

@@ -1,7 +1,8 @@
 """Tune, the controller's side: validate candidates, run them through the host's tune session, keep the budget.
 
 Called by the tune.py verb inside a pyinfra python.call (so `remote` wraps a live pyinfra host); the
-search and the scores are in tune.py (pure), the temporary releases and the restore in
+search and the scores are in tune.py (pure), the candidate's profile text in tune_edit.py, the report's tables
+in tune_report.py, what saved results are reused in tune_results.py, the temporary releases and the restore in
 hostside/tune_session.py (on the host, under the lock).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import tune
+from . import tune, tune_edit, tune_report, tune_results
 from .gate import RESULTS_DIR, gate_config
 from .settings import SettingsError, TuneArgs, int_list, origin
 from .hostside.store import content_hash, next_release_id
@@ -215,7 +216,7 @@ class Runner:
     # --- one candidate ----------------------------------------------------------------------------
     def stage_files(self, candidate: tune.Candidate):
         """Validate the candidate (SGLang's parser, its resolution, the rules) and render its release."""
-        text = tune.apply_changes(self.profile_text, candidate)
+        text = tune_edit.apply_changes(self.profile_text, candidate)
         path = self.work / "candidates" / f"{candidate.id.replace('+', '_')}.yaml"
         path.write_text(text)
         try:
@@ -253,7 +254,7 @@ class Runner:
         return time.monotonic() - self.started
 
     def measure(self, candidate: tune.Candidate) -> tune.Measured:
-        saved = self.saved.get(self.key(candidate))
+        saved = self.saved.get(tune_results.candidate_key(candidate))
         if saved is not None:
             self.say(f"[{len(self.all_results) + 1}] {candidate.id}: resumed from saved results "
                      f"({saved.decode or 0:.1f} tok/s)")
@@ -338,43 +339,26 @@ class Runner:
         return measured
 
     # --- saved results (resumption) ---------------------------------------------------------------
-    def key(self, candidate: tune.Candidate) -> str:
-        key = [candidate.flag_changes, {k: v for k, v in candidate.env_changes.items()}]
-        if candidate.draft:  # a drafter candidate is its drafter too (two drafters share their flag changes)
-            key.append(dict(candidate.draft))
-        return json.dumps(key, sort_keys=True, default=str)
-
     def results_path(self) -> Path:
         return self.results_dir / f"tune-{self.active}.json"
 
     def load_saved(self) -> dict:
-        signature = tune.settings_signature(self.settings.measurement())
-        documents = []
+        texts = []
         try:
-            documents.append(json.loads(self.results_path().read_text()))
+            texts.append(self.results_path().read_text())
         except (OSError, ValueError):
             pass
         ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
                                                            "tune-results.json"]))
         if ok:
-            try:
-                documents.append(json.loads(stdout))
-            except ValueError:
-                pass
-        saved = {}
-        for document in documents:
-            if document.get("signature") != signature or document.get("original") != self.active:
-                continue
-            for entry in document.get("results") or []:
-                measured = tune.Measured.from_json(entry)
-                if measured.measured or not measured.valid:
-                    saved.setdefault(self.key(measured.candidate), measured)
-        return saved
+            texts.append(stdout)
+        return tune_results.saved_results(texts, tune_results.settings_signature(self.settings.measurement()),
+                                          self.active)
 
     def document(self, winner=None) -> dict:
         return {"host": self.host_name, "service": self.service, "profile": str(self.profile.source),
                 "original": self.active, "session": self.session, "stamp": self.stamp,
-                "signature": tune.settings_signature(self.settings.measurement()),
+                "signature": tune_results.settings_signature(self.settings.measurement()),
                 "settings": {**self.settings.measurement(), "axes": list(self.settings.axes),
                              "budget_s": self.settings.budget_s,
                              "objective": self.settings.objective.__dict__},
@@ -392,16 +376,13 @@ class Runner:
     def report(self, winner: tune.Measured | None, closed: dict) -> dict:
         baseline = self.search.baseline
         results = self.all_results
-        text = tune.table(results, baseline, winner, self.settings.objective, self.original_flags)
+        text = tune_report.table(results, baseline, winner, self.settings.objective, self.original_flags)
+        front = tune_report.pareto_table(results)
+        kinds = tune_report.kind_table(results, baseline)
         self.say("tune results (decode/aggr: robust score median - 1.4826 MAD over repeats, tok/s):")
-        for line in text.splitlines():
-            self.say(f"    {line}")
-        front = tune.pareto_table(results)
-        for line in front.splitlines():
-            self.say(f"    {line}")
-        kinds = tune.kind_table(results, baseline)
-        for line in kinds.splitlines():
-            self.say(f"    {line}")
+        for block in (text, front, kinds):
+            for line in block.splitlines():
+                self.say(f"    {line}")
         if self.search.stopped:
             self.say(f"search stopped early: {self.search.stopped}")
         document = self.document(winner)
@@ -424,59 +405,20 @@ class Runner:
                                              + "\n")
         self.remote.put(json.dumps(document, indent=1) + "\n",
                         f"{STORE_ROOT}/{self.service}/releases/{self.active}/tune-results.json")
-        plot = self.plot(results)
+        plot = tune_report.steps_plot(results, self.original_flags, self.work / "steps.png")
         self.say(f"results: {path} (and releases/{self.active}/tune-results.json on the host); table: "
                  f"{self.work / 'table.txt'}" + (f"; plot: {plot}" if plot else ""))
         return document
 
     def write_tuned(self, winner: tune.Measured, baseline: tune.Measured) -> Path:
-        comments = {}
-        for name, value in winner.candidate.flags:
-            comments[name] = tune.change_comment(name, self.original_flags.get(name), value, winner, baseline)
-        if winner.candidate.draft and "--speculative-algorithm" in comments:  # the drafter's gain by content class
-            comments["--speculative-algorithm"] += "; " + tune.kind_gains(winner, baseline)
-        for name, value in winner.candidate.env:
-            shown = dict(value)["value"] if isinstance(value, tuple) else value
-            before = self.original_env.get(name)
-            before = before.get("value") if isinstance(before, dict) else before
-            comments[name] = tune.change_comment(name, before, shown, winner, baseline)
+        comments = tune_report.tuned_comments(winner, baseline, self.original_flags, self.original_env)
         description = (f"TUNED on {self.host_name} {self.stamp} from {Path(self.profile.source).name} "
                        f"(release {self.active}): {winner.candidate.id}, {winner.decode:.1f} vs {baseline.decode:.1f} "
                        "tok/s single stream")
-        text = tune.apply_changes(self.profile_text, winner.candidate, comments, description=description)
+        text = tune_edit.apply_changes(self.profile_text, winner.candidate, comments, description=description)
         source = Path(self.profile.source)
         path = source.with_name(source.name.removesuffix(".yaml") + ".tuned.yaml")
         header = (f"# Written by `tune.py` on {self.host_name} at {self.stamp}: measured with the gate's client, "
                   f"{self.settings.repeats} repeats per candidate;\n# results: {self.results_path()}\n")
         path.write_text(header + text)
-        return path
-
-    def plot(self, results) -> Path | None:
-        try:
-            import matplotlib
-
-            matplotlib.use("Agg")
-            import matplotlib.pyplot as plt
-        except ImportError:
-            return None
-        by_topk: dict = {}
-        for m in results:
-            if not m.measured:
-                continue
-            flags = {**self.original_flags, **m.candidate.flag_changes}
-            spec = tune.spec_settings({k: v for k, v in flags.items() if v is not None})
-            if spec and m.candidate.axis in ("spec", "baseline"):
-                by_topk.setdefault(spec[1], []).append((spec[0], m.decode))
-        if not by_topk:
-            return None
-        figure, axes = plt.subplots(figsize=(6, 4))
-        for topk, points in sorted(by_topk.items()):
-            points.sort()
-            axes.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"topk {topk}")
-        axes.set_xlabel("speculative steps")
-        axes.set_ylabel("single-stream decode tok/s (robust score)")
-        axes.legend()
-        path = self.work / "steps.png"
-        figure.savefig(path, dpi=100)
-        plt.close(figure)
         return path

@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.simhost import (REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, build_rootfs_tarball, ensure_api_key,
-                             log)
+from testbed.rootfs import build_rootfs_tarball
+from testbed.simhost import REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, ensure_api_key, log
 
 ID_BASE, ID_COUNT = 100000, 65536  # Proxmox's id map for unprivileged containers
 LXCFS_DIR = Path("/var/lib/lxcfs")

@@ -12,7 +12,6 @@ Only the GPU server is simulated (``sglang_deploy.sim``); systemd, SSH and HTTP 
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
 import secrets
 import os
@@ -26,23 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import sglang_env
+from testbed.rootfs import build_rootfs_tarball, shared_lower_rootfs
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
-DEBIAN_MIRROR = os.environ.get("SGLANG_DEPLOY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
-ROOTFS_PACKAGES = [
-    "systemd", "systemd-sysv", "dbus", "openssh-server", "python3", "python3-venv",
-    "iproute2", "sudo", "ca-certificates", "curl", "procps",
-    # Debian's node_exporter: the perf watch's textfile metrics are read back through it (simhost.py configures
-    # its listen address per host, off node_exporter's default 9100).
-    "prometheus-node-exporter",
-]
-# Bump when ROOTFS_PACKAGES or the rootfs recipe changes, so a stale cached tarball is not reused.
-ROOTFS_VERSION = 2
-# The package list's hash is part of the name too: the cache is shared, and two branches that bump the version
-# to the same number with different packages must not reuse each other's tarball.
-_PACKAGES_DIGEST = __import__("hashlib").sha256(",".join(ROOTFS_PACKAGES).encode()).hexdigest()[:8]
-ROOTFS_TARBALL = CACHE_DIR / "simhost" / f"bookworm-rootfs-v{ROOTFS_VERSION}-{_PACKAGES_DIGEST}.tar"
 PREREQUISITES = {
     "debootstrap": "apt-get install debootstrap",
     "systemd-nspawn": "apt-get install systemd-container",
@@ -85,36 +70,6 @@ def check_prerequisites() -> None:
     missing = [f"{tool} ({hint})" for tool, hint in PREREQUISITES.items() if not shutil.which(tool)]
     if missing:
         raise SimHostError("missing prerequisites: " + ", ".join(missing))
-
-
-def build_rootfs_tarball() -> Path:
-    """Debootstrap a minimal bookworm with systemd and sshd once; later calls reuse the tarball.
-    Several processes (parallel test workers) may ask at once: one builds, the others wait for it."""
-    if ROOTFS_TARBALL.exists():
-        return ROOTFS_TARBALL
-    ROOTFS_TARBALL.parent.mkdir(parents=True, exist_ok=True)
-    with open(ROOTFS_TARBALL.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ROOTFS_TARBALL.exists():
-            _debootstrap()
-    return ROOTFS_TARBALL
-
-
-def _debootstrap() -> None:
-    build_dir = ROOTFS_TARBALL.parent / f"build-{ROOTFS_TARBALL.stem}-{os.getpid()}"
-    shutil.rmtree(build_dir, ignore_errors=True)
-    log(f"debootstrapping Debian bookworm into {build_dir} (about a minute, cached afterwards)")
-    subprocess.run(
-        ["debootstrap", "--variant=minbase", "--include=" + ",".join(ROOTFS_PACKAGES),
-         "bookworm", str(build_dir), DEBIAN_MIRROR],
-        check=True, stdout=subprocess.DEVNULL,
-    )
-    # Every fresh copy should generate its own machine id at boot.
-    (build_dir / "etc/machine-id").write_text("")
-    partial = ROOTFS_TARBALL.with_suffix(".partial")
-    subprocess.run(["tar", "-C", str(build_dir), "-cf", str(partial), "."], check=True)
-    partial.rename(ROOTFS_TARBALL)
-    shutil.rmtree(build_dir, ignore_errors=True)
 
 
 def ensure_api_key(state_dir: Path) -> Path:
@@ -415,23 +370,6 @@ class SimHost:
 DEFAULT_FLEET_DIR = Path(os.environ.get("SGLANG_DEPLOY_SIMFLEET_DIR", REPO_ROOT / ".simfleet"))
 DEFAULT_FLEET_SSH_PORT = 2300
 DEFAULT_FLEET_SERVICE_PORT = 30300
-
-
-def shared_lower_rootfs() -> Path:
-    """The cached rootfs tarball unpacked once, next to it: the read-only lower layer every fleet host shares."""
-    tarball = build_rootfs_tarball()
-    lower = tarball.with_suffix("")
-    done = lower.with_name(lower.name + ".complete")
-    if done.exists():
-        return lower
-    with open(tarball.with_suffix(".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():
-            shutil.rmtree(lower, ignore_errors=True)
-            lower.mkdir(parents=True)
-            subprocess.run(["tar", "-C", str(lower), "-xf", str(tarball)], check=True)
-            done.touch()
-    return lower
 
 
 @dataclass

@@ -258,7 +258,7 @@ def _simhost_server(request):
     # (the resolution step of the preflight: see _preflight_stack)
     import fcntl
 
-    from testbed.simhost import CACHE_DIR
+    from sglang_deploy.validator_env import CACHE_DIR
 
     session = request.getfixturevalue("simhost")
     CACHE_DIR.mkdir(parents=True, exist_ok=True)

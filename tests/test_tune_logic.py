@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import tune
+from sglang_deploy import tune, tune_edit, tune_report
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
 
@@ -69,7 +69,7 @@ def test_apply_changes_edits_the_profile_text_and_keeps_comments():
     candidate = tune.Candidate("x", "spec", (("--page-size", 1), ("--speculative-eagle-topk", 2),
                                              ("--speculative-num-draft-tokens", 7), ("--context-length", None)),
                                (("NCCL_PROTO", (("reason", "tune candidate"), ("value", "LL"))),))
-    out = tune.apply_changes(text, candidate, {"--speculative-eagle-topk": "tuned: 1 -> 2"}, description="tuned")
+    out = tune_edit.apply_changes(text, candidate, {"--speculative-eagle-topk": "tuned: 1 -> 2"}, description="tuned")
     path = Path(__file__).parent / "_tune_edit.yaml"
     try:
         path.write_text(out)
@@ -307,7 +307,7 @@ def test_a_drafter_candidate_names_its_draft_and_drops_the_step_flags(tmp_path):
     assert len({c.id for c in others}) == 3
     assert candidate.flag_changes == {"--speculative-algorithm": "DFLASH", "--speculative-num-steps": None,
                                       "--speculative-eagle-topk": None, "--speculative-num-draft-tokens": None}
-    out = tune.apply_changes(PROVEN.read_text(), candidate)
+    out = tune_edit.apply_changes(PROVEN.read_text(), candidate)
     path = tmp_path / "candidate.yaml"
     path.write_text(out)
     profile = load_profile(path)  # the schema accepts it; the resolution is test_drafter's
@@ -317,7 +317,7 @@ def test_a_drafter_candidate_names_its_draft_and_drops_the_step_flags(tmp_path):
     assert not {"--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens"} & set(
         profile.sglang.flags)
     # a second application replaces the section, does not add another
-    again = tune.apply_changes(out, candidate)
+    again = tune_edit.apply_changes(out, candidate)
     assert again.count("speculative:\n  draft:") == 1
 
 
@@ -347,7 +347,7 @@ def test_the_drafter_wins_only_by_a_clear_measured_gain(gain, wins):
     if wins:  # a drafter replaces the tuned steps rather than stacking on them
         assert winner.candidate.id == drafter_id and not winner.candidate.flag_changes.get(
             "--speculative-num-steps")
-        table = tune.kind_table(list(search.results.values()), search.baseline)
+        table = tune_report.kind_table(list(search.results.values()), search.baseline)
         import re
 
         gains = {kind: int(value) for kind, value in re.findall(r"(prose|code|chat) \+(\d+) %", table)}

@@ -1,0 +1,181 @@
+"""Validation layer a: each flag of the profile against SGLang's own parser (its option table): names and value
+kinds, one spelling per SGLang field, no flag the tool sets itself, the tool's own values intact on the command line,
+and flags that run code or serve unverified weights."""
+
+from __future__ import annotations
+
+import difflib
+
+from . import flag_table
+from .profile import Profile
+from .rules import CODE_FLAGS, LOAD_FORMAT_DESTS, OTHER_WEIGHTS_FORMATS, RENAMED_FLAGS, WEIGHTS_PATH_DESTS
+from .validate_problem import Problem, flag_field, remove_or_waive
+
+
+def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> list[Problem]:
+    """Layer a: names, value kinds and the real parser's verdict."""
+    problems: list[Problem] = []
+    options = {opt: action for action in spec for opt in action["options"]}
+    for name, value in profile.sglang.flags.items():
+        if name in options:
+            action = options[name]
+            switch = action["kind"] in ("store_true", "store_false")
+            if switch and not isinstance(value, bool):
+                problems.append(Problem("flag-value-kind", flag_field(name),
+                                        f"{name} is a switch: write `{name}: true` (or false to omit it), not {value!r}"))
+            elif not switch and isinstance(value, bool):
+                accepted = f"one of {', '.join(action['choices'])}" if action["choices"] else "a value"
+                problems.append(Problem("flag-value-kind", flag_field(name),
+                                        f"{name} takes {accepted}, not a bare true/false"))
+            continue
+        prefixed = sorted(opt for opt in options if opt.startswith(name))
+        if name in RENAMED_FLAGS:
+            message = f"{name} is not accepted by SGLang {profile.sglang.version}; use {RENAMED_FLAGS[name]}"
+        elif len(prefixed) == 1:
+            message = f"{name} is an abbreviation; write the full name {prefixed[0]}"
+        elif prefixed:
+            message = f"{name} is ambiguous in SGLang {profile.sglang.version}: it could be {', '.join(prefixed)}"
+        else:
+            close = difflib.get_close_matches(name, options, n=3)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            message = f"{name} is not a flag of SGLang {profile.sglang.version}{hint}"
+        problems.append(Problem("full-flag-names" if len(prefixed) == 1 else "sglang-parser", flag_field(name), message))
+    if not problems and not probe["results"][0]["ok"]:
+        problems.append(Problem("sglang-parser", ("sglang", "flags"),
+                                f"SGLang {profile.sglang.version}'s parser rejects the command line: {probe['results'][0]['error']}"))
+    return problems
+
+
+# SGLang's fields the tool sets itself (the unit's argv, the secrets file); no spelling of them in sglang.flags.
+DERIVED_DESTS = {
+    "model_path": "model.path (or model.source)", "served_model_name": "model.served_name", "host": "service.host",
+    "port": "service.port", "api_key": "the host's API key secret, through --config", "config": "the secrets file",
+    "nnodes": "nodes", "node_rank": "the host's place in the inventory group `nodes`",
+    "dist_init_addr": "multinode.dist_init_port and the rank 0 host's address",
+    "speculative_draft_model_path": "speculative.draft.source (the verified draft snapshot)",
+    "speculative_draft_model_revision": "speculative.draft.source (its manifest pins every file)",
+}
+NUMERIC_TYPES = ("int", "float")
+# Secrets SGLang takes as flags: on the command line they are world-readable in /proc, and a profile is reviewed in
+# the open. The API key goes through the secrets file (--config); these have no place in a profile at all.
+SECRET_DESTS = {"admin_api_key": "an admin API key", "ssl_keyfile_password": "the TLS key file's password"}
+
+
+def _is_number(value: str) -> bool:
+    try:
+        float(value)
+        return value.strip() == value and value.isascii()
+    except ValueError:
+        return False
+
+
+def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
+    """Each flag by SGLang's own dest: no second spelling of one dest, no spelling of a dest the tool sets, no
+    alias the rules would not read, and no value that is itself an option (argparse would take `--host` inside a
+    list as the next flag)."""
+    options = {opt: action for action in spec for opt in action["options"]}
+    seen: dict[str, str] = {}
+    problems = []
+    for name, value in profile.sglang.flags.items():
+        action = options.get(name)
+        if action is None:
+            continue  # parser_problems names it
+        dest, canonical = action["dest"], action["options"][0]
+        if dest in SECRET_DESTS:
+            problems.append(Problem("no-secret-in-profile", flag_field(name),
+                                    f"{name} is {SECRET_DESTS[dest]}, a secret: a profile is reviewed in the open and "
+                                    "SGLang's command line is world-readable in /proc; remove it (the tool passes "
+                                    "only the API key, through the root-owned secrets file)"))
+            continue
+        if dest in DERIVED_DESTS:
+            problems.append(Problem("tool-derived-flag", flag_field(name),
+                                    f"{name} is SGLang's {dest}, which the tool sets from {DERIVED_DESTS[dest]}; "
+                                    "remove it from sglang.flags"))
+            continue
+        if dest in seen:
+            problems.append(Problem("one-spelling-per-flag", flag_field(name),
+                                    f"{seen[dest]} and {name} both set SGLang's {dest} (the last one wins in SGLang, "
+                                    f"the rules read {canonical}); keep one: {canonical}"))
+            continue
+        seen[dest] = name
+        negation = name.startswith("--no-") and action["kind"] in ("store_true", "store_false")
+        if name != canonical and not negation:
+            problems.append(Problem("canonical-flag-name", flag_field(name),
+                                    f"{name} is another spelling of {canonical} (SGLang's {dest}); write {canonical}, "
+                                    "the spelling the tool's rules read"))
+        numeric = action.get("type") in NUMERIC_TYPES
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and item.startswith("-") and not (numeric and _is_number(item)):
+                problems.append(Problem("no-option-as-value", flag_field(name),
+                                        f"the value {item!r} of {name} starts with '-': SGLang's parser would read it "
+                                        "as an option; accepted: a value that does not start with '-' (a negative "
+                                        "number only for a numeric flag)"))
+    return problems
+
+
+def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
+    """Flags that run someone else's code or serve something other than the verified snapshot (by SGLang's dest, so
+    every spelling counts); each waivable with a reason, which the unit and the release listing then show."""
+    import os
+
+    options = {opt: action for action in spec for opt in action["options"]}
+    snapshot = profile.model.path if profile.model.source else None  # verified on the host before any switch
+    problems = []
+    for name, value in profile.sglang.flags.items():
+        dest = (options.get(name) or {}).get("dest")
+        if value is False or value is None or dest is None:
+            continue
+        if dest in CODE_FLAGS and not (dest == "trust_remote_code" and snapshot):
+            problems.append(Problem("flag-runs-code", flag_field(name),
+                                    f"{name} {CODE_FLAGS[dest]}; " + remove_or_waive("flag-runs-code")))
+        elif dest in LOAD_FORMAT_DESTS and value in OTHER_WEIGHTS_FORMATS:
+            problems.append(Problem("flag-serves-other-weights", flag_field(name),
+                                    f"{name} {value} serves no verified weights (random ones, or another server's); "
+                                    + remove_or_waive("flag-serves-other-weights")))
+        elif dest in WEIGHTS_PATH_DESTS:
+            for item in value if isinstance(value, list) else [value]:
+                text = str(item)
+                if WEIGHTS_PATH_DESTS[dest] and "/" not in text:
+                    continue  # a built-in template's name
+                inside = snapshot and os.path.isabs(text) and ".." not in text.split("/") \
+                    and os.path.commonpath([text, snapshot]) == snapshot
+                if not inside:
+                    where = f"the verified snapshot {snapshot}" if snapshot else "a verified snapshot (model.source)"
+                    problems.append(Problem("flag-serves-other-weights", flag_field(name),
+                                            f"{name} {text} is outside {where}: the server would read what nobody "
+                                            "verified (any local user writes /dev/shm, /tmp); accepted: a path inside "
+                                            "it; " + remove_or_waive("flag-serves-other-weights")))
+                    break
+    return problems
+
+
+def derived_values_problems(profile: Profile, argv: list[str], port: int | None, node=None) -> list[Problem]:
+    """Backstop: the rendered argv, parsed by the table of SGLang's own parser, gives the tool's own values for the
+    fields the tool sets (whatever the profile's flags do to the parse)."""
+    table = flag_table.load(profile.sglang.version)
+    if table is None:
+        return []
+    try:
+        import contextlib
+        import io
+
+        with contextlib.redirect_stderr(io.StringIO()):
+            parsed = vars(flag_table.build_parser(table).parse_args(argv))
+    except flag_table.ParseFailure:
+        return []  # the parser's verdict is reported by parser_problems
+    from .drafter import draft_path
+
+    wanted = {"model_path": profile.model.path, "served_model_name": profile.model.served_name,
+              "host": profile.service.host, "port": int(port or profile.service.port), "api_key": None, "config": None,
+              "speculative_draft_model_path": draft_path(profile), "speculative_draft_model_revision": None}
+    if node is not None:
+        wanted.update(nnodes=node.nnodes, node_rank=node.rank, dist_init_addr=node.dist_init_addr)
+    else:
+        wanted.update(nnodes=1, node_rank=0, dist_init_addr=None)
+    wrong = {dest: parsed.get(dest) for dest, value in wanted.items() if dest in parsed and parsed.get(dest) != value}
+    if not wrong:
+        return []
+    return [Problem("tool-flags-intact", ("sglang", "flags"),
+                    "the command line would not carry the tool's own values: SGLang's parser reads "
+                    + ", ".join(f"{dest}={value!r} (the tool sets {wanted[dest]!r})" for dest, value in wrong.items())
+                    + "; a value in sglang.flags is taken for an option")]

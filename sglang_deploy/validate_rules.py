@@ -1,0 +1,155 @@
+"""Validation layer b: the tool's rules that SGLang's parser cannot know: speculation, the draft model, GPUs and
+CUDA graphs (read from SGLang's resolution), the environment, pins and NCCL."""
+
+from __future__ import annotations
+
+from . import drafter
+from .profile import Profile
+from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, PIN_FAMILY, TOOL_ENV
+from .validate_problem import Problem, env_field, flag_field, remove_or_waive
+
+MEM_FRACTION_RANGE = (0.5, 0.95)
+
+
+def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Problem]:
+    flags = profile.sglang.flags
+    problems = []
+    algorithm = flags.get("--speculative-algorithm")
+    if isinstance(algorithm, str) and algorithm_errors.get(algorithm):
+        problems.append(Problem(
+            "speculative-algorithm", flag_field("--speculative-algorithm"),
+            f"{algorithm!r} is not a speculative algorithm of SGLang {profile.sglang.version} "
+            f"({algorithm_errors[algorithm]}); accepted: EAGLE, EAGLE3, NEXTN (MTP heads), STANDALONE, NGRAM, DFLASH"))
+    steps, topk, drafts = (flags.get("--speculative-num-steps"), flags.get("--speculative-eagle-topk"),
+                           flags.get("--speculative-num-draft-tokens"))
+    if topk == 1 and isinstance(steps, int) and isinstance(drafts, int) and drafts != steps + 1:
+        problems.append(Problem(
+            "draft-tokens-chain", flag_field("--speculative-num-draft-tokens"),
+            f"with --speculative-eagle-topk 1 and --speculative-num-steps {steps}, "
+            f"--speculative-num-draft-tokens must be {steps + 1} (SGLang forces it), not {drafts}"))
+    if profile.model.hybrid and flags.get("--speculative-adaptive"):
+        problems.append(Problem(
+            "no-adaptive-speculation-on-hybrid", flag_field("--speculative-adaptive"),
+            "--speculative-adaptive breaks on hybrid Gated-DeltaNet models (model.hybrid: true); remove it"))
+    return problems
+
+
+# What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
+# _handle_dflash): the release would verify blocks the drafter was not trained for.
+DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model config",  # the config raised
+                         "speculative_num_draft_tokens is not set; defaulting to")  # it has no block_size
+
+
+def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
+    """The draft model (drafter.py) and what SGLang's resolution made of its config.json."""
+    problems = [Problem("draft-model", found.field, found.message) for found in drafter.problems(profile)]
+    fallback = [line for line in answer.get("log") or [] if any(words in line for words in DFLASH_BLOCK_FALLBACK)]
+    if not problems and fallback and profile.speculative.draft is not None:
+        line = fallback[0]
+        problems.append(Problem("draft-model", ("speculative", "draft"),
+                                f"SGLang {profile.sglang.version} cannot read the DFLASH block size from the draft's "
+                                f"config.json and would verify 16 tokens: {line}"))
+    return problems
+
+
+# The flags that decide the decode CUDA graph backend and batch size, highest precedence first
+# (cuda_graph_hook.handle_cuda_graph_config).
+DECODE_BACKEND_FLAGS = ("--cuda-graph-config", "--cuda-graph-backend-decode", "--disable-decode-cuda-graph",
+                        "--disable-cuda-graph")
+DECODE_MAX_BS_FLAGS = ("--cuda-graph-config", "--cuda-graph-max-bs-decode")
+
+
+def _first_present(flags: dict, names, default: str) -> str:
+    return next((name for name in names if flags.get(name) not in (None, False)), default)
+
+
+def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None = None) -> list[Problem]:
+    flags = profile.sglang.flags
+    problems = []
+    tp = flags.get("--tp-size", 1)
+    nodes = profile.nodes
+    if gpus is not None and tp != gpus * nodes:
+        where = f"the host's {gpus} GPU(s)" if nodes == 1 else f"{nodes} nodes x {gpus} GPU(s) = {gpus * nodes}"
+        problems.append(Problem("tp-matches-gpus", flag_field("--tp-size"),
+                                f"--tp-size {tp} does not match {where}; accepted: {gpus * nodes}"))
+    if nodes > 1 and isinstance(tp, int) and tp % nodes:
+        problems.append(Problem("multinode-tp-divisible", flag_field("--tp-size"),
+                                f"--tp-size {tp} does not split over nodes: {nodes} (SGLang puts tp_size / nnodes "
+                                f"ranks on each node); accepted: a multiple of {nodes}"))
+    fraction = flags.get("--mem-fraction-static")
+    low, high = MEM_FRACTION_RANGE
+    if isinstance(fraction, (int, float)) and not isinstance(fraction, bool) and not low <= fraction <= high:
+        problems.append(Problem("mem-fraction-range", flag_field("--mem-fraction-static"),
+                                f"--mem-fraction-static {fraction} is outside the sane range {low}-{high}"))
+    # Decode graphs as SGLang folds every graph flag, read from its own resolution.
+    decode = ((resolved or {}).get("cuda_graph_config") or {}).get("decode") or {}
+    graph_bs, running = decode.get("max_bs"), (resolved or {}).get("max_running_requests")
+    if isinstance(graph_bs, int) and isinstance(running, int) and graph_bs < running:
+        problems.append(Problem(
+            "decode-graph-covers-batch", flag_field(_first_present(flags, DECODE_MAX_BS_FLAGS, "--cuda-graph-max-bs-decode")),
+            f"decode CUDA graphs are captured up to batch {graph_bs}, below max-running-requests {running} (as "
+            f"SGLang resolves them): batches above {graph_bs} would decode without CUDA graphs; accepted: "
+            f"--cuda-graph-max-bs-decode {running} or more"))
+    if decode.get("backend") == "disabled":
+        flag = _first_present(flags, DECODE_BACKEND_FLAGS, "--cuda-graph-backend-decode")
+        problems.append(Problem("cuda-graphs-on", flag_field(flag),
+                                f"{flag} turns decode CUDA graphs off (SGLang resolves cuda_graph_config.decode."
+                                "backend to 'disabled'; at least 25 % slower decode); accepted: remove it, or "
+                                "--cuda-graph-backend-decode full or breakable"))
+    return problems
+
+
+def environment_problems(profile: Profile) -> list[Problem]:
+    import re
+
+    problems = []
+    for key in profile.environment:
+        if key in TOOL_ENV:
+            problems.append(Problem("env-tool-owned", env_field(key),
+                                    f"{key} is set by the tool (offline start, the service's own JIT caches, the "
+                                    "pinned toolkit); remove it from environment"))
+        elif any(re.fullmatch(pattern, key) for pattern in CODE_LOADING_ENV):
+            problems.append(Problem("env-loads-code", env_field(key),
+                                    f"{key} makes the server load code from a path; " + remove_or_waive("env-loads-code")))
+    return problems
+
+
+def pin_problems(profile: Profile) -> list[Problem]:
+    import re
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    problems = []
+    for position, pin in enumerate(profile.sglang.pins):
+        name = canonicalize_name(Requirement(pin).name)  # the schema made it an exact PEP 508 pin
+        if not any(re.fullmatch(pattern, name) for pattern in PIN_FAMILY):
+            problems.append(Problem("pin-outside-cuda-family", ("sglang", "pins", position),
+                                    f"{name} is not of the CUDA/torch/kernel family (torch, triton, flashinfer*, "
+                                    "sgl-kernel, nvidia-*, cuda-*, xgrammar, ...): a pin brings its code into the "
+                                    "root-run install; " + remove_or_waive("pin-outside-cuda-family")))
+    return problems
+
+
+def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
+    env = profile.env_values()
+    problems = []
+    proto = env.get("NCCL_PROTO", "")
+    if topology == "pcie" and "ll128" in proto.lower() and not proto.startswith("^"):
+        problems.append(Problem(
+            "nccl-ll128-needs-nvlink", env_field("NCCL_PROTO"),
+            f"NCCL_PROTO={proto} forces LL128 on a PCIe-only host; NCCL enables LL128 only over NVLink and "
+            "forcing it elsewhere can corrupt data. Remove NCCL_PROTO"))
+    if topology == "pcie" and env.get("NCCL_P2P_LEVEL", "").upper() == "NVL":
+        problems.append(Problem(
+            "nccl-p2p-level-nvl-needs-nvlink", env_field("NCCL_P2P_LEVEL"),
+            "NCCL_P2P_LEVEL=NVL on a PCIe-only host disables P2P between the GPUs; remove it "
+            "(NCCL picks PCIe P2P by itself)"))
+    reported = {p.field for p in problems}
+    for key in NCCL_DEBUG_KNOBS:
+        if key in env and env_field(key) not in reported and not profile.env_reason(key):
+            problems.append(Problem(
+                "nccl-debug-knob-needs-reason", env_field(key),
+                f"{key} is an NCCL debugging knob; NCCL's defaults are best unless a verified fault needs it. "
+                f"Write it as `{key}: {{value: \"{env[key]}\", reason: \"...\"}}` or remove it"))
+    return problems
