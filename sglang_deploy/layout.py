@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 # The host's paths are written once, in the host program that owns them (the store, stdlib only).
-from .hostside.store import HOST_LIB, STORE_ROOT, VENV_ROOT  # noqa: F401 - re-exported for the roles
+from .hostside.service import HOST_LIB  # noqa: F401 - re-exported for the roles
+from .hostside.store import STORE_ROOT, VENV_ROOT  # noqa: F401 - re-exported for the roles
 
 if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on bare GPU hosts)
     from .profile import Profile

@@ -76,7 +76,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
 def test_a_server_argv_that_is_not_utf8_is_read_not_raised():
     import json
 
-    from sglang_deploy.hostside.store import cmdline_matches, parse_cmdline
+    from sglang_deploy.hostside.service import cmdline_matches, parse_cmdline
 
     argv = parse_cmdline(b"/usr/bin/python3\0-I\0sglang::\xff\xfescheduler\0")
     assert argv == ["/usr/bin/python3", "-I", "sglang::\\xff\\xfescheduler"]

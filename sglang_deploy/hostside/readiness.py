@@ -14,7 +14,8 @@ import time
 from . import evidence
 from .client import http, printable, read_api_key
 from .listener import foreign_listener
-from .store import log, service_status
+from .service import service_status
+from .store import log
 
 # While a start takes long, the journal's latest line (loading, JIT, graphs) every 30 s, and at least three times
 # before a short timeout runs out.

@@ -19,8 +19,9 @@ from . import evidence, gate, weights
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
-from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, last_used, log, now,
-                    release_auth, service_name, service_status, systemctl)
+from .service import cmdline_matches, service_status, systemctl
+from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, last_used, log, now, release_auth,
+                    service_name)
 
 EXIT_FAILED_ROLLED_BACK = 1
 EXIT_LOCKED = 4

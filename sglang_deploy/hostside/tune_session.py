@@ -40,8 +40,8 @@ import time
 from . import evidence, gate, output_check
 from .client import read_api_key
 from .listener import foreign_listener, guard_unit
-from .store import (RELEASE_ID, Lock, Locked, Store, atomic_write, cmdline_matches, content_hash, lock_holder, now,
-                    service_name, service_status)
+from .service import cmdline_matches, service_status
+from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, lock_holder, now, service_name
 from .switch import activate
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.

@@ -35,7 +35,8 @@ import time
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
 from .listener import foreign_listener, guard_unit
-from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name, systemctl
+from .service import systemctl
+from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name
 
 METRIC_PREFIX = "sglang_deploy_watch"
 WARNING = 4  # syslog priority of drift and restart lines in the journal
