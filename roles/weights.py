@@ -21,7 +21,8 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.operations import files, server
 from pyinfra.operations import python as python_op
 
-from sglang_deploy.hostside.weights import MODELS_ROOT, TOOL_DIR, human, staging_dir
+from sglang_deploy.hostside.weights_fetch import staging_dir
+from sglang_deploy.hostside.weights_manifest import MODELS_ROOT, TOOL_DIR, human
 from sglang_deploy.layout import host_program
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
 

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 
-from . import evidence, gate, weights
+from . import evidence, gate, weights_manifest
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
@@ -118,7 +118,7 @@ def switch_locked(store, args):
             f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
             "fix the cause, or deploy with --data force=true")}, 2)
     meta = store.meta(args.release)
-    problem = weights.release_problem(meta)  # the weights must be in place and verified: else no switch
+    problem = weights_manifest.release_problem(meta)  # the weights must be in place and verified: else no switch
     if problem:
         return finish(store, {"ok": False, "release": args.release, "error": problem}, 2)
     if args.stop_only:  # a multi-node server: every node stops (these checks passed) before any starts
@@ -206,7 +206,7 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document["rollback_auth_change"] = change
     # The target's own port and start timeout: a deploy that changed the port must not probe the new one.
     target_meta = store.meta(target)
-    problem = weights.release_problem(target_meta)  # its snapshot, as before any switch: no start on changed weights
+    problem = weights_manifest.release_problem(target_meta)  # its snapshot, as before any switch: no start on changed weights
     if problem:
         back = {"ready": False, "stage": "weights", "elapsed_s": 0.0, "journal": "",
                 "detail": f"not rolled back to {target}: {problem}"}
