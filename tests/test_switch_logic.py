@@ -13,10 +13,10 @@ B = {"source": "hf://org/m@" + "b" * 40, "manifest_sha256": "2" * 64}
 
 
 def test_the_baseline_note_names_a_weights_change():
-    assert switch.weights_change(A, dict(A)) is None and switch.weights_change(None, None) is None
-    assert switch.weights_change(B, A) == (f"the weights changed: {A['source']} (manifest 111111111111) -> "
-                                           f"{B['source']} (manifest 222222222222)")
-    assert switch.weights_change(A, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
+    assert switch.baseline_weights_note(A, dict(A)) is None and switch.baseline_weights_note(None, None) is None
+    assert switch.baseline_weights_note(B, A) == (f"the weights changed: {A['source']} (manifest 111111111111) -> "
+                                                  f"{B['source']} (manifest 222222222222)")
+    assert switch.baseline_weights_note(A, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
 
 
 @pytest.fixture

@@ -230,18 +230,11 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
     return finish(store, document, EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED)
 
 
-def weights_change(mine, baseline):
+def baseline_weights_note(mine, baseline):
     """A sentence when the release serves other weights than its baseline did (the comparison then measures
     the weights too), else None. mine, baseline: meta.json `weights` (None: weights not managed)."""
-    def key(w):
-        return (w or {}).get("source"), (w or {}).get("manifest_sha256")
-
-    def label(w):
-        return f"{w.get('source')} (manifest {str(w.get('manifest_sha256'))[:12]})" if w else "unmanaged weights"
-
-    if key(mine) == key(baseline):
-        return None
-    return f"the weights changed: {label(baseline)} -> {label(mine)}"
+    change = weights_manifest.snapshot_change(mine, baseline, "unmanaged weights")
+    return f"the weights changed: {change[0]} -> {change[1]}" if change else None
 
 
 def choose_baseline(candidates, last_good, current):
@@ -292,7 +285,7 @@ def run_gate(store, args, meta, state):
     # the greedy outputs are compared only on the same weights (another snapshot answers otherwise)
     baseline_output = stored[baseline_release].get("output") if baseline_release else None
     if baseline_release:
-        change = weights_change(meta.get("weights"), store.meta(baseline_release).get("weights"))
+        change = baseline_weights_note(meta.get("weights"), store.meta(baseline_release).get("weights"))
         if change:
             note = f"{note}; {change}"
             baseline_output = None

@@ -75,6 +75,19 @@ def manifest_hash(manifest):
     return hashlib.sha256(json.dumps(entries, separators=(",", ":")).encode()).hexdigest()
 
 
+def snapshot_change(mine, theirs, unmanaged):
+    """(their label, my label) when two releases' snapshot records (meta.json `weights` or `draft`; None or {}: not
+    managed, labelled `unmanaged`) name other weights (another source or manifest), else None. The one comparison
+    behind the gate's baseline note (switch.baseline_weights_note) and the listing (release_plan.weights_change)."""
+    def key(w):
+        return (w or {}).get("source"), (w or {}).get("manifest_sha256")
+
+    def label(w):
+        return f"{w.get('source')} (manifest {str(w.get('manifest_sha256', ''))[:12]})" if w else unmanaged
+
+    return None if key(mine) == key(theirs) else (label(theirs), label(mine))
+
+
 def total_bytes(manifest):
     return sum(f["size"] for f in manifest["files"])
 
