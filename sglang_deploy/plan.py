@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .hostdata import get as _get, origin
 from .profile import Profile, ProfileError, line_of, load_profile
-from .safety import host_data_problems, loopback_url
+from .safety import host_data_problems, probe_url
 from .render import RenderError, Rendered, render
 from .validate import check_profile
 from .validator_env import ValidatorEnvError
@@ -41,7 +41,7 @@ class Plan:
     @property
     def probe_url(self) -> str:
         """Readiness and the gate always connect over loopback: the API key never leaves the host."""
-        return loopback_url(self.profile.service.host, self.port)
+        return probe_url(self.profile.service.host, self.port)
 
     @property
     def auth(self) -> str:

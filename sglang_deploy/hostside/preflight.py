@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 
+from .evidence import journal
 from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, namespace_failure, report,
                                  sandbox_enforcement, unprivileged)
 from .preflight_probe import read_text
@@ -81,8 +82,7 @@ def relaxed_directives(unit_text):
 
 
 def _journal_reason(unit):
-    out = subprocess.run(["journalctl", "-u", unit, "-o", "cat", "--no-pager", "-n", "20"], capture_output=True,
-                         text=True).stdout
+    out = journal("-u", unit, lines=20)
     for line in out.splitlines():
         if "Failed to set up" in line or "Failed at step" in line:
             return line.split(": ", 1)[-1] if line.startswith("run-") or ".service: " in line else line
