@@ -70,13 +70,21 @@ class StderrShield:
         self.log.close()
 
 
+# The switch's one fault-injection point (docs/testing.md): with SGLANG_DEPLOY_TEST_DIE_AFTER=unit-written in its
+# environment the switch dies (exit 9, lock and "switching" left behind) right after install() wrote the new unit
+# and environment, before systemd reloads: a crash mid-switch, which tests/test_releases_sim.py makes the next
+# deploy converge from. Nothing sets it outside that test.
+FAULT_INJECTION = "SGLANG_DEPLOY_TEST_DIE_AFTER"
+
+
 def install(store, release_id):
-    """Put a release's unit and environment in place (atomic renames) and make systemd see them."""
+    """Put a release's unit and environment in place (atomic renames) and make systemd see them (unless the fault
+    injection point FAULT_INJECTION stops the switch in between)."""
     source = store.release_dir(release_id)
     os.makedirs(os.path.dirname(store.env_path), exist_ok=True)
     atomic_write(store.env_path, store.read(os.path.join(source, "sglang.env")), 0o600)
     atomic_write(store.unit_path, store.read(os.path.join(source, "sglang.service")), 0o644)
-    if os.environ.get("SGLANG_DEPLOY_TEST_DIE_AFTER") == "unit-written":
+    if os.environ.get(FAULT_INJECTION) == "unit-written":
         log("TEST HOOK: dying after the unit was written, before the restart")
         os._exit(9)
     systemctl("daemon-reload")
