@@ -201,6 +201,7 @@ class GpuHost(FactBase):
 
     def command(self) -> str:
         from sglang_deploy.hostfacts import GPU_QUERY
+        from sglang_deploy.layout import SIMULATED_MARKER
 
         sections = {
             "gpus": f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits",
@@ -228,7 +229,7 @@ class GpuHost(FactBase):
                          "print(\"python_h=\" + str(os.path.exists(os.path.join(sysconfig.get_paths()[\"include\"], "
                          "\"Python.h\"))))'",
             "video_gid": "getent group video | cut -d: -f3",
-            "simulated": "test -e /etc/sglang-deploy-simulated && echo yes",
+            "simulated": f"test -e {SIMULATED_MARKER} && echo yes",
         }
         # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
         return "; ".join(f"echo '@@{name}'; ({command}) 2>/dev/null; echo" for name, command in sections.items()) + "; true"

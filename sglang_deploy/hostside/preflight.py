@@ -40,13 +40,13 @@ from .evidence import journal
 from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, namespace_failure, report,
                                  sandbox_enforcement, unprivileged)
 from .preflight_probe import read_text
+from .store import SIMULATED_MARKER
 
 
 # The unit's [Service] settings the probe runs under: who, where, what environment, the sandbox and the limits.
 # Not taken: how it starts, stops and restarts (ExecStart, Type, Restart*, Timeout*, KillMode).
 UNIT_PROPERTIES_SKIPPED = ("ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecReload", "Type", "Restart",
                            "RestartSec", "TimeoutStartSec", "TimeoutStopSec", "KillMode", "Description")
-SIMULATED_MARKER = "/etc/sglang-deploy-simulated"  # sglang_deploy/layout.py's
 
 
 # --- the runner: root, outside the sandbox -------------------------------------------------------------

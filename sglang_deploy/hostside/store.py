@@ -31,6 +31,7 @@ from .service import cmdline_matches, env_file_values, environment_drift, enviro
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
 VENV_ROOT = "/opt/sglang-deploy/venvs"
+SIMULATED_MARKER = "/etc/sglang-deploy-simulated"  # present only on a simulated host (testbed/simhost.py)
 RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
 
