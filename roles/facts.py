@@ -327,8 +327,8 @@ class UnitOwnership(FactBase):
 
 class WeightsStatus(FactBase):
     """Whether a weights snapshot is in place and unchanged since it was verified (nothing is hashed: sizes and
-    mtimes against the host's record), and whether a python can import huggingface_hub. weights.py is sent
-    inline, so the fact works before the host programs were uploaded."""
+    mtimes against the host's record), and whether a python can import huggingface_hub. hostside.weights is sent
+    inline with the host modules it imports (inline_host), so the fact works before the host programs were uploaded."""
 
     requires_command = "python3"
 
