@@ -122,7 +122,8 @@ def test_torch_seeing_fewer_gpus_and_a_wrong_all_reduce_fail():
 
 
 def test_no_peer_access_is_a_warning_with_the_custom_all_reduce_fix():
-    findings = preflight_findings.diagnose(facts_with(torch={**FACTS["torch"], "p2p": {"0-1": False, "1-0": False}}), gpus=2)
+    findings = preflight_findings.diagnose(facts_with(torch={**FACTS["torch"], "p2p": {"0-1": False, "1-0": False}}),
+                                           gpus=2)
     [warn] = [f for f in findings if f["step"] == "p2p" and f["status"] == "warn"]
     assert "--disable-custom-all-reduce" in warn["fix"] and not failures(findings)
 
@@ -168,7 +169,8 @@ def test_the_sandbox_report_separates_declared_from_enforced():
     rows = preflight_findings.sandbox_enforcement(facts, GOLDEN_UNIT)
     inert = {directive for directive, _, enforced, _ in rows if enforced is False}
     assert inert == {"DevicePolicy", "LimitNOFILE", "LimitMEMLOCK"}
-    text = preflight_findings.sandbox_report(rows, {"uid_map": ["0", "100000", "65536"], "unprivileged": True, "nesting": False})
+    text = preflight_findings.sandbox_report(rows, {"uid_map": ["0", "100000", "65536"], "unprivileged": True,
+                                                    "nesting": False})
     assert "unprivileged container (uid map 0 100000 65536)" in text and "NO (units with" in text
     assert "NOT enforced here: " in text and "LimitNOFILE=1048576" in text
     assert preflight_findings.unprivileged(["0", "0", "4294967295"]) is False

@@ -37,8 +37,8 @@ import sys
 import time
 
 from .evidence import journal
-from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, namespace_failure, report,
-                                 sandbox_enforcement, unprivileged)
+from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, namespace_failure,
+                                 report, sandbox_enforcement, unprivileged)
 from .preflight_probe import read_text
 from .store import SIMULATED_MARKER
 

@@ -214,7 +214,8 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document["rollback_auth_change"] = change
     # The target's own port and start timeout: a deploy that changed the port must not probe the new one.
     target_meta = store.meta(target)
-    problem = weights_manifest.release_problem(target_meta)  # its snapshot, as before any switch: no start on changed weights
+    # its snapshot, as before any switch: no start on changed weights
+    problem = weights_manifest.release_problem(target_meta)
     if problem:
         back = {"ready": False, "stage": "weights", "elapsed_s": 0.0, "journal": "",
                 "detail": f"not rolled back to {target}: {problem}"}

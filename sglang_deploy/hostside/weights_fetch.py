@@ -13,8 +13,8 @@ import threading
 import time
 
 from . import weights_manifest
-from .weights_manifest import (TOOL_DIR, WeightsError, human, is_verified, log, read_json, state_path, total_bytes, verify,
-                               write_json)
+from .weights_manifest import (TOOL_DIR, WeightsError, human, is_verified, log, read_json, state_path, total_bytes,
+                               verify, write_json)
 
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the weights
 
