@@ -2,7 +2,7 @@
 
     python benchmarks/preflight_gpu.py [--runs 3] [--user pfuser] [--beside 0.88] [--json OUT]
 
-Runs hostside/preflight.py's probe directly (the machine needs no systemd; the sandbox step is the LXC test
+Runs hostside/preflight_probe.py directly (the machine needs no systemd; the sandbox step is the LXC test
 host's) with the python it is started with, and prints: a cold run (empty Triton cache: the JIT compile), the
 median of warm runs, a run beside a process that holds `--beside` of every GPU's memory (a running server's
 share), a run as an unprivileged user, and a run in a private mount namespace where /dev/nvidia0 is a 0600
@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-PREFLIGHT = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "preflight.py"
-sys.path.insert(0, str(PREFLIGHT.parent.parent))
-from hostside import preflight  # noqa: E402  (the host package, standard library only)
+PROBE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "preflight_probe.py"
+sys.path.insert(0, str(PROBE.parent.parent))
+from hostside import preflight_findings  # noqa: E402  (the host package, standard library only)
 
 HOG = """
 import sys, time, torch
@@ -44,7 +44,7 @@ def gpu_count() -> int:
 
 def run_probe(gpus: int, env: dict, prefix: list[str] = ()) -> tuple[float, dict]:
     started = time.perf_counter()
-    result = subprocess.run([*prefix, sys.executable, "-I", str(PREFLIGHT), "probe", "--gpus", str(gpus)],
+    result = subprocess.run([*prefix, sys.executable, "-I", str(PROBE), "--gpus", str(gpus)],
                             capture_output=True, text=True, env=env, timeout=600)
     seconds = time.perf_counter() - started
     if result.returncode != 0:
@@ -53,8 +53,8 @@ def run_probe(gpus: int, env: dict, prefix: list[str] = ()) -> tuple[float, dict
 
 
 def verdict(facts: dict, gpus: int) -> str:
-    findings = preflight.diagnose(facts, gpus)
-    failed = preflight.failed(findings)
+    findings = preflight_findings.diagnose(facts, gpus)
+    failed = preflight_findings.failed(findings)
     return "pass" if not failed else "FAIL: " + " | ".join(f"{f['step']}: {f['detail']}" for f in failed)
 
 

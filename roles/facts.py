@@ -4,17 +4,61 @@ import base64
 import shlex
 import json
 import re
+import zlib
 from pathlib import Path
 
 from pyinfra.api import FactBase
 
-STORE_PY = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "store.py"
+HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
+RELATIVE_IMPORT = re.compile(r"^\s*from \.(\w*) import ([\w, ()]+)", re.M)
+
+# Runs on the host (python3, standard library): the host package's modules carried in the program itself, imported
+# as the package `hostside` from memory, and one of them run as __main__ (as `python3 -m hostside.<module>` would).
+BOOTSTRAP = """import base64, importlib.util, json, runpy, sys, zlib
+SOURCES = json.loads(zlib.decompress(base64.b64decode(%r)))
+class Carried:
+    def find_spec(self, name, path=None, target=None):
+        module = "__init__" if name == "hostside" else name[len("hostside."):] if name.startswith("hostside.") else None
+        if module in SOURCES:
+            return importlib.util.spec_from_loader(name, self, is_package=name == "hostside")
+    def create_module(self, spec):
+        return None
+    def get_code(self, name):
+        module = "__init__" if name == "hostside" else name.split(".", 1)[1]
+        return compile(SOURCES[module], "<hostside/" + module + ".py>", "exec")
+    def exec_module(self, module):
+        exec(self.get_code(module.__name__), module.__dict__)
+sys.meta_path.insert(0, Carried())
+runpy.run_module(%r, run_name="__main__")
+"""
+
+
+def host_modules(module: str) -> list[str]:
+    """`module` of the host package and every module it imports from its package, directly or not."""
+    found, pending = set(), [module]
+    while pending:
+        name = pending.pop()
+        if name in found:
+            continue
+        found.add(name)
+        for source, names in RELATIVE_IMPORT.findall((HOSTSIDE / f"{name}.py").read_text()):
+            pending += [source] if source else [n.strip() for n in names.strip("()").split(",") if n.strip()]
+    return sorted(found)
+
+
+def inline_host(module: str, *args: str) -> str:
+    """Run this checkout's hostside/<module>.py on the host without uploading anything (base64 on stdin): the
+    program carries the module and the host modules it imports (host_modules), so a fact works before the host
+    package was installed and always matches this checkout's version of it."""
+    sources = {name: (HOSTSIDE / f"{name}.py").read_text() for name in ["__init__", *host_modules(module)]}
+    payload = base64.b64encode(zlib.compress(json.dumps(sources).encode(), 9)).decode()
+    program = base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
+    return f"echo {program} | base64 -d | python3 - {shlex.join(args)}"
 
 
 def inline_store(subcommand: str, service: str) -> str:
-    """Run this checkout's hostside/store.py (self-contained) on the host without uploading it (base64 on stdin)."""
-    program = base64.b64encode(STORE_PY.read_bytes()).decode()
-    return f"echo {program} | base64 -d | python3 - {subcommand} --service {shlex.quote(service)}"
+    """`hostside.store <subcommand> --service S` on the host, sent inline (inline_host)."""
+    return inline_host("store", subcommand, "--service", service)
 
 
 def split_sections(output) -> dict:
@@ -157,6 +201,7 @@ class GpuHost(FactBase):
 
     def command(self) -> str:
         from sglang_deploy.hostfacts import GPU_QUERY
+        from sglang_deploy.layout import SIMULATED_MARKER
 
         sections = {
             "gpus": f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits",
@@ -184,7 +229,7 @@ class GpuHost(FactBase):
                          "print(\"python_h=\" + str(os.path.exists(os.path.join(sysconfig.get_paths()[\"include\"], "
                          "\"Python.h\"))))'",
             "video_gid": "getent group video | cut -d: -f3",
-            "simulated": "test -e /etc/sglang-deploy-simulated && echo yes",
+            "simulated": f"test -e {SIMULATED_MARKER} && echo yes",
         }
         # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
         return "; ".join(f"echo '@@{name}'; ({command}) 2>/dev/null; echo" for name, command in sections.items()) + "; true"
@@ -280,20 +325,16 @@ class UnitOwnership(FactBase):
         return report
 
 
-WEIGHTS_PY = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "weights.py"
-
-
 class WeightsStatus(FactBase):
     """Whether a weights snapshot is in place and unchanged since it was verified (nothing is hashed: sizes and
-    mtimes against the host's record), and whether a python can import huggingface_hub. weights.py is sent
-    inline, so the fact works before the host programs were uploaded."""
+    mtimes against the host's record), and whether a python can import huggingface_hub. hostside.weights is sent
+    inline with the host modules it imports (inline_host), so the fact works before the host programs were uploaded."""
 
     requires_command = "python3"
 
     def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights") -> str:
-        program = base64.b64encode(WEIGHTS_PY.read_bytes()).decode()
-        checks = [f"echo '@@{section}_status'; if test -f {shlex.quote(manifest)}; then echo {program} | base64 -d | "
-                  f"python3 - status --manifest {shlex.quote(manifest)} --dir {shlex.quote(directory)}; "
+        checks = [f"echo '@@{section}_status'; if test -f {shlex.quote(manifest)}; then "
+                  f"{inline_host('weights', 'status', '--manifest', manifest, '--dir', directory)}; "
                   "else echo '{\"verified\": false}'; fi"]
         if python:
             checks.append(f"echo '@@{section}_hub'; {shlex.quote(python)} -c 'import huggingface_hub; "

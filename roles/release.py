@@ -146,7 +146,7 @@ PREFLIGHT_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps",
 
 def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list[str], dict]:
     """(SGLang's argv after `serve`, the resolved fields the host's resolution is compared with)."""
-    from sglang_deploy.hostside.store import server_argv
+    from sglang_deploy.hostside.service import server_argv
 
     argv = server_argv(exec_start)
     argv = argv[argv.index("serve") + 1:] if "serve" in argv else argv[1:]

@@ -22,7 +22,8 @@ from pyinfra.operations import files, server
 from pyinfra.operations import python as python_op
 
 from roles.settings import sudo
-from sglang_deploy.hostside.weights import MODELS_ROOT, TOOL_DIR, human, staging_dir
+from sglang_deploy.hostside.weights_fetch import staging_dir
+from sglang_deploy.hostside.weights_manifest import MODELS_ROOT, TOOL_DIR, human
 from sglang_deploy.layout import host_program
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .hostside import preflight
+from .hostside import preflight_findings, preflight_probe
 
 # The device groups of /proc/devices the server's nodes belong to: nvidia-frontend is 195 everywhere, the others
 # are dynamic (alloc_chrdev_region at module load) and can change at a host reboot.
@@ -16,7 +16,7 @@ NVIDIA_GROUPS = ("nvidia-frontend", "nvidia-uvm", "nvidia-caps")
 
 def parse_uid_map(text: str) -> dict:
     fields = text.split()
-    return {"uid_map": " ".join(fields[:3]), "unprivileged": preflight.unprivileged(fields)}
+    return {"uid_map": " ".join(fields[:3]), "unprivileged": preflight_findings.unprivileged(fields)}
 
 
 def parse_nodes(text: str) -> list[dict]:
@@ -48,7 +48,7 @@ def parse_proc_devices(text: str) -> dict[str, int]:
 
 def parse_limits(text: str) -> dict:
     """/proc/<pid>/limits -> {"nofile": (soft, hard), "memlock": (soft, hard)}."""
-    return {key: (value["soft"], value["hard"]) for key, value in preflight.parse_limits(text).items()}
+    return {key: (value["soft"], value["hard"]) for key, value in preflight_probe.parse_limits(text).items()}
 
 
 def parse_nesting(text: str) -> bool | None:

@@ -11,8 +11,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .hostside.gate import decode_backend
 from .layout import venv_path
-from .resolution import COMPARED_FIELDS, decode_backend
+from .resolution import COMPARED_FIELDS
 
 if TYPE_CHECKING:  # the verbs that only keep results (history.py, doctor.py) do not load the profile schema
     from .plan import Plan

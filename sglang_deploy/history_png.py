@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .history import SERIES, points, switches
 from .history import floors as gate_floors
-from .history import points, switches
 
-DECODE, TAU, ROOFLINE, SWITCH, RESTART, WITHHELD = "#1f77b4", "#d62728", "#7f7f7f", "#2ca02c", "#ff7f0e", "#9467bd"
+DECODE = SERIES[0][2]  # the series' labels and colours are the SVG page's (history.SERIES)
+ROOFLINE, SWITCH, RESTART, WITHHELD = "#7f7f7f", "#2ca02c", "#ff7f0e", "#9467bd"
 
 
 class PlotUnavailable(RuntimeError):
@@ -44,8 +45,7 @@ def picture(document: dict, path: Path, host_name: str) -> dict:
     service = document.get("service", "")
     fig.suptitle(f"{host_name}: {service}.service, release history (active {(document.get('state') or {}).get('active')})")
     drawn = {"points": 0, "roofline_points": 0, "switches": [], "floors": {}, "series": []}
-    for ax, key, label, color in ((decode_ax, "decode_tok_s", "decode tok/s (1 stream)", DECODE),
-                                  (tau_ax, "accept_length", "acceptance length τ", TAU)):
+    for ax, (key, label, color) in zip((decode_ax, tau_ax), SERIES):
         data = [row for row in rows if row.get(key) is not None]
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)

@@ -7,15 +7,15 @@ import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-# The host's paths are written once, in the host program that owns them (the store, stdlib only).
-from .hostside.store import HOST_LIB, STORE_ROOT, VENV_ROOT  # noqa: F401 - re-exported for the roles
+# The host's paths are written once, in the host modules that own them (store.py, service.py: stdlib only).
+from .hostside.service import HOST_LIB  # noqa: F401 - re-exported for the roles
+from .hostside.store import SIMULATED_MARKER, STORE_ROOT, VENV_ROOT  # noqa: F401 - re-exported for the roles
 
 if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on bare GPU hosts)
     from .profile import Profile
 
 HOST_PACKAGE = "hostside"  # sglang_deploy/hostside, installed as HOST_LIB/hostside
 OLD_TOOL_BIN = "/opt/sglang-deploy/bin"  # where versions before the package layout put the host programs
-SIMULATED_MARKER = "/etc/sglang-deploy-simulated"
 
 
 def host_program_argv(module: str, *args: str, python: str = "/usr/bin/python3") -> list[str]:

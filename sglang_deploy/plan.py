@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .profile import Profile, ProfileError, line_of, load_profile
-from .safety import loopback_url
+from . import safety
 from .settings import DEFAULT_API_KEY_ENV, HostSettings, SettingsError, origin
 from .render import RenderError, Rendered, render
 from .validate import check_profile
@@ -40,7 +40,7 @@ class Plan:
     @property
     def probe_url(self) -> str:
         """Readiness and the gate always connect over loopback: the API key never leaves the host."""
-        return loopback_url(self.profile.service.host, self.port)
+        return safety.probe_url(self.profile.service.host, self.port)
 
     @property
     def auth(self) -> str:

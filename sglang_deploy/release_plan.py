@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
+from .hostside.weights_manifest import snapshot_change
 from .layout import venv_path
 
 if TYPE_CHECKING:  # listing and rollback verbs import this module without pydantic and jinja
@@ -187,14 +188,9 @@ def weights_label(meta: dict) -> str:
 
 def weights_change(release: dict, active: dict, key: str = "weights") -> str | None:
     """'weights: <active's> -> <release's>' when the two serve other weights (source or manifest); key "draft":
-    'draft: A -> B' for their draft models."""
-    mine, theirs = release.get(key) or {}, active.get(key) or {}
-    if (mine.get("source"), mine.get("manifest_sha256")) == (theirs.get("source"), theirs.get("manifest_sha256")):
-        return None
-    def label(w):
-        return f"{w.get('source')} (manifest {w.get('manifest_sha256', '')[:12]})" if w else \
-            ("(unmanaged)" if key == "weights" else "(none)")
-    return f"{key}: {label(theirs)} -> {label(mine)}"
+    'draft: A -> B' for their draft models (hostside weights_manifest.snapshot_change compares)."""
+    change = snapshot_change(release.get(key), active.get(key), "(unmanaged)" if key == "weights" else "(none)")
+    return f"{key}: {change[0]} -> {change[1]}" if change else None
 
 
 def listing(store: dict) -> list[str]:

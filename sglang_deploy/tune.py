@@ -181,7 +181,7 @@ class Measured:
     valid: bool = True
     invalid_reason: str | None = None
     error: str | None = None
-    repeats: list = field(default_factory=list)  # repeat summaries from the host (tune_session.repeat_summary)
+    repeats: list = field(default_factory=list)  # repeat summaries from the host (tune_runner.repeat_summary)
     duration_s: float = 0.0
     restart_s: float | None = None
     release_id: str | None = None

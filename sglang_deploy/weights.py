@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostside.weights import (MODELS_ROOT, REPO_PART, REVISION, TOOL_DIR, check_manifest, file_problem,
-                               manifest_hash, sha256_file, total_bytes)
+from .hostside.weights_manifest import (MODELS_ROOT, REPO_PART, REVISION, TOOL_DIR, check_manifest, file_problem,
+                                        manifest_hash, sha256_file, total_bytes)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS_DIR = REPO_ROOT / "manifests"

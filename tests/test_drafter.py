@@ -10,7 +10,7 @@ import pytest
 from conftest import DFLASH, PROVEN, dflash_profile, proven_with, synthetic_draft, write_profile
 from sglang_deploy import drafter
 from sglang_deploy.flags import server_args
-from sglang_deploy.hostside import roofline, safetensors_headers, weights
+from sglang_deploy.hostside import roofline, safetensors_headers, weights_prune
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.release_plan import weights_change
 from sglang_deploy.sim import hardware
@@ -200,7 +200,7 @@ def test_the_listing_and_prune_know_the_draft(tmp_path, draft_dir):
     store.mkdir(parents=True)
     (store / "meta.json").write_text(json.dumps({**release, "exec_start": ["sglang", "serve",
                                                  "--speculative-draft-model-path", "/srv/models/y/c"]}))
-    assert {"/srv/models/x/b", "/srv/models/y/c"} <= weights.referenced_snapshots(str(tmp_path / "store"))
+    assert {"/srv/models/x/b", "/srv/models/y/c"} <= weights_prune.referenced_snapshots(str(tmp_path / "store"))
 
 
 def test_the_draft_and_the_offered_drafters_are_part_of_the_release_content(tmp_path, draft_dir):

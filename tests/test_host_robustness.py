@@ -131,3 +131,22 @@ def test_a_missing_nvidia_uvm_is_reported(facts, expected):
 
     warning = uvm_warning(facts)
     assert (expected in warning) if expected else warning is None
+
+
+def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
+    """A fact sends a host module with the host modules it imports (roles/facts.py inline_host: the host may have
+    nothing installed yet); its answer is the installed package's, `python3 -m hostside.<module>` from HOST_LIB."""
+    from roles.facts import host_modules, inline_host
+
+    assert host_modules("store") == ["service", "store"]
+    assert {"weights_fetch", "weights_manifest", "weights_prune"} <= set(host_modules("weights"))
+    (tmp_path / "sglang" / "releases" / "0001-0123abcd").mkdir(parents=True)
+    (tmp_path / "sglang" / "releases" / "0001-0123abcd" / "meta.json").write_text('{"created": "2026-12-01"}')
+    env = dict(os.environ, SGLANG_DEPLOY_STORE=str(tmp_path))
+    inline = subprocess.run(["sh", "-c", inline_host("store", "history", "--service", "sglang")], cwd=tmp_path,
+                            env=env, capture_output=True, text=True)
+    installed = subprocess.run(["python3", "-m", "hostside.store", "history", "--service", "sglang"],
+                               cwd=PACKAGE_PARENT, env=env, capture_output=True, text=True)
+    assert inline.returncode == installed.returncode == 0, inline.stderr + installed.stderr
+    assert json.loads(inline.stdout) == json.loads(installed.stdout)
+    assert json.loads(inline.stdout)["releases"][0]["id"] == "0001-0123abcd"

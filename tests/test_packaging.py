@@ -16,7 +16,8 @@ from testbed import wheel as testbed_wheel
 REQUIRED = ["sglang_deploy/templates/sglang.service.j2", "sglang_deploy/templates/sglang-watch.timer.j2",
             "sglang_deploy/templates/secrets.yaml.j2", "sglang_deploy/sim/data/2xa6000-pcie.json",
             "sglang_deploy/flag-tables/sglang-0.5.23.json", "sglang_deploy/hostside/store.py",
-            "sglang_deploy/hostside/switch.py", "sglang_deploy/hostside/__init__.py", "sglang_deploy/parser_probe.py"]
+            "sglang_deploy/hostside/switch.py", "sglang_deploy/hostside/service.py",
+            "sglang_deploy/hostside/__init__.py", "sglang_deploy/parser_probe.py"]
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from roles.release import preflight_command, preflight_inputs
-from sglang_deploy.hostside import preflight
+from sglang_deploy.hostside import preflight, preflight_findings
 
 GOLDEN_UNIT = (__import__("pathlib").Path(__file__).parent / "golden" / "proven.service").read_text()
 
@@ -48,7 +48,7 @@ def failures(findings):
 
 
 def test_a_healthy_host_passes_every_step():
-    findings = preflight.diagnose(FACTS, gpus=2, expected={"tp_size": 2})
+    findings = preflight_findings.diagnose(FACTS, gpus=2, expected={"tp_size": 2})
     assert not failures(findings)
     assert [f["step"] for f in findings] == ["sandbox", "devices", "shm", "toolchain", "caches", "resolution", "torch",
                                              "p2p", "triton", "limits"]
@@ -56,7 +56,7 @@ def test_a_healthy_host_passes_every_step():
 
 def test_proxmox_default_0660_root_nodes_name_every_node_and_the_devn_fix():
     nodes = [node(n["path"], mode="0660", errno=13) for n in FACTS["nodes"]]
-    [fail] = failures(preflight.diagnose(facts_with(nodes=nodes), gpus=2, video_gid=44, container_id=129))
+    [fail] = failures(preflight_findings.diagnose(facts_with(nodes=nodes), gpus=2, video_gid=44, container_id=129))
     assert "cannot open /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidia1" in fail["detail"]
     assert "mode 0660, owner root:root" in fail["detail"] and "sglang" in fail["detail"]
     assert "/etc/pve/lxc/129.conf" in fail["fix"] and "mode=0666" in fail["fix"] and "gid=44" in fail["fix"]
@@ -64,86 +64,87 @@ def test_proxmox_default_0660_root_nodes_name_every_node_and_the_devn_fix():
 
 def test_missing_uvm_says_so_while_nvidia_smi_would_work():
     nodes = [n if n["path"] != "/dev/nvidia-uvm" else node("/dev/nvidia-uvm", exists=False) for n in FACTS["nodes"]]
-    [fail] = failures(preflight.diagnose(facts_with(nodes=nodes), gpus=2))
+    [fail] = failures(preflight_findings.diagnose(facts_with(nodes=nodes), gpus=2))
     assert "/dev/nvidia-uvm is missing" in fail["detail"] and "nvidia-modprobe -u -c=0" in fail["fix"]
 
 
 def test_an_empty_placeholder_file_is_not_a_device():
     nodes = [n if n["path"] != "/dev/nvidia-uvm" else node("/dev/nvidia-uvm", char=False) for n in FACTS["nodes"]]
-    [fail] = failures(preflight.diagnose(facts_with(nodes=nodes), gpus=2))
+    [fail] = failures(preflight_findings.diagnose(facts_with(nodes=nodes), gpus=2))
     assert "not a character device" in fail["detail"] and "create=file" in fail["detail"]
 
 
 def test_a_node_without_a_driver_is_told_apart_from_permissions():
     nodes = FACTS["nodes"][:3] + [node("/dev/nvidia1", errno=6, minor=1)]
-    [fail] = failures(preflight.diagnose(facts_with(nodes=nodes), gpus=2))
+    [fail] = failures(preflight_findings.diagnose(facts_with(nodes=nodes), gpus=2))
     assert "/dev/nvidia1" in fail["detail"] and "kernel module" in fail["fix"]
 
 
 def test_fewer_gpu_nodes_than_the_profile_needs():
-    [fail] = failures(preflight.diagnose(facts_with(nodes=FACTS["nodes"][:3]), gpus=2))
+    [fail] = failures(preflight_findings.diagnose(facts_with(nodes=FACTS["nodes"][:3]), gpus=2))
     assert "needs 2 GPUs" in fail["detail"] and "1 /dev/nvidiaN" in fail["detail"]
 
 
 def test_small_dev_shm_fails_only_with_several_ranks():
-    assert failures(preflight.diagnose(facts_with(shm_bytes=64 << 20), gpus=2))[0]["step"] == "shm"
+    assert failures(preflight_findings.diagnose(facts_with(shm_bytes=64 << 20), gpus=2))[0]["step"] == "shm"
     single = facts_with(shm_bytes=64 << 20, nodes=FACTS["nodes"][:3])
     single["torch"] = {**FACTS["torch"], "count": 1}
-    assert not failures(preflight.diagnose(single, gpus=1))
+    assert not failures(preflight_findings.diagnose(single, gpus=1))
 
 
 @pytest.mark.parametrize("missing, package", [("gcc", "gcc"), ("g++", "g++"), ("python_h_present", "python3-dev")])
 def test_a_missing_compiler_or_header_names_the_package(missing, package):
     tools = {**FACTS["toolchain"], missing: None if missing != "python_h_present" else False}
-    [fail] = failures(preflight.diagnose(facts_with(toolchain=tools), gpus=2))
+    [fail] = failures(preflight_findings.diagnose(facts_with(toolchain=tools), gpus=2))
     assert fail["step"] == "toolchain" and f"package {package}" in fail["detail"]
     # a simulated host's server compiles nothing: a warning there
-    assert not failures(preflight.diagnose(facts_with(toolchain=tools), gpus=2, simulated=True))
+    assert not failures(preflight_findings.diagnose(facts_with(toolchain=tools), gpus=2, simulated=True))
 
 
 def test_a_refusal_by_sglangs_resolution_names_the_step():
     refused = {"error": "ValueError: --language-model-only is not supported", "step": "handle_language_model_only",
                "steps": 12, "resolved": {}}
-    [fail] = failures(preflight.diagnose(facts_with(resolution=refused), gpus=2))
+    [fail] = failures(preflight_findings.diagnose(facts_with(resolution=refused), gpus=2))
     assert "at handle_language_model_only: ValueError" in fail["detail"]
 
 
 def test_a_resolution_that_differs_from_the_releases_is_a_warning():
-    findings = preflight.diagnose(FACTS, gpus=2, expected={"tp_size": 2, "page_size": 16})
+    findings = preflight_findings.diagnose(FACTS, gpus=2, expected={"tp_size": 2, "page_size": 16})
     [warn] = [f for f in findings if f["step"] == "resolution"]
     assert warn["status"] == "warn" and "page_size 16 -> 1" in warn["detail"]
 
 
 def test_torch_seeing_fewer_gpus_and_a_wrong_all_reduce_fail():
     short = facts_with(torch={**FACTS["torch"], "count": 1})
-    assert "torch sees 1 of 2 GPUs" in failures(preflight.diagnose(short, gpus=2))[0]["detail"]
+    assert "torch sees 1 of 2 GPUs" in failures(preflight_findings.diagnose(short, gpus=2))[0]["detail"]
     wrong = facts_with(torch={**FACTS["torch"], "all_reduce_ok": False})
-    assert failures(preflight.diagnose(wrong, gpus=2))[0]["step"] == "p2p"
+    assert failures(preflight_findings.diagnose(wrong, gpus=2))[0]["step"] == "p2p"
 
 
 def test_no_peer_access_is_a_warning_with_the_custom_all_reduce_fix():
-    findings = preflight.diagnose(facts_with(torch={**FACTS["torch"], "p2p": {"0-1": False, "1-0": False}}), gpus=2)
+    findings = preflight_findings.diagnose(facts_with(torch={**FACTS["torch"], "p2p": {"0-1": False, "1-0": False}}),
+                                           gpus=2)
     [warn] = [f for f in findings if f["step"] == "p2p" and f["status"] == "warn"]
     assert "--disable-custom-all-reduce" in warn["fix"] and not failures(findings)
 
 
 def test_a_triton_failure_is_a_failure():
     facts = facts_with(triton={"error": "CalledProcessError: gcc", "seconds": 1.0, "cache_dir": "/x"})
-    assert failures(preflight.diagnose(facts, gpus=2))[0]["step"] == "triton"
+    assert failures(preflight_findings.diagnose(facts, gpus=2))[0]["step"] == "triton"
 
 
 def test_simulated_hosts_skip_the_gpu_steps_and_say_so():
     facts = facts_with(torch={"error": None, "count": 2, "torch": "2.14.1"}, triton=None)
-    findings = preflight.diagnose(facts, gpus=2, simulated=True)
+    findings = preflight_findings.diagnose(facts, gpus=2, simulated=True)
     assert {f["step"]: f["status"] for f in findings}["p2p"] == "skip" and not failures(findings)
 
 
 def test_namespace_failure_names_nesting_and_only_the_directives_still_set():
-    full = preflight.namespace_failure("Failed to set up mount namespacing: /run/systemd/unit-root/proc: "
+    full = preflight_findings.namespace_failure("Failed to set up mount namespacing: /run/systemd/unit-root/proc: "
                                        "Permission denied", relaxed=[], container_id=129)
     assert "226/NAMESPACE" in full["detail"] and "pct set 129 --features nesting=1" in full["fix"]
     assert "service.relax: [ProtectKernelTunables, ProtectControlGroups]" in full["fix"]
-    partly = preflight.namespace_failure(None, relaxed=["ProtectKernelTunables"])
+    partly = preflight_findings.namespace_failure(None, relaxed=["ProtectKernelTunables"])
     assert "service.relax: [ProtectControlGroups]" in partly["fix"]
 
 
@@ -165,13 +166,14 @@ def test_the_sandbox_report_separates_declared_from_enforced():
     facts = facts_with(limits={"nofile": {"soft": "20000", "hard": "20000"},
                                "memlock": {"soft": "8388608", "hard": "8388608"}})
     facts["sandbox"]["device_outside_allow_refused"] = False
-    rows = preflight.sandbox_enforcement(facts, GOLDEN_UNIT)
+    rows = preflight_findings.sandbox_enforcement(facts, GOLDEN_UNIT)
     inert = {directive for directive, _, enforced, _ in rows if enforced is False}
     assert inert == {"DevicePolicy", "LimitNOFILE", "LimitMEMLOCK"}
-    text = preflight.sandbox_report(rows, {"uid_map": ["0", "100000", "65536"], "unprivileged": True, "nesting": False})
+    text = preflight_findings.sandbox_report(rows, {"uid_map": ["0", "100000", "65536"], "unprivileged": True,
+                                                    "nesting": False})
     assert "unprivileged container (uid map 0 100000 65536)" in text and "NO (units with" in text
     assert "NOT enforced here: " in text and "LimitNOFILE=1048576" in text
-    assert preflight.unprivileged(["0", "0", "4294967295"]) is False
+    assert preflight_findings.unprivileged(["0", "0", "4294967295"]) is False
 
 
 def test_the_preflight_inputs_are_sglangs_argv_and_the_compared_fields():

@@ -5,9 +5,9 @@ from types import SimpleNamespace
 import pytest
 
 from conftest import PROVEN, proven_with
-from sglang_deploy.hostside.store import (cmdline_matches, content_hash, env_file_values, environment_drift,
-                                             flag_differences, last_used, next_release_id, releases_to_prune,
-                                             secret_name)
+from sglang_deploy.hostside.service import cmdline_matches, env_file_values, environment_drift
+from sglang_deploy.hostside.store import (content_hash, flag_differences, last_used, next_release_id,
+                                          releases_to_prune, secret_name)
 from sglang_deploy.plan import plan_for_host
 from sglang_deploy.release_plan import (Decision, Peer, build_meta, decide, listing, rollback_target, server_digest,
                                          with_peers)

@@ -13,10 +13,10 @@ B = {"source": "hf://org/m@" + "b" * 40, "manifest_sha256": "2" * 64}
 
 
 def test_the_baseline_note_names_a_weights_change():
-    assert switch.weights_change(A, dict(A)) is None and switch.weights_change(None, None) is None
-    assert switch.weights_change(B, A) == (f"the weights changed: {A['source']} (manifest 111111111111) -> "
-                                           f"{B['source']} (manifest 222222222222)")
-    assert switch.weights_change(A, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
+    assert switch.baseline_weights_note(A, dict(A)) is None and switch.baseline_weights_note(None, None) is None
+    assert switch.baseline_weights_note(B, A) == (f"the weights changed: {A['source']} (manifest 111111111111) -> "
+                                                  f"{B['source']} (manifest 222222222222)")
+    assert switch.baseline_weights_note(A, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
 
 
 @pytest.fixture
@@ -76,7 +76,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
 def test_a_server_argv_that_is_not_utf8_is_read_not_raised():
     import json
 
-    from sglang_deploy.hostside.store import cmdline_matches, parse_cmdline
+    from sglang_deploy.hostside.service import cmdline_matches, parse_cmdline
 
     argv = parse_cmdline(b"/usr/bin/python3\0-I\0sglang::\xff\xfescheduler\0")
     assert argv == ["/usr/bin/python3", "-I", "sglang::\\xff\\xfescheduler"]

@@ -278,14 +278,14 @@ def test_a_gain_inside_the_spreads_changes_nothing():
 
 
 def test_host_session_helpers():
-    from sglang_deploy.hostside import tune_session
+    from sglang_deploy.hostside import tune_runner, tune_session
 
-    assert tune_session.heartbeat_stale(100.0, 131.0, 30) and not tune_session.heartbeat_stale(100.0, 129.0, 30)
-    command = tune_session.bench_command("http://127.0.0.1:30000", "/etc/s.yaml", {
+    assert tune_runner.heartbeat_stale(100.0, 131.0, 30) and not tune_runner.heartbeat_stale(100.0, 129.0, 30)
+    command = tune_runner.bench_command("http://127.0.0.1:30000", "/etc/s.yaml", {
         "samples": 6, "max_new_tokens": 128, "concurrency": 4, "aggregate_rounds": 1}, warmup=0)
     assert command[1:3] == ["-m", "sglang_deploy.hostside.bench"] and command[command.index("--samples") + 1] == "6"
     assert command[command.index("--warmup") + 1] == "0" and command[command.index("--aggregate-rounds") + 1] == "1"
-    summary = tune_session.repeat_summary({"decode_tok_s": {"median": 50.0}, "aggregate_tok_s": {"median": 150.0},
+    summary = tune_runner.repeat_summary({"decode_tok_s": {"median": 50.0}, "aggregate_tok_s": {"median": 150.0},
                                            "accept_length": {"median": 3.2}, "samples": [{"decode_tok_s": 50.0}]})
     assert (summary["decode_tok_s"], summary["aggregate_tok_s"], summary["accept_length"]) == (50.0, 150.0, 3.2)
     assert tune_session.SESSION_ID.fullmatch("20261130222606") and not tune_session.SESSION_ID.fullmatch("../x")

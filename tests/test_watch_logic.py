@@ -206,7 +206,7 @@ def test_restarts_are_capped_per_day_and_the_withheld_one_is_recorded(tmp_path, 
     (directory / "watch.jsonl").write_text(json.dumps(old) + "\n")
     calls = []
     monkeypatch.setattr(watch, "systemctl", lambda *a: calls.append(a) or type("R", (), {"returncode": 0})())
-    monkeypatch.setattr(watch, "wait_ready", lambda *a: True)
+    monkeypatch.setattr(watch, "wait_healthy", lambda *a: True)
     monkeypatch.setenv("JOURNAL_STREAM", "8:1234")  # as under systemd: lines carry their syslog priority
     args = watch_args(tmp_path, on_drift="restart", max_restarts_per_day=2)
     for _ in range(4):

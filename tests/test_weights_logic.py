@@ -13,7 +13,9 @@ import pytest
 
 from conftest import PROVEN, REPO, write_profile
 from hubstub import Hub
-from sglang_deploy.hostside import weights as host_weights
+from sglang_deploy.hostside import weights_fetch as host_fetch
+from sglang_deploy.hostside import weights_manifest as host_manifest
+from sglang_deploy.hostside import weights_prune as host_prune
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.release_plan import listing
 from sglang_deploy.render import render
@@ -21,7 +23,8 @@ from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
 from sglang_deploy.weights import (WEIGHTS_DIRS_VARIABLE, WeightsSourceError, manifest_from_directory, manifest_from_hub,
                                    weights_for, write_manifest)
 
-WEIGHTS_PY = REPO / "sglang_deploy" / "hostside" / "weights.py"
+HOST_LIB = REPO / "sglang_deploy"  # the host runs `python3 -m hostside.weights` from its HOST_LIB
+WEIGHTS = [sys.executable, "-m", "hostside.weights"]
 REPO_ID = "sim-org/qwen3.6-27b-synthetic"
 
 
@@ -48,18 +51,18 @@ def hub():
 @pytest.fixture
 def models(tmp_path, monkeypatch) -> Path:
     root = tmp_path / "models"
-    monkeypatch.setattr(host_weights, "MODELS_ROOT", str(root))
+    monkeypatch.setattr(host_manifest, "MODELS_ROOT", str(root))
     return root
 
 
 def fetch(models: Path, manifest_file: Path, commit: str, endpoint: str, repo: str = REPO_ID):
     """weights.py fetch as the host runs it: a separate process, huggingface_hub in `--python`."""
     directory = models / repo.replace("/", "--") / commit
-    command = [sys.executable, str(WEIGHTS_PY), "fetch", "--manifest", str(manifest_file), "--dir", str(directory),
+    command = [*WEIGHTS, "fetch", "--manifest", str(manifest_file), "--dir", str(directory),
                "--repo", repo, "--revision", commit, "--python", sys.executable, "--endpoint", endpoint]
     started = time.monotonic()
     result = subprocess.run(command, env=dict(os.environ, SGLANG_DEPLOY_MODELS=str(models)), capture_output=True,
-                            text=True, timeout=120)
+                            text=True, timeout=120, cwd=HOST_LIB)
     return result, directory, time.monotonic() - started
 
 
@@ -152,7 +155,7 @@ def test_source_derives_the_served_path_and_the_unit_names_the_weights(tmp_path,
     assert profile.model.path == f"/srv/models/Qwen--Qwen3.6-27B-FP8/{commit}"
     unit = render(profile, api_key="k" * 24).unit
     assert f"--model-path /srv/models/Qwen--Qwen3.6-27B-FP8/{commit}" in unit.replace(" \\\n    ", " ")
-    digest = host_weights.manifest_hash(manifest)
+    digest = host_manifest.manifest_hash(manifest)
     assert f"# Weights: hf://Qwen/Qwen3.6-27B-FP8@{commit} (manifest sha256:{digest}" in unit
     # Other content under the same revision is another release (the unit, hence its hash, differs).
     other = dict(manifest, files=[dict(f, sha256="0" * 64) if f["path"] == "config.json" else f
@@ -182,7 +185,7 @@ def test_path_and_source_together_or_a_missing_manifest_are_refused(tmp_path):
     ({"path": "a", "size": 1, "sha256": "xyz"}, "64 lower-case hex"),
 ])
 def test_manifest_entries_are_checked(entry, says):
-    problems = host_weights.check_manifest({"format": 1, "files": [entry]})
+    problems = host_manifest.check_manifest({"format": 1, "files": [entry]})
     assert len(problems) == 1 and says in problems[0] and problems[0].startswith("files[0]")
 
 
@@ -194,7 +197,7 @@ def test_progress_reports_at_start_while_growing_and_at_the_end(tmp_path, capsys
     bookkeeping.mkdir(parents=True)
     (bookkeeping / "b.bin.metadata").write_text("x" * 500)  # huggingface_hub's metadata: not weights
     (bookkeeping / "c.bin.1234.incomplete").write_bytes(b"z" * 1000)  # a partial download: counted
-    with host_weights.Progress(str(staging), total, str(tmp_path / "progress.txt"), interval=0.05):
+    with host_fetch.Progress(str(staging), total, str(tmp_path / "progress.txt"), interval=0.05):
         for step in range(1, 4):
             time.sleep(0.12)
             with open(staging / "b.bin", "ab") as grow:  # appended, as a download grows (never shrinks)
@@ -280,7 +283,7 @@ def test_the_manifest_command_resolves_a_branch_to_its_commit(hub, checkpoint, t
     assert f"source: hf://{REPO_ID}@{commit}" in result.stdout
     manifest = json.loads(output.read_text())
     local = manifest_from_directory(checkpoint)
-    assert host_weights.manifest_hash(manifest) == host_weights.manifest_hash(local)  # Hub metadata == the bytes
+    assert host_manifest.manifest_hash(manifest) == host_manifest.manifest_hash(local)  # Hub metadata == the bytes
 
 
 # --- verification state, push, switch check, prune --------------------------------------------------------------
@@ -288,46 +291,46 @@ def test_the_manifest_command_resolves_a_branch_to_its_commit(hub, checkpoint, t
 def place(models: Path, checkpoint: Path, name="local--synthetic/rev") -> tuple[Path, dict]:
     """A pushed snapshot: files in the staging directory, then promote (as roles/weights.py does)."""
     directory = models / name
-    staging = Path(host_weights.staging_dir(str(directory)))
+    staging = Path(host_fetch.staging_dir(str(directory)))
     staging.mkdir(parents=True)
     for path in checkpoint.iterdir():
         (staging / path.name).write_bytes(path.read_bytes())
     manifest = manifest_from_directory(checkpoint)
-    assert host_weights.promote(str(directory), manifest)["changed"] is True
+    assert host_fetch.promote(str(directory), manifest)["changed"] is True
     return directory, manifest
 
 
 def test_reverify_hashes_only_what_changed(models, checkpoint):
     directory, manifest = place(models, checkpoint)
-    problems, stats = host_weights.verify(str(directory), manifest)
+    problems, stats = host_manifest.verify(str(directory), manifest)
     assert problems == [] and stats["hashed_files"] == 0
     shard = directory / "model-layers-00.safetensors"
     os.utime(shard, ns=(shard.stat().st_atime_ns, shard.stat().st_mtime_ns + 10**9))
-    problems, stats = host_weights.verify(str(directory), manifest)
+    problems, stats = host_manifest.verify(str(directory), manifest)
     assert problems == [] and stats["hashed_files"] == 1  # touched, same content: hashed again, accepted
     data = bytearray(shard.read_bytes())
     data[-1] ^= 1
     shard.write_bytes(bytes(data))
-    assert not host_weights.is_verified(str(directory), manifest)
-    problems, _ = host_weights.verify(str(directory), manifest)
+    assert not host_manifest.is_verified(str(directory), manifest)
+    problems, _ = host_manifest.verify(str(directory), manifest)
     assert len(problems) == 1 and problems[0].startswith("model-layers-00.safetensors: sha256")
 
 
 def test_a_stray_file_in_a_pushed_snapshot_is_refused(models, checkpoint):
     directory = models / "local--synthetic/rev"
-    staging = Path(host_weights.staging_dir(str(directory)))
+    staging = Path(host_fetch.staging_dir(str(directory)))
     staging.mkdir(parents=True)
     for path in checkpoint.iterdir():
         (staging / path.name).write_bytes(path.read_bytes())
     (staging / "model-extra.safetensors").write_bytes(b"x")  # SGLang would load it
-    with pytest.raises(host_weights.WeightsError, match="model-extra.safetensors: not in the manifest"):
-        host_weights.promote(str(directory), manifest_from_directory(checkpoint))
+    with pytest.raises(host_manifest.WeightsError, match="model-extra.safetensors: not in the manifest"):
+        host_fetch.promote(str(directory), manifest_from_directory(checkpoint))
     assert not directory.exists()
 
 
 def test_free_disk_is_checked_before_anything_is_fetched(tmp_path):
-    with pytest.raises(host_weights.WeightsError, match=r"not enough disk space .* nothing was downloaded"):
-        host_weights.check_free_space(str(tmp_path), 1 << 60)
+    with pytest.raises(host_manifest.WeightsError, match=r"not enough disk space .* nothing was downloaded"):
+        host_fetch.check_free_space(str(tmp_path), 1 << 60)
 
 
 def test_the_switch_refuses_weights_that_are_missing_or_changed(models, checkpoint, tmp_path):
@@ -335,12 +338,12 @@ def test_the_switch_refuses_weights_that_are_missing_or_changed(models, checkpoi
     manifest_file = tmp_path / "m.json"
     write_manifest(manifest, manifest_file)
     meta = {"weights": {"path": str(directory), "manifest": str(manifest_file),
-                        "manifest_sha256": host_weights.manifest_hash(manifest)}}
-    assert host_weights.release_problem(meta) is None and host_weights.release_problem({}) is None
+                        "manifest_sha256": host_manifest.manifest_hash(manifest)}}
+    assert host_manifest.release_problem(meta) is None and host_manifest.release_problem({}) is None
     (directory / "config.json").write_text("{}")
-    assert "config.json: size" in host_weights.release_problem(meta)
+    assert "config.json: size" in host_manifest.release_problem(meta)
     meta["weights"]["path"] = str(models / "gone")
-    assert "are not on the host" in host_weights.release_problem(meta)
+    assert "are not on the host" in host_manifest.release_problem(meta)
 
 
 def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path):
@@ -355,13 +358,13 @@ def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path
         (store / "sglang" / "releases" / release_id).mkdir(parents=True)
         (store / "sglang" / "releases" / release_id / "meta.json").write_text(json.dumps(meta))
     # Just verified: a deploy may be between its fetch and the release that records the snapshot.
-    result = host_weights.prune(str(models), str(store))
+    result = host_prune.prune(str(models), str(store))
     assert result["removed"] == [] and dropped.is_dir()
     # While a fetch, promote or verify holds the weights' lock, prune waits for nothing and removes nothing.
-    with host_weights.models_lock(str(models)):
-        result = host_weights.prune(str(models), str(store), grace_s=0)
+    with host_prune.models_lock(str(models)):
+        result = host_prune.prune(str(models), str(store), grace_s=0)
     assert result["skipped"] == "locked" and result["removed"] == [] and dropped.is_dir()
-    result = host_weights.prune(str(models), str(store), grace_s=0)
+    result = host_prune.prune(str(models), str(store), grace_s=0)
     assert result["removed"] == [str(dropped)] and kept.is_dir() and legacy.is_dir() and foreign.is_dir()
     assert not dropped.exists()
 
@@ -382,9 +385,10 @@ def test_a_missing_hub_client_is_named(hub, checkpoint, models, tmp_path):
     commit = hub.add_directory(REPO_ID, checkpoint)
     manifest_file = hub_manifest(hub, tmp_path, commit)
     directory = models / REPO_ID.replace("/", "--") / commit
-    result = subprocess.run([sys.executable, str(WEIGHTS_PY), "fetch", "--manifest", str(manifest_file), "--dir",
+    result = subprocess.run([*WEIGHTS, "fetch", "--manifest", str(manifest_file), "--dir",
                              str(directory), "--repo", REPO_ID, "--revision", commit, "--python", "/nonexistent/python"],
-                            env=dict(os.environ, SGLANG_DEPLOY_MODELS=str(models)), capture_output=True, text=True)
+                            env=dict(os.environ, SGLANG_DEPLOY_MODELS=str(models)), capture_output=True, text=True,
+                            cwd=HOST_LIB)
     assert result.returncode == 1 and "/nonexistent/python (the python whose huggingface_hub" in result.stdout
     assert "Traceback" not in result.stderr
 
@@ -394,13 +398,13 @@ def test_a_directory_the_tool_did_not_verify_is_never_replaced(models, checkpoin
     directory = models / "Qwen3.6-27B-FP8"
     directory.mkdir(parents=True)
     (directory / "config.json").write_text('{"theirs": true}')
-    staging = Path(host_weights.staging_dir(str(directory)))
+    staging = Path(host_fetch.staging_dir(str(directory)))
     staging.mkdir(parents=True)
     for path in checkpoint.iterdir():
         (staging / path.name).write_bytes(path.read_bytes())
-    with pytest.raises(host_weights.WeightsError, match=r"already exists and does not match the manifest .*"
+    with pytest.raises(host_manifest.WeightsError, match=r"already exists and does not match the manifest .*"
                                                          r"move it away \(mv .*Qwen3.6-27B-FP8 .*\.old\)"):
-        host_weights.promote(str(directory), manifest_from_directory(checkpoint))
+        host_fetch.promote(str(directory), manifest_from_directory(checkpoint))
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_text() == '{"theirs": true}'
 
@@ -432,6 +436,6 @@ def test_prune_never_leaves_the_models_root(models, tmp_path, written):
     records.mkdir(parents=True)
     directory = written.format(models=models) if written.startswith("{") else str(tmp_path / written)
     (records / "forged.json").write_text(json.dumps({"directory": directory, "verified_at": "2000-01-01T00:00:00Z"}))
-    result = host_weights.prune(str(models), str(tmp_path / "store"), grace_s=0)
+    result = host_prune.prune(str(models), str(tmp_path / "store"), grace_s=0)
     assert result["removed"] == [] and (victim / "keep.txt").exists() and (victim / "org--a" / "rev").is_dir()
     assert (models / "org--a").is_dir() and (models / ".sglang-deploy" / "manifests").is_dir()

@@ -18,7 +18,8 @@ import sys
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
 from .listener import foreign_listener, guard_unit
-from .store import Store, service_name, service_status
+from .service import service_status
+from .store import Store, service_name
 
 
 def clock_reasons():

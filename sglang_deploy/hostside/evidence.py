@@ -14,7 +14,7 @@ returns it with the launch command): ``redact`` runs before anything is stored o
 import re
 import subprocess
 
-from .store import env_file_values, read_environ
+from .service import env_file_values, read_environ
 
 # custom_all_reduce_utils.py:505-508 (no P2P) and :488-496 (more than two PCIe-only GPUs),
 # parallel_state.py:514-517 (setup failed).
@@ -62,15 +62,26 @@ def invocation_id(service):
     return result.stdout.strip()
 
 
+def journal(*selectors, lines=None):
+    """The journal's messages (journalctl -o cat) that match the selectors, as text; the last `lines` only when
+    given. The one journal reader of the host programs (journal_since_start, journal_since, the preflight)."""
+    command = ["journalctl", *selectors, "--no-pager", "-o", "cat"]
+    if lines:
+        command += ["-n", str(lines)]
+    return subprocess.run(command, capture_output=True, text=True).stdout
+
+
 def journal_since_start(service, lines=None):
     """The unit's journal for its current run only (its invocation), as text."""
     invocation = invocation_id(service)
     if not invocation:
         return ""
-    command = ["journalctl", f"_SYSTEMD_INVOCATION_ID={invocation}", "--no-pager", "-o", "cat"]
-    if lines:
-        command += ["-n", str(lines)]
-    return subprocess.run(command, capture_output=True, text=True).stdout
+    return journal(f"_SYSTEMD_INVOCATION_ID={invocation}", lines=lines)
+
+
+def journal_since(service, since):
+    """The unit's journal since a local time (`YYYY-MM-DD HH:MM:SS`, journalctl --since), all its runs."""
+    return journal("-u", f"{service}.service", "--since", since).rstrip()
 
 
 def log_findings(journal):

@@ -31,9 +31,12 @@ def decode_graph_gb(server_info):
     return sum(graph.get(phase) or 0.0 for phase in ("decode", "target_verify", "draft_decode", "draft_extend"))
 
 
-def decode_backend(server_info):
-    """cuda_graph_config.decode.backend: every graph flag folded by SGLang (cuda_graph_hook.py)."""
-    return ((server_info.get("cuda_graph_config") or {}).get("decode") or {}).get("backend")
+def decode_backend(server_args):
+    """cuda_graph_config.decode.backend: the decode CUDA graph backend after SGLang's folding of every graph flag
+    (cuda_graph_hook.py). server_args: ServerArgs' fields as a dict, either the running server's /server_info or
+    SGLang's resolution of a release's command line (the controller's resolution.py `resolved`): both carry
+    cuda_graph_config, so the gate's expectation and its check read it the same way."""
+    return ((server_args.get("cuda_graph_config") or {}).get("decode") or {}).get("backend")
 
 
 def config_problems(server_info, environ, cmdline_ok, cmdline, expect, findings=None, costly_env=()):
@@ -156,6 +159,12 @@ def compare(ratios, tolerance):
                                         f"than the baseline: ratio {ratio:.3f}, {interval}, straddles {threshold:.2f}")
 
 
+def below_floor(value, floor):
+    """The one floor rule: a measured value under its floor (None: no floor set, or nothing measured). The gate's
+    verdict (evaluate) and the perf watch's drift (watch.drift_reasons) both judge by it."""
+    return floor is not None and value is not None and value < floor
+
+
 def evaluate(measurement, settings, baseline=None):
     """Floors, then the comparison with the baseline: a measurement on the same host that passed its gate.
 
@@ -178,14 +187,14 @@ def evaluate(measurement, settings, baseline=None):
 
     floor = settings.get("min_decode_tok_s")
     if decode:
-        ok = floor is None or decode["median"] >= floor
+        ok = not below_floor(decode["median"], floor)
         row("decode tok/s (1 stream, median)", decode["median"], decode.get("spread_pct"),
             f">= {floor}" if floor else None, previous.get("median"), "pass" if ok else "FAIL")
         if not ok:
             reasons.append(f"single-stream decode {decode['median']:.1f} tok/s is below the floor {floor}")
     floor_tau = settings.get("min_accept_length")
     if tau:
-        ok = floor_tau is None or tau["median"] >= floor_tau
+        ok = not below_floor(tau["median"], floor_tau)
         row("acceptance length tau (median)", tau["median"], tau.get("spread_pct"),
             f">= {floor_tau}" if floor_tau else None, ((baseline or {}).get("accept_length") or {}).get("median"),
             "pass" if ok else "FAIL")

@@ -23,7 +23,7 @@ import time
 import urllib.request
 
 from . import client
-from .store import service_status, systemctl
+from .service import service_status, systemctl
 
 TABLES = ("/proc/net/tcp", "/proc/net/tcp6")
 LISTEN, ESTABLISHED = "0A", "01"

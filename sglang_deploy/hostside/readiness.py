@@ -8,13 +8,14 @@ api-key a request without the key is refused. A failed start is explained from t
 import datetime
 import json
 import re
-import subprocess
 import time
 
 from . import evidence
+from .evidence import journal_since
 from .client import http, printable, read_api_key
 from .listener import foreign_listener
-from .store import log, service_status
+from .service import service_status
+from .store import log
 
 # While a start takes long, the journal's latest line (loading, JIT, graphs) every 30 s, and at least three times
 # before a short timeout runs out.
@@ -23,12 +24,6 @@ SYSTEMD_NOISE = re.compile(r"Failed to kill control group|: Killing process \d+ 
 
 
 # --- readiness ------------------------------------------------------------------------------------
-
-def journal_since(service, since):
-    result = subprocess.run(["journalctl", "-u", f"{service}.service", "--no-pager", "-o", "cat", "--since", since],
-                            capture_output=True, text=True)
-    return result.stdout.rstrip()
-
 
 def failed_start(service, since, api_key, lines=25):
     """The journal of a failed start, secrets redacted: its last lines and what SGLang's own log says."""
@@ -47,6 +42,19 @@ def failed_start(service, since, api_key, lines=25):
         cause = ("decode CUDA graph capture failed and SGLang exited (0.5.23 has no eager fallback): "
                  + evidence.redact(findings["graph_capture_failed"], [api_key]))
     return tail, cause
+
+
+def wait_healthy(probe_url, timeout):
+    """Only the /health stage: True once /health answers 200 (every 2 s), False after timeout. For the perf watch's
+    restart of a release that already passed its switch; a switch waits for the whole staged readiness
+    (wait_ready)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status, _ = http(probe_url + "/health", timeout=5)
+        if status == 200:
+            return True
+        time.sleep(2)
+    return False
 
 
 def wait_ready(store, probe_url, timeout, settle, auth="api-key"):

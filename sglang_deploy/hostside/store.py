@@ -12,8 +12,8 @@ Layout (``/var/lib/sglang-deploy/<service>/``):
                                                       drop old releases (never the active or last good one)
                                                       and virtualenvs no retained release points at
 
-Every command prints JSON on stdout. Standard library only and self-contained (no imports from its
-package): the controller's facts send this file inline to a host that has nothing installed yet, and
+Every command prints JSON on stdout. Standard library only; it imports only service.py of its package (the
+controller's facts send both inline to a host that has nothing installed yet: roles/facts.py inline_host), and
 the controller imports its paths and pure helpers, so the host's paths are written here once.
 """
 
@@ -25,15 +25,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
+
+from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
 VENV_ROOT = "/opt/sglang-deploy/venvs"
-HOST_LIB = "/opt/sglang-deploy/lib"  # this package is installed as HOST_LIB/hostside (run with python3 -m)
-# ExecStart's first stage when the server has secrets: the server's stdout and stderr through a filter that keeps
-# them out of the journal (log_redactor.py); it execs the server, which keeps the main PID.
-LOG_REDACTOR = ("/usr/bin/python3", "-I", f"{HOST_LIB}/hostside/log_redactor.py")
+SIMULATED_MARKER = "/etc/sglang-deploy-simulated"  # present only on a simulated host (testbed/simhost.py)
 RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
 
@@ -61,93 +59,6 @@ def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
     keep_ids = set(ids_least_recent_first[-keep:]) if keep > 0 else set()
     return [i for i in ids_least_recent_first if i not in keep_ids and i not in protected]
 
-
-def server_argv(exec_start):
-    """The server's own argv: ExecStart without the log redactor, which execs the server."""
-    exec_start = list(exec_start or [])
-    return exec_start[len(LOG_REDACTOR):] if tuple(exec_start[:len(LOG_REDACTOR)]) == LOG_REDACTOR else exec_start
-
-
-def parse_cmdline(raw):
-    """/proc/PID/cmdline as a list of strings. A process may rewrite its own argv with any bytes (the service user
-    controls the server): bytes that are not UTF-8 are shown escaped, never an exception that would stop a state
-    listing, a switch or a rollback."""
-    return [arg.decode("utf-8", errors="backslashreplace") for arg in raw.split(b"\0") if arg]
-
-
-def cmdline_matches(cmdline, exec_start) -> bool:
-    """A script's process shows its interpreter first (`python3 /venv/bin/sglang serve ...`)."""
-    exec_start = server_argv(exec_start)
-    if not cmdline or not exec_start:
-        return False
-    if cmdline == exec_start:
-        return True
-    return os.path.basename(cmdline[0]).startswith("python") and cmdline[1:] == exec_start
-
-
-def _env_value(raw):
-    """One value as systemd's EnvironmentFile= reads it: double quotes with backslash escapes of the backslash,
-    the quote, $ and the backtick (render.env_quote writes those), single quotes literal, else unquoted with
-    backslash escapes."""
-    if len(raw) >= 2 and raw[0] == raw[-1] == "'":
-        return raw[1:-1]
-    quoted = len(raw) >= 2 and raw[0] == raw[-1] == '"'
-    text, out, i = (raw[1:-1] if quoted else raw), [], 0
-    while i < len(text):
-        if text[i] == "\\" and i + 1 < len(text) and (not quoted or text[i + 1] in '"\\$`'):
-            out.append(text[i + 1])
-            i += 2
-        else:
-            out.append(text[i])
-            i += 1
-    return "".join(out)
-
-
-def env_file_values(text) -> dict:
-    """KEY=VALUE lines of a release's environment file (comments skipped), as systemd's EnvironmentFile=
-    reads the ones the renderer writes."""
-    values = {}
-    for line in (text or "").splitlines():
-        line = line.strip()
-        if not line or line.startswith(("#", ";")) or "=" not in line:
-            continue
-        key, value = (part.strip() for part in line.split("=", 1))
-        values[key] = _env_value(value)
-    return values
-
-
-def read_environ(pid) -> dict | None:
-    """/proc/PID/environ as a dict; None when it cannot be read (no process, not allowed) or is empty (a process
-    in the middle of exec, or a kernel thread, shows none)."""
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    return dict(item.decode(errors="replace").split("=", 1) for item in raw.split(b"\0") if b"=" in item) or None
-
-
-def environment_drift(pid, declared) -> list | None:
-    """Names (never values) of declared variables the server process lacks or has with another value; None
-    when the process's environment cannot be read: nothing to compare."""
-    environ = read_environ(pid)
-    if environ is None:
-        return None
-    return [name for name, value in declared.items() if environ.get(name) != value]
-
-
-def environment_drop_ins(service):
-    """The unit's drop-ins that set, unset or load environment variables (a local override)."""
-    show = systemctl("show", "-p", "DropInPaths", "--value", f"{service}.service").stdout.split()
-    found = []
-    for path in show:
-        try:
-            with open(path) as f:
-                if re.search(r"(?m)^\s*(Environment|UnsetEnvironment|EnvironmentFile|PassEnvironment)\s*=", f.read()):
-                    found.append(path)
-        except OSError:
-            pass
-    return found
 
 
 def release_auth(meta) -> str:
@@ -387,29 +298,6 @@ def lock_holder(store):
             return holder(os.path.join(store.root, "lock.json"))
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
-
-
-# --- the service ----------------------------------------------------------------------------------
-
-def systemctl(*args):
-    return subprocess.run(["systemctl", *args], capture_output=True, text=True)
-
-
-def service_status(service):
-    show = systemctl("show", "-p", "ActiveState", "-p", "SubState", "-p", "Result", "-p", "MainPID",
-                     "-p", "ExecMainStartTimestampMonotonic", f"{service}.service").stdout
-    props = dict(line.split("=", 1) for line in show.splitlines() if "=" in line)
-    pid = int(props.get("MainPID") or 0)
-    cmdline = None
-    if pid:
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = parse_cmdline(f.read())
-        except OSError:  # the process went away
-            pass
-    return {"active_state": props.get("ActiveState"), "sub_state": props.get("SubState"),
-            "result": props.get("Result"), "main_pid": pid, "cmdline": cmdline,
-            "started_monotonic_us": props.get("ExecMainStartTimestampMonotonic")}
 
 
 # --- commands -------------------------------------------------------------------------------------

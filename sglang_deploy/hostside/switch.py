@@ -15,12 +15,13 @@ import os
 import signal
 import sys
 
-from . import evidence, gate, weights
+from . import evidence, gate, weights_manifest
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
-from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, cmdline_matches, last_used, log, now,
-                    release_auth, service_name, service_status, systemctl)
+from .service import cmdline_matches, service_status, systemctl
+from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, last_used, log, now, release_auth,
+                    service_name)
 
 EXIT_FAILED_ROLLED_BACK = 1
 EXIT_LOCKED = 4
@@ -69,13 +70,21 @@ class StderrShield:
         self.log.close()
 
 
+# The switch's one fault-injection point (docs/testing.md): with SGLANG_DEPLOY_TEST_DIE_AFTER=unit-written in its
+# environment the switch dies (exit 9, lock and "switching" left behind) right after install() wrote the new unit
+# and environment, before systemd reloads: a crash mid-switch, which tests/test_releases_sim.py makes the next
+# deploy converge from. Nothing sets it outside that test.
+FAULT_INJECTION = "SGLANG_DEPLOY_TEST_DIE_AFTER"
+
+
 def install(store, release_id):
-    """Put a release's unit and environment in place (atomic renames) and make systemd see them."""
+    """Put a release's unit and environment in place (atomic renames) and make systemd see them (unless the fault
+    injection point FAULT_INJECTION stops the switch in between)."""
     source = store.release_dir(release_id)
     os.makedirs(os.path.dirname(store.env_path), exist_ok=True)
     atomic_write(store.env_path, store.read(os.path.join(source, "sglang.env")), 0o600)
     atomic_write(store.unit_path, store.read(os.path.join(source, "sglang.service")), 0o644)
-    if os.environ.get("SGLANG_DEPLOY_TEST_DIE_AFTER") == "unit-written":
+    if os.environ.get(FAULT_INJECTION) == "unit-written":
         log("TEST HOOK: dying after the unit was written, before the restart")
         os._exit(9)
     systemctl("daemon-reload")
@@ -117,7 +126,7 @@ def switch_locked(store, args):
             f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
             "fix the cause, or deploy with --data force=true")}, 2)
     meta = store.meta(args.release)
-    problem = weights.release_problem(meta)  # the weights must be in place and verified: else no switch
+    problem = weights_manifest.release_problem(meta)  # the weights must be in place and verified: else no switch
     if problem:
         return finish(store, {"ok": False, "release": args.release, "error": problem}, 2)
     if args.stop_only:  # a multi-node server: every node stops (these checks passed) before any starts
@@ -205,7 +214,8 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document["rollback_auth_change"] = change
     # The target's own port and start timeout: a deploy that changed the port must not probe the new one.
     target_meta = store.meta(target)
-    problem = weights.release_problem(target_meta)  # its snapshot, as before any switch: no start on changed weights
+    # its snapshot, as before any switch: no start on changed weights
+    problem = weights_manifest.release_problem(target_meta)
     if problem:
         back = {"ready": False, "stage": "weights", "elapsed_s": 0.0, "journal": "",
                 "detail": f"not rolled back to {target}: {problem}"}
@@ -229,18 +239,11 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
     return finish(store, document, EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED)
 
 
-def weights_change(mine, baseline):
+def baseline_weights_note(mine, baseline):
     """A sentence when the release serves other weights than its baseline did (the comparison then measures
     the weights too), else None. mine, baseline: meta.json `weights` (None: weights not managed)."""
-    def key(w):
-        return (w or {}).get("source"), (w or {}).get("manifest_sha256")
-
-    def label(w):
-        return f"{w.get('source')} (manifest {str(w.get('manifest_sha256'))[:12]})" if w else "unmanaged weights"
-
-    if key(mine) == key(baseline):
-        return None
-    return f"the weights changed: {label(baseline)} -> {label(mine)}"
+    change = weights_manifest.snapshot_change(mine, baseline, "unmanaged weights")
+    return f"the weights changed: {change[0]} -> {change[1]}" if change else None
 
 
 def choose_baseline(candidates, last_good, current):
@@ -291,7 +294,7 @@ def run_gate(store, args, meta, state):
     # the greedy outputs are compared only on the same weights (another snapshot answers otherwise)
     baseline_output = stored[baseline_release].get("output") if baseline_release else None
     if baseline_release:
-        change = weights_change(meta.get("weights"), store.meta(baseline_release).get("weights"))
+        change = baseline_weights_note(meta.get("weights"), store.meta(baseline_release).get("weights"))
         if change:
             note = f"{note}; {change}"
             baseline_output = None

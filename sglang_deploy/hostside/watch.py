@@ -35,7 +35,9 @@ import time
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
 from .listener import foreign_listener, guard_unit
-from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name, systemctl
+from .readiness import wait_healthy
+from .service import systemctl
+from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name
 
 METRIC_PREFIX = "sglang_deploy_watch"
 WARNING = 4  # syslog priority of drift and restart lines in the journal
@@ -55,9 +57,9 @@ def drift_reasons(entry, min_accept, min_decode):
     (a server that keeps its speed but answers garbage drifts too)."""
     reasons = list((entry.get("output") or {}).get("reasons") or [])
     tau, decode = entry.get("accept_length"), entry.get("decode_tok_s")
-    if min_accept is not None and tau is not None and tau < min_accept:
+    if gate.below_floor(tau, min_accept):
         reasons.append(f"acceptance length {tau:.2f} is below {min_accept}")
-    if min_decode is not None and decode is not None and decode < min_decode:
+    if gate.below_floor(decode, min_decode):
         reasons.append(f"decode {decode:.1f} tok/s is below the gate's floor {min_decode}")
     return reasons
 
@@ -309,16 +311,6 @@ def measure(probe_url, secrets_path, settings, samples):
     return entry
 
 
-def wait_ready(probe_url, timeout):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status, _ = http(probe_url + "/health", timeout=5)
-        if status == 200:
-            return True
-        time.sleep(2)
-    return False
-
-
 def stamp(entry, release_id):
     return dict(entry, at=now(), unix=round(time.time(), 3), release=release_id)
 
@@ -392,7 +384,7 @@ def run(args):
             reason = f"drift {streak} times in a row: " + "; ".join(entry["drift"])
             log(f"restarting {args.service}.service: {reason}", WARNING)
             code = systemctl("restart", f"{args.service}.service").returncode
-            ready = code == 0 and wait_ready(probe_url, float(meta.get("start_timeout_s") or 1800))
+            ready = code == 0 and wait_healthy(probe_url, float(meta.get("start_timeout_s") or 1800))
             record({"event": "restart", "status": "restarted" if ready else "restart-failed", "detail": reason})
             meta.setdefault("history", []).append({"at": now(), "event": f"restarted by the watch ({reason})"})
             store.write_meta(release_id, meta)

@@ -1,0 +1,254 @@
+"""The preflight's judgement: the probe's raw facts (preflight_probe) as findings, each with its cause and fix, the
+sandbox the unit declares against what the host enforces, and the report. Pure, tested with fixtures
+(tests/test_preflight_logic.py); the doctor shows sandbox_report. Standard library only.
+"""
+
+import re
+
+NAMESPACE_EXIT = 226  # systemd's EXIT_NAMESPACE: the unit's mount namespace could not be set up
+SHM_MIN_BYTES = 512 << 20
+NESTING_DIRECTIVES = ("ProtectKernelTunables", "ProtectControlGroups")  # they imply MountAPIVFS= (fresh /proc, /sys)
+PROXMOX_DEVICE_HINT = ("in /etc/pve/lxc/{ctid}.conf give the passthrough line a mode or a group: "
+                       "`devN: {node},mode=0666` or `devN: {node},gid={gid}` (the container's video group); "
+                       "Proxmox creates a passed-through node 0660 root:root otherwise")
+
+
+# --- the judgement: pure, tested with fixtures (tests/test_preflight_logic.py) ---------------------------
+
+def finding(step, status, detail, fix=None):
+    return {"step": step, "status": status, "detail": detail, "fix": fix}
+
+
+def namespace_failure(journal_line, relaxed, container_id="<CTID>"):
+    """The unit's namespace could not be set up (exit 226): the cause and the two fixes."""
+    still = [name for name in NESTING_DIRECTIVES if name not in relaxed]
+    fix = (f"the container needs nesting: on the Proxmox host `pct set {container_id} --features nesting=1` "
+           f"(the CT config line `features: nesting=1`), then restart the container")
+    if still:
+        fix += (f"; or relax {' and '.join(still)} in the profile (`service.relax: [{', '.join(still)}]`): they imply "
+                "fresh /proc and /sys mounts, which an unprivileged container without nesting denies")
+    return finding("sandbox", "fail", "the release's sandbox cannot be set up on this host: systemd exits "
+                   f"{NAMESPACE_EXIT}/NAMESPACE ({journal_line or 'see the journal'})", fix)
+
+
+def diagnose(facts, gpus, simulated=False, video_gid=None, container_id="<CTID>", expected=None):
+    """facts: probe()'s answer. Returns the findings, one or more per step, in the order of the module docstring."""
+    out = [finding("sandbox", "ok", "the unit's namespace and sandbox were set up (the probe ran inside them)")]
+    denied = []
+    gid_text = str(video_gid) if video_gid is not None else "<video gid>"
+    numbered = [n for n in facts["nodes"] if re.fullmatch(r"/dev/nvidia[0-9]+", n["path"])]
+    for node in facts["nodes"]:
+        path = node["path"]
+        if not node["exists"]:
+            if path == "/dev/nvidia-uvm":
+                out.append(finding("devices", "fail", f"{path} is missing (nvidia-smi works without it, CUDA does not)",
+                                   "on the Proxmox host load nvidia-uvm and create its node before the container "
+                                   "starts (`nvidia-modprobe -u -c=0` at boot), and pass it through: "
+                                   f"`devN: {path},mode=0666` (its major is dynamic: a fixed "
+                                   "lxc.cgroup2.devices.allow line goes stale)"))
+            elif path == "/dev/nvidiactl" or node in numbered:
+                out.append(finding("devices", "fail", f"{path} is missing in the container",
+                                   f"pass it through from the Proxmox host: `devN: {path},mode=0666`"))
+            continue
+        if not node.get("char"):
+            out.append(finding("devices", "fail", f"{path} is not a character device (an empty placeholder: an "
+                               "lxc.mount.entry with optional,create=file whose source was missing at container start)",
+                               f"create the node on the Proxmox host before the container starts, or use `devN: {path}`"))
+            continue
+        if node.get("open") and node.get("errno") == 13:
+            denied.append(node)
+        elif node.get("open"):
+            out.append(finding("devices", "fail", f"{path} ({node.get('major')}:{node.get('minor')}): opening it "
+                               f"fails: {node['open']}", "the node exists but its driver does not answer: is the "
+                               "NVIDIA kernel module loaded on the host, with the same major as the node?"))
+    if denied:
+        first = denied[0]
+        out.append(finding("devices", "fail", "the service user {} (groups {}) cannot open {}: permission denied "
+                           "(mode {}, owner {}:{})".format(facts.get("user"), ", ".join(facts.get("groups") or []),
+                                                         ", ".join(n["path"] for n in denied), first.get("mode"),
+                                                         first.get("owner"), first.get("group")),
+                           PROXMOX_DEVICE_HINT.format(ctid=container_id, node=first["path"], gid=gid_text)
+                           + "; one line per node: " + ", ".join(n["path"] for n in denied)))
+    if len(numbered) < gpus:
+        out.append(finding("devices", "fail", f"the profile needs {gpus} GPUs; the container has "
+                           f"{len(numbered)} /dev/nvidiaN node(s)", "pass every GPU of the TP group through "
+                           "(`devN: /dev/nvidiaN,mode=0666` per GPU)"))
+    if not any(f["step"] == "devices" for f in out):
+        out.append(finding("devices", "ok", ", ".join(f"{n['path']} {n.get('mode')} {n.get('owner')}:{n.get('group')}"
+                                                      for n in facts["nodes"])))
+    shm = facts.get("shm_bytes") or 0
+    if gpus > 1 and shm < SHM_MIN_BYTES:
+        out.append(finding("shm", "fail", f"/dev/shm is {shm >> 20} MiB; NCCL between {gpus} ranks needs at least "
+                           f"{SHM_MIN_BYTES >> 20} MiB", "give the container a larger /dev/shm (a tmpfs without "
+                           "size=, as systemd mounts it, gets half the memory)"))
+    else:
+        out.append(finding("shm", "ok", f"/dev/shm {shm >> 20} MiB"))
+    tools = facts["toolchain"]
+    missing = [f"{tool} (package {tool})" for tool in ("gcc", "g++") if not tools.get(tool)]
+    if not tools.get("python_h_present"):
+        missing.append(f"{tools.get('python_h')} (package python3-dev)")
+    if missing:
+        status = "warn" if simulated else "fail"
+        out.append(finding("toolchain", status, "missing for the first JIT compile (Triton's launcher, FlashInfer, "
+                           "nvcc's host compiler): " + ", ".join(missing)
+                           + (" -- simulated host: its server compiles nothing, a real host fails here" if simulated
+                              else ""), "apt-get install gcc g++ python3-dev (provisioning installs them)"))
+    else:
+        out.append(finding("toolchain", "ok", f"gcc, g++, {tools.get('python_h')}"))
+    broken = {name: problem for name, problem in (facts.get("caches") or {}).items() if problem}
+    if broken:
+        out.append(finding("caches", "fail", "not writable by the service: " + "; ".join(broken.values()),
+                           "the unit's StateDirectory/CacheDirectory: is the file system read-only or full?"))
+    else:
+        out.append(finding("caches", "ok", "HOME, TRITON_CACHE_DIR and SGLANG_CACHE_DIR are writable and persist "
+                           "across releases (JIT and graph caches)"))
+    out += _resolution_findings(facts.get("resolution"), expected)
+    if "torch" in facts:  # not in the doctor's view (--no-gpu)
+        out += _torch_findings(facts["torch"], facts.get("triton"), gpus, simulated)
+    out.append(_limits_finding(facts.get("limits") or {}))
+    return out
+
+
+def _resolution_findings(answer, expected):
+    if answer is None:
+        return []
+    if answer.get("error"):
+        return [finding("resolution", "fail", f"SGLang on this host refuses the release's command line at "
+                        f"{answer.get('step')}: {answer['error']}", "change the profile's flags (the controller's "
+                        "check resolves with the GPU model's facts; this host's GPUs differ from them)")]
+    resolved = answer.get("resolved") or {}
+    differ = sorted(key for key, value in (expected or {}).items() if key in resolved and resolved[key] != value)
+    if differ:
+        return [finding("resolution", "warn", f"SGLang resolved {answer.get('steps')} steps with the host's GPUs; "
+                        "these differ from the release's resolved.json: "
+                        + ", ".join(f"{k} {expected[k]!r} -> {resolved[k]!r}" for k in differ),
+                        "check the host's GPU model (host data gpu_model) so the release is resolved for it")]
+    return [finding("resolution", "ok", f"SGLang's whole resolution ({answer.get('steps')} steps) accepts the "
+                    "command line with the host's GPUs"
+                    + (f" (the same inputs were resolved at {answer.get('at')})" if answer.get("cached") else ""))]
+
+
+def _torch_findings(found, triton, gpus, simulated):
+    out = []
+    if found.get("error") and "count" not in found:
+        return [finding("torch", "fail", found["error"], "the release's venv: is torch installed for this CUDA?")]
+    count = found.get("count", 0)
+    if count < gpus:
+        out.append(finding("torch", "fail", f"torch sees {count} of {gpus} GPUs as the service user",
+                           "check the device nodes above (nvidia-uvm above all) and CUDA_VISIBLE_DEVICES"))
+    elif found.get("error"):
+        out.append(finding("torch", "fail", f"a tensor on each GPU failed: {found['error']}",
+                           "see the device nodes; on a host with a running server, the memory it leaves"))
+    else:
+        free = found.get("free_mib")
+        out.append(finding("torch", "ok", f"torch {found.get('torch')} sees {count} GPU(s)"
+                           + (f"; free MiB per GPU {free}" if free else "")
+                           + (" (simulated: the GPU stand-in's count)" if simulated else "")))
+    if simulated:
+        out.append(finding("p2p", "skip", "simulated host: no GPU, no peer access or NCCL all-reduce to try"))
+        out.append(finding("triton", "skip", "simulated host: no GPU to compile a Triton kernel for"))
+        return out
+    if not found.get("error"):
+        no_peer = sorted(pair for pair, ok in (found.get("p2p") or {}).items() if not ok)
+        if no_peer:
+            out.append(finding("p2p", "warn", f"no peer access between GPUs {', '.join(no_peer)}: SGLang's custom "
+                               "all-reduce falls back, which the gate counts as a config failure",
+                               "fix P2P on the Proxmox host (IOMMU passthrough `iommu=pt`, ACS) or add "
+                               "--disable-custom-all-reduce to the profile"))
+        if found.get("all_reduce_ok") is False:
+            out.append(finding("p2p", "fail", "the NCCL all-reduce over the TP GPUs computed a wrong sum",
+                               "check NCCL_P2P_DISABLE / the IOMMU setup"))
+        elif "all_reduce_ms" in found:
+            out.append(finding("p2p", "ok", f"NCCL all-reduce over {gpus} GPU(s) in {found['all_reduce_ms']} ms"
+                               + ("" if gpus > 1 else " (one GPU: no peer to reach)")))
+    if triton is not None:
+        if triton.get("error"):
+            out.append(finding("triton", "fail", f"a Triton kernel does not compile or run: {triton['error']}",
+                               "gcc, g++ and python3-dev (see toolchain), and a writable TRITON_CACHE_DIR"))
+        else:
+            out.append(finding("triton", "ok", f"compiled and ran in {triton.get('seconds')} s into "
+                               f"{triton.get('cache_dir')}"))
+    return out
+
+
+def _limits_finding(found):
+    nofile, memlock = found.get("nofile", {}), found.get("memlock", {})
+    return finding("limits", "info", f"as the service gets them: nofile {nofile.get('soft')}/{nofile.get('hard')}, "
+                   f"memlock {memlock.get('soft')}/{memlock.get('hard')} (an unprivileged container clamps "
+                   "LimitNOFILE/LimitMEMLOCK to its own hard limits, silently)")
+
+
+def unprivileged(uid_map_fields):
+    """/proc/self/uid_map of the host's root: '0 0 4294967295' is the init namespace (bare metal, a privileged
+    container, nspawn without --private-users); anything else maps root to another uid (an unprivileged container)."""
+    fields = list(uid_map_fields or [])
+    return bool(fields) and fields[:3] != ["0", "0", "4294967295"]
+
+
+def sandbox_enforcement(facts, unit_text, host=None):
+    """What the unit declares next to what this host enforces, measured from inside the probe's sandbox:
+    [(directive, declared, enforced: True/False/None, how it was measured)]."""
+    declared = {}
+    for line in unit_text.splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, value = line.split("=", 1)
+            declared.setdefault(key.strip(), value.strip())
+    box = facts.get("sandbox") or {}
+    limit = facts.get("limits") or {}
+    rows = []
+
+    def row(directive, enforced, how):
+        if directive in declared:
+            rows.append((directive, declared[directive], enforced, how))
+
+    row("ProtectSystem", box.get("usr_read_only"), "writing to /usr")
+    row("ProtectHome", box.get("home_hidden"), "listing /home")
+    row("ProtectKernelTunables", box.get("proc_sys_read_only"), "writing /proc/sys/kernel/hostname")
+    row("NoNewPrivileges", box.get("no_new_privs"), "NoNewPrivs in /proc/self/status")
+    row("SystemCallFilter", box.get("seccomp"), "Seccomp mode 2 in /proc/self/status")
+    row("CapabilityBoundingSet", box.get("cap_bounding_empty"), "CapBnd in /proc/self/status")
+    row("DevicePolicy", box.get("device_outside_allow_refused"),
+        "opening /dev/fuse, outside DeviceAllow (needs BPF device control: CAP_BPF in the init user namespace)"
+        if box.get("device_outside_allow_refused") is not None else "no device outside DeviceAllow to try")
+    for directive, key in (("LimitNOFILE", "nofile"), ("LimitMEMLOCK", "memlock")):
+        got = (limit.get(key) or {}).get("hard")
+        want = declared.get(directive)
+        if want is not None and got is not None:
+            same = got == want or (want == "infinity" and got == "unlimited")
+            row(directive, same, f"hard limit as the service gets it: {got}"
+                + ("" if same else " (raising a hard limit needs CAP_SYS_RESOURCE in the init user namespace)"))
+    return rows
+
+
+def sandbox_report(rows, host=None):
+    lines = []
+    if host:
+        kind = "unprivileged container (uid map " + " ".join(host.get("uid_map") or []) + ")" \
+            if host.get("unprivileged") else "privileged (root is the init namespace's root)"
+        lines.append(f"host: {kind}; nesting (a fresh /proc for a unit): "
+                     + {True: "yes", False: "NO (units with ProtectKernelTunables/ProtectControlGroups fail with "
+                        "226/NAMESPACE)", None: "not tried"}[host.get("nesting")])
+    enforced = [r for r in rows if r[2] is True]
+    inert = [r for r in rows if r[2] is False]
+    lines.append(f"sandbox: {len(rows)} directives measured, {len(enforced)} enforced here"
+                 + (f"; NOT enforced here: " + ", ".join(f"{d}={v} ({how})" for d, v, _, how in inert) if inert else ""))
+    unknown = [r for r in rows if r[2] is None]
+    if unknown:
+        lines.append("not measurable here: " + ", ".join(f"{d} ({how})" for d, _, _, how in unknown))
+    return "\n".join(lines)
+
+
+def failed(findings):
+    return [f for f in findings if f["status"] == "fail"]
+
+
+def report(findings, seconds=None):
+    lines = []
+    for f in findings:
+        lines.append(f"preflight {f['step']:<10} {f['status']:<5} {f['detail']}")
+        if f["fix"] and f["status"] in ("fail", "warn"):
+            lines.append(f"    fix: {f['fix']}")
+    if seconds is not None:
+        lines.append(f"preflight FAILED in {seconds:.1f} s: the release was not staged and nothing running was "
+                     "touched" if failed(findings) else f"preflight passed in {seconds:.1f} s")
+    return "\n".join(lines)

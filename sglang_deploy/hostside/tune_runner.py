@@ -1,0 +1,373 @@
+"""A tune session's runner: the transient unit (`tune_session.py run`) that holds the release store's lock for the
+whole session, stages each candidate the controller queued as a temporary release, switches to it (the switch's
+activate), checks and measures it, and always restores the original release (see tune_session's docstring).
+
+Also its files (Paths) and the pure helpers the controller's tests import. Standard library only.
+"""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+from . import evidence, gate, output_check
+from .client import read_api_key
+from .listener import foreign_listener
+from .service import cmdline_matches, service_status
+from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
+from .switch import activate
+
+# The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXIT_LOCKED = 4
+
+
+class Abort(Exception):
+    """The session must stop now and restore the original release (the reason is the message)."""
+
+
+# --- pure helpers (imported by the controller's tests) --------------------------------------------
+
+def heartbeat_stale(last_beat, now, heartbeat_s):
+    return now - last_beat > heartbeat_s
+
+
+def bench_command(probe_url, secrets_path, settings, warmup):
+    """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round."""
+    return [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
+            "--samples", str(settings["samples"]), "--warmup", str(warmup),
+            "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"]),
+            "--aggregate-rounds", str(settings.get("aggregate_rounds", 1))]
+
+
+def by_kind(samples):
+    """Median decode tok/s per content class of the prompt mix (acceptance, and so a drafter's gain, depends on it)."""
+    kinds = {}
+    for sample in samples:
+        if sample.get("kind") and sample.get("decode_tok_s"):
+            kinds.setdefault(sample["kind"], []).append(sample["decode_tok_s"])
+    return {kind: sorted(values)[len(values) // 2] if len(values) % 2 else
+            sum(sorted(values)[len(values) // 2 - 1:len(values) // 2 + 1]) / 2 for kind, values in kinds.items()}
+
+
+def repeat_summary(measurement):
+    """One repeat reduced to the numbers the controller scores (medians over the repeat's samples)."""
+    def median(key):
+        block = measurement.get(key) or {}
+        return block.get("median")
+    return {"decode_tok_s": median("decode_tok_s"), "aggregate_tok_s": median("aggregate_tok_s"),
+            "accept_length": median("accept_length"), "ttft_s": median("ttft_s"),
+            "samples": [s.get("decode_tok_s") for s in measurement.get("samples") or []],
+            "by_kind": by_kind(measurement.get("samples") or []),
+            "errors": measurement.get("errors") or [], "duration_s": measurement.get("duration_s")}
+
+
+# --- files ----------------------------------------------------------------------------------------
+
+class Paths:
+    def __init__(self, service, session):
+        self.store = Store(service)
+        self.root = os.path.join(self.store.root, "tune", session)
+        self.status = os.path.join(self.root, "session.json")
+        self.heartbeat = os.path.join(self.root, "heartbeat")
+        self.queue = os.path.join(self.root, "queue")
+        self.results = os.path.join(self.root, "results")
+        self.log = os.path.join(self.root, "session.log")
+        self.close = os.path.join(self.root, "close")
+
+
+def read_json(path, default=None):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, ValueError):
+        return default
+
+
+def write_json(path, document):
+    atomic_write(path, json.dumps(document, indent=1) + "\n", 0o600)
+
+
+class Session:
+    def __init__(self, args):
+        self.args = args
+        self.paths = Paths(args.service, args.session)
+        self.store = self.paths.store
+        self.status = {"session": args.session, "service": args.service, "state": "starting", "pid": os.getpid(),
+                       "started": now(), "original": None, "current": None, "message": None,
+                       "done": [], "restore": None}
+        self.restoring = False
+        self.created = []  # temporary release directories this session staged
+        self.current = None
+        self.original = None
+        self.original_meta = None
+        self.log_handle = open(self.paths.log, "a")
+
+    def log(self, message):
+        line = f"[{time.strftime('%H:%M:%S')}] {message}"
+        self.log_handle.write(line + "\n")
+        self.log_handle.flush()
+        print(f"[tune] {message}", file=sys.stderr, flush=True)
+
+    def save_status(self, **changes):
+        self.status.update(changes, updated=now())
+        write_json(self.paths.status, self.status)
+
+    # the watchdog: a stale heartbeat or an abort request interrupts whatever the main thread does
+    def watchdog(self):
+        while not self.restoring:
+            reason = None
+            try:
+                beat = os.path.getmtime(self.paths.heartbeat)
+            except OSError:
+                beat = 0
+            if heartbeat_stale(beat, time.time(), self.args.heartbeat_s):
+                reason = f"no poll from the controller for {self.args.heartbeat_s:.0f} s (SSH connection lost?)"
+            close = read_json(self.paths.close)
+            if isinstance(close, dict) and close.get("abort"):
+                reason = f"aborted by the controller ({close.get('why') or 'interrupted'})"
+            if reason:
+                self.abort_reason = reason
+                os.kill(os.getpid(), signal.SIGUSR1)
+                return
+            time.sleep(0.5)
+
+    def on_signal(self, signum, _frame):
+        if self.restoring:
+            return
+        reason = getattr(self, "abort_reason", None) if signum == signal.SIGUSR1 else f"signal {signum}"
+        raise Abort(reason or f"signal {signum}")
+
+    # --- the session ---------------------------------------------------------------------------
+    def consistent_original(self):
+        state = self.store.state()
+        active = state.get("active")
+        if not active or active not in self.store.ids():
+            return None, "no active release to return to: deploy first"
+        if state.get("switching"):
+            return None, f"a switch was interrupted ({state['switching']}): deploy first, so the host converges"
+        meta = self.store.meta(active)
+        unit, env = self.store.read(self.store.unit_path), self.store.read(self.store.env_path)
+        installed = content_hash(unit, env) if unit is not None and env is not None else None
+        running = service_status(self.args.service)
+        if installed != meta.get("content_hash") or running["active_state"] != "active" or not \
+                cmdline_matches(running["cmdline"], meta.get("exec_start")):
+            return None, (f"the host is not consistent with its active release {active} (unit, environment or running "
+                          "process differ, or the service is down): deploy first")
+        return active, meta
+
+    def run(self):
+        try:
+            with Lock(self.store, self.args.owner):
+                return self.locked()
+        except Locked as locked:
+            info = locked.args[0]
+            self.save_status(state="failed", message=f"the release store is locked by {info.get('owner')} "
+                                                      f"(pid {info.get('pid')}, since {info.get('since')})")
+            return EXIT_LOCKED
+
+    def locked(self):
+        original, meta = self.consistent_original()
+        if original is None:
+            self.save_status(state="failed", message=meta)
+            return 2
+        self.original, self.original_meta, self.current = original, meta, original
+        last_switch = read_json(os.path.join(self.store.root, "last_switch.json"), {}) or {}
+        start_estimate = ((last_switch.get("readiness") or {}).get("elapsed_s")
+                          if last_switch.get("release") == original else None)
+        for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self.on_signal)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        os.makedirs(self.paths.queue, exist_ok=True)
+        os.makedirs(self.paths.results, exist_ok=True)
+        self.save_status(state="ready", original=original, current=original, start_estimate_s=start_estimate,
+                         probe_url=meta.get("probe_url"), message=f"holding the lock; original release {original}")
+        threading.Thread(target=self.watchdog, daemon=True).start()
+        outcome, code = "closed", 0
+        try:
+            self.loop()
+        except Abort as why:
+            outcome, code = "aborted", 5
+            self.log(f"ABORT: {why}")
+            self.save_status(message=str(why))
+        except Exception as error:  # noqa: BLE001 - whatever happens, the original comes back
+            outcome, code = "failed", 1
+            self.log(f"the session failed: {type(error).__name__}: {error}")
+            self.save_status(message=f"{type(error).__name__}: {error}")
+        finally:
+            self.restoring = True
+            self.restore()
+        self.save_status(state=outcome)
+        return code
+
+    def loop(self):
+        while True:
+            close = read_json(self.paths.close)
+            pending = sorted(name for name in os.listdir(self.paths.queue) if name.endswith(".json"))
+            if pending:
+                name = pending[0]
+                item = read_json(os.path.join(self.paths.queue, name))
+                os.unlink(os.path.join(self.paths.queue, name))
+                if not isinstance(item, dict):
+                    continue
+                self.save_status(state="running", item=item.get("seq"))
+                result = self.measure_item(item)
+                write_json(os.path.join(self.paths.results, f"{int(item['seq']):04d}.json"), result)
+                self.status["done"].append(item["seq"])
+                self.save_status(state="ready", item=None)
+                continue
+            if close is not None:
+                return
+            time.sleep(0.2)
+
+    def stage(self, item):
+        release_id = item["release_id"]
+        if not RELEASE_ID.match(release_id):
+            raise ValueError(f"not a release id: {release_id!r}")
+        if release_id in self.store.ids():
+            return release_id
+        directory = self.store.release_dir(release_id)
+        os.makedirs(directory, exist_ok=True)
+        self.created.append(release_id)
+        files = item["files"]
+        for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), ("profile.json", 0o644),
+                           ("gate-config.json", 0o644), ("resolved.json", 0o644), ("meta.json", 0o644)):
+            atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
+        return release_id
+
+    def switch_to(self, release_id, start_timeout=None):
+        state = self.store.state()
+        state["switching"] = {"to": release_id, "from": self.original, "since": now(),
+                              "reason": f"tune session {self.args.session} (temporary)"}
+        self.store.save_state(state)
+        self.current = release_id
+        self.save_status(current=release_id)
+        meta = self.store.meta(release_id)
+        timeout = min(float(meta.get("start_timeout_s") or 1800), float(start_timeout or 1e9))
+        return activate(self.store, release_id, meta.get("probe_url") or self.original_meta["probe_url"],
+                                 timeout, 2.0)
+
+    def config_check(self, release_id):
+        """The gate's effective-configuration check against SGLang's resolution of the candidate."""
+        directory = self.store.release_dir(release_id)
+        config = read_json(os.path.join(directory, "gate-config.json"))
+        meta = self.store.meta(release_id)
+        probe_url = meta.get("probe_url") or self.original_meta["probe_url"]
+        api_key = read_api_key(self.store.secrets_path)
+        status = service_status(self.args.service)
+        stranger = foreign_listener(self.args.service, probe_url)
+        if stranger:
+            return [stranger]
+        try:
+            server_info = gate.get_json(probe_url + "/server_info", api_key)
+        except Exception as error:  # noqa: BLE001
+            return [f"could not read /server_info: {error}"]
+        environ = evidence.process_environment(status["main_pid"])
+        findings = evidence.log_findings(evidence.journal_since_start(self.args.service))
+        costly = evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
+                                            evidence.environment_sources(self.args.service))
+        problems = gate.config_problems(server_info, environ, cmdline_matches(status["cmdline"],
+                                        meta.get("exec_start")), status["cmdline"], config["expect"], findings, costly)
+        return evidence.redact(problems, [api_key])
+
+    def measure_item(self, item):
+        started = time.monotonic()
+        settings = item["settings"]
+        result = {"seq": item["seq"], "id": item.get("id"), "release_id": item["release_id"], "ok": False,
+                  "at": now()}
+        release_id = self.stage(item) if item["release_id"] != self.original else self.original
+        restart_s = None
+        if release_id != self.current or item.get("restart"):
+            self.log(f"candidate {item.get('id')}: switching to temporary release {release_id}")
+            ready = self.switch_to(release_id, item.get("start_timeout_s")) if release_id != self.original \
+                else self.back_to_original()
+            restart_s = ready.get("elapsed_s")
+            result["readiness"] = {k: ready.get(k) for k in ("ready", "stage", "detail", "elapsed_s")}
+            if not ready["ready"]:
+                self.log(f"candidate {item.get('id')}: not ready at stage {ready['stage']}: {ready.get('detail')}")
+                result.update(error=f"not ready at stage {ready['stage']}: {ready.get('detail')}",
+                              duration_s=round(time.monotonic() - started, 1))
+                return result
+            self.log(f"candidate {item.get('id')}: ready after {restart_s} s")
+        problems = self.config_check(release_id)
+        if problems:
+            self.log(f"candidate {item.get('id')}: the running server differs from the release: {problems[0]}")
+            result.update(error="the running server differs from the release", config_problems=problems,
+                          duration_s=round(time.monotonic() - started, 1))
+            return result
+        meta = self.store.meta(release_id)
+        probe_url = meta.get("probe_url") or self.original_meta["probe_url"]
+        # the gate's output check first: a candidate that answers wrong is never measured, so never adopted
+        config = read_json(os.path.join(self.store.release_dir(release_id), "gate-config.json")) or {}
+        output = output_check.run(probe_url, read_api_key(self.store.secrets_path),
+                                  (config.get("expect") or {}).get("served_name") or "default")
+        result["output"] = {key: output[key] for key in ("verdict", "known_right", "total", "degenerate",
+                                                         "prompts_digest")}
+        if output["verdict"] == "fail":
+            self.log(f"candidate {item.get('id')}: output check FAILED: {output['reasons'][0]}")
+            result.update(error=f"output check failed: {output['reasons'][0]}",
+                          duration_s=round(time.monotonic() - started, 1))
+            return result
+        self.log(f"candidate {item.get('id')}: output check {output['verdict']}: {output['known_right']} of "
+                 f"{output['total']} known answers right")
+        repeats = []
+        for index in range(int(settings["repeats"])):
+            warmup = int(settings.get("warmup", 1)) if index == 0 else 0
+            command = bench_command(probe_url, self.store.secrets_path, settings, warmup)
+            with open(self.paths.log, "a") as progress:
+                done = subprocess.run(command, stdout=subprocess.PIPE, stderr=progress, text=True, cwd=PACKAGE_PARENT,
+                                      timeout=120 + (settings["samples"] + 2) * (60 + settings["max_new_tokens"]))
+            try:
+                measurement = json.loads(done.stdout) if done.returncode == 0 else {
+                    "errors": [f"bench.py exited with {done.returncode}"]}
+            except ValueError:
+                measurement = {"errors": ["bench.py printed no JSON"]}
+            summary = repeat_summary(measurement)
+            repeats.append(summary)
+            decode, aggregate = summary["decode_tok_s"], summary["aggregate_tok_s"]
+            self.log(f"candidate {item.get('id')}: repeat {index + 1}/{settings['repeats']}: "
+                     + (f"{decode:.1f} tok/s single stream" if decode else "no decode rate")
+                     + (f", {aggregate:.1f} tok/s at concurrency {settings['concurrency']}" if aggregate else "")
+                     + (f", errors: {summary['errors'][0]}" if summary["errors"] else ""))
+        result.update(ok=all(r["decode_tok_s"] for r in repeats), repeats=repeats, restart_s=restart_s,
+                      simulated=bool((meta or {}).get("simulated")),
+                      duration_s=round(time.monotonic() - started, 1))
+        return result
+
+    def back_to_original(self):
+        meta = self.original_meta
+        ready = activate(self.store, self.original, meta["probe_url"],
+                                  float(meta.get("start_timeout_s") or 1800), 2.0)
+        if ready.get("ready"):
+            state = self.store.state()
+            state["switching"] = None
+            self.store.save_state(state)
+            self.current = self.original
+            self.save_status(current=self.original)
+        return ready
+
+    def restore(self):
+        """The original release back, if anything else was installed; temporary releases removed."""
+        restore = {"needed": self.current not in (None, self.original)}
+        try:
+            if restore["needed"]:
+                self.log(f"restoring the original release {self.original}")
+                ready = self.back_to_original()
+                restore.update(ready=ready.get("ready"), stage=ready.get("stage"), detail=ready.get("detail"),
+                               elapsed_s=ready.get("elapsed_s"))
+                self.log(f"original release {self.original} " + ("is running again" if ready.get("ready")
+                                                                  else f"FAILED to start: {ready.get('detail')}"))
+            else:
+                restore["ready"] = True
+            for release_id in self.created:
+                if release_id != self.original:
+                    shutil.rmtree(self.store.release_dir(release_id), ignore_errors=True)
+            restore["removed"] = list(self.created)
+        except Exception as error:  # noqa: BLE001
+            restore.update(ready=False, detail=f"{type(error).__name__}: {error}")
+            self.log(f"restoring FAILED: {type(error).__name__}: {error}")
+        self.save_status(restore=restore, current=self.current)
