@@ -7,7 +7,6 @@ tests/test_hostile_input_sim.py shows on the simulated host that a refused deplo
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from dataclasses import dataclass

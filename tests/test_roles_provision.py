@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File
 
 from fakehost import FactsBy, fixture_fact, run_role
 from roles import provision

@@ -44,7 +44,7 @@ def test_unit_passes_the_workers_and_keeps_the_key_off_the_command_line():
     assert "--worker-urls http://127.0.0.1:30001 'http://[fd00::7]:30000'" in exec_start
     assert "--policy round_robin" in exec_start and "--health-check-endpoint /health" in exec_start
     assert "--api-key" not in unit
-    assert f"LoadCredential=workers-api-key:/etc/sglang-deploy/sglang-router/workers-api-key" in unit
+    assert "LoadCredential=workers-api-key:/etc/sglang-deploy/sglang-router/workers-api-key" in unit
     for directive in ("DynamicUser=yes", "PrivateDevices=yes", "MemoryDenyWriteExecute=yes", "ProtectSystem=strict",
                       "CapabilityBoundingSet=", "StartLimitIntervalSec=0"):
         assert f"\n{directive}\n" in unit, directive

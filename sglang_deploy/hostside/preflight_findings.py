@@ -231,7 +231,7 @@ def sandbox_report(rows, host=None):
     enforced = [r for r in rows if r[2] is True]
     inert = [r for r in rows if r[2] is False]
     lines.append(f"sandbox: {len(rows)} directives measured, {len(enforced)} enforced here"
-                 + (f"; NOT enforced here: " + ", ".join(f"{d}={v} ({how})" for d, v, _, how in inert) if inert else ""))
+                 + ("; NOT enforced here: " + ", ".join(f"{d}={v} ({how})" for d, v, _, how in inert) if inert else ""))
     unknown = [r for r in rows if r[2] is None]
     if unknown:
         lines.append("not measurable here: " + ", ".join(f"{d} ({how})" for d, _, _, how in unknown))
