@@ -13,16 +13,19 @@ small model of their own (`DeployArgs`, `RollbackArgs`, `DoctorArgs`, `TuneArgs`
 """
 
 
-import ipaddress
 import re
 import sys
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import safety
 from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
+from .settings_types import (CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
+                             NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
+                             Topology, api_key_env_problem, axes_problem, int_list_problem, ip_literal_problem,
+                             python_problem, repo_url_problem)
 
 DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
 
@@ -58,140 +61,6 @@ def origin(data, key: str, argv: list[str] | None = None) -> str:
             if any(pattern.search(line) for pattern in patterns):
                 return f"{path}:{number}"
     return "host data"
-
-
-# --- value types: each a converter that returns the value or raises ValueError(what is accepted) ----------
-
-def _text(value) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ValueError(f"must be a string, got {value!r}")
-    text = str(value)
-    message = safety.control_message(text)
-    if message:
-        raise ValueError(message)
-    return text
-
-
-def Text(problem=None, kind: str = "string"):
-    """A string (a number from `--data` is taken as its text); `problem(text)` returns a refusal or None."""
-    def convert(value):
-        if value is None:
-            return None
-        text = _text(value)
-        message = problem(text) if problem else None
-        if message:
-            raise ValueError(message)
-        return text
-    return Annotated[str | None, BeforeValidator(convert), kind]  # kind: what docs/settings.md says it accepts
-
-
-def Matching(pattern: re.Pattern, accepted: str):
-    return Text(lambda v: None if safety.full(pattern, v) else f"must be {accepted}, got {v!r}", accepted)
-
-
-def Int(low: int, high: int):
-    def convert(value):
-        if value is None:
-            return None
-        if isinstance(value, str):
-            _text(value)
-        problem = safety.int_in(value, low, high)
-        if problem:
-            raise ValueError(problem)
-        return int(str(value), 10)
-    return Annotated[int | None, BeforeValidator(convert), f"integer {low}..{high}"]
-
-
-def Number(low: float, high: float):
-    def convert(value):
-        if value is None:
-            return None
-        try:
-            if isinstance(value, bool):
-                raise ValueError(value)
-            number = float(_text(value))
-        except ValueError:
-            raise ValueError(f"must be a number between {low:g} and {high:g}, got {value!r}") from None
-        if not low <= number <= high:
-            raise ValueError(f"must be between {low:g} and {high:g}, got {number:g}")
-        return number
-    return Annotated[float | None, BeforeValidator(convert), f"number {low:g}..{high:g}"]
-
-
-TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
-
-
-def _flag(value):
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in TRUE or text in FALSE:
-        return text in TRUE
-    raise ValueError(f"must be true or false (also yes/no, on/off, 1/0), got {value!r}")
-
-
-Flag = Annotated[bool, BeforeValidator(_flag), "true/false"]
-
-
-def Choice(*options: str):
-    return Text(lambda v: None if v in options else f"must be {' or '.join(options)}, got {v!r}",
-                " or ".join(options))
-
-
-def _package_list(value):
-    if value is None:
-        return None
-    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and safety.full(safety.DEB_PACKAGE, p)
-                                                 for p in value):
-        return list(value)
-    raise ValueError(f"must be a list of Debian package names, got {value!r}")
-
-
-PackageList = Annotated[list[str] | None, BeforeValidator(_package_list), "list of Debian packages"]
-
-
-def _api_key_env_problem(name: str) -> str | None:
-    if safety.full(safety.ENV_NAME, name) and name.startswith("SGLANG_DEPLOY_"):
-        return None
-    return ("must be an environment variable name starting with SGLANG_DEPLOY_ (the controller reads the key from "
-            f"it; another name could hand over any variable of the controller's environment), got {name!r}")
-
-
-def _repo_url_problem(key_url: bool):
-    def problem(value: str) -> str | None:
-        if safety.full(safety.URL, value) or safety.full(safety.ABS_PATH, value):
-            return None
-        if key_url and not value.startswith("/") and "://" not in value:  # a controller file, relative
-            return None
-        return f"must be an http(s) or file URL, got {value!r}"
-    return problem
-
-
-def _python_problem(value: str) -> str | None:
-    return None if value == "python3" or safety.full(safety.ABS_PATH, value) else \
-        f"must be python3 or an absolute path, got {value!r}"
-
-
-def _ip_literal_problem(value: str) -> str | None:
-    try:
-        ipaddress.ip_address(value)
-        return None
-    except ValueError:
-        return f"must be an IP literal (127.0.0.1, ::1, 0.0.0.0), got {value!r}"
-
-
-ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
-Topology = Choice("pcie", "nvlink")
-SimServer = Choice("sglang", "model")
-ProvisionMode = Choice("install", "verify")
-RouterPolicy = Choice(*ROUTER_POLICIES)
-CudaVersion = Matching(safety.CUDA_VERSION, "MAJOR.MINOR such as 13.0")
-NcclVersion = Matching(safety.NCCL_VERSION, "X.Y.Z such as 2.28.3")
-NcclPackageVersion = Matching(safety.DEB_VERSION_GLOB, "a Debian version pattern such as '{version}-1+cuda{cuda}'")
-DriverPackageVersion = Matching(safety.DEB_VERSION_GLOB, "a Debian version glob such as '{version}-*'")
-HostName = Matching(re.compile(r"[A-Za-z0-9.-]+"), "a host name such as developer.download.nvidia.com")
-GroupName = Matching(re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), "an inventory group name")
-ReleaseId = Matching(re.compile(r"[0-9]{4}-[0-9a-f]{8}"), "a release id such as 0003-1a2b3c4d")
 
 
 # --- the models -------------------------------------------------------------------------------------
@@ -276,7 +145,7 @@ class HostSettings(Settings):
     # --- the API key ---
     api_key_file: Text() = Field(None, description="The API key: read from this file (mode 0600, relative to the "
                                  "repository), else from the controller's api_key_env.")
-    api_key_env: Text(_api_key_env_problem) = Field(DEFAULT_API_KEY_ENV, description="The controller environment "
+    api_key_env: Text(api_key_env_problem) = Field(DEFAULT_API_KEY_ENV, description="The controller environment "
                                                     "variable holding the API key.")
     # --- releases ---
     keep_releases: Int(1, 100) = Field(5, description="Releases kept on the host (the active and the last good one "
@@ -307,17 +176,17 @@ class HostSettings(Settings):
         "libnvidia-compute-{branch} nvidia-utils-{branch}).")
     driver_package_version: DriverPackageVersion = Field(
         DRIVER_PACKAGE_VERSION, description="The apt version glob of those packages ({version}: the kernel module's).")
-    cuda_repo_url: Text(_repo_url_problem(False)) = Field(
+    cuda_repo_url: Text(repo_url_problem(False)) = Field(
         "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/",
         description="NVIDIA's CUDA apt repository (a mirror for air-gapped hosts); {distro} and {arch} are the "
         "host's (debian12, ubuntu2404; x86_64, sbsa).")
-    cuda_repo_key_url: Text(_repo_url_problem(True)) = Field(
+    cuda_repo_key_url: Text(repo_url_problem(True)) = Field(
         "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub",
         description="Its signing key (a URL, or a local file).")
     cuda_repo_origin: HostName = Field("developer.download.nvidia.com", description="The apt origin whose packages are pinned at "
                 "priority 600, above the distribution's.")
     wheelhouse: Text() = Field(None, description="A local directory of wheels for an offline Python env install.")
-    verify_python: Text(_python_problem) = Field(None, description="The python whose torch reports the NCCL it "
+    verify_python: Text(python_problem) = Field(None, description="The python whose torch reports the NCCL it "
                                                  "loads (None: the profile's venv in deploy.py, else python3).")
     # --- model weights ---
     hf_endpoint: Text(safety.hub_endpoint_problem) = Field(
@@ -391,7 +260,7 @@ class ProvisionArgs(Settings):
 
 class FactsArgs(Settings):
     title: ClassVar[str] = "facts.py"
-    python: Text(_python_problem) = Field("python3", description="The python whose torch reports the CUDA and NCCL "
+    python: Text(python_problem) = Field("python3", description="The python whose torch reports the CUDA and NCCL "
                                           "it loads.")
 
 
@@ -404,7 +273,7 @@ class ReleasesArgs(Settings):
 class RouterSettings(Settings):
     title: ClassVar[str] = "router.py (the router host's data)"
     port: Int(1, 65535) = Field(30080, alias="router_port", description="The router's port.")
-    bind: Text(_ip_literal_problem) = Field("127.0.0.1", alias="router_bind",
+    bind: Text(ip_literal_problem) = Field("127.0.0.1", alias="router_bind",
                                             description="The router's listening address (an IP literal).")
     policy: RouterPolicy = Field("cache_aware", alias="router_policy",
                                              description="sglang-router's load-balancing policy.")
@@ -419,34 +288,9 @@ class RouterSettings(Settings):
                        "router (the workers' floors).")
 
 
-def _int_list_problem(value: str) -> str | None:
-    parts = value.replace(" ", "").split(",")
-    if all(re.fullmatch(r"[0-9]{1,3}(?:-[0-9]{1,3})?", part) for part in parts):
-        return None
-    return f"{value!r} is not a list such as 1-6 or 1,2,4"
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """`1-6` or `1,2,4` (as TuneArgs accepts them) as sorted distinct ints."""
-    values = []
-    for part in text.replace(" ", "").split(","):
-        low, _, high = part.partition("-")
-        values += list(range(int(low), int(high or low) + 1))
-    return tuple(sorted(set(values)))
-
-
-def _axes_problem(value: str) -> str | None:
-    from .tune import AXES
-
-    parts = [part.strip() for part in value.split(",")]
-    if value.strip() == "all" or all(part in AXES for part in parts):
-        return None
-    return f"{value!r}; accepted: {', '.join(AXES)}, all (or a comma list)"
-
-
 class TuneArgs(Settings):
     title: ClassVar[str] = "tune.py"
-    space: Text(_axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: spec, "
+    space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: spec, "
                                        "drafter, graphs, nccl, all, or a comma list.")
     budget_s: Number(10, 7 * 24 * 3600) = Field(3600, alias="tune_budget_s", description="The tune's time budget in "
                                                 "seconds (candidates that would not fit are not started).")
@@ -459,8 +303,8 @@ class TuneArgs(Settings):
                                      "(None: the profile's gate.concurrency).")
     heartbeat_s: Number(3, 3600) = Field(30, alias="tune_heartbeat_s", description="The host restores the original "
                                          "release when the controller is silent this long.")
-    steps: Text(_int_list_problem) = Field("1-6", alias="tune_steps", description="Speculative steps to try.")
-    topk: Text(_int_list_problem) = Field("1,2,4", alias="tune_topk", description="eagle-topk values to try (draft "
+    steps: Text(int_list_problem) = Field("1-6", alias="tune_steps", description="Speculative steps to try.")
+    topk: Text(int_list_problem) = Field("1,2,4", alias="tune_topk", description="eagle-topk values to try (draft "
                                           "tokens follow).")
     resume: Flag = Field(True, alias="tune_resume", description="Reuse the measurements saved by an interrupted "
                          "tune of the same profile.")

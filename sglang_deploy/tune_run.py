@@ -18,7 +18,8 @@ from pathlib import Path
 
 from . import tune, tune_edit, tune_report, tune_results
 from .gate import RESULTS_DIR, gate_config
-from .settings import SettingsError, TuneArgs, int_list, origin
+from .settings import SettingsError, TuneArgs, origin
+from .settings_types import int_list
 from .hostside.store import content_hash, next_release_id
 from .layout import host_program
 from .plan import PlanError, plan_for_host

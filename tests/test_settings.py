@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from conftest import REPO
-from sglang_deploy import settings
+from sglang_deploy import settings, settings_types
 from sglang_deploy.settings import (DeployArgs, HostSettings, RollbackArgs, RouterSettings, SettingsError, TuneArgs,
                                     markdown)
 
@@ -115,7 +115,7 @@ def test_values_are_coerced_and_defaults_filled():
     assert (values.keep_releases, values.max_auto_rollbacks, values.sim_server) == (5, 3, "sglang")
     tune = TuneArgs.of({"tune_repeats": "4", "tune_min_aggregate": "0.8", "tune_topk": 2})
     assert (tune.repeats, tune.min_aggregate, tune.topk, tune.budget_s) == (4, 0.8, "2", 3600)
-    assert settings.int_list("1-3,6") == (1, 2, 3, 6)
+    assert settings_types.int_list("1-3,6") == (1, 2, 3, 6)
 
 
 def test_an_error_names_the_inventory_line_that_set_the_value(tmp_path, monkeypatch):

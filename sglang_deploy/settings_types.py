@@ -1,0 +1,171 @@
+"""The value types of host settings (sglang_deploy/settings.py): each a converter that returns the value or
+raises ValueError saying what is accepted, with the text docs/settings.md shows as what it accepts.
+
+A `--data` value arrives as a string, or as what pyinfra's parser makes of it (an int, a float, true/false);
+every string is checked for control characters (safety.control_message) before its own rule.
+"""
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import BeforeValidator
+
+from . import safety
+
+
+def _text(value) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"must be a string, got {value!r}")
+    text = str(value)
+    message = safety.control_message(text)
+    if message:
+        raise ValueError(message)
+    return text
+
+
+def Text(problem=None, kind: str = "string"):
+    """A string (a number from `--data` is taken as its text); `problem(text)` returns a refusal or None."""
+    def convert(value):
+        if value is None:
+            return None
+        text = _text(value)
+        message = problem(text) if problem else None
+        if message:
+            raise ValueError(message)
+        return text
+    return Annotated[str | None, BeforeValidator(convert), kind]  # kind: what docs/settings.md says it accepts
+
+
+def Matching(pattern: re.Pattern, accepted: str):
+    return Text(lambda v: None if safety.full(pattern, v) else f"must be {accepted}, got {v!r}", accepted)
+
+
+def Int(low: int, high: int):
+    def convert(value):
+        if value is None:
+            return None
+        if isinstance(value, str):
+            _text(value)
+        problem = safety.int_in(value, low, high)
+        if problem:
+            raise ValueError(problem)
+        return int(str(value), 10)
+    return Annotated[int | None, BeforeValidator(convert), f"integer {low}..{high}"]
+
+
+def Number(low: float, high: float):
+    def convert(value):
+        if value is None:
+            return None
+        try:
+            if isinstance(value, bool):
+                raise ValueError(value)
+            number = float(_text(value))
+        except ValueError:
+            raise ValueError(f"must be a number between {low:g} and {high:g}, got {value!r}") from None
+        if not low <= number <= high:
+            raise ValueError(f"must be between {low:g} and {high:g}, got {number:g}")
+        return number
+    return Annotated[float | None, BeforeValidator(convert), f"number {low:g}..{high:g}"]
+
+
+TRUE, FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _flag(value):
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in TRUE or text in FALSE:
+        return text in TRUE
+    raise ValueError(f"must be true or false (also yes/no, on/off, 1/0), got {value!r}")
+
+
+Flag = Annotated[bool, BeforeValidator(_flag), "true/false"]
+
+
+def Choice(*options: str):
+    return Text(lambda v: None if v in options else f"must be {' or '.join(options)}, got {v!r}",
+                " or ".join(options))
+
+
+def _package_list(value):
+    if value is None:
+        return None
+    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and safety.full(safety.DEB_PACKAGE, p)
+                                                 for p in value):
+        return list(value)
+    raise ValueError(f"must be a list of Debian package names, got {value!r}")
+
+
+PackageList = Annotated[list[str] | None, BeforeValidator(_package_list), "list of Debian packages"]
+
+
+def api_key_env_problem(name: str) -> str | None:
+    if safety.full(safety.ENV_NAME, name) and name.startswith("SGLANG_DEPLOY_"):
+        return None
+    return ("must be an environment variable name starting with SGLANG_DEPLOY_ (the controller reads the key from "
+            f"it; another name could hand over any variable of the controller's environment), got {name!r}")
+
+
+def repo_url_problem(key_url: bool):
+    def problem(value: str) -> str | None:
+        if safety.full(safety.URL, value) or safety.full(safety.ABS_PATH, value):
+            return None
+        if key_url and not value.startswith("/") and "://" not in value:  # a controller file, relative
+            return None
+        return f"must be an http(s) or file URL, got {value!r}"
+    return problem
+
+
+def python_problem(value: str) -> str | None:
+    return None if value == "python3" or safety.full(safety.ABS_PATH, value) else \
+        f"must be python3 or an absolute path, got {value!r}"
+
+
+def ip_literal_problem(value: str) -> str | None:
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        return f"must be an IP literal (127.0.0.1, ::1, 0.0.0.0), got {value!r}"
+
+
+ROUTER_POLICIES = ("cache_aware", "round_robin", "random", "power_of_two")
+Topology = Choice("pcie", "nvlink")
+SimServer = Choice("sglang", "model")
+ProvisionMode = Choice("install", "verify")
+RouterPolicy = Choice(*ROUTER_POLICIES)
+CudaVersion = Matching(safety.CUDA_VERSION, "MAJOR.MINOR such as 13.0")
+NcclVersion = Matching(safety.NCCL_VERSION, "X.Y.Z such as 2.28.3")
+NcclPackageVersion = Matching(safety.DEB_VERSION_GLOB, "a Debian version pattern such as '{version}-1+cuda{cuda}'")
+DriverPackageVersion = Matching(safety.DEB_VERSION_GLOB, "a Debian version glob such as '{version}-*'")
+HostName = Matching(re.compile(r"[A-Za-z0-9.-]+"), "a host name such as developer.download.nvidia.com")
+GroupName = Matching(re.compile(r"[A-Za-z_][A-Za-z0-9_]*"), "an inventory group name")
+ReleaseId = Matching(re.compile(r"[0-9]{4}-[0-9a-f]{8}"), "a release id such as 0003-1a2b3c4d")
+
+
+def int_list_problem(value: str) -> str | None:
+    parts = value.replace(" ", "").split(",")
+    if all(re.fullmatch(r"[0-9]{1,3}(?:-[0-9]{1,3})?", part) for part in parts):
+        return None
+    return f"{value!r} is not a list such as 1-6 or 1,2,4"
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """`1-6` or `1,2,4` (as TuneArgs accepts them) as sorted distinct ints."""
+    values = []
+    for part in text.replace(" ", "").split(","):
+        low, _, high = part.partition("-")
+        values += list(range(int(low), int(high or low) + 1))
+    return tuple(sorted(set(values)))
+
+
+def axes_problem(value: str) -> str | None:
+    from .tune import AXES
+
+    parts = [part.strip() for part in value.split(",")]
+    if value.strip() == "all" or all(part in AXES for part in parts):
+        return None
+    return f"{value!r}; accepted: {', '.join(AXES)}, all (or a comma list)"
