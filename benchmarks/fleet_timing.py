@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 PROVEN = REPO / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml"
 
-from testbed.simhost import Fleet  # noqa: E402
+from testbed.simfleet import Fleet  # noqa: E402
 
 
 def main() -> int:

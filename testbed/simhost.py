@@ -11,7 +11,6 @@ Only the GPU server is simulated (``sglang_deploy.sim``); systemd, SSH and HTTP 
 
 from __future__ import annotations
 
-import argparse
 import json
 import secrets
 import os
@@ -25,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import sglang_env
-from testbed.rootfs import build_rootfs_tarball, shared_lower_rootfs
+from testbed.rootfs import build_rootfs_tarball
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PREREQUISITES = {
@@ -367,139 +366,10 @@ class SimHost:
         }
 
 
-DEFAULT_FLEET_DIR = Path(os.environ.get("SGLANG_DEPLOY_SIMFLEET_DIR", REPO_ROOT / ".simfleet"))
-DEFAULT_FLEET_SSH_PORT = 2300
-DEFAULT_FLEET_SERVICE_PORT = 30300
+if __name__ == "__main__":  # the command line is testbed/simctl.py (python -m testbed.simhost still works)
+    from testbed.simctl import main as simctl_main
 
-
-@dataclass
-class Fleet:
-    """N simulated hosts on this machine: host i listens for SSH on ssh_port + i, its GPU server on
-    service_port + i and node_exporter on ssh_port + i + 7000 (the containers share this machine's network
-    namespace, so each host gets its own ports). fleet.json in the state directory describes them for
-    inventory/sim_fleet.py: the first host is the group `canary`, all of them the group `fleet`."""
-
-    state_dir: Path = DEFAULT_FLEET_DIR
-    count: int = 3
-    ssh_port: int = DEFAULT_FLEET_SSH_PORT
-    service_port: int = DEFAULT_FLEET_SERVICE_PORT
-    machine: str = "ct129-fleet"
-
-    @classmethod
-    def load(cls, state_dir: Path) -> "Fleet":
-        try:
-            data = json.loads((state_dir / "fleet.json").read_text())
-        except FileNotFoundError:
-            raise SimHostError(f"no fleet in {state_dir} (fleet.json missing): `simhost up --count N` first") from None
-        return cls(state_dir=state_dir, count=data["count"], ssh_port=data["ssh_port_base"],
-                   service_port=data["service_port_base"], machine=data["machine_prefix"])
-
-    def name(self, index: int) -> str:
-        return f"{self.machine}-{index}"
-
-    def hosts(self, lower: Path | None = None) -> list[SimHost]:
-        lower = lower or shared_lower_rootfs()
-        return [SimHost(state_dir=self.state_dir / self.name(i), ssh_port=self.ssh_port + i, machine=self.name(i),
-                        overlay_lower=lower) for i in range(self.count)]
-
-    def up(self, fresh: bool = False) -> None:
-        check_prerequisites()
-        if self.count < 1:
-            raise SimHostError(f"--count: {self.count}: a fleet has at least one host")
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        busy = [port for i in range(self.count) for port in (self.service_port + i,) if port_in_use(port)]
-        if busy:
-            raise SimHostError(f"service port(s) {', '.join(map(str, busy))} on 127.0.0.1 already in use; "
-                               "choose another --service-port base")
-        hosts = self.hosts()
-        # One API key for the fleet: SGLang's router sends a single key to every worker behind it.
-        ensure_api_key(self.state_dir)
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=self.count) as pool:
-            errors = [f for f in [pool.submit(host.up, fresh) for host in hosts]]
-            problems = [str(f.exception()) for f in errors if f.exception()]
-        (self.state_dir / "fleet.json").write_text(json.dumps(self.info(hosts), indent=2) + "\n")
-        if problems:
-            raise SimHostError("; ".join(problems))
-        log(f"fleet up: {self.count} hosts, ssh 127.0.0.1:{self.ssh_port}-{self.ssh_port + self.count - 1}, "
-            f"service ports {self.service_port}-{self.service_port + self.count - 1}")
-
-    def down(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(max_workers=max(1, self.count)) as pool:
-            list(pool.map(lambda host: host.down(), self.hosts()))
-
-    def remove(self) -> None:
-        """After down: the hosts' own layers (the shared lower rootfs stays in the cache)."""
-        for host in self.hosts():
-            if not os.path.ismount(host.rootfs):
-                shutil.rmtree(host.state_dir, ignore_errors=True)
-
-    def info(self, hosts: list[SimHost] | None = None) -> dict:
-        hosts = hosts or self.hosts()
-        entries = []
-        for index, host in enumerate(hosts):
-            entries.append({**host.info(), "name": host.machine, "service_port": self.service_port + index,
-                            "api_key_file": str(self.state_dir / "api_key")})
-        return {"count": self.count, "ssh_port_base": self.ssh_port, "service_port_base": self.service_port,
-                "machine_prefix": self.machine, "groups": {"canary": [hosts[0].machine] if hosts else [],
-                                                            "fleet": [h.machine for h in hosts]},
-                "hosts": entries}
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="simhost", description=__doc__.splitlines()[0])
-    parser.add_argument("action", choices=["up", "down", "status"])
-    parser.add_argument("--state-dir", type=Path, default=None,
-                        help=f"default {DEFAULT_STATE_DIR} ({DEFAULT_FLEET_DIR} for a fleet)")
-    parser.add_argument("--ssh-port", type=int, default=None,
-                        help=f"default {DEFAULT_SSH_PORT}; a fleet's base, default {DEFAULT_FLEET_SSH_PORT}")
-    parser.add_argument("--fresh", action="store_true", help="discard the container's disk and start from the cached image")
-    parser.add_argument("--count", type=int, default=None,
-                        help="a fleet of N hosts (distinct SSH, service and node_exporter ports); see inventory/sim_fleet.py")
-    parser.add_argument("--fleet", action="store_true", help="down/status: the fleet recorded in the state directory")
-    parser.add_argument("--service-port", type=int, default=DEFAULT_FLEET_SERVICE_PORT,
-                        help="a fleet's first GPU server port (host i: BASE + i)")
-    parser.add_argument("--machine", default="ct129-fleet", help="a fleet's machine name prefix (host i: PREFIX-i)")
-    args = parser.parse_args(argv)
-    try:
-        if args.count is not None or args.fleet:
-            return fleet_main(args)
-        host = SimHost(state_dir=(args.state_dir or DEFAULT_STATE_DIR).resolve(),
-                       ssh_port=args.ssh_port or DEFAULT_SSH_PORT)
-        if args.action == "up":
-            host.up(fresh=args.fresh)
-        elif args.action == "down":
-            host.down()
-        else:
-            print(json.dumps(host.info(), indent=2))
-            return 0 if host.pid() else 3
-    except SimHostError as error:
-        print(f"simhost: error: {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def fleet_main(args: argparse.Namespace) -> int:
-    state_dir = (args.state_dir or DEFAULT_FLEET_DIR).resolve()
-    if args.action == "up":
-        if args.count is None:
-            raise SimHostError("up --fleet needs --count N")
-        Fleet(state_dir=state_dir, count=args.count, ssh_port=args.ssh_port or DEFAULT_FLEET_SSH_PORT,
-              service_port=args.service_port, machine=args.machine).up(fresh=args.fresh)
-        return 0
-    fleet = Fleet.load(state_dir)
-    if args.action == "down":
-        fleet.down()
-        return 0
-    info = fleet.info()
-    print(json.dumps(info, indent=2))
-    return 0 if all(h["running"] for h in info["hosts"]) else 3
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(simctl_main())
 
 
 def pyinfra_timed(*args: str, inventory: str = "inventory/sim.py") -> tuple[float, str]:

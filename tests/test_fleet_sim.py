@@ -26,7 +26,7 @@ SMALL_GATE_FLOOR = 30
 
 class FleetSession:
     def __init__(self, state_dir):
-        from testbed.simhost import Fleet
+        from testbed.simfleet import Fleet
 
         self.fleet = Fleet(state_dir=state_dir, count=3, ssh_port=FLEET_SSH_PORT, service_port=FLEET_SERVICE_PORT,
                            machine=FLEET_MACHINE)
