@@ -320,6 +320,45 @@ MODELS = (HostSettings, DeployArgs, RollbackArgs, DoctorArgs, TuneArgs, RouterSe
           ReleasesArgs)
 
 
+# Environment variables: what reads each, and what it is for. tests/test_settings.py checks that every
+# SGLANG_DEPLOY_* name the code, tests and scripts use is here.
+ENVIRONMENT = {
+    # the controller
+    "SGLANG_DEPLOY_API_KEY": "controller: the API key, when host data api_key_file is not set (api_key_env names "
+                             "another SGLANG_DEPLOY_* variable)",
+    "SGLANG_DEPLOY_WEIGHTS_DIRS": "controller: the directories (':'-separated) a file:// weights source, drafter or "
+                                  "absolute manifest may come from",
+    "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses are "
+                           "cached (default ~/.cache/sglang-deploy)",
+    "SGLANG_DEPLOY_VALIDATOR_TORCH": "controller: the torch/torchvision pins of the validator env (default SGLang "
+                                     "0.5.23's)",
+    "SGLANG_DEPLOY_GPU_FACTS": "set by the controller for SGLang's resolution: the GPU facts the stand-in reports",
+    "SGLANG_DEPLOY_GPU_STANDIN": "set by the controller for SGLang's resolution: the stand-in installed into torch",
+    "SGLANG_DEPLOY_CT129_USER": "inventory/ct129.py: the SSH user (default root; another one deploys with sudo)",
+    # the host package (its paths, for tests that run it outside a host)
+    "SGLANG_DEPLOY_STORE": "host: the release store's root (default /var/lib/sglang-deploy)",
+    "SGLANG_DEPLOY_MODELS": "host: the weights' root (default /srv/models)",
+    "SGLANG_DEPLOY_TEST_DIE_AFTER": "host: the switch's one fault-injection point (docs/testing.md)",
+    # the simulated hosts
+    "SGLANG_DEPLOY_SIMHOST_DIR": "testbed: the simulated host's state directory (default .simhost)",
+    "SGLANG_DEPLOY_SIMHOST_PORT": "testbed: the simulated host's SSH port (default 2222)",
+    "SGLANG_DEPLOY_SIMFLEET_DIR": "testbed: the simulated fleet's state directory (default .simfleet)",
+    "SGLANG_DEPLOY_SIM_PORT": "inventory/sim.py: the simulated host's service port (default the profile's)",
+    "SGLANG_DEPLOY_LXCHOST_DIR": "testbed: the LXC test host's state directory",
+    "SGLANG_DEPLOY_DEBIAN_MIRROR": "testbed: the Debian mirror the rootfs is debootstrapped from",
+    # the test suite (docs/testing.md)
+    "SGLANG_DEPLOY_REQUIRE_SIMHOST": "tests: fail, not skip, what needs the simulated host or Chromium (CI)",
+    "SGLANG_DEPLOY_TEST_WORKERS": "tests: pytest-xdist workers (default 6)",
+    "SGLANG_DEPLOY_TEST_FRONTEND_SLOTS": "tests: SGLang front ends running at once across the workers (default 2)",
+    "SGLANG_DEPLOY_TEST_SSH_PORT": "tests: the workers' SSH port base (default 2232)",
+    "SGLANG_DEPLOY_TEST_BARE_SSH_PORT": "tests: the bare containers' SSH port base",
+    "SGLANG_DEPLOY_TEST_SERVICE_PORT": "tests: the workers' service port base (default 30100)",
+    "SGLANG_DEPLOY_TEST_MACHINE": "tests: the workers' machine name prefix (default ct129-test)",
+    "SGLANG_DEPLOY_TEST_FLEET_SSH_PORT": "tests: the simulated fleet's SSH port base",
+    "SGLANG_DEPLOY_TEST_FLEET_SERVICE_PORT": "tests: the simulated fleet's service port base",
+}
+
+
 # --- the generated reference page ------------------------------------------------------------------------
 
 def _kind(model: type[Settings], name: str) -> str:
@@ -340,8 +379,7 @@ def markdown() -> str:
              "`inventory/*.py`, then `--data key=value` on the command line, which wins. Every key the tool reads is",
              "below, with its type, what it accepts and its default; a bad value is refused before anything runs,",
              "naming where it was set (`--data`, or FILE:LINE). The serving profile's fields are in",
-             "[profile.md](profile.md); environment variables of the controller and tests in",
-             "[testing.md](testing.md).", ""]
+             "[profile.md](profile.md); the environment variables are at the end.", ""]
     for model in MODELS:
         lines += [f"## {model.title}", "", "| key | accepts | default | meaning |", "|---|---|---|---|"]
         for key, name in model.keys().items():
@@ -349,7 +387,9 @@ def markdown() -> str:
             lines.append(f"| `{key}` | {_kind(model, name)} | {_default(field.default)} | "
                          f"{(field.description or '').replace('|', '/')} |")
         lines.append("")
-    return "\n".join(lines)
+    lines += ["## Environment variables", "", "| variable | what reads it, and what for |", "|---|---|"]
+    lines += [f"| `{name}` | {meaning} |" for name, meaning in ENVIRONMENT.items()]
+    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

@@ -141,3 +141,17 @@ def test_each_verbs_arguments_are_checked_where_they_are_defined(monkeypatch, mo
     with pytest.raises(SettingsError) as refused:
         model.of(data)
     assert message in str(refused.value), str(refused.value)
+
+
+def test_every_environment_variable_is_named_once_with_its_meaning():
+    import re
+
+    used = set()
+    for path in [*CODE, *(REPO / "testbed").glob("*.py"), *(REPO / "tests").glob("*.py"),
+                 *(REPO / "sglang_deploy" / "hostside").glob("*.py"), *(REPO / "scripts").iterdir(),
+                 *(REPO / "inventory").glob("*.py"), *(REPO / "benchmarks").glob("*.py")]:
+        if path.is_file():
+            used |= set(re.findall(r"SGLANG_DEPLOY_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))
+    used -= {"SGLANG_DEPLOY_OTHER_KEY"}  # a test's own variable: api_key_env naming another one
+    assert sorted(used - set(settings.ENVIRONMENT)) == [], "add it to settings.ENVIRONMENT"
+    assert sorted(set(settings.ENVIRONMENT) - used) == [], "no longer used: remove it from settings.ENVIRONMENT"
