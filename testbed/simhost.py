@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -273,7 +274,13 @@ class SimHost:
         if port_in_use(self.ssh_port):
             raise SimHostError(f"127.0.0.1:{self.ssh_port} is already in use: another simulated host, or one left "
                                "running by an interrupted test run? Stop it, or choose another SSH port")
-        self._prepare_rootfs(fresh)
+        if self.simulated:  # on empty caches: SGLang's install is built while the rootfs is debootstrapped
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                install = pool.submit(ensure_sglang_install)
+                self._prepare_rootfs(fresh)  # its _install_gpus waits for the install (the build's lock)
+                install.result()
+        else:
+            self._prepare_rootfs(fresh)
         command = [
             "systemd-nspawn", "-b", "-D", str(self.rootfs), f"--machine={self.machine}",
             "--register=no", "--keep-unit", "--console=read-only",
