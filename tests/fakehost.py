@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.facts import ShortFactBase
 from pyinfra.api.command import FileDownloadCommand, FileUploadCommand, FunctionCommand, StringCommand
-from pyinfra.context import ctx_host, ctx_state
+from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
 MISSING = object()
 
@@ -128,7 +128,7 @@ def run_role(role, *args, facts: dict | None = None, data: dict | None = None, d
         return _answer(facts, cls, fact_kwargs)
 
     host.get_fact = get_fact  # type: ignore[method-assign]
-    with ctx_state.use(state), ctx_host.use(host):
+    with ctx_state.use(state), ctx_inventory.use(inventory), ctx_host.use(host):
         role(*args, **kwargs)
         ops = Ops()
         for op_hash in host.op_hash_order:

@@ -36,20 +36,13 @@ def snapshot(simhost) -> str:
 
 
 REFUSED = [
-    # (id, profile change, host data, setup on the host, expected in the output)
+    # (id, profile change, host data, setup on the host, expected in the output): one case per kind that stops a
+    # deploy (the profile, the host's facts, host data), end to end. The others, and these, are fast cases of
+    # tests/test_roles_stages.py: the stages before the refusals queue no operation.
     ("unit-injection", ("  served_name: qwen3.6-27b", '  served_name: "q\\n[Service]\\nExecStartPre=+/bin/touch /tmp/pwned"'),
      (), None, "model.served_name: contains the control character U+000A"),
-    ("root-user", ("  user: sglang", "  user: root"), (), None, "service.user: 'root' is an existing system"),
-    ("extras-shell", ("  launcher: serve\n", "  launcher: serve\n  extras: [\"all'; touch /tmp/pwned; echo '\"]\n"),
-     (), None, "sglang.extras: extra \"all'; touch /tmp/pwned; echo '\" is not a PEP 508 extra name"),
-    ("remote-host", ("  host: 127.0.0.1", "  host: gpu.example.com"), (), None, "service.host: must be an IP address"),
     ("existing-login-account", ("  user: sglang", "  user: alice"), (), "id alice || useradd -m -s /bin/bash alice",
      "service.user: 'alice' is an existing login account on the host (shell /bin/bash)"),
-    ("foreign-unit", ("  name: sglang", "  name: other"), (),
-     "printf '[Unit]\\nDescription=not ours\\n[Service]\\nExecStart=/bin/true\\n' > /etc/systemd/system/other.service",
-     "service.name: other.service exists on the host and is not managed by sglang-deploy"),
-    ("missing-key-file", None, ("--data", "api_key_file=/nonexistent/api_key"), None,
-     "api_key_file: /nonexistent/api_key does not exist (no API key"),
     ("port-with-shell", None, ("--data", "port=31200;touch /tmp/pwned"), None, "--data: port: must be an integer"),
 ]
 
