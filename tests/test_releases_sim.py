@@ -77,7 +77,9 @@ def test_a_manual_rollback_runs_the_targets_preflight_first(simhost, tmp_path):
     skipped = simhost.pyinfra("rollback.py", "--data", f"release={first}", "--data", "skip_preflight=true")
     assert skipped.returncode == 0 and "WITHOUT its preflight" in skipped.stdout + skipped.stderr
     assert_running(simhost, first)
-    assert simhost.sh("ls /var/cache/sglang/triton").split() == ["kernel-marker"]  # JIT caches outlive releases
+    # JIT caches outlive releases (the directory may hold real Triton entries from an earlier module on this worker's
+    # host: SGLang's own front end compiles into it)
+    assert "kernel-marker" in simhost.sh("ls /var/cache/sglang/triton").split()
 
 
 def test_rollback_to_any_retained_release_and_the_listing(simhost, tmp_path):
