@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from .fleet import host_change, summary_lines
+from .settings_types import TRUE
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -87,8 +88,7 @@ def roll_out(inventory: Path, label: str, batches: list[list[str]], data: list[s
     log(f"rollout over {len(hosts)} hosts of {label}: "
         + " | ".join(f"{'canary' if i == 0 else f'batch {i}'}: {', '.join(b)}" for i, b in enumerate(batches)))
     log(f"pyinfra logs in {work}")
-    if any(item.split("=", 1)[0] == "skip_gate" and item.split("=", 1)[1].lower() in ("1", "true", "yes", "on")
-           for item in data):
+    if any(item.split("=", 1)[0] == "skip_gate" and item.split("=", 1)[1].strip().lower() in TRUE for item in data):
         log("WARNING: skip_gate: hosts are marked good when ready, WITHOUT the gate; the canary proves only readiness")
     before = read_summary(inventory, hosts, data, work, "before")
     stopped_at = None
