@@ -133,7 +133,7 @@ def test_without_nesting_the_deploy_is_refused_at_the_preflight_and_changes_noth
     result = unnested.deploy(profile=PROVEN, gate=True)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
-    assert "226/NAMESPACE" in output and "/run/systemd/unit-root/proc: Permission denied" in output
+    assert "226/NAMESPACE" in output and "/run/systemd/unit-root/proc: Permission denied" in output, output[-4000:]
     assert "features: nesting=1" in output and "service.relax: [ProtectKernelTunables, ProtectControlGroups]" in output
     assert "Switch sglang" not in output  # never reached
     assert unnested.sh("test -e /etc/systemd/system/sglang.service && echo unit; true").strip() == ""

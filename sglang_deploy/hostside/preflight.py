@@ -81,12 +81,17 @@ def relaxed_directives(unit_text):
     return [name for name in NESTING_DIRECTIVES if name not in present]
 
 
-def _journal_reason(unit):
-    out = journal("-u", unit, lines=20)
-    for line in out.splitlines():
-        if "Failed to set up" in line or "Failed at step" in line:
-            return line.split(": ", 1)[-1] if line.startswith("run-") or ".service: " in line else line
-    return None
+def _journal_reason(unit, wait_s=0.0):
+    """systemd's own line for a unit that could not start. wait_s: how long to wait for it, since journald may
+    not have written PID 1's line yet when systemd-run returns (seen as a flaky '(see the journal)')."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        for line in journal("-u", unit, lines=20).splitlines():
+            if "Failed to set up" in line or "Failed at step" in line:
+                return line.split(": ", 1)[-1] if line.startswith("run-") or ".service: " in line else line
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.2)
 
 
 def nesting_check():
@@ -164,7 +169,7 @@ def run(args):
         with open(args.expected) as handle:
             expected = json.load(handle)
     if result.returncode == NAMESPACE_EXIT:
-        findings = [namespace_failure(_journal_reason(f"{unit}.service"), relaxed_directives(unit_text),
+        findings = [namespace_failure(_journal_reason(f"{unit}.service", wait_s=5), relaxed_directives(unit_text),
                                       args.container_id)]
         facts = None
     elif result.returncode != 0 or not result.stdout.strip():
