@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.rootfs import build_rootfs_tarball
-from testbed.simhost import REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, ensure_api_key, log
+from testbed.simhost import REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, ensure_api_key, log, run_action
 
 ID_BASE, ID_COUNT = 100000, 65536  # Proxmox's id map for unprivileged containers
 LXCFS_DIR = Path("/var/lib/lxcfs")
@@ -278,18 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     host = LxcHost(state_dir=args.state_dir.resolve(), ssh_port=args.ssh_port, nesting=not args.no_nesting,
                    device_mode=int(args.device_mode, 8))
-    try:
-        if args.action == "up":
-            host.up(fresh=args.fresh)
-        elif args.action == "down":
-            host.down()
-        else:
-            print(json.dumps(host.info(), indent=2))
-            return 0 if host.pid() else 3
-    except SimHostError as error:
-        print(f"lxchost: error: {error}", file=sys.stderr)
-        return 1
-    return 0
+    return run_action(host, args.action, args.fresh, "lxchost")
 
 
 if __name__ == "__main__":

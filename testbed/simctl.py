@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from testbed.simfleet import DEFAULT_FLEET_DIR, DEFAULT_FLEET_SERVICE_PORT, DEFAULT_FLEET_SSH_PORT, Fleet
-from testbed.simhost import DEFAULT_SSH_PORT, DEFAULT_STATE_DIR, SimHost, SimHostError
+from testbed.simhost import DEFAULT_SSH_PORT, DEFAULT_STATE_DIR, SimHost, SimHostError, run_action
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,19 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.count is not None or args.fleet:
             return fleet_main(args)
-        host = SimHost(state_dir=(args.state_dir or DEFAULT_STATE_DIR).resolve(),
-                       ssh_port=args.ssh_port or DEFAULT_SSH_PORT)
-        if args.action == "up":
-            host.up(fresh=args.fresh)
-        elif args.action == "down":
-            host.down()
-        else:
-            print(json.dumps(host.info(), indent=2))
-            return 0 if host.pid() else 3
     except SimHostError as error:
         print(f"simhost: error: {error}", file=sys.stderr)
         return 1
-    return 0
+    return run_action(SimHost(state_dir=(args.state_dir or DEFAULT_STATE_DIR).resolve(),
+                              ssh_port=args.ssh_port or DEFAULT_SSH_PORT), args.action, args.fresh, "simhost")
 
 
 def fleet_main(args: argparse.Namespace) -> int:

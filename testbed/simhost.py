@@ -373,6 +373,22 @@ class SimHost:
         }
 
 
+def run_action(host, action: str, fresh: bool, prog: str) -> int:
+    """up, down or status of one host, for a command line (simctl.py, lxchost.py): status exits 3 when it is down."""
+    try:
+        if action == "up":
+            host.up(fresh=fresh)
+        elif action == "down":
+            host.down()
+        else:
+            print(json.dumps(host.info(), indent=2))
+            return 0 if host.pid() else 3
+    except SimHostError as error:
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":  # the command line is testbed/simctl.py (python -m testbed.simhost still works)
     from testbed.simctl import main as simctl_main
 
