@@ -87,10 +87,12 @@ def dflash_profile(tmp_path: Path, draft_dir: Path, name: str = "dflash.yaml", t
 
 
 # Which server a simulated host runs (host data sim_server): SGLang's own front end with the modelled Scheduler for
-# the modules in SGLANG_FRONTEND_MODULES (about 25 s per start and 4 GB each), the model-only simulator (3 s,
+# the modules in SGLANG_FRONTEND_MODULES (about 25 s and 40 s of CPU per start, 4 GB), the model-only simulator (3 s,
 # 0.1 GB) for the rest, which restart servers dozens of times. At most FRONTEND_SLOTS real front ends run at once
-# across the workers (a lock file per slot), so that the suite fits the CI machine's 24 GB.
-SGLANG_FRONTEND_MODULES = {"test_deploy_sim.py", "test_secrets_sim.py", "test_frontend_sim.py"}
+# across the workers (a lock file per slot), so that the suite fits the CI machine's 24 GB. The suite is CPU-bound on
+# 2 cores and the front end's starts were its largest cost: what only SGLang's own front end can show (its
+# processes, its resolution, its auth, the key in its journal through start, crash and rollback) is one module.
+SGLANG_FRONTEND_MODULES = {"test_frontend_sim.py"}
 # The preflight's steps that import SGLang's stack (hostside/preflight.py: the resolution, ~6 s of CPU and 0.9 GB per
 # new command line, and torch) run in these modules; elsewhere `--data preflight_stack=false` leaves them out (the
 # controller's check resolved the same command line with the same SGLang install moments before).
@@ -104,6 +106,7 @@ class SimHostSession:
 
         self.sim_server = "model"
         self.preflight_stack = True
+        self.transcript: list[str] = []  # what every pyinfra run printed (stdout, stderr), for the secrets check
         self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine=TEST_MACHINE)
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
                     "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
@@ -116,8 +119,10 @@ class SimHostSession:
         return command
 
     def pyinfra(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.pyinfra_command(*args), cwd=REPO, env=self.env, capture_output=True, text=True,
-                              timeout=timeout)
+        result = subprocess.run(self.pyinfra_command(*args), cwd=REPO, env=self.env, capture_output=True, text=True,
+                                timeout=timeout)
+        self.transcript.append(f"$ pyinfra {' '.join(args)}\n{result.stdout}{result.stderr}")
+        return result
 
     @staticmethod
     def deploy_args(*extra: str, profile: Path | None = None, gate: bool = False, cap: int = 100) -> list[str]:
@@ -178,14 +183,16 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # measure twice, 2-3 min each), the longest single test, the modules that run as one chain, the rest. Measured
 # with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
-LONGEST_FIRST = ["test_gate_sim.py", "test_secrets_sim.py",  # about 290 s, one test on a real front end
-                 "test_frontend_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
+LONGEST_FIRST = ["test_frontend_sim.py",  # 7 starts of SGLang's own front end, in one chain
+                 "test_gate_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
                  "test_fleet_sim.py",  # about 130 s
                  "test_drafter_sim.py",  # two tests, 80-190 s each
                  "test_lxc_sim.py",  # about 125 s
                  "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
                  "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
-                 "test_outside_clients.py", "test_gate_trials.py"]
+                 # the local front end's users, in the order that keeps them together (LOCAL_FRONTEND_MODULES)
+                 "test_outside_clients.py", "test_output_check.py::test_sglangs_own_front_end_returns_the_modelled_answers",
+                 "test_frontends.py", "test_gate_trials.py"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -208,9 +215,48 @@ def pytest_xdist_make_scheduler(config, log):
     class ModulesAndIndependentTests(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
+            if Path(module).name in LOCAL_FRONTEND_MODULES:
+                return "local-frontend"  # one worker, so that they share one server (local_frontend)
             return nodeid if Path(module).name in INDEPENDENT_TESTS else module
 
     return ModulesAndIndependentTests(config, log)
+
+
+# SGLang's own front end on this machine (testbed/local_sglang.py: about 25 s and 40 s of CPU to start, 4 GB), for the
+# tests of what a client sees: one server for the modules below, which run on one worker (one xdist scope) with its
+# users next to each other (LONGEST_FIRST), started by the first test that asks for it and stopped after the last.
+LOCAL_FRONTEND_MODULES = {"test_outside_clients.py", "test_output_check.py", "test_frontends.py"}
+LOCAL_FRONTEND_KEY = "sk-local-frontend-0123456789"
+LOCAL_FRONTEND_MODEL = "qwen3.6-27b"  # --served-model-name
+_local_frontend: dict = {}
+
+
+@pytest.fixture
+def local_frontend(tmp_path_factory):
+    """SGLang 0.5.23's own `sglang serve` (only the Scheduler modelled) with the proven profile's flags, an API key
+    (LOCAL_FRONTEND_KEY) and no planted fault; shared by the tests of this worker until the last one that uses it."""
+    from testbed.calibration import PROVEN as FLAGS
+    from testbed.local_sglang import LocalSGLang, model_dir
+
+    server = _local_frontend.get("server")
+    if server is None or server.process is None or server.process.poll() is not None:
+        checkpoint = model_dir(tmp_path_factory.mktemp("local-frontend-model"))
+        server = LocalSGLang(FLAGS + ["--served-model-name", LOCAL_FRONTEND_MODEL, "--api-key", LOCAL_FRONTEND_KEY],
+                             {"SGLANG_SIM_FAULT_OUTPUT": ""}, checkpoint)
+        try:
+            server.start(tmp_path_factory.mktemp("local-frontend") / "sglang.log").wait_ready()
+        except BaseException:
+            server.stop()
+            raise
+        _local_frontend["server"] = server
+    return server
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if "local_frontend" in item.fixturenames and (nextitem is None or "local_frontend" not in nextitem.fixturenames):
+        server = _local_frontend.pop("server", None)
+        if server is not None:
+            server.stop()
 
 
 # Tests that measure simulator processes they start themselves (the simulator's calibration, the gate's trials):
@@ -277,6 +323,7 @@ def _simhost_server(request):
 
             time.sleep(1)
     session.sim_server = "sglang"
+    session.transcript = []
     try:
         yield
     finally:

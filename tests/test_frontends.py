@@ -11,12 +11,12 @@ import urllib.request
 
 import pytest
 
+from conftest import LOCAL_FRONTEND_KEY as KEY
+from conftest import LOCAL_FRONTEND_MODEL as SERVED
 from testbed.calibration import PROVEN
-from testbed.local_sglang import LocalSGLang, model_dir
+from testbed.local_sglang import model_dir
 from testbed.local_sim import LocalSim
 
-KEY = "sk-differential-0123456789"
-SERVED = "qwen3.6-27b"
 # What the gate, the watch, the doctor and the dashboard read from /metrics.
 METRICS_READ = {"sglang:num_running_reqs", "sglang:gen_throughput", "sglang:spec_accept_length",
                 "sglang:cuda_graph_passes_total", "sglang:generation_tokens_total", "sglang:spec_verify_calls_total",
@@ -74,22 +74,24 @@ def metric_names(text):
     return {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line.startswith("sglang:")}
 
 
-@pytest.fixture(scope="module")
-def answers(tmp_path_factory):
-    checkpoint = model_dir(tmp_path_factory.mktemp("model"))
-    logs = tmp_path_factory.mktemp("logs")
-    flags = PROVEN + ["--served-model-name", SERVED, "--api-key", KEY]
-    servers = {"model": LocalSim(flags, {}, checkpoint), "sglang": LocalSGLang(flags, {}, checkpoint)}
-    try:
-        for name, server in servers.items():
-            server.start(logs / f"{name}.log")
-        for server in servers.values():
-            server.wait_ready()
-        yield {name: [call(server.url, path, body, key) for path, body, key in SEQUENCE]
-               + [call(server.url, "/metrics", None, None)] for name, server in servers.items()}
-    finally:
-        for server in servers.values():
-            server.stop()
+_answers: dict = {}
+
+
+@pytest.fixture
+def answers(local_frontend, tmp_path_factory):
+    """The sequence's answers from the model-only simulator (started here, with the same flags and checkpoint
+    files) and from the local front end (tests/conftest.py local_frontend), asked once."""
+    if not _answers:
+        checkpoint = model_dir(tmp_path_factory.mktemp("model"))
+        model = LocalSim(PROVEN + ["--served-model-name", SERVED, "--api-key", KEY], {}, checkpoint)
+        try:
+            model.start(tmp_path_factory.mktemp("logs") / "model.log").wait_ready()
+            _answers.update({name: [call(server.url, path, body, key) for path, body, key in SEQUENCE]
+                             + [call(server.url, "/metrics", None, None)]
+                             for name, server in (("model", model), ("sglang", local_frontend))})
+        finally:
+            model.stop()
+    return _answers
 
 
 @pytest.mark.parametrize("index", range(len(SEQUENCE)), ids=[f"{p}{'+key' if k == KEY else ''}" for p, _, k in SEQUENCE])

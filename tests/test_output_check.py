@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from conftest import LOCAL_FRONTEND_KEY, LOCAL_FRONTEND_MODEL
 from sglang_deploy.hostside import output_check
 from testbed.calibration import PROVEN
-from testbed.local_sglang import LocalSGLang, model_dir
+from testbed.local_sglang import model_dir
 from testbed.local_sim import LocalSim
 
 DOCUMENT, DIGEST = output_check.load_prompts()
@@ -108,14 +109,8 @@ def test_the_model_only_simulator(checkpoint, clean_baseline, tmp_path, fault, v
         assert result["agreement"] == 1.0
 
 
-def test_sglangs_own_front_end_returns_the_modelled_answers(checkpoint, tmp_path):
+def test_sglangs_own_front_end_returns_the_modelled_answers(local_frontend):
     # the chat template, the tokenizer's byte tokens and the detokenizer are SGLang's: the answers survive them
-    server = LocalSGLang(PROVEN + ["--api-key", KEY, "--served-model-name", "qwen3.6-27b"],
-                         {"SGLANG_SIM_FAULT_OUTPUT": ""}, checkpoint)
-    server.start(tmp_path / "sglang.log").wait_ready()
-    try:
-        result = output_check.run(server.url, KEY, "qwen3.6-27b")
-    finally:
-        server.stop()
+    result = output_check.run(local_frontend.url, LOCAL_FRONTEND_KEY, LOCAL_FRONTEND_MODEL)
     assert result["verdict"] == "pass", result["reasons"] + [json.dumps(result["results"])[:2000]]
     assert {row["finish_reason"] for row in result["results"]} == {"stop"}

@@ -11,13 +11,11 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from conftest import LOCAL_FRONTEND_KEY as KEY
+from conftest import LOCAL_FRONTEND_MODEL as SERVED
 from sglang_deploy import validator_env
-from testbed.calibration import PROVEN
-from testbed.local_sglang import LocalSGLang, model_dir
 from testbed.local_sim import SGLANG_VERSION
 
-KEY = "sk-outside-clients"
-SERVED = "qwen3.6-27b"
 # A word-level tokenizer with the `tokenizers` library, saved as a Hugging Face tokenizer directory.
 BUILD_TOKENIZER = """
 import json, sys
@@ -31,13 +29,10 @@ json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "<unk>", "
 """
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    checkpoint = model_dir(tmp_path_factory.mktemp("model"))
-    sim = LocalSGLang(PROVEN + ["--served-model-name", SERVED, "--api-key", KEY], {}, checkpoint)
-    sim.start(tmp_path_factory.mktemp("log") / "sglang.log").wait_ready()
-    yield sim
-    sim.stop()
+@pytest.fixture
+def server(local_frontend):
+    """The local front end (tests/conftest.py local_frontend): the proven profile's flags, an API key."""
+    return local_frontend
 
 
 def client(server, key=KEY):
