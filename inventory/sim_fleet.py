@@ -29,6 +29,10 @@ fleet = [
         # N servers on one machine: the model-only simulator by default (SGLang's own front end takes 4 GB each);
         # --data sim_server=sglang runs the real one on every host.
         "sim_server": "model",
+        # ... and the preflight without its SGLang-stack steps (its resolution and torch import: about 10 s of CPU
+        # per host and command line, the same SGLang install the controller's check resolved with moments before);
+        # --data preflight_stack=true runs them.
+        "preflight_stack": False,
     })
     for entry in info["hosts"]
 ]

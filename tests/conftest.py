@@ -91,8 +91,9 @@ def dflash_profile(tmp_path: Path, draft_dir: Path, name: str = "dflash.yaml", t
 # 0.1 GB) for the rest, which restart servers dozens of times. At most FRONTEND_SLOTS real front ends run at once
 # across the workers (a lock file per slot), so that the suite fits the CI machine's 24 GB. The suite is CPU-bound on
 # 2 cores and the front end's starts were its largest cost: what only SGLang's own front end can show (its
-# processes, its resolution, its auth, the key in its journal through start, crash and rollback) is one module.
-SGLANG_FRONTEND_MODULES = {"test_frontend_sim.py"}
+# processes, its resolution, its auth, the key in its journal through start, crash and rollback) is two modules,
+# whose chains of starts (3 and 5) run side by side.
+SGLANG_FRONTEND_MODULES = {"test_frontend_sim.py", "test_frontend_rollback_sim.py"}
 # The preflight's steps that import SGLang's stack (hostside/preflight.py: the resolution, ~6 s of CPU and 0.9 GB per
 # new command line, and torch) run in these modules; elsewhere `--data preflight_stack=false` leaves them out (the
 # controller's check resolved the same command line with the same SGLang install moments before).
@@ -183,7 +184,7 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # measure twice, 2-3 min each), the longest single test, the modules that run as one chain, the rest. Measured
 # with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
 # deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
-LONGEST_FIRST = ["test_frontend_sim.py",  # 7 starts of SGLang's own front end, in one chain
+LONGEST_FIRST = ["test_frontend_rollback_sim.py", "test_frontend_sim.py",  # 5 and 3 starts of SGLang's front end
                  "test_gate_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
                  "test_fleet_sim.py",  # about 130 s
                  "test_drafter_sim.py",  # two tests, 80-190 s each
