@@ -69,7 +69,7 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
             print(f"[check] creating the flag-validation environment for SGLang {version} in {target} "
                   "(once; a few minutes)", file=sys.stderr, flush=True)
         shutil.rmtree(target, ignore_errors=True)
-        pip = [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        pip = installer(python)
         steps = [
             [sys.executable, "-m", "venv", str(target)],
             pip + ["--no-deps", f"sglang=={version}"],
@@ -85,6 +85,36 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
                 )
         (target / ".complete").write_text(f"{version} recipe {ENV_RECIPE}\n")
     return python
+
+
+def installer(python: Path) -> list[str]:
+    """The command that installs packages into the environment of `python`. uv's pip when the controller has uv (the
+    test extra brings it; it downloads and unpacks in parallel: the 6 GB env in about 35 s here against pip's 90 s),
+    given this machine's pip configuration (indexes, find-links, constraints, no cache) so that it picks the files
+    pip would; else pip itself."""
+    uv = shutil.which("uv", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
+    if uv is None:
+        return [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    return [uv, "pip", "install", "-q", "--python", str(python), "--compile-bytecode",
+            "--index-strategy", "unsafe-best-match", *uv_options_from_pip_config()]
+
+
+def uv_options_from_pip_config() -> list[str]:
+    """pip's configuration (files and PIP_* variables, as `pip config list` shows it) as uv's options."""
+    result = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
+                            env=scrubbed_environment())
+    options = []
+    flags = {"index-url": "--index-url", "extra-index-url": "--extra-index-url", "find-links": "--find-links",
+             "constraint": "--constraint"}
+    for line in result.stdout.splitlines():
+        name, _, value = line.partition("=")
+        flag = flags.get(name.rsplit(".", 1)[-1])
+        for item in value.strip().strip("'\"").split() if flag else ():
+            if (flag, item) not in zip(options[::2], options[1::2]):
+                options += [flag, item]
+    if os.environ.get("PIP_NO_CACHE_DIR", "").lower() in ("1", "true", "yes", "on"):
+        options.append("--no-cache")
+    return options
 
 
 def _layer_digest() -> str:
@@ -122,8 +152,7 @@ def ensure_full_layer(version: str, quiet: bool = False) -> Path:
             raise ValidatorEnvError("SGLang's full resolution needs a C compiler for the stub driver library "
                                     "(apt-get install gcc)")
         steps = [
-            [str(python), "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-deps",
-             *FULL_LAYER_PACKAGES],
+            installer(python) + ["--no-deps", *FULL_LAYER_PACKAGES],
             [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(target / "lib" / "libcuda.so.1"),
              str(STANDIN_DIR / "libcuda_stub.c")],
         ]
