@@ -1,8 +1,9 @@
 """Runs inside a validator virtualenv that holds a pinned SGLang (no GPU dependencies).
 
-Reads JSON lines from stdin: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...],
-                               "resolve": {"argv": [...], "model_config": {...}, "gpu_facts": "..."} (optional)}
-Writes JSON to stdout:
+A server on a Unix socket (serve(): started and shared by the controller's processes, validator_env.py). Each
+connection sends one JSON line: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...],
+                                 "resolve": {"argv": [...], "model_config": {...}, "gpu_facts": "..."} (optional)}
+and reads one JSON line back:
   {"sglang_version": ..., "actions": [...], "results": [{"ok": bool, "error": str|null}, ...],
    "algorithms": {name: error-or-null}, "resolution": {...} (when asked), "export": {...} (with "export": true:
    the table sglang_deploy/flag_table.py rebuilds the parser from)}
@@ -134,36 +135,110 @@ def install_gpu_standin():
     return runpy.run_path(path)["install"]()
 
 
-def main():
-    """One JSON request per stdin line, one JSON answer per stdout line, until stdin closes."""
+def load():
+    """SGLang's parser, once per process: the GPU facts are installed before SGLang is imported (it caches what it
+    reads of the platform). Returns what reply() needs."""
+    gpu = install_gpu_standin()
+    import sglang
+    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+    if gpu is not None:
+        # flashinfer is a pinned dependency of every sglang install (flashinfer_python==0.7.2); the validator
+        # env leaves out its 600 MB and states the fact SGLang derives from it (runtime_context.py).
+        from sglang.srt.runtime_context import override_platform
+
+        override_platform(has_flashinfer=True).install()
+    parser = ProbeParser(prog="sglang serve", add_help=False)
+    ServerArgs.add_cli_args(parser)
+    return {"gpu": gpu, "sglang": sglang, "parser": parser, "algorithm": SpeculativeAlgorithm}
+
+
+def reply(request, loaded):
+    answer_ = answer(request, loaded["sglang"], loaded["parser"], loaded["algorithm"])
+    if request.get("export"):
+        answer_["export"] = export_table(loaded["sglang"], loaded["parser"], loaded["algorithm"])
+    if request.get("resolve"):
+        if loaded["gpu"] is None:
+            raise SystemExit("a resolution needs the GPU stand-in (SGLANG_DEPLOY_GPU_FACTS)")
+        answer_["resolution"] = _resolution_module().resolve(request["resolve"])
+    return answer_
+
+
+def _answer_connection(connection, loaded):
+    """In a fork of the server: one request line in, one answer line out. A failure of the probe itself is
+    answered as {"probe_error": traceback}, so that the client reports it instead of asking again."""
+    import traceback
+
+    with connection, connection.makefile("rw", encoding="utf-8") as stream:
+        line = stream.readline()
+        try:
+            out = reply(json.loads(line), loaded)
+        except BaseException:  # noqa: BLE001 - the traceback is the answer
+            out = {"probe_error": traceback.format_exc()[-4000:]}
+        stream.write(json.dumps(out) + "\n")
+        stream.flush()
+
+
+def serve(path, idle_s):
+    """The shared server (validator_env's client starts it, one per SGLang version and GPU facts): SGLang is
+    imported once, a warm-up request (one line on stdin, from the client that started it) is resolved once so that
+    the modules SGLang imports on its first resolution are loaded, and then every connection to the Unix socket at
+    `path` is answered in a fork of this process, so no request sees another's state. Exits after idle_s seconds
+    without a connection, or on SIGTERM; the socket is removed either way (if it is still this server's)."""
+    import os
+    import signal
+    import socket
+
     logging.disable(logging.CRITICAL)
-    real_stdout = sys.stdout
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        gpu = install_gpu_standin()
-        import sglang
-        from sglang.srt.server_args import ServerArgs
-        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+        loaded = load()
+        warm = sys.stdin.readline().strip()
+        if warm:
+            try:
+                reply(json.loads(warm), loaded)
+            except BaseException:  # noqa: BLE001 - the real request will report it
+                pass
+    sys.stdin.close()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    listener.bind(path)
+    os.chmod(path, 0o600)
+    inode = os.stat(path).st_ino
+    listener.listen(64)
+    listener.settimeout(idle_s)
 
-        if gpu is not None:
-            # flashinfer is a pinned dependency of every sglang install (flashinfer_python==0.7.2); the validator
-            # env leaves out its 600 MB and states the fact SGLang derives from it (runtime_context.py).
-            from sglang.srt.runtime_context import override_platform
+    def leave(*_):
+        with contextlib.suppress(OSError):
+            if os.stat(path).st_ino == inode:
+                os.unlink(path)
+        os._exit(0)
 
-            override_platform(has_flashinfer=True).install()
-        parser = ProbeParser(prog="sglang serve", add_help=False)
-        ServerArgs.add_cli_args(parser)
-        for line in sys.stdin:
-            if line.strip():
-                request = json.loads(line)
-                reply = answer(request, sglang, parser, SpeculativeAlgorithm)
-                if request.get("export"):
-                    reply["export"] = export_table(sglang, parser, SpeculativeAlgorithm)
-                if request.get("resolve"):
-                    if gpu is None:
-                        raise SystemExit("a resolution needs the GPU stand-in (SGLANG_DEPLOY_GPU_FACTS)")
-                    reply["resolution"] = _resolution_module().resolve(request["resolve"])
-                real_stdout.write(json.dumps(reply) + "\n")
-                real_stdout.flush()
+    signal.signal(signal.SIGTERM, leave)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # forks are reaped by the kernel
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except socket.timeout:
+            leave()
+        except InterruptedError:
+            continue
+        if os.fork() == 0:
+            listener.close()
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+                    _answer_connection(connection, loaded)
+            finally:
+                os._exit(0)
+        connection.close()
+
+
+def main():
+    """`parser_probe.py PATH IDLE_S`: the shared server above."""
+    serve(sys.argv[1], float(sys.argv[2]))
 
 
 if __name__ == "__main__":

@@ -14,9 +14,10 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from functools import lru_cache
 from pathlib import Path
+
+from . import probe_client
 
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
 PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
@@ -194,53 +195,37 @@ def _complete(target: Path) -> bool:
         return False
 
 
-_probes: dict[tuple, subprocess.Popen] = {}
-_probe_lock = threading.Lock()  # one request at a time per probe process (threads share it)
+def _probe_identity() -> list:
+    """What an answer depends on besides the request: the env's recipe, the probe's and the stand-in's sources and
+    the layer (the answers cache's key, and the shared probe server's)."""
+    return [ENV_RECIPE, hashlib.sha256(PROBE_SCRIPT.read_bytes() + RESOLUTION_SCRIPT.read_bytes()).hexdigest(),
+            hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest()]
 
 
-def _probe_process(version: str, gpu_facts: str | None) -> subprocess.Popen:
-    """One long-lived probe per version, GPU facts and controller process (importing sglang takes seconds; the
-    facts are installed before the import, as SGLang caches what it reads of the platform)."""
-    process = _probes.get((version, gpu_facts))
-    if process is None or process.poll() is not None:
-        python = ensure_env(version)
-        env = standin_environment(version, gpu_facts) if gpu_facts else scrubbed_environment()
-        process = subprocess.Popen([str(python), "-P", str(PROBE_SCRIPT)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, env=env)
-        _probes[(version, gpu_facts)] = process
-    return process
+def _server_command(version: str, gpu_facts: str | None) -> tuple[list[str], dict]:
+    """How the shared probe of SGLang <version> under these GPU facts is started (the facts are installed before
+    the import, as SGLang caches what it reads of the platform)."""
+    python = ensure_env(version)
+    env = standin_environment(version, gpu_facts) if gpu_facts else scrubbed_environment()
+    return [str(python), "-P", str(PROBE_SCRIPT)], env
 
 
 def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None,
               export: bool = False) -> dict:
     """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape. A
-    resolve request runs SGLang's whole resolution under the GPU facts it carries (resolve["gpu_facts"])."""
-    with _probe_lock:
-        return _run_probe_locked(version, argvs, algorithms, resolve, export)
-
-
-def env_built(version: str) -> bool:
-    """Whether the heavy environment of SGLang <version> is already here (nothing is built by asking)."""
-    return _complete(env_dir(version))
-
-
-def _run_probe_locked(version: str, argvs: list[list[str]], algorithms, resolve: dict | None,
-                      export: bool = False) -> dict:
-    process = _probe_process(version, (resolve or {}).get("gpu_facts"))
+    resolve request runs SGLang's whole resolution under the GPU facts it carries (resolve["gpu_facts"]).
+    The probe is a server shared by the controller's processes (probe_client.py)."""
     request = {"argvs": argvs, "algorithms": list(algorithms)}
     if resolve:
         request["resolve"] = resolve
     if export:
         request["export"] = True
-    process.stdin.write(json.dumps(request) + "\n")
-    process.stdin.flush()
-    line = process.stdout.readline()
-    if not line:
-        _probes.pop((version, (resolve or {}).get("gpu_facts")), None)
-        raise ValidatorEnvError(
-            f"SGLang {version}'s parser could not be loaded from {env_dir(version)}:\n{process.stderr.read()[-2000:]}"
-        )
-    answer = json.loads(line)
+    gpu = (resolve or {}).get("gpu_facts")
+    path = probe_client.socket_path(CACHE_DIR, [version, gpu, *_probe_identity()])
+    try:
+        answer = probe_client.answer(path, lambda: _server_command(version, gpu), request)
+    except probe_client.ProbeServerError as error:
+        raise ValidatorEnvError(f"SGLang {version}'s parser could not be loaded from {env_dir(version)}:\n{error}") from None
     if answer.get("sglang_version") != version:
         raise ValidatorEnvError(
             f"validation environment {env_dir(version)} holds SGLang {answer.get('sglang_version')}, not {version}; "
@@ -249,12 +234,15 @@ def _run_probe_locked(version: str, argvs: list[list[str]], algorithms, resolve:
     return answer
 
 
+def env_built(version: str) -> bool:
+    """Whether the heavy environment of SGLang <version> is already here (nothing is built by asking)."""
+    return _complete(env_dir(version))
+
+
 def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None) -> dict:
     """run_probe, answered from a cache keyed by the request's content, SGLang's version, the validator
     env's recipe and the probe's own source: an unchanged profile is not parsed or resolved again."""
-    request = [version, argvs, list(algorithms), resolve, ENV_RECIPE,
-               hashlib.sha256(PROBE_SCRIPT.read_bytes() + RESOLUTION_SCRIPT.read_bytes()).hexdigest(),
-               hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest()]
+    request = [version, argvs, list(algorithms), resolve, *_probe_identity()]
     path = CACHE_DIR / "answers" / f"{hashlib.sha256(json.dumps(request).encode()).hexdigest()}.json"
     try:
         return json.loads(path.read_text())

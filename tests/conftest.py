@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -250,6 +251,32 @@ def local_frontend(tmp_path_factory):
             raise
         _local_frontend["server"] = server
     return server
+
+
+@pytest.fixture
+def probe_sockets(tmp_path, monkeypatch):  # tmp_path first: it is made under tempfile.tempdir
+    """A socket directory of this test's own (pytest's tmp_path is too long for a socket's path)."""
+    import tempfile
+
+    from sglang_deploy import probe_client, validator_env
+
+    directory = tempfile.mkdtemp(prefix="probe-", dir="/tmp")
+    monkeypatch.setattr(tempfile, "tempdir", directory)
+    yield Path(directory)
+    with contextlib.suppress(FileNotFoundError):
+        (Path(directory) / f"sglang-deploy-{os.getuid()}").chmod(0o700)
+    for cache in ("/cache-a", "/cache-b", str(validator_env.CACHE_DIR)):
+        probe_client.stop_all(Path(cache))
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def pytest_sessionfinish(session):
+    """The shared parser probes (sglang_deploy/probe_client.py) would leave on their own when idle: the run that
+    started them ends them (xdist: the controller, after every worker)."""
+    if not hasattr(session.config, "workerinput"):
+        from sglang_deploy import probe_client, validator_env
+
+        probe_client.stop_all(validator_env.CACHE_DIR)
 
 
 def pytest_runtest_teardown(item, nextitem):

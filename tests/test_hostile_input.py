@@ -7,6 +7,7 @@ tests/test_hostile_input_sim.py shows on the simulated host that a refused deplo
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -388,8 +389,10 @@ def test_a_long_value_with_a_late_mismatch_is_refused_at_once(case, call, messag
     assert result.returncode == 0 and message in result.stdout, result.stdout + result.stderr
 
 
-def test_the_validator_never_sees_the_controllers_secrets(monkeypatch):
-    from sglang_deploy import validator_env
+def test_the_validator_never_sees_the_controllers_secrets(monkeypatch, probe_sockets):
+    """The shared probe server is started with the scrubbed environment (a fake start here: it exits at once; no
+    real server answers in probe_sockets' directory)."""
+    from sglang_deploy import probe_client, validator_env
 
     monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-controller-key-0123456789")
     monkeypatch.setenv("SGLANG_DEPLOY_OTHER_KEY", "sk-named-by-api-key-env")
@@ -397,16 +400,19 @@ def test_the_validator_never_sees_the_controllers_secrets(monkeypatch):
     seen = {}
 
     class Popen:
-        def __init__(self, argv, env=None, **kwargs):
+        pid = 0
+
+        def __init__(self, argv, env=None, stdin=None, **kwargs):
             seen["env"] = env
+            self.stdin = open(os.devnull, "w")
 
         def poll(self):
-            return None
+            return 1
 
     monkeypatch.setattr(validator_env, "ensure_env", lambda version, quiet=False: Path("/nonexistent/python"))
-    monkeypatch.setattr(validator_env.subprocess, "Popen", Popen)
-    monkeypatch.setattr(validator_env, "_probes", {})
-    validator_env._probe_process("0.5.23", None)
+    monkeypatch.setattr(probe_client.subprocess, "Popen", Popen)
+    with pytest.raises(validator_env.ValidatorEnvError, match="could not be loaded"):
+        validator_env.run_probe("0.5.23", [])
     env = seen["env"]
     assert env is not None and "PATH" in env
     assert not {"SGLANG_DEPLOY_API_KEY", "SGLANG_DEPLOY_OTHER_KEY", "GITHUB_TOKEN"} & set(env)

@@ -101,3 +101,38 @@ def test_the_plan_resolves_under_the_hosts_gpu():
     assert gpu_model_for_host(host_settings({"gpu_model": "h100"}), {"gpu_names": []}) == (gpu_facts.model("h100"), None)
     with pytest.raises(PlanError, match="gpu_model: unknown GPU model 'v100'"):
         gpu_model_for_host(host_settings({"gpu_model": "v100"}), None)
+
+
+def test_the_shared_probe_answers_each_request_as_if_it_were_the_first(tmp_path):
+    """The probe server (probe_client.py) answers in forks of one process that imported SGLang and resolved a
+    warm-up request: a server warmed up with a refused command line (--language-model-only) gives the same answer
+    for the proven one as the shared server, steps and log included."""
+    from pathlib import Path
+
+    from sglang_deploy import probe_client, resolution, validator_env
+    from sglang_deploy.validate import model_config_problems, server_args
+
+    gpu = gpu_facts.model("a6000")
+
+    def request(path):
+        profile = load_profile(path)
+        config = model_config_problems(profile)[1]
+        argv = server_args(profile, 30999, None)
+        return {"argvs": [argv], "algorithms": ["NEXTN"], "resolve": resolution.request(argv, config, gpu, 2)}
+
+    refused = request(proven_with(tmp_path, "    --enable-metrics: true ",
+                                  "    --language-model-only: true\n    --enable-metrics: true "))
+    proven = request(PROVEN)
+    facts = proven["resolve"]["gpu_facts"]
+    identity = ["0.5.23", facts, *validator_env._probe_identity()]
+    private = probe_client.socket_path(Path("/isolation-check"), identity)
+    try:
+        first = probe_client.answer(private, lambda: validator_env._server_command("0.5.23", facts), refused)
+        assert first["resolution"]["error"], "the warm-up was expected to be refused"
+        after_refusal = probe_client.answer(private, lambda: pytest.fail("started twice"), proven)
+    finally:
+        probe_client.stop_all(Path("/isolation-check"))
+    shared = validator_env.run_probe("0.5.23", proven["argvs"], proven["algorithms"], resolve=proven["resolve"])
+    assert after_refusal["resolution"]["error"] is None
+    assert after_refusal["resolution"] == shared["resolution"]
+    assert after_refusal["results"] == shared["results"]
