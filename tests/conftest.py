@@ -270,6 +270,19 @@ def probe_sockets(tmp_path, monkeypatch):  # tmp_path first: it is made under te
     shutil.rmtree(directory, ignore_errors=True)
 
 
+# SGLANG_DEPLOY_TEST_TIMELINE=FILE: one JSON line per test phase (worker, test, phase, start, stop), for finding the
+# suite's critical path (docs/testing.md); the controller writes it (xdist reports carry the workers' clocks).
+TIMELINE = os.environ.get("SGLANG_DEPLOY_TEST_TIMELINE")
+
+
+def pytest_runtest_logreport(report):
+    if TIMELINE and not os.environ.get("PYTEST_XDIST_WORKER"):
+        with open(TIMELINE, "a") as out:
+            out.write(json.dumps({"worker": getattr(report, "node", None) and report.node.gateway.id,
+                                  "test": report.nodeid, "phase": report.when, "start": report.start,
+                                  "stop": report.stop}) + "\n")
+
+
 def pytest_sessionfinish(session):
     """The shared parser probes (sglang_deploy/probe_client.py) would leave on their own when idle: the run that
     started them ends them (xdist: the controller, after every worker)."""
