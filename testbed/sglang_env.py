@@ -28,7 +28,8 @@ if str(REPO) not in sys.path:
 
 from sglang_deploy import validator_env  # noqa: E402
 
-# What `sglang serve` imports beyond the validator env, at the versions sglang 0.5.23 pins (its METADATA).
+# What `sglang serve` imports beyond the validator env, at the versions sglang 0.5.23 pins (its METADATA); the
+# built layer satisfies each of them (tests/test_frontends.py).
 FRONTEND_PACKAGES = [
     "fastapi", "uvicorn>=0.51", "uvloop", "prometheus-client>=0.20.0", "python-multipart", "setproctitle",
     "openai==2.8.0", "openai-harmony==0.0.4", "anthropic>=0.20.0", "partial_json_parser", "interegular", "zstandard",
@@ -36,9 +37,24 @@ FRONTEND_PACKAGES = [
     "mistral_common>=1.11.5", "blobfile==3.0.0", "easydict", "soundfile==0.13.1", "nvidia-ml-py", "xxhash",
     "regex", "scipy", "python-dateutil<3", "timm==1.0.25", "tabulate", "click", "ninja",
 ]
-# Installed without its CUDA dependencies: it imports on a CPU-only machine, and its presence is what SGLang reads
-# to choose the flashinfer attention and sampling backends, as on the real host (a pinned dependency of sglang).
-NO_DEPS_PACKAGES = ["flashinfer_python==0.7.2"]
+# What pip resolves for FRONTEND_PACKAGES over the validator env (SGLang 0.5.23's, 2026-12-02), plus
+# flashinfer_python (a pinned dependency of sglang) installed without its CUDA dependencies: it imports on a CPU-only
+# machine, and its presence is what SGLang reads to choose the flashinfer attention and sampling backends, as on
+# the real host. Installed as pinned and without dependencies, by uv or pip (validator_env.installer): the same
+# files either way (uv does not see the validator env's packages through the .pth line, so it must not resolve).
+FRONTEND_PINS = [
+    "anthropic==2.14.0", "blobfile==3.0.0", "cffi==2.1.1", "distro==1.9.0", "docstring_parser==0.18.0",
+    "easydict==1.14", "einops==0.8.2", "fastapi==0.165.0", "flashinfer-python==0.7.2", "httpcore2==2.16.2",
+    "httpx2==2.16.2", "interegular==0.3.3", "jiter==0.19.0", "jsonschema==4.26.0",
+    "jsonschema-specifications==2025.9.1", "llguidance==1.9.1", "lxml==6.1.3", "mistral_common==1.13.1",
+    "ninja==1.13.2", "numpy==2.3.5", "nvidia-ml-py==13.615.71", "openai==2.8.0", "openai-harmony==0.0.4",
+    "opentelemetry-api==1.45.2", "partial-json-parser==0.2.1.1.post7", "prometheus_client==0.26.0",
+    "pycountry==26.2.16", "pycparser==3.12", "pycryptodomex==3.24.2", "pydantic-extra-types==2.11.1",
+    "python-dateutil==2.9.0.post0", "python-multipart==0.0.34", "referencing==0.37.0", "rpds-py==2026.9.1",
+    "scipy==1.17.1", "setproctitle==1.3.8", "setuptools==84.2.1", "six==1.17.0", "sniffio==1.3.1",
+    "soundfile==0.13.1", "tabulate==0.10.0", "tiktoken==0.14.0", "timm==1.0.25", "truststore==0.10.5",
+    "uvicorn==0.54.0", "uvloop==0.23.0", "watchfiles==1.3.0", "xgrammar==0.2.7", "zstandard==0.25.0",
+]
 # Where the simulated host keeps its GPU facts (its "hardware"): written by testbed/simhost.py.
 HOST_GPU_FACTS = "/etc/sglang-sim/gpus.json"
 # A .pth line runs inside site.addpackage, where `sitedir` is the site-packages directory being read.
@@ -86,7 +102,7 @@ _sglang_deploy_gpu_standin()
 
 
 def recipe_digest() -> str:
-    digest = hashlib.sha256(json.dumps([FRONTEND_PACKAGES, NO_DEPS_PACKAGES]).encode() + HOOK.encode()
+    digest = hashlib.sha256(json.dumps([FRONTEND_PACKAGES, FRONTEND_PINS]).encode() + HOOK.encode()
                             + STANDIN_PTH.encode())
     digest.update((validator_env.STANDIN_DIR / "standin.py").read_bytes())
     return digest.hexdigest()[:16]
@@ -122,12 +138,11 @@ def ensure(version: str = "0.5.23", quiet: bool = False) -> Path:
         (site / "zzz-sglang-deploy-gpu-standin.pth").write_text(STANDIN_PTH)
         (target / "gpu_standin_hook.py").write_text(HOOK)
         shutil.copy(validator_env.STANDIN_DIR / "standin.py", target / "gpu_standin.py")
-        pip = [str(target / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
-        for step in (pip + FRONTEND_PACKAGES, pip + ["--no-deps", *NO_DEPS_PACKAGES]):
-            result = subprocess.run(step, capture_output=True, text=True)
-            if result.returncode != 0:
-                shutil.rmtree(target, ignore_errors=True)
-                raise RuntimeError(f"could not install SGLang's front-end packages:\n{result.stderr[-3000:]}")
+        step = validator_env.installer(target / "bin" / "python") + ["--no-deps", *FRONTEND_PINS]
+        result = subprocess.run(step, capture_output=True, text=True, env=validator_env.scrubbed_environment())
+        if result.returncode != 0:
+            shutil.rmtree(target, ignore_errors=True)
+            raise RuntimeError(f"could not install SGLang's front-end packages:\n{result.stderr[-3000:]}")
         marker.write_text(digest + "\n")
     return target / "bin" / "python"
 

@@ -180,20 +180,22 @@ class SimHostSession:
 # together, in order, on one worker (and its simulated host), except in the modules below: each of their tests
 # starts by deploying the release it needs, so they are handed out one by one to whichever worker is free.
 INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py", "test_drafter_sim.py"}
-# Longest first, so the long ones start at once and the short ones fill the gaps: the gate's tests (two of them
-# measure twice, 2-3 min each), the longest single test, the modules that run as one chain, the rest. Measured
-# with --durations=0 (serial: releases 405 s, gate 335 s, doctor 190 s, simulator 90 s, provisioning 70 s,
-# deploy 63 s, gate trials 40 s; every other module a few seconds); a module or one test (module::name).
-LONGEST_FIRST = ["test_frontend_sim.py",  # 5 starts of SGLang's own front end, in one chain
-                 "test_gate_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
-                 "test_fleet_sim.py",  # about 130 s
-                 "test_drafter_sim.py",  # two tests, 80-190 s each
+# Longest first, so the long ones start at once and the short ones fill the gaps (a module or one test,
+# module::name). The figures: each module's time on its worker in a warm CI run on 6 workers, 2026-12-02
+# (SGLANG_DEPLOY_TEST_TIMELINE); every module not named takes a few seconds.
+LONGEST_FIRST = ["test_frontend_sim.py",  # 5 starts of SGLang's own front end, in one chain (about 360 s)
+                 "test_gate_sim.py",  # 50-210 s each
+                 "test_tune_sim.py", "test_fleet_sim.py",  # about 250 s each
+                 "test_watch_sim.py", "test_sim.py",  # 170-190 s
+                 "test_drafter_sim.py",  # two tests, 80-100 s each
                  "test_lxc_sim.py",  # about 125 s
-                 "test_hostile_input_sim.py", "test_tune_sim.py", "test_watch_sim.py", "test_provision_sim.py", "test_sim.py",
-                 "test_deploy_sim.py", "test_weights_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
-                 # the local front end's users, in the order that keeps them together (LOCAL_FRONTEND_MODULES)
+                 # the local front end's users (about 120 s), in the order that keeps them together
+                 # (LOCAL_FRONTEND_MODULES)
                  "test_outside_clients.py", "test_output_check.py::test_sglangs_own_front_end_returns_the_modelled_answers",
-                 "test_frontends.py", "test_gate_trials.py"]
+                 "test_frontends.py",
+                 "test_hostile_input_sim.py", "test_weights_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
+                 "test_provision_sim.py", "test_deploy_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
+                 "test_gate_trials.py"]
 
 
 def pytest_collection_modifyitems(config, items):

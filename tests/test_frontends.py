@@ -121,3 +121,23 @@ def test_metric_names(answers):
     model, real = (metric_names(answers[name][-1][1]) for name in ("model", "sglang"))
     assert model - real == set(), "the model-only simulator exports metric names SGLang does not"
     assert METRICS_READ - model == set() and METRICS_READ - real == set()
+
+
+def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
+    """The layer is installed from exact pins without resolving (testbed/sglang_env.FRONTEND_PINS): SGLang's own
+    requirements of its serving path (FRONTEND_PACKAGES) must hold in it, the validator env's packages included."""
+    import subprocess
+
+    from testbed import sglang_env
+
+    check = ("import json, sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
+             "from packaging.requirements import Requirement\nbad = []\n"
+             "for text in json.loads(sys.argv[1]):\n    r = Requirement(text)\n"
+             "    try:\n        v = version(r.name)\n    except PackageNotFoundError:\n        v = None\n"
+             "    if v is None or not r.specifier.contains(v, prereleases=True):\n        bad.append((text, v))\n"
+             "print(json.dumps(bad))\n")
+    python = sglang_env.ensure()
+    result = subprocess.run([str(python), "-c", check, json.dumps(sglang_env.FRONTEND_PACKAGES)],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout) == []
