@@ -27,27 +27,6 @@ def quick_bench(simhost):
 
 
 
-def test_seed_incident_is_refused_and_the_proven_release_restored(simhost, tmp_path):
-    good, output = gated_baseline(simhost, tmp_path, "incident-baseline")
-    assert "the gate measured a SIMULATED server" in output
-    result = simhost.deploy(profile=INCIDENT, gate=True)
-    output = result.stdout + result.stderr
-    assert result.returncode != 0
-    assert "is below the floor 45" in output and "acceptance length" in output and "below the floor 2.8" in output
-    assert "GATE FAIL" in output and f"automatic rollback to {good}: healthy again" in output
-    store = state(simhost)
-    assert store["state"]["active"] == good and store["consistent"]
-    [bad] = [r for r in store["releases"] if r["profile"] == INCIDENT.stem]
-    assert bad["verdict"] == "bad" and bad["gate"]["verdict"] == "fail"
-    speed = quick_bench(simhost)
-    assert speed["decode_tok_s"]["median"] >= 45 and speed["accept_length"]["median"] >= 2.8
-    # The gate result is stored with the release and shown by the listing.
-    gate_file = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{good}/gate-result.json"))
-    assert gate_file["verdict"] == "pass" and gate_file["measurement"]["decode_tok_s"]["n"] == 8  # the proven profile's gate.samples
-    listing = simhost.pyinfra("releases.py")
-    assert f"pass {gate_file['measurement']['decode_tok_s']['median']:.1f} tok/s" in listing.stdout + listing.stderr
-
-
 def test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor(simhost, tmp_path):
     gated_baseline(simhost, tmp_path, "slowdown-baseline")
     slow = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_SLOWDOWN_PCT: "15"\n', "slow.yaml")
@@ -58,15 +37,14 @@ def test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor(simhost, tmp_
     assert "slower than the baseline" in output and "below the floor" not in output
 
 
-def test_proven_release_after_a_forced_1_step_release_passes(simhost, tmp_path):
-    """Issue 12's sequence: proven (pass), 1-step (refused), 1-step with skip_gate, proven again."""
-    proven_profile = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_NOTE: "issue12"\n',
-                                 "issue12.yaml")
-    result = simhost.deploy(profile=proven_profile, gate=True)
-    assert result.returncode == 0 and "GATE PASS" in result.stdout + result.stderr, (result.stdout + result.stderr)[-4000:]
-    proven = state(simhost)["state"]["active"]
+def test_seed_incident_is_refused_then_forced_and_the_proven_release_passes_again(simhost, tmp_path):
+    """The seed incident, then issue 12's sequence: proven (pass), 1-step (refused for its real reasons, the proven
+    release restored), 1-step with skip_gate, proven again."""
+    proven, output = gated_baseline(simhost, tmp_path, "issue12")
+    assert "the gate measured a SIMULATED server" in output
+    proven_profile = tmp_path / "issue12.yaml"
 
-    # The reverse order is still refused, for its real reasons: both floors, and slower than the baseline.
+    # Refused for its real reasons: both floors, and slower than the baseline; the proven release restored.
     result = simhost.deploy(profile=INCIDENT, gate=True)
     output = result.stdout + result.stderr
     assert result.returncode != 0 and "GATE FAIL" in output
@@ -74,8 +52,17 @@ def test_proven_release_after_a_forced_1_step_release_passes(simhost, tmp_path):
     assert "% slower than the baseline" in output and f"baseline: release {proven}, the last good release" in output
     assert f"automatic rollback to {proven}: healthy again" in output
     store = state(simhost)
-    [incident] = [r["id"] for r in store["releases"] if r["profile"] == INCIDENT.stem]
-    assert store["state"]["active"] == proven
+    assert store["state"]["active"] == proven and store["consistent"]
+    [bad] = [r for r in store["releases"] if r["profile"] == INCIDENT.stem]
+    assert bad["verdict"] == "bad" and bad["gate"]["verdict"] == "fail"
+    incident = bad["id"]
+    speed = quick_bench(simhost)
+    assert speed["decode_tok_s"]["median"] >= 45 and speed["accept_length"]["median"] >= 2.8
+    # The gate result is stored with the release and shown by the listing.
+    gate_file = json.loads(simhost.sh(f"cat /var/lib/sglang-deploy/sglang/releases/{proven}/gate-result.json"))
+    assert gate_file["verdict"] == "pass" and gate_file["measurement"]["decode_tok_s"]["n"] == 8  # the proven profile's gate.samples
+    listing = simhost.pyinfra("releases.py")
+    assert f"pass {gate_file['measurement']['decode_tok_s']['median']:.1f} tok/s" in listing.stdout + listing.stderr
 
     # The emergency override: the 1-step release is active and good, carrying its failed measurement.
     assert simhost.deploy(profile=INCIDENT).returncode == 0  # skip_gate=true
