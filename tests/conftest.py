@@ -184,8 +184,11 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # module::name). The figures: each module's time on its worker in a warm CI run on 6 workers, 2026-12-02
 # (SGLANG_DEPLOY_TEST_TIMELINE); every module not named takes a few seconds.
 LONGEST_FIRST = ["test_frontend_sim.py",  # 5 starts of SGLang's own front end, in one chain (about 360 s)
-                 "test_gate_sim.py",  # 50-210 s each
+                 # the gate's measuring tests (170-230 s, mostly real-time waits) beside the CPU-heavy chains
+                 "test_gate_sim.py::test_seed_incident_is_refused_then_forced_and_the_proven_release_passes_again",
+                 "test_gate_sim.py::test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor",
                  "test_tune_sim.py", "test_fleet_sim.py",  # about 250 s each
+                 "test_gate_sim.py::test_a_faster_release_that_answers_garbage_never_passes",  # about 110 s
                  "test_watch_sim.py", "test_sim.py",  # 170-190 s
                  "test_drafter_sim.py",  # two tests, 80-100 s each
                  "test_lxc_sim.py",  # about 125 s
@@ -194,8 +197,9 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 5 starts of SGLang's own front end, 
                  "test_outside_clients.py", "test_output_check.py::test_sglangs_own_front_end_returns_the_modelled_answers",
                  "test_frontends.py",
                  "test_hostile_input_sim.py", "test_weights_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
-                 "test_provision_sim.py", "test_deploy_sim.py", "test_releases_sim.py", "test_doctor_sim.py",
-                 "test_gate_trials.py"]
+                 "test_provision_sim.py", "test_deploy_sim.py",
+                 "test_gate_sim.py",  # the rest of it: 25-40 s each, refused before any measurement
+                 "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py"]
 
 
 def pytest_collection_modifyitems(config, items):
@@ -389,7 +393,8 @@ def _preflight_stack(request):
 
 def key_leaks(session: SimHostSession) -> list[str]:
     """Where the API key shows, but in the secrets file (0640, root:sglang): in what a pyinfra run of the session
-    printed (session.transcript), in a file the tool writes on the host, in the journal, in the local results.
+    printed (session.transcript), in a file the tool writes on the host, in the journal, in the local results, the
+    parser probe's logs and its answers.
     SGLang returns the key from /server_info and logs it at every start (``server_args=``), as the model-only
     simulator does, so a copy that is not redacted would show."""
     key = session.api_key_original
@@ -400,7 +405,11 @@ def key_leaks(session: SimHostSession) -> list[str]:
     found += [f"the host's {path} holds it" for path in files]
     if session.sh(f"journalctl --no-pager -o cat | grep -cF -- '{key}'; true").strip() != "0":
         found.append("the host's journal holds it")
-    local = subprocess.run(["grep", "-rlF", "--", key, str(REPO / "results")], capture_output=True, text=True)
+    from sglang_deploy import probe_client, validator_env
+
+    # the local results, the shared parser probe's logs, the answers cache
+    places = [REPO / "results", probe_client.socket_dir(), validator_env.CACHE_DIR / "answers"]
+    local = subprocess.run(["grep", "-rlF", "--", key, *map(str, places)], capture_output=True, text=True)
     found += [f"{path} holds it" for path in local.stdout.split()]
     return found
 
