@@ -195,11 +195,12 @@ def _complete(target: Path) -> bool:
         return False
 
 
-def _probe_identity() -> list:
+@lru_cache(maxsize=1)
+def _probe_identity() -> tuple:
     """What an answer depends on besides the request: the env's recipe, the probe's and the stand-in's sources and
-    the layer (the answers cache's key, and the shared probe server's)."""
-    return [ENV_RECIPE, hashlib.sha256(PROBE_SCRIPT.read_bytes() + RESOLUTION_SCRIPT.read_bytes()).hexdigest(),
-            hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest()]
+    the layer (the answers cache's key, and the shared probe server's); read once per process."""
+    return (ENV_RECIPE, hashlib.sha256(PROBE_SCRIPT.read_bytes() + RESOLUTION_SCRIPT.read_bytes()).hexdigest(),
+            hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest())
 
 
 def _server_command(version: str, gpu_facts: str | None) -> tuple[list[str], dict]:

@@ -134,3 +134,11 @@ def test_the_socket_directory_must_be_this_users_alone(probe_sockets):
     directory.chmod(0o755)
     with pytest.raises(probe_client.ProbeServerError, match="mode 0700"):
         probe_client.socket_dir()
+
+
+def test_a_socket_directory_too_long_for_a_socket_path_is_refused_with_the_fix(monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", "/tmp/" + "d" * 80)
+    with pytest.raises(probe_client.ProbeServerError, match="set TMPDIR to a shorter directory"):
+        probe_client.socket_dir()
