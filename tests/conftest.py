@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -289,13 +290,22 @@ def pytest_runtest_logreport(report):
                                   "stop": report.stop}) + "\n")
 
 
+def pytest_sessionstart(session):
+    """The shared parser probes this run starts carry its name (the workers and every pyinfra run they start inherit
+    it), so that its end stops them and none of another run's (probe_client.OWNER_VARIABLE)."""
+    if not hasattr(session.config, "workerinput"):
+        from sglang_deploy import probe_client
+
+        os.environ[probe_client.OWNER_VARIABLE] = f"pytest-{os.getpid()}-{time.time():.0f}"
+
+
 def pytest_sessionfinish(session):
     """The shared parser probes (sglang_deploy/probe_client.py) would leave on their own when idle: the run that
     started them ends them (xdist: the controller, after every worker)."""
     if not hasattr(session.config, "workerinput"):
         from sglang_deploy import probe_client, validator_env
 
-        probe_client.stop_all(validator_env.CACHE_DIR)
+        probe_client.stop_all(validator_env.CACHE_DIR, owner=os.environ.get(probe_client.OWNER_VARIABLE))
 
 
 def pytest_runtest_teardown(item, nextitem):
