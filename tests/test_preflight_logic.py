@@ -184,3 +184,17 @@ def test_the_preflight_inputs_are_sglangs_argv_and_the_compared_fields():
     command = preflight_command("sglang", "0003-abc", "/opt/v/bin/python", 2, simulated=False, container_id=129)
     assert "--container-id 129" in command and "rm -rf /run/sglang-deploy/preflight/sglang-0003-abc" in command
     assert command.endswith("exit $rc")
+
+
+def test_the_preflights_cached_acceptance_is_keyed_by_the_units_environment(monkeypatch):
+    """SGLang's hooks read SGLANG_* variables while resolving: a release whose environment alone changed is resolved
+    again on the host, not answered by an earlier acceptance; what systemd sets per invocation is not part of it."""
+    from sglang_deploy.hostside import preflight_probe
+
+    argv = ["--model-path", "/nonexistent", "--tp-size", "2"]
+    monkeypatch.delenv("SGLANG_GRPC_PORT", raising=False)
+    before = preflight_probe.resolution_key(argv)
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
+    assert preflight_probe.resolution_key(argv) == before
+    monkeypatch.setenv("SGLANG_GRPC_PORT", "50051")
+    assert preflight_probe.resolution_key(argv) != before

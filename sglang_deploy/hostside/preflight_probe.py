@@ -159,12 +159,21 @@ def _resolution_module():
     return module
 
 
+# What systemd sets anew for every invocation: not an input of SGLang's resolution.
+PER_INVOCATION_ENV = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MANAGERPID", "NOTIFY_SOCKET",
+                      "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC",
+                      "MEMORY_PRESSURE_WATCH", "MEMORY_PRESSURE_WRITE", "CREDENTIALS_DIRECTORY")
+
+
 def resolution_key(argv):
-    """What SGLang's answer depends on: the argv, the interpreter and its install, the checkpoint's config.json, the
-    GPUs nvidia-smi reports and the resolution code itself. An unchanged key reuses an earlier acceptance."""
+    """What SGLang's answer depends on: the argv, the environment (the unit's EnvironmentFile: SGLang's hooks read
+    SGLANG_* variables while resolving), the interpreter and its install, the checkpoint's config.json, the GPUs
+    nvidia-smi reports and the resolution code itself. An unchanged key reuses an earlier acceptance."""
     import hashlib
 
     digest = hashlib.sha256(json.dumps(argv).encode())
+    digest.update(json.dumps(sorted((name, value) for name, value in os.environ.items()
+                                    if name not in PER_INVOCATION_ENV)).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
     here = os.path.dirname(os.path.abspath(__file__))
     for path in ([os.path.join(here, "sglang_resolution.py")]
@@ -200,7 +209,7 @@ def resolution(argv):
         answer = _resolution_module().resolve({"argv": argv})
     resolved = answer.get("resolved") or {}
     keep = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
-            "attention_backend", "mem_fraction_static", "max_running_requests", "cuda_graph_max_bs", "context_length",
+            "attention_backend", "mem_fraction_static", "max_running_requests", "cuda_graph_config", "context_length",
             "disable_custom_all_reduce", "page_size", "chunked_prefill_size")
     found = {"error": answer.get("error"), "step": answer.get("step"), "steps": len(answer.get("steps") or []),
              "resolved": {key: resolved.get(key) for key in keep if key in resolved}}
