@@ -141,3 +141,22 @@ def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == []
+
+
+# The scheduler-side readings the gate, the doctor and the tune use: the model-only simulator must give SGLang's
+# front end's values (which the modelled Scheduler computes, with SGLang's own code where it is arithmetic).
+SCHEDULER_READINGS = ("effective_max_running_requests_per_dp", "decode_cuda_graph_bs", "disaggregation_mode",
+                      "decode_cuda_graph_memory_gb")
+MEMORY_READINGS = ("weight", "kvcache", "startup_available", "token_capacity", "graph")
+
+
+def test_the_readings_the_tool_uses_have_the_same_values_in_both(answers):
+    index = SEQUENCE.index(("/server_info", None, KEY))
+    model, real = (json.loads(answers[name][index][1])["internal_states"][0] for name in ("model", "sglang"))
+    for field in SCHEDULER_READINGS:
+        assert field in real and field in model, field
+        assert model[field] == real[field], (field, model[field], real[field])
+    for field in MEMORY_READINGS:
+        assert model["memory_usage"][field] == real["memory_usage"][field], (field, model["memory_usage"][field],
+                                                                             real["memory_usage"][field])
+    assert real["decode_cuda_graph_bs"], "the proven profile captures its decode (verify) graphs"
