@@ -143,11 +143,14 @@ def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
     assert json.loads(result.stdout) == []
 
 
-# The scheduler-side readings the gate, the doctor and the tune use: the model-only simulator must give SGLang's
-# front end's values (which the modelled Scheduler computes, with SGLang's own code where it is arithmetic).
+# The scheduler-side readings the gate, the doctor and the tune use. Equal in both servers: the role, the captured
+# decode graph sizes (SGLang's own get_batch_sizes_to_capture under the front end), the graph and weight memory and
+# what is free after start. The pool sizes (KV tokens, the running-request cap, the mamba state cache) are SGLang's
+# own arithmetic under the front end (sim/sglang_memory.py) and MODELLED in the model-only server: for the proven
+# profile both allow its 16 running requests; the front end's are checked against SGLang's rules below.
 SCHEDULER_READINGS = ("effective_max_running_requests_per_dp", "decode_cuda_graph_bs", "disaggregation_mode",
                       "decode_cuda_graph_memory_gb")
-MEMORY_READINGS = ("weight", "kvcache", "startup_available", "token_capacity", "graph")
+MEMORY_READINGS = ("weight", "startup_available", "graph")
 
 
 def test_the_readings_the_tool_uses_have_the_same_values_in_both(answers):
@@ -160,3 +163,15 @@ def test_the_readings_the_tool_uses_have_the_same_values_in_both(answers):
         assert model["memory_usage"][field] == real["memory_usage"][field], (field, model["memory_usage"][field],
                                                                              real["memory_usage"][field])
     assert real["decode_cuda_graph_bs"], "the proven profile captures its decode (verify) graphs"
+
+
+def test_the_pool_sizes_are_sglangs_own_arithmetic(answers):
+    """Under SGLang's front end the KV tokens and the mamba state cache come from SGLang's KVCacheConfigurator: the
+    state cache is written into the published context (internal_states' max_mamba_cache_size, as on a GPU), it
+    bounds the running requests by SGLang's ratio (5 slots per request with the extra buffer and overlap), and
+    the intermediate SSM scratch per draft token (4 here) is charged before the KV pool is sized."""
+    index = SEQUENCE.index(("/server_info", None, KEY))
+    real = json.loads(answers["sglang"][index][1])["internal_states"][0]
+    assert isinstance(real["max_mamba_cache_size"], int) and real["max_mamba_cache_size"] // 5 >= 16
+    assert real["effective_max_running_requests_per_dp"] == 16
+    assert 300_000 < real["memory_usage"]["token_capacity"] < 700_000  # about 0.5 M, not the model's 1 M

@@ -95,6 +95,7 @@ class Engine:
             self.machine = {**self.machine, "p2p": False}
         self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
         self.eff = hardware.resolve(resolved, env, self.machine, self.model)
+        self.capacity: dict | None = None  # SGLang's own pool sizing, where SGLang runs (use_capacity)
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         fault = env.get("SGLANG_SIM_FAULT_OUTPUT") or None
@@ -284,6 +285,9 @@ class Engine:
                 phases["prefill"] = 0.31
         fraction = self.resolved.get("mem_fraction_static") or 0.85
         kv = max(0.0, fraction * self.machine["gpu_memory_gib"] - weights - sum(phases.values()))
+        tokens = int(kv * 40000)
+        if self.capacity:  # SGLang's own arithmetic (sglang_memory.py), under SGLang's front end
+            kv, tokens = self.capacity["kv_budget_gib"], self.capacity["max_total_num_tokens"]
         if self.env.get("SGLANG_SIM_GRAPH_MEMORY_ZERO") == "1":
             # captured, but into blocks the prefill graph freed in the shared pool: the deltas read 0 (a real card can)
             phases.update({key: 0.0 for key in ("decode", "target_verify", "draft_decode", "draft_extend")})
@@ -291,7 +295,16 @@ class Engine:
         # scheduler's init): here the part of the card outside the static pool
         return {"weight": round(weights, 3), "kvcache": round(kv, 3),
                 "startup_available": round((1 - fraction) * self.machine["gpu_memory_gib"], 3),
-                "token_capacity": int(kv * 40000), "token_capacity_swa": None, "graph": phases}
+                "token_capacity": tokens, "token_capacity_swa": None, "graph": phases}
+
+    def use_capacity(self, capacity: dict) -> None:
+        """SGLang's own pool sizing (sim/sglang_memory.py): the KV tokens and the cap on running requests (the mamba
+        state cache's among them) replace the model's."""
+        import dataclasses
+
+        self.capacity = capacity
+        self.eff = dataclasses.replace(self.eff, max_running=min(self.eff.max_running,
+                                                                 capacity["max_running_requests"]))
 
     def decode_graph_batch_sizes(self) -> list[int]:
         """MODELLED (the model-only server; under SGLang's front end, sglang_scheduler.py asks SGLang's own

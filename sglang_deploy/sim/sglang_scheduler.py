@@ -61,6 +61,10 @@ class SimulatedScheduler:
         self.env = dict(os.environ)
         self.engine = Engine(argparse.Namespace(enable_metrics=bool(server_args.enable_metrics)), self.env,
                              self.resolved)
+        from .sglang_memory import sglang_capacity
+
+        weights = (self.engine.model["weights_gib"] + self.engine.eff.draft_bytes / (1 << 30)) / self.engine.eff.tp
+        self.engine.use_capacity(sglang_capacity(server_args, self.engine.machine["gpu_memory_gib"], weights))
         if self.tp_rank == 0:
             log.info("SIMULATED scheduler (sglang-deploy): SGLang %s's front end, resolution and processes; the "
                      "GPU work is modelled (hardware model %s)", SGLANG_VERSION, self.engine.machine["name"])
