@@ -23,14 +23,14 @@ def test_lxc_gets_user_space_of_exactly_the_host_module_never_a_kernel_module():
     lxc = {**H200, "container": "lxc", "gpus": [], "libcuda": ["580.65.06"], "kernel_driver": "580.95.05"}
     step = driver_step(lxc, 13, 580, "install")
     assert step.action == "install" and not step.reboot_needed
-    assert step.packages == ["libcuda1=580.95.05-*", "libnvidia-ml1=580.95.05-*", "nvidia-smi=580.95.05-*"]
+    assert step.packages == ["libcuda1", "libnvidia-ml1", "nvidia-smi"] and step.exact == "580.95.05-*"
     assert not any("dkms" in p or "cuda-drivers" in p or "kernel" in p for p in step.packages)
     assert step.hold == {"libcuda1": "580.95.05-*", "libnvidia-ml1": "580.95.05-*", "nvidia-smi": "580.95.05-*"}
     verify = driver_step(lxc, 13, 580, "verify")
     assert verify.action == "error" and "580.65.06" in verify.message and "580.95.05" in verify.message
     # The versions follow settings (a mirror with another Debian revision, other package names).
     custom = driver_step(lxc, 13, 580, "install", userspace_packages=["libcuda1"], package_version="{version}-0ubuntu1")
-    assert custom.packages == ["libcuda1=580.95.05-0ubuntu1"]
+    assert custom.packages == ["libcuda1"] and custom.exact == "580.95.05-0ubuntu1"
 
 
 def test_lxc_with_an_old_or_absent_host_module_is_an_error():
@@ -90,7 +90,13 @@ def test_repository_path_and_driver_packages_follow_the_distribution():
     packages, version = userspace_driver_defaults(ubuntu)
     lxc = {**H200, "container": "lxc", "gpus": [], "libcuda": [], "kernel_driver": "580.95.05"}
     step = driver_step(lxc, 13, 580, "install", userspace_packages=packages, package_version=version)
-    assert step.packages == ["libnvidia-compute-580=580.95.05-*", "nvidia-utils-580=580.95.05-*"]
+    # Ubuntu's own archive suffixes the branch (libnvidia-compute-580); NVIDIA's repository drops it from 590 on:
+    # the first name the repository has at the module's version is installed, and both are held.
+    assert step.packages == ["libnvidia-compute-580|libnvidia-compute", "nvidia-utils-580|nvidia-utils"]
+    assert set(step.hold) == {"libnvidia-compute-580", "libnvidia-compute", "nvidia-utils-580", "nvidia-utils"}
+    newer = driver_step({**lxc, "kernel_driver": "590.48.01"}, 13, 580, "install", userspace_packages=packages,
+                        package_version=version)
+    assert newer.packages == ["libnvidia-compute-590|libnvidia-compute", "nvidia-utils-590|nvidia-utils"]
     assert userspace_driver_defaults(debian)[0] == ("libcuda1", "libnvidia-ml1", "nvidia-smi")
 
 
