@@ -142,7 +142,8 @@ def test_simulated_hosts_skip_the_gpu_steps_and_say_so():
 def test_namespace_failure_names_nesting_and_only_the_directives_still_set():
     full = preflight_findings.namespace_failure("Failed to set up mount namespacing: /run/systemd/unit-root/proc: "
                                        "Permission denied", relaxed=[], container_id=129)
-    assert "226/NAMESPACE" in full["detail"] and "pct set 129 --features nesting=1" in full["fix"]
+    assert "226/NAMESPACE" in full["detail"] and "pct set 129 --features keyctl=1,nesting=1" in full["fix"]
+    assert "replaces the whole list" in full["fix"]  # --features nesting=1 alone would drop keyctl/fuse
     assert "service.relax: [ProtectKernelTunables, ProtectControlGroups]" in full["fix"]
     partly = preflight_findings.namespace_failure(None, relaxed=["ProtectKernelTunables"])
     assert "service.relax: [ProtectControlGroups]" in partly["fix"]

@@ -8,9 +8,9 @@ import re
 NAMESPACE_EXIT = 226  # systemd's EXIT_NAMESPACE: the unit's mount namespace could not be set up
 SHM_MIN_BYTES = 512 << 20
 NESTING_DIRECTIVES = ("ProtectKernelTunables", "ProtectControlGroups")  # they imply MountAPIVFS= (fresh /proc, /sys)
-PROXMOX_DEVICE_HINT = ("in /etc/pve/lxc/{ctid}.conf give the passthrough line a mode or a group: "
-                       "`devN: {node},mode=0666` or `devN: {node},gid={gid}` (the container's video group); "
-                       "Proxmox creates a passed-through node 0660 root:root otherwise")
+PROXMOX_DEVICE_HINT = ("on the Proxmox host give the node's passthrough (its `devN:` line in /etc/pve/lxc/{ctid}.conf) "
+                       "a group or a mode: `pct set {ctid} --devN {node},gid={gid}` (the container's video group) or "
+                       "`--devN {node},mode=0666`; Proxmox creates a passed-through node 0660 root:root otherwise")
 
 
 # --- the judgement: pure, tested with fixtures (tests/test_preflight_logic.py) ---------------------------
@@ -22,8 +22,9 @@ def finding(step, status, detail, fix=None):
 def namespace_failure(journal_line, relaxed, container_id="<CTID>"):
     """The unit's namespace could not be set up (exit 226): the cause and the two fixes."""
     still = [name for name in NESTING_DIRECTIVES if name not in relaxed]
-    fix = (f"the container needs nesting: on the Proxmox host `pct set {container_id} --features nesting=1` "
-           f"(the CT config line `features: nesting=1`), then restart the container")
+    fix = (f"the container needs nesting (the CT config line `features: nesting=1`): on the Proxmox host add it to the "
+           f"features the CT has (`pct config {container_id} | grep ^features`), since --features replaces the whole "
+           f"list: e.g. `pct set {container_id} --features keyctl=1,nesting=1`; then restart the container")
     if still:
         fix += (f"; or relax {' and '.join(still)} in the profile (`service.relax: [{', '.join(still)}]`): they imply "
                 "fresh /proc and /sys mounts, which an unprivileged container without nesting denies")
