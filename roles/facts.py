@@ -191,7 +191,9 @@ def container_facts(text: dict) -> dict:
             "shm_bytes": int(shm) if shm.isdigit() else None,
             "service_limits": container.parse_limits(text.get("service_limits", "")),
             "compilers": {"gcc": compilers.get("gcc") or None, "g++": compilers.get("g++") or None,
-                          "python_h": compilers.get("python_h") == "True"},
+                          "python_h": compilers.get("python_h") == "True",
+                          # python3 -m venv needs ensurepip (Debian: python3-venv); None: not asked (older output)
+                          "venv": {"True": True, "False": False}.get(compilers.get("venv"))},
             "video_gid": int(text["video_gid"].strip()) if text.get("video_gid", "").strip().isdigit() else None,
             "simulated": text.get("simulated", "").strip() == "yes"}
 
@@ -227,7 +229,7 @@ class GpuHost(FactBase):
                        "/bin/true; echo rc=$?",
             "compilers": "echo gcc=$(command -v gcc); echo g++=$(command -v g++); python3 -c 'import os, sysconfig; "
                          "print(\"python_h=\" + str(os.path.exists(os.path.join(sysconfig.get_paths()[\"include\"], "
-                         "\"Python.h\"))))'",
+                         "\"Python.h\"))))'; python3 -c 'import ensurepip' && echo venv=True || echo venv=False",
             "video_gid": "getent group video | cut -d: -f3",
             "simulated": f"test -e {SIMULATED_MARKER} && echo yes",
         }

@@ -123,19 +123,23 @@ def nccl_step(facts: dict, nccl_pin: str | None, torch_nccl: str | None, mode: s
 
 
 # What the server's first JIT compile needs (Triton's launcher and FlashInfer build C against the base interpreter's
-# Python.h; nvcc needs a host compiler): Debian's package for each missing piece.
-TOOLCHAIN = (("gcc", "gcc"), ("g++", "g++"), ("python_h", "python3-dev"))
+# Python.h; nvcc needs a host compiler), and python3 -m venv's ensurepip: Debian's package for each missing piece.
+TOOLCHAIN = (("gcc", "gcc"), ("g++", "g++"), ("python_h", "python3-dev"), ("venv", "python3-venv"))
 
 
 def toolchain_step(facts: dict, mode: str) -> Step:
     compilers = (facts.get("lxc") or {}).get("compilers") or {}
-    missing = [package for key, package in TOOLCHAIN if not compilers.get(key)]
+    # venv: None where the facts did not ask (output of an older version): not counted as missing
+    missing = [package for key, package in TOOLCHAIN if not compilers.get(key) and not (key == "venv" and
+                                                                                        compilers.get(key) is None)]
     if not missing:
-        return Step("toolchain", "ok", "gcc, g++ and Python.h for the first JIT compile (Triton, FlashInfer, nvcc)")
+        return Step("toolchain", "ok", "gcc, g++ and Python.h for the first JIT compile (Triton, FlashInfer, nvcc), "
+                    "python3-venv")
     if mode == "verify":
         return Step("toolchain", "error", f"verify mode: {', '.join(missing)} missing (Triton's and FlashInfer's first "
-                    "JIT compile at start needs them)")
-    return Step("toolchain", "install", f"{', '.join(missing)} missing: installed for the first JIT compile", missing)
+                    "JIT compile at start needs the compilers and Python.h; python3 -m venv needs python3-venv)")
+    return Step("toolchain", "install", f"{', '.join(missing)} missing: installed for the first JIT compile and the "
+                "venv", missing)
 
 
 # --- the Python env -------------------------------------------------------------------------------

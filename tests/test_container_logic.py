@@ -35,7 +35,7 @@ def test_ct129_like_facts_parse():
                                  "major": 195, "minor": 0}
     assert facts["nodes"][3]["char"] is False and facts["shm_bytes"] == 64 << 20
     assert facts["service_limits"] == {"nofile": ("524288", "524288"), "memlock": ("8388608", "8388608")}
-    assert facts["compilers"] == {"gcc": None, "g++": None, "python_h": False} and facts["video_gid"] == 44
+    assert facts["compilers"] == {"gcc": None, "g++": None, "python_h": False, "venv": None} and facts["video_gid"] == 44
 
 
 def test_privileged_and_nesting_answers():

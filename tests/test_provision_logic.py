@@ -119,3 +119,15 @@ def test_the_venv_installs_binary_wheels_only_and_records_them(tmp_path, use_uv,
     found = json.loads((tmp_path / "p.json").read_text())
     assert any(name.startswith("pydantic==") for name in found)
     assert all(len(digest) == 64 for digest in found.values())
+
+
+@pytest.mark.parametrize("venv, missing", [(False, ["python3-venv"]), (True, []), (None, [])])
+def test_python3_venv_is_installed_where_ensurepip_is_missing(venv, missing):
+    """python3 -m venv fails without ensurepip (Debian's python3-venv); None: facts of an older version, not asked."""
+    from sglang_deploy.provision import toolchain_step
+
+    facts = {"lxc": {"compilers": {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++", "python_h": True, "venv": venv}}}
+    step = toolchain_step(facts, "install")
+    assert step.packages == missing and step.action == ("install" if missing else "ok")
+    if missing:
+        assert "python3-venv" in toolchain_step(facts, "verify").message

@@ -32,7 +32,7 @@ def installed(ops) -> str:
 def test_lxc_driver_mismatch_install_brings_user_space_to_the_host_module_checked_before_and_after():
     ops = stack("lxc_driver_mismatch", "install")
     assert installed(ops) == ("libcuda1=580.95.05-*, libnvidia-ml1=580.95.05-*, nvidia-smi=580.95.05-*, "
-                              "cuda-toolkit-13-0, libnccl2=2.28.9-1+cuda13.0, gcc, g++, python3-dev")
+                              "cuda-toolkit-13-0, libnccl2=2.28.9-1+cuda13.0, gcc, g++, python3-dev, python3-venv")
     names = [name.split(" | ")[1] for name in ops.names]
     assert names.index("apt update (NVIDIA repository)") < names.index(f"Install {installed(ops)} (simulated first)") \
         < names.index("Check user space is now 580.95.05")
@@ -43,7 +43,7 @@ def test_lxc_driver_mismatch_install_brings_user_space_to_the_host_module_checke
         < script.index("apt-get install -s") < script.index('cp "$stage/preferences.d/sglang-deploy-driver"') \
         < script.index("apt-get install -y")
     assert "--no-install-recommends --allow-downgrades" in script
-    assert "install='cuda-toolkit-13-0 libnccl2=2.28.9-1+cuda13.0 gcc g++ python3-dev'" in script
+    assert "install='cuda-toolkit-13-0 libnccl2=2.28.9-1+cuda13.0 gcc g++ python3-dev python3-venv'" in script
     assert "Load nvidia-uvm at boot" not in " ".join(names)  # a container: the host loads modules
 
 
