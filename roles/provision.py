@@ -18,8 +18,9 @@ from roles.facts import GpuHost, SGLangVersion, VenvTorch
 from roles.settings import host_settings
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.provision import (HOLDS_FILE, apt_install_script, cuda_toolkit_step, holds_text, driver_step, install_commands,
-                                     nccl_step, nvidia_repo_path, toolchain_step, userspace_driver_defaults)
+from sglang_deploy.provision import (DISK_NEEDS_MIB, HOLDS_FILE, apt_install_script, cuda_toolkit_step,
+                                     disk_check_command, driver_step, holds_text, install_commands, nccl_step,
+                                     nvidia_repo_path, toolchain_step, userspace_driver_defaults)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
 SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
@@ -94,6 +95,11 @@ def nvidia_stack(mode: str, python: str | None = None):
     # host needs no network at all.
     holds = {package: version for step in steps for package, version in step.hold.items()}
     if packages:
+        toolkit = steps[1]
+        if toolkit.action == "install":  # before the repository, the pin or any package changes
+            path, need = DISK_NEEDS_MIB["cuda-toolkit"]
+            server.shell(name=f"Check disk space for {', '.join(toolkit.packages)}",
+                         commands=[disk_check_command(", ".join(toolkit.packages), path, need)])
         nvidia_repository()
         apt.update(name="apt update (NVIDIA repository)")
         # One transaction: the driver's source packages pinned at the module's version (their exact-version siblings
@@ -136,6 +142,8 @@ def python_env(profile, mode: str):
     if mode == "verify":
         raise DeployError(f"{host.name}: verify mode: {venv} has SGLang {installed or 'nothing'}, "
                           f"the profile pins {profile.sglang.version}")
+    path, need = DISK_NEEDS_MIB["python-env"]  # before the wheelhouse upload and the venv
+    server.shell(name=f"Check disk space for {venv}", commands=[disk_check_command(f"the Python env {venv}", path, need)])
     wheelhouse = host_settings().wheelhouse  # a directory of wheels on the controller: install offline
     index_args = []
     if wheelhouse:

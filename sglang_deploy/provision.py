@@ -142,6 +142,24 @@ def toolchain_step(facts: dict, mode: str) -> Step:
                 "venv", missing)
 
 
+# --- disk space, before a large install --------------------------------------------------------------
+
+# About what each install unpacks (MiB): cuda-toolkit-13-0 ~7 GB under /usr/local; a venv with SGLang, torch and
+# CUDA's wheels ~10 GB under /opt (pip's cache aside). Proxmox's default CT root disk is 8 GB.
+DISK_NEEDS_MIB = {"cuda-toolkit": ("/usr/local", 7500), "python-env": ("/opt/sglang-deploy", 10000)}
+
+
+def disk_check_command(what: str, path: str, need_mib: int) -> str:
+    """A shell check that the file system holding PATH (or its nearest existing parent) has NEED MiB free; it
+    fails naming both numbers and the fix, before anything is installed."""
+    q = shlex.quote
+    return (f"d={q(path)}; while [ ! -e \"$d\" ]; do d=$(dirname \"$d\"); done; "
+            "avail=$(df -Pm \"$d\" | awk 'NR==2 {print $4}'); "
+            f"[ \"$avail\" -ge {int(need_mib)} ] || {{ echo \"{what} needs about {int(need_mib)} MiB free under "
+            f"{path}; the file system of $d has $avail MiB: grow the container's root disk (on the Proxmox host: "
+            "pct resize <CTID> rootfs +16G) or free space; nothing was installed\" >&2; exit 1; }")
+
+
 # --- the Python env -------------------------------------------------------------------------------
 
 # Written into the venv after its install; each release staged on it keeps a copy (packages.json): every installed

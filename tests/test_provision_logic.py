@@ -131,3 +131,17 @@ def test_python3_venv_is_installed_where_ensurepip_is_missing(venv, missing):
     assert step.packages == missing and step.action == ("install" if missing else "ok")
     if missing:
         assert "python3-venv" in toolchain_step(facts, "verify").message
+
+
+def test_the_disk_check_refuses_before_an_install_naming_both_numbers(tmp_path):
+    from sglang_deploy.provision import disk_check_command
+
+    missing_dir = tmp_path / "not" / "yet"  # checked on its nearest existing parent
+    ok = subprocess.run(["sh", "-c", disk_check_command("the toolkit", str(missing_dir), 1)], capture_output=True,
+                        text=True)
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run(["sh", "-c", disk_check_command("the toolkit", str(missing_dir), 10**9)],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert f"the toolkit needs about 1000000000 MiB free under {missing_dir}; the file system of {tmp_path} has" \
+        in refused.stderr and "pct resize <CTID> rootfs" in refused.stderr

@@ -34,6 +34,9 @@ def test_lxc_driver_mismatch_install_brings_user_space_to_the_host_module_checke
     assert installed(ops) == ("libcuda1=580.95.05-*, libnvidia-ml1=580.95.05-*, nvidia-smi=580.95.05-*, "
                               "cuda-toolkit-13-0, libnccl2=2.28.9-1+cuda13.0, gcc, g++, python3-dev, python3-venv")
     names = [name.split(" | ")[1] for name in ops.names]
+    # The disk check comes first: a CT too small for the toolkit is refused before the repository is configured.
+    assert names.index("Check disk space for cuda-toolkit-13-0") < names.index("NVIDIA CUDA repository key")
+    assert "-ge 7500 ]" in ops.named("Check disk space for cuda-toolkit-13-0").commands[0]
     assert names.index("apt update (NVIDIA repository)") < names.index(f"Install {installed(ops)} (simulated first)") \
         < names.index("Check user space is now 580.95.05")
     script = ops.named("Install ").commands[0]
@@ -104,6 +107,8 @@ def test_verify_mode_refuses_another_sglang():
 
 def test_install_creates_the_venv_and_checks_torch_sees_every_gpu():
     ops = python_env("install", None)
+    assert ops.names[0].endswith(f"Check disk space for {VENV}")  # before anything is created or uploaded
+    assert "-ge 10000 ]" in ops.named("Check disk space").commands[0]
     assert ops.named("Create").commands == [f"python3 -m venv {VENV}"]
     commands = ops.named("Install").commands
     assert commands[0] == (f"{VENV}/bin/pip install -q --disable-pip-version-check --only-binary :all: "
