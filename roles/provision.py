@@ -12,15 +12,16 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, LinuxDistribution, Which
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import files, server
 
 from roles.facts import GpuHost, SGLangVersion, VenvTorch
 from roles.settings import host_settings
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
 from sglang_deploy.provision import (DISK_NEEDS_MIB, HOLDS_FILE, apt_install_script, cuda_toolkit_step,
-                                     disk_check_command, driver_step, holds_text, install_commands, nccl_step,
-                                     nvidia_repo_path, toolchain_step, userspace_driver_defaults)
+                                     apt_proxy_options, disk_check_command, driver_step, holds_text, install_commands,
+                                     nccl_step, nvidia_repo_path, proxy_env, toolchain_step, userspace_driver_defaults,
+                                     with_proxy)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
 SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
@@ -53,7 +54,8 @@ def nvidia_repository():
             raise DeployError(f"{host.name}: {error}") from None
         url, key = url.format(**path), key.format(**path)
     if "://" in key:
-        files.download(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
+        files.download(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644",
+                       _env=proxy_env(host_settings().proxy))
     else:  # a key file on the controller (air-gapped hosts)
         files.put(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
     files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
@@ -101,7 +103,8 @@ def nvidia_stack(mode: str, python: str | None = None):
             server.shell(name=f"Check disk space for {', '.join(toolkit.packages)}",
                          commands=[disk_check_command(", ".join(toolkit.packages), path, need)])
         nvidia_repository()
-        apt.update(name="apt update (NVIDIA repository)")
+        server.shell(name="apt update (NVIDIA repository)",
+                     commands=["apt-get update -q" + apt_proxy_options(host_settings().proxy)])
         # One transaction: the driver's source packages pinned at the module's version (their exact-version siblings
         # follow), simulated first (`apt-get install -s`: a refusal names the conflict and changes nothing), then the
         # pin and holds written and the install run. Versions may be globs (580.95.05-*): quoted by the script.
@@ -109,7 +112,7 @@ def nvidia_stack(mode: str, python: str | None = None):
         others = [package for step in steps if step.action == "install" and not (step is driver and container_user_space)
                   for package in step.packages]
         check, commit = apt_install_script(others, holds, driver if container_user_space else None, kernel,
-                                           userspace_driver(facts["gpus"], facts["libcuda"]))
+                                           userspace_driver(facts["gpus"], facts["libcuda"]), host_settings().proxy)
         shown = [f"{package}={driver.exact}" for package in driver.packages] if container_user_space else []
         server.shell(name=f"Install {', '.join(shown + others)} (simulated first)", commands=[check + "\n" + commit])
     if holds:
@@ -166,4 +169,5 @@ def python_env(profile, mode: str):
     if gpus:  # a real GPU host: the venv's torch must see every GPU
         checks.append(f"{python} -c 'import torch; n = torch.cuda.device_count(); "
                       f"assert torch.cuda.is_available() and n == {int(gpus)}, f\"torch sees {{n}} of {int(gpus)} GPUs\"'")
+    install = [with_proxy(command, host_settings().proxy) for command in install]
     server.shell(name=f"Install {wanted} into {venv} (binary wheels only)", commands=[*install, *checks])

@@ -142,6 +142,33 @@ def toolchain_step(facts: dict, mode: str) -> Step:
                 "venv", missing)
 
 
+# --- a proxy, for a host whose only way out is one -----------------------------------------------------
+
+NO_PROXY = "localhost,127.0.0.1,::1"  # the host's own services (health checks, a local mirror) never go through it
+
+
+def proxy_env(proxy: str | None) -> dict[str, str]:
+    """The environment curl, pip, uv and huggingface_hub read (both spellings); {} without a proxy."""
+    if not proxy:
+        return {}
+    return {"http_proxy": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy,
+            "no_proxy": NO_PROXY, "NO_PROXY": NO_PROXY}
+
+
+def with_proxy(command: str, proxy: str | None) -> str:
+    """COMMAND run with the proxy's environment (`env K=V ... sh -c COMMAND`); unchanged without a proxy."""
+    if not proxy:
+        return command
+    return shlex.join(["env", *(f"{k}={v}" for k, v in proxy_env(proxy).items()), "sh", "-c", command])
+
+
+def apt_proxy_options(proxy: str | None) -> str:
+    """apt's own options for it (apt reads Acquire::http(s)::Proxy, not every spelling of the environment)."""
+    if not proxy:
+        return ""
+    return f" -o Acquire::http::Proxy={shlex.quote(proxy)} -o Acquire::https::Proxy={shlex.quote(proxy)}"
+
+
 # --- disk space, before a large install --------------------------------------------------------------
 
 # About what each install unpacks (MiB): cuda-toolkit-13-0 ~7 GB under /usr/local; a venv with SGLang, torch and
@@ -231,7 +258,7 @@ PICK = r"""pick() {  # pick GLOB NAME...: the first NAME the repository has at G
 
 
 def apt_install_script(packages: list[str], holds: dict[str, str], driver: Step | None = None,
-                       kernel: str | None = None, userspace: str | None = None) -> tuple[str, str]:
+                       kernel: str | None = None, userspace: str | None = None, proxy: str | None = None) -> tuple[str, str]:
     """Two shell scripts, (check, commit), run one after the other in one shell.
 
     check: finds each driver package at exactly the module's version in the repository ("a|b": the first name it has),
@@ -242,6 +269,7 @@ def apt_install_script(packages: list[str], holds: dict[str, str], driver: Step 
     Both read apt's directories from apt-config, so APT_CONFIG can point them at a scratch apt (the tests)."""
     q = shlex.quote
     exact = driver is not None and driver.exact
+    options = APT_OPTIONS + apt_proxy_options(proxy)
     check = ["set -u", 'stage=$(mktemp -d) && mkdir "$stage/preferences.d"', 'eval "$(apt-config shell prefs Dir::Etc::PreferencesParts/d)"',
              f"install={q(' '.join(packages))}", "sources="]
     if exact:
@@ -253,7 +281,7 @@ def apt_install_script(packages: list[str], holds: dict[str, str], driver: Step 
     check += [
         f'for f in "$prefs"*; do case ${{f##*/}} in {DRIVER_PIN_FILE}|{HOLDS_FILE}) ;; *) [ -f "$f" ] && cp -p "$f" "$stage/preferences.d/";; esac; done',
         f'printf %s {q(holds_text(holds))} > "$stage/preferences.d/{HOLDS_FILE}"',
-        f'if ! apt-get install -s {APT_OPTIONS} -o Dir::Etc::PreferencesParts="$stage/preferences.d" $install > "$stage/simulation" 2>&1; then',
+        f'if ! apt-get install -s {options} -o Dir::Etc::PreferencesParts="$stage/preferences.d" $install > "$stage/simulation" 2>&1; then',
         '  echo "apt refuses to install $(echo $install) (simulated first: nothing was changed):" >&2',
         '  grep -E "^ |^E:" "$stage/simulation" | grep -v "^  [a-z]" >&2',
         *(['  echo "if it is the driver\'s packages: $refusal" >&2'] if exact else []),
@@ -265,7 +293,7 @@ def apt_install_script(packages: list[str], holds: dict[str, str], driver: Step 
         'mkdir -p "$prefs"',
         *([f'cp "$stage/preferences.d/{DRIVER_PIN_FILE}" "${{prefs}}{DRIVER_PIN_FILE}"'] if exact else []),
         f'cp "$stage/preferences.d/{HOLDS_FILE}" "${{prefs}}{HOLDS_FILE}"',
-        f'DEBIAN_FRONTEND=noninteractive apt-get install -y {APT_OPTIONS} $install',
+        f'DEBIAN_FRONTEND=noninteractive apt-get install -y {options} $install',
         'status=$?; rm -rf "$stage"; exit $status',
     ]
     return "\n".join(check), "\n".join(commit)

@@ -145,3 +145,12 @@ def test_the_disk_check_refuses_before_an_install_naming_both_numbers(tmp_path):
     assert refused.returncode == 1
     assert f"the toolkit needs about 1000000000 MiB free under {missing_dir}; the file system of {tmp_path} has" \
         in refused.stderr and "pct resize <CTID> rootfs" in refused.stderr
+
+
+def test_with_proxy_sets_the_environment_the_clients_read():
+    from sglang_deploy.provision import with_proxy
+
+    assert with_proxy("echo hi", None) == "echo hi"
+    wrapped = with_proxy("echo $https_proxy $HTTPS_PROXY $no_proxy", "http://10.0.0.1:3128")
+    out = subprocess.run(["sh", "-c", wrapped], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["http://10.0.0.1:3128", "http://10.0.0.1:3128", "localhost,127.0.0.1,::1"]

@@ -133,3 +133,18 @@ def test_install_from_a_controller_wheelhouse_is_offline(tmp_path):
     install = ops.named("Install").commands
     assert f"--no-index --find-links {remote}" in install[0]
     assert not [command for command in install if "torch.cuda" in command]  # no GPU there: no torch check
+
+
+def test_a_proxy_reaches_apt_the_key_download_and_pip():
+    ops = stack("lxc_driver_mismatch", "install", proxy="http://10.0.0.1:3128")
+    assert ops.named("apt update (NVIDIA repository)").commands == [
+        "apt-get update -q -o Acquire::http::Proxy=http://10.0.0.1:3128 -o Acquire::https::Proxy=http://10.0.0.1:3128"]
+    script = ops.named("Install ").commands[0]
+    assert script.count("-o Acquire::https::Proxy=http://10.0.0.1:3128") == 2  # the simulation and the install
+    pip = run_role(provision.python_env, profile=PROFILE, mode="install", data={"proxy": "http://10.0.0.1:3128"},
+                   facts={SGLangVersion: None, GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal")})
+    install = pip.named("Install").commands[0]
+    assert install.startswith("env http_proxy=http://10.0.0.1:3128 https_proxy=http://10.0.0.1:3128 ")
+    assert "no_proxy=localhost,127.0.0.1,::1" in install and "--only-binary :all:" in install
+    without = stack("lxc_driver_mismatch", "install")
+    assert "Proxy" not in without.named("Install ").commands[0]
