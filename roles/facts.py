@@ -231,6 +231,8 @@ class GpuHost(FactBase):
                          "print(\"python_h=\" + str(os.path.exists(os.path.join(sysconfig.get_paths()[\"include\"], "
                          "\"Python.h\"))))'; python3 -c 'import ensurepip' && echo venv=True || echo venv=False",
             "video_gid": "getent group video | cut -d: -f3",
+            # the CPUs this host (in a container: the CT, its cpuset) gives a process: JIT's MAX_JOBS
+            "cpus": "nproc",
             "simulated": f"test -e {SIMULATED_MARKER} && echo yes",
         }
         # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
@@ -250,6 +252,7 @@ class GpuHost(FactBase):
             "system_nccl": text.get("nccl_deb", "").strip() or None,
             "topology": hostfacts.parse_topology(text.get("topo", ""), text.get("p2p", "")),
             "nvidia_uvm": "/dev/nvidia-uvm" in text.get("uvm", ""),
+            "cpus": int(text["cpus"].strip()) if text.get("cpus", "").strip().isdigit() else None,
             "lxc": container_facts(text),
         }
 
