@@ -271,3 +271,59 @@ def test_the_probe_reads_both_driver_versions():
             "7f20-7f30 r-xp 00000000 08:01 124 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
     assert preflight_probe.library_version(maps) == "580.65.06"
     assert preflight_probe.library_version("") is None
+
+
+# --- P2P: the data that arrives, the IOMMU, a probe that hangs ------------------------------------------------------
+
+def test_a_peer_copy_with_wrong_data_fails_with_the_iommu_fix():
+    torch = {**FACTS["torch"], "p2p_copy": {"0-1": False, "1-0": True}, "iommu": {"0": "DMA-FQ", "1": "DMA-FQ"}}
+    [fail] = failures(preflight_findings.diagnose(facts_with(torch=torch), gpus=2))
+    assert fail["step"] == "p2p" and "between GPUs 0-1 arrived with wrong data" in fail["detail"]
+    assert "iommu=pt" in fail["fix"] and "--disable-custom-all-reduce" in fail["fix"]
+
+
+def test_a_translating_iommu_is_a_warning_when_the_copy_passed():
+    torch = {**FACTS["torch"], "p2p_copy": {"0-1": True, "1-0": True}, "iommu": {"0": "DMA-FQ", "1": "identity"}}
+    findings = preflight_findings.diagnose(facts_with(torch=torch), gpus=2)
+    assert not failures(findings)
+    [warn] = [f for f in findings if f["status"] == "warn"]
+    assert "GPU 0: DMA-FQ" in warn["detail"] and "GPU 1" not in warn["detail"] and "iommu=pt" in warn["fix"]
+    passthrough = {**torch, "iommu": {"0": "identity", "1": "identity"}}
+    assert not [f for f in preflight_findings.diagnose(facts_with(torch=passthrough), gpus=2) if f["status"] == "warn"]
+
+
+@pytest.mark.parametrize("stderr, step, fix", [
+    ("step torch\nstep p2p\nstep nccl\n", "nccl", "iommu=pt"),
+    (b"step torch\nstep p2p\n", "p2p", "--disable-custom-all-reduce"),
+    ("", "unknown", "journalctl -u sglang-deploy-preflight-7.service"),
+])
+def test_a_probe_that_hangs_names_the_step_and_its_unit_was_stopped(stderr, step, fix):
+    found = preflight_findings.timed_out("sglang-deploy-preflight-7", 600, stderr)
+    assert found["status"] == "fail" and f"hung at step {step}" in found["detail"]
+    assert "sglang-deploy-preflight-7.service was stopped" in found["detail"] and fix in found["fix"]
+
+
+def test_the_runner_stops_the_hung_probes_unit_and_reports_it(tmp_path, monkeypatch, capsys):
+    """systemd-run --pipe killed at the timeout leaves its transient unit running: the runner stops it."""
+    import subprocess as real
+
+    unit, env = tmp_path / "sglang.service", tmp_path / "sglang.env"
+    unit.write_text(GOLDEN_UNIT)
+    env.write_text("")
+    calls = []
+
+    def fake_run(command, **kwargs):
+        calls.append(command)
+        if command[0] == "systemd-run" and "--pipe" in command:
+            raise real.TimeoutExpired(command, kwargs.get("timeout"), stderr="step torch\nstep p2p\n")
+        return real.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(preflight.subprocess, "run", fake_run)
+    rc = preflight.main(["--unit", str(unit), "--env", str(env), "--python", "/usr/bin/python3", "--gpus", "2",
+                         "--json", str(tmp_path / "out.json"), "--timeout", "5"])
+    assert rc == 1
+    probe_unit = next(c for c in calls if c[0] == "systemd-run" and "--pipe" in c)[5].removeprefix("--unit=")
+    assert ["systemctl", "stop", f"{probe_unit}.service"] in calls
+    document = __import__("json").loads((tmp_path / "out.json").read_text())
+    assert document["ok"] is False and "hung at step p2p" in document["findings"][0]["detail"]
+    assert "hung at step p2p" in capsys.readouterr().err

@@ -41,7 +41,7 @@ import time
 
 from .evidence import journal
 from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
-                                 namespace_failure, report, sandbox_enforcement, unprivileged)
+                                 namespace_failure, report, sandbox_enforcement, timed_out, unprivileged)
 from .preflight_probe import read_text
 from .store import SIMULATED_MARKER
 
@@ -207,7 +207,19 @@ def run(args):
                "-p", "StandardInput=null"]
     for prop in properties:
         command += ["-p", prop]
-    result = subprocess.run(command + ["--"] + probe_argv, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        result = subprocess.run(command + ["--"] + probe_argv, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired as expired:
+        # systemd-run --pipe was killed, its transient unit was not: stop it, and say which step hung.
+        subprocess.run(["systemctl", "stop", f"{unit}.service"], capture_output=True, timeout=120, check=False)
+        findings = [timed_out(unit, args.timeout, expired.stderr)]
+        document = {"findings": findings, "seconds": round(time.perf_counter() - started, 2), "facts": None,
+                    "ok": False, "host": host_facts(), "sandbox": []}
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump(document, handle, indent=1)
+        print(report(findings, time.perf_counter() - started), file=sys.stderr, flush=True)
+        return 1
     video = None
     try:
         video = grp.getgrnam("video").gr_gid

@@ -148,6 +148,21 @@ def _resolution_findings(answer, expected):
                     + (f" (the same inputs were resolved at {answer.get('at')})" if answer.get("cached") else ""))]
 
 
+def timed_out(unit, seconds, stderr):
+    """The probe did not finish: its last `step NAME` line on stderr says where it hung; its unit was stopped."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
+    steps = [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("step ")]
+    step = steps[-1] if steps else "unknown"
+    fix = ("a P2P copy or an NCCL all-reduce that hangs rather than fails: peer writes through a translating "
+           "IOMMU (the Proxmox default on AMD, on Intel from kernel 6.8) are dropped; set the IOMMU to passthrough "
+           "on the Proxmox host (`iommu=pt` on the kernel command line), or add --disable-custom-all-reduce to "
+           "the profile (SGLang then all-reduces through NCCL only: slower decode at small batches), or "
+           "NCCL_P2P_DISABLE=1 in its env" if step in ("p2p", "nccl", "torch") else
+           f"see journalctl -u {unit}.service")
+    return finding("probe", "fail", f"the probe did not finish in {seconds:.0f} s: it hung at step {step}; its unit "
+                   f"{unit}.service was stopped", fix)
+
+
 def listening(proc_net_tcp, port):
     """/proc/net/tcp and /proc/net/tcp6 text: is a socket in LISTEN (state 0A) on this port?"""
     for line in (proc_net_tcp or "").splitlines():
@@ -252,6 +267,20 @@ def _torch_findings(found, triton, gpus, simulated, driver_failed=False):
                                "all-reduce falls back, which the gate counts as a config failure",
                                "fix P2P on the Proxmox host (IOMMU passthrough `iommu=pt`, ACS) or add "
                                "--disable-custom-all-reduce to the profile"))
+        wrong = sorted(pair for pair, ok in (found.get("p2p_copy") or {}).items() if ok is False)
+        if wrong:
+            out.append(finding("p2p", "fail", f"a copy between GPUs {', '.join(wrong)} arrived with wrong data while "
+                               "the driver reports peer access: the IOMMU drops peer writes",
+                               "set the IOMMU to passthrough on the Proxmox host (`iommu=pt`), or add "
+                               "--disable-custom-all-reduce to the profile (slower decode at small batches)"))
+        translating = sorted(f"GPU {gpu}: {kind}" for gpu, kind in (found.get("iommu") or {}).items()
+                             if kind and kind.startswith("DMA"))
+        if translating and gpus > 1 and not wrong:
+            out.append(finding("p2p", "warn", "the IOMMU translates the GPUs' DMA (" + ", ".join(translating) + "): "
+                               "peer-to-peer writes can be dropped while the driver reports peer access; the copy "
+                               "check passed, a long all-reduce may still hang",
+                               "`iommu=pt` on the Proxmox host's kernel command line (the group type then reads "
+                               "identity), or --disable-custom-all-reduce in the profile"))
         if found.get("all_reduce_ok") is False:
             out.append(finding("p2p", "fail", "the NCCL all-reduce over the TP GPUs computed a wrong sum",
                                "check NCCL_P2P_DISABLE / the IOMMU setup"))

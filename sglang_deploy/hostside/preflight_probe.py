@@ -258,6 +258,15 @@ def cuda_driver_facts():
     return found
 
 
+def iommu_type(properties):
+    """The IOMMU group type of a GPU (identity: passthrough; DMA, DMA-FQ: translated), from its PCI address."""
+    try:
+        bdf = f"{properties.pci_domain_id:04x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
+    except AttributeError:
+        return None
+    return read_text(f"/sys/bus/pci/devices/{bdf}/iommu_group/type").strip() or None
+
+
 def torch_facts(gpus, simulated):
     """Device count; on a real host a tensor on each GPU, free memory, peer access and an NCCL all-reduce."""
     found = {"error": None}
@@ -279,6 +288,17 @@ def torch_facts(gpus, simulated):
             found.setdefault("total_mib", []).append(total >> 20)
         found["p2p"] = {f"{a}-{b}": bool(torch.cuda.can_device_access_peer(a, b))
                         for a in range(len(tensors)) for b in range(len(tensors)) if a != b}
+        found["iommu"] = {index: iommu_type(torch.cuda.get_device_properties(index)) for index in range(len(tensors))}
+        print("step p2p", file=sys.stderr, flush=True)
+        found["p2p_copy"] = {}
+        for a in range(len(tensors)):  # what the driver says is one thing; the data that arrives is another
+            pattern = torch.arange(1 << 22, dtype=torch.int32, device=f"cuda:{a}")
+            for b in range(len(tensors)):
+                if a != b:
+                    arrived = pattern.to(f"cuda:{b}")
+                    torch.cuda.synchronize(b)
+                    found["p2p_copy"][f"{a}-{b}"] = bool(torch.equal(arrived.cpu(), pattern.cpu()))
+        print("step nccl", file=sys.stderr, flush=True)
         if tensors:  # one GPU too: NCCL loads and sums
             started = time.perf_counter()
             torch.cuda.nccl.all_reduce(tensors)
@@ -351,9 +371,11 @@ def probe(gpus, argv=None, simulated=False, no_gpu=False):
         facts["timings"], facts["seconds"] = timings, round(time.perf_counter() - started, 2)
         return facts
     at = time.perf_counter()
+    print("step torch", file=sys.stderr, flush=True)  # the runner names the last step when the probe hangs
     facts["torch"] = torch_facts(gpus, simulated)
     timings["torch"] = round(time.perf_counter() - at, 2)
     if not simulated and not facts["torch"].get("error") and facts["torch"].get("count", 0) >= 1:
+        print("step triton", file=sys.stderr, flush=True)
         facts["triton"] = triton_facts()
         timings["triton"] = facts["triton"]["seconds"]
     facts["timings"] = timings
