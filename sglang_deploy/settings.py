@@ -25,7 +25,7 @@ from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
 from .settings_types import (CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
                              NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
                              Topology, api_key_env_problem, axes_problem, int_list_problem, ip_literal_problem,
-                             python_problem, repo_url_problem)
+                             proxy_problem, python_problem, repo_url_problem)
 
 DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
 
@@ -172,8 +172,9 @@ class HostSettings(Settings):
         NCCL_PACKAGE_VERSION, description="NVIDIA's Debian version of a libnccl2 pin.")
     driver_userspace_packages: PackageList = Field(
         None, description="In a container: the user-space driver packages installed at exactly the host kernel "
-        "module's version. None: by distribution (Debian: libcuda1 libnvidia-ml1 nvidia-smi; Ubuntu: "
-        "libnvidia-compute-{branch} nvidia-utils-{branch}).")
+        "module's version, with every package of their source packages pinned there. None: by distribution "
+        "(Debian: libcuda1 libnvidia-ml1 nvidia-smi; Ubuntu: libnvidia-compute-{branch}|libnvidia-compute "
+        "nvidia-utils-{branch}|nvidia-utils, a|b: the first name the repository has at that version).")
     driver_package_version: DriverPackageVersion = Field(
         DRIVER_PACKAGE_VERSION, description="The apt version glob of those packages ({version}: the kernel module's).")
     cuda_repo_url: Text(repo_url_problem(False)) = Field(
@@ -186,6 +187,10 @@ class HostSettings(Settings):
     cuda_repo_origin: HostName = Field("developer.download.nvidia.com", description="The apt origin whose packages are pinned at "
                 "priority 600, above the distribution's.")
     wheelhouse: Text() = Field(None, description="A local directory of wheels for an offline Python env install.")
+    proxy: Text(proxy_problem) = Field(
+        None, description="An HTTP proxy (http://host:port) for a host whose only way out is a proxy (e.g. on the "
+        "Proxmox host): passed to apt (Acquire::http(s)::Proxy), the repository key's download, pip/uv and the "
+        "Hugging Face client (http_proxy/https_proxy; loopback excluded). No credentials in the URL.")
     verify_python: Text(python_problem) = Field(None, description="The python whose torch reports the NCCL it "
                                                  "loads (None: the profile's venv in deploy.py, else python3).")
     # --- model weights ---

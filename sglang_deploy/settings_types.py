@@ -93,10 +93,11 @@ def Choice(*options: str):
 def _package_list(value):
     if value is None:
         return None
-    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and safety.full(safety.DEB_PACKAGE, p)
+    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and all(safety.full(safety.DEB_PACKAGE, name)
+                                                                            for name in p.split("|"))
                                                  for p in value):
         return list(value)
-    raise ValueError(f"must be a list of Debian package names, got {value!r}")
+    raise ValueError(f"must be a list of Debian package names (a|b: the first the repository has), got {value!r}")
 
 
 PackageList = Annotated[list[str] | None, BeforeValidator(_package_list), "list of Debian packages"]
@@ -117,6 +118,17 @@ def repo_url_problem(key_url: bool):
             return None
         return f"must be an http(s) or file URL, got {value!r}"
     return problem
+
+
+PROXY = re.compile(r"https?://(?:[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?/?")
+
+
+def proxy_problem(value: str) -> str | None:
+    """http(s)://host[:port]: no credentials (they would land in logs and process lists), no path."""
+    if "@" in value:
+        return ("must not carry credentials (user:password@): they would be logged; use a proxy that admits the "
+                "host by address, got a URL with '@'")
+    return None if PROXY.fullmatch(value) else f"must be http://host:port or https://host:port, got {value!r}"
 
 
 def python_problem(value: str) -> str | None:

@@ -222,6 +222,10 @@ HOST_DATA_CASES = [
     ("hf_token_file", "/root/hf token", "must be a normalized absolute path"),
     ("port", "３0000", "must be an integer between 1024 and 65535"),
     ("port", "80", "must be between 1024 and 65535"),
+    ("proxy", "http://user:secret@proxy.lan:3128", "must not carry credentials"),
+    ("proxy", "http://proxy.lan:3128; id", "must be http://host:port or https://host:port"),
+    ("proxy", "socks5://proxy.lan:1080", "must be http://host:port or https://host:port"),
+    ("driver_userspace_packages", ["libnvidia-compute|libcuda1;id"], "must be a list of Debian package names"),
 ]
 
 
