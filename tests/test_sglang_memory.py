@@ -33,7 +33,7 @@ args.resolve_once()
 publish(args, role="scheduler")
 spec = importlib.util.spec_from_file_location("memory", request["memory"])
 memory = importlib.util.module_from_spec(spec); spec.loader.exec_module(memory)
-print(json.dumps(memory.sglang_capacity(args, request["card_gib"], request["weights_gib"])))
+print(json.dumps(memory.sglang_capacity(args, request["weights_gib"])))
 """
 
 
@@ -41,7 +41,7 @@ def capacity(argv, model_config, weights_gib, draft_config=None):
     from pathlib import Path
 
     facts = gpu_facts.facts_json(gpu_facts.model("a6000"), 2)
-    request = {"argv": argv, "model_config": model_config, "draft_config": draft_config, "card_gib": 46.0,
+    request = {"argv": argv, "model_config": model_config, "draft_config": draft_config,
                "weights_gib": weights_gib, "probe": str(validator_env.PROBE_SCRIPT),
                "memory": str(Path(validator_env.__file__).parent / "sim" / "sglang_memory.py")}
     python = validator_env.ensure_env("0.5.23")

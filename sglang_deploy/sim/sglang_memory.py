@@ -5,7 +5,8 @@ configurator from the checkpoint's ``config.json`` (SGLang's ``ModelConfig``), t
 published runtime context) and the speculative aux config SGLang derives (``resolve_spec_aux_hidden_state_config``).
 
 What is modelled, and only that: the memory the card reports free once the weights are loaded
-(``get_available_gpu_memory``, here the card's memory less the weights' bytes per GPU, target and draft); no KV
+(``get_available_gpu_memory``, here what the platform reports free before the load, ``torch.cuda.mem_get_info``
+answered by the GPU stand-in from the host's GPU facts, less the weights' bytes per GPU, target and draft); no KV
 tensor is allocated (the pools are not initialised: ``configure`` would), and the multi-GPU world group is a
 placeholder (the size is read per rank, as SGLang does with TP; nothing is reduced across ranks).
 """
@@ -17,7 +18,7 @@ import types
 GIB = 1 << 30
 
 
-def sglang_capacity(server_args, card_gib: float, weights_gib: float) -> dict:
+def sglang_capacity(server_args, weights_gib: float) -> dict:
     """{max_total_num_tokens, max_running_requests, max_mamba_cache_size, mamba_ratio, kv_budget_gib} as SGLang's
     ``_resolve_memory_pool_config`` derives them before it allocates; max_mamba_cache_size is also written where
     SGLang writes it (the runtime context's post-publish override, which internal_states then serves)."""
@@ -36,9 +37,10 @@ def sglang_capacity(server_args, card_gib: float, weights_gib: float) -> dict:
     aux = resolve_spec_aux_hidden_state_config(server_args=server_args, model_config=model_config,
                                                spec_algorithm=algorithm, is_draft_worker=False)
     kv_dtype = resolved.get("kv_cache_dtype")
+    free_gib = torch.cuda.mem_get_info()[0] / GIB  # before the weights load: SGLang's pre_model_load_memory
     layers = model_config.num_hidden_layers
     real_available = kcc.get_available_gpu_memory
-    kcc.get_available_gpu_memory = lambda *args, **kwargs: card_gib - weights_gib  # MODELLED: after weight load
+    kcc.get_available_gpu_memory = lambda *args, **kwargs: free_gib - weights_gib  # MODELLED: after weight load
     try:
         with get_parallel().override(world_group=types.SimpleNamespace(cpu_group=None)):
             configurator = kcc.KVCacheConfigurator(
@@ -54,7 +56,7 @@ def sglang_capacity(server_args, card_gib: float, weights_gib: float) -> dict:
                                                  is_hybrid_swa_mtp_draft=False, swa_attention_layer_ids=[]),
                 forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None,
                 memory_pool_config=None)
-            budget = configurator._profile_available_bytes(card_gib)
+            budget = configurator._profile_available_bytes(free_gib)
             config = configurator.config_from_budget(budget)
             running = configurator.resolve_max_num_reqs(config.max_total_num_tokens)
             ratio = configurator._calculate_mamba_ratio() if configurator.mambaish_config is not None else None
@@ -62,7 +64,7 @@ def sglang_capacity(server_args, card_gib: float, weights_gib: float) -> dict:
         kcc.get_available_gpu_memory = real_available
     return {"max_total_num_tokens": int(config.max_total_num_tokens), "max_running_requests": int(running),
             "max_mamba_cache_size": get_schedule().max_mamba_cache_size, "mamba_ratio": ratio,
-            "kv_budget_gib": round(budget / GIB, 3)}
+            "kv_budget_gib": round(budget / GIB, 3), "free_before_load_gib": round(free_gib, 3)}
 
 
 def _kv_dtype(torch, name: str):

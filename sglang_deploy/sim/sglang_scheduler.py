@@ -64,7 +64,7 @@ class SimulatedScheduler:
         from .sglang_memory import sglang_capacity
 
         weights = (self.engine.model["weights_gib"] + self.engine.eff.draft_bytes / (1 << 30)) / self.engine.eff.tp
-        self.engine.use_capacity(sglang_capacity(server_args, self.engine.machine["gpu_memory_gib"], weights))
+        self.engine.use_capacity(sglang_capacity(server_args, weights))
         if self.tp_rank == 0:
             log.info("SIMULATED scheduler (sglang-deploy): SGLang %s's front end, resolution and processes; the "
                      "GPU work is modelled (hardware model %s)", SGLANG_VERSION, self.engine.machine["name"])
