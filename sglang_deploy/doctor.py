@@ -208,7 +208,9 @@ def diagnose(report: dict) -> dict:
                      "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
     return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
             "opportunities": [asdict(drafter)] if drafter else [],
-            "memory": memory_budget(server_info, report.get("checkpoint"), report.get("gpus")),
+            "memory": memory_budget(server_info, report.get("checkpoint"),
+                                    report.get("card_memory_mib") or [gpu.get("memory.total")
+                                                                      for gpu in report.get("gpus") or []]),
             "simulated": is_simulated(server_info)}
 
 
@@ -239,7 +241,7 @@ def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, band
         f"tok/s{at_mbu}", f"+{gain:.0f} % (roofline ratio at the same MBU; peers measure +30-45 %)", gain, where)
 
 
-def memory_budget(server_info: dict, checkpoint: dict | None, gpus: list | None = None) -> dict | None:
+def memory_budget(server_info: dict, checkpoint: dict | None, card_mib: list | None = None) -> dict | None:
     """Per GPU, GiB, as SGLang 0.5.23 accounts it: the static pool is mem_fraction_static x the memory free before
     the weights load (about the card: nvidia-smi's memory.total), split into weights (the vision tower's share
     from the checkpoint's headers, which SGLang loads for Qwen3.5: it refuses --language-model-only), KV and state
@@ -249,7 +251,7 @@ def memory_budget(server_info: dict, checkpoint: dict | None, gpus: list | None 
     state = (server_info.get("internal_states") or [{}])[0] or {}
     usage = state.get("memory_usage") or {}
     fraction = server_info.get("mem_fraction_static")
-    card_mib = [gpu.get("memory.total") for gpu in (gpus or []) if isinstance(gpu.get("memory.total"), (int, float))]
+    card_mib = [mib for mib in (card_mib or []) if isinstance(mib, (int, float)) and mib > 0]
     if not (usage and isinstance(fraction, (int, float)) and card_mib):
         return None
     total = min(card_mib) / 1024

@@ -151,8 +151,8 @@ def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower()
         "weight": 13.75, "kvcache": 25.8, "startup_available": 4.62,
         "graph": {"prefill": 0.31, "decode": 0.0, "target_verify": 0.41, "draft_decode": 0.14, "draft_extend": 0.07}}}]}
     checkpoint = {"bytes": {"layers": 2.2e10, "vision": 0.86e9}}
-    gpus = [{"index": 0, "memory.total": 47104}, {"index": 1, "memory.total": 47104}]  # MiB: 46 GiB (ECC on)
-    budget = memory_budget(server_info, checkpoint, gpus)
+    cards = [47104, 47104]  # nvidia-smi memory.total, MiB: 46 GiB (ECC on)
+    budget = memory_budget(server_info, checkpoint, cards)
     assert round(budget["pool_gb"], 2) == 40.48 and round(budget["outside_pool_gb"], 2) == 5.52
     assert round(budget["vision_gb"], 2) == 0.43 and round(budget["graph_gb"], 2) == 0.93
     assert budget["free_after_start_gb"] == 4.62  # not taken for the card: the pool would be 0.88 x 4.62
@@ -160,7 +160,7 @@ def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower()
     assert ("memory per GPU at --mem-fraction-static 0.88 of 46.0 GB: static pool 40.5 GB = weights 13.75 "
             "(vision tower 0.43 of it) + KV and state 25.8; graphs 0.93 and activations in the 5.5 GB outside it; "
             "4.62 GB still free after start (SGLang's startup_available)") in text
-    assert memory_budget({"internal_states": [{}]}, None, gpus) is None  # nothing to say without the server's accounting
+    assert memory_budget({"internal_states": [{}]}, None, cards) is None  # nothing to say without the server's accounting
     assert memory_budget(server_info, checkpoint, []) is None  # nor without the card's size
 
 
