@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import drafter
 from .profile import Profile
-from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, PIN_FAMILY, TOOL_ENV
+from .rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
 from .validate_problem import Problem, env_field, flag_field, remove_or_waive
 
 MEM_FRACTION_RANGE = (0.5, 0.95)
@@ -96,21 +96,61 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
                                 f"{flag} turns decode CUDA graphs off (SGLang resolves cuda_graph_config.decode."
                                 "backend to 'disabled'; at least 25 % slower decode); accepted: remove it, or "
                                 "--cuda-graph-backend-decode full or breakable"))
-    return problems
+    return problems + resolved_class_problems(profile, resolved)
+
+
+def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Problem]:
+    """SGLang's resolved configuration (full path only) against the reviewed dest classes: an exposure or code
+    field set by the environment or a config file is refused like the flag would be (flag_classes.py)."""
+    from . import flag_classes, flag_table
+
+    table = flag_table.load(profile.sglang.version) if resolved else None
+    if table is None:
+        return []
+    options = {opt: action["dest"] for action in table["actions"] for opt in action["options"]}
+    defaults = {action["dest"]: action["default"] for action in table["actions"]}
+    flag_dests = {options[name] for name in profile.sglang.flags if name in options}
+
+    def field(dest: str) -> tuple:  # the variable that names the field (SGLANG_GRPC_PORT: grpc_port), else the section
+        named = [key for key in profile.environment if dest.upper() in key]
+        return env_field(named[0]) if named else ("environment",) if profile.environment else ("sglang", "flags")
+
+    return [Problem(rule, field(dest), f"{message}; " + remove_or_waive(rule))
+            for rule, dest, message in flag_classes.resolved_problems(profile.sglang.version, resolved, flag_dests,
+                                                                       defaults)]
 
 
 def environment_problems(profile: Profile) -> list[Problem]:
-    import re
+    """The environment against the allow-list of names and values (env_rules.py)."""
+    from . import env_rules
 
     problems = []
+    env = profile.env_values()
     for key in profile.environment:
-        if key in TOOL_ENV:
+        kind = env_rules.classify(key)
+        if kind == "tool-owned":
             problems.append(Problem("env-tool-owned", env_field(key),
                                     f"{key} is set by the tool (offline start, the service's own JIT caches, the "
                                     "pinned toolkit); remove it from environment"))
-        elif any(re.fullmatch(pattern, key) for pattern in CODE_LOADING_ENV):
+        elif kind == "faked":
+            problems.append(Problem("env-fakes-measurement", env_field(key),
+                                    f"{key} makes SGLang simulate speculative acceptance: the gate's floors would "
+                                    "read a made-up acceptance length and production would serve unverified draft "
+                                    "tokens; remove it"))
+        elif kind == "code":
             problems.append(Problem("env-loads-code", env_field(key),
-                                    f"{key} makes the server load code from a path; " + remove_or_waive("env-loads-code")))
+                                    f"{key} makes the server load code or a config from a path or by name; "
+                                    + remove_or_waive("env-loads-code")))
+        elif kind == "allowed":
+            found = env_rules.value_problem(key, env[key], profile.service.name)
+            if found:
+                problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
+        elif kind == "unreviewed":
+            problems.append(Problem("env-not-reviewed", env_field(key),
+                                    f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
+                                    "hundreds; some open listeners, load code or change what is served); accepted "
+                                    "without a waiver: the names of env_rules.ALLOWED_ENV (docs/refusals.md); "
+                                    + remove_or_waive("env-not-reviewed")))
     return problems
 
 
