@@ -23,6 +23,7 @@ RULES = {
     "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
+    "gate-floors-required": "with speculation on, the gate has both floors (acceptance length and decode tokens/s)",
     "draft-tokens-chain": "with --speculative-eagle-topk 1, draft tokens = steps + 1",
     "draft-model": "a draft model only with an algorithm that reads one, frozen by a manifest, its config the one served",
     "tp-matches-gpus": "--tp-size equals the host's GPU count (times nodes for a multi-node profile)",

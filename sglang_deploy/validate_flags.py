@@ -69,6 +69,16 @@ def _is_number(value: str) -> bool:
         return False
 
 
+def _number_text(item) -> bool:
+    """A string SGLang's int()/float() would take as a number ('0.99', ' 2', 'NaN', 'inf'); other strings get the
+    parser's own verdict."""
+    try:
+        float(item) if isinstance(item, str) else None
+    except ValueError:
+        return False
+    return isinstance(item, str)
+
+
 def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
     """Each flag by SGLang's own dest: no second spelling of one dest, no spelling of a dest the tool sets, no
     alias the rules would not read, and no value that is itself an option (argparse would take `--host` inside a
@@ -104,6 +114,13 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
                                     f"{name} is another spelling of {canonical} (SGLang's {dest}); write {canonical}, "
                                     "the spelling the tool's rules read"))
         numeric = action.get("type") in NUMERIC_TYPES
+        text = [item for item in (value if isinstance(value, list) else [value]) if _number_text(item)]
+        if numeric and text:
+            problems.append(Problem("flag-value-kind", flag_field(name),
+                                    f"{name} is a number (SGLang's {action['type']}), given as the string "
+                                    f"{text[0]!r}: the tool's rules read numbers, and SGLang's {action['type']}() "
+                                    "would also take 'nan' or 'inf'; accepted: a plain YAML number"))
+            continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and item.startswith("-") and not (numeric and _is_number(item)):
                 problems.append(Problem("no-option-as-value", flag_field(name),

@@ -27,11 +27,22 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
             "draft-tokens-chain", flag_field("--speculative-num-draft-tokens"),
             f"with --speculative-eagle-topk 1 and --speculative-num-steps {steps}, "
             f"--speculative-num-draft-tokens must be {steps + 1} (SGLang forces it), not {drafts}"))
+    if algorithm or profile.speculative.draft is not None:
+        for floor, what in (("min_accept_length", "acceptance length"), ("min_decode_tok_s", "decode tokens/s")):
+            if getattr(profile.gate, floor) is None:
+                problems.append(Problem(
+                    "gate-floors-required", ("gate", floor),
+                    f"gate.{floor} is required while speculation is on (--speculative-algorithm {algorithm}): "
+                    f"without it a release whose {what} collapsed passes the gate whenever no baseline exists; "
+                    f"accepted: a floor, e.g. the proven profile's {PROVEN_FLOORS[floor]}"))
     if profile.model.hybrid and flags.get("--speculative-adaptive"):
         problems.append(Problem(
             "no-adaptive-speculation-on-hybrid", flag_field("--speculative-adaptive"),
             "--speculative-adaptive breaks on hybrid Gated-DeltaNet models (model.hybrid: true); remove it"))
     return problems
+
+
+PROVEN_FLOORS = {"min_accept_length": 2.8, "min_decode_tok_s": 45}
 
 
 # What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py

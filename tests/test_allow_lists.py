@@ -226,3 +226,72 @@ def test_the_simulators_variables_are_read_by_the_simulator_and_not_by_sglang():
     sglang = validator_env.env_dir(VERSION).glob("lib/python3*/site-packages/sglang")
     text = "".join(p.read_text(errors="replace") for root in sglang for p in root.rglob("*.py"))
     assert text and not [name for name in env_rules.SIMULATOR_ENV if name in text]
+
+
+# --- thresholds that cannot be switched off silently (security review 3, class f) -----------------------------
+
+SCHEMA_CASES = [
+    # (id, old text of the proven profile, new, the field (or "invalid YAML") and line the error names, message)
+    ("gate-regression-sexagesimal", "  max_regression_pct: 10", "  max_regression_pct: 1:30", "invalid YAML",
+     "max_regression_pct:", "1:30 is a YAML 1.1 number form (1:30 reads as 90, base 60"),
+    ("gate-samples-octal", "  samples: 8 ", "  samples: 010 ", "invalid YAML", "samples:", "017 as 15, octal"),
+    ("gate-regression-hex", "  max_regression_pct: 10", "  max_regression_pct: 0x20", "invalid YAML",
+     "max_regression_pct:", "accepted: the number in plain decimal"),
+    ("gate-regression-bypassed", "  max_regression_pct: 10", "  max_regression_pct: 99.99",
+     "gate.max_regression_pct", "max_regression_pct:", "less than or equal to 50"),
+    ("gate-accept-floor-one", "  min_accept_length: 2.8", "  min_accept_length: 1", "gate.min_accept_length",
+     "min_accept_length:", "can never fail"),
+    ("gate-decode-floor-denormal", "  min_decode_tok_s: 45", "  min_decode_tok_s: 4.9e-324", "gate.min_decode_tok_s",
+     "min_decode_tok_s:", "greater than or equal to 1"),
+    ("watch-drift-floor-one", "\ngate:", "\nwatch:\n  drift_min_accept_length: 1.0\ngate:",
+     "watch.drift_min_accept_length", "drift_min_accept_length:", "can never fail"),
+    ("waiver-reason-trailing-backslash", "\ngate:", '\nwaivers:\n  mem-fraction-range: "tested \\\\"\ngate:',
+     "waivers.mem-fraction-range", "mem-fraction-range:", "ends with a backslash"),
+    ("waiver-reason-over-64-kib", "\ngate:", '\nwaivers:\n  mem-fraction-range: "' + "a" * 70000 + '"\ngate:',
+     "waivers.mem-fraction-range", "mem-fraction-range:", "accepted: at most 65536 bytes"),
+    ("flag-value-over-64-kib", "--context-length: 65536", '--chat-template: "' + "t" * 70000 + '"',
+     "sglang.flags.--chat-template", "--chat-template", "at most 65536 bytes"),
+]
+
+
+@pytest.mark.parametrize("case, old, new, field, at, message", SCHEMA_CASES, ids=[c[0] for c in SCHEMA_CASES])
+def test_a_threshold_or_unit_value_that_would_switch_a_check_off_is_refused(tmp_path, case, old, new, field, at,
+                                                                              message):
+    from sglang_deploy.profile import ProfileError
+
+    path = proven_with(tmp_path, old, new)
+    with pytest.raises(ProfileError) as raised:
+        load_profile(path)
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if at in text)
+    assert any(p.startswith(f"{path}:{line}: {field}: ") and message in p for p in raised.value.problems), \
+        [p[:300] for p in raised.value.problems]
+
+
+CHECK_CASES = [
+    # (id, old, new, rule, field)
+    ("gate-accept-floor-removed", "  min_accept_length: 2.8", "  min_accept_length: null", "gate-floors-required",
+     ("gate", "min_accept_length")),
+    ("gate-decode-floor-removed", "  min_decode_tok_s: 45", "  min_decode_tok_s: null", "gate-floors-required",
+     ("gate", "min_decode_tok_s")),
+    ("flag-mem-fraction-string", "    --mem-fraction-static: 0.88", '    --mem-fraction-static: "0.99"',
+     "flag-value-kind", ("sglang", "flags", "--mem-fraction-static")),
+    ("flag-mem-fraction-nan-string", "    --mem-fraction-static: 0.88", '    --mem-fraction-static: "NaN"',
+     "flag-value-kind", ("sglang", "flags", "--mem-fraction-static")),
+    ("flag-running-requests-inf-string", "    --max-running-requests: 16", '    --max-running-requests: "inf"',
+     "flag-value-kind", ("sglang", "flags", "--max-running-requests")),
+    ("flag-graph-sizes-as-strings", "  flags:\n", '  flags:\n    --cuda-graph-bs-decode: ["1", "2"]\n',
+     "flag-value-kind", ("sglang", "flags", "--cuda-graph-bs-decode")),
+]
+
+
+@pytest.mark.parametrize("case, old, new, rule, field", CHECK_CASES, ids=[c[0] for c in CHECK_CASES])
+def test_a_threshold_the_rules_read_is_a_number_and_present(tmp_path, case, old, new, rule, field):
+    report = light(proven_with(tmp_path, old, new))
+    assert field in [p.field for p in problems_of(report, rule)], report.lines()
+
+
+def test_the_speculation_floors_are_not_waivable(tmp_path):
+    path = proven_with(tmp_path, "  min_decode_tok_s: 45", "  min_decode_tok_s: null")
+    path.write_text(path.read_text() + '\nwaivers:\n  gate-floors-required: "no floor needed"\n')
+    report = light(path)
+    assert problems_of(report, "gate-floors-required") and any("cannot be waived" in p.message for p in report.problems)
