@@ -46,6 +46,29 @@ def _refuse(problem: str | None) -> None:
         raise ValueError(problem)
 
 
+CONFIG_MAX_BYTES = 1 << 20  # a checkpoint's config.json is a few KiB
+
+
+def config_file_problem(value: str) -> str | None:
+    """model.config follows the manifest path rules (under manifests/, or a weights directory of the controller) and
+    is a regular file of at most 1 MiB (a FIFO would hang the check). A missing file is the resolution's to name."""
+    import os
+    import stat
+
+    from .weights import REPO_ROOT, manifest_path_problem
+
+    problem = manifest_path_problem(value)
+    if problem:
+        return problem.replace("model.manifest", "model.config").replace("a relative manifest", "a relative config")
+    try:
+        status = os.stat(value if os.path.isabs(value) else REPO_ROOT / value)
+    except OSError:
+        return None
+    if not stat.S_ISREG(status.st_mode) or status.st_size > CONFIG_MAX_BYTES:
+        return f"{value} is not a regular file of at most {CONFIG_MAX_BYTES >> 20} MiB"
+    return None
+
+
 class Strict(BaseModel):
     # inf and nan are no numbers a profile means (YAML's .inf/.nan would pass every "at least" check)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -75,6 +98,7 @@ class ModelSection(Strict):
     def json_file(cls, value: str | None) -> str | None:
         if value is not None and not value.endswith(".json"):
             raise ValueError(f"must name the checkpoint's config.json (a .json file), got {value!r}")
+        _refuse(value and config_file_problem(value))
         return value
 
     @field_validator("architecture")

@@ -24,6 +24,7 @@ RULES = {
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
     "gate-floors-required": "with speculation on, the gate has both floors (acceptance length and decode tokens/s)",
+    "model-config-pinned": "model.config of managed weights is the config.json their manifest pins",
     "draft-tokens-chain": "with --speculative-eagle-topk 1, draft tokens = steps + 1",
     "draft-model": "a draft model only with an algorithm that reads one, frozen by a manifest, its config the one served",
     "tp-matches-gpus": "--tp-size equals the host's GPU count (times nodes for a multi-node profile)",
@@ -72,11 +73,18 @@ WEIGHTS_PATH_DESTS = {
     "quantization_param_path": False, "decrypted_config_file": False, "decrypted_draft_config_file": False,
     "speculative_ngram_external_corpus_path": False, "chat_template": True, "completion_template": True,
 }
-# Packages sglang.pins may name without a waiver (normalized names, fullmatched): the CUDA, torch and kernel stack SGLang
-# is built against, which a profile pins to match a driver or a known-good NCCL. Any other package is code a pull
-# request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
-PIN_FAMILY = (r"torch", r"torchvision", r"torchaudio", r"triton", r"flashinfer(-[a-z0-9-]+)?", r"sgl-kernel",
-              r"sglang-kernel", r"nvidia-[a-z0-9-]+", r"cuda-[a-z0-9-]+", r"xgrammar", r"flash-attn(-[a-z0-9-]+)?")
+# Packages sglang.pins may name without a waiver: the exact names (normalized) of the CUDA, torch and kernel stack
+# SGLang 0.5.23 is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
+# packages among them). Not prefixes: anyone can register a name under nvidia-* or cuda-*. Any other package is code
+# a pull request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
+_CUDA_LIBS = ("cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "cufft", "cufile", "curand", "cusolver",
+              "cusparse", "nvjitlink", "nvtx")
+PIN_FAMILY = frozenset(
+    ("torch", "torchvision", "torchaudio", "triton", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
+     "sgl-kernel", "sglang-kernel", "xgrammar", "flash-attn", "cuda-python", "cuda-bindings", "cuda-pathfinder",
+     "cuda-toolkit", "nvidia-ml-py")
+    + tuple(f"nvidia-{lib}{suffix}" for lib in _CUDA_LIBS for suffix in ("", "-cu12", "-cu13"))
+    + tuple(f"nvidia-{lib}-{cuda}" for lib in ("cudnn", "cusparselt", "nccl", "nvshmem") for cuda in ("cu12", "cu13")))
 # Variables the tool sets itself (render.py base_environment): a profile that changed them would undo the offline
 # start, move the JIT caches out of the service's directories or swap the toolkit.
 TOOL_ENV = ("HOME", "SGLANG_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE", "HF_ENDPOINT", "CUDA_HOME", "TRITON_CACHE_DIR",

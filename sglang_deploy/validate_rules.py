@@ -54,6 +54,7 @@ DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model con
 def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
     """The draft model (drafter.py) and what SGLang's resolution made of its config.json."""
     problems = [Problem("draft-model", found.field, found.message) for found in drafter.problems(profile)]
+    problems += model_config_pinned_problems(profile)
     fallback = [line for line in answer.get("log") or [] if any(words in line for words in DFLASH_BLOCK_FALLBACK)]
     if not problems and fallback and profile.speculative.draft is not None:
         line = fallback[0]
@@ -61,6 +62,34 @@ def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
                                 f"SGLang {profile.sglang.version} cannot read the DFLASH block size from the draft's "
                                 f"config.json and would verify 16 tokens: {line}"))
     return problems
+
+
+def model_config_pinned_problems(profile: Profile) -> list[Problem]:
+    """model.config of managed weights is the config.json their manifest pins (as the draft's must be): the
+    resolution reads the model the host serves."""
+    import hashlib
+
+    from .resolution import config_path
+    from .weights import WeightsSourceError, profile_weights
+
+    if not profile.model.source or not profile.model.config:
+        return []
+    try:
+        weights = profile_weights(profile)
+        digest = hashlib.sha256(config_path(profile.model.config).read_bytes()).hexdigest()
+    except (WeightsSourceError, OSError):
+        return []  # the source's and the config's own problems are reported where they are read
+    listed = {entry["path"]: entry for entry in weights.manifest["files"]}.get("config.json")
+    if listed is None:
+        return [Problem("model-config-pinned", ("model", "manifest"),
+                        f"{weights.manifest_file} lists no config.json: not a model directory")]
+    if listed["sha256"] != digest:
+        return [Problem("model-config-pinned", ("model", "config"),
+                        f"{profile.model.config} is not the config.json the manifest pins (sha256 {digest[:12]} vs "
+                        f"{listed['sha256'][:12]}): SGLang's resolution would read another model than the host "
+                        f"serves; accepted: the manifest's own copy (`sglang-deploy manifest` writes it beside "
+                        f"{weights.manifest_file.name})")]
+    return []
 
 
 # The flags that decide the decode CUDA graph backend and batch size, highest precedence first
@@ -166,19 +195,18 @@ def environment_problems(profile: Profile) -> list[Problem]:
 
 
 def pin_problems(profile: Profile) -> list[Problem]:
-    import re
-
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     problems = []
     for position, pin in enumerate(profile.sglang.pins):
         name = canonicalize_name(Requirement(pin).name)  # the schema made it an exact PEP 508 pin
-        if not any(re.fullmatch(pattern, name) for pattern in PIN_FAMILY):
+        if name not in PIN_FAMILY:
             problems.append(Problem("pin-outside-cuda-family", ("sglang", "pins", position),
-                                    f"{name} is not of the CUDA/torch/kernel family (torch, triton, flashinfer*, "
-                                    "sgl-kernel, nvidia-*, cuda-*, xgrammar, ...): a pin brings its code into the "
-                                    "root-run install; " + remove_or_waive("pin-outside-cuda-family")))
+                                    f"{name} is not a package of the CUDA/torch/kernel family as published (exact "
+                                    "names: torch, triton, flashinfer-python, sgl-kernel, nvidia-nccl-cu13, "
+                                    "cuda-python, ...; rules.PIN_FAMILY): a pin brings its code into the root-run "
+                                    "install; " + remove_or_waive("pin-outside-cuda-family")))
     return problems
 
 

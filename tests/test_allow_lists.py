@@ -295,3 +295,99 @@ def test_the_speculation_floors_are_not_waivable(tmp_path):
     path.write_text(path.read_text() + '\nwaivers:\n  gate-floors-required: "no floor needed"\n')
     report = light(path)
     assert problems_of(report, "gate-floors-required") and any("cannot be waived" in p.message for p in report.problems)
+
+
+# --- manifests and model.config (security review 3, findings 7 and 8) ------------------------------------
+
+def managed(tmp_path, monkeypatch, files: dict[str, bytes], config: bytes | None = None):
+    """The proven profile on a file:// source under a weights directory named by the controller's environment,
+    frozen by a manifest of `files`, with model.config the given bytes (default: the manifest's config.json)."""
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE, manifest_from_directory, write_manifest
+
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path))
+    snapshot = tmp_path / "qwen"
+    snapshot.mkdir()
+    for name, data in files.items():
+        (snapshot / name).write_bytes(data)
+    manifest = tmp_path / "qwen.manifest.json"
+    write_manifest(manifest_from_directory(snapshot), manifest)
+    (tmp_path / "config.json").write_bytes(config if config is not None else files["config.json"])
+    text = PROVEN.read_text().replace("  path: /srv/models/Qwen3.6-27B-FP8\n",
+                                      f"  source: file://{snapshot}\n  manifest: {manifest}\n")
+    text = text.replace("config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json",
+                        f"config: {tmp_path / 'config.json'}")
+    path = tmp_path / "managed.yaml"
+    path.write_text(text)
+    return path
+
+
+CONFIG = (PROFILES.parent / "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json").read_bytes()
+
+
+def test_a_managed_snapshot_with_its_own_config_passes(tmp_path, monkeypatch):
+    report = light(managed(tmp_path, monkeypatch, {"config.json": CONFIG}))
+    assert not [p for p in report.problems if p.field[0] == "model"], report.lines()
+
+
+def test_a_manifest_that_lists_a_diffusion_model_index_is_refused(tmp_path, monkeypatch):
+    from sglang_deploy.profile import ProfileError
+
+    files = {"config.json": CONFIG, "model_index.json": b'{"_diffusers_version": "0.35.0"}'}
+    path = managed(tmp_path, monkeypatch, files)
+    with pytest.raises(ProfileError) as raised:
+        load_profile(path)
+    assert any(p.startswith(f"{path}:") and "model_index.json makes `sglang serve` start its diffusion server" in p
+               for p in raised.value.problems), raised.value.problems
+
+
+def test_a_model_config_other_than_the_manifests_is_refused(tmp_path, monkeypatch):
+    other = json.loads(CONFIG)
+    other["num_hidden_layers"] = 2
+    report = light(managed(tmp_path, monkeypatch, {"config.json": CONFIG}, json.dumps(other).encode()))
+    [problem] = problems_of(report, "model-config-pinned")
+    assert problem.field == ("model", "config") and "is not the config.json the manifest pins" in problem.message
+
+
+@pytest.mark.parametrize("case, value, message", [
+    ("outside-the-repository", "/etc/ssl/x.json", "is not under the repository's manifests/ or a weights directory"),
+    ("dotdot", "manifests/../../etc/x.json", "a relative config must be under the repository's manifests/"),
+    ("fifo", "FIFO", "is not a regular file of at most 1 MiB"),
+    ("huge", "HUGE", "is not a regular file of at most 1 MiB"),
+])
+def test_model_config_follows_the_manifest_path_rules(tmp_path, monkeypatch, case, value, message):
+    import os
+
+    from sglang_deploy.profile import ProfileError
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path / "weights"))
+    (tmp_path / "weights").mkdir()
+    if value == "FIFO":
+        value = str(tmp_path / "weights" / "config.json")
+        os.mkfifo(value)
+    elif value == "HUGE":
+        value = str(tmp_path / "weights" / "config.json")
+        with open(value, "wb") as out:
+            out.truncate(2 << 20)
+    path = proven_with(tmp_path, "config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json",
+                       f"config: {value}")
+    with pytest.raises(ProfileError) as raised:
+        load_profile(path)
+    assert any("model.config: " in p and message in p for p in raised.value.problems), raised.value.problems
+
+
+# --- pins: exact names as published (security review 3, finding 3) --------------------------------------
+
+def test_the_pin_family_names_the_cuda_stack_sglang_installs():
+    """Every CUDA/torch/kernel package in the validator env's SGLang 0.5.23 install is a name a pin may use."""
+    import re
+
+    from packaging.utils import canonicalize_name
+
+    from sglang_deploy import validator_env
+    from sglang_deploy.rules import PIN_FAMILY
+
+    sites = list(validator_env.env_dir(VERSION).glob("lib/python3*/site-packages"))
+    names = {canonicalize_name(p.name.split("-")[0]) for site in sites for p in site.glob("*.dist-info")}
+    stack = {n for n in names if re.match(r"(nvidia|cuda|torch|triton|flashinfer|sgl)", n) and n != "sglang"}
+    assert stack and stack <= PIN_FAMILY, sorted(stack - PIN_FAMILY)
