@@ -25,6 +25,8 @@ RULES = {
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
     "gate-floors-required": "with speculation on, the gate has both floors (acceptance length and decode tokens/s)",
     "model-config-pinned": "model.config of managed weights is the config.json their manifest pins",
+    "relax-privileges": "service.relax keeps the directives that stop privilege gain and system writes, unless waived",
+    "watch-textfile-dir": "watch.textfile_dir is a node_exporter textfile directory, never the service's own",
     "draft-tokens-chain": "with --speculative-eagle-topk 1, draft tokens = steps + 1",
     "draft-model": "a draft model only with an algorithm that reads one, frozen by a manifest, its config the one served",
     "tp-matches-gpus": "--tp-size equals the host's GPU count (times nodes for a multi-node profile)",
@@ -48,7 +50,7 @@ RULES = {
 # that does not start, or against corrupted results.
 WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on", "env-loads-code",
             "pin-outside-cuda-family", "flag-runs-code", "flag-serves-other-weights", "flag-exposes-service",
-            "env-not-reviewed"}
+            "env-not-reviewed", "relax-privileges"}
 
 # Variables that make the server load code from a path (plugins, injection libraries, compiler binaries); waivable
 # with `waivers: {env-loads-code: reason}`. Patterns are fullmatched.

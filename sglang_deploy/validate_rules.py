@@ -191,6 +191,37 @@ def environment_problems(profile: Profile) -> list[Problem]:
                                     "hundreds; some open listeners, load code or change what is served); accepted "
                                     "without a waiver: the names of env_rules.ALLOWED_ENV (docs/refusals.md); "
                                     + remove_or_waive("env-not-reviewed")))
+    return problems + sandbox_problems(profile)  # the process's surroundings on the host (check_profile: own call)
+
+
+# Directives of the sandbox that keep the server from gaining privileges or writing the system; relaxing one needs a
+# reason (review 2, finding 15). The others (kernel tunables, cgroups, system call filter, ...) are what a container
+# without nesting may need, and stay relaxable as the preflight suggests.
+PRIVILEGE_DIRECTIVES = ("NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "CapabilityBoundingSet",
+                        "AmbientCapabilities", "RestrictSUIDSGID", "DevicePolicy", "DeviceAllow")
+# node_exporter's textfile directories: root's, never the service's own (review 2, finding 7) nor systemd's.
+TEXTFILE_ROOTS = ("/var/lib/prometheus", "/var/lib/node_exporter", "/var/lib/node-exporter")
+
+
+def sandbox_problems(profile: Profile) -> list[Problem]:
+    from .layout import ServiceLayout
+
+    problems = []
+    for index, name in enumerate(profile.service.relax):
+        if name in PRIVILEGE_DIRECTIVES:
+            problems.append(Problem("relax-privileges", ("service", "relax", index),
+                                    f"relaxing {name} lets the server gain privileges or write the system; "
+                                    f"relaxable without a reason: the directives other than "
+                                    f"{', '.join(PRIVILEGE_DIRECTIVES)}; " + remove_or_waive("relax-privileges")))
+    layout, textfile = ServiceLayout(profile.service.name), profile.watch.textfile_dir
+    own = [d for d in (layout.state_dir, layout.cache_dir) if textfile == d or textfile.startswith(d + "/")]
+    if own or not any(textfile == root or textfile.startswith(root + "/") for root in TEXTFILE_ROOTS):
+        problems.append(Problem("watch-textfile-dir", ("watch", "textfile_dir"),
+                                f"{textfile} is " + (f"the service's own directory {own[0]} (the service user could "
+                                                     "plant links the root watch follows)" if own else
+                                                     "not a node_exporter textfile directory")
+                                + f"; accepted: a directory under {', '.join(TEXTFILE_ROOTS)} that is not the "
+                                  "service's own"))
     return problems
 
 
