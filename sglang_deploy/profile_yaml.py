@@ -58,6 +58,10 @@ class UniqueKeyLoader(yaml.SafeLoader):
             if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b]` or `? {a: 1}`: unhashable, and no field name
                 raise yaml.constructor.ConstructorError(
                     None, None, "a key must be a plain name, not a list or mapping", key_node.start_mark)
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` would copy keys in that a reader does not see
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a YAML merge key (<<) is not accepted in a profile; write the keys out where they "
+                    "are used", key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(

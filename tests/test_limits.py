@@ -44,6 +44,8 @@ SCHEMA_CASES = [
      "waivers.mem-fraction-range", "mem-fraction-range:", "ends with a backslash"),
     ("waiver-reason-over-64-kib", "\ngate:", '\nwaivers:\n  mem-fraction-range: "' + "a" * 70000 + '"\ngate:',
      "waivers.mem-fraction-range", "mem-fraction-range:", "accepted: at most 65536 bytes"),
+    ("yaml-inline-merge-key", "  port: 30000", "  <<: {port: 30001}\n  port: 30000", "invalid YAML", "<<:",
+     "a YAML merge key (<<) is not accepted"),
     ("flag-value-over-64-kib", "--context-length: 65536", '--chat-template: "' + "t" * 70000 + '"',
      "sglang.flags.--chat-template", "--chat-template", "at most 65536 bytes"),
 ]
