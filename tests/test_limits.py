@@ -46,6 +46,10 @@ SCHEMA_CASES = [
      "waivers.mem-fraction-range", "mem-fraction-range:", "accepted: at most 65536 bytes"),
     ("yaml-inline-merge-key", "  port: 30000", "  <<: {port: 30001}\n  port: 30000", "invalid YAML", "<<:",
      "a YAML merge key (<<) is not accepted"),
+    ("yaml-binary-tag", "  served_name: qwen3.6-27b", "  served_name: !!binary cXdlbg==", "model.served_name",
+     "served_name:", "Input should be a valid string"),
+    ("flag-value-next-line-char", "--context-length: 65536", '--chat-template: "chatml\\u0085"',
+     "sglang.flags.--chat-template", "--chat-template", "control character U+0085"),
     ("flag-value-over-64-kib", "--context-length: 65536", '--chat-template: "' + "t" * 70000 + '"',
      "sglang.flags.--chat-template", "--chat-template", "at most 65536 bytes"),
 ]
