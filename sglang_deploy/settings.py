@@ -198,10 +198,12 @@ class HostSettings(Settings):
     hf_endpoint: Text(safety.hub_endpoint_problem) = Field(
         None, description="An HF-compatible endpoint to fetch hf:// sources from (a mirror; None: the Hub). https "
         "only (plain http only on loopback, for a test Hub). Host data only: a profile never names an endpoint.")
-    hub_python: Text(python_problem) = Field(None, description="The python whose huggingface_hub fetches the weights on the host "
-                               "(None: the release's venv on GPU hosts, the hub-client venv on the simulated one).")
-    hub_wheelhouse: Text() = Field(None, description="A controller directory of wheels (huggingface_hub and its "
-                                   "dependencies) for that small venv, offline.")
+    hub_python: Text(python_problem) = Field(
+        None, description="The python whose huggingface_hub fetches the weights on the host (None: the release's venv "
+        "on GPU hosts, the hub-client venv on the simulated one); python3, /usr/bin/python3 or one of the tool's venvs.")
+    hub_wheelhouse: Text(data_file_problem) = Field(
+        None, description="A controller directory of wheels (huggingface_hub and its dependencies) for that small "
+        "venv, offline; under secrets/ (or $SGLANG_DEPLOY_DATA_DIRS).")
     hf_token_file: Text(safety.model_path_problem) = Field(
         None, description="A file ON THE HOST holding a Hugging Face token (root-only), for gated or private "
         "repositories.")
@@ -336,7 +338,8 @@ ENVIRONMENT = {
     "SGLANG_DEPLOY_WEIGHTS_DIRS": "controller: the directories (':'-separated) a file:// weights source, drafter or "
                                   "absolute manifest may come from",
     "SGLANG_DEPLOY_DATA_DIRS": "controller: the directories (':'-separated) host data api_key_file, "
-                               "cuda_repo_key_url and wheelhouse may name besides the repository's secrets/",
+                               "cuda_repo_key_url, wheelhouse and hub_wheelhouse may name besides the repository's "
+                               "secrets/",
     "SGLANG_DEPLOY_PROFILE_DIRS": "controller: the directories (':'-separated) host data profile may name besides "
                                   "the repository's profiles/",
     "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses are "

@@ -203,6 +203,7 @@ HOST_DATA_CASES = [
     ("cuda_repo_key_url", "/root/.ssh/id_ed25519", "outside the repository's secrets/"),
     ("cuda_repo_key_url", "file:///root/.ssh/id_ed25519", "outside the repository's secrets/"),
     ("wheelhouse", "/root/.ssh", "outside the repository's secrets/"),
+    ("hub_wheelhouse", "/root/.ssh", "outside the repository's secrets/"),
     ("hub_python", "/tmp/py", "must be python3, /usr/bin/python3 or a venv's python"),
     ("verify_python", "/tmp/py", "must be python3, /usr/bin/python3 or a venv's python"),
     ("verify_python", "/opt/sglang-deploy/venvs/../../../tmp/py", "must be python3, /usr/bin/python3"),
