@@ -315,6 +315,22 @@ def pytest_runtest_teardown(item, nextitem):
             server.stop()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _test_data_dirs(tmp_path_factory):
+    """Host data names controller files only under the repository's secrets/ and profiles/ or directories the
+    controller's environment names (settings_types.controller_path_problem): the tests' profiles and key files live
+    in pytest's temporary directory and the hub client's wheels in the cache, so the session names them, as an
+    operator names theirs."""
+    from sglang_deploy.settings_types import DATA_DIRS_VARIABLE, PROFILE_DIRS_VARIABLE
+
+    from sglang_deploy.validator_env import CACHE_DIR
+
+    base = str(tmp_path_factory.getbasetemp())
+    for variable, extra in ((DATA_DIRS_VARIABLE, str(CACHE_DIR / "wheelhouse")), (PROFILE_DIRS_VARIABLE, None)):
+        os.environ[variable] = ":".join(filter(None, (os.environ.get(variable), base, extra)))
+    yield
+
+
 # Tests that measure simulator processes they start themselves (the simulator's calibration, the gate's trials):
 # the simulator's speed is real time (it sleeps for each decode step), so on a busy machine every late wake-up
 # slows it down. These modules run at a real-time CPU priority, inherited by the simulators and the gate's

@@ -207,7 +207,7 @@ HOST_DATA_CASES = [
     ("driver_package_version", "580.95.05-*) ;; *) id;; esac; case x in (x", "must be a Debian version glob"),
     ("driver_userspace_packages", ["libcuda1; id"], "must be a list of Debian package names"),
     ("nccl_version", "2.28.3 && id", "must be X.Y.Z"),
-    ("verify_python", "python3; id", "must be python3 or an absolute path"),
+    ("verify_python", "python3; id", "must be python3, /usr/bin/python3 or a venv's python"),
     ("service", "sglang;id", "must be a unit name"),
     ("gpu_topology", "infiniband", "must be pcie or nvlink"),
     ("api_key_env", "KEY; id", "must be an environment variable name"),

@@ -123,7 +123,10 @@ def test_the_resolution_follows_the_gpu_facts():
         assert "random_seed" not in resolved and "api_key" not in resolved
 
 
-def test_the_checkpoint_config_is_an_input_of_the_resolution(tmp_path):
+def test_the_checkpoint_config_is_an_input_of_the_resolution(tmp_path, monkeypatch):
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path))  # model.config: under a weights directory, or manifests/
     config = json.loads((PROFILES.parent / "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json").read_text())
     config["architectures"] = ["Cosmos3ForConditionalGeneration"]
     (tmp_path / "config.json").write_text(json.dumps(config))
