@@ -410,6 +410,8 @@ def test_the_validator_never_sees_the_controllers_secrets(monkeypatch, probe_soc
             seen["env"] = env
             self.stdin = open(os.devnull, "w")
 
+        returncode = 1
+
         def poll(self):
             return 1
 
