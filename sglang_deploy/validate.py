@@ -25,7 +25,8 @@ from .profile import Profile
 from .rules import WAIVABLE
 from .validate_flags import code_and_weights_problems, derived_values_problems, flag_identity_problems, parser_problems
 from .validate_problem import Problem, flag_field
-from .validate_rules import (draft_problems, environment_problems, nccl_problems, pin_problems, resource_problems,
+from .validate_rules import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
+                             pin_problems, resolved_class_problems, resource_problems, sandbox_problems,
                              speculative_problems)
 
 TOPOLOGIES = ("pcie", "nvlink")
@@ -47,10 +48,11 @@ class Report:
         return [p.format(self.profile) for p in self.problems]
 
 
-LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution: SGLang's whole resolution (about 90 "
-                 "steps, e.g. --language-model-only's architecture check, the attention backend, the memory "
-                 "settings) and the rules that read it need the validator environment: `sglang-deploy check "
-                 "--full`; every deploy runs it")
+LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution, and the reviewed classes of the "
+                 "resolved fields (flag-exposes-service, flag-runs-code for a value set through the environment): "
+                 "SGLang's whole resolution (about 90 steps and the start checks, e.g. --language-model-only's "
+                 "architecture check, check_server_args, the attention backend, the memory settings) and the rules "
+                 "that read it need the validator environment: `sglang-deploy check --full`; every deploy runs it")
 
 
 # SGLang fields the tool sets from a profile field (flags.server_args): a refusal that names one names that field.
@@ -166,9 +168,12 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         problems.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),
                                 f"SGLang {profile.sglang.version} refuses the command line at "
                                 f"{answer.get('step') or 'resolution'}: {answer['error']}"))
+    problems += model_config_pinned_problems(profile)
     problems += resource_problems(profile, gpus, answer["resolved"])
+    problems += resolved_class_problems(profile, answer["resolved"])  # set through the environment or a config
     problems += nccl_problems(profile, topology)
     problems += environment_problems(profile)
+    problems += sandbox_problems(profile)
     problems += pin_problems(profile)
     problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     for rule in profile.waivers:

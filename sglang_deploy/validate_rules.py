@@ -54,7 +54,6 @@ DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model con
 def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
     """The draft model (drafter.py) and what SGLang's resolution made of its config.json."""
     problems = [Problem("draft-model", found.field, found.message) for found in drafter.problems(profile)]
-    problems += model_config_pinned_problems(profile)
     fallback = [line for line in answer.get("log") or [] if any(words in line for words in DFLASH_BLOCK_FALLBACK)]
     if not problems and fallback and profile.speculative.draft is not None:
         line = fallback[0]
@@ -136,7 +135,7 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
                                 f"{flag} turns decode CUDA graphs off (SGLang resolves cuda_graph_config.decode."
                                 "backend to 'disabled'; at least 25 % slower decode); accepted: remove it, or "
                                 "--cuda-graph-backend-decode full or breakable"))
-    return problems + resolved_class_problems(profile, resolved)
+    return problems
 
 
 def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Problem]:
@@ -191,7 +190,7 @@ def environment_problems(profile: Profile) -> list[Problem]:
                                     "hundreds; some open listeners, load code or change what is served); accepted "
                                     "without a waiver: the names of env_rules.ALLOWED_ENV (docs/refusals.md); "
                                     + remove_or_waive("env-not-reviewed")))
-    return problems + sandbox_problems(profile)  # the process's surroundings on the host (check_profile: own call)
+    return problems
 
 
 # Directives of the sandbox that keep the server from gaining privileges or writing the system; relaxing one needs a
