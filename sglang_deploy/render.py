@@ -31,6 +31,10 @@ def base_environment(layout: ServiceLayout, venv: str, cuda_home: str | None = N
         "SGLANG_CACHE_DIR": layout.cache_dir,  # parent of the Triton/Inductor/FlashInfer JIT caches
         "HF_HOME": f"{layout.cache_dir}/huggingface",
         "HF_HUB_OFFLINE": "1",  # local checkpoint only: no hub access at start
+        # python -m (launcher launch_server) would put the working directory, the service user's own state
+        # directory, first on sys.path: what a compromised service user wrote there would be imported at the next
+        # start, past a rollback (security review 3, finding 6). Safe path: no implicit directory on sys.path.
+        "PYTHONSAFEPATH": "1",
     }
     if cuda_home:  # the pinned toolkit's nvcc for SGLang's JIT-compiled kernels, not whatever is on PATH
         environment["CUDA_HOME"] = cuda_home

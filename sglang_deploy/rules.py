@@ -89,8 +89,8 @@ PIN_FAMILY = frozenset(
     + tuple(f"nvidia-{lib}-{cuda}" for lib in ("cudnn", "cusparselt", "nccl", "nvshmem") for cuda in ("cu12", "cu13")))
 # Variables the tool sets itself (render.py base_environment): a profile that changed them would undo the offline
 # start, move the JIT caches out of the service's directories or swap the toolkit.
-TOOL_ENV = ("HOME", "SGLANG_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE", "HF_ENDPOINT", "CUDA_HOME", "TRITON_CACHE_DIR",
-            "TORCHINDUCTOR_CACHE_DIR", "PATH")
+TOOL_ENV = ("HOME", "SGLANG_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE", "HF_ENDPOINT", "PYTHONSAFEPATH", "CUDA_HOME",
+            "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "PATH")
 
 # NVIDIA documents these as debugging knobs, not production settings.
 NCCL_DEBUG_KNOBS = (

@@ -103,3 +103,14 @@ def test_secrets_file_is_understood_by_sglangs_own_config_merger(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     argv, api_key = json.loads(result.stdout.strip().splitlines()[-1])
     assert api_key == KEY and "--config" not in argv
+
+
+def test_the_launcher_never_imports_from_the_service_users_directory(tmp_path):
+    """`python -m sglang.launch_server` runs in WorkingDirectory=/var/lib/<svc>, which the service user writes: with
+    PYTHONSAFEPATH=1 in every unit's environment no implicit directory goes first on sys.path (security review 3)."""
+    from conftest import proven_with
+
+    profile = load_profile(proven_with(tmp_path, "launcher: serve", "launcher: launch_server"))
+    rendered = render(profile, "sk-test-key-0123456789")
+    assert "-m sglang.launch_server" in " ".join(rendered.exec_start)
+    assert rendered.environment["PYTHONSAFEPATH"] == "1" and "PYTHONSAFEPATH=1" in rendered.env
