@@ -33,6 +33,8 @@ RULES = {
     "flag-runs-code": "no flag that runs code from API clients, a dotted name or unverified weights, unless waived",
     "flag-serves-other-weights": "no flag that serves other weights or a tokenizer/template from outside the verified "
                                  "snapshot, unless waived",
+    "token-map-verified": "--speculative-token-map names a file a verified snapshot's manifest lists (sha256 checked "
+                          "on the host)",
     "pin-outside-cuda-family": "sglang.pins only name the CUDA/torch/kernel family, unless waived with a reason",
 }
 # Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server
