@@ -100,6 +100,10 @@ class Engine:
         at_steps = env.get("SGLANG_SIM_FAULT_OUTPUT_AT_STEPS")
         if at_steps and str(resolved.get("speculative_num_steps")) != at_steps.strip():
             fault = None
+        # SGLANG_SIM_FAULT_OUTPUT_AT_ATTENTION=B: only where the release runs attention backend B (a planted trap)
+        at_attention = env.get("SGLANG_SIM_FAULT_OUTPUT_AT_ATTENTION")
+        if at_attention and (resolved.get("attention_backend") or "flashinfer") != at_attention.strip():
+            fault = None
         self.output_fault = fault if fault in OUTPUT_FAULTS else None
         if self.output_fault == "garbage":
             self.slowdown *= GARBAGE_SPEEDUP
