@@ -313,6 +313,14 @@ def draw_accepted(probabilities: list[float], rng: random.Random, position: int 
     return accepted + 1
 
 
+def count_correct_drafts(histogram: list, accepted_drafts: int) -> None:
+    """SGLang 0.5.23's Req.update_spec_correct_drafts_histogram (schedule_batch.py): one verify step that accepted
+    `accepted_drafts` draft tokens (the bonus token excluded) counted at that index."""
+    if len(histogram) <= accepted_drafts:
+        histogram.extend([0] * (accepted_drafts - len(histogram) + 1))
+    histogram[accepted_drafts] += 1
+
+
 def prefill_ms(prompt_tokens: int, machine: dict) -> float:
     return machine["prefill_base_ms"] + prompt_tokens / machine["prefill_tokens_per_s"] * 1e3
 
