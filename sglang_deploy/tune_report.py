@@ -35,7 +35,8 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
         ok, why = acceptable(m, baseline, objective)
         if m.measured:
             vs = f"{(m.decode / baseline.decode - 1) * 100:+.1f} %" if baseline and baseline.decode else "-"
-            cols = (f"{m.decode:7.1f} {m.noise() or 0:6.1f}% {m.tau or 0:5.2f} "
+            tau = f"{m.tau:5.2f}" if m.tau else f"{'-':>5}"  # no speculation: no acceptance length
+            cols = (f"{m.decode:7.1f} {m.noise() or 0:6.1f}% {tau} "
                     f"{m.aggregate if m.aggregate is not None else 0:7.1f} {vs:>8}")
         else:
             cols = f"{'-':>7} {'-':>7} {'-':>5} {'-':>7} {'-':>8}"
