@@ -52,7 +52,8 @@ def run_doctor():
                        "checkpoint": collected["checkpoint"], "simulated_gpu": ((server_info.get("internal_states") or [{}])[0] or {}).get("simulated_gpu"),
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env"),
                        "draft_checkpoint": collected.get("draft_checkpoint"),
-                       "offered_drafts": collected.get("offered_drafts")})
+                       "offered_drafts": collected.get("offered_drafts"),
+                       "card_memory_mib": collected.get("card_memory_mib")})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
                   sandbox=collected.get("sandbox"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")

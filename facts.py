@@ -18,7 +18,7 @@ from pyinfra import host, logger
 from roles.facts import GpuHost, VenvTorch
 from roles.settings import host_settings, of
 from sglang_deploy.settings import FactsArgs
-from sglang_deploy.container import container_summary, proxmox_config
+from sglang_deploy.container import container_summary, proxmox_config, proxmox_notes
 from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
 
 facts = host.get_fact(GpuHost)
@@ -37,7 +37,9 @@ logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))
 if facts["container"] != "none" or (facts.get("lxc") or {}).get("unprivileged"):
     logger.info(f"[{host.name}] container ({facts['container']}):\n    " + "\n    ".join(container_summary(facts)))
     facts["proxmox_config"] = proxmox_config(facts, host_settings().container_id, host_settings().gpus)
-    logger.info(f"[{host.name}] the Proxmox CT configuration this host needs:\n" + facts["proxmox_config"])
+    logger.info(f"[{host.name}] the Proxmox CT configuration this host needs:\n"
+                + proxmox_notes(facts, host_settings().container_id, host_settings().gpus)
+                + "\ncommands for the Proxmox host's shell:\n" + facts["proxmox_config"])
 saved = Path(__file__).resolve().parent / "results" / host.name / "facts.json"
 saved.parent.mkdir(parents=True, exist_ok=True)
 saved.write_text(json.dumps(facts, indent=1) + "\n")

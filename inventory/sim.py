@@ -5,6 +5,9 @@ import os
 from pathlib import Path
 
 state_dir = Path(os.environ.get("SGLANG_DEPLOY_SIMHOST_DIR", Path(__file__).resolve().parent.parent / ".simhost"))
+# The simulated host's API key file lives in its state directory: name that directory as one host data may use
+# (api_key_file is accepted only under secrets/ or $SGLANG_DEPLOY_DATA_DIRS).
+os.environ["SGLANG_DEPLOY_DATA_DIRS"] = ":".join(filter(None, (os.environ.get("SGLANG_DEPLOY_DATA_DIRS"), str(state_dir))))
 try:
     info = json.loads((state_dir / "info.json").read_text())
 except FileNotFoundError:

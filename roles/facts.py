@@ -191,7 +191,9 @@ def container_facts(text: dict) -> dict:
             "shm_bytes": int(shm) if shm.isdigit() else None,
             "service_limits": container.parse_limits(text.get("service_limits", "")),
             "compilers": {"gcc": compilers.get("gcc") or None, "g++": compilers.get("g++") or None,
-                          "python_h": compilers.get("python_h") == "True"},
+                          "python_h": compilers.get("python_h") == "True",
+                          # python3 -m venv needs ensurepip (Debian: python3-venv); None: not asked (older output)
+                          "venv": {"True": True, "False": False}.get(compilers.get("venv"))},
             "video_gid": int(text["video_gid"].strip()) if text.get("video_gid", "").strip().isdigit() else None,
             "simulated": text.get("simulated", "").strip() == "yes"}
 
@@ -227,8 +229,10 @@ class GpuHost(FactBase):
                        "/bin/true; echo rc=$?",
             "compilers": "echo gcc=$(command -v gcc); echo g++=$(command -v g++); python3 -c 'import os, sysconfig; "
                          "print(\"python_h=\" + str(os.path.exists(os.path.join(sysconfig.get_paths()[\"include\"], "
-                         "\"Python.h\"))))'",
+                         "\"Python.h\"))))'; python3 -c 'import ensurepip' && echo venv=True || echo venv=False",
             "video_gid": "getent group video | cut -d: -f3",
+            # the CPUs this host (in a container: the CT, its cpuset) gives a process: JIT's MAX_JOBS
+            "cpus": "nproc",
             "simulated": f"test -e {SIMULATED_MARKER} && echo yes",
         }
         # Each section ends with a newline even when its command printed none (dpkg-query -f does not).
@@ -248,6 +252,7 @@ class GpuHost(FactBase):
             "system_nccl": text.get("nccl_deb", "").strip() or None,
             "topology": hostfacts.parse_topology(text.get("topo", ""), text.get("p2p", "")),
             "nvidia_uvm": "/dev/nvidia-uvm" in text.get("uvm", ""),
+            "cpus": int(text["cpus"].strip()) if text.get("cpus", "").strip().isdigit() else None,
             "lxc": container_facts(text),
         }
 

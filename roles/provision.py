@@ -12,19 +12,21 @@ from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, LinuxDistribution, Which
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import files, server
 
 from roles.facts import GpuHost, SGLangVersion, VenvTorch
 from roles.settings import host_settings
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.provision import (cuda_toolkit_step, driver_step, install_commands,
-                                     nccl_step, nvidia_repo_path, toolchain_step, userspace_driver_defaults)
+from sglang_deploy.provision import (DISK_NEEDS_MIB, HOLDS_FILE, apt_install_script, cuda_toolkit_step,
+                                     apt_proxy_options, disk_check_command, driver_step, holds_text, install_commands,
+                                     nccl_step, nvidia_repo_path, proxy_env, toolchain_step, userspace_driver_defaults,
+                                     with_proxy)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
 SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
 REPO_PREFERENCE = "/etc/apt/preferences.d/nvidia-cuda"
-HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
+HOLDS = f"/etc/apt/preferences.d/{HOLDS_FILE}"
 CUDA_SOURCES = """Types: deb
 URIs: {url}
 Suites: /
@@ -34,10 +36,7 @@ CUDA_PIN = """Package: *
 Pin: origin {origin}
 Pin-Priority: 600
 """
-HOLD = """Package: {package}
-Pin: version {version}
-Pin-Priority: 1001
-"""
+
 
 
 def os_release() -> dict:
@@ -55,25 +54,14 @@ def nvidia_repository():
             raise DeployError(f"{host.name}: {error}") from None
         url, key = url.format(**path), key.format(**path)
     if "://" in key:
-        files.download(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
+        files.download(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644",
+                       _env=proxy_env(host_settings().proxy))
     else:  # a key file on the controller (air-gapped hosts)
         files.put(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
     files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
               src=StringIO(CUDA_SOURCES.format(url=url, keyring=KEYRING)))
     files.put(name="Prefer NVIDIA's repository for CUDA packages", dest=REPO_PREFERENCE, mode="644",
               src=StringIO(CUDA_PIN.format(origin=host_settings().cuda_repo_origin)))
-
-
-def userspace_available_check(hold: dict, kernel: str, userspace: str | None):
-    """Before touching packages: NVIDIA's repository must carry user space of exactly the kernel module's version."""
-    checks = " && ".join(
-        f"available=$(apt-cache madison {package} | awk '{{print $3}}'); "
-        f"for v in $available; do case $v in {version}) found={package};; esac; done; "
-        f"[ \"$found\" = {package} ] || {{ echo \"{package} {version} is not in the repository (it has: "
-        f"$(echo $available)); the kernel module is {kernel}, user space here is {userspace or 'missing'}: "
-        f"they must match, so nothing was installed\" >&2; exit 1; }}"
-        for package, version in hold.items())
-    server.shell(name=f"Check the repository has user space {kernel}", commands=[checks])
 
 
 @deploy("Provision: NVIDIA driver, CUDA toolkit, NCCL")
@@ -103,26 +91,33 @@ def nvidia_stack(mode: str, python: str | None = None):
     if mode == "verify":
         return
     packages = [package for step in steps if step.action == "install" for package in step.packages]
-    container_user_space = driver.action == "install" and bool(driver.hold)
+    container_user_space = driver.action == "install" and bool(driver.exact)
     kernel = facts["kernel_driver"]
     # The repository is touched only when something must be installed: a working (often firewalled)
     # host needs no network at all.
-    if packages:
-        nvidia_repository()
-        apt.update(name="apt update (NVIDIA repository)")
-        if container_user_space:
-            userspace_available_check(driver.hold, kernel, userspace_driver(facts["gpus"], facts["libcuda"]))
-        # Whether to install was decided from facts; versions may be globs (580.95.05-*), hence quoted.
-        # --allow-downgrades: a container's user space may have to go back to the host module's version.
-        # --no-install-recommends: a Debian-style libcuda1 recommends kernel-module packages (dkms in a container).
-        server.shell(name=f"Install {', '.join(packages)}", commands=[
-            "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --allow-downgrades --no-install-recommends "
-            "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold "
-            + " ".join(shlex.quote(package) for package in packages)])
     holds = {package: version for step in steps for package, version in step.hold.items()}
+    if packages:
+        toolkit = steps[1]
+        if toolkit.action == "install":  # before the repository, the pin or any package changes
+            path, need = DISK_NEEDS_MIB["cuda-toolkit"]
+            server.shell(name=f"Check disk space for {', '.join(toolkit.packages)}",
+                         commands=[disk_check_command(", ".join(toolkit.packages), path, need)])
+        nvidia_repository()
+        server.shell(name="apt update (NVIDIA repository)",
+                     commands=["apt-get update -q" + apt_proxy_options(host_settings().proxy)])
+        # One transaction: the driver's source packages pinned at the module's version (their exact-version siblings
+        # follow), simulated first (`apt-get install -s`: a refusal names the conflict and changes nothing), then the
+        # pin and holds written and the install run. Versions may be globs (580.95.05-*): quoted by the script.
+        # --no-install-recommends: a Debian-style libcuda1 recommends kernel-module packages (dkms in a container).
+        others = [package for step in steps if step.action == "install" and not (step is driver and container_user_space)
+                  for package in step.packages]
+        check, commit = apt_install_script(others, holds, driver if container_user_space else None, kernel,
+                                           userspace_driver(facts["gpus"], facts["libcuda"]), host_settings().proxy)
+        shown = [f"{package}={driver.exact}" for package in driver.packages] if container_user_space else []
+        server.shell(name=f"Install {', '.join(shown + others)} (simulated first)", commands=[check + "\n" + commit])
     if holds:
         files.put(name="Hold driver user space and NCCL at their exact versions", dest=HOLDS, mode="644",
-                  src=StringIO("\n".join(HOLD.format(package=p, version=v) for p, v in sorted(holds.items()))))
+                  src=StringIO(holds_text(holds)))
     if container_user_space:
         server.shell(name=f"Check user space is now {kernel}", commands=[
             f"ls /usr/lib/*-linux-gnu/libcuda.so.{kernel} /usr/lib64/libcuda.so.{kernel} 2>/dev/null | grep -q . || "
@@ -150,6 +145,8 @@ def python_env(profile, mode: str):
     if mode == "verify":
         raise DeployError(f"{host.name}: verify mode: {venv} has SGLang {installed or 'nothing'}, "
                           f"the profile pins {profile.sglang.version}")
+    path, need = DISK_NEEDS_MIB["python-env"]  # before the wheelhouse upload and the venv
+    server.shell(name=f"Check disk space for {venv}", commands=[disk_check_command(f"the Python env {venv}", path, need)])
     wheelhouse = host_settings().wheelhouse  # a directory of wheels on the controller: install offline
     index_args = []
     if wheelhouse:
@@ -172,4 +169,5 @@ def python_env(profile, mode: str):
     if gpus:  # a real GPU host: the venv's torch must see every GPU
         checks.append(f"{python} -c 'import torch; n = torch.cuda.device_count(); "
                       f"assert torch.cuda.is_available() and n == {int(gpus)}, f\"torch sees {{n}} of {int(gpus)} GPUs\"'")
+    install = [with_proxy(command, host_settings().proxy) for command in install]
     server.shell(name=f"Install {wanted} into {venv} (binary wheels only)", commands=[*install, *checks])

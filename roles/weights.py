@@ -21,10 +21,11 @@ from pyinfra.api.exceptions import OperationError
 from pyinfra.operations import files, server
 from pyinfra.operations import python as python_op
 
-from roles.settings import sudo
+from roles.settings import host_settings, sudo
 from sglang_deploy.hostside.weights_fetch import staging_dir
 from sglang_deploy.hostside.weights_manifest import MODELS_ROOT, TOOL_DIR, human
 from sglang_deploy.layout import host_program
+from sglang_deploy.provision import with_proxy
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
 
 HUB_VENV = "/opt/sglang-deploy/hub-client"
@@ -50,7 +51,8 @@ def hub_client(wheelhouse: str | None):
                         f"--find-links {HUB_WHEELS} {shlex.quote(HUB_CLIENT_PIN)}")
     else:
         commands.append(f"{HUB_VENV}/bin/pip install -q --disable-pip-version-check {shlex.quote(HUB_CLIENT_PIN)}")
-    server.shell(name=f"{HUB_CLIENT_PIN} in {HUB_VENV}", commands=commands)
+    server.shell(name=f"{HUB_CLIENT_PIN} in {HUB_VENV}",
+                 commands=[with_proxy(command, host_settings().proxy) for command in commands])
 
 
 def fetch_command(weights: Weights, python: str, endpoint: str | None, token_file: str | None = None) -> str:
@@ -93,7 +95,8 @@ def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint
                  f"(progress: {MODELS_ROOT}/{TOOL_DIR}/progress/)", logger.info)
         python_op.call(name=f"Fetch {weights.source.text} with huggingface_hub ({human(weights.total_bytes)}), "
                             "verify every file, rename into place",
-                       function=_fetch_live, command=fetch_command(weights, python, endpoint, token_file))
+                       function=_fetch_live,
+                       command=with_proxy(fetch_command(weights, python, endpoint, token_file), host_settings().proxy))
         return
     staging = staging_dir(weights.path)
     for entry, src in weights.local_files():

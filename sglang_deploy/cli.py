@@ -151,7 +151,7 @@ def cmd_proxmox_config(args: argparse.Namespace) -> int:
     """The Proxmox CT configuration a host needs, from the facts facts.py saved (results/<host>/facts.json)."""
     import json
 
-    from .container import proxmox_config
+    from .container import proxmox_config, proxmox_notes
 
     try:
         facts = json.loads(Path(args.facts).read_text())
@@ -162,6 +162,8 @@ def cmd_proxmox_config(args: argparse.Namespace) -> int:
         print(f"sglang-deploy: error: {args.facts}: no container facts in it; run facts.py again with this version",
               file=sys.stderr)
         return 1
+    # The commands alone on stdout (`> ct129.sh` gives a clean script); why, and the alternatives, on stderr.
+    print(proxmox_notes(facts, args.container_id, args.gpus), file=sys.stderr)
     print(proxmox_config(facts, args.container_id, args.gpus))
     return 0
 

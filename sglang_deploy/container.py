@@ -89,35 +89,83 @@ def container_summary(facts: dict) -> list[str]:
     return lines
 
 
+UVM_UNIT = "sglang-deploy-nvidia-nodes.service"
+
+
+def proxmox_nodes(facts: dict, gpus: int | None = None) -> list[str]:
+    """Every node the server needs: each GPU the profile needs (0..gpus-1) whether visible now or not, any other GPU
+    node the container sees, the control node and uvm's two."""
+    box = facts.get("lxc") or {}
+    seen = {int(n["path"][len("/dev/nvidia"):]) for n in box.get("nodes") or []
+            if re.fullmatch(r"/dev/nvidia[0-9]+", n["path"])}
+    count = gpus or len(facts.get("gpus") or []) or len(seen) or 2
+    numbered = [f"/dev/nvidia{i}" for i in sorted(seen | set(range(count)))]
+    return numbered + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
+
+
 def proxmox_config(facts: dict, container_id: int | str | None = None, gpus: int | None = None) -> str:
-    """The lines /etc/pve/lxc/<CTID>.conf needs for sglang-deploy, with the majors this host has now, and why."""
+    """Commands to paste into the Proxmox host's shell for CT <CTID>: no comment lines (pasted into
+    /etc/pve/lxc/<CTID>.conf, a `#` line becomes the CT's Notes); proxmox_notes() says why and the alternatives.
+
+    A host unit creates the nodes before the containers start (a devN whose host node is missing stops `pct start`),
+    each node is passed with the container's video group (gid first; mode=0666 is the alternative in the notes),
+    and nesting is added to the container's current features, keeping the others (keyctl=1, fuse=1, ...)."""
     box = facts.get("lxc") or {}
     ctid = container_id or "<CTID>"
-    majors = box.get("majors") or {}
-    nodes = [n["path"] for n in box.get("nodes") or [] if re.fullmatch(r"/dev/nvidia[0-9]+", n["path"])]
-    count = gpus or len(facts.get("gpus") or []) or len(nodes) or 2
-    numbered = nodes or [f"/dev/nvidia{i}" for i in range(count)]
-    wanted = numbered + ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"]
     video = box.get("video_gid") or 44
-    lines = [f"# /etc/pve/lxc/{ctid}.conf -- what the container needs for sglang-deploy (then: pct reboot {ctid})",
-             "# nesting: the unit's ProtectKernelTunables/ProtectControlGroups mount a fresh /proc and /sys, which",
-             "# Proxmox's AppArmor profile denies without it (every start would die with 226/NAMESPACE)",
-             "features: nesting=1",
-             f"# the GPU nodes, mode 0666 (or gid={video}, the container's video group): without mode=/gid= Proxmox",
-             "# creates them 0660 root:root and the service user cannot open them (PVE 8.1+; major:minor read at",
-             "# every CT start, so nvidia-uvm's dynamic major cannot go stale)"]
-    lines += [f"dev{i}: {path},mode=0666" for i, path in enumerate(wanted)]
-    frontend = majors.get("nvidia-frontend", 195)
-    uvm = majors.get("nvidia-uvm")
-    lines += ["# or, before PVE 8.1: the cgroup lines with this host's majors now (nvidia-uvm's is dynamic: check",
-              "# /proc/devices after every host reboot) and bind mounts of the host's nodes (make them 0666 there)",
-              f"#lxc.cgroup2.devices.allow: c {frontend}:* rwm"]
-    lines.append(f"#lxc.cgroup2.devices.allow: c {uvm}:* rwm" if uvm else
-                 "#lxc.cgroup2.devices.allow: c <nvidia-uvm major from the Proxmox host's /proc/devices>:* rwm")
-    lines += [f"#lxc.mount.entry: {path} {path.lstrip('/')} none bind,optional,create=file" for path in wanted]
-    lines += ["# on the Proxmox host itself: nvidia and nvidia-uvm loaded at boot and /dev/nvidia-uvm created before",
-              "# the CT starts (`nvidia-modprobe -u -c=0`), nvidia-persistenced running; for P2P between the GPUs,",
-              "# IOMMU in passthrough mode (iommu=pt) or ACS checked"]
+    nodes = proxmox_nodes(facts, gpus)
+    minors = [path[len("/dev/nvidia"):] for path in nodes if re.fullmatch(r"/dev/nvidia[0-9]+", path)]
+    lines = [f"cat > /etc/systemd/system/{UVM_UNIT} <<'EOF'",
+             "[Unit]",
+             "Description=NVIDIA device nodes before the containers start (sglang-deploy)",
+             "After=systemd-modules-load.service",
+             "Before=pve-guests.service",
+             "[Service]",
+             "Type=oneshot",
+             "RemainAfterExit=yes",
+             *[f"ExecStart=/usr/bin/nvidia-modprobe{' -u' if i == 0 else ''} -c={minor}" for i, minor in enumerate(minors)],
+             "[Install]",
+             "WantedBy=multi-user.target",
+             "EOF",
+             "printf 'nvidia\\nnvidia-uvm\\n' > /etc/modules-load.d/nvidia-uvm.conf",
+             f"systemctl daemon-reload && systemctl enable --now {UVM_UNIT}"]
+    lines += [f"pct set {ctid} --dev{i} {path},gid={video}" for i, path in enumerate(nodes)]
+    lines.append(f"pct set {ctid} --features \"$({{ pct config {ctid} | sed -n 's/^features: //p' | tr ',' '\\n' "
+                 "| grep -v -e '^nesting=' -e '^$'; echo nesting=1; } | paste -sd, -)\"")
+    lines.append(f"pct reboot {ctid}")
+    return "\n".join(lines)
+
+
+def proxmox_notes(facts: dict, container_id: int | str | None = None, gpus: int | None = None) -> str:
+    """Why each command of proxmox_config() is there, and the alternatives (printed apart from the commands)."""
+    box = facts.get("lxc") or {}
+    ctid = container_id or "<CTID>"
+    video = box.get("video_gid") or 44
+    nodes = proxmox_nodes(facts, gpus)
+    frontend = (box.get("majors") or {}).get("nvidia-frontend", 195)
+    uvm = (box.get("majors") or {}).get("nvidia-uvm")
+    lines = [
+        f"On the Proxmox host, for CT {ctid} (PVE 8.1 or later), paste the commands; what they do:",
+        f"- the unit {UVM_UNIT} loads nvidia and nvidia-uvm and creates /dev/nvidia-uvm and every GPU's node before "
+        "the containers start: a devN whose host node is missing makes `pct start` fail (\"Device ... does not exist\"), "
+        "and the sandboxed service cannot create /dev/nvidia-uvm itself",
+        f"- devN with gid={video} (the container's video group, which the service has): Proxmox creates the node 0660, "
+        "group video, with the major:minor read at every CT start (nvidia-uvm's major is dynamic); without gid= or "
+        "mode= it is 0660 root:root and the service user cannot open it",
+        f"- if gid= does not suit: mode=0666 instead, e.g. `pct set {ctid} --dev0 {nodes[0]},mode=0666`",
+        f"- dev0..dev{len(nodes) - 1} replace what the CT has under those names: check `pct config {ctid}` first and "
+        "remove old lxc.mount.entry / lxc.cgroup2.devices.allow lines for these nodes from "
+        f"/etc/pve/lxc/{ctid}.conf",
+        "- features: nesting=1 is added to the CT's current features (the others are kept): the unit's "
+        "ProtectKernelTunables/ProtectControlGroups mount a fresh /proc and /sys, which Proxmox's AppArmor profile "
+        "denies without it (226/NAMESPACE at every start)",
+        "- for P2P between the GPUs: IOMMU in passthrough mode (iommu=pt on the kernel command line) or ACS checked",
+        f"Before PVE 8.1 (no devN): in /etc/pve/lxc/{ctid}.conf `lxc.cgroup2.devices.allow: c {frontend}:* rwm`, "
+        + (f"`lxc.cgroup2.devices.allow: c {uvm}:* rwm` (nvidia-uvm's major now: check /proc/devices after every host "
+           "reboot)" if uvm else "the same for nvidia-uvm's major from the host's /proc/devices")
+        + ", and per node `lxc.mount.entry: /dev/nvidiaX dev/nvidiaX none bind,optional,create=file` (make the nodes "
+        "0666 on the host)",
+    ]
     if box.get("simulated"):
-        lines.insert(0, "# SIMULATED host: the majors are its stand-in nodes' (1:3), not a real GPU's")
+        lines.insert(0, "SIMULATED host: the majors are its stand-in nodes' (1:3), not a real GPU's")
     return "\n".join(lines)

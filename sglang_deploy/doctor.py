@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from .hostside.client import is_simulated, printable
-from .hostside.gate import decode_backend, decode_graph_gb
+from .hostside.gate import decode_backend, decode_graphs_captured
 from .roofline import datasheet_bandwidth, roofline, separate_draft
 from .rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 
@@ -52,11 +52,11 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
     log_findings = log_findings or {}
     tp = _tp(server_info)
     # CUDA graphs: the backend after SGLang folds every graph flag, and what was captured
-    if decode_backend(server_info) == "disabled" or (server_info.get("internal_states") and decode_graph_gb(server_info) <= 0):
+    captured, capture_evidence = decode_graphs_captured(server_info)
+    if decode_backend(server_info) == "disabled" or (server_info.get("internal_states") and not captured):
         found.append(Suspect(
             "cuda-graphs", "decode CUDA graphs are off or were not captured",
-            f"cuda_graph_config.decode.backend={decode_backend(server_info)!r}, decode/verify/draft graph memory "
-            f"{decode_graph_gb(server_info):.2f} GB",
+            f"cuda_graph_config.decode.backend={decode_backend(server_info)!r}, {capture_evidence}",
             "+33 % or more (without graphs a 64-layer TP decode step is launch-bound)", 40.0,
             "remove --disable-cuda-graph, --disable-decode-cuda-graph and a 'disabled' decode backend in "
             "--cuda-graph-backend-decode / --cuda-graph-config; keep --cuda-graph-max-bs-decode >= "
@@ -208,7 +208,10 @@ def diagnose(report: dict) -> dict:
                      "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
     return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
             "opportunities": [asdict(drafter)] if drafter else [],
-            "memory": memory_budget(server_info, report.get("checkpoint")), "simulated": is_simulated(server_info)}
+            "memory": memory_budget(server_info, report.get("checkpoint"),
+                                    report.get("card_memory_mib") or [gpu.get("memory.total")
+                                                                      for gpu in report.get("gpus") or []]),
+            "simulated": is_simulated(server_info)}
 
 
 def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, bandwidth: float, offered,
@@ -238,23 +241,28 @@ def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, band
         f"tok/s{at_mbu}", f"+{gain:.0f} % (roofline ratio at the same MBU; peers measure +30-45 %)", gain, where)
 
 
-def memory_budget(server_info: dict, checkpoint: dict | None) -> dict | None:
-    """Per GPU, as the running server accounts it (internal_states[0].memory_usage, GB): the static pool
-    mem_fraction_static x the memory at start, split into weights (the vision tower's share from the checkpoint's
-    headers, which SGLang 0.5.23 loads for Qwen3.5: it refuses --language-model-only), KV and state, and the graphs
-    outside it."""
+def memory_budget(server_info: dict, checkpoint: dict | None, card_mib: list | None = None) -> dict | None:
+    """Per GPU, GiB, as SGLang 0.5.23 accounts it: the static pool is mem_fraction_static x the memory free before
+    the weights load (about the card: nvidia-smi's memory.total), split into weights (the vision tower's share
+    from the checkpoint's headers, which SGLang loads for Qwen3.5: it refuses --language-model-only), KV and state
+    (internal_states[0].memory_usage.weight, .kvcache); outside it the graphs and activations, and what is still
+    free once the server has started (memory_usage.startup_available: get_available_gpu_memory at the end of the
+    scheduler's init, managers/scheduler.py; not the card's total)."""
     state = (server_info.get("internal_states") or [{}])[0] or {}
     usage = state.get("memory_usage") or {}
     fraction = server_info.get("mem_fraction_static")
-    total = usage.get("startup_available")
-    if not (usage and isinstance(fraction, (int, float)) and total):
+    card_mib = [mib for mib in (card_mib or []) if isinstance(mib, (int, float)) and mib > 0]
+    if not (usage and isinstance(fraction, (int, float)) and card_mib):
         return None
+    total = min(card_mib) / 1024
     tp = _tp(server_info)
     vision = ((checkpoint or {}).get("bytes") or {}).get("vision")
     graphs = sum((usage.get("graph") or {}).values())
+    free = usage.get("startup_available")
     return {"fraction": fraction, "total_gb": total, "pool_gb": fraction * total, "weight_gb": usage.get("weight"),
             "vision_gb": vision / tp / 1e9 if isinstance(vision, (int, float)) else None,
-            "kv_gb": usage.get("kvcache"), "graph_gb": graphs, "outside_pool_gb": total - fraction * total}
+            "kv_gb": usage.get("kvcache"), "graph_gb": graphs, "outside_pool_gb": total - fraction * total,
+            "free_after_start_gb": free if isinstance(free, (int, float)) else None}
 
 
 def format_report(result: dict) -> str:
@@ -274,7 +282,9 @@ def format_report(result: dict) -> str:
         lines.append(f"memory per GPU at --mem-fraction-static {memory['fraction']} of {memory['total_gb']:.1f} GB: "
                      f"static pool {memory['pool_gb']:.1f} GB = weights {memory['weight_gb']:.2f}{vision} + KV and "
                      f"state {memory['kv_gb']:.1f}; graphs {memory['graph_gb']:.2f} and activations in the "
-                     f"{memory['outside_pool_gb']:.1f} GB outside it")
+                     f"{memory['outside_pool_gb']:.1f} GB outside it"
+                     + (f"; {memory['free_after_start_gb']:.2f} GB still free after start (SGLang's startup_available)"
+                        if memory.get("free_after_start_gb") is not None else ""))
     if result["suspects"]:
         lines.append("suspects, most likely gain first:")
         for i, s in enumerate(result["suspects"], 1):

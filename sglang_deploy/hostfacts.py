@@ -135,5 +135,8 @@ def detected_hardware(facts: dict) -> dict:
     """What the host itself says about GPU count and interconnect (None where it cannot tell: no GPU visible yet)."""
     gpus = len(facts.get("gpus") or []) or None
     topology = (facts.get("topology") or {}).get("interconnect")
-    return {"gpus": gpus, "gpu_topology": topology if gpus and gpus > 1 else None,
-            "gpu_names": [gpu.get("name") for gpu in facts.get("gpus") or []]}
+    found = {"gpus": gpus, "gpu_topology": topology if gpus and gpus > 1 else None,
+             "gpu_names": [gpu.get("name") for gpu in facts.get("gpus") or []]}
+    if facts.get("cpus"):  # the CT's own CPUs: with nesting, the unit's fresh /proc shows the Proxmox host's
+        found["cpus"] = facts["cpus"]
+    return found

@@ -144,8 +144,9 @@ def load():
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
 
     if gpu is not None:
-        # flashinfer is a pinned dependency of every sglang install (flashinfer_python==0.7.2); the validator
-        # env leaves out its 600 MB and states the fact SGLang derives from it (runtime_context.py).
+        # flashinfer is a pinned dependency of every sglang install (flashinfer_python==0.7.2): the layer installs
+        # it (without its CUDA dependencies) so that the hooks that import its modules (mamba_hook.py) find them
+        # as on the host, and the fact SGLang derives from it on a GPU is stated (runtime_context.py).
         from sglang.srt.runtime_context import override_platform
 
         override_platform(has_flashinfer=True).install()

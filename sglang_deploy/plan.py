@@ -183,7 +183,8 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
                               where=f"{path}:{auth_line}: service.auth")
     try:
         rendered = render(profile, api_key=api_key, port=port,
-                          cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None, node=node)
+                          cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None, node=node,
+                          max_jobs=(detected or {}).get("cpus"))
     except RenderError as error:
         raise PlanError(f"{path}: cannot render the unit: {error}") from None
     return Plan(profile=profile, rendered=rendered, port=port, simulated=settings.simulated,

@@ -4,8 +4,8 @@ Importing SGLang costs seconds of CPU, so one probe server per SGLang version an
 controller process of this user and cache (pyinfra runs, the CLI, test workers): the first one to ask starts it,
 under a lock, and the others connect to its Unix socket. Each request is answered in a fork of the server, so no
 request sees another's state. The server exits after IDLE_S seconds without a request; `stop_all` ends them
-sooner. Nothing secret reaches it: its environment is the scrubbed one (validator_env.scrubbed_environment) and
-requests carry command lines and configs only.
+sooner. Nothing secret reaches it: its environment is a few names of the controller's (validator_env.probe_environment)
+and requests carry command lines, configs and the unit's environment (no secret: profile.py refuses them there).
 """
 
 from __future__ import annotations
@@ -25,11 +25,18 @@ from pathlib import Path
 from typing import Callable
 
 IDLE_S = 300
+# Names the run that starts a server (a test session sets it), so that its end stops its own servers only, not those
+# another run (another session, the operator's pyinfra) is using or starting.
+OWNER_VARIABLE = "SGLANG_DEPLOY_PROBE_OWNER"
 STARTUP_S = 900  # an import of SGLang under a loaded machine, empty page cache included
 
 
 class ProbeServerError(RuntimeError):
     pass
+
+
+class ProbeServerStopped(ProbeServerError):
+    """The server was ended (SIGTERM) before it answered: asked again once, by a server started anew."""
 
 
 def socket_dir() -> Path:
@@ -83,6 +90,7 @@ def _start_and_ask(path: Path, command: Callable[[], tuple[list[str], dict]], re
         process = subprocess.Popen([*argv, str(path), str(IDLE_S)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                    stderr=err, env=env, text=True, start_new_session=True)
     path.with_suffix(".pid").write_text(f"{process.pid}\n")
+    path.with_suffix(".owner").write_text(os.environ.get(OWNER_VARIABLE, "") + "\n")
     process.stdin.write(json.dumps(request) + "\n")  # the warm-up: SGLang's lazy imports of a first resolution
     process.stdin.close()
     deadline = time.monotonic() + STARTUP_S
@@ -92,6 +100,8 @@ def _start_and_ask(path: Path, command: Callable[[], tuple[list[str], dict]], re
             if line is not None:
                 return line
         if process.poll() is not None:
+            if process.returncode == -signal.SIGTERM:  # stop_all of another run (a test session's end), mid-start
+                raise ProbeServerStopped(f"the parser probe was stopped while it started\n{_log_tail(path)}")
             raise ProbeServerError(_log_tail(path))
         time.sleep(0.05)
     process.kill()
@@ -104,7 +114,10 @@ def answer(path: Path, command: Callable[[], tuple[list[str], dict]], request: d
     if line is None:  # none started, or one that reached its idle exit as the request came: start one
         with open(os.open(path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT, 0o600)) as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)  # one start at a time; the others then find it answering
-            line = ask(path, request) or _start_and_ask(path, command, request)
+            try:
+                line = ask(path, request) or _start_and_ask(path, command, request)
+            except ProbeServerStopped:
+                line = ask(path, request) or _start_and_ask(path, command, request)
     reply = json.loads(line)
     if "probe_error" in reply:
         raise ProbeServerError(reply["probe_error"])
@@ -118,11 +131,21 @@ def _is_server(pid: int, path: Path) -> bool:
         return False
 
 
-def stop_all(cache_dir: Path) -> int:
-    """End the servers of one cache directory (SIGTERM: each removes its socket). Returns how many were running."""
+def _owner(path: Path) -> str:
+    try:
+        return path.with_suffix(".owner").read_text().strip()
+    except OSError:
+        return ""
+
+
+def stop_all(cache_dir: Path, owner: str | None = None) -> int:
+    """End the servers of one cache directory (SIGTERM: each removes its socket), only those started under `owner`
+    (OWNER_VARIABLE) when one is given. Returns how many were running."""
     stopped = 0
     for pid_file in socket_dir().glob(f"{_digest(str(cache_dir))[:8]}-*.pid"):
         path = pid_file.with_suffix(".sock")
+        if owner is not None and _owner(path) != owner:
+            continue
         with contextlib.suppress(ValueError, OSError):
             pid = int(pid_file.read_text())
             if _is_server(pid, path):

@@ -46,6 +46,29 @@ def _refuse(problem: str | None) -> None:
         raise ValueError(problem)
 
 
+CONFIG_MAX_BYTES = 1 << 20  # a checkpoint's config.json is a few KiB
+
+
+def config_file_problem(value: str) -> str | None:
+    """model.config follows the manifest path rules (under manifests/, or a weights directory of the controller) and
+    is a regular file of at most 1 MiB (a FIFO would hang the check). A missing file is the resolution's to name."""
+    import os
+    import stat
+
+    from .weights import REPO_ROOT, manifest_path_problem
+
+    problem = manifest_path_problem(value)
+    if problem:
+        return problem.replace("model.manifest", "model.config").replace("a relative manifest", "a relative config")
+    try:
+        status = os.stat(value if os.path.isabs(value) else REPO_ROOT / value)
+    except OSError:
+        return None
+    if not stat.S_ISREG(status.st_mode) or status.st_size > CONFIG_MAX_BYTES:
+        return f"{value} is not a regular file of at most {CONFIG_MAX_BYTES >> 20} MiB"
+    return None
+
+
 class Strict(BaseModel):
     # inf and nan are no numbers a profile means (YAML's .inf/.nan would pass every "at least" check)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -75,6 +98,7 @@ class ModelSection(Strict):
     def json_file(cls, value: str | None) -> str | None:
         if value is not None and not value.endswith(".json"):
             raise ValueError(f"must name the checkpoint's config.json (a .json file), got {value!r}")
+        _refuse(value and config_file_problem(value))
         return value
 
     @field_validator("architecture")
@@ -242,12 +266,13 @@ class MultinodeSection(Strict):
 
 
 class GateSection(Strict):
-    min_decode_tok_s: Annotated[float, Field(strict=True, gt=0)] | None = Field(
-        None, description="Floor for single-stream decode tokens/s (median).")
-    min_accept_length: Annotated[float, Field(strict=True, ge=1)] | None = Field(
-        None, description="Floor for the speculative acceptance length tau (median).")
-    max_regression_pct: Annotated[float, Field(strict=True, gt=0, lt=100)] = Field(
-        10.0, description="Fail when slower than the last good release by more than this.")
+    min_decode_tok_s: Annotated[float, Field(strict=True, ge=1)] | None = Field(
+        None, description="Floor for single-stream decode tokens/s (median); at least 1; required with speculation.")
+    min_accept_length: Annotated[float, Field(strict=True)] | None = Field(
+        None, description="Floor for the speculative acceptance length tau (median); above 1 (tau is at least 1 by "
+                          "definition); required with speculation.")
+    max_regression_pct: Annotated[float, Field(strict=True, gt=0, le=50)] = Field(
+        10.0, description="Fail when slower than the last good release by more than this (at most 50).")
     samples: Annotated[StrictInt, Field(le=100)] = Field(
         5, description="Measured requests per metric; at least 3 (the comparison with the baseline pairs them).")
     warmup: Annotated[StrictInt, Field(ge=0, le=20)] = Field(1, description="Unmeasured requests first.")
@@ -255,6 +280,12 @@ class GateSection(Strict):
     concurrency: Annotated[StrictInt, Field(ge=1, le=256)] = Field(4, description="Parallel streams for the aggregate figure.")
     on_inconclusive: Literal["rollback", "keep"] = Field(
         "rollback", description="What to do when the measurement is too noisy or requests fail.")
+
+    @field_validator("min_accept_length")
+    @classmethod
+    def accept_floor_above_one(cls, value: float | None) -> float | None:
+        _refuse(accept_floor_problem(value))
+        return value
 
     @field_validator("samples")
     @classmethod
@@ -266,6 +297,13 @@ class GateSection(Strict):
                 "whose ratios differ by 10 % already give an interval of 0.73-1.37 x their mean, so nearly every "
                 "comparison would be inconclusive")
         return value
+
+
+def accept_floor_problem(value: float | None) -> str | None:
+    if value is None or value > 1:
+        return None
+    return (f"{value} can never fail: the acceptance length is at least 1 by definition (the verified token); "
+            "accepted: a floor above 1, such as the proven profile's 2.8")
 
 
 class WatchSection(Strict):
@@ -280,8 +318,8 @@ class WatchSection(Strict):
     on_drift: Literal["record", "restart"] = Field(
         "record", description="record: history and metrics only; restart: also restart the service after "
                               "`drift_runs` drifting measurements in a row.")
-    drift_min_accept_length: Annotated[float, Field(strict=True, ge=1)] | None = Field(
-        None, description="Acceptance length below this is drift (default: gate.min_accept_length).")
+    drift_min_accept_length: Annotated[float, Field(strict=True)] | None = Field(
+        None, description="Acceptance length below this is drift (default: gate.min_accept_length); above 1.")
     drift_runs: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
         2, description="Drifting measurements in a row (acceptance below the threshold, decode below "
                        "gate.min_decode_tok_s, or a failed output check) before on_drift acts.")
@@ -296,6 +334,12 @@ class WatchSection(Strict):
     textfile_dir: StrictStr = Field(
         "/var/lib/prometheus/node-exporter",
         description="node_exporter's --collector.textfile.directory (Debian's default).")
+
+    @field_validator("drift_min_accept_length")
+    @classmethod
+    def drift_floor_above_one(cls, value: float | None) -> float | None:
+        _refuse(accept_floor_problem(value))
+        return value
 
     @field_validator("interval", "randomized_delay")
     @classmethod

@@ -3,6 +3,8 @@ every structure problem as 'file:line: field: message' (control characters, pyda
 
 from __future__ import annotations
 
+import re
+
 import yaml
 from pydantic import ValidationError
 
@@ -31,8 +33,24 @@ def line_index(node: yaml.Node, path: tuple = (), index: dict | None = None) -> 
     return index
 
 
+# YAML 1.1 number forms a reader takes for something else: 1:30 is 90 (base 60), 017 is 15 (octal), and hex, binary
+# and `_` separators; a profile writes numbers in decimal.
+YAML11_NUMBER = re.compile(r"[-+]?(?:[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?|0[0-7_]+|0x[0-9a-fA-F_]+|0b[01_]+"
+                           r"|[0-9.]*_[0-9_.eE+-]*)")
+
+
 class UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of silently keeping the last one."""
+    """SafeLoader that refuses duplicate keys instead of silently keeping the last one, and the YAML 1.1 number
+    forms (sexagesimal, octal, hex, binary, `_`) whose value is not what a reviewer reads."""
+
+    def construct_yaml_number(self, node):
+        if YAML11_NUMBER.fullmatch(node.value):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{node.value} is a YAML 1.1 number form (1:30 reads as 90, base 60; 017 as 15, octal); "
+                "accepted: the number in plain decimal, or a quoted string where text is meant", node.start_mark)
+        constructor = yaml.SafeLoader.construct_yaml_int if node.tag.endswith(":int") else \
+            yaml.SafeLoader.construct_yaml_float
+        return constructor(self, node)
 
     def construct_mapping(self, node, deep=False):
         seen = {}
@@ -40,12 +58,20 @@ class UniqueKeyLoader(yaml.SafeLoader):
             if not isinstance(key_node, yaml.ScalarNode):  # `? [a, b]` or `? {a: 1}`: unhashable, and no field name
                 raise yaml.constructor.ConstructorError(
                     None, None, "a key must be a plain name, not a list or mapping", key_node.start_mark)
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` would copy keys in that a reader does not see
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a YAML merge key (<<) is not accepted in a profile; write the keys out where they "
+                    "are used", key_node.start_mark)
             key = self.construct_object(key_node, deep=deep)
             if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"duplicate key {key!r} (first on line {seen[key]})", key_node.start_mark)
             seen[key] = key_node.start_mark.line + 1
         return super().construct_mapping(node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", UniqueKeyLoader.construct_yaml_number)
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:float", UniqueKeyLoader.construct_yaml_number)
 
 
 def format_location(loc: tuple) -> str:
@@ -86,6 +112,20 @@ def pydantic_problems(source: str, error: ValidationError, lines: dict[tuple, in
     return problems
 
 
+MAX_VALUE_BYTES = 64 * 1024  # systemd refuses a whole unit over a line of 1 MiB; no profile value needs 64 KiB
+
+
+def unit_text_message(value: str) -> str | None:
+    """A value that may be printed into a unit: no trailing backslash (systemd and the tool's unit reader would
+    disagree on whether the next line continues it) and at most 64 KiB."""
+    if value.endswith("\\"):
+        return "ends with a backslash, which a unit file reads as a line continuation; accepted: a value that does " \
+               "not end in '\\'"
+    if len(value.encode()) > MAX_VALUE_BYTES:
+        return f"is {len(value.encode())} bytes long; accepted: at most {MAX_VALUE_BYTES} bytes (64 KiB)"
+    return None
+
+
 # Free text that reaches no unit, shell, path or URL: a YAML block scalar may make it span lines.
 _FREE_TEXT = {("description",), ("environment", "*", "reason")}
 
@@ -101,7 +141,7 @@ def control_problems(source: str, data, lines: dict[tuple, int], path: tuple = (
         if isinstance(data, str):
             free = any(len(pattern) == len(path) and all(p in ("*", q) for p, q in zip(pattern, path))
                        for pattern in _FREE_TEXT)
-            message = safety.control_message(data, safety.TEXT_ALLOWED if free else set())
+            message = safety.control_message(data, safety.TEXT_ALLOWED if free else set()) or unit_text_message(data)
             if message:
                 problems.append(f"{source}:{lines.get(path, 1)}: {format_location(path)}: {message}")
         return problems

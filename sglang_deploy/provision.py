@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 from .hostfacts import driver_branch, driver_verdict, nccl_differs
 
-# NVIDIA's user-space compute driver packages (their debian12 CUDA repository); no kernel module.
+# NVIDIA's user-space compute driver packages (their debian12 CUDA repository, the names Debian uses); no kernel module.
 USERSPACE_DRIVER_PACKAGES = ("libcuda1", "libnvidia-ml1", "nvidia-smi")
-# Ubuntu repositories package the driver per branch.
-USERSPACE_DRIVER_PACKAGES_UBUNTU = ("libnvidia-compute-{branch}", "nvidia-utils-{branch}")
+# Ubuntu packages the driver per branch (libnvidia-compute-580); NVIDIA's Ubuntu repository drops the suffix from 590
+# on. "a|b": the first name the repository has at the host module's version is installed.
+USERSPACE_DRIVER_PACKAGES_UBUNTU = ("libnvidia-compute-{branch}|libnvidia-compute", "nvidia-utils-{branch}|nvidia-utils")
 # Exactly the kernel module's version, any packaging revision (580.95.05-1, -0ubuntu1, -1ubuntu1):
 # an apt version glob, also valid in apt preferences.
 DRIVER_PACKAGE_VERSION = "{version}-*"
@@ -51,6 +52,9 @@ class Step:
     reboot_needed: bool = False
     # Exact versions apt must keep (written to /etc/apt/preferences.d) and may downgrade to.
     hold: dict[str, str] = field(default_factory=dict)
+    # The driver's user space: `packages` are names ("a|b": the first the repository has) to install at this version
+    # glob, with every package of their source packages pinned to it (apt_install_script).
+    exact: str | None = None
 
 
 def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str,
@@ -59,8 +63,8 @@ def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str,
                              facts.get("libcuda"))
     kernel, userspace, minimum = verdict["kernel_driver"], verdict["userspace_driver"], verdict["minimum_branch"]
     # In a container, apt must keep user space at exactly the host module's version (no `apt upgrade` drift).
-    hold = ({package.format(branch=driver_branch(kernel)): package_version.format(version=kernel)
-             for package in userspace_packages} if verdict["container"] and kernel else {})
+    hold = ({name: package_version.format(version=kernel) for package in userspace_packages
+             for name in package.format(branch=driver_branch(kernel)).split("|")} if verdict["container"] and kernel else {})
     if verdict["ok"]:
         return Step("driver", "ok", f"NVIDIA driver {kernel or userspace} (>= R{minimum}) works: nothing to install",
                     hold=hold)
@@ -75,7 +79,8 @@ def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str,
             return Step("driver", "error", f"verify mode, {where}: " + "; ".join(verdict["problems"]))
         return Step("driver", "install",
                     f"{where}: user-space driver {userspace or 'missing'} -> {kernel} (the host's kernel module)",
-                    [f"{package}={version}" for package, version in hold.items()], hold=hold)
+                    [package.format(branch=driver_branch(kernel)) for package in userspace_packages], hold=hold,
+                    exact=package_version.format(version=kernel))
     if kernel and driver_branch(kernel) >= minimum:
         # The module is adequate but user space disagrees: typically a driver upgrade before a reboot.
         return Step("driver", "error", "; ".join(verdict["problems"]) + "; if the driver was just upgraded, reboot")
@@ -118,19 +123,68 @@ def nccl_step(facts: dict, nccl_pin: str | None, torch_nccl: str | None, mode: s
 
 
 # What the server's first JIT compile needs (Triton's launcher and FlashInfer build C against the base interpreter's
-# Python.h; nvcc needs a host compiler): Debian's package for each missing piece.
-TOOLCHAIN = (("gcc", "gcc"), ("g++", "g++"), ("python_h", "python3-dev"))
+# Python.h; nvcc needs a host compiler), and python3 -m venv's ensurepip: Debian's package for each missing piece.
+TOOLCHAIN = (("gcc", "gcc"), ("g++", "g++"), ("python_h", "python3-dev"), ("venv", "python3-venv"))
 
 
 def toolchain_step(facts: dict, mode: str) -> Step:
     compilers = (facts.get("lxc") or {}).get("compilers") or {}
-    missing = [package for key, package in TOOLCHAIN if not compilers.get(key)]
+    # venv: None where the facts did not ask (output of an older version): not counted as missing
+    missing = [package for key, package in TOOLCHAIN if not compilers.get(key) and not (key == "venv" and
+                                                                                        compilers.get(key) is None)]
     if not missing:
-        return Step("toolchain", "ok", "gcc, g++ and Python.h for the first JIT compile (Triton, FlashInfer, nvcc)")
+        return Step("toolchain", "ok", "gcc, g++ and Python.h for the first JIT compile (Triton, FlashInfer, nvcc), "
+                    "python3-venv")
     if mode == "verify":
         return Step("toolchain", "error", f"verify mode: {', '.join(missing)} missing (Triton's and FlashInfer's first "
-                    "JIT compile at start needs them)")
-    return Step("toolchain", "install", f"{', '.join(missing)} missing: installed for the first JIT compile", missing)
+                    "JIT compile at start needs the compilers and Python.h; python3 -m venv needs python3-venv)")
+    return Step("toolchain", "install", f"{', '.join(missing)} missing: installed for the first JIT compile and the "
+                "venv", missing)
+
+
+# --- a proxy, for a host whose only way out is one -----------------------------------------------------
+
+NO_PROXY = "localhost,127.0.0.1,::1"  # the host's own services (health checks, a local mirror) never go through it
+
+
+def proxy_env(proxy: str | None) -> dict[str, str]:
+    """The environment curl, pip, uv and huggingface_hub read (both spellings); {} without a proxy."""
+    if not proxy:
+        return {}
+    return {"http_proxy": proxy, "https_proxy": proxy, "HTTP_PROXY": proxy, "HTTPS_PROXY": proxy,
+            "no_proxy": NO_PROXY, "NO_PROXY": NO_PROXY}
+
+
+def with_proxy(command: str, proxy: str | None) -> str:
+    """COMMAND run with the proxy's environment (`env K=V ... sh -c COMMAND`); unchanged without a proxy."""
+    if not proxy:
+        return command
+    return shlex.join(["env", *(f"{k}={v}" for k, v in proxy_env(proxy).items()), "sh", "-c", command])
+
+
+def apt_proxy_options(proxy: str | None) -> str:
+    """apt's own options for it (apt reads Acquire::http(s)::Proxy, not every spelling of the environment)."""
+    if not proxy:
+        return ""
+    return f" -o Acquire::http::Proxy={shlex.quote(proxy)} -o Acquire::https::Proxy={shlex.quote(proxy)}"
+
+
+# --- disk space, before a large install --------------------------------------------------------------
+
+# About what each install unpacks (MiB): cuda-toolkit-13-0 ~7 GB under /usr/local; a venv with SGLang, torch and
+# CUDA's wheels ~10 GB under /opt (pip's cache aside). Proxmox's default CT root disk is 8 GB.
+DISK_NEEDS_MIB = {"cuda-toolkit": ("/usr/local", 7500), "python-env": ("/opt/sglang-deploy", 10000)}
+
+
+def disk_check_command(what: str, path: str, need_mib: int) -> str:
+    """A shell check that the file system holding PATH (or its nearest existing parent) has NEED MiB free; it
+    fails naming both numbers and the fix, before anything is installed."""
+    q = shlex.quote
+    return (f"d={q(path)}; while [ ! -e \"$d\" ]; do d=$(dirname \"$d\"); done; "
+            "avail=$(df -Pm \"$d\" | awk 'NR==2 {print $4}'); "
+            f"[ \"$avail\" -ge {int(need_mib)} ] || {{ echo \"{what} needs about {int(need_mib)} MiB free under "
+            f"{path}; the file system of $d has $avail MiB: grow the container's root disk (on the Proxmox host: "
+            "pct resize <CTID> rootfs +16G) or free space; nothing was installed\" >&2; exit 1; }")
 
 
 # --- the Python env -------------------------------------------------------------------------------
@@ -157,3 +211,89 @@ def install_commands(venv: str, wanted: list[str], index_args: list[str], use_uv
         install = [f"{venv}/bin/pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
                    *index_args, *wanted]
     return [shlex.join(install), shlex.join([python, "-c", PACKAGES_SCRIPT, f"{venv}/{PACKAGES_FILE}"])]
+
+
+# --- the apt transaction: pin, simulate, then install --------------------------------------------------------------
+
+DRIVER_PIN_FILE = "sglang-deploy-driver"  # in apt's preferences.d: the driver's source packages at the module's version
+HOLDS_FILE = "sglang-deploy-holds"  # exact versions of named packages (driver user space, NCCL)
+APT_OPTIONS = ("-q --no-install-recommends --allow-downgrades "
+               "-o Dpkg::Options::=--force-confdef -o Dpkg::Options::=--force-confold")
+
+
+def holds_text(holds: dict[str, str]) -> str:
+    """The holds file (apt preferences): each named package at its exact version, which apt may downgrade to."""
+    return "".join(f"Package: {package}\nPin: version {version}\nPin-Priority: 1001\n\n"
+                   for package, version in sorted(holds.items()))
+
+
+def driver_refusal(kernel: str, userspace: str | None) -> str:
+    """What an operator can do when NVIDIA's repository has no user space of exactly the host module's version."""
+    return (f"the kernel module is {kernel}, user space here is {userspace or 'missing'}: they must match, so nothing "
+            f"was installed. Alternatives: install that build's user space in the container from NVIDIA's "
+            f"NVIDIA-Linux-<arch>-{kernel}.run with --no-kernel-module (provisioning then finds it and installs "
+            f"nothing); or let LXC mount the Proxmox host's own libraries at each start (lxc.hook.mount: "
+            f"/usr/share/lxc/hooks/nvidia, with lxc.environment: NVIDIA_VISIBLE_DEVICES=all and "
+            f"NVIDIA_DRIVER_CAPABILITIES=compute,utility; needs nvidia-container-cli on the host); or point "
+            f"cuda_repo_url at a repository that has {kernel}")
+
+
+PICK = r"""pick() {  # pick GLOB NAME...: the first NAME the repository has at GLOB joins the install, its source the pin
+  glob=$1; shift; have=
+  for candidate in "$@"; do
+    versions=$(apt-cache madison "$candidate" 2>/dev/null | awk '{print $3}' | tr '\n' ' ')
+    have="$have${versions:+$candidate: $versions}"
+    for v in $versions; do
+      case $v in $glob)
+        install="$install $candidate=$v"
+        source=$(apt-cache show "$candidate=$v" | sed -n 's/^Source: *\([^ ]*\).*/\1/p' | head -n1)
+        sources="$sources ${source:-$candidate}"
+        return 0;;
+      esac
+    done
+  done
+  echo "$(echo "$@" | sed 's/ / or /g') $glob is not in the repository (it has: ${have:-none}); $refusal" >&2
+  rm -rf "$stage"; exit 1
+}"""
+
+
+def apt_install_script(packages: list[str], holds: dict[str, str], driver: Step | None = None,
+                       kernel: str | None = None, userspace: str | None = None, proxy: str | None = None) -> tuple[str, str]:
+    """Two shell scripts, (check, commit), run one after the other in one shell.
+
+    check: finds each driver package at exactly the module's version in the repository ("a|b": the first name it has),
+    stages apt's preferences with every package of those packages' source packages pinned there (a sibling such as
+    nvidia-alternative (= V) would otherwise resolve to the repository's newest build) and the new holds, and
+    simulates the whole install (`apt-get install -s`) under them. A refusal names what apt could not resolve and
+    exits 1 having changed nothing. commit: puts the staged pin and holds in place and installs.
+    Both read apt's directories from apt-config, so APT_CONFIG can point them at a scratch apt (the tests)."""
+    q = shlex.quote
+    exact = driver is not None and driver.exact
+    options = APT_OPTIONS + apt_proxy_options(proxy)
+    check = ["set -u", 'stage=$(mktemp -d) && mkdir "$stage/preferences.d"', 'eval "$(apt-config shell prefs Dir::Etc::PreferencesParts/d)"',
+             f"install={q(' '.join(packages))}", "sources="]
+    if exact:
+        check += [f"refusal={q(driver_refusal(kernel or '?', userspace))}", PICK]
+        check += [f"pick {q(driver.exact)} " + " ".join(q(n) for n in alternatives.split("|"))
+                  for alternatives in driver.packages]
+        check.append(f'for source in $(printf "%s\\n" $sources | sort -u); do printf "Package: src:%s\\nPin: version '
+                     f'%s\\nPin-Priority: 1001\\n\\n" "$source" {q(driver.exact)}; done > "$stage/preferences.d/{DRIVER_PIN_FILE}"')
+    check += [
+        f'for f in "$prefs"*; do case ${{f##*/}} in {DRIVER_PIN_FILE}|{HOLDS_FILE}) ;; *) [ -f "$f" ] && cp -p "$f" "$stage/preferences.d/";; esac; done',
+        f'printf %s {q(holds_text(holds))} > "$stage/preferences.d/{HOLDS_FILE}"',
+        f'if ! apt-get install -s {options} -o Dir::Etc::PreferencesParts="$stage/preferences.d" $install > "$stage/simulation" 2>&1; then',
+        '  echo "apt refuses to install $(echo $install) (simulated first: nothing was changed):" >&2',
+        '  grep -E "^ |^E:" "$stage/simulation" | grep -v "^  [a-z]" >&2',
+        *(['  echo "if it is the driver\'s packages: $refusal" >&2'] if exact else []),
+        '  rm -rf "$stage"; exit 1',
+        'fi',
+        'grep "^Inst " "$stage/simulation" || true',
+    ]
+    commit = [
+        'mkdir -p "$prefs"',
+        *([f'cp "$stage/preferences.d/{DRIVER_PIN_FILE}" "${{prefs}}{DRIVER_PIN_FILE}"'] if exact else []),
+        f'cp "$stage/preferences.d/{HOLDS_FILE}" "${{prefs}}{HOLDS_FILE}"',
+        f'DEBIAN_FRONTEND=noninteractive apt-get install -y {options} $install',
+        'status=$?; rm -rf "$stage"; exit $status',
+    ]
+    return "\n".join(check), "\n".join(commit)

@@ -23,7 +23,8 @@ SECRET_MASK = "********"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def base_environment(layout: ServiceLayout, venv: str, cuda_home: str | None = None) -> dict[str, str]:
+def base_environment(layout: ServiceLayout, venv: str, cuda_home: str | None = None,
+                     max_jobs: int | None = None) -> dict[str, str]:
     """Settings every SGLang service needs; the profile's environment is applied on top."""
     environment = {
         "HOME": layout.state_dir,
@@ -38,6 +39,9 @@ def base_environment(layout: ServiceLayout, venv: str, cuda_home: str | None = N
     # cache directory, which ProtectSystem=strict leaves writable and a restart keeps.
     environment["TRITON_CACHE_DIR"] = f"{layout.cache_dir}/triton"
     environment["TORCHINDUCTOR_CACHE_DIR"] = f"{layout.cache_dir}/torchinductor"
+    if max_jobs:  # FlashInfer's and torch's JIT size their parallel compiles by it, else by os.cpu_count(), which
+        # in a CT with nesting sees the Proxmox host's CPUs (the unit's fresh /proc) and can exhaust its memory
+        environment["MAX_JOBS"] = str(int(max_jobs))
     return environment
 
 
@@ -105,13 +109,13 @@ def snapshots_comment(profile: Profile) -> str | None:
 
 
 def render(profile: Profile, api_key: str | None = None, port: int | None = None,
-           cuda_home: str | None = None, node=None) -> Rendered:
+           cuda_home: str | None = None, node=None, max_jobs: int | None = None) -> Rendered:
     """Same profile and key -> byte-identical files. The key only ever lands in the secrets file."""
     layout = ServiceLayout(profile.service.name)
     secrets_file = layout.secrets_path if api_key else None
     venv = venv_path(profile)
     argv = exec_start_args(profile, venv, secrets_file, port, node)
-    environment = {**base_environment(layout, venv, cuda_home),
+    environment = {**base_environment(layout, venv, cuda_home, max_jobs),
                    **(node.environment() if node is not None else {}), **profile.env_values()}
     env = _jinja()
     context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key,

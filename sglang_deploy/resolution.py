@@ -47,10 +47,25 @@ def load_model_config(value: str) -> dict:
     return config
 
 
+# What the tool sets in every unit (render.base_environment) that is not a path on the host: an input of the
+# resolution like the profile's environment. The paths (HOME, PATH, CUDA_HOME, the cache directories) stay the
+# validator's own: they name directories of the host, not settings SGLang's resolution decides by.
+TOOL_RESOLUTION_ENV = {"HF_HUB_OFFLINE": "1"}
+
+
+def resolution_environment(profile_env: dict[str, str], node_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment SGLang's resolution runs under: the tool's settings, a node's, then the profile's (the unit's
+    order: render.render). The controller's own environment is never part of it (sglang_resolution.MACHINERY)."""
+    return {**TOOL_RESOLUTION_ENV, **(node_env or {}), **{str(k): str(v) for k, v in profile_env.items()}}
+
+
 def request(argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int,
-            draft_config: dict | None = None) -> dict:
-    """A draft model's config.json (DFLASH reads its block size there) is an input like the target's."""
-    out = {"argv": list(argv), "model_config": model_config, "gpu_facts": gpu_facts.facts_json(gpu, count)}
+            draft_config: dict | None = None, environment: dict[str, str] | None = None) -> dict:
+    """A draft model's config.json (DFLASH reads its block size there) is an input like the target's, and so is the
+    unit's environment (SGLang's hooks read SGLANG_* variables while resolving): both are part of the answer's
+    cache key, since the request is."""
+    out = {"argv": list(argv), "model_config": model_config, "gpu_facts": gpu_facts.facts_json(gpu, count),
+           "environment": resolution_environment(environment or {})}
     if draft_config is not None:
         out["draft_config"] = draft_config
     return out
@@ -63,12 +78,8 @@ def document(version: str, argv: list[str], answer: dict) -> dict:
 
 
 def resolve_argv(version: str, argv: list[str], model_config: dict, gpu: gpu_facts.GpuModel, count: int,
-                 draft_config: dict | None = None) -> dict:
+                 draft_config: dict | None = None, environment: dict[str, str] | None = None) -> dict:
     answer = validator_env.probe_cached(version, [argv], [],
-                                        resolve=request(argv, model_config, gpu, count, draft_config))
+                                        resolve=request(argv, model_config, gpu, count, draft_config, environment))
     return document(version, argv, answer)
 
-
-def decode_backend(resolved: dict) -> str | None:
-    """The decode CUDA graph backend after SGLang's folding of every graph flag (cuda_graph_hook.py)."""
-    return ((resolved.get("cuda_graph_config") or {}).get("decode") or {}).get("backend")

@@ -7,7 +7,11 @@ nothing of the project, so no import cycle runs through it.
 # rule id -> what it protects. Ids are what `waivers:` in a profile refers to.
 RULES = {
     "env-tool-owned": "the profile's environment does not override a variable the tool sets",
-    "env-loads-code": "no variable that loads code from a path, unless waived with a reason",
+    "env-loads-code": "no variable that loads code or a config from a path or by name, unless waived with a reason",
+    "env-fakes-measurement": "no variable that makes SGLang simulate what the gate measures (SGLANG_SIMULATE_*)",
+    "env-value": "an allow-listed variable has one of its accepted values (paths: the service's own directories or "
+                 "the weights root)",
+    "env-not-reviewed": "only variables the tool has reviewed (env_rules.ALLOWED_ENV), unless waived with a reason",
     "no-secret-in-profile": "no secret flag (admin key, TLS key password) in a profile",
     "tool-derived-flag": "no spelling of a flag the tool sets (model path, host, port, key, config, nodes)",
     "one-spelling-per-flag": "one spelling per SGLang field",
@@ -19,6 +23,10 @@ RULES = {
     "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
+    "gate-floors-required": "with speculation on, the gate has both floors (acceptance length and decode tokens/s)",
+    "model-config-pinned": "model.config of managed weights is the config.json their manifest pins",
+    "relax-privileges": "service.relax keeps the directives that stop privilege gain and system writes, unless waived",
+    "watch-textfile-dir": "watch.textfile_dir is a node_exporter textfile directory, never the service's own",
     "draft-tokens-chain": "with --speculative-eagle-topk 1, draft tokens = steps + 1",
     "draft-model": "a draft model only with an algorithm that reads one, frozen by a manifest, its config the one served",
     "tp-matches-gpus": "--tp-size equals the host's GPU count (times nodes for a multi-node profile)",
@@ -30,7 +38,10 @@ RULES = {
     "nccl-ll128-needs-nvlink": "NCCL_PROTO=LL128 is never forced on a PCIe-only host",
     "nccl-p2p-level-nvl-needs-nvlink": "NCCL_P2P_LEVEL=NVL is never set on a PCIe-only host (it turns P2P off)",
     "nccl-debug-knob-needs-reason": "NCCL debugging knobs carry a recorded reason",
-    "flag-runs-code": "no flag that runs code from API clients, a dotted name or unverified weights, unless waived",
+    "flag-reviewed": "every flag's SGLang dest is classified for the pinned SGLang version (flag-tables/*.classes.json)",
+    "flag-exposes-service": "no flag (or resolved setting) that opens a listener, connects out or writes request data, "
+                            "unless waived",
+    "flag-runs-code": "no flag (or resolved setting) that loads code or a config by name or path, unless waived",
     "flag-serves-other-weights": "no flag that serves other weights or a tokenizer/template from outside the verified "
                                  "snapshot, unless waived",
     "token-map-verified": "--speculative-token-map names a file a verified snapshot's manifest lists (sha256 checked "
@@ -40,7 +51,8 @@ RULES = {
 # Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server
 # that does not start, or against corrupted results.
 WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on", "env-loads-code",
-            "pin-outside-cuda-family", "flag-runs-code", "flag-serves-other-weights"}
+            "pin-outside-cuda-family", "flag-runs-code", "flag-serves-other-weights", "flag-exposes-service",
+            "env-not-reviewed", "relax-privileges"}
 
 # Variables that make the server load code from a path (plugins, injection libraries, compiler binaries); waivable
 # with `waivers: {env-loads-code: reason}`. Patterns are fullmatched.
@@ -54,8 +66,9 @@ CODE_FLAGS = {
     "custom_weight_loader": "imports and calls the callables it names (any importable function, e.g. os.system)",
     "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path)",
 }
-# Load formats that serve no verified weights: random ones, or another server's.
-OTHER_WEIGHTS_FORMATS = ("dummy", "remote", "remote_instance", "private", "runai_streamer")
+# Load formats that read the verified snapshot's files as they are; any other (random weights, another server's,
+# another format) is flag-serves-other-weights.
+VERIFIED_FORMATS = ("auto", "safetensors", "pt", "npcache", "instanttensor", "fastsafetensors")
 LOAD_FORMAT_DESTS = ("load_format", "speculative_draft_load_format")
 # Path-valued fields that make the server read weights, a tokenizer or a template: only inside the verified snapshot
 # (model.source). True: a plain name (no '/') is a built-in template, not a path.
@@ -64,11 +77,18 @@ WEIGHTS_PATH_DESTS = {
     "quantization_param_path": False, "decrypted_config_file": False, "decrypted_draft_config_file": False,
     "speculative_ngram_external_corpus_path": False, "chat_template": True, "completion_template": True,
 }
-# Packages sglang.pins may name without a waiver (normalized names, fullmatched): the CUDA, torch and kernel stack SGLang
-# is built against, which a profile pins to match a driver or a known-good NCCL. Any other package is code a pull
-# request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
-PIN_FAMILY = (r"torch", r"torchvision", r"torchaudio", r"triton", r"flashinfer(-[a-z0-9-]+)?", r"sgl-kernel",
-              r"sglang-kernel", r"nvidia-[a-z0-9-]+", r"cuda-[a-z0-9-]+", r"xgrammar", r"flash-attn(-[a-z0-9-]+)?")
+# Packages sglang.pins may name without a waiver: the exact names (normalized) of the CUDA, torch and kernel stack
+# SGLang 0.5.23 is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
+# packages among them). Not prefixes: anyone can register a name under nvidia-* or cuda-*. Any other package is code
+# a pull request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
+_CUDA_LIBS = ("cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "cufft", "cufile", "curand", "cusolver",
+              "cusparse", "nvjitlink", "nvtx")
+PIN_FAMILY = frozenset(
+    ("torch", "torchvision", "torchaudio", "triton", "flashinfer-python", "flashinfer-cubin", "flashinfer-jit-cache",
+     "sgl-kernel", "sglang-kernel", "xgrammar", "flash-attn", "cuda-python", "cuda-bindings", "cuda-pathfinder",
+     "cuda-toolkit", "nvidia-ml-py")
+    + tuple(f"nvidia-{lib}{suffix}" for lib in _CUDA_LIBS for suffix in ("", "-cu12", "-cu13"))
+    + tuple(f"nvidia-{lib}-{cuda}" for lib in ("cudnn", "cusparselt", "nccl", "nvshmem") for cuda in ("cu12", "cu13")))
 # Variables the tool sets itself (render.py base_environment): a profile that changed them would undo the offline
 # start, move the JIT caches out of the service's directories or swap the toolkit.
 TOOL_ENV = ("HOME", "SGLANG_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE", "HF_ENDPOINT", "CUDA_HOME", "TRITON_CACHE_DIR",

@@ -25,7 +25,8 @@ from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
 from .settings_types import (CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
                              NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
                              Topology, api_key_env_problem, axes_problem, int_list_problem, ip_literal_problem,
-                             python_problem, repo_url_problem)
+                             data_file_problem, key_url_problem, profile_path_problem, proxy_problem,
+                             python_problem, repo_url_problem, results_path_problem)
 
 DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
 
@@ -120,8 +121,9 @@ class HostSettings(Settings):
     title: ClassVar[str] = "Host settings (inventory, group_data/all.py, --data)"
 
     # --- what is deployed, and where ---
-    profile: Text() = Field(None, description="The serving profile (profiles/*.yaml) deployed to the host; "
-                            "group_data/all.py names the site's default.")
+    profile: Text(profile_path_problem) = Field(
+        None, description="The serving profile deployed to the host: under profiles/ (or a directory the "
+        "controller's $SGLANG_DEPLOY_PROFILE_DIRS names); group_data/all.py names the site's default.")
     gpus: Int(1, 64) = Field(None, description="The GPU count the profile is checked against (--tp-size); a real "
                              "host's own report must not contradict it.")
     gpu_topology: Topology = Field(None, description="The GPU interconnect, for the NCCL rules "
@@ -143,8 +145,9 @@ class HostSettings(Settings):
         "front end, resolution and processes with a modelled Scheduler; about 25 s to start, 4 GB) or model (the "
         "model-only simulator: 3 s, 0.1 GB).")
     # --- the API key ---
-    api_key_file: Text() = Field(None, description="The API key: read from this file (mode 0600, relative to the "
-                                 "repository), else from the controller's api_key_env.")
+    api_key_file: Text(data_file_problem) = Field(
+        None, description="The API key: read from this file (mode 0600) under the repository's secrets/ (or a "
+        "directory the controller's $SGLANG_DEPLOY_DATA_DIRS names), else from the controller's api_key_env.")
     api_key_env: Text(api_key_env_problem) = Field(DEFAULT_API_KEY_ENV, description="The controller environment "
                                                     "variable holding the API key.")
     # --- releases ---
@@ -172,30 +175,40 @@ class HostSettings(Settings):
         NCCL_PACKAGE_VERSION, description="NVIDIA's Debian version of a libnccl2 pin.")
     driver_userspace_packages: PackageList = Field(
         None, description="In a container: the user-space driver packages installed at exactly the host kernel "
-        "module's version. None: by distribution (Debian: libcuda1 libnvidia-ml1 nvidia-smi; Ubuntu: "
-        "libnvidia-compute-{branch} nvidia-utils-{branch}).")
+        "module's version, with every package of their source packages pinned there. None: by distribution "
+        "(Debian: libcuda1 libnvidia-ml1 nvidia-smi; Ubuntu: libnvidia-compute-{branch}|libnvidia-compute "
+        "nvidia-utils-{branch}|nvidia-utils, a|b: the first name the repository has at that version).")
     driver_package_version: DriverPackageVersion = Field(
         DRIVER_PACKAGE_VERSION, description="The apt version glob of those packages ({version}: the kernel module's).")
     cuda_repo_url: Text(repo_url_problem(False)) = Field(
         "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/",
         description="NVIDIA's CUDA apt repository (a mirror for air-gapped hosts); {distro} and {arch} are the "
         "host's (debian12, ubuntu2404; x86_64, sbsa).")
-    cuda_repo_key_url: Text(repo_url_problem(True)) = Field(
+    cuda_repo_key_url: Text(key_url_problem) = Field(
         "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub",
-        description="Its signing key (a URL, or a local file).")
+        description="Its signing key: an http(s) URL, or a controller file under secrets/ (or "
+        "$SGLANG_DEPLOY_DATA_DIRS).")
     cuda_repo_origin: HostName = Field("developer.download.nvidia.com", description="The apt origin whose packages are pinned at "
                 "priority 600, above the distribution's.")
-    wheelhouse: Text() = Field(None, description="A local directory of wheels for an offline Python env install.")
+    proxy: Text(proxy_problem) = Field(
+        None, description="An HTTP proxy (http://host:port) for a host whose only way out is a proxy (e.g. on the "
+        "Proxmox host): passed to apt (Acquire::http(s)::Proxy), the repository key's download, pip/uv and the "
+        "Hugging Face client (http_proxy/https_proxy; loopback excluded). No credentials in the URL.")
+    wheelhouse: Text(data_file_problem) = Field(
+        None, description="A controller directory of wheels for an offline Python env install, under secrets/ "
+        "(or $SGLANG_DEPLOY_DATA_DIRS).")
     verify_python: Text(python_problem) = Field(None, description="The python whose torch reports the NCCL it "
                                                  "loads (None: the profile's venv in deploy.py, else python3).")
     # --- model weights ---
     hf_endpoint: Text(safety.hub_endpoint_problem) = Field(
         None, description="An HF-compatible endpoint to fetch hf:// sources from (a mirror; None: the Hub). https "
         "only (plain http only on loopback, for a test Hub). Host data only: a profile never names an endpoint.")
-    hub_python: Text() = Field(None, description="The python whose huggingface_hub fetches the weights on the host "
-                               "(None: the release's venv on GPU hosts, the hub-client venv on the simulated one).")
-    hub_wheelhouse: Text() = Field(None, description="A controller directory of wheels (huggingface_hub and its "
-                                   "dependencies) for that small venv, offline.")
+    hub_python: Text(python_problem) = Field(
+        None, description="The python whose huggingface_hub fetches the weights on the host (None: the release's venv "
+        "on GPU hosts, the hub-client venv on the simulated one); python3, /usr/bin/python3 or one of the tool's venvs.")
+    hub_wheelhouse: Text(data_file_problem) = Field(
+        None, description="A controller directory of wheels (huggingface_hub and its dependencies) for that small "
+        "venv, offline; under secrets/ (or $SGLANG_DEPLOY_DATA_DIRS).")
     hf_token_file: Text(safety.model_path_problem) = Field(
         None, description="A file ON THE HOST holding a Hugging Face token (root-only), for gated or private "
         "repositories.")
@@ -266,7 +279,8 @@ class FactsArgs(Settings):
 
 class ReleasesArgs(Settings):
     title: ClassVar[str] = "releases.py"
-    fleet_summary: Text() = Field(None, description="Also write the fleet summary as JSON to this file.")
+    fleet_summary: Text(results_path_problem) = Field(
+        None, description="Also write the fleet summary as JSON to this file, under the repository's results/.")
 
 
 
@@ -327,10 +341,17 @@ MODELS = (HostSettings, DeployArgs, RollbackArgs, DoctorArgs, TuneArgs, RouterSe
 # SGLANG_DEPLOY_* name the code, tests and scripts use is here.
 ENVIRONMENT = {
     # the controller
+    "SGLANG_DEPLOY_PROBE_OWNER": "controller: names the run that starts a shared parser probe, so that its end stops "
+                                 "only the probes it started (the test suite sets it; probe_client.py)",
     "SGLANG_DEPLOY_API_KEY": "controller: the API key, when host data api_key_file is not set (api_key_env names "
                              "another SGLANG_DEPLOY_* variable)",
     "SGLANG_DEPLOY_WEIGHTS_DIRS": "controller: the directories (':'-separated) a file:// weights source, drafter or "
                                   "absolute manifest may come from",
+    "SGLANG_DEPLOY_DATA_DIRS": "controller: the directories (':'-separated) host data api_key_file, "
+                               "cuda_repo_key_url, wheelhouse and hub_wheelhouse may name besides the repository's "
+                               "secrets/",
+    "SGLANG_DEPLOY_PROFILE_DIRS": "controller: the directories (':'-separated) host data profile may name besides "
+                                  "the repository's profiles/",
     "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses are "
                            "cached (default ~/.cache/sglang-deploy)",
     "SGLANG_DEPLOY_VALIDATOR_TORCH": "controller: the torch/torchvision pins of the validator env (default SGLang "

@@ -6,12 +6,16 @@ every string is checked for control characters (safety.control_message) before i
 """
 
 import ipaddress
+import os
+import posixpath
 import re
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import BeforeValidator
 
 from . import safety
+from .hostside.store import VENV_ROOT
 
 
 def _text(value) -> str:
@@ -93,10 +97,11 @@ def Choice(*options: str):
 def _package_list(value):
     if value is None:
         return None
-    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and safety.full(safety.DEB_PACKAGE, p)
+    if isinstance(value, (list, tuple)) and all(isinstance(p, str) and all(safety.full(safety.DEB_PACKAGE, name)
+                                                                            for name in p.split("|"))
                                                  for p in value):
         return list(value)
-    raise ValueError(f"must be a list of Debian package names, got {value!r}")
+    raise ValueError(f"must be a list of Debian package names (a|b: the first the repository has), got {value!r}")
 
 
 PackageList = Annotated[list[str] | None, BeforeValidator(_package_list), "list of Debian packages"]
@@ -119,9 +124,74 @@ def repo_url_problem(key_url: bool):
     return problem
 
 
+PROXY = re.compile(r"https?://(?:[A-Za-z0-9-]{1,63}(?:\.[A-Za-z0-9-]{1,63})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?/?")
+
+
+def proxy_problem(value: str) -> str | None:
+    """http(s)://host[:port]: no credentials (they would land in logs and process lists), no path."""
+    if "@" in value:
+        return ("must not carry credentials (user:password@): they would be logged; use a proxy that admits the "
+                "host by address, got a URL with '@'")
+    return None if PROXY.fullmatch(value) else f"must be http://host:port or https://host:port, got {value!r}"
+
+# The pythons root may run on a host: the system's, or one of the tool's venvs (root-owned, under VENV_ROOT or the
+# hub client's beside it). Any other path is a program a host-data value would have root run (security review 3).
+VENV_PYTHON = re.compile(re.escape(VENV_ROOT) + r"/[A-Za-z0-9][A-Za-z0-9._-]{0,99}/bin/python3?"
+                         + "|" + re.escape(posixpath.dirname(VENV_ROOT)) + r"/hub-client/bin/python3?")
+
+
 def python_problem(value: str) -> str | None:
-    return None if value == "python3" or safety.full(safety.ABS_PATH, value) else \
-        f"must be python3 or an absolute path, got {value!r}"
+    if value in ("python3", "/usr/bin/python3") or safety.full(VENV_PYTHON, value):
+        return None
+    return (f"must be python3, /usr/bin/python3 or a venv's python ({VENV_ROOT}/<venv>/bin/python), got {value!r}: "
+            "root runs it on the host")
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIRS_VARIABLE = "SGLANG_DEPLOY_DATA_DIRS"
+PROFILE_DIRS_VARIABLE = "SGLANG_DEPLOY_PROFILE_DIRS"
+
+
+def _env_dirs(variable: str) -> list[str]:
+    return [os.path.realpath(p) for p in os.environ.get(variable, "").split(":") if p.startswith("/")]
+
+
+def controller_path_problem(value: str, repo_dirs: tuple[str, ...], variable: str | None, what: str) -> str | None:
+    """A controller file or directory host data names: under one of the repository's `repo_dirs`, or under a
+    directory the operator names in the controller's environment (`variable`, ':'-separated), its symlinks
+    resolved; no '..'. Anything else could hand any controller file to the host, or overwrite one."""
+    if ".." in value.split("/"):
+        return f"{value!r}: no '..' accepted"
+    path = value if os.path.isabs(value) else str(REPO_ROOT / value)
+    roots = [os.path.realpath(REPO_ROOT / d) for d in repo_dirs] + (_env_dirs(variable) if variable else [])
+    real = os.path.realpath(path)
+    if any(os.path.commonpath([real, root]) == root for root in roots):
+        return None
+    named = (f" and the controller directories ${variable} names (now {os.environ.get(variable) or 'unset'})"
+             if variable else "")
+    return f"{value!r} is outside the repository's {', '.join(d + '/' for d in repo_dirs)}{named}; accepted: {what} there"
+
+
+def data_file_problem(value: str) -> str | None:
+    return controller_path_problem(value, ("secrets",), DATA_DIRS_VARIABLE, "a file or directory")
+
+
+def key_url_problem(value: str) -> str | None:
+    """cuda_repo_key_url: an http(s) URL, or a controller file under secrets/ or $SGLANG_DEPLOY_DATA_DIRS."""
+    if safety.full(safety.URL, value) and not value.startswith("file:"):
+        return None
+    problem = repo_url_problem(True)(value)
+    return problem or data_file_problem(value.removeprefix("file://"))
+
+
+def profile_path_problem(value: str) -> str | None:
+    if not os.path.isabs(value) and ".." not in value.split("/") and os.path.exists(value):
+        value = os.path.abspath(value)  # relative to the working directory first, as plan.resolve_profile_path
+    return controller_path_problem(value, ("profiles",), PROFILE_DIRS_VARIABLE, "a profile")
+
+
+def results_path_problem(value: str) -> str | None:
+    return controller_path_problem(value, ("results",), None, "a file")
 
 
 def ip_literal_problem(value: str) -> str | None:

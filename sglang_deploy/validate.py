@@ -53,17 +53,32 @@ LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution: 
                  "--full`; every deploy runs it")
 
 
+# SGLang fields the tool sets from a profile field (flags.server_args): a refusal that names one names that field.
+# (Only fields whose name is not also a plain word of a message: "port" or "host" would name the wrong field.)
+TOOL_SET_FIELDS = {"served_model_name": ("model", "served_name")}
+
+
 def _refusal_field(profile: Profile, message: str) -> tuple:
-    """The one profile flag a refusal names, as an option (--page-size) or as SGLang's field (page_size); else
-    sglang.flags (none or several named)."""
+    """The one profile flag a refusal names, as an option (--page-size) or as SGLang's field (page_size), the
+    profile field behind a flag the tool sets (served_model_name: model.served_name), or the one variable of the
+    profile's environment it names; else sglang.flags (none or several named)."""
     import re
 
+    def mentions(text: str) -> bool:
+        return re.search(rf"(?<![\w-]){re.escape(text)}(?![\w-])", message) is not None
+
     def named(form) -> list[str]:
-        return [name for name in profile.sglang.flags if re.search(rf"(?<![\w-]){re.escape(form(name))}(?![\w-])", message)]
+        return [name for name in profile.sglang.flags if mentions(form(name))]
 
     for found in (named(lambda name: name), named(lambda name: name.lstrip("-").replace("-", "_"))):
         if len(found) == 1:
             return flag_field(found[0])
+    tool_set = [field for dest, field in TOOL_SET_FIELDS.items() if mentions(dest)]
+    if len(tool_set) == 1:
+        return tool_set[0]
+    variables = [name for name in profile.environment if mentions(name)]  # a refusal the environment caused
+    if len(variables) == 1:
+        return ("environment", variables[0])
     return ("sglang", "flags")
 
 
@@ -136,7 +151,8 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         else:
             probe = validator_env.probe_cached(profile.sglang.version, [argv], algorithms,
                                                resolve=resolution.request(argv, config, gpu, count,
-                                                                          drafter.resolution_config(profile)))
+                                                                          drafter.resolution_config(profile),
+                                                                          profile.env_values()))
             answer = {**resolution.document(profile.sglang.version, argv, probe),
                       "gpu": {"model": gpu.name, "count": count}, "model_config": profile.model.config}
     identity = flag_identity_problems(profile, tuple(probe["actions"]))

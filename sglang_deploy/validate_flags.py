@@ -8,7 +8,7 @@ import difflib
 
 from . import flag_table
 from .profile import Profile
-from .rules import CODE_FLAGS, LOAD_FORMAT_DESTS, OTHER_WEIGHTS_FORMATS, RENAMED_FLAGS, WEIGHTS_PATH_DESTS
+from .rules import CODE_FLAGS, LOAD_FORMAT_DESTS, RENAMED_FLAGS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
 from .validate_problem import Problem, flag_field, remove_or_waive
 
 
@@ -69,6 +69,16 @@ def _is_number(value: str) -> bool:
         return False
 
 
+def _number_text(item) -> bool:
+    """A string SGLang's int()/float() would take as a number ('0.99', ' 2', 'NaN', 'inf'); other strings get the
+    parser's own verdict."""
+    try:
+        float(item) if isinstance(item, str) else None
+    except ValueError:
+        return False
+    return isinstance(item, str)
+
+
 def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
     """Each flag by SGLang's own dest: no second spelling of one dest, no spelling of a dest the tool sets, no
     alias the rules would not read, and no value that is itself an option (argparse would take `--host` inside a
@@ -104,6 +114,13 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
                                     f"{name} is another spelling of {canonical} (SGLang's {dest}); write {canonical}, "
                                     "the spelling the tool's rules read"))
         numeric = action.get("type") in NUMERIC_TYPES
+        text = [item for item in (value if isinstance(value, list) else [value]) if _number_text(item)]
+        if numeric and text:
+            problems.append(Problem("flag-value-kind", flag_field(name),
+                                    f"{name} is a number (SGLang's {action['type']}), given as the string "
+                                    f"{text[0]!r}: the tool's rules read numbers, and SGLang's {action['type']}() "
+                                    "would also take 'nan' or 'inf'; accepted: a plain YAML number"))
+            continue
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and item.startswith("-") and not (numeric and _is_number(item)):
                 problems.append(Problem("no-option-as-value", flag_field(name),
@@ -114,24 +131,42 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
 
 
 def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
-    """Flags that run someone else's code or serve something other than the verified snapshot (by SGLang's dest, so
-    every spelling counts); each waivable with a reason, which the unit and the release listing then show."""
+    """Each flag by the reviewed class of its SGLang dest (flag_classes.py; every spelling counts): only `allowed`
+    passes as it is; `exposure`, `code` and `other-weights` need a waiver with a reason, which the unit and the
+    release listing then show; a dest nobody classified for this SGLang version is refused (not waivable)."""
     import os
 
+    from . import flag_classes
+
     options = {opt: action for action in spec for opt in action["options"]}
+    classes = flag_classes.load(profile.sglang.version)
     snapshot = profile.model.path if profile.model.source else None  # verified on the host before any switch
     problems = []
     for name, value in profile.sglang.flags.items():
         dest = (options.get(name) or {}).get("dest")
         if value is False or value is None or dest is None:
             continue
-        if dest in CODE_FLAGS and not (dest == "trust_remote_code" and snapshot):
-            problems.append(Problem("flag-runs-code", flag_field(name),
-                                    f"{name} {CODE_FLAGS[dest]}; " + remove_or_waive("flag-runs-code")))
-        elif dest in LOAD_FORMAT_DESTS and value in OTHER_WEIGHTS_FORMATS:
-            problems.append(Problem("flag-serves-other-weights", flag_field(name),
-                                    f"{name} {value} serves no verified weights (random ones, or another server's); "
-                                    + remove_or_waive("flag-serves-other-weights")))
+        kind, why = classes.get(dest, (None, ""))
+        if kind is None:
+            problems.append(Problem("flag-reviewed", flag_field(name),
+                                    f"{name} (SGLang's {dest}) is not reviewed for SGLang {profile.sglang.version}: "
+                                    f"{flag_classes.classes_path(profile.sglang.version).name} does not classify it, "
+                                    "so nobody has read what it opens, loads or serves; accepted: the flags of class "
+                                    "`allowed` there (classify a new dest after reading SGLang's source)"))
+        elif kind == "tool-owned":
+            continue  # flag_identity_problems names it
+        elif dest == "speculative_token_map":
+            continue  # token_map.problems: a file of a verified snapshot that its manifest lists, else refused
+        elif dest in CODE_FLAGS:
+            if not (dest == "trust_remote_code" and snapshot):
+                problems.append(Problem("flag-runs-code", flag_field(name),
+                                        f"{name} {CODE_FLAGS[dest]}; " + remove_or_waive("flag-runs-code")))
+        elif dest in LOAD_FORMAT_DESTS:
+            if value not in VERIFIED_FORMATS:
+                problems.append(Problem("flag-serves-other-weights", flag_field(name),
+                                        f"{name} {value} does not read the verified snapshot's files as they are "
+                                        f"(random weights, another server's, another format); accepted: "
+                                        f"{', '.join(VERIFIED_FORMATS)}; " + remove_or_waive("flag-serves-other-weights")))
         elif dest in WEIGHTS_PATH_DESTS:
             for item in value if isinstance(value, list) else [value]:
                 text = str(item)
@@ -146,6 +181,11 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
                                             "verified (any local user writes /dev/shm, /tmp); accepted: a path inside "
                                             "it; " + remove_or_waive("flag-serves-other-weights")))
                     break
+        elif kind in flag_classes.CLASS_RULES:
+            rule = flag_classes.CLASS_RULES[kind]
+            problems.append(Problem(rule, flag_field(name),
+                                    f"{name} is of class `{kind}` for SGLang {profile.sglang.version}: it {why}; "
+                                    + remove_or_waive(rule)))
     return problems
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from . import drafter
 from .profile import Profile
-from .rules import CODE_LOADING_ENV, NCCL_DEBUG_KNOBS, PIN_FAMILY, TOOL_ENV
+from .rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
 from .validate_problem import Problem, env_field, flag_field, remove_or_waive
 
 MEM_FRACTION_RANGE = (0.5, 0.95)
@@ -27,11 +27,22 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
             "draft-tokens-chain", flag_field("--speculative-num-draft-tokens"),
             f"with --speculative-eagle-topk 1 and --speculative-num-steps {steps}, "
             f"--speculative-num-draft-tokens must be {steps + 1} (SGLang forces it), not {drafts}"))
+    if algorithm or profile.speculative.draft is not None:
+        for floor, what in (("min_accept_length", "acceptance length"), ("min_decode_tok_s", "decode tokens/s")):
+            if getattr(profile.gate, floor) is None:
+                problems.append(Problem(
+                    "gate-floors-required", ("gate", floor),
+                    f"gate.{floor} is required while speculation is on (--speculative-algorithm {algorithm}): "
+                    f"without it a release whose {what} collapsed passes the gate whenever no baseline exists; "
+                    f"accepted: a floor, e.g. the proven profile's {PROVEN_FLOORS[floor]}"))
     if profile.model.hybrid and flags.get("--speculative-adaptive"):
         problems.append(Problem(
             "no-adaptive-speculation-on-hybrid", flag_field("--speculative-adaptive"),
             "--speculative-adaptive breaks on hybrid Gated-DeltaNet models (model.hybrid: true); remove it"))
     return problems
+
+
+PROVEN_FLOORS = {"min_accept_length": 2.8, "min_decode_tok_s": 45}
 
 
 # What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
@@ -43,6 +54,7 @@ DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model con
 def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
     """The draft model (drafter.py) and what SGLang's resolution made of its config.json."""
     problems = [Problem("draft-model", found.field, found.message) for found in drafter.problems(profile)]
+    problems += model_config_pinned_problems(profile)
     fallback = [line for line in answer.get("log") or [] if any(words in line for words in DFLASH_BLOCK_FALLBACK)]
     if not problems and fallback and profile.speculative.draft is not None:
         line = fallback[0]
@@ -50,6 +62,34 @@ def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
                                 f"SGLang {profile.sglang.version} cannot read the DFLASH block size from the draft's "
                                 f"config.json and would verify 16 tokens: {line}"))
     return problems
+
+
+def model_config_pinned_problems(profile: Profile) -> list[Problem]:
+    """model.config of managed weights is the config.json their manifest pins (as the draft's must be): the
+    resolution reads the model the host serves."""
+    import hashlib
+
+    from .resolution import config_path
+    from .weights import WeightsSourceError, profile_weights
+
+    if not profile.model.source or not profile.model.config:
+        return []
+    try:
+        weights = profile_weights(profile)
+        digest = hashlib.sha256(config_path(profile.model.config).read_bytes()).hexdigest()
+    except (WeightsSourceError, OSError):
+        return []  # the source's and the config's own problems are reported where they are read
+    listed = {entry["path"]: entry for entry in weights.manifest["files"]}.get("config.json")
+    if listed is None:
+        return [Problem("model-config-pinned", ("model", "manifest"),
+                        f"{weights.manifest_file} lists no config.json: not a model directory")]
+    if listed["sha256"] != digest:
+        return [Problem("model-config-pinned", ("model", "config"),
+                        f"{profile.model.config} is not the config.json the manifest pins (sha256 {digest[:12]} vs "
+                        f"{listed['sha256'][:12]}): SGLang's resolution would read another model than the host "
+                        f"serves; accepted: the manifest's own copy (`sglang-deploy manifest` writes it beside "
+                        f"{weights.manifest_file.name})")]
+    return []
 
 
 # The flags that decide the decode CUDA graph backend and batch size, highest precedence first
@@ -96,38 +136,108 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
                                 f"{flag} turns decode CUDA graphs off (SGLang resolves cuda_graph_config.decode."
                                 "backend to 'disabled'; at least 25 % slower decode); accepted: remove it, or "
                                 "--cuda-graph-backend-decode full or breakable"))
-    return problems
+    return problems + resolved_class_problems(profile, resolved)
+
+
+def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Problem]:
+    """SGLang's resolved configuration (full path only) against the reviewed dest classes: an exposure or code
+    field set by the environment or a config file is refused like the flag would be (flag_classes.py)."""
+    from . import flag_classes, flag_table
+
+    table = flag_table.load(profile.sglang.version) if resolved else None
+    if table is None:
+        return []
+    options = {opt: action["dest"] for action in table["actions"] for opt in action["options"]}
+    defaults = {action["dest"]: action["default"] for action in table["actions"]}
+    flag_dests = {options[name] for name in profile.sglang.flags if name in options}
+
+    def field(dest: str) -> tuple:  # the variable that names the field (SGLANG_GRPC_PORT: grpc_port), else the section
+        named = [key for key in profile.environment if dest.upper() in key]
+        return env_field(named[0]) if named else ("environment",) if profile.environment else ("sglang", "flags")
+
+    return [Problem(rule, field(dest), f"{message}; " + remove_or_waive(rule))
+            for rule, dest, message in flag_classes.resolved_problems(profile.sglang.version, resolved, flag_dests,
+                                                                       defaults)]
 
 
 def environment_problems(profile: Profile) -> list[Problem]:
-    import re
+    """The environment against the allow-list of names and values (env_rules.py)."""
+    from . import env_rules
 
     problems = []
+    env = profile.env_values()
     for key in profile.environment:
-        if key in TOOL_ENV:
+        kind = env_rules.classify(key)
+        if kind == "tool-owned":
             problems.append(Problem("env-tool-owned", env_field(key),
                                     f"{key} is set by the tool (offline start, the service's own JIT caches, the "
                                     "pinned toolkit); remove it from environment"))
-        elif any(re.fullmatch(pattern, key) for pattern in CODE_LOADING_ENV):
+        elif kind == "faked":
+            problems.append(Problem("env-fakes-measurement", env_field(key),
+                                    f"{key} makes SGLang simulate speculative acceptance: the gate's floors would "
+                                    "read a made-up acceptance length and production would serve unverified draft "
+                                    "tokens; remove it"))
+        elif kind == "code":
             problems.append(Problem("env-loads-code", env_field(key),
-                                    f"{key} makes the server load code from a path; " + remove_or_waive("env-loads-code")))
+                                    f"{key} makes the server load code or a config from a path or by name; "
+                                    + remove_or_waive("env-loads-code")))
+        elif kind == "allowed":
+            found = env_rules.value_problem(key, env[key], profile.service.name)
+            if found:
+                problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
+        elif kind == "unreviewed":
+            problems.append(Problem("env-not-reviewed", env_field(key),
+                                    f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
+                                    "hundreds; some open listeners, load code or change what is served); accepted "
+                                    "without a waiver: the names of env_rules.ALLOWED_ENV (docs/refusals.md); "
+                                    + remove_or_waive("env-not-reviewed")))
+    return problems + sandbox_problems(profile)  # the process's surroundings on the host (check_profile: own call)
+
+
+# Directives of the sandbox that keep the server from gaining privileges or writing the system; relaxing one needs a
+# reason (review 2, finding 15). The others (kernel tunables, cgroups, system call filter, ...) are what a container
+# without nesting may need, and stay relaxable as the preflight suggests.
+PRIVILEGE_DIRECTIVES = ("NoNewPrivileges", "ProtectSystem", "ReadWritePaths", "CapabilityBoundingSet",
+                        "AmbientCapabilities", "RestrictSUIDSGID", "DevicePolicy", "DeviceAllow")
+# node_exporter's textfile directories: root's, never the service's own (review 2, finding 7) nor systemd's.
+TEXTFILE_ROOTS = ("/var/lib/prometheus", "/var/lib/node_exporter", "/var/lib/node-exporter")
+
+
+def sandbox_problems(profile: Profile) -> list[Problem]:
+    from .layout import ServiceLayout
+
+    problems = []
+    for index, name in enumerate(profile.service.relax):
+        if name in PRIVILEGE_DIRECTIVES:
+            problems.append(Problem("relax-privileges", ("service", "relax", index),
+                                    f"relaxing {name} lets the server gain privileges or write the system; "
+                                    f"relaxable without a reason: the directives other than "
+                                    f"{', '.join(PRIVILEGE_DIRECTIVES)}; " + remove_or_waive("relax-privileges")))
+    layout, textfile = ServiceLayout(profile.service.name), profile.watch.textfile_dir
+    own = [d for d in (layout.state_dir, layout.cache_dir) if textfile == d or textfile.startswith(d + "/")]
+    if own or not any(textfile == root or textfile.startswith(root + "/") for root in TEXTFILE_ROOTS):
+        problems.append(Problem("watch-textfile-dir", ("watch", "textfile_dir"),
+                                f"{textfile} is " + (f"the service's own directory {own[0]} (the service user could "
+                                                     "plant links the root watch follows)" if own else
+                                                     "not a node_exporter textfile directory")
+                                + f"; accepted: a directory under {', '.join(TEXTFILE_ROOTS)} that is not the "
+                                  "service's own"))
     return problems
 
 
 def pin_problems(profile: Profile) -> list[Problem]:
-    import re
-
     from packaging.requirements import Requirement
     from packaging.utils import canonicalize_name
 
     problems = []
     for position, pin in enumerate(profile.sglang.pins):
         name = canonicalize_name(Requirement(pin).name)  # the schema made it an exact PEP 508 pin
-        if not any(re.fullmatch(pattern, name) for pattern in PIN_FAMILY):
+        if name not in PIN_FAMILY:
             problems.append(Problem("pin-outside-cuda-family", ("sglang", "pins", position),
-                                    f"{name} is not of the CUDA/torch/kernel family (torch, triton, flashinfer*, "
-                                    "sgl-kernel, nvidia-*, cuda-*, xgrammar, ...): a pin brings its code into the "
-                                    "root-run install; " + remove_or_waive("pin-outside-cuda-family")))
+                                    f"{name} is not a package of the CUDA/torch/kernel family as published (exact "
+                                    "names: torch, triton, flashinfer-python, sgl-kernel, nvidia-nccl-cu13, "
+                                    "cuda-python, ...; rules.PIN_FAMILY): a pin brings its code into the root-run "
+                                    "install; " + remove_or_waive("pin-outside-cuda-family")))
     return problems
 
 

@@ -179,10 +179,20 @@ def scrubbed_environment() -> dict:
             if not name.startswith("SGLANG_DEPLOY_") and not secret_name(name)}
 
 
+# What the shared probe server keeps of the controller's environment: enough to run, nothing SGLang reads as a
+# setting (SGLANG_*, NCCL_*, CUDA_*, HF_* ... in the operator's shell must not change a verdict; the request states
+# the unit's environment instead: hostside/sglang_resolution.py).
+PROBE_ENV_NAMES = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TERM")
+
+
+def probe_environment() -> dict:
+    return {name: value for name, value in os.environ.items() if name in PROBE_ENV_NAMES}
+
+
 def standin_environment(version: str, gpu_facts: str) -> dict:
     """The environment a process of SGLang <version>'s validator env needs to take the target's CUDA path."""
     target = ensure_full_layer(version)
-    return {**scrubbed_environment(), "SGLANG_DEPLOY_GPU_FACTS": gpu_facts,
+    return {**probe_environment(), "SGLANG_DEPLOY_GPU_FACTS": gpu_facts,
             "SGLANG_DEPLOY_GPU_STANDIN": str(STANDIN_DIR / "standin.py"),
             "LD_LIBRARY_PATH": str(target / "lib"), "PATH": f"{target / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
             "PYTHONDONTWRITEBYTECODE": "1"}
@@ -207,7 +217,7 @@ def _server_command(version: str, gpu_facts: str | None) -> tuple[list[str], dic
     """How the shared probe of SGLang <version> under these GPU facts is started (the facts are installed before
     the import, as SGLang caches what it reads of the platform)."""
     python = ensure_env(version)
-    env = standin_environment(version, gpu_facts) if gpu_facts else scrubbed_environment()
+    env = standin_environment(version, gpu_facts) if gpu_facts else probe_environment()
     return [str(python), "-P", str(PROBE_SCRIPT)], env
 
 

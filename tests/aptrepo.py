@@ -5,6 +5,10 @@ NVIDIA's (`Suites: /`) with Packages and an InRelease signed by a throwaway GnuP
 HTTP on 127.0.0.1. The packages' contents are placeholders: a libcuda.so.VERSION that carries the
 user-space driver version, an nvcc that reports its release, an nvidia-smi that finds no GPU (there is
 none), a libnccl.so.VERSION. Enough for apt, dpkg and the provisioning facts to behave as on a real host.
+
+The driver's packages carry the relations of the real ones (tests/fixtures/apt/: Debian 12's nvidia-graphics-drivers
+at two versions and what it pulls in), renumbered to the version a test asks for, so apt resolves them as it would
+NVIDIA's: libcuda1 (= V) needs nvidia-alternative (= V) and libnvidia-ptxjitcompiler1 (= V), and so on.
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ import http.server
 import os
 import platform
 import subprocess
+import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
 
@@ -33,17 +38,66 @@ class Package:
     version: str
     files: dict[str, str]  # path -> content ("->target" makes a symlink)
     postinst: str = ""
+    relations: dict[str, str] = field(default_factory=dict)  # Source, Depends, Breaks, Provides, ... as in a real one
+    architecture: str = ""  # "all" where the real package is; else this machine's
 
 
-def driver_packages(version: str, revision: str = "1") -> list[Package]:
-    deb = f"{version}-{revision}"
-    return [
-        Package("libcuda1", deb, {f"usr/lib/{LIBDIR}/libcuda.so.{version}": f"test fixture: libcuda {version}\n",
-                                  f"usr/lib/{LIBDIR}/libcuda.so.1": f"->libcuda.so.{version}"}),
-        Package("libnvidia-ml1", deb, {f"usr/lib/{LIBDIR}/libnvidia-ml.so.{version}": f"test fixture: NVML {version}\n",
-                                       f"usr/lib/{LIBDIR}/libnvidia-ml.so.1": f"->libnvidia-ml.so.{version}"}),
-        Package("nvidia-smi", deb, {"usr/bin/nvidia-smi": "#!/bin/sh\necho 'No devices were found'\nexit 6\n"}),
-    ]
+# The real packages' relations (tests/fixtures/apt/nvidia-graphics-drivers-bookworm.control).
+DRIVER_CONTROL = Path(__file__).parent / "fixtures" / "apt" / "nvidia-graphics-drivers-bookworm.control"
+DRIVER_SOURCE = "nvidia-graphics-drivers"
+# The two real versions recorded there; driver_packages() renumbers one of them to the version a test needs.
+DRIVER_TEMPLATES = {"old": "535.261.03-1", "new": "535.309.01-0+deb12u1"}
+RELATION_FIELDS = ("Source", "Multi-Arch", "Pre-Depends", "Depends", "Recommends", "Breaks", "Conflicts", "Replaces", "Provides")
+
+
+def control_stanzas(path: Path = DRIVER_CONTROL) -> list[dict[str, str]]:
+    """The fixture's stanzas (comment lines skipped), as field -> value (continuation lines joined)."""
+    stanzas = []
+    for block in re.split(r"\n\s*\n", "\n".join(line for line in path.read_text().splitlines() if not line.startswith("#"))):
+        fields: dict[str, str] = {}
+        for line in block.strip().splitlines():
+            if line[:1].isspace():
+                fields[key] += " " + line.strip()
+            else:
+                key, _, value = line.partition(":")
+                fields[key] = value.strip()
+        if fields:
+            stanzas.append(fields)
+    return stanzas
+
+
+def driver_files(name: str, version: str) -> dict[str, str]:
+    """What the stand-ins hold: the libraries carry their version (the facts read it), nvidia-smi finds no GPU."""
+    return {
+        "libcuda1": {f"usr/lib/{LIBDIR}/libcuda.so.{version}": f"test fixture: libcuda {version}\n",
+                     f"usr/lib/{LIBDIR}/libcuda.so.1": f"->libcuda.so.{version}"},
+        "libnvidia-ml1": {f"usr/lib/{LIBDIR}/libnvidia-ml.so.{version}": f"test fixture: NVML {version}\n",
+                          f"usr/lib/{LIBDIR}/libnvidia-ml.so.1": f"->libnvidia-ml.so.{version}"},
+        "nvidia-smi": {"usr/bin/nvidia-smi": "#!/bin/sh\necho 'No devices were found'\nexit 6\n"},
+    }.get(name, {})
+
+
+def from_stanza(fields: dict[str, str], files: dict[str, str] | None = None) -> Package:
+    return Package(fields["Package"], fields["Version"], files or {},
+                   relations={key: fields[key] for key in RELATION_FIELDS if key in fields},
+                   architecture="all" if fields.get("Architecture") == "all" else "")
+
+
+def driver_packages(version: str, revision: str = "1", template: str = "old") -> list[Package]:
+    """The user-space driver at VERSION-REVISION: every package of the source the fixture records at the template's
+    version, its relations renumbered (535.261.03-1 -> VERSION-REVISION, 535.261.03 -> VERSION), and once the
+    packages of other sources it pulls in (nvidia-support, glx-alternatives, pciutils) as recorded."""
+    real = DRIVER_TEMPLATES[template]
+    upstream = real.split("-")[0]
+    packages = []
+    for fields in control_stanzas():
+        if fields.get("Source", fields["Package"]).split()[0] != DRIVER_SOURCE:
+            packages.append(from_stanza(fields))
+        elif fields["Version"] == real:
+            renumbered = {key: value.replace(real, f"{version}-{revision}").replace(upstream, version)
+                          for key, value in fields.items()}
+            packages.append(from_stanza(renumbered, driver_files(fields["Package"], version)))
+    return packages
 
 
 def cuda_toolkit_package(cuda: str, build: str) -> Package:
@@ -77,14 +131,15 @@ def build_deb(package: Package, out: Path) -> Path:
         else:
             target.write_text(content)
             target.chmod(0o755 if content.startswith("#!") else 0o644)
+    relations = "".join(f"{key}: {value}\n" for key, value in package.relations.items())
     (root / "DEBIAN/control").write_text(
-        f"Package: {package.name}\nVersion: {package.version}\nArchitecture: {ARCH}\n"
-        f"Maintainer: sglang-deploy tests <tests@invalid>\n"
+        f"Package: {package.name}\nVersion: {package.version}\nArchitecture: {package.architecture or ARCH}\n"
+        f"Maintainer: sglang-deploy tests <tests@invalid>\n{relations}"
         f"Description: test fixture standing in for NVIDIA's {package.name}\n")
     if package.postinst:
         (root / "DEBIAN/postinst").write_text(package.postinst)
         (root / "DEBIAN/postinst").chmod(0o755)
-    deb = out / f"{package.name}_{package.version.replace(':', '%3a')}_{ARCH}.deb"
+    deb = out / f"{package.name}_{package.version.replace(':', '%3a')}_{package.architecture or ARCH}.deb"
     subprocess.run(["dpkg-deb", "--root-owner-group", "-Zgzip", "--build", str(root), str(deb)],
                    check=True, capture_output=True)
     return deb
@@ -111,7 +166,8 @@ class AptRepo:
         self.server = None
 
     def publish(self, packages: list[Package]) -> None:
-        for package in packages:
+        """Add packages (one of each name and version: two driver versions share their other sources' packages)."""
+        for package in {(package.name, package.version): package for package in packages}.values():
             build_deb(package, self.pool)
         stanzas = []
         for deb in sorted(self.pool.glob("*.deb")):
@@ -149,3 +205,53 @@ class AptRepo:
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
     def log_message(self, *args):
         pass
+
+
+def base_status(packages: list[Package]) -> str:
+    """A dpkg status for the fast tests: installed stand-ins for everything the packages depend on that they do not
+    ship themselves (libc6, libssl3, debconf, dpkg: on any Debian 12), at a version that satisfies every relation."""
+    shipped = {package.name for package in packages}
+    needed = set()
+    for package in packages:
+        for key in ("Pre-Depends", "Depends"):
+            for clause in filter(None, package.relations.get(key, "").split(",")):
+                first = clause.split("|")[0].split("(")[0].split(":")[0].strip()
+                if first and first not in shipped:
+                    needed.add(first)
+    return "".join(f"Package: {name}\nStatus: install ok installed\nVersion: 99:9999\nArchitecture: {ARCH}\n"
+                   f"Maintainer: sglang-deploy tests <tests@invalid>\nDescription: base system stand-in\n\n"
+                   for name in sorted(needed))
+
+
+class ScratchApt:
+    """apt with its own state (lists, cache, a dpkg status, preferences) reading a repository's directory: real apt
+    resolution without a host, for `apt-get install -s` and `apt-cache` (what the provisioning script runs). The
+    environment's APT_CONFIG points apt there; nothing of this machine's apt is read or changed."""
+
+    def __init__(self, directory: Path, repo: AptRepo, status: str):
+        self.directory = directory
+        for sub in ("lists/partial", "cache/archives/partial", "preferences.d", "sources.list.d", "apt.conf.d"):
+            (directory / sub).mkdir(parents=True, exist_ok=True)
+        (directory / "status").write_text(status)
+        (directory / "sources.list").write_text(f"deb [signed-by={repo.key_file}] file:{repo.pool} /\n")
+        (directory / "apt.conf").write_text("".join(f'{key} "{value}";\n' for key, value in {
+            "Dir::State": directory, "Dir::State::lists": directory / "lists", "Dir::State::status": directory / "status",
+            "Dir::Cache": directory / "cache", "Dir::Etc::SourceList": directory / "sources.list",
+            "Dir::Etc::SourceParts": directory / "sources.list.d", "Dir::Etc::Preferences": directory / "preferences",
+            "Dir::Etc::PreferencesParts": directory / "preferences.d", "Dir::Etc::main": "/dev/null",
+            "Dir::Etc::Parts": directory / "apt.conf.d", "APT::Architecture": ARCH, "Acquire::Languages": "none",
+            "Debug::NoLocking": "true"}.items()))
+        self.env = {**os.environ, "APT_CONFIG": str(directory / "apt.conf"), "LC_ALL": "C"}
+        self.run("apt-get update -q")
+
+    def run(self, command: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sh", "-c", command], env=self.env, capture_output=True, text=True, timeout=120)
+
+    def installed(self, packages: list[Package]) -> None:
+        """Mark these packages installed (a container provisioned earlier)."""
+        with open(self.directory / "status", "a") as status:
+            for package in packages:
+                relations = "".join(f"{k}: {v}\n" for k, v in package.relations.items() if k != "Source")
+                status.write(f"Package: {package.name}\nStatus: install ok installed\nVersion: {package.version}\n"
+                             f"Architecture: {package.architecture or ARCH}\n{relations}"
+                             f"Maintainer: sglang-deploy tests <tests@invalid>\nDescription: installed earlier\n\n")

@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -289,13 +290,22 @@ def pytest_runtest_logreport(report):
                                   "stop": report.stop}) + "\n")
 
 
+def pytest_sessionstart(session):
+    """The shared parser probes this run starts carry its name (the workers and every pyinfra run they start inherit
+    it), so that its end stops them and none of another run's (probe_client.OWNER_VARIABLE)."""
+    if not hasattr(session.config, "workerinput"):
+        from sglang_deploy import probe_client
+
+        os.environ[probe_client.OWNER_VARIABLE] = f"pytest-{os.getpid()}-{time.time():.0f}"
+
+
 def pytest_sessionfinish(session):
     """The shared parser probes (sglang_deploy/probe_client.py) would leave on their own when idle: the run that
     started them ends them (xdist: the controller, after every worker)."""
     if not hasattr(session.config, "workerinput"):
         from sglang_deploy import probe_client, validator_env
 
-        probe_client.stop_all(validator_env.CACHE_DIR)
+        probe_client.stop_all(validator_env.CACHE_DIR, owner=os.environ.get(probe_client.OWNER_VARIABLE))
 
 
 def pytest_runtest_teardown(item, nextitem):
@@ -303,6 +313,22 @@ def pytest_runtest_teardown(item, nextitem):
         server = _local_frontend.pop("server", None)
         if server is not None:
             server.stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_data_dirs(tmp_path_factory):
+    """Host data names controller files only under the repository's secrets/ and profiles/ or directories the
+    controller's environment names (settings_types.controller_path_problem): the tests' profiles and key files live
+    in pytest's temporary directory and the hub client's wheels in the cache, so the session names them, as an
+    operator names theirs."""
+    from sglang_deploy.settings_types import DATA_DIRS_VARIABLE, PROFILE_DIRS_VARIABLE
+
+    from sglang_deploy.validator_env import CACHE_DIR
+
+    base = str(tmp_path_factory.getbasetemp())
+    for variable, extra in ((DATA_DIRS_VARIABLE, str(CACHE_DIR / "wheelhouse")), (PROFILE_DIRS_VARIABLE, None)):
+        os.environ[variable] = ":".join(filter(None, (os.environ.get(variable), base, extra)))
+    yield
 
 
 # Tests that measure simulator processes they start themselves (the simulator's calibration, the gate's trials):

@@ -32,6 +32,38 @@ def documented_fields() -> set[str]:
     return fields
 
 
+def documented_paths() -> list[str]:
+    """Every path of the table's first column, in full: `internal_states[0].memory_usage.graph` with the phases it
+    names in parentheses (`.decode` ...), `.kvcache` beside the path before it; one entry per path."""
+    text = DOC.read_text()
+    section = text.split("## `/server_info` fields read by the tool", 1)[1].split("\n## ", 1)[0]
+    found = []
+    for line in section.splitlines():
+        if not line.startswith("| `"):
+            continue
+        cell = line.split("|")[1]
+        firsts = []
+        for token in re.findall(r"`([^`]+)`", re.sub(r"\([^)]*\)", "", cell)):
+            firsts.append(firsts[0].rsplit(".", 1)[0] + token if token.startswith(".") and firsts else token)
+        found += firsts
+        if firsts:
+            found += [f"{firsts[0]}.{token}" for token in re.findall(r"`([^`]+)`", " ".join(re.findall(r"\(([^)]*)\)", cell)))]
+    return list(dict.fromkeys(found))
+
+
+def lookup(document, path: str):
+    """The value at a documented path (`a.b[0].c`), or KeyError naming the part that is missing."""
+    value = document
+    for part in path.replace("[0]", ".0").split("."):
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
+            raise KeyError(f"{path}: no {part!r}")
+    return value
+
+
 def _shaped(node) -> bool:
     if isinstance(node, ast.Name):
         return node.id in SHAPED

@@ -144,19 +144,24 @@ def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
 
 
 def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower():
+    """startup_available is what is still free after start (a few GB), not the card: the card comes from nvidia-smi."""
     from sglang_deploy.doctor import format_report, memory_budget
 
     server_info = {"mem_fraction_static": 0.88, "tp_size": 2, "internal_states": [{"memory_usage": {
-        "weight": 13.75, "kvcache": 25.8, "startup_available": 46.0,
+        "weight": 13.75, "kvcache": 25.8, "startup_available": 4.62,
         "graph": {"prefill": 0.31, "decode": 0.0, "target_verify": 0.41, "draft_decode": 0.14, "draft_extend": 0.07}}}]}
     checkpoint = {"bytes": {"layers": 2.2e10, "vision": 0.86e9}}
-    budget = memory_budget(server_info, checkpoint)
+    cards = [47104, 47104]  # nvidia-smi memory.total, MiB: 46 GiB (ECC on)
+    budget = memory_budget(server_info, checkpoint, cards)
     assert round(budget["pool_gb"], 2) == 40.48 and round(budget["outside_pool_gb"], 2) == 5.52
     assert round(budget["vision_gb"], 2) == 0.43 and round(budget["graph_gb"], 2) == 0.93
+    assert budget["free_after_start_gb"] == 4.62  # not taken for the card: the pool would be 0.88 x 4.62
     text = format_report({"roofline": None, "suspects": [], "memory": budget})
     assert ("memory per GPU at --mem-fraction-static 0.88 of 46.0 GB: static pool 40.5 GB = weights 13.75 "
-            "(vision tower 0.43 of it) + KV and state 25.8; graphs 0.93") in text
-    assert memory_budget({"internal_states": [{}]}, None) is None  # nothing to say without the server's accounting
+            "(vision tower 0.43 of it) + KV and state 25.8; graphs 0.93 and activations in the 5.5 GB outside it; "
+            "4.62 GB still free after start (SGLang's startup_available)") in text
+    assert memory_budget({"internal_states": [{}]}, None, cards) is None  # nothing to say without the server's accounting
+    assert memory_budget(server_info, checkpoint, []) is None  # nor without the card's size
 
 
 def test_mtp_heads_with_a_drafter_worth_it_are_an_opportunity_not_a_defect(tmp_path):

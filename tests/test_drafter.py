@@ -118,7 +118,8 @@ def test_the_committed_profile_waits_only_for_the_users_freeze(monkeypatch):
             "manifests/local--qwen3.6-27b-dflash.json") in line
     # SGLang's whole resolution still ran, with the reconstructed draft config
     assert report.resolution["resolved"]["speculative_num_draft_tokens"] == 16
-    assert report.resolution["steps"][-1] == "validate_deepep_v2_dispatch_token_budget"
+    assert report.resolution["steps"][-3:] == ["validate_deepep_v2_dispatch_token_budget", "check_server_args",
+                                              "resolve_auto_parsers"]
 
 
 

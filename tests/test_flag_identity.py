@@ -92,6 +92,10 @@ PIN_CASES = [
     ("requests==2.32.3", False, True),
     ("evil-build-backend==1.0", False, True),
     ("evil-build-backend==1.0", True, False),
+    ("nvidia-nccl-cu13-hotfix==2.28.9", False, True),  # security review 3: a squattable name under the prefix
+    ("cuda-anything==1.0", False, True),
+    ("flashinfer-evil==0.1", False, True),
+    ("nvidia-cublas==13.0.0.19", False, False),  # CUDA 13 torch's own, unsuffixed
 ]
 
 

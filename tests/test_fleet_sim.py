@@ -233,7 +233,7 @@ def two_node_variant(tmp_path, name: str, running: int = 16):
     a loaded machine (the start order is checked by the units' start times: a rank that gave up would restart),
     and a small gate sized to what the test checks (that rank 0 is gated and passes, not the simulator's speed
     while three simulated hosts share two cores): 4 short samples, the small floor, and a regression tolerance
-    of 90 % (threshold 0.55), because rank 0's gate compares the 2-node server with a 1-node baseline measured
+    of 50 % (the most a profile may set since security review 3; it was 90 %), because rank 0's gate compares the 2-node server with a 1-node baseline measured
     under other load (CI measured 1.79x on 2 pairs, interval 0.49-6.55; then 1.07x on 3 pairs, interval
     0.69-1.65, with two samples slowed to 40-49 tok/s: both inconclusive). The regression decision itself is
     tested in test_gate_logic and test_gate_sim."""
@@ -242,7 +242,7 @@ def two_node_variant(tmp_path, name: str, running: int = 16):
                      (r"(?m)^    --enable-metrics: true.*$", "    --enable-metrics: true\n    --dist-timeout: 90"),
                      (r"(?m)^  samples: .*$", "  samples: 4"), (r"(?m)^  max_new_tokens: .*$", "  max_new_tokens: 96"),
                      (r"(?m)^  min_decode_tok_s: .*$", f"  min_decode_tok_s: {SMALL_GATE_FLOOR}"),
-                     (r"(?m)^  max_regression_pct: .*$", "  max_regression_pct: 90"),
+                     (r"(?m)^  max_regression_pct: .*$", "  max_regression_pct: 50"),
                      (r"--max-running-requests: 16", f"--max-running-requests: {running}")):
         text, count = re.subn(old, new, text)
         assert count == 1, old

@@ -61,6 +61,14 @@ def test_server_info_is_sglangs_with_the_fields_only_the_full_pipeline_resolves(
     assert (info["attention_backend"], info["page_size"], info["chunked_prefill_size"]) == ("flashinfer", 1, 4096)
     assert info["cuda_graph_config"]["prefill"]["backend"] == "breakable"
     assert info["internal_states"][0]["simulated"] is True  # says so, where SGLang's answer has room
+    # below the Scheduler, SGLang's own code where it is arithmetic: the captured sizes (get_batch_sizes_to_capture),
+    # the pool sizing (KVCacheConfigurator: the mamba state cache it writes into the context, the running cap) and
+    # its start-up line
+    state = info["internal_states"][0]
+    assert state["decode_cuda_graph_bs"] == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16]
+    assert state["effective_max_running_requests_per_dp"] == 16 and state["max_mamba_cache_size"] // 5 >= 16
+    line = simhost.sh("journalctl -u sglang --no-pager -o cat | grep -F 'max_total_num_tokens=' | tail -1")
+    assert f"max_total_num_tokens={state['memory_usage']['token_capacity']}, chunked_prefill_size=4096" in line, line
     assert "GPU work is modelled" in simhost.sh("journalctl -u sglang --no-pager -o cat | grep 'SIMULATED scheduler' | tail -1")
     assert simhost.http("/server_info")[0] == 401  # SGLang's own auth middleware
 
@@ -102,6 +110,9 @@ def test_the_key_is_in_no_output_file_or_journal_line(simhost, proven, tmp_path)
     key. SGLang returns it from /server_info and logs it at every start (``server_args=``)."""
     key = simhost.api_key
     assert simhost.pyinfra("doctor.py").returncode == 0, simhost.transcript[-1][-3000:]
+    # the card from nvidia-smi (49140 MiB), what is still free after start from SGLang's startup_available
+    assert "of 48.0 GB: static pool 42.2 GB" in simhost.transcript[-1], simhost.transcript[-1][-3000:]
+    assert "GB still free after start (SGLang's startup_available)" in simhost.transcript[-1]
     assert simhost.pyinfra("releases.py").returncode == 0, simhost.transcript[-1][-3000:]
     variant = proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12", "variant.yaml")
     assert simhost.deploy("--dry", "--diff", profile=variant).returncode == 0, simhost.transcript[-1][-3000:]

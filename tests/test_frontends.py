@@ -103,18 +103,24 @@ def test_same_status_and_no_field_sglang_lacks(answers, index):
 
 
 def test_the_fields_the_tool_reads_are_in_both(answers):
-    from test_conformance import documented_fields
+    """Every path of the conformance table, whole (nested phases included), in SGLang's answer and in the model-only
+    simulator's: none is dropped because the reference lacks it (a field the tool reads that real SGLang does not
+    serve fails here)."""
+    from test_conformance import documented_paths, lookup
 
     index = SEQUENCE.index(("/server_info", None, KEY))
-    for name in ("model", "sglang"):
+    paths = documented_paths()
+    assert "internal_states[0].decode_cuda_graph_bs" in paths and "cuda_graph_config.decode.backend" in paths
+    for name in ("sglang", "model"):
         info = json.loads(answers[name][index][1])
-        state = info["internal_states"][0]
-        # (top-level names of the table; nested ones, e.g. memory_usage's graph phases, are below these)
-        real = json.loads(answers["sglang"][index][1])
-        expected = {field for field in documented_fields() if field in real or field in real["internal_states"][0]}
-        missing = {field for field in expected if field not in info and field not in state}
-        assert missing == set(), (name, missing)
-        assert state.get("simulated") is True  # both say they are simulated, where SGLang's front end lets them
+        missing = []
+        for path in paths:
+            try:
+                lookup(info, path)
+            except KeyError as error:
+                missing.append(str(error))
+        assert missing == [], (name, missing)
+        assert info["internal_states"][0].get("simulated") is True  # both say they are simulated
 
 
 def test_metric_names(answers):
@@ -141,3 +147,37 @@ def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == []
+
+
+# The scheduler-side readings the gate, the doctor and the tune use. Equal in both servers: the role, the captured
+# decode graph sizes (SGLang's own get_batch_sizes_to_capture under the front end), the graph and weight memory and
+# what is free after start. The pool sizes (KV tokens, the running-request cap, the mamba state cache) are SGLang's
+# own arithmetic under the front end (sim/sglang_memory.py) and MODELLED in the model-only server: for the proven
+# profile both allow its 16 running requests; the front end's are checked against SGLang's rules below.
+SCHEDULER_READINGS = ("effective_max_running_requests_per_dp", "decode_cuda_graph_bs", "disaggregation_mode",
+                      "decode_cuda_graph_memory_gb")
+MEMORY_READINGS = ("weight", "startup_available", "graph")
+
+
+def test_the_readings_the_tool_uses_have_the_same_values_in_both(answers):
+    index = SEQUENCE.index(("/server_info", None, KEY))
+    model, real = (json.loads(answers[name][index][1])["internal_states"][0] for name in ("model", "sglang"))
+    for field in SCHEDULER_READINGS:
+        assert field in real and field in model, field
+        assert model[field] == real[field], (field, model[field], real[field])
+    for field in MEMORY_READINGS:
+        assert model["memory_usage"][field] == real["memory_usage"][field], (field, model["memory_usage"][field],
+                                                                             real["memory_usage"][field])
+    assert real["decode_cuda_graph_bs"], "the proven profile captures its decode (verify) graphs"
+
+
+def test_the_pool_sizes_are_sglangs_own_arithmetic(answers):
+    """Under SGLang's front end the KV tokens and the mamba state cache come from SGLang's KVCacheConfigurator: the
+    state cache is written into the published context (internal_states' max_mamba_cache_size, as on a GPU), it
+    bounds the running requests by SGLang's ratio (5 slots per request with the extra buffer and overlap), and
+    the intermediate SSM scratch per draft token (4 here) is charged before the KV pool is sized."""
+    index = SEQUENCE.index(("/server_info", None, KEY))
+    real = json.loads(answers["sglang"][index][1])["internal_states"][0]
+    assert isinstance(real["max_mamba_cache_size"], int) and real["max_mamba_cache_size"] // 5 >= 16
+    assert real["effective_max_running_requests_per_dp"] == 16
+    assert 300_000 < real["memory_usage"]["token_capacity"] < 700_000  # about 0.5 M, not the model's 1 M

@@ -178,6 +178,26 @@ def test_config_problems_name_the_exact_difference():
     assert "process command line differs" in text
     disabled = {**info, "cuda_graph_config": {"decode": {"backend": "disabled"}}}
     assert "cuda_graph_config.decode.backend = 'disabled'" in "\n".join(config_problems(disabled, {}, True, [], expect))
+
+
+def test_decode_graphs_are_read_from_the_captured_batch_sizes_not_a_memory_delta():
+    """On a real card the decode/verify graphs can reuse the blocks the prefill graph freed in the shared pool: their
+    memory deltas read 0.000 although they were captured. SGLang reports the captured batch sizes
+    (internal_states[0].decode_cuda_graph_bs): a release with sizes and zero deltas passes, one with none fails."""
+    expect = {"decode_graphs": True}
+    zero = {"decode": 0.0, "target_verify": 0.0, "draft_decode": 0.0, "draft_extend": 0.0, "prefill": 0.31}
+
+    def info(state):
+        return {"cuda_graph_config": {"decode": {"backend": "full"}},
+                "internal_states": [{"memory_usage": {"graph": zero}, **state}]}
+
+    assert config_problems(info({"decode_cuda_graph_bs": [1, 2, 4, 8, 12, 16]}), {}, True, [], expect) == []
+    assert config_problems(info({"decode_cuda_graph_bs": []}), {}, True, [], expect) == [
+        "decode CUDA graphs were not captured (/server_info internal_states[0].decode_cuda_graph_bs = [])"]
+    # a server that does not report the sizes: the graph memory is all there is to read
+    assert "graph memory for decode/target_verify/draft phases is 0.000 GB" in config_problems(
+        info({}), {}, True, [], expect)[0]
+    assert config_problems(info({"memory_usage": {"graph": {**zero, "target_verify": 0.41}}}), {}, True, [], expect) == []
     ok_info = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "disable_custom_all_reduce": False,
                "cuda_graph_config": {"decode": {"backend": "full"}},
                "internal_states": [{"memory_usage": {"graph": {"target_verify": 0.4}}}]}

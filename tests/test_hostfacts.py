@@ -93,3 +93,18 @@ def test_host_facts_feed_the_validation_rules():
         assert "inventory says gpu_topology pcie but the host reports nvlink" in str(error)
     else:
         raise AssertionError("a contradicted topology was accepted")
+
+
+def test_the_containers_cpus_size_the_jit_and_reach_the_env_file():
+    """nproc in the CT (its cpuset) -> MAX_JOBS in the service's environment; with nesting the unit's fresh /proc shows
+    the Proxmox host's CPUs, which FlashInfer's and torch's JIT would otherwise size themselves by."""
+    from pathlib import Path
+
+    from sglang_deploy.hostfacts import detected_hardware
+    from sglang_deploy.profile import load_profile
+    from sglang_deploy.render import render
+
+    assert detected_hardware({"gpus": [], "cpus": 8})["cpus"] == 8 and "cpus" not in detected_hardware({"gpus": []})
+    profile = load_profile(Path(__file__).parent.parent / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml")
+    assert "MAX_JOBS=8\n" in render(profile, max_jobs=8).env
+    assert "MAX_JOBS" not in render(profile).env  # the simulated host and older facts: unchanged

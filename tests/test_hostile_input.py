@@ -207,7 +207,7 @@ HOST_DATA_CASES = [
     ("driver_package_version", "580.95.05-*) ;; *) id;; esac; case x in (x", "must be a Debian version glob"),
     ("driver_userspace_packages", ["libcuda1; id"], "must be a list of Debian package names"),
     ("nccl_version", "2.28.3 && id", "must be X.Y.Z"),
-    ("verify_python", "python3; id", "must be python3 or an absolute path"),
+    ("verify_python", "python3; id", "must be python3, /usr/bin/python3 or a venv's python"),
     ("service", "sglang;id", "must be a unit name"),
     ("gpu_topology", "infiniband", "must be pcie or nvlink"),
     ("api_key_env", "KEY; id", "must be an environment variable name"),
@@ -222,6 +222,10 @@ HOST_DATA_CASES = [
     ("hf_token_file", "/root/hf token", "must be a normalized absolute path"),
     ("port", "３0000", "must be an integer between 1024 and 65535"),
     ("port", "80", "must be between 1024 and 65535"),
+    ("proxy", "http://user:secret@proxy.lan:3128", "must not carry credentials"),
+    ("proxy", "http://proxy.lan:3128; id", "must be http://host:port or https://host:port"),
+    ("proxy", "socks5://proxy.lan:1080", "must be http://host:port or https://host:port"),
+    ("driver_userspace_packages", ["libnvidia-compute|libcuda1;id"], "must be a list of Debian package names"),
 ]
 
 
@@ -405,6 +409,8 @@ def test_the_validator_never_sees_the_controllers_secrets(monkeypatch, probe_soc
         def __init__(self, argv, env=None, stdin=None, **kwargs):
             seen["env"] = env
             self.stdin = open(os.devnull, "w")
+
+        returncode = 1
 
         def poll(self):
             return 1

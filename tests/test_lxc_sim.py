@@ -181,8 +181,8 @@ def test_facts_print_the_proxmox_configuration(unnested):
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-3000:]
     assert "unprivileged container, uid map 0 100000 65536" in output and "nesting (a unit's fresh /proc" in output
-    assert "# /etc/pve/lxc/129.conf" in output and "features: nesting=1" in output
-    assert "dev0: /dev/nvidia0,mode=0666" in output
+    assert "pct set 129 --dev0 /dev/nvidia0,gid=" in output and "echo nesting=1" in output
+    assert "Before=pve-guests.service" in output and "mode=0666" in output
 
 
 def test_a_stale_lxcfs_mount_is_detached_and_lxcfs_started_again(tmp_path):

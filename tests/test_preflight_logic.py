@@ -29,9 +29,13 @@ FACTS = {
                 "device_outside_allow_refused": True, "no_new_privs": True, "seccomp": True, "cap_bounding_empty": True},
     "caches": {"HOME": None, "TRITON_CACHE_DIR": None, "SGLANG_CACHE_DIR": None},
     "shm_bytes": 32 << 30,
-    "resolution": {"error": None, "step": None, "steps": 90, "resolved": {"tp_size": 2, "page_size": 1}},
-    "torch": {"error": None, "count": 2, "torch": "2.9.1", "free_mib": [6000, 6000], "p2p": {"0-1": True, "1-0": True},
-              "all_reduce_ms": 3.1, "all_reduce_ok": True},
+    "resolution": {"error": None, "step": None, "steps": 90,
+                   "resolved": {"tp_size": 2, "page_size": 1, "mem_fraction_static": 0.88}},
+    "driver": {"kernel_module": "580.95.05", "libcuda": "580.95.05", "cu_init": 0, "cu_init_name": "CUDA_SUCCESS",
+               "error": None},
+    "outside": {"serving": False, "port": 30000, "listening": False, "listener": None, "gpu_processes": []},
+    "torch": {"error": None, "count": 2, "torch": "2.9.1", "free_mib": [48000, 48000], "total_mib": [49140, 49140],
+              "p2p": {"0-1": True, "1-0": True}, "all_reduce_ms": 3.1, "all_reduce_ok": True},
     "triton": {"error": None, "seconds": 4.2, "cache_dir": "/var/cache/sglang/triton"},
 }
 
@@ -50,8 +54,8 @@ def failures(findings):
 def test_a_healthy_host_passes_every_step():
     findings = preflight_findings.diagnose(FACTS, gpus=2, expected={"tp_size": 2})
     assert not failures(findings)
-    assert [f["step"] for f in findings] == ["sandbox", "devices", "shm", "toolchain", "caches", "resolution", "torch",
-                                             "p2p", "triton", "limits"]
+    assert [f["step"] for f in findings] == ["sandbox", "devices", "shm", "toolchain", "caches", "resolution", "port",
+                                             "driver", "torch", "p2p", "triton", "memory", "limits"]
 
 
 def test_proxmox_default_0660_root_nodes_name_every_node_and_the_devn_fix():
@@ -142,7 +146,8 @@ def test_simulated_hosts_skip_the_gpu_steps_and_say_so():
 def test_namespace_failure_names_nesting_and_only_the_directives_still_set():
     full = preflight_findings.namespace_failure("Failed to set up mount namespacing: /run/systemd/unit-root/proc: "
                                        "Permission denied", relaxed=[], container_id=129)
-    assert "226/NAMESPACE" in full["detail"] and "pct set 129 --features nesting=1" in full["fix"]
+    assert "226/NAMESPACE" in full["detail"] and "pct set 129 --features keyctl=1,nesting=1" in full["fix"]
+    assert "replaces the whole list" in full["fix"]  # --features nesting=1 alone would drop keyctl/fuse
     assert "service.relax: [ProtectKernelTunables, ProtectControlGroups]" in full["fix"]
     partly = preflight_findings.namespace_failure(None, relaxed=["ProtectKernelTunables"])
     assert "service.relax: [ProtectControlGroups]" in partly["fix"]
@@ -184,3 +189,155 @@ def test_the_preflight_inputs_are_sglangs_argv_and_the_compared_fields():
     command = preflight_command("sglang", "0003-abc", "/opt/v/bin/python", 2, simulated=False, container_id=129)
     assert "--container-id 129" in command and "rm -rf /run/sglang-deploy/preflight/sglang-0003-abc" in command
     assert command.endswith("exit $rc")
+
+
+def test_the_preflights_cached_acceptance_is_keyed_by_the_units_environment(monkeypatch):
+    """SGLang's hooks read SGLANG_* variables while resolving: a release whose environment alone changed is resolved
+    again on the host, not answered by an earlier acceptance; what systemd sets per invocation is not part of it."""
+    from sglang_deploy.hostside import preflight_probe
+
+    argv = ["--model-path", "/nonexistent", "--tp-size", "2"]
+    monkeypatch.delenv("SGLANG_GRPC_PORT", raising=False)
+    before = preflight_probe.resolution_key(argv)
+    monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
+    assert preflight_probe.resolution_key(argv) == before
+    monkeypatch.setenv("SGLANG_GRPC_PORT", "50051")
+    assert preflight_probe.resolution_key(argv) != before
+
+
+# --- the real cause named: driver/library mismatch, cgroup EPERM, GPUs or the port held by someone else ----------------
+
+@pytest.mark.parametrize("driver, detail, fix", [
+    ({"kernel_module": "580.95.05", "libcuda": "580.65.06", "cu_init": 803,
+      "cu_init_name": "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH"},
+     "driver/library version mismatch: kernel module 580.95.05 (/proc/driver/nvidia/version), libcuda 580.65.06; "
+     "cuInit returns 803 CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "user space must be exactly 580.95.05: run provision.py"),
+    ({"kernel_module": "570.86.10", "libcuda": "580.95.05", "cu_init": 35, "cu_init_name": "CUDA_ERROR_INSUFFICIENT_DRIVER"},
+     "driver/library version mismatch: kernel module 570.86.10", "exactly 570.86.10"),
+    ({"kernel_module": "575.51.03", "libcuda": "575.51.03", "cu_init": 35, "cu_init_name": "CUDA_ERROR_INSUFFICIENT_DRIVER"},
+     "cuInit returns 35 CUDA_ERROR_INSUFFICIENT_DRIVER", "R580 or newer"),
+    ({"kernel_module": "580.95.05", "libcuda": "580.95.05", "cu_init": 100, "cu_init_name": "CUDA_ERROR_NO_DEVICE"},
+     "the service sees no GPU", "CUDA_VISIBLE_DEVICES"),
+    ({"kernel_module": "580.95.05", "libcuda": None, "cu_init": None,
+      "error": "libcuda.so.1 does not load: libcuda.so.1: cannot open shared object file"},
+     "libcuda.so.1 does not load", "exactly 580.95.05"),
+])
+def test_a_driver_that_does_not_initialise_is_named_and_torchs_count_points_at_it(driver, detail, fix):
+    torch = {**FACTS["torch"], "count": 0, "error": None}
+    findings = preflight_findings.diagnose(facts_with(driver=driver, torch=torch), gpus=2)
+    by_step = {f["step"]: f for f in failures(findings)}
+    assert detail in by_step["driver"]["detail"] and fix in by_step["driver"]["fix"]
+    assert "torch sees 0 of 2 GPUs" in by_step["torch"]["detail"] and "driver finding" in by_step["torch"]["fix"]
+
+
+def test_eperm_on_a_node_is_the_cgroup_device_filter_with_the_current_major():
+    nodes = FACTS["nodes"][:1] + [{**node("/dev/nvidia-uvm", major=508), "open": "Operation not permitted", "errno": 1}] \
+        + FACTS["nodes"][2:]
+    [fail] = failures(preflight_findings.diagnose(facts_with(nodes=nodes), gpus=2, video_gid=44, container_id=129))
+    assert "/dev/nvidia-uvm (508:0)" in fail["detail"] and "cgroup device filter (EPERM" in fail["detail"]
+    assert "`lxc.cgroup2.devices.allow: c 508:* rwm`" in fail["fix"] and "pct set 129 --devN /dev/nvidia-uvm,gid=44" in fail["fix"]
+    assert "driver does not answer" not in fail["fix"]
+
+
+@pytest.mark.parametrize("processes, serving, status, named", [
+    ([], False, "fail", "another container or the Proxmox host holds it"),
+    (["4242, python3, 30000"], False, "fail", "nvidia-smi sees: 4242, python3, 30000"),
+    ([], True, "info", "the running release's server holds memory now"),
+])
+def test_gpu_memory_held_beyond_what_mem_fraction_static_leaves(processes, serving, status, named):
+    torch = {**FACTS["torch"], "free_mib": [12000, 48000]}  # 36 GiB of GPU 0 held by someone
+    outside = {**FACTS["outside"], "gpu_processes": processes, "serving": serving}
+    [memory] = [f for f in preflight_findings.diagnose(facts_with(torch=torch, outside=outside), gpus=2)
+                if f["step"] == "memory"]
+    assert memory["status"] == status and named in memory["detail"]
+    assert "GPU 0: 36116 MiB of 49140 in use, mem_fraction_static 0.88 needs 43243 MiB, 12000 free" in memory["detail"]
+    assert "GPU 1" not in memory["detail"]
+
+
+def test_the_port_already_bound_by_another_process_is_named():
+    taken = {**FACTS["outside"], "listening": True, "listener": 'LISTEN 0 128 0.0.0.0:30000 users:(("python3",pid=77))'}
+    [fail] = failures(preflight_findings.diagnose(facts_with(outside=taken), gpus=2))
+    assert fail["step"] == "port" and 'users:(("python3",pid=77))' in fail["detail"] and "--port" in fail["fix"]
+    ours = preflight_findings.diagnose(facts_with(outside={**taken, "serving": True}), gpus=2)
+    assert not failures(ours) and "held by the running release" in next(f for f in ours if f["step"] == "port")["detail"]
+
+
+PROC_NET_TCP = """  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 00000000:7530 00000000:0000 0A 00000000:00000000 00:00000000 00000000   999        0 1 1 0000000000000000 100 0 0 10 0
+   1: 0100007F:1F90 0100007F:C350 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
+"""
+
+
+def test_listening_reads_proc_net_tcp_and_the_runner_finds_the_port_in_the_argv():
+    assert preflight_findings.listening(PROC_NET_TCP, 30000) is True  # 0x7530, LISTEN
+    assert preflight_findings.listening(PROC_NET_TCP, 8080) is False  # 0x1F90 but ESTABLISHED
+    assert preflight.argv_port(["sglang", "serve", "--port", "31400"]) == 31400
+    assert preflight.argv_port(["sglang", "serve", "--port=31401"]) == 31401 and preflight.argv_port([]) == 30000
+
+
+def test_the_probe_reads_both_driver_versions():
+    from sglang_deploy.hostside import preflight_probe
+
+    assert preflight_probe.kernel_module_version(
+        "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)\n") \
+        == "580.95.05"
+    maps = ("7f00-7f10 r-xp 00000000 08:01 123 /usr/lib/x86_64-linux-gnu/libcuda.so.580.65.06\n"
+            "7f20-7f30 r-xp 00000000 08:01 124 /usr/lib/x86_64-linux-gnu/libc.so.6\n")
+    assert preflight_probe.library_version(maps) == "580.65.06"
+    assert preflight_probe.library_version("") is None
+
+
+# --- P2P: the data that arrives, the IOMMU, a probe that hangs ------------------------------------------------------
+
+def test_a_peer_copy_with_wrong_data_fails_with_the_iommu_fix():
+    torch = {**FACTS["torch"], "p2p_copy": {"0-1": False, "1-0": True}, "iommu": {"0": "DMA-FQ", "1": "DMA-FQ"}}
+    [fail] = failures(preflight_findings.diagnose(facts_with(torch=torch), gpus=2))
+    assert fail["step"] == "p2p" and "between GPUs 0-1 arrived with wrong data" in fail["detail"]
+    assert "iommu=pt" in fail["fix"] and "--disable-custom-all-reduce" in fail["fix"]
+
+
+def test_a_translating_iommu_is_a_warning_when_the_copy_passed():
+    torch = {**FACTS["torch"], "p2p_copy": {"0-1": True, "1-0": True}, "iommu": {"0": "DMA-FQ", "1": "identity"}}
+    findings = preflight_findings.diagnose(facts_with(torch=torch), gpus=2)
+    assert not failures(findings)
+    [warn] = [f for f in findings if f["status"] == "warn"]
+    assert "GPU 0: DMA-FQ" in warn["detail"] and "GPU 1" not in warn["detail"] and "iommu=pt" in warn["fix"]
+    passthrough = {**torch, "iommu": {"0": "identity", "1": "identity"}}
+    assert not [f for f in preflight_findings.diagnose(facts_with(torch=passthrough), gpus=2) if f["status"] == "warn"]
+
+
+@pytest.mark.parametrize("stderr, step, fix", [
+    ("step torch\nstep p2p\nstep nccl\n", "nccl", "iommu=pt"),
+    (b"step torch\nstep p2p\n", "p2p", "--disable-custom-all-reduce"),
+    ("", "unknown", "journalctl -u sglang-deploy-preflight-7.service"),
+])
+def test_a_probe_that_hangs_names_the_step_and_its_unit_was_stopped(stderr, step, fix):
+    found = preflight_findings.timed_out("sglang-deploy-preflight-7", 600, stderr)
+    assert found["status"] == "fail" and f"hung at step {step}" in found["detail"]
+    assert "sglang-deploy-preflight-7.service was stopped" in found["detail"] and fix in found["fix"]
+
+
+def test_the_runner_stops_the_hung_probes_unit_and_reports_it(tmp_path, monkeypatch, capsys):
+    """systemd-run --pipe killed at the timeout leaves its transient unit running: the runner stops it."""
+    import subprocess as real
+
+    unit, env = tmp_path / "sglang.service", tmp_path / "sglang.env"
+    unit.write_text(GOLDEN_UNIT)
+    env.write_text("")
+    calls = []
+
+    def fake_run(command, **kwargs):
+        calls.append(command)
+        if command[0] == "systemd-run" and "--pipe" in command:
+            raise real.TimeoutExpired(command, kwargs.get("timeout"), stderr="step torch\nstep p2p\n")
+        return real.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(preflight.subprocess, "run", fake_run)
+    rc = preflight.main(["--unit", str(unit), "--env", str(env), "--python", "/usr/bin/python3", "--gpus", "2",
+                         "--json", str(tmp_path / "out.json"), "--timeout", "5"])
+    assert rc == 1
+    probe_unit = next(c for c in calls if c[0] == "systemd-run" and "--pipe" in c)[5].removeprefix("--unit=")
+    assert ["systemctl", "stop", f"{probe_unit}.service"] in calls
+    document = __import__("json").loads((tmp_path / "out.json").read_text())
+    assert document["ok"] is False and "hung at step p2p" in document["findings"][0]["detail"]
+    assert "hung at step p2p" in capsys.readouterr().err

@@ -128,6 +128,27 @@ def test_stop_all_ends_the_servers_of_one_cache_only(probe_sockets, tmp_path):
     assert probe_client.ask(b, {"n": 2}) is not None and starts.count == 2
 
 
+def test_a_run_stops_only_the_servers_it_started(probe_sockets, tmp_path, monkeypatch):
+    """A test session's end must not stop a server another run is using or starting (it would fail that run's
+    request); a server stopped while it starts is started again once."""
+    mine = probe_client.socket_path(Path("/cache-a"), ["0.5.23", "mine"])
+    theirs = probe_client.socket_path(Path("/cache-a"), ["0.5.23", "theirs"])
+    starts = Starts(tmp_path)
+    monkeypatch.setenv(probe_client.OWNER_VARIABLE, "run-1")
+    probe_client.answer(mine, starts, {"n": 1})
+    monkeypatch.setenv(probe_client.OWNER_VARIABLE, "run-2")
+    probe_client.answer(theirs, starts, {"n": 1})
+    assert probe_client.stop_all(Path("/cache-a"), owner="run-1") == 1
+    assert wait_for(lambda: not mine.exists())
+    assert probe_client.ask(theirs, {"n": 2}) is not None and starts.count == 2
+    # stopped (SIGTERM) before it answered, as by another run's stop_all: asked again of a new server
+    first = tmp_path / "first-start"
+    stopped = Starts(tmp_path, f"import os, pathlib, signal\nif not pathlib.Path({str(first)!r}).exists():\n"
+                               f"    pathlib.Path({str(first)!r}).touch(); os.kill(os.getpid(), signal.SIGTERM)\n"
+                               + STAND_IN)
+    assert probe_client.answer(mine, stopped, {"n": 3})["seen"] == [3, 3] and stopped.count == 2
+
+
 def test_the_socket_directory_must_be_this_users_alone(probe_sockets):
     directory = probe_sockets / f"sglang-deploy-{os.getuid()}"
     directory.mkdir(mode=0o755)

@@ -23,14 +23,14 @@ def test_lxc_gets_user_space_of_exactly_the_host_module_never_a_kernel_module():
     lxc = {**H200, "container": "lxc", "gpus": [], "libcuda": ["580.65.06"], "kernel_driver": "580.95.05"}
     step = driver_step(lxc, 13, 580, "install")
     assert step.action == "install" and not step.reboot_needed
-    assert step.packages == ["libcuda1=580.95.05-*", "libnvidia-ml1=580.95.05-*", "nvidia-smi=580.95.05-*"]
+    assert step.packages == ["libcuda1", "libnvidia-ml1", "nvidia-smi"] and step.exact == "580.95.05-*"
     assert not any("dkms" in p or "cuda-drivers" in p or "kernel" in p for p in step.packages)
     assert step.hold == {"libcuda1": "580.95.05-*", "libnvidia-ml1": "580.95.05-*", "nvidia-smi": "580.95.05-*"}
     verify = driver_step(lxc, 13, 580, "verify")
     assert verify.action == "error" and "580.65.06" in verify.message and "580.95.05" in verify.message
     # The versions follow settings (a mirror with another Debian revision, other package names).
     custom = driver_step(lxc, 13, 580, "install", userspace_packages=["libcuda1"], package_version="{version}-0ubuntu1")
-    assert custom.packages == ["libcuda1=580.95.05-0ubuntu1"]
+    assert custom.packages == ["libcuda1"] and custom.exact == "580.95.05-0ubuntu1"
 
 
 def test_lxc_with_an_old_or_absent_host_module_is_an_error():
@@ -90,7 +90,13 @@ def test_repository_path_and_driver_packages_follow_the_distribution():
     packages, version = userspace_driver_defaults(ubuntu)
     lxc = {**H200, "container": "lxc", "gpus": [], "libcuda": [], "kernel_driver": "580.95.05"}
     step = driver_step(lxc, 13, 580, "install", userspace_packages=packages, package_version=version)
-    assert step.packages == ["libnvidia-compute-580=580.95.05-*", "nvidia-utils-580=580.95.05-*"]
+    # Ubuntu's own archive suffixes the branch (libnvidia-compute-580); NVIDIA's repository drops it from 590 on:
+    # the first name the repository has at the module's version is installed, and both are held.
+    assert step.packages == ["libnvidia-compute-580|libnvidia-compute", "nvidia-utils-580|nvidia-utils"]
+    assert set(step.hold) == {"libnvidia-compute-580", "libnvidia-compute", "nvidia-utils-580", "nvidia-utils"}
+    newer = driver_step({**lxc, "kernel_driver": "590.48.01"}, 13, 580, "install", userspace_packages=packages,
+                        package_version=version)
+    assert newer.packages == ["libnvidia-compute-590|libnvidia-compute", "nvidia-utils-590|nvidia-utils"]
     assert userspace_driver_defaults(debian)[0] == ("libcuda1", "libnvidia-ml1", "nvidia-smi")
 
 
@@ -113,3 +119,38 @@ def test_the_venv_installs_binary_wheels_only_and_records_them(tmp_path, use_uv,
     found = json.loads((tmp_path / "p.json").read_text())
     assert any(name.startswith("pydantic==") for name in found)
     assert all(len(digest) == 64 for digest in found.values())
+
+
+@pytest.mark.parametrize("venv, missing", [(False, ["python3-venv"]), (True, []), (None, [])])
+def test_python3_venv_is_installed_where_ensurepip_is_missing(venv, missing):
+    """python3 -m venv fails without ensurepip (Debian's python3-venv); None: facts of an older version, not asked."""
+    from sglang_deploy.provision import toolchain_step
+
+    facts = {"lxc": {"compilers": {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++", "python_h": True, "venv": venv}}}
+    step = toolchain_step(facts, "install")
+    assert step.packages == missing and step.action == ("install" if missing else "ok")
+    if missing:
+        assert "python3-venv" in toolchain_step(facts, "verify").message
+
+
+def test_the_disk_check_refuses_before_an_install_naming_both_numbers(tmp_path):
+    from sglang_deploy.provision import disk_check_command
+
+    missing_dir = tmp_path / "not" / "yet"  # checked on its nearest existing parent
+    ok = subprocess.run(["sh", "-c", disk_check_command("the toolkit", str(missing_dir), 1)], capture_output=True,
+                        text=True)
+    assert ok.returncode == 0, ok.stderr
+    refused = subprocess.run(["sh", "-c", disk_check_command("the toolkit", str(missing_dir), 10**9)],
+                             capture_output=True, text=True)
+    assert refused.returncode == 1
+    assert f"the toolkit needs about 1000000000 MiB free under {missing_dir}; the file system of {tmp_path} has" \
+        in refused.stderr and "pct resize <CTID> rootfs" in refused.stderr
+
+
+def test_with_proxy_sets_the_environment_the_clients_read():
+    from sglang_deploy.provision import with_proxy
+
+    assert with_proxy("echo hi", None) == "echo hi"
+    wrapped = with_proxy("echo $https_proxy $HTTPS_PROXY $no_proxy", "http://10.0.0.1:3128")
+    out = subprocess.run(["sh", "-c", wrapped], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["http://10.0.0.1:3128", "http://10.0.0.1:3128", "localhost,127.0.0.1,::1"]

@@ -25,6 +25,7 @@ from conftest import CONTROLLER, PROVEN, REPO, TEST_BARE_MACHINE, TEST_BARE_SSH_
 pytestmark = pytest.mark.simhost
 
 HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
+DRIVER_PIN = "/etc/apt/preferences.d/sglang-deploy-driver"
 
 
 class BareHost:
@@ -86,7 +87,9 @@ def bare(tmp_path_factory):
         pytest.skip(reason)
     directory = tmp_path_factory.mktemp("bare")
     repo = AptRepo(directory / "apt")
-    repo.publish([*driver_packages("580.65.06"), *driver_packages("580.95.05"),
+    # The driver's packages carry the real relations (tests/fixtures/apt/): libcuda1 (= V) needs nvidia-alternative (= V)
+    # and the rest of its source at V, so installing anything but the repository's newest build needs the source pin.
+    repo.publish([*driver_packages("580.65.06"), *driver_packages("580.95.05", template="new"),
                   cuda_toolkit_package("13.0", "13.0.88"), nccl_package("2.28.3", "13.0"), *toolchain_packages()])
     host = BareHost(directory / "host", repo, repo.serve())
     host.repo = repo
@@ -108,6 +111,8 @@ def test_first_run_installs_second_changes_nothing(bare):
     assert bare.installed("libcuda1", "libnvidia-ml1", "nvidia-smi", "cuda-toolkit-13-0", "libnccl2") == {
         "libcuda1": "580.95.05-1", "libnvidia-ml1": "580.95.05-1", "nvidia-smi": "580.95.05-1",
         "cuda-toolkit-13-0": "13.0.88-1", "libnccl2": "2.28.3-1+cuda13.0"}
+    siblings = ("nvidia-alternative", "libnvidia-ptxjitcompiler1", "libnvidia-pkcs11-openssl3", "nvidia-legacy-check")
+    assert bare.installed(*siblings) == {name: "580.95.05-1" for name in siblings}
     # Never a kernel module in a container; the repository the role configured is the signed one.
     assert "dkms" not in bare.sh("dpkg -l") and "cuda-drivers" not in bare.sh("dpkg -l")
     assert "release 13.0" in bare.sh("/usr/local/cuda/bin/nvcc --version")
@@ -116,6 +121,7 @@ def test_first_run_installs_second_changes_nothing(bare):
     # apt keeps user space at the host module's version and NCCL at its pin, even through `apt upgrade`.
     holds = bare.sh(f"cat {HOLDS}")
     assert "Package: libcuda1\nPin: version 580.95.05-*\nPin-Priority: 1001" in holds
+    assert bare.sh(f"cat {DRIVER_PIN}") == "Package: src:nvidia-graphics-drivers\nPin: version 580.95.05-*\nPin-Priority: 1001\n\n"
     assert "Package: libnccl2\nPin: version 2.28.3-1+cuda13.0" in holds
 
     dpkg_before = bare.dpkg_log_lines()
@@ -138,18 +144,28 @@ def test_nccl_pin_bump_upgrades(bare):
 
 
 def test_user_space_follows_the_host_kernel_module(bare):
-    """The Proxmox host's module changes: the container's libraries must match it exactly, whatever the
-    packaging revision, up or down."""
+    """The Proxmox host's module changes: the container's libraries, and every package of their source, must match it
+    exactly, whatever the packaging revision, up or down, newest in the repository or not."""
+    siblings = ("libcuda1", "libnvidia-ml1", "nvidia-smi", "nvidia-alternative", "libnvidia-ptxjitcompiler1",
+                "libnvidia-pkcs11-openssl3", "nvidia-legacy-check")
     bare.repo.publish(driver_packages("580.82.07", revision="2"))
-    bare.host.set_kernel_module("580.82.07")
+    bare.host.set_kernel_module("580.82.07")  # older than the repository's newest (580.95.05)
     result = bare.provision("nccl_version=2.28.9")
     assert result.returncode == 0, output(result)[-3000:]
-    assert bare.installed("libcuda1")["libcuda1"] == "580.82.07-2"
+    assert bare.installed(*siblings) == {name: "580.82.07-2" for name in siblings}
+    # A host driver upgrade to a build newer than any the container has seen: the next provisioning follows it.
+    bare.repo.publish(driver_packages("580.105.08", template="new"))
+    bare.host.set_kernel_module("580.105.08")
+    result = bare.provision("nccl_version=2.28.9")
+    assert result.returncode == 0, output(result)[-3000:]
+    assert "user-space driver 580.82.07 -> 580.105.08" in output(result)
+    assert bare.installed(*siblings) == {name: "580.105.08-1" for name in siblings}
+    assert "Pin: version 580.105.08-*" in bare.sh(f"cat {DRIVER_PIN}")
     bare.host.set_kernel_module("580.65.06")
     result = bare.provision("nccl_version=2.28.9")
     assert result.returncode == 0, output(result)[-3000:]
-    assert "user-space driver 580.82.07 -> 580.65.06" in output(result)
-    assert bare.installed("libcuda1", "nvidia-smi")["libcuda1"] == "580.65.06-1"
+    assert "user-space driver 580.105.08 -> 580.65.06" in output(result)
+    assert bare.installed(*siblings) == {name: "580.65.06-1" for name in siblings}
     assert bare.sh("ls /usr/lib/*/libcuda.so.5*").strip().endswith("libcuda.so.580.65.06")
 
 
@@ -169,8 +185,10 @@ def test_host_module_missing_from_the_repository_fails_naming_both(bare):
     result = bare.provision("nccl_version=2.28.9")
     assert result.returncode != 0
     assert ("libcuda1 580.126.01-* is not in the repository" in output(result)
-            and "the kernel module is 580.126.01, user space here is 580.65.06" in output(result)), output(result)[-3000:]
+            and "the kernel module is 580.126.01, user space here is 580.65.06" in output(result)
+            and "--no-kernel-module" in output(result)), output(result)[-3000:]
     assert bare.sh("dpkg-query -W") == before
+    assert "Pin: version 580.65.06-*" in bare.sh(f"cat {DRIVER_PIN}")  # the pin is untouched too
 
 
 def test_old_or_missing_host_driver_is_refused_before_any_change(bare):

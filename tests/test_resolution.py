@@ -28,9 +28,73 @@ def test_every_committed_profile_passes_the_whole_resolution(path, tmp_path, mon
     report = check_profile(profile, gpus=2, topology="pcie", node=__import__("sglang_deploy.cli").cli.stand_in_node(profile))
     assert report.ok, report.lines()
     steps = report.resolution["steps"]
-    # every step of run_resolution_pipeline ran (0.5.23 has 90; the last one validates the DeepEP budget)
-    assert len(steps) >= 85 and steps[-1] == "validate_deepep_v2_dispatch_token_budget", steps[-5:]
+    # every step of run_resolution_pipeline ran (0.5.23 has 90; the last one validates the DeepEP budget), then
+    # what `sglang serve` runs before it spawns a process (Engine._launch_subprocesses)
+    assert len(steps) >= 87 and steps[-3:] == ["validate_deepep_v2_dispatch_token_budget", "check_server_args",
+                                               "resolve_auto_parsers"], steps[-5:]
     assert report.resolution["resolved"]["device"] == "cuda"
+
+
+def test_what_sglang_serve_checks_at_start_is_part_of_the_check(tmp_path):
+    """check_server_args() runs right after the resolution in `sglang serve`: a served name with a colon passes every
+    resolution step and is refused there, before the running server is stopped. The line names the profile field
+    behind the flag the tool sets, with SGLang's own message and step."""
+    path = proven_with(tmp_path, "served_name: qwen3.6-27b", 'served_name: "qwen3.6:27b"')
+    report = resolve(path)
+    assert [p.rule for p in report.problems] == ["sglang-resolution"], report.lines()
+    assert report.lines()[0].startswith(
+        f"{path}:7: model.served_name: SGLang 0.5.23 refuses the command line at check_server_args: "
+        "AssertionError: served_model_name cannot contain a colon"), report.lines()
+
+
+def test_the_profiles_environment_is_an_input_of_the_resolution(tmp_path):
+    """SGLang's hooks read SGLANG_* variables while resolving: a profile whose environment: makes SGLang refuse is
+    refused by the check, naming the variable (SGLANG_GRPC_PORT sets grpc_port, range-checked in
+    handle_deprecated_args), and the same variable without the profile's environment is accepted."""
+    path = proven_with(tmp_path, "  CUDA_DEVICE_ORDER: PCI_BUS_ID", '  SGLANG_GRPC_PORT: "70000"\n  CUDA_DEVICE_ORDER: PCI_BUS_ID')
+    report = resolve(path)
+    line = next(i for i, text in enumerate(path.read_text().splitlines(), 1) if "SGLANG_GRPC_PORT" in text)
+    # (the variable is not on the environment's allow-list either: refused by name too, env-not-reviewed)
+    assert f"{path}:{line}: environment.SGLANG_GRPC_PORT: SGLang 0.5.23 refuses the command line at " \
+        "handle_deprecated_args: ValueError: --grpc-port / SGLANG_GRPC_PORT (70000) must be between 1 and 65535 " \
+        "[sglang-resolution]" in report.lines(), report.lines()
+    accepted = resolve(proven_with(tmp_path, "  CUDA_DEVICE_ORDER: PCI_BUS_ID",
+                                   '  SGLANG_GRPC_PORT: "50051"\n  CUDA_DEVICE_ORDER: PCI_BUS_ID', "grpc.yaml"))
+    assert accepted.resolution["resolved"]["grpc_port"] == 50051  # what the unit's environment makes SGLang serve
+
+
+def test_the_controllers_own_environment_is_never_an_input(tmp_path, monkeypatch):
+    """The operator's shell may hold SGLANG_* variables: neither the probe server started under them nor the request
+    sees them, so the proven profile's verdict and resolution are those of its own environment."""
+    from pathlib import Path
+
+    from sglang_deploy import probe_client, resolution, validator_env
+    from sglang_deploy.validate import model_config_problems, server_args
+
+    profile = load_profile(PROVEN)
+    argv = server_args(profile, 30999, None)
+    request = {"argvs": [argv], "algorithms": ["NEXTN"],
+               "resolve": resolution.request(argv, model_config_problems(profile)[1], gpu_facts.model("a6000"), 2,
+                                             environment=profile.env_values())}
+    facts = request["resolve"]["gpu_facts"]
+    monkeypatch.setenv("SGLANG_GRPC_PORT", "70000")  # refused if SGLang saw it (the test above)
+    monkeypatch.setenv("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "1")
+    private = probe_client.socket_path(Path("/environment-check"), ["0.5.23", facts, *validator_env._probe_identity()])
+    try:
+        answer = probe_client.answer(private, lambda: validator_env._server_command("0.5.23", facts), request)
+    finally:
+        probe_client.stop_all(Path("/environment-check"))
+    assert answer["resolution"]["error"] is None, answer["resolution"]["error"]
+    assert answer["resolution"]["resolved"]["grpc_port"] is None
+
+
+def test_a_setting_the_host_has_the_module_for_is_not_refused(tmp_path):
+    """--mamba-backend flashinfer imports flashinfer.mamba while resolving (mamba_hook.py); flashinfer_python is a
+    pinned dependency of sglang, so the host has it and so does the validator env."""
+    report = resolve(proven_with(tmp_path, "    --enable-metrics: true ",
+                                 "    --mamba-backend: flashinfer\n    --enable-metrics: true "))
+    assert report.ok, report.lines()
+    assert report.resolution["resolved"]["mamba_backend"] == "flashinfer"
 
 
 def test_language_model_only_is_refused_with_sglangs_own_message(tmp_path):
@@ -59,7 +123,10 @@ def test_the_resolution_follows_the_gpu_facts():
         assert "random_seed" not in resolved and "api_key" not in resolved
 
 
-def test_the_checkpoint_config_is_an_input_of_the_resolution(tmp_path):
+def test_the_checkpoint_config_is_an_input_of_the_resolution(tmp_path, monkeypatch):
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path))  # model.config: under a weights directory, or manifests/
     config = json.loads((PROFILES.parent / "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json").read_text())
     config["architectures"] = ["Cosmos3ForConditionalGeneration"]
     (tmp_path / "config.json").write_text(json.dumps(config))

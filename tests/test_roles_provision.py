@@ -26,18 +26,27 @@ def stack(case: str, mode: str, **data):
 
 
 def installed(ops) -> str:
-    return ops.named("Install ").name.split("| Install ", 1)[1]
+    return ops.named("Install ").name.split("| Install ", 1)[1].removesuffix(" (simulated first)")
 
 
 def test_lxc_driver_mismatch_install_brings_user_space_to_the_host_module_checked_before_and_after():
     ops = stack("lxc_driver_mismatch", "install")
     assert installed(ops) == ("libcuda1=580.95.05-*, libnvidia-ml1=580.95.05-*, nvidia-smi=580.95.05-*, "
-                              "cuda-toolkit-13-0, libnccl2=2.28.9-1+cuda13.0, gcc, g++, python3-dev")
+                              "cuda-toolkit-13-0, libnccl2=2.28.9-1+cuda13.0, gcc, g++, python3-dev, python3-venv")
     names = [name.split(" | ")[1] for name in ops.names]
-    assert names.index("apt update (NVIDIA repository)") < names.index("Check the repository has user space 580.95.05") \
-        < names.index(f"Install {installed(ops)}") < names.index("Check user space is now 580.95.05")
-    assert "--allow-downgrades --no-install-recommends" in ops.named("Install ").commands[0]
-    assert "'libcuda1=580.95.05-*'" in ops.named("Install ").commands[0]  # a glob, quoted
+    # The disk check comes first: a CT too small for the toolkit is refused before the repository is configured.
+    assert names.index("Check disk space for cuda-toolkit-13-0") < names.index("NVIDIA CUDA repository key")
+    assert "-ge 7500 ]" in ops.named("Check disk space for cuda-toolkit-13-0").commands[0]
+    assert names.index("apt update (NVIDIA repository)") < names.index(f"Install {installed(ops)} (simulated first)") \
+        < names.index("Check user space is now 580.95.05")
+    script = ops.named("Install ").commands[0]
+    # The driver's source pinned and the whole install simulated before anything is installed (tests/test_driver_apt.py
+    # runs this script against apt), then installed without recommends (no dkms in a container).
+    assert script.index("pick '580.95.05-*' libcuda1") < script.index("Package: src:%s") \
+        < script.index("apt-get install -s") < script.index('cp "$stage/preferences.d/sglang-deploy-driver"') \
+        < script.index("apt-get install -y")
+    assert "--no-install-recommends --allow-downgrades" in script
+    assert "install='cuda-toolkit-13-0 libnccl2=2.28.9-1+cuda13.0 gcc g++ python3-dev python3-venv'" in script
     assert "Load nvidia-uvm at boot" not in " ".join(names)  # a container: the host loads modules
 
 
@@ -98,6 +107,8 @@ def test_verify_mode_refuses_another_sglang():
 
 def test_install_creates_the_venv_and_checks_torch_sees_every_gpu():
     ops = python_env("install", None)
+    assert ops.names[0].endswith(f"Check disk space for {VENV}")  # before anything is created or uploaded
+    assert "-ge 10000 ]" in ops.named("Check disk space").commands[0]
     assert ops.named("Create").commands == [f"python3 -m venv {VENV}"]
     commands = ops.named("Install").commands
     assert commands[0] == (f"{VENV}/bin/pip install -q --disable-pip-version-check --only-binary :all: "
@@ -122,3 +133,18 @@ def test_install_from_a_controller_wheelhouse_is_offline(tmp_path):
     install = ops.named("Install").commands
     assert f"--no-index --find-links {remote}" in install[0]
     assert not [command for command in install if "torch.cuda" in command]  # no GPU there: no torch check
+
+
+def test_a_proxy_reaches_apt_the_key_download_and_pip():
+    ops = stack("lxc_driver_mismatch", "install", proxy="http://10.0.0.1:3128")
+    assert ops.named("apt update (NVIDIA repository)").commands == [
+        "apt-get update -q -o Acquire::http::Proxy=http://10.0.0.1:3128 -o Acquire::https::Proxy=http://10.0.0.1:3128"]
+    script = ops.named("Install ").commands[0]
+    assert script.count("-o Acquire::https::Proxy=http://10.0.0.1:3128") == 2  # the simulation and the install
+    pip = run_role(provision.python_env, profile=PROFILE, mode="install", data={"proxy": "http://10.0.0.1:3128"},
+                   facts={SGLangVersion: None, GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal")})
+    install = pip.named("Install").commands[0]
+    assert install.startswith("env http_proxy=http://10.0.0.1:3128 https_proxy=http://10.0.0.1:3128 ")
+    assert "no_proxy=localhost,127.0.0.1,::1" in install and "--only-binary :all:" in install
+    without = stack("lxc_driver_mismatch", "install")
+    assert "Proxy" not in without.named("Install ").commands[0]

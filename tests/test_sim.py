@@ -309,3 +309,14 @@ def test_fault_exit_0_after_requests(start_sim):
     with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
         call(sim.url, "/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})
     assert sim.process.wait(10) == 0  # a fault that exits cleanly: only Restart=always brings it back
+
+
+def test_fault_graph_memory_zero_keeps_the_captured_sizes(start_sim):
+    """SGLANG_SIM_GRAPH_MEMORY_ZERO: the decode-side graphs are captured but their memory deltas read 0 (they reused
+    the prefill graph's blocks), as a real card can report: the captured sizes are still there for the gate."""
+    sim = start_sim(env={"SGLANG_SIM_GRAPH_MEMORY_ZERO": "1"})
+    state = json.loads(call(sim.url, "/server_info", key=KEY)[1])["internal_states"][0]
+    graph = state["memory_usage"]["graph"]
+    assert [graph[phase] for phase in ("decode", "target_verify", "draft_decode", "draft_extend")] == [0.0] * 4
+    assert state["decode_cuda_graph_bs"] == [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16]
+    assert state["decode_cuda_graph_memory_gb"] == 0.0

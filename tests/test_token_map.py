@@ -120,6 +120,9 @@ def local_profile(tmp_path, model_dir, token_map_path: str) -> Path:
     write_manifest(manifest_from_directory(model_dir), manifest)
     text = PROVEN.read_text().replace("  path: /srv/models/Qwen3.6-27B-FP8",
                                       f"  source: file://{model_dir}\n  manifest: {manifest}", 1)
+    # model.config: the config.json the manifest pins (rule model-config-pinned)
+    text = text.replace("  config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json",
+                        f"  config: {model_dir}/config.json", 1)
     text = text.replace("    --enable-metrics: true", f"    --enable-metrics: true\n"
                                                       f"    --speculative-token-map: {token_map_path}", 1)
     return write_profile(tmp_path, text)

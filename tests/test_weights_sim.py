@@ -15,6 +15,7 @@ import pytest
 
 from conftest import PROVEN, REPO, write_profile
 from hubstub import Hub
+from sglang_deploy.drafter import config_copy
 from sglang_deploy.profile import load_profile
 from sglang_deploy.resolution import load_model_config
 from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
@@ -39,6 +40,11 @@ def wheelhouse():
     return directory
 
 
+def with_config(text: str, config) -> str:
+    """model.config: the snapshot's own config.json (the manifest pins it), not the proven profile's reconstruction."""
+    return text.replace("config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json", f"config: {config}")
+
+
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory):
     """Two revisions of the synthetic checkpoint; B differs in config.json."""
@@ -50,14 +56,17 @@ def hub(tmp_path_factory):
     hub = Hub().start()
     revision_a = hub.add_directory(REPO_ID, checkpoint)
     config = json.loads((checkpoint / "config.json").read_text())
-    revision_b = hub.add_directory(REPO_ID, checkpoint, extra={
-        "config.json": (json.dumps(dict(config, note="revision B of the stand-in repository"), indent=2) + "\n").encode()})
+    config_b = (json.dumps(dict(config, note="revision B of the stand-in repository"), indent=2) + "\n").encode()
+    revision_b = hub.add_directory(REPO_ID, checkpoint, extra={"config.json": config_b})
     profiles = {}
-    for label, revision in (("a", revision_a), ("b", revision_b)):
+    for label, revision, config_bytes in (("a", revision_a, (checkpoint / "config.json").read_bytes()),
+                                          ("b", revision_b, config_b)):
         manifest = base / f"{revision}.json"
         write_manifest(manifest_from_hub(REPO_ID, revision, endpoint=hub.url), manifest)
+        config_copy(manifest).write_bytes(config_bytes)  # model.config: the one the manifest pins, as the CLI writes it
         text = PROVEN.read_text().replace("  path: /srv/models/Qwen3.6-27B-FP8\n",
                                           f"  source: hf://{REPO_ID}@{revision}\n  manifest: {manifest}\n")
+        text = with_config(text, config_copy(manifest))
         profiles[label] = write_profile(base, text, f"weights-{label}.yaml")
     hub.revisions = {"a": revision_a, "b": revision_b}
     hub.profiles = profiles
@@ -149,8 +158,8 @@ def test_a_local_directory_is_pushed_over_ssh(simhost, hub):
     result = subprocess.run([sys.executable, "-m", "sglang_deploy.cli", "manifest", f"file://{hub.checkpoint}",
                              "--output", str(manifest)], capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
-    profile = write_profile(hub.checkpoint.parent, text.replace("  source:", f"  manifest: {manifest}\n  source:"),
-                            "weights-local.yaml")
+    profile = write_profile(hub.checkpoint.parent, with_config(text.replace("  source:", f"  manifest: {manifest}\n  source:"),
+                                                               config_copy(manifest)), "weights-local.yaml")
     result = simhost.deploy(profile=profile)
     assert result.returncode == 0, (result.stdout + result.stderr)[-4000:]
     served = model_path_running(simhost)

@@ -34,6 +34,18 @@ def clock_reasons():
     return {}
 
 
+def card_memory_mib():
+    """Each GPU's memory (MiB) as nvidia-smi reports it: the card the static pool is a fraction of (SGLang's own
+    memory_usage says what the server holds and what is still free, not the card's size)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    result = subprocess.run(["nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits"],
+                            capture_output=True, text=True)
+    if result.returncode != 0:
+        return []
+    return [int(float(line)) for line in result.stdout.split() if line.replace(".", "", 1).isdigit()]
+
+
 # NCCL settings the probe repeats: from the release's root-owned environment file (never from the running
 # process, whose environ block the service user can rewrite), without variables that name files or plugins.
 def probe_nccl_env(env_text):
@@ -138,6 +150,7 @@ def main():
     report["offered_drafts"] = [{"source": entry.get("source"), "bytes": entry.get("bytes")}
                                 for entry in meta.get("offered_drafts") or [] if isinstance(entry, dict)]
     report["clock_reasons"] = clock_reasons()
+    report["card_memory_mib"] = card_memory_mib()
     resolved = {}
     try:
         resolved = json.loads(store.read(os.path.join(store.release_dir(active), "resolved.json")) or "{}").get(

@@ -27,8 +27,28 @@ PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # --- effective configuration ------------------------------------------------------------------------
 
 def decode_graph_gb(server_info):
+    """Graph memory of the decode-side phases: a free-memory delta per phase, rounded to 1 MB. Not a capture signal:
+    prefill graphs are captured first into the shared pool, and the decode phases can reuse its blocks and read 0."""
     graph = ((server_info.get("internal_states") or [{}])[0].get("memory_usage") or {}).get("graph") or {}
     return sum(graph.get(phase) or 0.0 for phase in ("decode", "target_verify", "draft_decode", "draft_extend"))
+
+
+def decode_graph_batch_sizes(server_info):
+    """The batch sizes the target's decode (with speculation: verify) CUDA graph runner captured, as SGLang 0.5.23
+    reports them (internal_states[0].decode_cuda_graph_bs: tp_worker.get_decode_cuda_graph_bs(), internal_state.py
+    _add_disaggregation); None where the server does not report the field."""
+    state = (server_info.get("internal_states") or [{}])[0] or {}
+    sizes = state.get("decode_cuda_graph_bs")
+    return [size for size in sizes if isinstance(size, int)] if isinstance(sizes, list) else None
+
+
+def decode_graphs_captured(server_info):
+    """(captured, evidence): from the captured batch sizes where reported, else from the graph memory."""
+    sizes = decode_graph_batch_sizes(server_info)
+    if sizes is not None:
+        return bool(sizes), f"internal_states[0].decode_cuda_graph_bs = {sizes}"
+    return decode_graph_gb(server_info) > 0, (f"no decode_cuda_graph_bs reported; graph memory for decode/"
+                                              f"target_verify/draft phases is {decode_graph_gb(server_info):.3f} GB")
 
 
 def decode_backend(server_args):
@@ -50,9 +70,8 @@ def config_problems(server_info, environ, cmdline_ok, cmdline, expect, findings=
         if decode_backend(server_info) == "disabled":
             problems.append("decode CUDA graphs are disabled in the running server "
                             "(/server_info cuda_graph_config.decode.backend = 'disabled')")
-        elif decode_graph_gb(server_info) <= 0:
-            problems.append("decode CUDA graphs were not captured (graph memory for decode/target_verify/draft "
-                            "phases is 0 in /server_info)")
+        elif not decode_graphs_captured(server_info)[0]:
+            problems.append(f"decode CUDA graphs were not captured (/server_info {decode_graphs_captured(server_info)[1]})")
     if expect.get("custom_all_reduce") and findings.get("custom_all_reduce_fallback"):
         problems.append("custom all-reduce fell back to NCCL at runtime (declared: enabled); the server's journal "
                         f"says: {findings['custom_all_reduce_fallback']!r}; check GPU P2P (nvidia-smi topo -p2p r)")

@@ -10,7 +10,10 @@ release's own python, and reads back what the probe found as the service would f
   toolchain    gcc, g++ and the base interpreter's Python.h for Triton's and FlashInfer's first JIT compile
   caches       the JIT and graph caches are writable and persist (the service's state and cache directories)
   resolution   SGLang's own whole resolution of the release's command line, with the host's GPUs
-  torch        torch sees the profile's GPU count and can place a tensor on each GPU
+  driver       cuInit's answer as the service, the kernel module's version and the loaded libcuda's (a mismatch: 803)
+  port         nobody but the running release listens on the release's port
+  torch        torch sees the profile's GPU count and can place a tensor on each GPU, and the memory others use
+               leaves what mem_fraction_static asks for
   p2p          peer access between the TP GPUs and a small NCCL all-reduce over them (the release's NCCL env)
   triton       a Triton kernel compiles into the service's cache directory and runs
   limits       LimitNOFILE/LimitMEMLOCK as the service gets them (clamped in an unprivileged container: info)
@@ -37,8 +40,8 @@ import sys
 import time
 
 from .evidence import journal
-from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, namespace_failure,
-                                 report, sandbox_enforcement, unprivileged)
+from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
+                                 namespace_failure, report, sandbox_enforcement, timed_out, unprivileged)
 from .preflight_probe import read_text
 from .store import SIMULATED_MARKER
 
@@ -137,6 +140,52 @@ def unit_interpreter(unit_text):
     return "/usr/bin/python3"
 
 
+def argv_port(argv):
+    """The port the release's server listens on (SGLang's --port, default 30000)."""
+    argv = list(argv or [])
+    for index, arg in enumerate(argv):
+        if arg == "--port" and index + 1 < len(argv):
+            return int(argv[index + 1])
+        if arg.startswith("--port="):
+            return int(arg.split("=", 1)[1])
+    return 30000
+
+
+def outside_facts(args):
+    """What the runner (root, outside the sandbox) adds: is the service running now (its own server then holds the
+    port and GPU memory), who listens on the release's port, and the GPU processes nvidia-smi can see."""
+    found = {"serving": None, "port": None, "listening": False, "listener": None, "gpu_processes": None}
+    if args.service:
+        try:
+            found["serving"] = subprocess.run(["systemctl", "is-active", "--quiet", f"{args.service}.service"],
+                                              timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    if args.argv_json:
+        try:
+            with open(args.argv_json) as handle:
+                found["port"] = argv_port(json.load(handle))
+        except (OSError, ValueError):
+            pass
+    if found["port"]:
+        found["listening"] = listening(read_text("/proc/net/tcp") + read_text("/proc/net/tcp6"), found["port"])
+        if found["listening"]:
+            try:
+                found["listener"] = subprocess.run(["ss", "-ltnpH", f"sport = :{found['port']}"], capture_output=True,
+                                                   text=True, timeout=30).stdout.strip()[:400] or None
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+    if not args.simulated:
+        try:
+            result = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,process_name,used_memory",
+                                     "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=60)
+            if result.returncode == 0:
+                found["gpu_processes"] = [line.strip() for line in result.stdout.splitlines() if line.strip()]
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return found
+
+
 def run(args):
     started = time.perf_counter()
     if args.active:
@@ -158,7 +207,19 @@ def run(args):
                "-p", "StandardInput=null"]
     for prop in properties:
         command += ["-p", prop]
-    result = subprocess.run(command + ["--"] + probe_argv, capture_output=True, text=True, timeout=args.timeout)
+    try:
+        result = subprocess.run(command + ["--"] + probe_argv, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired as expired:
+        # systemd-run --pipe was killed, its transient unit was not: stop it, and say which step hung.
+        subprocess.run(["systemctl", "stop", f"{unit}.service"], capture_output=True, timeout=120, check=False)
+        findings = [timed_out(unit, args.timeout, expired.stderr)]
+        document = {"findings": findings, "seconds": round(time.perf_counter() - started, 2), "facts": None,
+                    "ok": False, "host": host_facts(), "sandbox": []}
+        if args.json:
+            with open(args.json, "w") as handle:
+                json.dump(document, handle, indent=1)
+        print(report(findings, time.perf_counter() - started), file=sys.stderr, flush=True)
+        return 1
     video = None
     try:
         video = grp.getgrnam("video").gr_gid
@@ -180,6 +241,7 @@ def run(args):
         facts = None
     else:
         facts = json.loads(result.stdout.strip().splitlines()[-1])
+        facts["outside"] = outside_facts(args)
         findings = diagnose(facts, args.gpus, args.simulated, video, args.container_id, expected)
     seconds = time.perf_counter() - started
     host = host_facts()

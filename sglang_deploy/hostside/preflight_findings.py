@@ -8,9 +8,9 @@ import re
 NAMESPACE_EXIT = 226  # systemd's EXIT_NAMESPACE: the unit's mount namespace could not be set up
 SHM_MIN_BYTES = 512 << 20
 NESTING_DIRECTIVES = ("ProtectKernelTunables", "ProtectControlGroups")  # they imply MountAPIVFS= (fresh /proc, /sys)
-PROXMOX_DEVICE_HINT = ("in /etc/pve/lxc/{ctid}.conf give the passthrough line a mode or a group: "
-                       "`devN: {node},mode=0666` or `devN: {node},gid={gid}` (the container's video group); "
-                       "Proxmox creates a passed-through node 0660 root:root otherwise")
+PROXMOX_DEVICE_HINT = ("on the Proxmox host give the node's passthrough (its `devN:` line in /etc/pve/lxc/{ctid}.conf) "
+                       "a group or a mode: `pct set {ctid} --devN {node},gid={gid}` (the container's video group) or "
+                       "`--devN {node},mode=0666`; Proxmox creates a passed-through node 0660 root:root otherwise")
 
 
 # --- the judgement: pure, tested with fixtures (tests/test_preflight_logic.py) ---------------------------
@@ -22,8 +22,9 @@ def finding(step, status, detail, fix=None):
 def namespace_failure(journal_line, relaxed, container_id="<CTID>"):
     """The unit's namespace could not be set up (exit 226): the cause and the two fixes."""
     still = [name for name in NESTING_DIRECTIVES if name not in relaxed]
-    fix = (f"the container needs nesting: on the Proxmox host `pct set {container_id} --features nesting=1` "
-           f"(the CT config line `features: nesting=1`), then restart the container")
+    fix = (f"the container needs nesting (the CT config line `features: nesting=1`): on the Proxmox host add it to the "
+           f"features the CT has (`pct config {container_id} | grep ^features`), since --features replaces the whole "
+           f"list: e.g. `pct set {container_id} --features keyctl=1,nesting=1`; then restart the container")
     if still:
         fix += (f"; or relax {' and '.join(still)} in the profile (`service.relax: [{', '.join(still)}]`): they imply "
                 "fresh /proc and /sys mounts, which an unprivileged container without nesting denies")
@@ -57,6 +58,14 @@ def diagnose(facts, gpus, simulated=False, video_gid=None, container_id="<CTID>"
             continue
         if node.get("open") and node.get("errno") == 13:
             denied.append(node)
+        elif node.get("open") and node.get("errno") == 1:  # EPERM: not the mode, the cgroup's device filter
+            major, minor = node.get("major"), node.get("minor")
+            out.append(finding("devices", "fail", f"{path} ({major}:{minor}): opening it is refused by the "
+                               "container's cgroup device filter (EPERM, not a file permission)",
+                               f"on the Proxmox host pass it with `pct set {container_id} --devN {path},gid={gid_text}` "
+                               "(Proxmox allows the node's current major:minor at every start), or correct the "
+                               f"`lxc.cgroup2.devices.allow: c {major}:* rwm` line in /etc/pve/lxc/{container_id}.conf: "
+                               f"{major} is this node's major now (nvidia-uvm's changes when the host reboots)"))
         elif node.get("open"):
             out.append(finding("devices", "fail", f"{path} ({node.get('major')}:{node.get('minor')}): opening it "
                                f"fails: {node['open']}", "the node exists but its driver does not answer: is the "
@@ -103,8 +112,19 @@ def diagnose(facts, gpus, simulated=False, video_gid=None, container_id="<CTID>"
         out.append(finding("caches", "ok", "HOME, TRITON_CACHE_DIR and SGLANG_CACHE_DIR are writable and persist "
                            "across releases (JIT and graph caches)"))
     out += _resolution_findings(facts.get("resolution"), expected)
+    outside = facts.get("outside") or {}
+    if outside.get("port"):
+        out.append(_port_finding(outside))
+    driver = _driver_finding(facts.get("driver")) if facts.get("driver") else None
+    if driver:
+        out.append(driver)
     if "torch" in facts:  # not in the doctor's view (--no-gpu)
-        out += _torch_findings(facts["torch"], facts.get("triton"), gpus, simulated)
+        fraction = ((facts.get("resolution") or {}).get("resolved") or {}).get("mem_fraction_static") \
+            or (expected or {}).get("mem_fraction_static")
+        out += _torch_findings(facts["torch"], facts.get("triton"), gpus, simulated,
+                               driver_failed=bool(driver and driver["status"] == "fail"))
+        if not simulated:
+            out += _memory_findings(facts["torch"], fraction, outside)
     out.append(_limits_finding(facts.get("limits") or {}))
     return out
 
@@ -128,13 +148,105 @@ def _resolution_findings(answer, expected):
                     + (f" (the same inputs were resolved at {answer.get('at')})" if answer.get("cached") else ""))]
 
 
-def _torch_findings(found, triton, gpus, simulated):
+def timed_out(unit, seconds, stderr):
+    """The probe did not finish: its last `step NAME` line on stderr says where it hung; its unit was stopped."""
+    text = stderr.decode(errors="replace") if isinstance(stderr, bytes) else (stderr or "")
+    steps = [line.split(" ", 1)[1] for line in text.splitlines() if line.startswith("step ")]
+    step = steps[-1] if steps else "unknown"
+    fix = ("a P2P copy or an NCCL all-reduce that hangs rather than fails: peer writes through a translating "
+           "IOMMU (the Proxmox default on AMD, on Intel from kernel 6.8) are dropped; set the IOMMU to passthrough "
+           "on the Proxmox host (`iommu=pt` on the kernel command line), or add --disable-custom-all-reduce to "
+           "the profile (SGLang then all-reduces through NCCL only: slower decode at small batches), or "
+           "NCCL_P2P_DISABLE=1 in its env" if step in ("p2p", "nccl", "torch") else
+           f"see journalctl -u {unit}.service")
+    return finding("probe", "fail", f"the probe did not finish in {seconds:.0f} s: it hung at step {step}; its unit "
+                   f"{unit}.service was stopped", fix)
+
+
+def listening(proc_net_tcp, port):
+    """/proc/net/tcp and /proc/net/tcp6 text: is a socket in LISTEN (state 0A) on this port?"""
+    for line in (proc_net_tcp or "").splitlines():
+        fields = line.split()
+        if len(fields) > 3 and ":" in fields[1] and fields[3] == "0A":
+            try:
+                if int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
+def _port_finding(outside):
+    port = outside["port"]
+    if not outside.get("listening"):
+        return finding("port", "ok", f"port {port} is free")
+    if outside.get("serving"):
+        return finding("port", "ok", f"port {port} is held by the running release (the switch stops it first)")
+    return finding("port", "fail", f"port {port}, the release's, is already in use and the service is not running: "
+                   + (outside.get("listener") or "a listener ss does not name"),
+                   "stop what listens there (a server started by hand?), or give the profile another --port")
+
+
+PROBE_OWN_MIB = 1024  # the probe's CUDA context and tensors, counted in what mem_get_info says is used
+
+
+def _memory_findings(found, fraction, outside):
+    """GPU memory others hold beyond what mem_fraction_static leaves them: SGLang's start would not fit."""
+    free, total = found.get("free_mib") or [], found.get("total_mib") or []
+    if not (free and total and fraction):
+        return []
+    short = []
+    for index, (free_mib, total_mib) in enumerate(zip(free, total)):
+        used = total_mib - free_mib - PROBE_OWN_MIB
+        if used > (1 - fraction) * total_mib:
+            short.append(f"GPU {index}: {max(used, 0)} MiB of {total_mib} in use, mem_fraction_static {fraction} needs "
+                         f"{int(fraction * total_mib)} MiB, {free_mib} free")
+    if not short:
+        return [finding("memory", "ok", f"free GPU memory fits mem_fraction_static {fraction}: {free} MiB free")]
+    if outside.get("serving"):
+        return [finding("memory", "info", "; ".join(short) + " (the running release's server holds memory now; the "
+                        "switch stops it before this one starts)")]
+    processes = outside.get("gpu_processes")
+    who = (f"nvidia-smi sees: {'; '.join(processes)}" if processes else
+           "nvidia-smi here sees no process using it: another container or the Proxmox host holds it "
+           "(nvidia-smi on the Proxmox host lists them all)")
+    return [finding("memory", "fail", "; ".join(short) + f"; {who}",
+                    "stop what holds the GPUs, or lower mem_fraction_static in the profile (a smaller KV cache)")]
+
+
+def _driver_finding(driver):
+    """cuInit's CUresult as the service, and the two versions it compares."""
+    kernel, library, code = driver.get("kernel_module"), driver.get("libcuda"), driver.get("cu_init")
+    versions = f"kernel module {kernel or 'unknown'} (/proc/driver/nvidia/version), libcuda {library or 'unknown'}"
+    match = (f"user space must be exactly {kernel}: run provision.py (in a container it installs that version's "
+             "user space; a host driver upgrade is the usual cause there), or on bare metal reboot after a driver "
+             "upgrade")
+    if driver.get("error"):
+        return finding("driver", "fail", f"{driver['error']} ({versions})", match)
+    name = driver.get("cu_init_name") or f"CUresult {code}"
+    if code == 803 or (code != 0 and kernel and library and kernel != library):
+        return finding("driver", "fail", f"driver/library version mismatch: {versions}; cuInit returns {code} {name}",
+                       match)
+    if code == 35:
+        return finding("driver", "fail", f"cuInit returns 35 {name}: the {versions} is older than this CUDA needs",
+                       "upgrade the NVIDIA driver (in a container: on the Proxmox host) to R580 or newer")
+    if code == 100:
+        return finding("driver", "fail", f"cuInit returns 100 {name}: the service sees no GPU ({versions})",
+                       "check the device nodes above and CUDA_VISIBLE_DEVICES")
+    if code != 0:
+        return finding("driver", "fail", f"cuInit returns {code} {name} ({versions})",
+                       "see the device nodes above; the host's kernel log (dmesg) names the driver's side")
+    return finding("driver", "ok", f"cuInit succeeds as the service: {versions}")
+
+
+def _torch_findings(found, triton, gpus, simulated, driver_failed=False):
     out = []
     if found.get("error") and "count" not in found:
         return [finding("torch", "fail", found["error"], "the release's venv: is torch installed for this CUDA?")]
     count = found.get("count", 0)
     if count < gpus:
         out.append(finding("torch", "fail", f"torch sees {count} of {gpus} GPUs as the service user",
+                           "the CUDA driver does not initialise: see the driver finding above" if driver_failed else
                            "check the device nodes above (nvidia-uvm above all) and CUDA_VISIBLE_DEVICES"))
     elif found.get("error"):
         out.append(finding("torch", "fail", f"a tensor on each GPU failed: {found['error']}",
@@ -155,6 +267,20 @@ def _torch_findings(found, triton, gpus, simulated):
                                "all-reduce falls back, which the gate counts as a config failure",
                                "fix P2P on the Proxmox host (IOMMU passthrough `iommu=pt`, ACS) or add "
                                "--disable-custom-all-reduce to the profile"))
+        wrong = sorted(pair for pair, ok in (found.get("p2p_copy") or {}).items() if ok is False)
+        if wrong:
+            out.append(finding("p2p", "fail", f"a copy between GPUs {', '.join(wrong)} arrived with wrong data while "
+                               "the driver reports peer access: the IOMMU drops peer writes",
+                               "set the IOMMU to passthrough on the Proxmox host (`iommu=pt`), or add "
+                               "--disable-custom-all-reduce to the profile (slower decode at small batches)"))
+        translating = sorted(f"GPU {gpu}: {kind}" for gpu, kind in (found.get("iommu") or {}).items()
+                             if kind and kind.startswith("DMA"))
+        if translating and gpus > 1 and not wrong:
+            out.append(finding("p2p", "warn", "the IOMMU translates the GPUs' DMA (" + ", ".join(translating) + "): "
+                               "peer-to-peer writes can be dropped while the driver reports peer access; the copy "
+                               "check passed, a long all-reduce may still hang",
+                               "`iommu=pt` on the Proxmox host's kernel command line (the group type then reads "
+                               "identity), or --disable-custom-all-reduce in the profile"))
         if found.get("all_reduce_ok") is False:
             out.append(finding("p2p", "fail", "the NCCL all-reduce over the TP GPUs computed a wrong sum",
                                "check NCCL_P2P_DISABLE / the IOMMU setup"))

@@ -159,12 +159,21 @@ def _resolution_module():
     return module
 
 
+# What systemd sets anew for every invocation: not an input of SGLang's resolution.
+PER_INVOCATION_ENV = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MANAGERPID", "NOTIFY_SOCKET",
+                      "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC",
+                      "MEMORY_PRESSURE_WATCH", "MEMORY_PRESSURE_WRITE", "CREDENTIALS_DIRECTORY")
+
+
 def resolution_key(argv):
-    """What SGLang's answer depends on: the argv, the interpreter and its install, the checkpoint's config.json, the
-    GPUs nvidia-smi reports and the resolution code itself. An unchanged key reuses an earlier acceptance."""
+    """What SGLang's answer depends on: the argv, the environment (the unit's EnvironmentFile: SGLang's hooks read
+    SGLANG_* variables while resolving), the interpreter and its install, the checkpoint's config.json, the GPUs
+    nvidia-smi reports and the resolution code itself. An unchanged key reuses an earlier acceptance."""
     import hashlib
 
     digest = hashlib.sha256(json.dumps(argv).encode())
+    digest.update(json.dumps(sorted((name, value) for name, value in os.environ.items()
+                                    if name not in PER_INVOCATION_ENV)).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
     here = os.path.dirname(os.path.abspath(__file__))
     for path in ([os.path.join(here, "sglang_resolution.py")]
@@ -200,7 +209,7 @@ def resolution(argv):
         answer = _resolution_module().resolve({"argv": argv})
     resolved = answer.get("resolved") or {}
     keep = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
-            "attention_backend", "mem_fraction_static", "max_running_requests", "cuda_graph_max_bs", "context_length",
+            "attention_backend", "mem_fraction_static", "max_running_requests", "cuda_graph_config", "context_length",
             "disable_custom_all_reduce", "page_size", "chunked_prefill_size")
     found = {"error": answer.get("error"), "step": answer.get("step"), "steps": len(answer.get("steps") or []),
              "resolved": {key: resolved.get(key) for key in keep if key in resolved}}
@@ -213,6 +222,58 @@ def resolution(argv):
         except OSError:
             pass
     return found
+
+
+# CUresult values cuInit returns that name a cause (cuda.h)
+CU_RESULTS = {0: "CUDA_SUCCESS", 3: "CUDA_ERROR_NOT_INITIALIZED", 35: "CUDA_ERROR_INSUFFICIENT_DRIVER",
+              100: "CUDA_ERROR_NO_DEVICE", 101: "CUDA_ERROR_INVALID_DEVICE", 304: "CUDA_ERROR_OPERATING_SYSTEM",
+              803: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", 804: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+              999: "CUDA_ERROR_UNKNOWN"}
+
+
+def kernel_module_version(text):
+    """/proc/driver/nvidia/version -> the kernel module's version (in a container: the host's)."""
+    match = re.search(r"Kernel Module(?: for \w+)?\s+([\d.]+)", text or "")
+    return match.group(1) if match else None
+
+
+def library_version(maps_text, name="libcuda.so"):
+    """The version of the loaded library, from /proc/self/maps: .../libcuda.so.580.95.05 -> 580.95.05."""
+    for line in (maps_text or "").splitlines():
+        path = line.split()[-1] if line.split() else ""
+        if f"/{name}" in path:
+            match = re.search(re.escape(name) + r"\.(\d+\.\d+(?:\.\d+)?)$", os.path.realpath(path) if os.path.exists(path)
+                              else path)
+            if match:
+                return match.group(1)
+    return None
+
+
+def cuda_driver_facts():
+    """What the CUDA driver says as the service: cuInit's CUresult, the kernel module's version and the user-space
+    library's (libcuda.so.VERSION as loaded). A mismatch between them is CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)."""
+    import ctypes
+
+    found = {"kernel_module": kernel_module_version(read_text("/proc/driver/nvidia/version")), "libcuda": None,
+             "cu_init": None, "error": None}
+    try:
+        library = ctypes.CDLL("libcuda.so.1")
+    except OSError as error:
+        found["error"] = f"libcuda.so.1 does not load: {error}"
+        return found
+    found["cu_init"] = int(library.cuInit(0))
+    found["cu_init_name"] = CU_RESULTS.get(found["cu_init"], f"CUresult {found['cu_init']}")
+    found["libcuda"] = library_version(read_text("/proc/self/maps"))
+    return found
+
+
+def iommu_type(properties):
+    """The IOMMU group type of a GPU (identity: passthrough; DMA, DMA-FQ: translated), from its PCI address."""
+    try:
+        bdf = f"{properties.pci_domain_id:04x}:{properties.pci_bus_id:02x}:{properties.pci_device_id:02x}.0"
+    except AttributeError:
+        return None
+    return read_text(f"/sys/bus/pci/devices/{bdf}/iommu_group/type").strip() or None
 
 
 def torch_facts(gpus, simulated):
@@ -231,10 +292,22 @@ def torch_facts(gpus, simulated):
         tensors = []
         for index in range(min(gpus, found["count"])):
             tensors.append(torch.ones(1 << 20, device=f"cuda:{index}"))
-            free, _total = torch.cuda.mem_get_info(index)
+            free, total = torch.cuda.mem_get_info(index)
             found["free_mib"].append(free >> 20)
+            found.setdefault("total_mib", []).append(total >> 20)
         found["p2p"] = {f"{a}-{b}": bool(torch.cuda.can_device_access_peer(a, b))
                         for a in range(len(tensors)) for b in range(len(tensors)) if a != b}
+        found["iommu"] = {index: iommu_type(torch.cuda.get_device_properties(index)) for index in range(len(tensors))}
+        print("step p2p", file=sys.stderr, flush=True)
+        found["p2p_copy"] = {}
+        for a in range(len(tensors)):  # what the driver says is one thing; the data that arrives is another
+            pattern = torch.arange(1 << 22, dtype=torch.int32, device=f"cuda:{a}")
+            for b in range(len(tensors)):
+                if a != b:
+                    arrived = pattern.to(f"cuda:{b}")
+                    torch.cuda.synchronize(b)
+                    found["p2p_copy"][f"{a}-{b}"] = bool(torch.equal(arrived.cpu(), pattern.cpu()))
+        print("step nccl", file=sys.stderr, flush=True)
         if tensors:  # one GPU too: NCCL loads and sums
             started = time.perf_counter()
             torch.cuda.nccl.all_reduce(tensors)
@@ -301,13 +374,17 @@ def probe(gpus, argv=None, simulated=False, no_gpu=False):
         at = time.perf_counter()
         facts["resolution"] = resolution(argv)
         timings["resolution"] = round(time.perf_counter() - at, 2)
+    if not simulated:  # no libcuda on a simulated host
+        facts["driver"] = cuda_driver_facts()
     if no_gpu:
         facts["timings"], facts["seconds"] = timings, round(time.perf_counter() - started, 2)
         return facts
     at = time.perf_counter()
+    print("step torch", file=sys.stderr, flush=True)  # the runner names the last step when the probe hangs
     facts["torch"] = torch_facts(gpus, simulated)
     timings["torch"] = round(time.perf_counter() - at, 2)
     if not simulated and not facts["torch"].get("error") and facts["torch"].get("count", 0) >= 1:
+        print("step triton", file=sys.stderr, flush=True)
         facts["triton"] = triton_facts()
         timings["triton"] = facts["triton"]["seconds"]
     facts["timings"] = timings

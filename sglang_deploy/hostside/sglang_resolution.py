@@ -1,4 +1,10 @@
-"""SGLang's own parse and whole resolution of one command line: the answer SGLang's ServerArgs gives.
+"""SGLang's own parse and whole resolution of one command line: what `sglang serve` runs before it starts a process.
+
+The steps, in the order of SGLang 0.5.23's ``Engine._launch_subprocesses`` (entrypoints/engine.py:1153-1169):
+``prepare_server_args`` (the parse), ``ServerArgs.resolve_once()`` (every step of ``run_resolution_pipeline``),
+``_set_envs_and_config`` (its environment, the kernel package's version asserts), ``check_server_args()`` (about 25
+asserts: arg_groups/validation_hook.py) and ``resolve_auto_parsers``. A refusal at any of them is SGLang's own
+message with the step that raised it. The answer is SGLang's own ``ServerArgs.resolved_dict()`` after all of them.
 
 Standard library + sglang only. Used in two places, one file: the controller's validator env runs it through
 sglang_deploy/parser_probe.py (loaded by path, with the target's GPU facts from the GPU stand-in), and the host's
@@ -45,6 +51,46 @@ def _config_directory(config):
 
 # (the flag whose path a config stands in for, the request's key for that config)
 STAND_INS = (("--model-path", "model_config"), ("--speculative-draft-model-path", "draft_config"))
+# What the process itself needs to run (the interpreter, the GPU stand-in's facts and stub driver), kept when a request
+# states the environment the server will have: nothing else of the environment this process was started with
+# (the operator's shell) reaches SGLang's code, so the verdict depends on the request alone.
+MACHINERY = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "LD_LIBRARY_PATH", "PYTHONDONTWRITEBYTECODE",
+             "SGLANG_DEPLOY_GPU_FACTS", "SGLANG_DEPLOY_GPU_STANDIN")
+
+
+def _environment_for(request, environ):
+    """The environment SGLang's code runs under: as this process was started (the host's preflight, which runs
+    under the unit's own EnvironmentFile), or, when the request states one (the controller's check), exactly that
+    environment over the process's own machinery."""
+    if "environment" not in request:
+        return dict(environ)
+    out = {name: value for name, value in environ.items() if name in MACHINERY}
+    out.update({str(name): str(value) for name, value in (request["environment"] or {}).items()})
+    return out
+
+
+def _launch_checks(skipped):
+    """What `sglang serve` runs after resolve_once() and before it spawns a process (Engine._launch_subprocesses),
+    as (step name, function of server_args). _set_envs_and_config lives in SGLang's engine module, which imports the
+    whole server (uvloop, the scheduler...): the host's preflight runs it in the release's venv; the controller's
+    validator env has no server stack, so there it is listed in `skipped` (its checks are the installed kernel
+    packages' versions, a property of the host's venv, not of the profile)."""
+    steps = []
+    try:
+        from sglang.srt.entrypoints import engine
+    except ImportError as error:
+        skipped.append(f"_set_envs_and_config (the engine module does not import here: {error})")
+    else:
+        if hasattr(engine, "_set_envs_and_config"):
+            steps.append(("_set_envs_and_config", engine._set_envs_and_config))
+    steps.append(("check_server_args", lambda server_args: server_args.check_server_args()))
+    try:
+        from sglang.srt.parser.template_detection import resolve_auto_parsers
+    except ImportError:
+        pass
+    else:
+        steps.append(("resolve_auto_parsers", resolve_auto_parsers))
+    return steps
 
 
 def resolve(request):
@@ -76,6 +122,8 @@ def resolve(request):
         return real_pass(server_args, fn)
 
     environ = dict(os.environ)  # steps may set variables; each request starts from the same environment
+    os.environ.clear()
+    os.environ.update(_environment_for(request, environ))
     captured = _CapturedLog()
     logging.disable(logging.NOTSET)
     root = logging.getLogger("sglang")  # not the root logger: a step that reconfigures logging would drop the handler
@@ -83,7 +131,7 @@ def resolve(request):
     root.addHandler(captured)
     root.setLevel(logging.INFO)
     pipeline.run_hook, pipeline.run_post_process_pass = traced_hook, traced_pass
-    error, step, resolved = None, None, None
+    error, step, resolved, skipped = None, None, None, []
     try:
         try:
             server_args = prepare_server_args(argv)
@@ -95,12 +143,23 @@ def resolve(request):
         except Exception as failure:  # noqa: BLE001 - SGLang's own refusal is the answer
             error = f"{type(failure).__name__}: {failure}"
             step = steps[-1] if steps else "resolve_once"
+        if error is None:
+            for name, check in _launch_checks(skipped):
+                steps.append(name)
+                try:
+                    check(server_args)
+                except Exception as failure:  # noqa: BLE001 - SGLang's own refusal is the answer
+                    error, step = f"{type(failure).__name__}: {failure}", name
+                    break
         resolved = server_args.resolved_dict() if error is None else None
     finally:
         pipeline.run_hook, pipeline.run_post_process_pass = real_hook, real_pass
         root.removeHandler(captured)
         root.setLevel(level)
         logging.disable(logging.CRITICAL)
+        prometheus = os.environ.get("PROMETHEUS_MULTIPROC_DIR")  # made by _set_envs_and_config with --enable-metrics
+        if prometheus and prometheus != environ.get("PROMETHEUS_MULTIPROC_DIR"):
+            shutil.rmtree(prometheus, ignore_errors=True)
         os.environ.clear()
         os.environ.update(environ)
         for _, directory in stand_ins:
@@ -116,4 +175,5 @@ def resolve(request):
         resolved = _replace_strings(resolved, directory, path)
         lines = _replace_strings(lines, directory, path)
         error = _replace_strings(error, directory, path)
-    return {"resolved": resolved, "steps": steps, "step": step, "error": error, "log": lines, "full": True}
+    return {"resolved": resolved, "steps": steps, "step": step, "error": error, "log": lines, "full": True,
+            "skipped": skipped}

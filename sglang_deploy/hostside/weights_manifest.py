@@ -42,6 +42,11 @@ def file_problem(path):
     return None
 
 
+# A diffusion pipeline's index at the snapshot's top: sglang's cli/serve.py then serves it with the diffusion runtime
+# (multimodal_gen), whose server takes no API key (security review 3, finding 7).
+DIFFUSION_INDEXES = ("model_index.json", "modular_model_index.json")
+
+
 def check_manifest(manifest):
     """A manifest's structural problems, as sentences naming the entry."""
     problems = []
@@ -59,6 +64,9 @@ def check_manifest(manifest):
         problem = file_problem(entry["path"])
         if problem:
             problems.append(f"{where}: {problem}")
+        if entry["path"] in DIFFUSION_INDEXES:
+            problems.append(f"{where}: {entry['path']} makes `sglang serve` start its diffusion server, which has no "
+                            "API key; accepted: a language model's snapshot (config.json, no diffusion model index)")
         if entry["path"] in seen:
             problems.append(f"{where}: {entry['path']} is listed twice")
         seen.add(entry["path"])

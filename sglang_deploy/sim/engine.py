@@ -35,6 +35,8 @@ ANSWER_BOOK = json.loads((Path(__file__).with_name("data") / "answers.json").rea
 # prompts), diverge (right answers, then words that differ from one server start to the next).
 OUTPUT_FAULTS = ("garbage", "wrong-answers", "diverge")
 GARBAGE_SPEEDUP = 0.85
+# The graph phases SGLang counts as decode-side (internal_state.py _DECODE_GRAPH_PHASES)
+DECODE_GRAPH_PHASES = ("decode", "target_verify", "draft_decode", "draft_extend")
 
 
 def modelled_answer(prompt: str, max_new_tokens: int, fault: str | None, start: str = "") -> tuple[str, bool] | None:
@@ -94,6 +96,7 @@ class Engine:
             self.machine = {**self.machine, "p2p": False}
         self.model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
         self.eff = hardware.resolve(resolved, env, self.machine, self.model)
+        self.capacity: dict | None = None  # SGLang's own pool sizing, where SGLang runs (use_capacity)
         self.seed = env.get("SGLANG_SIM_SEED") or str(random.SystemRandom().random())
         self.slowdown = 1 + float(env.get("SGLANG_SIM_SLOWDOWN_PCT", "0")) / 100
         fault = env.get("SGLANG_SIM_FAULT_OUTPUT") or None
@@ -290,9 +293,38 @@ class Engine:
                 phases["prefill"] = 0.31
         fraction = self.resolved.get("mem_fraction_static") or 0.85
         kv = max(0.0, fraction * self.machine["gpu_memory_gib"] - weights - sum(phases.values()))
+        tokens = int(kv * 40000)
+        if self.capacity:  # SGLang's own arithmetic (sglang_memory.py), under SGLang's front end
+            kv, tokens = self.capacity["kv_budget_gib"], self.capacity["max_total_num_tokens"]
+        if self.env.get("SGLANG_SIM_GRAPH_MEMORY_ZERO") == "1":
+            # captured, but into blocks the prefill graph freed in the shared pool: the deltas read 0 (a real card can)
+            phases.update({key: 0.0 for key in ("decode", "target_verify", "draft_decode", "draft_extend")})
+        # startup_available: what is still free once the server has started (SGLang measures it at the end of the
+        # scheduler's init): here the part of the card outside the static pool
         return {"weight": round(weights, 3), "kvcache": round(kv, 3),
-                "startup_available": self.machine["gpu_memory_gib"], "token_capacity": int(kv * 40000),
-                "token_capacity_swa": None, "graph": phases}
+                "startup_available": round((1 - fraction) * self.machine["gpu_memory_gib"], 3),
+                "token_capacity": tokens, "token_capacity_swa": None, "graph": phases}
+
+    def use_capacity(self, capacity: dict) -> None:
+        """SGLang's own pool sizing (sim/sglang_memory.py): the KV tokens and the cap on running requests (the mamba
+        state cache's among them) replace the model's."""
+        import dataclasses
+
+        self.capacity = capacity
+        self.eff = dataclasses.replace(self.eff, max_running=min(self.eff.max_running,
+                                                                 capacity["max_running_requests"]))
+
+    def decode_graph_batch_sizes(self) -> list[int]:
+        """MODELLED (the model-only server; under SGLang's front end, sglang_scheduler.py asks SGLang's own
+        get_batch_sizes_to_capture): the resolved decode.bs list clamped to the request pool's size, as
+        base_cuda_graph_runner.py does at alignment 1; empty when no decode graph is captured."""
+        if not self.eff.decode_graphs:
+            return []
+        sizes = list((((self.resolved.get("cuda_graph_config") or {}).get("decode") or {}).get("bs")) or [])
+        limit = self.eff.max_running
+        if not sizes or max(sizes) > limit:
+            sizes.append(limit)
+        return sorted({size for size in sizes if 0 < size <= limit})
 
     def decode_graph_gb(self) -> float:
         graph = self.memory_usage()["graph"]

@@ -6,7 +6,7 @@ import json
 import time
 from http.server import BaseHTTPRequestHandler
 
-from .engine import SGLANG_VERSION, Engine, Request, log
+from .engine import DECODE_GRAPH_PHASES, SGLANG_VERSION, Engine, Request, log
 
 # --- HTTP -----------------------------------------------------------------------------------------
 
@@ -126,6 +126,12 @@ class Handler(BaseHTTPRequestHandler):
                 "last_gen_throughput": self.engine.last_gen_throughput,
                 "memory_usage": usage,
                 "effective_max_running_requests_per_dp": self.engine.eff.max_running,
+                # MODELLED: SGLang writes the mamba state cache it sized into the context after publishing (hybrid
+                # models); here the smallest one that admits the running requests at its 5 slots per request
+                **({"max_mamba_cache_size": self.engine.eff.max_running * 5} if self.engine.model.get("hybrid") else {}),
+                # internal_state.py _add_disaggregation: the role and the decode graph sizes captured
+                "disaggregation_mode": "null", "decode_cuda_graph_bs": self.engine.decode_graph_batch_sizes(),
+                "decode_cuda_graph_memory_gb": round(sum(usage["graph"][phase] for phase in DECODE_GRAPH_PHASES), 3),
                 **simulated_state(self.engine),
             }],
         })

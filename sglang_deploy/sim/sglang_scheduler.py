@@ -25,7 +25,7 @@ import threading
 import time
 import types
 
-from .engine import ANSWER_BASE, ANSWER_END, SGLANG_VERSION, WORDS, Engine, log
+from .engine import ANSWER_BASE, ANSWER_END, DECODE_GRAPH_PHASES, SGLANG_VERSION, WORDS, Engine, log
 from .http_api import simulated_state
 from .startup import load_and_capture
 
@@ -61,6 +61,10 @@ class SimulatedScheduler:
         self.env = dict(os.environ)
         self.engine = Engine(argparse.Namespace(enable_metrics=bool(server_args.enable_metrics)), self.env,
                              self.resolved)
+        from .sglang_memory import sglang_capacity
+
+        weights = (self.engine.model["weights_gib"] + self.engine.eff.draft_bytes / (1 << 30)) / self.engine.eff.tp
+        self.engine.use_capacity(sglang_capacity(server_args, weights))
         if self.tp_rank == 0:
             log.info("SIMULATED scheduler (sglang-deploy): SGLang %s's front end, resolution and processes; the "
                      "GPU work is modelled (hardware model %s)", SGLANG_VERSION, self.engine.machine["name"])
@@ -74,14 +78,28 @@ class SimulatedScheduler:
             self.to_detokenizer = get_zmq_socket(context, zmq.PUSH, port_args.detokenizer_ipc_name, False)
         else:
             self.usage = self.engine.memory_usage()
+        self.captured_bs = self._captured_decode_bs()
         self.startup_time = build_scheduler_startup_time(
             target_load_weight=0.0, draft_load_weight=0.0, kv_cache_allocation=0.0,
             scheduler_e2e=time.perf_counter() - started, target_cuda_graph=None, draft_cuda_graph=None)
         self.context_len = server_args.context_length or self.engine.model["context_length"]
 
+    def _captured_decode_bs(self) -> list[int]:
+        """The decode (with speculation: target verify) graph sizes, by SGLang's own get_batch_sizes_to_capture
+        (runner/base_cuda_graph_runner.py) from the resolved decode.bs list, the request pool's size (the modelled
+        effective max running requests) and the tokens per request; empty when no decode graph is captured."""
+        if not self.engine.eff.decode_graphs:
+            return []
+        from sglang.srt.model_executor.runner.base_cuda_graph_runner import get_batch_sizes_to_capture
+
+        runner = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(size=self.engine.eff.max_running),
+                                       server_args=self.server_args)
+        width = self.engine.eff.draft_tokens if self.engine.eff.spec_steps else 1
+        return [int(size) for size in get_batch_sizes_to_capture(runner, width)[0]]
+
     def get_init_info(self):
         return {"status": "ready", "max_total_num_tokens": self.usage["token_capacity"],
-                "max_req_input_len": self.context_len - 5, "startup_time": self.startup_time,
+                "max_req_input_len": min(self.context_len - 1, self.usage["token_capacity"] - 1) - 5, "startup_time": self.startup_time,
                 "hicache_object_layout": None}
 
     def release_host_resources(self):
@@ -101,6 +119,9 @@ class SimulatedScheduler:
         state.update(
             world_size=get_parallel().tp_size, startup_time=self.startup_time,
             effective_max_running_requests_per_dp=self.engine.eff.max_running,
+            # internal_state.py _add_disaggregation: the role, the decode sizes captured and their graph memory
+            disaggregation_mode="null", decode_cuda_graph_bs=list(self.captured_bs),
+            decode_cuda_graph_memory_gb=round(sum(graph[phase] for phase in DECODE_GRAPH_PHASES), 3),
             last_gen_throughput=self.engine.last_gen_throughput,
             avg_spec_accept_length=self.engine.avg_accept_length(), **simulated_state(self.engine),
             memory_usage=build_memory_usage(

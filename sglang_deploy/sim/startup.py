@@ -57,7 +57,13 @@ def load_and_capture(engine, resolved: dict, env: dict, context_length, fail) ->
         log.error("SIMULATED FAULT: hanging during CUDA graph capture (SGLANG_SIM_HANG_AT_START)")
         threading.Event().wait()
     if engine.eff.decode_graphs:
-        log.info("Capture cuda graph end. mem usage=%.2f GB.", engine.decode_graph_gb())
-    log.info("max_total_num_tokens=%d, max_running_requests=%d, context_len=%s",
-             usage["token_capacity"], engine.eff.max_running, context_length or engine.model["context_length"])
+        # cuda_graph_setup.py:786-792: "Capture {target|draft} {decode|verify} CUDA graph end. bs=[...], ..."
+        log.info("Capture target %s CUDA graph end. bs=%s, elapsed=%.2f s, mem usage=%.2f GB, avail mem=%.2f GB.",
+                 "verify" if engine.eff.spec_steps else "decode", engine.decode_graph_batch_sizes(),
+                 start_seconds * 0.4, engine.decode_graph_gb(), usage["startup_available"])
+    # scheduler.py:1267-1276
+    log.info("max_total_num_tokens=%d, chunked_prefill_size=%s, max_prefill_tokens=%s, max_running_requests=%d, "
+             "context_len=%s, available_gpu_mem=%.2f GB", usage["token_capacity"],
+             resolved.get("chunked_prefill_size"), resolved.get("max_prefill_tokens"), engine.eff.max_running,
+             context_length or engine.model["context_length"], usage["startup_available"])
     return usage

@@ -1,0 +1,64 @@
+"""The reviewed classes of SGLang's fields (dests), kept beside the option table they classify.
+
+    flag-tables/sglang-<version>.classes.json: {"dests": {dest: [class, why]}}
+
+Every dest of a version's option table is classified once, by reading what SGLang does with it:
+``tool-owned`` (the tool sets it), ``allowed`` (a serving or tuning knob the tool understands),
+``exposure`` (opens a listener, connects out, or writes request data where others read it), ``code``
+(loads code or a config by name or path) and ``other-weights`` (serves weights, a tokenizer, a template or
+tokens the tool did not verify). Only ``allowed`` passes without a waiver; a dest with no class (a new SGLang
+release's) is refused as not reviewed, so a new release cannot widen what a profile may do
+(validate_flags.class_problems, resolved_problems below; docs/refusals.md).
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+from .flag_table import TABLE_DIR
+
+CLASSES = ("tool-owned", "allowed", "exposure", "code", "other-weights")
+# The waivable rule each class needs (tool-owned has its own, unwaivable rule: tool-derived-flag).
+CLASS_RULES = {"exposure": "flag-exposes-service", "code": "flag-runs-code", "other-weights": "flag-serves-other-weights"}
+# Values that mean "not set" for a field whose default is None (SGLang's resolution turns some None into an empty
+# list or object).
+UNSET = (None, False, "", "[]", "{}", "null", "none")
+
+
+def classes_path(version: str):
+    return TABLE_DIR / f"sglang-{version}.classes.json"
+
+
+@lru_cache(maxsize=8)
+def load(version: str) -> dict[str, tuple[str, str]]:
+    """dest -> (class, why) for SGLang <version>; empty when nobody reviewed that version's dests."""
+    try:
+        document = json.loads(classes_path(version).read_text())
+    except FileNotFoundError:
+        return {}
+    return {dest: (entry[0], entry[1]) for dest, entry in document["dests"].items()}
+
+
+def unset(value) -> bool:
+    return value in UNSET or value == [] or value == {}
+
+
+def resolved_problems(version: str, resolved: dict | None, flag_dests: set[str], defaults: dict) -> list[tuple]:
+    """(rule, dest, message) for each exposure/code field that SGLang's resolution sets to something other than
+    its default although sglang.flags does not name it: a value that came from the environment, a config file or
+    SGLang's own derivation. The flags themselves are judged by validate_flags.class_problems."""
+    if not resolved:
+        return []
+    classes = load(version)
+    found = []
+    for dest, (kind, why) in classes.items():
+        if kind not in ("exposure", "code") or dest in flag_dests or dest not in resolved:
+            continue
+        value, default = resolved[dest], defaults.get(dest)
+        if value == default or (unset(value) and unset(default)):
+            continue
+        found.append((CLASS_RULES[kind], dest,
+                      f"SGLang {version} resolves {dest} to {value!r} (default {default!r}) although sglang.flags "
+                      f"does not set it: set through the environment or a config file; {dest} {why}"))
+    return found

@@ -1,0 +1,133 @@
+"""The driver's user space against the real dependency graph, with real apt and no host.
+
+tests/aptrepo.py builds stand-ins with the relations of Debian 12's real nvidia-graphics-drivers packages
+(tests/fixtures/apt/) at two versions; ScratchApt resolves against them with its own state, so what is asserted is
+apt's own answer: the install command provisioning used to run fails as on a real container, and the script that
+pins the whole source package first (sglang_deploy.provision.apt_install_script) resolves at exactly the module's
+version, follows a host driver upgrade or downgrade, and refuses a version the repository lacks before any change.
+"""
+
+import shutil
+
+import pytest
+
+from aptrepo import AptRepo, ScratchApt, base_status, driver_packages
+from sglang_deploy.provision import DRIVER_PIN_FILE, HOLDS_FILE, apt_install_script, driver_step
+
+OLD, NEW = "580.65.06", "580.95.05"
+pytestmark = pytest.mark.skipif(not all(map(shutil.which, ("apt-get", "dpkg-deb", "gpg"))),
+                                reason="needs apt-get, dpkg-deb, gpg")
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("driver-apt")
+    repo = AptRepo(directory / "repo")
+    repo.old, repo.new = driver_packages(OLD), driver_packages(NEW, revision="0+deb12u1", template="new")
+    repo.publish([*repo.old, *repo.new])
+    yield repo
+    repo.close()
+
+
+@pytest.fixture
+def apt(repo, tmp_path):
+    return ScratchApt(tmp_path / "apt", repo, base_status(repo.old + repo.new))
+
+
+def lxc_step(kernel: str, libcuda=()):
+    return driver_step({"gpus": [], "kernel_driver": kernel, "container": "lxc", "libcuda": list(libcuda)}, 13, 580,
+                       "install")
+
+
+def simulate(apt, kernel: str, libcuda=(), extra=()):
+    step = lxc_step(kernel, libcuda)
+    check, _ = apt_install_script(list(extra), step.hold, step, kernel, libcuda[-1] if libcuda else None)
+    return apt.run(check)
+
+
+def installs(result) -> dict[str, str]:
+    """`Inst name [old] (new ...)` lines -> name: new version."""
+    found = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("Inst "):
+            name, rest = line.split()[1], line.split("(", 1)[1]
+            found[name] = rest.split()[0]
+    return found
+
+
+def test_the_fixture_is_the_real_graph_renumbered():
+    libcuda = next(p for p in driver_packages(NEW, revision="0+deb12u1", template="new") if p.name == "libcuda1")
+    assert libcuda.relations["Source"] == "nvidia-graphics-drivers"
+    for sibling in ("nvidia-alternative", "libnvidia-ptxjitcompiler1", "libnvidia-pkcs11-openssl3"):
+        assert f"{sibling} (= {NEW}-0+deb12u1)" in libcuda.relations["Depends"]
+    assert libcuda.relations["Pre-Depends"] == "nvidia-legacy-check (>= 495)"
+    assert "535." not in str([p.relations for p in driver_packages(NEW)])
+
+
+def test_the_old_install_command_fails_against_the_real_graph(apt):
+    """What provisioning ran before pinning the source: the exact versions of three packages, their siblings left to
+    the candidate (the repository's newest)."""
+    old = apt.run("apt-get install -s -q --no-install-recommends --allow-downgrades "
+                  + " ".join(f"'{p}={OLD}-*'" for p in ("libcuda1", "libnvidia-ml1", "nvidia-smi")))
+    assert old.returncode != 0
+    assert f"libcuda1 : Depends: nvidia-alternative (= {OLD}-1) but {NEW}-0+deb12u1 is to be installed" in old.stdout
+
+
+@pytest.mark.parametrize("kernel, version", [(OLD, f"{OLD}-1"), (NEW, f"{NEW}-0+deb12u1")])
+def test_pinning_the_source_installs_every_sibling_at_the_module_version(apt, kernel, version):
+    result = simulate(apt, kernel)
+    assert result.returncode == 0, result.stderr
+    planned = installs(result)
+    for name in ("libcuda1", "libnvidia-ml1", "nvidia-smi", "nvidia-alternative", "libnvidia-ptxjitcompiler1",
+                 "libnvidia-pkcs11-openssl3", "nvidia-legacy-check"):
+        assert planned[name] == version, planned
+    assert "nvidia-kernel-dkms" not in planned  # recommended by libcuda1, never installed in a container
+
+
+@pytest.mark.parametrize("installed, kernel, version", [("old", NEW, f"{NEW}-0+deb12u1"), ("new", OLD, f"{OLD}-1")])
+def test_a_host_driver_upgrade_or_downgrade_moves_the_whole_user_space(apt, repo, installed, kernel, version):
+    before = repo.old if installed == "old" else repo.new
+    apt.installed(before)
+    libcuda = next(p.version.split("-")[0] for p in before if p.name == "libcuda1")
+    result = simulate(apt, kernel, libcuda=[libcuda])
+    assert result.returncode == 0, result.stderr
+    planned = installs(result)
+    assert {name for name, v in planned.items() if v == version} >= {
+        "libcuda1", "libnvidia-ml1", "nvidia-smi", "nvidia-alternative", "libnvidia-ptxjitcompiler1",
+        "libnvidia-pkcs11-openssl3", "nvidia-legacy-check"}, planned
+    assert not [line for line in result.stdout.splitlines() if line.startswith("Remv ")]
+
+
+def test_a_version_the_repository_lacks_is_refused_with_the_alternatives_and_nothing_changes(apt):
+    preferences = apt.directory / "preferences.d"
+    (preferences / "keep").write_text("Package: foo\nPin: version 1\nPin-Priority: 100\n")
+    before = sorted((p.name, p.read_text()) for p in preferences.iterdir())
+    result = simulate(apt, "580.126.01", libcuda=[OLD])
+    assert result.returncode == 1
+    assert (f"libcuda1 580.126.01-* is not in the repository (it has: libcuda1: {NEW}-0+deb12u1 {OLD}-1 ); "
+            f"the kernel module is 580.126.01, user space here is {OLD}") in result.stderr
+    assert "--no-kernel-module" in result.stderr and "/usr/share/lxc/hooks/nvidia" in result.stderr
+    assert sorted((p.name, p.read_text()) for p in preferences.iterdir()) == before
+
+
+def test_apt_refusing_the_simulation_names_the_conflict_and_changes_nothing(apt):
+    """A package that cannot be installed alongside (here: one the repository does not have) stops the whole
+    transaction at the simulation, before the pin or the holds are written."""
+    result = simulate(apt, NEW, extra=["cuda-toolkit-99-9"])
+    assert result.returncode == 1
+    assert "apt refuses to install cuda-toolkit-99-9 libcuda1=" in result.stderr
+    assert "Unable to locate package cuda-toolkit-99-9" in result.stderr
+    assert not (apt.directory / "preferences.d" / DRIVER_PIN_FILE).exists()
+    assert not (apt.directory / "preferences.d" / HOLDS_FILE).exists()
+
+
+def test_the_commit_writes_the_source_pin_that_apt_then_follows(apt):
+    step = lxc_step(NEW, [OLD])
+    check, commit = apt_install_script([], step.hold, step, NEW, OLD)
+    # Commit without installing (apt-get install -y needs a real root): stop before the install line.
+    staged = apt.run(check + "\n" + commit.split("DEBIAN_FRONTEND")[0])
+    assert staged.returncode == 0, staged.stderr
+    pin = (apt.directory / "preferences.d" / DRIVER_PIN_FILE).read_text()
+    assert pin == f"Package: src:nvidia-graphics-drivers\nPin: version {NEW}-*\nPin-Priority: 1001\n\n"
+    policy = apt.run("apt-cache policy nvidia-alternative libnvidia-ptxjitcompiler1")
+    assert policy.stdout.count(f"Candidate: {NEW}-0+deb12u1") == 2
