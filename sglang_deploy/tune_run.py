@@ -87,6 +87,18 @@ def settings_from(data, profile) -> Settings:
     )
 
 
+def allow_candidates(directory: Path) -> None:
+    """The tune's own candidate profiles (written by this process under results/) are profiles host data may name:
+    the directory is added to $SGLANG_DEPLOY_PROFILE_DIRS for this process, as an operator names theirs."""
+    import os
+
+    from .settings_types import PROFILE_DIRS_VARIABLE
+
+    named = [p for p in os.environ.get(PROFILE_DIRS_VARIABLE, "").split(":") if p]
+    if str(directory.resolve()) not in named:
+        os.environ[PROFILE_DIRS_VARIABLE] = ":".join(named + [str(directory.resolve())])
+
+
 class Runner:
     """One tune: a session on the host, the search, the report. `remote` has run(command) -> (ok, stdout,
     stderr) and put(text, path); `say` prints a line."""
@@ -150,6 +162,7 @@ class Runner:
         self.stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.work = self.results_dir / f"tune-{active}-{self.stamp}"
         (self.work / "candidates").mkdir(parents=True, exist_ok=True)
+        allow_candidates(self.work / "candidates")
         self.saved = self.load_saved() if self.settings.resume else {}
         self.all_results: list[tune.Measured] = []
         flags = {k: v for k, v in self.profile.sglang.flags.items() if v is not False}
