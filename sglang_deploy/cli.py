@@ -128,6 +128,25 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_token_map(args: argparse.Namespace) -> int:
+    """Build the hot-vocabulary map SGLang's --speculative-token-map reads (token_map.py), with its frozen digest."""
+    from .token_map import DEFAULT_DIR, TokenMapError, build
+
+    model_dir = Path(args.model)
+    output = Path(args.output) if args.output else DEFAULT_DIR / f"{model_dir.resolve().name}-{args.size}.pt"
+    try:
+        result = build(Path(args.corpus), model_dir, args.size, output, args.sglang_version)
+    except (TokenMapError, ValidatorEnvError) as error:
+        print(f"sglang-deploy: error: {error}", file=sys.stderr)
+        return 1
+    print(f"wrote {result['path']}: the {result['size']} most frequent of {result['distinct']} distinct token ids "
+          f"({result['tokens']} tokens in {result['prompts']} prompts; vocabulary {result['vocab_size']})")
+    print(f"wrote {result['path']}.sha256: sha256 {result['sha256']}")
+    print("serve it from a verified snapshot: put it in the weights (or draft) directory, freeze that directory's "
+          "manifest again (`sglang-deploy manifest file:///DIR`), and set --speculative-token-map to its path there")
+    return 0
+
+
 def cmd_proxmox_config(args: argparse.Namespace) -> int:
     """The Proxmox CT configuration a host needs, from the facts facts.py saved (results/<host>/facts.json)."""
     import json
@@ -174,6 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     manifest.add_argument("--output", help="where to write it (default manifests/<org>--<name>/<commit>.json)")
     manifest.add_argument("--endpoint", help="an HF-compatible endpoint (a mirror) instead of huggingface.co")
     manifest.set_defaults(func=cmd_manifest)
+    hot = sub.add_parser("token-map", help="build the hot-vocabulary draft map --speculative-token-map reads",
+                         allow_abbrev=False)
+    hot.add_argument("corpus", help="prompts: a text file (one a line) or .jsonl (a string, or {prompt|text: ...})")
+    hot.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory whose tokenizer counts")
+    hot.add_argument("--size", required=True, type=int, metavar="N", help="how many of the most frequent ids to keep")
+    hot.add_argument("--output", metavar="FILE", help="where to write it (default manifests/token-maps/<model>-<N>.pt)")
+    hot.add_argument("--sglang-version", default="0.5.23", help="whose validator environment counts (torch, "
+                                                                 "transformers)")
+    hot.set_defaults(func=cmd_token_map)
     proxmox = sub.add_parser("proxmox-config", help="print the Proxmox CT configuration a host needs (from its facts)",
                              allow_abbrev=False)
     proxmox.add_argument("--facts", required=True, metavar="FILE", help="results/<host>/facts.json of facts.py")

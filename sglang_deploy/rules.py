@@ -44,6 +44,8 @@ RULES = {
     "flag-runs-code": "no flag (or resolved setting) that loads code or a config by name or path, unless waived",
     "flag-serves-other-weights": "no flag that serves other weights or a tokenizer/template from outside the verified "
                                  "snapshot, unless waived",
+    "token-map-verified": "--speculative-token-map names a file a verified snapshot's manifest lists (sha256 checked "
+                          "on the host)",
     "pin-outside-cuda-family": "sglang.pins only name the CUDA/torch/kernel family, unless waived with a reason",
 }
 # Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server

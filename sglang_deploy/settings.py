@@ -304,8 +304,11 @@ class RouterSettings(Settings):
 
 class TuneArgs(Settings):
     title: ClassVar[str] = "tune.py"
-    space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: spec, "
-                                       "drafter, graphs, nccl, all, or a comma list.")
+    space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: nospec, "
+                                       "spec, drafter, kv, attention, graphs, nccl, all, or a comma list.")
+    attention: Text() = Field("all", alias="tune_attention", description="The attention axis's backends: all (every "
+                              "--attention-backend choice SGLang's resolution accepts for the profile on the host's "
+                              "GPUs) or a comma list (each still asked of the resolution).")
     budget_s: Number(10, 7 * 24 * 3600) = Field(3600, alias="tune_budget_s", description="The tune's time budget in "
                                                 "seconds (candidates that would not fit are not started).")
     repeats: Int(3, 50) = Field(3, alias="tune_repeats", description="Repeats per candidate: the score is "

@@ -14,10 +14,12 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
+from .tune_axes import LeverAxes
+
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 STEPS_RANGE = (1, 2, 3, 4, 5, 6)
 TOPKS = (1, 2, 4)
-AXES = ("spec", "drafter", "graphs", "nccl")
+AXES = ("nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl")  # the search's order (tune_axes.py)
 SPEC_COUNT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 NCCL_PROTOS_PCIE = ("LL", "Simple")  # LL128 only over NVLink (rule nccl-ll128-needs-nvlink)
 
@@ -315,15 +317,17 @@ def pareto(results: list[Measured]) -> list[Measured]:
 
 # --- the search -----------------------------------------------------------------------------------
 
-class Search:
-    """Coordinate descent: speculative steps at the current topk (walking in the improving direction), then
+class Search(LeverAxes):
+    """Coordinate descent (nospec, kv and attention: tune_axes.LeverAxes): speculative steps at the current topk (walking in the improving direction), then
     topk 1/2/4 at the best steps (and the steps around it when a tree wins), then the graph sizes, then the
     NCCL settings; each axis starts from the best so far. `measure(candidate) -> Measured` runs one (or
     answers from saved results); it raises BudgetExhausted when the next one would not fit."""
 
     def __init__(self, original_flags: dict, original_env: dict, axes, concurrency: int, topology: str | None,
-                 measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS, drafters=()):
+                 measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS, drafters=(),
+                 choices: dict | None = None):
         self.flags, self.env = original_flags, original_env
+        self.choices = choices or {}  # flag -> tune_axes.Accepted: the values SGLang's resolution accepts
         self.drafters = list(drafters)
         self.axes = [axis for axis in AXES if axis in axes]
         self.concurrency, self.topology = concurrency, topology
@@ -341,6 +345,7 @@ class Search:
             count += len(self.steps_range) - 1 + len(self.topks) - 1 + 2
         if "drafter" in self.axes:
             count += len(self.drafters)
+        count += self.lever_count()
         if "graphs" in self.axes:
             count += len(graph_candidates(self.flags, self.concurrency))
         if "nccl" in self.axes:

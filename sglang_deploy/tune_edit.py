@@ -118,6 +118,10 @@ def apply_changes(text: str, candidate: Candidate, comments: dict | None = None,
         lines = _set_entries(lines, environment, candidate.env_changes, env_scalar, comments)
     if candidate.draft:
         lines = _set_draft(lines, dict(candidate.draft))
+    elif "--speculative-algorithm" in candidate.flag_changes and candidate.flag_changes["--speculative-algorithm"] is None:
+        found = _block(lines, re.compile(r"^()speculative:\s*(#.*)?$"))  # no speculation: no draft model either
+        if found:
+            lines = lines[:found[0]] + lines[found[1]:]
     if description is not None:
         for index, line in enumerate(lines):
             if re.match(r"^description:\s*\S", line):

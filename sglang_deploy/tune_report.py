@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .tune import BASELINE, Measured, Objective, acceptable, pareto, spec_settings
+from .tune_axes import slower_than_nospec
 
 
 def change_comment(name: str, before, after, measured: Measured, baseline: Measured) -> str:
@@ -21,10 +22,11 @@ def change_comment(name: str, before, after, measured: Measured, baseline: Measu
 
 def table(results: list[Measured], baseline: Measured | None, winner: Measured | None, objective: Objective,
           original_flags: dict) -> str:
-    header = (f"{'candidate':56} {'steps':>5} {'topk':>4} {'draft':>5} {'decode':>7} {'spread':>7} {'tau':>5} "
+    header = (f"{'candidate':56} {'axis':9} {'steps':>5} {'topk':>4} {'draft':>5} {'decode':>7} {'spread':>7} {'tau':>5} "
               f"{'aggr':>7} {'vs orig':>8}  note")
     lines = [header, "-" * len(header)]
     pareto_ids = {m.candidate.id for m in pareto(results)}
+    slower = slower_than_nospec(results)
     for m in results:
         flags = {**original_flags, **m.candidate.flag_changes}
         spec = spec_settings({k: v for k, v in flags.items() if v is not None}) or (0, 0, 0)
@@ -33,7 +35,8 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
         ok, why = acceptable(m, baseline, objective)
         if m.measured:
             vs = f"{(m.decode / baseline.decode - 1) * 100:+.1f} %" if baseline and baseline.decode else "-"
-            cols = (f"{m.decode:7.1f} {m.noise() or 0:6.1f}% {m.tau or 0:5.2f} "
+            tau = f"{m.tau:5.2f}" if m.tau else f"{'-':>5}"  # no speculation: no acceptance length
+            cols = (f"{m.decode:7.1f} {m.noise() or 0:6.1f}% {tau} "
                     f"{m.aggregate if m.aggregate is not None else 0:7.1f} {vs:>8}")
         else:
             cols = f"{'-':>7} {'-':>7} {'-':>5} {'-':>7} {'-':>8}"
@@ -44,11 +47,15 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
             notes.append("original")
         if m.candidate.id in pareto_ids:
             notes.append("pareto")
+        if m.candidate.id in slower:
+            notes.append(f"SLOWER THAN NO SPECULATION ({slower[m.candidate.id]:.1f})")
+        if m.candidate.axis == "nospec":
+            notes.append("control: no speculation")
         if m.resumed:
             notes.append("resumed")
         if not ok and why:
             notes.append(why)
-        lines.append(f"{m.candidate.id[:56]:56} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")
+        lines.append(f"{m.candidate.id[:56]:56} {m.candidate.axis[:9]:9} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")
     return "\n".join(lines)
 
 
@@ -64,9 +71,10 @@ def kind_gains(measured: Measured, baseline: Measured) -> str:
 
 
 def kind_table(results: list[Measured], baseline: Measured | None) -> str:
-    """Median decode per content class for the original and every measured drafter candidate (acceptance, and
-    so a drafter's gain, depends on the text)."""
-    rows = [m for m in results if m.measured and (m.candidate.axis == "drafter" or m is baseline) and m.by_kind()]
+    """Median decode per content class for the original and every measured drafter, no-speculation, KV dtype and
+    attention candidate (acceptance, and so their gain, depends on the text)."""
+    axes = ("drafter", "nospec", "kv", "attention")
+    rows = [m for m in results if m.measured and (m.candidate.axis in axes or m is baseline) and m.by_kind()]
     if baseline is None or len(rows) < 2:
         return ""
     lines = ["per content class (median single-stream decode, tok/s):",

@@ -58,6 +58,7 @@ class Settings:
     topks: tuple
     resume: bool
     objective: tune.Objective
+    attention: tuple | None = None  # tune_attention: None for every backend SGLang's resolution accepts
 
     def measurement(self) -> dict:
         return {"repeats": self.repeats, "samples": self.samples, "max_new_tokens": self.max_new_tokens,
@@ -80,9 +81,22 @@ def settings_from(data, profile) -> Settings:
         axes=axes, budget_s=args.budget_s, repeats=args.repeats, samples=args.samples,
         max_new_tokens=args.max_new_tokens, concurrency=args.concurrency or profile.gate.concurrency,
         heartbeat_s=args.heartbeat_s, steps=steps, topks=topks, resume=args.resume,
+        attention=None if args.attention.strip() == "all" else tuple(p.strip() for p in args.attention.split(",")),
         objective=tune.Objective(min_aggregate_fraction=args.min_aggregate, noise_max_pct=args.noise_pct,
                                  min_gain_pct=args.min_gain_pct),
     )
+
+
+def allow_candidates(directory: Path) -> None:
+    """The tune's own candidate profiles (written by this process under results/) are profiles host data may name:
+    the directory is added to $SGLANG_DEPLOY_PROFILE_DIRS for this process, as an operator names theirs."""
+    import os
+
+    from .settings_types import PROFILE_DIRS_VARIABLE
+
+    named = [p for p in os.environ.get(PROFILE_DIRS_VARIABLE, "").split(":") if p]
+    if str(directory.resolve()) not in named:
+        os.environ[PROFILE_DIRS_VARIABLE] = ":".join(named + [str(directory.resolve())])
 
 
 class Runner:
@@ -148,6 +162,7 @@ class Runner:
         self.stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.work = self.results_dir / f"tune-{active}-{self.stamp}"
         (self.work / "candidates").mkdir(parents=True, exist_ok=True)
+        allow_candidates(self.work / "candidates")
         self.saved = self.load_saved() if self.settings.resume else {}
         self.all_results: list[tune.Measured] = []
         flags = {k: v for k, v in self.profile.sglang.flags.items() if v is not False}
@@ -156,7 +171,8 @@ class Runner:
         self.search = tune.Search(flags, env, self.settings.axes, self.settings.concurrency,
                                   self.data.get("gpu_topology") or (self.detected or {}).get("gpu_topology"),
                                   self.measure, self.settings.objective, self.settings.steps, self.settings.topks,
-                                  drafters=[d.model_dump() for d in self.profile.tune.drafters])
+                                  drafters=[d.model_dump() for d in self.profile.tune.drafters],
+                                  choices=self.lever_choices())
         self.say(f"tune {self.profile.name} on {self.host_name}: original release {active}; space "
                  f"{','.join(self.settings.axes)}; budget {tune.eta_text(self.settings.budget_s)}; "
                  f"{self.settings.repeats} repeats x {self.settings.samples} samples x {self.settings.max_new_tokens} "
@@ -181,6 +197,28 @@ class Runner:
             closed = self.close(abort=outcome is None)
             signal.signal(signal.SIGINT, previous)
         return self.report(winner, closed)
+
+    def lever_choices(self) -> dict:
+        """The kv and attention axes' values: what SGLang's resolution accepts (tune_axes.accepted_values)."""
+        from . import tune_axes
+        from .tune_levers import asker
+
+        wanted = {"--kv-cache-dtype": ("kv", None), "--attention-backend": ("attention", self.settings.attention),
+                  "--speculative-draft-attention-backend": ("attention", self.settings.attention)}
+        flags = [flag for flag, (axis, _) in wanted.items() if axis in self.settings.axes]
+        if not flags:
+            return {}
+        ask, choices = asker(self.plan, self.data, self.detected)
+        out = {}
+        for flag in flags:
+            if flag == "--speculative-draft-attention-backend" and not tune.spec_settings(self.original_flags):
+                continue
+            try:
+                out[flag] = tune_axes.accepted_values(flag, choices(flag), ask, wanted[flag][1])
+            except ValueError as error:
+                raise TuneError(f"{flag}: {error}") from None
+            self.say(f"SGLang's resolution: {out[flag].summary()}")
+        return out
 
     def on_sigint(self, *_):
         self.interrupted = True

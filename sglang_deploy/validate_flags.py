@@ -155,6 +155,8 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
                                     "`allowed` there (classify a new dest after reading SGLang's source)"))
         elif kind == "tool-owned":
             continue  # flag_identity_problems names it
+        elif dest == "speculative_token_map":
+            continue  # token_map.problems: a file of a verified snapshot that its manifest lists, else refused
         elif dest in CODE_FLAGS:
             if not (dest == "trust_remote_code" and snapshot):
                 problems.append(Problem("flag-runs-code", flag_field(name),

@@ -1,6 +1,7 @@
 """The gate on the simulated CT129: the seed incident, a hidden slowdown, and planted config faults."""
 
 import json
+import re
 
 import pytest
 
@@ -76,6 +77,9 @@ def test_seed_incident_is_refused_then_forced_and_the_proven_release_passes_agai
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "GATE PASS" in output, output[-4000:]
     assert f"the last good release {incident} is no baseline: it was marked good without passing its gate (gate fail)" in output
+    # acceptance per draft position, from SGLang's per-request histogram (3 steps: 3 positions; none drops)
+    assert re.search(r"acceptance per draft position \(all, \d+ verify steps\): 1: *\d+% 2: *\d+% 3: *\d+%$", output,
+                     re.MULTILINE) and "DROP at" not in output, output[-3000:]
     store = state(simhost)
     assert store["state"]["active"] == store["state"]["last_good"] == proven and store["consistent"]
     fixed = next(r for r in store["releases"] if r["id"] == proven)

@@ -166,3 +166,41 @@ def test_a_killed_controller_and_its_ssh_connection_leave_the_original_running(s
                and not switching(simhost), 60, "the host to restore the original release")
     assert "no poll from the controller" in simhost.sh(f"cat {STORE}/tune/*/session.log")
     assert snapshot(simhost) == before
+
+
+def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend(simhost, tmp_path):
+    """nospec and attention from the proven profile (attention narrowed to three backends SGLang's resolution
+    accepts: fa3, the modelled gain; triton, the planted trap that answers garbage 15 % faster; wave, failing at
+    start on sm_86), the target's and then the draft's, each through the switch and the output check. The kv
+    axis is the same mechanism (tune_axes.py); its candidates and model are tested without a host
+    (test_tune_axes.py), which keeps this test at about 135 s (115 s of it the tune)."""
+    text = PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "1"\n'
+                                      '  SGLANG_SIM_FAULT_OUTPUT: garbage\n'
+                                      '  SGLANG_SIM_FAULT_OUTPUT_AT_ATTENTION: triton\n', 1)
+    profile = write_profile(tmp_path, text, "proven-trap.yaml")
+    result = simhost.deploy(profile=profile)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    before = snapshot(simhost)
+    started = time.monotonic()
+    result = simhost.pyinfra("tune.py", "--data", f"profile={profile}", *FAST, "--data",
+                             "tune_space=nospec,attention", "--data", "tune_attention=fa3,triton,wave",
+                             "--data", "tune_budget_s=900", timeout=1000)
+    wall = time.monotonic() - started
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    document = json.loads(simhost.sh(f"cat {STORE}/releases/{before['state']['active']}/tune-results.json"))
+    print(f"\nnospec and attention axes from the proven profile: {wall:.0f} s wall, {document['elapsed_s']} s tuning\n"
+          + document["table"] + "\n" + (document.get("by_kind") or ""))
+    results = {entry["id"]: entry for entry in document["results"]}
+    assert {entry["axis"] for entry in results.values()} == {"baseline", "nospec", "attention"}
+    assert [entry["id"] for entry in document["results"]] == [
+        "original", "nospec", "attention-fa3", "attention-triton", "attention-wave",
+        "attention-fa3+draft-attention-fa3", "attention-fa3+draft-attention-triton", "attention-fa3+draft-attention-wave"]
+    assert results["nospec"]["decode_score"] < results["original"]["decode_score"]  # MTP 3 with graphs wins
+    assert "SGLang's resolution: --attention-backend: 3 candidate(s) fa3, triton, wave" in output
+    trap = [entry for entry in results.values() if entry["flags"].get("--attention-backend") == "triton"]
+    assert trap and all("output check failed" in (entry["error"] or "") for entry in trap), trap
+    assert "not ready" in (results["attention-wave"]["error"] or ""), results["attention-wave"]  # failed at start
+    winner = results[document["winner"]]
+    assert winner["flags"].get("--attention-backend") == "fa3", document["table"]
+    assert document["elapsed_s"] <= 900 and snapshot(simhost) == before

@@ -20,6 +20,7 @@ import time
 import urllib.error
 import urllib.request
 
+from . import acceptance
 from .client import MAX_BODY_BYTES, headers, is_simulated, printable, read_api_key, read_bounded, urlopen
 from .listener import guard_unit
 
@@ -115,6 +116,7 @@ class Client:
             "ttft_s": first - start,
             "decode_tok_s": (last_tokens - first_tokens) / (last - first),
             "accept_length": meta.get("spec_accept_length"),
+            "correct_drafts_histogram": meta.get("spec_correct_drafts_histogram"),  # acceptance.py reads it
             "server_e2e_s": meta.get("e2e_latency"),
         }
 
@@ -223,6 +225,7 @@ def main():
         "decode_tok_s": summary([s["decode_tok_s"] for s in samples]),
         "ttft_s": summary([s["ttft_s"] for s in samples]),
         "accept_length": summary([s["accept_length"] for s in samples]),
+        "acceptance": acceptance.summary(samples),
         "aggregate_tok_s": summary(aggregates),
         "errors": errors,
         "duration_s": time.perf_counter() - started,

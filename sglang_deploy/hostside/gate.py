@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 
-from . import client, output_check
+from . import acceptance, client, output_check
 from .client import get_json, is_simulated, printable
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
@@ -287,6 +287,7 @@ def table(result):
     comparison = result.get("comparison")
     if comparison and comparison.get("message"):
         lines.append(f"comparison: {comparison['message']}")
+    lines += acceptance.lines((result.get("measurement") or {}).get("acceptance"))  # per draft position
     lines.append(f"GATE {result['verdict'].upper()}" + (": " + "; ".join(result["reasons"] + result["inconclusive"])
                                                         if result["reasons"] or result["inconclusive"] else ""))
     return "\n".join(printable(line) for line in lines)  # server text: no escapes, no forged lines

@@ -113,9 +113,11 @@ def _label(value):
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def textfile(service, release_id, history, verdict, now):
+def textfile(service, release_id, history, verdict, now, floors=None):
     """node_exporter's textfile format (no timestamps): the last successful measurement, the last run's
-    status, the drift streak and the release's gate verdict, labelled with service and release."""
+    status, the drift streak and the release's gate verdict, labelled with service and release; `floors`
+    ({"decode": tok/s, "accept": tau}, the floors drift is judged by) as gauges the alert rules compare with
+    (dashboards/sglang-deploy.rules.yml)."""
     labels = f'service="{_label(service)}",release="{_label(release_id)}"'
     last_ok = next((e for e in reversed(history) if e.get("status") == "ok"), None)
     last = history[-1] if history else {}
@@ -148,6 +150,10 @@ def textfile(service, release_id, history, verdict, now):
               1 if output.get("verdict") == "pass" else 0, f',verdict="{_label(output.get("verdict"))}"')
         gauge("output_known_right", "Known answers right in the last run's short output check.",
               output.get("known_right"))
+    gauge("decode_floor_tokens_per_second", "The gate's min_decode_tok_s, the floor drift is judged by.",
+          (floors or {}).get("decode"))
+    gauge("accept_length_floor", "The acceptance length floor drift is judged by (gate min_accept_length or "
+          "--drift-min-accept-length).", (floors or {}).get("accept"))
     gauge("drift_streak", "Drifting measurements in a row.", drift_streak(history))
     gauge("restarts", "Restarts by the watch recorded in this release's history.",
           sum(1 for e in history if e.get("event") == "restart"))
@@ -393,7 +399,8 @@ def run(args):
     verdict = (meta.get("gate") or {}).get("verdict")
     try:
         path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
-                                                                        time.time()))
+                                                                        time.time(), {"decode": min_decode,
+                                                                                      "accept": min_accept}))
     except UnsafeDirectory as error:
         log(f"metrics NOT written: {error}", WARNING)
         return 1

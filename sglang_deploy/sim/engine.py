@@ -66,6 +66,7 @@ class Request:
         self.events: queue.Queue = queue.Queue()  # ("tokens", ids) ... ("done", meta)
         self.output_ids: list[int] = []
         self.verify_ct = 0
+        self.correct_drafts_histogram: list[int] = []  # SGLang's: verify steps by accepted drafts (bonus excluded)
         self.created = time.monotonic()
         self.first_token_at: float | None = None
         self.accept_probabilities: list[float] = []
@@ -102,6 +103,10 @@ class Engine:
         # SGLANG_SIM_FAULT_OUTPUT_AT_STEPS=N: the fault only where the release runs N draft steps (one tune candidate)
         at_steps = env.get("SGLANG_SIM_FAULT_OUTPUT_AT_STEPS")
         if at_steps and str(resolved.get("speculative_num_steps")) != at_steps.strip():
+            fault = None
+        # SGLANG_SIM_FAULT_OUTPUT_AT_ATTENTION=B: only where the release runs attention backend B (a planted trap)
+        at_attention = env.get("SGLANG_SIM_FAULT_OUTPUT_AT_ATTENTION")
+        if at_attention and (resolved.get("attention_backend") or "flashinfer") != at_attention.strip():
             fault = None
         self.output_fault = fault if fault in OUTPUT_FAULTS else None
         if self.output_fault == "garbage":
@@ -190,6 +195,7 @@ class Engine:
                 tokens = hardware.draw_accepted(request.accept_probabilities, request.rng, len(request.output_ids))
                 if self.eff.spec_steps:
                     request.verify_ct += 1
+                    hardware.count_correct_drafts(request.correct_drafts_histogram, tokens - 1)
                     self.stats["verify_calls"] += 1
                     self.stats["accepted_total"] += tokens
                 emitted += self._emit(request, tokens)
@@ -238,6 +244,8 @@ class Engine:
         if self.eff.spec_steps:
             meta["spec_verify_ct"] = request.verify_ct
             meta["spec_accept_length"] = completion / request.verify_ct if request.verify_ct else 1.0
+            if request.correct_drafts_histogram:  # SGLang includes it only when non-empty (tokenizer_manager.py)
+                meta["spec_correct_drafts_histogram"] = list(request.correct_drafts_histogram)
         if self.args.get("enable_metrics"):
             meta["first_token_latency"] = ttft
             meta["decode_throughput"] = (completion - 1) / (e2e - ttft) if completion > 1 and e2e > ttft else 0.0

@@ -43,6 +43,9 @@ class Effective:
     nccl_debug: bool = False  # NCCL_DEBUG=INFO or TRACE in the process
     drafter: str | None = None  # a separate draft model's algorithm (DFLASH): one block-parallel draft pass a cycle
     draft_bytes: float = 0.0  # its weights, from the draft checkpoint's safetensors headers (whole model)
+    attention_backend: str = "flashinfer"  # SGLang's resolved --attention-backend
+    draft_attention_backend: str | None = None  # --speculative-draft-attention-backend (None: the target's)
+    kv_cache_dtype: str = "auto"
 
 
 # SGLang's own custom all-reduce warning when P2P is missing
@@ -118,7 +121,36 @@ def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None)
         launch_blocking=env.get("CUDA_LAUNCH_BLOCKING", "0").strip() not in ("", "0"),
         nccl_debug=env.get("NCCL_DEBUG", "").strip().upper() in ("INFO", "TRACE"),
         drafter=drafter, draft_bytes=draft_bytes,
+        attention_backend=resolved.get("attention_backend") or "flashinfer",
+        draft_attention_backend=resolved.get("speculative_draft_attention_backend") if algorithm else None,
+        kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto",
     )
+
+
+def attention_factor(backend: str | None, machine: dict) -> float:
+    """A pass's time under this attention backend against FlashInfer (data/<machine>.json attention_backends,
+    MODELLED from the cited figures); 1.0 for a machine without the table."""
+    return float((machine.get("attention_backends") or {}).get(backend or "flashinfer", 1.0))
+
+
+def kv_factor(eff: Effective, machine: dict) -> float:
+    return float((machine.get("kv_cache_dtypes") or {}).get(eff.kv_cache_dtype, 1.0))
+
+
+def start_problem(eff: Effective, machine: dict) -> str | None:
+    """Why the model runner cannot create the attention backend or KV cache on this machine (SGLang fails at start,
+    after the resolution accepted the flags): the backends and dtypes the machine's data does not list."""
+    backends = {k for k in (machine.get("attention_backends") or {}) if not k.startswith("_")}
+    dtypes = {k for k in (machine.get("kv_cache_dtypes") or {}) if not k.startswith("_")}
+    for name, backend in (("--attention-backend", eff.attention_backend),
+                          ("--speculative-draft-attention-backend", eff.draft_attention_backend)):
+        if backends and backend and backend not in backends:
+            return (f"RuntimeError: {name} {backend} cannot run on {machine['gpu']} (sm_86) with this model "
+                    f"(SIMULATED: the modelled backends are {', '.join(sorted(backends))})")
+    if dtypes and eff.kv_cache_dtype not in dtypes:
+        return (f"RuntimeError: --kv-cache-dtype {eff.kv_cache_dtype} cannot run on {machine['gpu']} (sm_86) "
+                f"(SIMULATED: the modelled dtypes are {', '.join(sorted(dtypes))})")
+    return None
 
 
 def _nccl_us(eff: Effective, machine: dict) -> float:
@@ -185,6 +217,8 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
               + verify_ars * (ar + issue) / 1e3
               + model["kernels_per_forward"] * launch / 1e3
               + spec["verify_tokens"] + spec["tree"])
+    kv = kv_factor(eff, machine)
+    verify *= attention_factor(eff.attention_backend, machine) * kv
     draft = 0.0
     if eff.drafter:  # one pass of the draft model over the block, its logits through the target's LM head
         drafter = model["drafters"][eff.drafter]
@@ -196,6 +230,7 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
         draft_ars = model["draft_allreduces_per_step"] if eff.tp > 1 else 0
         draft = (model["draft_step_bytes"] / eff.tp / bandwidth * 1e3 + speculation(model)["draft_step_overhead_ms"]
                  + spec["branches"] + draft_ars * (ar + issue) / 1e3 + model["kernels_per_draft_step"] * launch / 1e3)
+    draft *= attention_factor(eff.draft_attention_backend or eff.attention_backend, machine) * kv
     nccl = model["nccl_collectives_per_cycle"] * _nccl_us(eff, machine) / 1e3 if eff.tp > 1 else 0.0
     single = verify + (draft if eff.drafter else eff.spec_steps * draft) + nccl + machine["cycle_fixed_ms"]
     if eff.launch_blocking:  # no CPU/GPU overlap left (measured ratios, data/<machine>.json env_costs)
@@ -276,6 +311,14 @@ def draw_accepted(probabilities: list[float], rng: random.Random, position: int 
             break
         accepted += 1
     return accepted + 1
+
+
+def count_correct_drafts(histogram: list, accepted_drafts: int) -> None:
+    """SGLang 0.5.23's Req.update_spec_correct_drafts_histogram (schedule_batch.py): one verify step that accepted
+    `accepted_drafts` draft tokens (the bonus token excluded) counted at that index."""
+    if len(histogram) <= accepted_drafts:
+        histogram.extend([0] * (accepted_drafts - len(histogram) + 1))
+    histogram[accepted_drafts] += 1
 
 
 def prefill_ms(prompt_tokens: int, machine: dict) -> float:

@@ -258,6 +258,7 @@ class SimulatedScheduler:
             placeholder_tokens_idx=None, placeholder_tokens_val=None, retraction_counts=[0] * count,
             spec_verify_ct=[state["request"].verify_ct for state in requests],
             spec_num_correct_drafts=[max(state["sent"] - state["request"].verify_ct, 0) for state in requests],
+            spec_correct_drafts_histogram=[list(state["request"].correct_drafts_histogram) for state in requests],
             dp_ranks=[0] * count)
 
     # --- SGLang's own scheduler metrics ---------------------------------------------------------------

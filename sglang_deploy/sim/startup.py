@@ -29,6 +29,11 @@ def load_and_capture(engine, resolved: dict, env: dict, context_length, fail) ->
     if env.get("SGLANG_SIM_CRASH_AT_START") == "1":
         fail("RuntimeError: CUDA error: an illegal memory access was encountered "
              "(SIMULATED FAULT: SGLANG_SIM_CRASH_AT_START)")
+    from .hardware import start_problem
+
+    problem = start_problem(engine.eff, engine.machine)
+    if problem:
+        fail(problem)
     usage = engine.memory_usage()
     log.info("Load weight end. type=%s, dtype=fp8, mem usage=%.2f GB.", engine.model["architecture"], usage["weight"])
     for note in engine.eff.notes:

@@ -1,0 +1,145 @@
+"""The tune's lever axes beside spec/drafter/graphs/nccl: `nospec` (the release without speculation, a control),
+`kv` (--kv-cache-dtype) and `attention` (--attention-backend, and with speculation
+--speculative-draft-attention-backend). Which values are candidates is SGLang's answer, not a list of ours: every
+choice of the flag in SGLang's own parser that SGLang's whole resolution accepts for this model under the host's
+GPU facts (accepted_values), one per distinct resolved value. The resolution cannot know what only fails on the GPU
+(a backend built for another platform): such a candidate fails at start on the host and is reported as failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+SPEC_FLAGS = ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
+              "--speculative-num-draft-tokens", "--speculative-token-map", "--speculative-draft-attention-backend")
+# flag -> (SGLang's dest, the dest whose parser choices list its values)
+LEVERS = {"--kv-cache-dtype": ("kv_cache_dtype", "kv_cache_dtype"),
+          "--attention-backend": ("attention_backend", "attention_backend"),
+          "--speculative-draft-attention-backend": ("speculative_draft_attention_backend", "attention_backend")}
+
+
+@dataclass
+class Accepted:
+    """What SGLang's resolution said about each parser choice of one flag."""
+
+    flag: str
+    current: str | None  # the value the profile resolves to today
+    values: list = field(default_factory=list)  # accepted, one per distinct resolved value, the current one left out
+    refused: dict = field(default_factory=dict)  # value -> SGLang's reason
+    same_as: dict = field(default_factory=dict)  # value -> the accepted value it resolves to (an alias)
+
+    def summary(self) -> str:
+        parts = [f"{self.flag}: {len(self.values)} candidate(s) {', '.join(self.values) or '-'} (now "
+                 f"{self.current or 'unset'})"]
+        if self.same_as:
+            parts.append("same as another: " + ", ".join(f"{k}={v}" for k, v in self.same_as.items()))
+        if self.refused:
+            parts.append(f"refused by SGLang's resolution: {', '.join(self.refused)}")
+        return "; ".join(parts)
+
+
+def accepted_values(flag: str, choices, resolve, wanted=None) -> Accepted:
+    """Ask SGLang's resolution about each choice: `resolve(extra_argv) -> (error or None, resolved dict)`.
+    `wanted`: only these choices (tune_attention); a wanted value the parser does not offer is refused."""
+    dest = LEVERS[flag][0]
+    error, resolved = resolve([])
+    if error:
+        raise ValueError(f"the profile itself does not resolve: {error}")
+    result = Accepted(flag, resolved.get(dest))
+    seen = {result.current} if result.current is not None else set()
+    choices = list(choices or [])
+    for value in wanted if wanted is not None else choices:
+        if value not in choices:
+            result.refused[value] = f"not a choice of {flag} in SGLang's parser ({', '.join(choices)})"
+            continue
+        error, answer = resolve([flag, value])
+        if error:
+            result.refused[value] = error
+            continue
+        effective = answer.get(dest)
+        if effective in seen:
+            if effective != value:
+                result.same_as[value] = effective
+            continue
+        seen.add(effective)
+        result.values.append(value)
+    return result
+
+
+def nospec_candidate(flags: dict):
+    """The release without speculation: every speculative flag removed (tune_edit.py drops speculative.draft with
+    the algorithm); None when the profile does not speculate."""
+    from .tune import Candidate, spec_settings
+
+    if not spec_settings(flags):
+        return None
+    changes = tuple(sorted((name, None) for name in SPEC_FLAGS if name in flags))
+    return Candidate("nospec", "nospec", changes)
+
+
+def lever_candidates(flag: str, prefix: str, axis: str, accepted: Accepted | None) -> list:
+    from .tune import Candidate
+
+    return [Candidate(f"{prefix}-{value}", axis, ((flag, value),)) for value in (accepted.values if accepted else [])]
+
+
+def kv_candidates(choices: dict) -> list:
+    return lever_candidates("--kv-cache-dtype", "kv", "kv", choices.get("--kv-cache-dtype"))
+
+
+def attention_candidates(choices: dict) -> list:
+    return lever_candidates("--attention-backend", "attention", "attention", choices.get("--attention-backend"))
+
+
+def draft_attention_candidates(flags: dict, choices: dict) -> list:
+    from .tune import spec_settings
+
+    if not spec_settings(flags):
+        return []
+    return lever_candidates("--speculative-draft-attention-backend", "draft-attention", "attention",
+                            choices.get("--speculative-draft-attention-backend"))
+
+
+class LeverAxes:
+    """The search's nospec, kv and attention axes (a base of tune.Search, which holds flags, choices, axes and
+    run_one/clear_winner)."""
+
+    def lever_count(self) -> int:
+        """How many candidates these axes may add (for the ETA)."""
+        count = int("nospec" in self.axes and nospec_candidate(self.flags) is not None)
+        count += len(kv_candidates(self.choices)) if "kv" in self.axes else 0
+        if "attention" in self.axes:
+            count += len(attention_candidates(self.choices)) + len(draft_attention_candidates(self.flags, self.choices))
+        return count
+
+    def axis_nospec(self, best):
+        """The release without speculation, measured once as a control: not carried into the later axes (the
+        table marks every speculative candidate slower than it); it can still win the choice on its own."""
+        candidate = nospec_candidate(self.flags)
+        if candidate is not None:
+            self.run_one(candidate)
+        return best
+
+    def axis_kv(self, best):
+        return self.clear_winner(best, kv_candidates(self.choices))
+
+    def axis_attention(self, best):
+        """The target's attention backends, then (with speculation) the draft's on top of the best of them."""
+        top = self.clear_winner(best, attention_candidates(self.choices))
+        drafts = draft_attention_candidates(self.flags, self.choices)
+        if top.candidate.axis == "attention":  # with_best would replace the winner's backend: carry it explicitly
+            from .tune import Candidate
+
+            drafts = [Candidate(f"{top.candidate.id}+{c.id}", c.axis, top.candidate.merged(c).flags,
+                                top.candidate.env, top.candidate.draft) for c in drafts]
+        return self.clear_winner(top, drafts)
+
+
+def slower_than_nospec(results, nospec_id: str = "nospec") -> dict:
+    """candidate id -> the no-speculation control's decode, for each measured speculative candidate slower than it
+    (the trap of vllm#35387: MTP at 32.7 tok/s against 57 without speculation)."""
+    control = next((m for m in results if m.candidate.id == nospec_id and m.measured), None)
+    if control is None:
+        return {}
+    return {m.candidate.id: control.decode for m in results
+            if m.measured and m is not control and m.candidate.axis != "nospec" and m.decode < control.decode}

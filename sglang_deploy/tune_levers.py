@@ -1,0 +1,39 @@
+"""Asking SGLang which values of a lever flag it accepts for a profile on a host's GPUs: its parser's choices, and
+its whole resolution (resolution.py) of the profile's own command line with the flag set, under the GPU facts the
+tune's plan ran under. Answers are cached by content (validator_env.probe_cached), so a second tune asks nothing."""
+
+from __future__ import annotations
+
+from .drafter import resolution_config
+from .plan import gpu_model_for_host, host_settings
+from .resolution import load_model_config, resolve_argv
+from .tune_axes import LEVERS
+from .validator_env import ValidatorEnvError, parser_spec
+
+
+def asker(plan, data, detected=None):
+    """(ask, choices): ask(extra_argv) -> (SGLang's refusal or None, the resolved fields); choices(flag) -> the
+    parser's choices for the flag (the draft backend takes the target's, which SGLang checks the same way)."""
+    profile = plan.profile
+    version = profile.sglang.version
+    argv = list((plan.resolution or {}).get("argv") or [])
+    if not argv or not profile.model.config:
+        raise ValueError("the plan has no resolution of its command line (model.config is needed)")
+    config = load_model_config(profile.model.config)
+    gpu, _ = gpu_model_for_host(host_settings(data), detected)
+    count = ((plan.resolution or {}).get("gpu") or {}).get("count") or 1
+    draft_config = resolution_config(profile)
+
+    def ask(extra):
+        try:
+            document = resolve_argv(version, argv + list(extra), config, gpu, count, draft_config)
+        except ValidatorEnvError as error:  # the probe died on this command line: not an answer of acceptance
+            return f"the resolution did not answer ({str(error).strip().splitlines()[0]})", {}
+        return document.get("error"), document.get("resolved") or {}
+
+    def choices(flag):
+        dest = LEVERS[flag][1]
+        action = next((a for a in parser_spec(version) if a.get("dest") == dest), None)
+        return list((action or {}).get("choices") or [])
+
+    return ask, choices
