@@ -70,6 +70,17 @@ def release_meta(**fields):
     return ReleaseMeta.from_dict({**written, **fields}, "a test's meta.json")
 
 
+def gate_document(**settings):
+    """A complete gate-config.json (hostside/documents.GateConfig): the profile's default gate section with
+    `settings` changed, and plain expectations."""
+    from sglang_deploy.hostside.documents import GateConfig
+    from sglang_deploy.profile_sections import GateSection
+
+    return GateConfig.from_dict({"settings": GateSection(**settings).model_dump(mode="json"), "expect": {
+        "decode_graphs": True, "custom_all_reduce": False, "environment": {}, "venv": "/opt/sglang-deploy/venvs/test",
+        "model_path": "/models/test", "served_name": "default"}}, "a test's gate-config.json")
+
+
 DFLASH = PROFILES / "qwen3.6-27b-dflash-2xa6000.yaml"
 DFLASH_CONFIG = REPO / "manifests" / "local--qwen3.6-27b-dflash.config.reconstructed.json"
 

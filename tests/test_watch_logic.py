@@ -5,7 +5,8 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PROVEN, proven_with
+from conftest import PROVEN, gate_document, proven_with, release_meta
+from sglang_deploy.hostside.documents import StoreState
 from sglang_deploy.hostside import watch
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import RenderError, parse_unit, render_watch, unquote_exec
@@ -142,10 +143,10 @@ def fake_release(tmp_path, monkeypatch, config=None, measurement=None):
     store = store_module.Store("sglang")
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
-    (directory / "meta.json").write_text(json.dumps({"probe_url": "http://127.0.0.1:1", "gate": {"verdict": "pass"}}))
-    (directory / "gate-config.json").write_text(json.dumps(config or {"settings": {"min_accept_length": 2.8,
-                                                                                    "min_decode_tok_s": 45}}))
-    store.save_state({"active": "0001-aaaaaaaa"})
+    (directory / "meta.json").write_text(release_meta(probe_url="http://127.0.0.1:1", gate={"verdict": "pass"}).dump())
+    (directory / "gate-config.json").write_text((config or gate_document(min_accept_length=2.8,
+                                                                         min_decode_tok_s=45)).dump())
+    store.save_state(StoreState(active="0001-aaaaaaaa"))
     monkeypatch.setattr(watch, "idle_check", lambda *a: (None, None, 0.0))
     monkeypatch.setattr(watch, "measure", lambda *a: dict(measurement or {
         "status": "ok", "decode_tok_s": 20.0, "accept_length": 1.2, "ttft_s": 0.03, "samples": 3}))

@@ -34,6 +34,7 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
+from .documents import DOCTOR_FILE, ROOFLINE_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_healthy
 from .service import systemctl
@@ -251,12 +252,12 @@ def release_roofline(release_dir, model_path):
     """(roofline.json, the checkpoint's bytes, the doctor's measured bandwidth or None); an error is logged once
     and leaves the metric out, never the measurement."""
     try:
-        with open(os.path.join(release_dir, "roofline.json")) as f:
+        with open(os.path.join(release_dir, ROOFLINE_FILE)) as f:
             inputs = json.load(f)
     except FileNotFoundError:
         return None, None, None  # staged before the watch knew rooflines, or by hand
     except (OSError, ValueError) as error:
-        log(f"roofline.json unreadable ({error}): no roofline fraction")
+        log(f"{ROOFLINE_FILE} unreadable ({error}): no roofline fraction")
         return None, None, None
     path = inputs.get("model_path") or model_path
     try:
@@ -272,7 +273,7 @@ def release_roofline(release_dir, model_path):
             checkpoint = None
     measured = None
     try:  # the doctor's probe measured this host's bandwidth: better than the datasheet's
-        with open(os.path.join(release_dir, "doctor.json")) as f:
+        with open(os.path.join(release_dir, DOCTOR_FILE)) as f:
             bound = json.load(f).get("roofline") or {}
         if str(bound.get("bandwidth_source", "")).startswith("measured") and bound.get("bandwidth_gbs"):
             measured = (float(bound["bandwidth_gbs"]), bound["bandwidth_source"])
@@ -298,9 +299,10 @@ def idle_check(probe_url, api_key, threshold, service=None):
     return None, None, running
 
 
-def measure(probe_url, secrets_path, settings, samples):
-    measurement = gate.measure_builtin(probe_url, secrets_path, {
-        "samples": samples, "warmup": 1, "max_new_tokens": settings.get("max_new_tokens", 256), "concurrency": 1})
+def measure(probe_url, secrets_path, max_new_tokens, samples):
+    """samples single-stream requests of the gate's prompts, max_new_tokens each (the release's gate's)."""
+    measurement = gate.measure_builtin(probe_url, secrets_path, samples=samples, warmup=1,
+                                       max_new_tokens=max_new_tokens, concurrency=1)
     entry = {"samples": len(measurement.get("samples") or [])}
     for key in ("decode_tok_s", "accept_length", "ttft_s"):
         entry[key] = (measurement.get(key) or {}).get("median")
@@ -317,29 +319,26 @@ def stamp(entry, release_id):
 
 def run(args):
     store = Store(args.service)
-    state = store.state()
-    release_id = state.get("active")
+    release_id = store.state().active
     if not release_id or release_id not in store.ids():
         log("no active release: nothing to watch")
         return 0
     meta = store.meta(release_id)
-    probe_url = meta.get("probe_url")
+    probe_url = meta.probe_url
     if not LOOPBACK_URL.fullmatch(str(probe_url)):
         log(f"release {release_id} has no loopback probe URL: refusing to send the API key")
         return 2
     try:  # the gate's settings: max_new_tokens (the same requests) and the floors drift is judged by
-        with open(os.path.join(store.release_dir(release_id), "gate-config.json")) as f:
-            config = json.load(f)
-        settings, expect = config.get("settings") or {}, config.get("expect") or {}
-        if not isinstance(settings, dict) or not isinstance(expect, dict):
-            raise ValueError("settings and expect must be objects")
-    except (OSError, ValueError, AttributeError):
-        settings, expect = {}, {}
+        config = GateConfig.load(store.release_dir(release_id))
+        settings, expect = config.settings, config.expect
+    except (OSError, DocumentError) as error:  # said, not silent: the watch measures, without floors
+        log(f"the release's gate config is unreadable ({error}): drift is judged without the gate's floors", WARNING)
+        settings = expect = None
     min_accept = args.drift_min_accept_length if args.drift_min_accept_length is not None \
-        else settings.get("min_accept_length")
-    min_decode = settings.get("min_decode_tok_s")
+        else settings and settings.min_accept_length
+    min_decode = settings and settings.min_decode_tok_s
     bound_cache = {}
-    history_path = os.path.join(store.release_dir(release_id), "watch.jsonl")
+    history_path = os.path.join(store.release_dir(release_id), WATCH_HISTORY_FILE)
     history = read_history(history_path)
     api_key = read_api_key(store.secrets_path)
 
@@ -351,17 +350,17 @@ def run(args):
         return entry
 
     def measured(label):
-        entry = measure(probe_url, store.secrets_path, settings, args.samples)
+        entry = measure(probe_url, store.secrets_path, settings.max_new_tokens if settings else 256, args.samples)
         entry["event"] = label
         if entry["status"] == "ok" and args.output_prompts:
-            check = output_check.run(probe_url, api_key, expect.get("served_name") or "default",
+            check = output_check.run(probe_url, api_key, expect and expect.served_name or "default",
                                      limit=args.output_prompts)
             entry["output"] = {key: check[key] for key in ("verdict", "reasons", "inconclusive", "known_right",
                                                            "total", "degenerate")}
         if entry["status"] == "ok":
             entry["drift"] = drift_reasons(entry, min_accept, min_decode)
             if "inputs" not in bound_cache:  # once per run (the safetensors headers), only when measured
-                bound_cache["inputs"] = release_roofline(store.release_dir(release_id), expect.get("model_path"))
+                bound_cache["inputs"] = release_roofline(store.release_dir(release_id), expect and expect.model_path)
             inputs, checkpoint, bandwidth = bound_cache["inputs"]
             entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth))
         return record(entry)
@@ -384,13 +383,13 @@ def run(args):
             reason = f"drift {streak} times in a row: " + "; ".join(entry["drift"])
             log(f"restarting {args.service}.service: {reason}", WARNING)
             code = systemctl("restart", f"{args.service}.service").returncode
-            ready = code == 0 and wait_healthy(probe_url, float(meta.get("start_timeout_s") or 1800))
+            ready = code == 0 and wait_healthy(probe_url, float(meta.start_timeout_s or 1800))
             record({"event": "restart", "status": "restarted" if ready else "restart-failed", "detail": reason})
-            meta.setdefault("history", []).append({"at": now(), "event": f"restarted by the watch ({reason})"})
+            meta = meta.with_event(now(), f"restarted by the watch ({reason})")
             store.write_meta(release_id, meta)
             if ready:
                 measured("after-restart")
-    verdict = (meta.get("gate") or {}).get("verdict")
+    verdict = (meta.gate or {}).get("verdict")
     try:
         path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
                                                                         time.time()))
