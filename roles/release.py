@@ -24,7 +24,7 @@ from sglang_deploy.hostside import documents
 from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.documents import GateConfig, ReleaseMeta
 from sglang_deploy.hostside.gate import table as gate_table
-from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, OLD_TOOL_BIN, STORE_ROOT, ServiceLayout, host_program
+from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
 
@@ -49,7 +49,7 @@ def install_programs(installed_digest: str | None = None):
               src=BytesIO(ship.data), dest=ship.upload_path, mode=600, create_remote_dir=True)
     # A new package replaces the old one whole (a module removed here must not linger there).
     server.shell(name=f"Unpack the host package into {HOST_LIB}/{HOST_PACKAGE}",
-                 commands=[shlex.join(["rm", "-rf", f"{HOST_LIB}/{HOST_PACKAGE}", OLD_TOOL_BIN]),
+                 commands=[shlex.join(["rm", "-rf", f"{HOST_LIB}/{HOST_PACKAGE}"]),
                            shipment.unpack_command(ship)])
 
 

@@ -68,7 +68,3 @@ def resolve_argv(version: str, argv: list[str], model_config: dict, gpu: gpu_fac
                                         resolve=request(argv, model_config, gpu, count, draft_config))
     return document(version, argv, answer)
 
-
-def decode_backend(resolved: dict) -> str | None:
-    """The decode CUDA graph backend after SGLang's folding of every graph flag (cuda_graph_hook.py)."""
-    return ((resolved.get("cuda_graph_config") or {}).get("decode") or {}).get("backend")
