@@ -22,7 +22,7 @@ from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside import documents
 from sglang_deploy.hostside.client import printable
-from sglang_deploy.hostside.documents import GateConfig, ReleaseMeta
+from sglang_deploy.hostside.documents import GateConfig, ReleaseMeta, Roofline
 from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
@@ -55,7 +55,7 @@ def install_programs(installed_digest: str | None = None):
 
 @deploy("Release: stage")
 def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, gate_config: GateConfig,
-          resolution: dict, meta: ReleaseMeta, roofline: dict | None = None):
+          resolution: dict, meta: ReleaseMeta, roofline: Roofline | None = None):
     """Write releases/<id>/; meta.json goes last, so a directory without it is never used.
 
     resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.resolution): the
@@ -69,7 +69,7 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
                  diff=False)
     for name, content in ((documents.PROFILE_FILE, profile_json), (GateConfig.FILE, gate_config.dump()),
                           (documents.RESOLVED_FILE, json.dumps(resolution, indent=1, sort_keys=True) + "\n"),
-                          (documents.ROOFLINE_FILE, json.dumps(roofline, indent=1, sort_keys=True) + "\n" if roofline else None)):
+                          (Roofline.FILE, roofline.dump() if roofline else None)):
         if content is not None:
             managed_file(name=f"{release_id}/{name}", dest=f"{directory}/{name}", content=content, mode=644, diff=False)
     if meta.venv:  # what the venv's install recorded: every package with the sha256 of its file list

@@ -106,3 +106,22 @@ def test_a_store_names_the_file_of_a_document_it_cannot_read(tmp_path, monkeypat
     (directory / "gate-config.json").write_text(json.dumps(renamed))
     with pytest.raises(DocumentError, match="unknown field 'min_decode'"):
         GateConfig.load(str(directory))
+
+
+def test_the_lock_refusal_is_one_sentence_for_the_switch_the_deploy_and_the_rollback(tmp_path, monkeypatch, capsys):
+    """A second holder of the store's lock learns who holds it from lock.json (LockInfo), and the switch on the host
+    refuses with the sentence the deploy's refusals (plan.refusals) and rollback.py use."""
+    from sglang_deploy.hostside.documents import LockInfo
+
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
+    with store_module.Lock(store, "alice@ci (deploy)"):
+        holder = store_module.lock_holder(store)
+        with pytest.raises(store_module.Locked) as locked:
+            with store_module.Lock(store, "bob@ci (rollback)"):
+                pass
+    assert locked.value.args[0] == holder and holder.owner == "alice@ci (deploy)"
+    assert holder.refusal() == f"another deploy or rollback is running: alice@ci (deploy) (pid {holder.pid}, " \
+                               f"since {holder.since})"
+    assert store_module.lock_holder(store) is None  # released: lock.json is gone
+    assert LockInfo.from_dict(holder.to_dict()) == holder  # as the controller reads it from the state command

@@ -13,6 +13,7 @@ from sglang_deploy.switch_options import SwitchOptions
 from roles import release
 from roles.simulator import SGLANG_PYTHON
 from sglang_deploy.release_plan import controller_identity
+from sglang_deploy.roofline import release_inputs
 
 
 @pytest.mark.parametrize("resolved, nnodes, gpus", [
@@ -78,7 +79,7 @@ def test_host_programs_are_sent_only_when_the_hosts_manifest_differs():
 def test_stage_writes_meta_json_last_and_the_environment_0600():
     ops = run_role(release.stage, service="sglang", release_id="r2", unit="[Unit]\n", env="A=1\n", profile_json="{}",
                    gate_config=gate_document(), resolution={"tp_size": 2}, meta=release_meta(venv="/opt/v"),
-                   roofline={"gpu": "x"})
+                   roofline=release_inputs({"tp_size": 2}, "/m", "x"))
     directory = "/var/lib/sglang-deploy/sglang/releases/r2"
     assert [name.split(" | ")[1] for name in ops.names] == [
         "Release directory r2", "r2/sglang.service", "r2/sglang.env (0600)", "r2/profile.json", "r2/gate-config.json",

@@ -28,13 +28,11 @@ from typing import ClassVar
 PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
 RESOLVED_FILE = "resolved.json"  # SGLang's own resolution of the unit's command line (sglang_deploy.resolution)
 GATE_RESULT_FILE = "gate-result.json"  # the gate's measurement and verdict (hostside/switch.run_gate)
-ROOFLINE_FILE = "roofline.json"  # what the perf watch needs for decode / roofline (sglang_deploy.roofline)
 DOCTOR_FILE = "doctor.json"  # the doctor's report for the active release (doctor.py)
 TUNE_RESULTS_FILE = "tune-results.json"  # the tune's table of candidates (tune.py)
 WATCH_HISTORY_FILE = "watch.jsonl"  # the perf watch's measurements (hostside/watch.py)
 PACKAGES_FILE = "packages.json"  # the venv's packages and their hashes, copied in at stage time
 LAST_SWITCH_FILE = "last_switch.json"  # the last switch's outcome, redacted (store root)
-LOCK_INFO_FILE = "lock.json"  # who holds the store's lock (store root)
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,),
           "None": (type(None),)}
@@ -209,4 +207,39 @@ class StoreState(Document):
     switching: dict | None = None  # {"to", "from", "since", "reason"} while a switch runs; left by a crash
 
 
-_DOCUMENTS = {cls.__name__: cls for cls in (GateSettings, GateExpect, GateConfig, ReleaseMeta, StoreState)}
+# --- the bound on decode: releases/<id>/roofline.json ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Roofline(Document):
+    """What the controller knows of the release's bandwidth bound (sglang_deploy/roofline.release_inputs); the perf
+    watch adds the checkpoint's bytes and the measured acceptance length (hostside/watch.roofline_bound)."""
+    FILE: ClassVar[str] = "roofline.json"
+    gpu: str | None  # None: unknown (no GPU fact)
+    bandwidth_gbs: int | float | None  # the datasheet's; None: a GPU without one
+    bandwidth_source: str
+    tp: int
+    algorithm: str | None  # the speculative algorithm; None: none
+    steps: int
+    model_path: str
+    draft_path: str | None  # a separate draft model's path; None: none, or drafted by the target's own layers
+
+
+# --- the store's lock: <store root>/lock.json ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockInfo(Document):
+    """Who holds the store's lock (written by the holder: switch, prune, tune, perf watch); "unknown" when the
+    file is gone or unreadable while the lock is held."""
+    FILE: ClassVar[str] = "lock.json"
+    owner: str
+    pid: int | None = None
+    since: str | None = None
+
+    def refusal(self) -> str:
+        """The one sentence for a change refused while another holds the lock: the switch on the host, the
+        deploy's refusals (plan.refusals) and the rollback on the controller."""
+        return f"another deploy or rollback is running: {self.owner} (pid {self.pid}, since {self.since})"
+
+
+_DOCUMENTS = {cls.__name__: cls for cls in (GateSettings, GateExpect, GateConfig, ReleaseMeta, StoreState, Roofline,
+                                                LockInfo)}

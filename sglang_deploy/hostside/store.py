@@ -27,8 +27,8 @@ import re
 import shutil
 import sys
 
-from .documents import (GATE_RESULT_FILE, LOCK_INFO_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig,
-                        ReleaseMeta, StoreState)
+from .documents import (GATE_RESULT_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig, LockInfo, ReleaseMeta,
+                        StoreState)
 from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
@@ -258,7 +258,7 @@ class Locked(Exception):
 class Lock:
     def __init__(self, store, owner):
         self.path = os.path.join(store.root, "lock")
-        self.info_path = os.path.join(store.root, LOCK_INFO_FILE)
+        self.info_path = os.path.join(store.root, LockInfo.FILE)
         self.owner = owner
         self.handle = None
 
@@ -269,7 +269,7 @@ class Lock:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(holder(self.info_path)) from None
-        atomic_write(self.info_path, json.dumps({"owner": self.owner, "pid": os.getpid(), "since": now()}) + "\n", 0o644)
+        atomic_write(self.info_path, LockInfo(owner=self.owner, pid=os.getpid(), since=now()).dump(), 0o644)
         return self
 
     def __exit__(self, *exc):
@@ -281,16 +281,16 @@ class Lock:
         self.handle.close()
 
 
-def holder(info_path):
+def holder(info_path) -> LockInfo:
     try:
         with open(info_path) as f:
-            return json.load(f)
-    except (FileNotFoundError, ValueError):
-        return {"owner": "unknown"}
+            return LockInfo.loads(f.read(), info_path)
+    except (FileNotFoundError, ValueError):  # DocumentError included
+        return LockInfo(owner="unknown")
 
 
 def lock_holder(store):
-    """The current holder, or None (a stale lock.json of a dead process does not count)."""
+    """The current holder (LockInfo), or None (a stale lock.json of a dead process does not count)."""
     path = os.path.join(store.root, "lock")
     if not os.path.exists(path):
         return None
@@ -298,7 +298,7 @@ def lock_holder(store):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return holder(os.path.join(store.root, LOCK_INFO_FILE))
+            return holder(os.path.join(store.root, LockInfo.FILE))
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
 
@@ -332,8 +332,9 @@ def cmd_state(args):
          and not cmdline_matches(running["cmdline"], active_meta.exec_start)),
         (f"the server process's environment differs from the release's in {', '.join(drift or [])}", drift),
     ) if off]
+    lock = lock_holder(store)
     emit({"service": args.service, "state": state.to_dict(), "releases": [meta.to_dict() for meta in metas],
-          "lock": lock_holder(store),
+          "lock": lock and lock.to_dict(),
           "installed_hash": installed, "running": running, "consistent": not inconsistent,
           "inconsistent": inconsistent, "problems": store.problems})
     return 0
@@ -377,7 +378,7 @@ def cmd_prune(args):
         with Lock(store, "prune"):
             return prune_locked(store, args)
     except Locked as locked:
-        log(f"prune skipped: another deploy or rollback is running ({locked.args[0].get('owner')})")
+        log(f"prune skipped: another deploy or rollback is running ({locked.args[0].owner})")
         emit({"ok": False, "skipped": "locked"})
         return 0
 

@@ -113,10 +113,7 @@ def switch(args):
         with Lock(store, args.owner):
             return switch_locked(store, args)
     except Locked as locked:
-        info = locked.args[0]
-        message = (f"another deploy or rollback is running: {info.get('owner')} (pid {info.get('pid')}, "
-                   f"since {info.get('since')})")
-        log(message)
+        log(locked.args[0].refusal())
         return EXIT_LOCKED
 
 

@@ -167,8 +167,8 @@ class Session:
                 return self.locked()
         except Locked as locked:
             info = locked.args[0]
-            self.save_status(state="failed", message=f"the release store is locked by {info.get('owner')} "
-                                                      f"(pid {info.get('pid')}, since {info.get('since')})")
+            self.save_status(state="failed", message=f"the release store is locked by {info.owner} "
+                                                      f"(pid {info.pid}, since {info.since})")
             return EXIT_LOCKED
 
     def locked(self):

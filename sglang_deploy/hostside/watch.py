@@ -34,7 +34,7 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
-from .documents import DOCTOR_FILE, ROOFLINE_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig
+from .documents import DOCTOR_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_healthy
 from .service import systemctl
@@ -80,20 +80,21 @@ def drift_streak(history):
     return streak
 
 
-def roofline_bound(inputs, checkpoint, entry, measured_bandwidth=None):
+def roofline_bound(inputs, checkpoint, entry, measured_bandwidth=None, draft=None):
     """The roofline at the measured acceptance length and decode / roofline, for one measurement:
     {roofline_tok_s, roofline_fraction, bandwidth_source}, or {} when an input is missing.
 
-    inputs: the release's roofline.json (written at stage time); checkpoint: safetensors_headers.summarize();
-    measured_bandwidth: (GB/s, source) from the doctor's GPU probe, preferred over the datasheet's."""
+    inputs: the release's Roofline (roofline.json, written at stage time); checkpoint and draft (a separate draft
+    model's): safetensors_headers.summarize(); measured_bandwidth: (GB/s, source) from the doctor's GPU probe,
+    preferred over the datasheet's."""
     if not inputs or not checkpoint or entry.get("decode_tok_s") is None:
         return {}
-    bandwidth, source = measured_bandwidth or (inputs.get("bandwidth_gbs"), inputs.get("bandwidth_source"))
-    tau = entry.get("accept_length") if inputs.get("algorithm") else 1.0
+    bandwidth, source = measured_bandwidth or (inputs.bandwidth_gbs, inputs.bandwidth_source)
+    tau = entry.get("accept_length") if inputs.algorithm else 1.0
     if not bandwidth or not tau:
         return {}
-    bound = roofline.roofline(checkpoint, int(inputs.get("tp") or 1), int(inputs.get("steps") or 0), float(tau),
-                              float(bandwidth), entry["decode_tok_s"], draft=inputs.get("draft_checkpoint"))
+    bound = roofline.roofline(checkpoint, inputs.tp, inputs.steps, float(tau), float(bandwidth), entry["decode_tok_s"],
+                              draft=draft)
     return {"roofline_tok_s": float(f"{bound['roofline_tok_s']:.5g}"), "roofline_fraction": float(f"{bound['mbu']:.4g}"),
             "bandwidth_source": source}
 
@@ -249,27 +250,27 @@ def save_history(path, entries, keep):
 
 
 def release_roofline(release_dir, model_path):
-    """(roofline.json, the checkpoint's bytes, the doctor's measured bandwidth or None); an error is logged once
-    and leaves the metric out, never the measurement."""
+    """(Roofline, the checkpoint's bytes, the doctor's measured bandwidth or None, the draft model's bytes or None);
+    an error is logged once and leaves the metric out, never the measurement."""
     try:
-        with open(os.path.join(release_dir, ROOFLINE_FILE)) as f:
-            inputs = json.load(f)
+        inputs = Roofline.load(release_dir)
     except FileNotFoundError:
-        return None, None, None  # staged before the watch knew rooflines, or by hand
-    except (OSError, ValueError) as error:
-        log(f"{ROOFLINE_FILE} unreadable ({error}): no roofline fraction")
-        return None, None, None
-    path = inputs.get("model_path") or model_path
+        return None, None, None, None  # staged before the watch knew rooflines, or by hand
+    except (OSError, ValueError) as error:  # DocumentError included
+        log(f"{Roofline.FILE} unreadable ({error}): no roofline fraction")
+        return None, None, None, None
+    path = inputs.model_path or model_path
     try:
         checkpoint = safetensors_headers.summarize(path) if path else None
     except (OSError, ValueError, KeyError) as error:
         log(f"checkpoint {path}: {error}: no roofline fraction")
         checkpoint = None
-    if inputs.get("draft_path"):  # a separate draft model: its bytes are part of every cycle
+    draft = None
+    if inputs.draft_path:  # a separate draft model: its bytes are part of every cycle
         try:
-            inputs = {**inputs, "draft_checkpoint": safetensors_headers.summarize(inputs["draft_path"])}
+            draft = safetensors_headers.summarize(inputs.draft_path)
         except (OSError, ValueError, KeyError) as error:
-            log(f"draft model {inputs['draft_path']}: {error}: no roofline fraction")
+            log(f"draft model {inputs.draft_path}: {error}: no roofline fraction")
             checkpoint = None
     measured = None
     try:  # the doctor's probe measured this host's bandwidth: better than the datasheet's
@@ -279,7 +280,7 @@ def release_roofline(release_dir, model_path):
             measured = (float(bound["bandwidth_gbs"]), bound["bandwidth_source"])
     except (OSError, ValueError, AttributeError, TypeError):
         pass
-    return inputs, checkpoint, measured
+    return inputs, checkpoint, measured, draft
 
 
 def idle_check(probe_url, api_key, threshold, service=None):
@@ -361,8 +362,8 @@ def run(args):
             entry["drift"] = drift_reasons(entry, min_accept, min_decode)
             if "inputs" not in bound_cache:  # once per run (the safetensors headers), only when measured
                 bound_cache["inputs"] = release_roofline(store.release_dir(release_id), expect and expect.model_path)
-            inputs, checkpoint, bandwidth = bound_cache["inputs"]
-            entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth))
+            inputs, checkpoint, bandwidth, draft = bound_cache["inputs"]
+            entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth, draft))
         return record(entry)
 
     skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests, args.service)
