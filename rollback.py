@@ -17,6 +17,7 @@ from pyinfra.facts.files import FileContents
 from roles import multinode, release
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
+from sglang_deploy.hostside.documents import RESOLVED_FILE, LockInfo, ReleaseMeta
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of
 from sglang_deploy.settings import RollbackArgs
@@ -25,19 +26,20 @@ from sglang_deploy.switch_options import SwitchOptions
 settings, args = host_settings(), of(RollbackArgs)
 service = service_of(settings)
 store = host.get_fact(ReleaseStore, service=service)
-if store["lock"]:
-    raise DeployError(f"{host.name}: another deploy or rollback is running: {store['lock'].get('owner')} "
-                      f"(since {store['lock'].get('since')}); nothing was changed")
+if store["lock"]:  # the deploy's refusal (plan.refusals), word for word
+    raise DeployError(f"{host.name}: {LockInfo.from_dict(store['lock'], 'the store lock holder').refusal()}; nothing was "
+                      "changed")
 try:
     target = rollback_target(store, args.release)
 except ValueError as error:
     raise DeployError(f"{host.name}: {error}; nothing was changed") from None
 
-meta = next(r for r in store["releases"] if r["id"] == target)
+metas = {r["id"]: ReleaseMeta.from_dict(r, f"{host.name}: release {r['id']}'s meta.json") for r in store["releases"]}
+meta = metas[target]
 active = store["state"].get("active")
 logger.info(f"[{host.name}] rollback {service}: {active or 'nothing active'} -> {target} "
-            f"({meta.get('profile')}, SGLang {meta.get('sglang_version')}, {meta.get('verdict') or 'unverified'})")
-active_meta = next((r for r in store["releases"] if r["id"] == active), None)
+            f"({meta.profile}, SGLang {meta.sglang_version}, {meta.verdict or 'unverified'})")
+active_meta = metas.get(active)
 change = auth_change(active_meta, meta)
 if change:
     logger.warning(f"[{host.name}] {change}")
@@ -49,17 +51,18 @@ release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join
 if args.skip_preflight:
     logger.warning(f"[{host.name}] skip_preflight: restarting on {target} WITHOUT its preflight")
 else:
-    resolution = json.loads("\n".join(host.get_fact(FileContents, path=f"{directory}/resolved.json") or ["{}"]) or "{}")
+    resolution = json.loads("\n".join(host.get_fact(FileContents, path=f"{directory}/{RESOLVED_FILE}") or ["{}"])
+                            or "{}")
     release.preflight(service=service, release_id=target, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n",
-                      interpreter=release.preflight_interpreter(bool(meta.get("simulated")), meta.get("venv", "")),
-                      gpus=release.preflight_gpus(resolution.get("resolved"), (meta.get("node") or {}).get("nnodes", 1)),
-                      simulated=bool(meta.get("simulated")), exec_start=meta.get("exec_start") or [],
+                      interpreter=release.preflight_interpreter(meta.simulated, meta.venv),
+                      gpus=release.preflight_gpus(resolution.get("resolved"), (meta.node or {}).get("nnodes", 1)),
+                      simulated=meta.simulated, exec_start=meta.exec_start,
                       resolved=resolution.get("resolved"), container_id=settings.container_id,
                       resolve=settings.preflight_stack)
-options = SwitchOptions(service=service, release_id=target, probe_url=meta["probe_url"],
-                        timeout=meta["start_timeout_s"], reason="rollback", auto_rollback=True, force=True)
-node = meta.get("node")  # a multi-node release: this host's rank (release_plan.build_meta)
-spans = node or (active_meta or {}).get("node")  # entering or leaving a multi-node release
+options = SwitchOptions(service=service, release_id=target, probe_url=meta.probe_url,
+                        timeout=meta.start_timeout_s, reason="rollback", auto_rollback=True, force=True)
+node = meta.node  # a multi-node release: this host's rank (release_plan.build_meta)
+spans = node or (active_meta and active_meta.node)  # entering or leaving a multi-node release
 nodes = [h.name for h in inventory.get_group(settings.node_group)] if spans else []
 if spans:  # every node of the server goes together
     multinode.require_whole_server(nodes, "rolled back")

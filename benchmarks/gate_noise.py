@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from sglang_deploy.flags import flag_args  # noqa: E402
+from sglang_deploy.hostside.documents import GateSettings  # noqa: E402
 from sglang_deploy.hostside.gate import evaluate  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 from testbed.local_sim import LocalSim, stub_model_dir  # noqa: E402
@@ -133,7 +134,8 @@ def main():
             pairs = [(measured[f"s0-{i}"], measured[f"incident-{i}"]) for i in range(args.trials)]
         else:
             pairs = [(measured[f"{key}-{i}"], measured[f"base-{i}"]) for i in range(args.trials)]
-        results = [evaluate(candidate, SETTINGS, baseline) for candidate, baseline in pairs]
+        settings = GateSettings.from_dict(SETTINGS)
+        results = [evaluate(candidate, settings, baseline) for candidate, baseline in pairs]
         verdicts = [r["verdict"] for r in results]
         ratios = [r["comparison"]["ratio"] for r in results if r["comparison"]]
         widths = [(r["comparison"]["high"] - r["comparison"]["low"]) / 2 * 100 for r in results if r["comparison"]]

@@ -1,4 +1,4 @@
-# The simulated CT129: a systemd container on this machine (python -m testbed.simhost up),
+# The simulated CT129: a systemd container on this machine (python -m testbed.simctl up),
 # reached over real SSH on loopback. Its GPU server is sglang_deploy.sim, not SGLang.
 import json
 import os
@@ -12,7 +12,7 @@ try:
     info = json.loads((state_dir / "info.json").read_text())
 except FileNotFoundError:
     raise SystemExit(f"the simulated host is not set up ({state_dir}/info.json missing): "
-                     "run `python -m testbed.simhost up` first") from None
+                     "run `python -m testbed.simctl up` first") from None
 
 sim = [
     ("ct129-sim", {

@@ -1,4 +1,4 @@
-# A fleet of simulated CT129s on this machine (python -m testbed.simhost up --count N), each a systemd
+# A fleet of simulated CT129s on this machine (python -m testbed.simctl up --count N), each a systemd
 # container reached over real SSH on loopback with its own SSH and GPU-server ports. Their GPU servers are
 # sglang_deploy.sim, not SGLang. Groups: `canary` (the first host) and `fleet` (all of them); rollout.py
 # deploys and gates the canary first, then the rest of the fleet in batches.
@@ -14,7 +14,7 @@ try:
     info = json.loads((state_dir / "fleet.json").read_text())
 except FileNotFoundError:
     raise SystemExit(f"the simulated fleet is not set up ({state_dir}/fleet.json missing): "
-                     "run `python -m testbed.simhost up --count N` first") from None
+                     "run `python -m testbed.simctl up --count N` first") from None
 
 fleet = [
     (entry["name"], {

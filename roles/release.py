@@ -20,9 +20,11 @@ from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
+from sglang_deploy.hostside import documents
 from sglang_deploy.hostside.client import printable
+from sglang_deploy.hostside.documents import GateConfig, ReleaseMeta, Roofline
 from sglang_deploy.hostside.gate import table as gate_table
-from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, OLD_TOOL_BIN, STORE_ROOT, ServiceLayout, host_program
+from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
 
@@ -47,13 +49,13 @@ def install_programs(installed_digest: str | None = None):
               src=BytesIO(ship.data), dest=ship.upload_path, mode=600, create_remote_dir=True)
     # A new package replaces the old one whole (a module removed here must not linger there).
     server.shell(name=f"Unpack the host package into {HOST_LIB}/{HOST_PACKAGE}",
-                 commands=[shlex.join(["rm", "-rf", f"{HOST_LIB}/{HOST_PACKAGE}", OLD_TOOL_BIN]),
+                 commands=[shlex.join(["rm", "-rf", f"{HOST_LIB}/{HOST_PACKAGE}"]),
                            shipment.unpack_command(ship)])
 
 
 @deploy("Release: stage")
-def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, gate_config: dict, resolution: dict,
-          meta: dict, roofline: dict | None = None):
+def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, gate_config: GateConfig,
+          resolution: dict, meta: ReleaseMeta, roofline: Roofline | None = None):
     """Write releases/<id>/; meta.json goes last, so a directory without it is never used.
 
     resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.resolution): the
@@ -65,23 +67,20 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
                  diff=False)
     managed_file(name=f"{release_id}/sglang.env (0600)", dest=f"{directory}/sglang.env", content=env, mode=600,
                  diff=False)
-    managed_file(name=f"{release_id}/profile.json", dest=f"{directory}/profile.json", content=profile_json, mode=644,
-                 diff=False)
-    managed_file(name=f"{release_id}/gate-config.json", dest=f"{directory}/gate-config.json",
-                 content=json.dumps(gate_config, indent=1) + "\n", mode=644, diff=False)
-    managed_file(name=f"{release_id}/resolved.json", dest=f"{directory}/resolved.json",
-                 content=json.dumps(resolution, indent=1, sort_keys=True) + "\n", mode=644, diff=False)
-    if roofline:
-        managed_file(name=f"{release_id}/roofline.json", dest=f"{directory}/roofline.json",
-                     content=json.dumps(roofline, indent=1, sort_keys=True) + "\n", mode=644, diff=False)
-    if meta.get("venv"):  # what the venv's install recorded: every package with the sha256 of its file list
+    for name, content in ((documents.PROFILE_FILE, profile_json), (GateConfig.FILE, gate_config.dump()),
+                          (documents.RESOLVED_FILE, json.dumps(resolution, indent=1, sort_keys=True) + "\n"),
+                          (Roofline.FILE, roofline.dump() if roofline else None)):
+        if content is not None:
+            managed_file(name=f"{release_id}/{name}", dest=f"{directory}/{name}", content=content, mode=644, diff=False)
+    if meta.venv:  # what the venv's install recorded: every package with the sha256 of its file list
         from sglang_deploy.provision import PACKAGES_FILE
 
-        source, dest = shlex.quote(f"{meta['venv']}/{PACKAGES_FILE}"), shlex.quote(f"{directory}/packages.json")
-        server.shell(name=f"{release_id}/packages.json (the venv's packages and their hashes)",
+        source = shlex.quote(f"{meta.venv}/{PACKAGES_FILE}")
+        dest = shlex.quote(f"{directory}/{documents.PACKAGES_FILE}")
+        server.shell(name=f"{release_id}/{documents.PACKAGES_FILE} (the venv's packages and their hashes)",
                      commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
-    managed_file(name=f"{release_id}/meta.json", dest=f"{directory}/meta.json",
-                 content=json.dumps(meta, indent=1) + "\n", mode=644, diff=False)
+    managed_file(name=f"{release_id}/{ReleaseMeta.FILE}", dest=f"{directory}/{ReleaseMeta.FILE}",
+                 content=meta.dump(), mode=644, diff=False)
 
 
 def show_changes(service: str, unit: str, env: str):
@@ -100,7 +99,7 @@ def _report(service):
 
     (The host program's own summary is shown by pyinfra only when the switch fails.)
     """
-    path = f"{STORE_ROOT}/{service}/last_switch.json"
+    path = f"{STORE_ROOT}/{service}/{documents.LAST_SWITCH_FILE}"
     for _ in range(3):  # one SSH round trip; a busy host may drop one
         ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
         try:

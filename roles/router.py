@@ -18,7 +18,7 @@ from pyinfra.operations import files, server, systemd
 from roles.ops import managed_file
 from roles.settings import sudo
 from sglang_deploy import shipment
-from sglang_deploy.gate import save_result
+from sglang_deploy.gate import gate_settings, save_result
 from sglang_deploy.layout import host_program
 from sglang_deploy.router import (ROUTER_CONFIG_DIR, ROUTER_KEY_PATH, ROUTER_LIB, ROUTER_SERVICE, ROUTER_UNIT_PATH,
                                   ROUTER_VENV, ROUTER_VERSION, gate_verdict)
@@ -73,8 +73,7 @@ def gate_through_router(check_url, workers, gate):
     if not ok:
         raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
     measurement = json.loads(output.stdout)
-    verdict = gate_verdict(measurement, {"min_decode_tok_s": gate.min_decode_tok_s,
-                                         "min_accept_length": gate.min_accept_length}, len(workers))
+    verdict = gate_verdict(measurement, gate_settings(gate), len(workers))
     saved = save_result(host.name, {"release": "router", "router": check_url, "workers": workers,
                                     "gate": verdict, "measurement": measurement}, kind="router-gate")
     host.log(f"gate through the router over {len(workers)} workers: {verdict['verdict'].upper()}: decode "

@@ -11,6 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .hostside.documents import GateConfig, GateSettings
 from .hostside.gate import decode_backend
 from .layout import venv_path
 from .resolution import COMPARED_FIELDS
@@ -39,8 +40,15 @@ def expectations(plan: Plan) -> dict:
     }
 
 
-def gate_config(plan: Plan) -> dict:
-    return {"settings": plan.profile.gate.model_dump(mode="json"), "expect": expectations(plan)}
+def gate_settings(section) -> GateSettings:
+    """The profile's gate section (profile_sections.GateSection) as the host reads it."""
+    return GateSettings.from_dict(section.model_dump(mode="json"), "the profile's gate section")
+
+
+def gate_config(plan: Plan) -> GateConfig:
+    """releases/<id>/gate-config.json: the profile's gate section and the expectations, read by the document's own
+    strict reader (a field the host does not know fails here, before anything is staged)."""
+    return GateConfig.from_dict({"settings": plan.profile.gate.model_dump(mode="json"), "expect": expectations(plan)})
 
 
 def save_result(host_name: str, document: dict, kind: str = "switch", results_dir: Path = RESULTS_DIR) -> Path:

@@ -15,7 +15,6 @@ if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on b
     from .profile import Profile
 
 HOST_PACKAGE = "hostside"  # sglang_deploy/hostside, installed as HOST_LIB/hostside
-OLD_TOOL_BIN = "/opt/sglang-deploy/bin"  # where versions before the package layout put the host programs
 
 
 def host_program_argv(module: str, *args: str, python: str = "/usr/bin/python3") -> list[str]:

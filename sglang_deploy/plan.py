@@ -219,6 +219,7 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
     the unit (host_problems), a simulated host the inventory does not call simulated or the reverse, another
     deploy holding the store's lock, and a hub_wheelhouse that holds no wheels when the hub client must be
     installed from it. Empty when the deploy may go on."""
+    from .hostside.documents import LockInfo
     from .layout import SIMULATED_MARKER
 
     refused = host_problems(plan, facts["account"], facts["units"], ssh_user=settings.ssh_user)
@@ -231,6 +232,5 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
                        "wheels (huggingface_hub and its dependencies: pip download huggingface_hub==1.33.0 -d DIR)")
     holder = facts["store"]["lock"]
     if holder:
-        refused.append(f"another deploy or rollback is running: {holder.get('owner')} (pid {holder.get('pid')}, "
-                       f"since {holder.get('since')})")
+        refused.append(LockInfo.from_dict(holder, "the store's lock holder").refusal())
     return refused

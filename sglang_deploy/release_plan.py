@@ -15,6 +15,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
+from .hostside.documents import ReleaseMeta
 from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
 from .hostside.weights_manifest import snapshot_change
 from .layout import venv_path
@@ -52,11 +53,11 @@ def git_revision() -> dict:
 
 
 def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None = None, draft=None,
-               offered=()) -> dict:
+               offered=()) -> ReleaseMeta:
     from datetime import datetime, timezone
 
     profile = plan.profile
-    return {
+    return ReleaseMeta.from_dict({
         "id": release_id,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "deployed_by": controller_identity(),
@@ -83,7 +84,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
         # alone on the others, hostside/switch.py activate).
         **({"node": {"rank": plan.node.rank, "nnodes": plan.node.nnodes, "dist_init_addr": plan.node.dist_init_addr},
             "serves_http": plan.node.serves_http} if plan.node is not None else {}),
-    }
+    })
 
 
 def profile_snapshot(plan: Plan) -> str:

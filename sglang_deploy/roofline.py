@@ -1,6 +1,7 @@
 """Bandwidth roofline for speculative decode: the arithmetic lives in hostside/roofline.py (standard library
 only), so the perf watch on the host computes the same bound as the doctor on the controller."""
 
+from .hostside.documents import Roofline
 from .hostside.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_bytes, roofline  # noqa: F401
 
 
@@ -22,18 +23,18 @@ def release_gpu(simulated: bool, environment: dict, gpu_facts: dict | None) -> s
     return ((gpu_facts or {}).get("gpus") or [{}])[0].get("name")
 
 
-def release_inputs(resolved: dict, model_path: str, gpu_name: str | None) -> dict:
+def release_inputs(resolved: dict, model_path: str, gpu_name: str | None) -> Roofline:
     """roofline.json, written into a release when it is staged: what the controller knows of the bound (the
     GPU and its datasheet bandwidth, TP, draft steps, the checkpoint's path). The perf watch on the host adds
     the checkpoint's bytes (safetensors headers) and its measured acceptance length, and exports
     decode / roofline; a bandwidth the doctor's GPU probe measured for the release replaces the datasheet's."""
     algorithm = resolved.get("speculative_algorithm")
     bandwidth = datasheet_bandwidth(gpu_name)
-    return {"gpu": gpu_name, "bandwidth_gbs": bandwidth,
-            "bandwidth_source": f"datasheet ({gpu_name})" if bandwidth else f"unknown GPU {gpu_name!r}",
-            "tp": int(resolved.get("tp_size") or 1), "algorithm": algorithm,
-            "steps": int(resolved.get("speculative_num_steps") or 0) if algorithm else 0, "model_path": model_path,
-            "draft_path": separate_draft(resolved) if algorithm else None}
+    return Roofline(gpu=gpu_name, bandwidth_gbs=bandwidth,
+                    bandwidth_source=f"datasheet ({gpu_name})" if bandwidth else f"unknown GPU {gpu_name!r}",
+                    tp=int(resolved.get("tp_size") or 1), algorithm=algorithm,
+                    steps=int(resolved.get("speculative_num_steps") or 0) if algorithm else 0, model_path=model_path,
+                    draft_path=separate_draft(resolved) if algorithm else None)
 
 
 def separate_draft(info: dict) -> str | None:

@@ -17,6 +17,7 @@ import ipaddress
 import re
 import shlex
 
+from .hostside.documents import GateSettings
 from .settings import RouterSettings, SettingsError
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
@@ -198,20 +199,23 @@ def wheelhouse(python_version: str, machine: str, cache_root=None):
     return target
 
 
-def gate_verdict(measurement: dict, floors: dict, workers: int) -> dict:
+def gate_verdict(measurement: dict, floors: GateSettings, workers: int) -> dict:
     """The fleet's gate measured through the router: the workers' own floors on single-stream decode and
-    acceptance (the router adds a hop, not speed), request errors fail it; the aggregate over the workers is
-    reported. /server_info is not proxied by the router: its error does not count."""
+    acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/gate.below_floor), request
+    errors fail it; the aggregate over the workers is reported. /server_info is not proxied by the router: its
+    error does not count."""
+    from .hostside.gate import below_floor
+
     errors = [e for e in measurement.get("errors") or [] if not e.startswith("/server_info")]
     decode = (measurement.get("decode_tok_s") or {}).get("median")
     tau = (measurement.get("accept_length") or {}).get("median")
     reasons = [f"{len(errors)} request error(s): {errors[0]}"] if errors else []
     if decode is None:
         reasons.append("no single-stream sample completed through the router")
-    elif floors.get("min_decode_tok_s") and decode < floors["min_decode_tok_s"]:
-        reasons.append(f"decode {decode:.1f} tok/s through the router is below the floor {floors['min_decode_tok_s']:g}")
-    if tau is not None and floors.get("min_accept_length") and tau < floors["min_accept_length"]:
-        reasons.append(f"acceptance length {tau:.2f} through the router is below {floors['min_accept_length']:g}")
+    elif below_floor(decode, floors.min_decode_tok_s):
+        reasons.append(f"decode {decode:.1f} tok/s through the router is below the floor {floors.min_decode_tok_s:g}")
+    if below_floor(tau, floors.min_accept_length):
+        reasons.append(f"acceptance length {tau:.2f} through the router is below {floors.min_accept_length:g}")
     aggregate = (measurement.get("aggregate_tok_s") or {}).get("median")
     return {"verdict": "fail" if reasons else "pass", "reasons": reasons, "workers": workers,
             "decode_tok_s": decode, "accept_length": tau, "aggregate_tok_s": aggregate,

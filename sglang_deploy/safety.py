@@ -102,14 +102,6 @@ def control_message(value: str, allowed: set[str] = frozenset()) -> str | None:
             "(a YAML block scalar `|` or `>` ends with a newline: use a plain or quoted scalar)")
 
 
-def no_control(value: str) -> str:
-    """Pydantic validator body: refuse control characters."""
-    message = control_message(value)
-    if message:
-        raise ValueError(message)
-    return value
-
-
 def full(pattern: re.Pattern, value: str) -> bool:
     return isinstance(value, str) and pattern.fullmatch(value) is not None
 

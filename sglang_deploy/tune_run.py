@@ -20,6 +20,8 @@ from . import tune, tune_edit, tune_report, tune_results
 from .gate import RESULTS_DIR, gate_config
 from .settings import SettingsError, TuneArgs, origin
 from .settings_types import int_list
+from .hostside import documents
+from .hostside.documents import GateConfig, ReleaseMeta
 from .hostside.store import content_hash, next_release_id
 from .layout import host_program
 from .plan import PlanError, plan_for_host
@@ -272,13 +274,13 @@ class Runner:
         from .drafter import draft_weights
 
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
-        meta = build_meta(plan, release_id, draft=draft_weights(plan.profile))
-        meta.update(tune={"session": self.session, "temporary": True, "candidate": candidate.id})
+        meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(
+            tune={"session": self.session, "temporary": True, "candidate": candidate.id})
         files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
-                 "profile.json": profile_snapshot(plan),
-                 "gate-config.json": json.dumps(gate_config(plan), indent=1) + "\n",
-                 "resolved.json": json.dumps(plan.resolution, indent=1, sort_keys=True) + "\n",
-                 "meta.json": json.dumps(meta, indent=1) + "\n"}
+                 documents.PROFILE_FILE: profile_snapshot(plan),
+                 GateConfig.FILE: gate_config(plan).dump(),
+                 documents.RESOLVED_FILE: json.dumps(plan.resolution, indent=1, sort_keys=True) + "\n",
+                 ReleaseMeta.FILE: meta.dump()}
         return {"release_id": release_id, "files": files}, None
 
     def estimate_s(self) -> float:
@@ -388,7 +390,7 @@ class Runner:
         except (OSError, ValueError):
             pass
         ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
-                                                           "tune-results.json"]))
+                                                           + documents.TUNE_RESULTS_FILE]))
         if ok:
             texts.append(stdout)
         return tune_results.saved_results(texts, tune_results.settings_signature(self.settings.measurement()),
@@ -443,7 +445,7 @@ class Runner:
         (self.work / "table.txt").write_text(text + ("\n" + front if front else "") + ("\n" + kinds if kinds else "")
                                              + "\n")
         self.remote.put(json.dumps(document, indent=1) + "\n",
-                        f"{STORE_ROOT}/{self.service}/releases/{self.active}/tune-results.json")
+                        f"{STORE_ROOT}/{self.service}/releases/{self.active}/{documents.TUNE_RESULTS_FILE}")
         plot = tune_report.steps_plot(results, self.original_flags, self.work / "steps.png")
         self.say(f"results: {path} (and releases/{self.active}/tune-results.json on the host); table: "
                  f"{self.work / 'table.txt'}" + (f"; plot: {plot}" if plot else ""))

@@ -267,12 +267,6 @@ def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (
     return answer
 
 
-@lru_cache(maxsize=None)
-def parser_spec(version: str) -> tuple[dict, ...]:
-    """The option table of SGLang <version>'s parser (cached for this process)."""
-    return tuple(run_probe(version, [])["actions"])
-
-
 def export_table(version: str) -> dict:
     """SGLang <version>'s option table and what its argparse types check, from its own parser
     (sglang_deploy/flag_table.py; the light check and the simulator rebuild the parser from it)."""

@@ -1,7 +1,7 @@
-"""The simulated host's command line (scripts/simhost, python -m testbed.simhost):
+"""The simulated host's command line (scripts/simhost, python -m testbed.simctl):
 
-    python -m testbed.simhost up|down|status [--state-dir DIR] [--ssh-port N] [--fresh]
-    python -m testbed.simhost up|down|status --count N [--state-dir DIR] [--ssh-port BASE]
+    python -m testbed.simctl up|down|status [--state-dir DIR] [--ssh-port N] [--fresh]
+    python -m testbed.simctl up|down|status --count N [--state-dir DIR] [--ssh-port BASE]
                                    [--service-port BASE] [--machine PREFIX]     (a fleet: sim_fleet.py)
 """
 

@@ -1,5 +1,5 @@
 """A fleet of simulated CT129s on this machine (testbed/simhost.py hosts with distinct ports), for
-inventory/sim_fleet.py: `python -m testbed.simhost up --count N`."""
+inventory/sim_fleet.py: `python -m testbed.simctl up --count N`."""
 
 from __future__ import annotations
 

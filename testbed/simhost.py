@@ -4,8 +4,8 @@ The container is booted with systemd-nspawn from a debootstrapped rootfs (cached
 shares this machine's network namespace, so its sshd and the services it runs listen on 127.0.0.1.
 Only the GPU server is simulated (``sglang_deploy.sim``); systemd, SSH and HTTP are real.
 
-    python -m testbed.simhost up|down|status [--state-dir DIR] [--ssh-port N] [--fresh]
-    python -m testbed.simhost up|down|status --count N [--state-dir DIR] [--ssh-port BASE]
+    python -m testbed.simctl up|down|status [--state-dir DIR] [--ssh-port N] [--fresh]
+    python -m testbed.simctl up|down|status --count N [--state-dir DIR] [--ssh-port BASE]
                                    [--service-port BASE] [--machine PREFIX]     (a fleet: sim_fleet.py)
 """
 
@@ -387,12 +387,6 @@ def run_action(host, action: str, fresh: bool, prog: str) -> int:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
     return 0
-
-
-if __name__ == "__main__":  # the command line is testbed/simctl.py (python -m testbed.simhost still works)
-    from testbed.simctl import main as simctl_main
-
-    sys.exit(simctl_main())
 
 
 def pyinfra_timed(*args: str, inventory: str = "inventory/sim.py") -> tuple[float, str]:

@@ -60,6 +60,28 @@ def proven_with(tmp_path: Path, old: str, new: str, name: str = "variant.yaml") 
     return write_profile(tmp_path, text.replace(old, new, 1), name)
 
 
+def release_meta(**fields):
+    """A complete meta.json (hostside/documents.ReleaseMeta) as a deploy writes it, with `fields` changed."""
+    from sglang_deploy.hostside.documents import ReleaseMeta
+
+    written = {"id": "0001-aaaaaaaa", "created": "2026-11-01T00:00:00+00:00", "deployed_by": "test@controller",
+               "git": {"revision": None, "dirty": False}, "profile": "test", "sglang_version": "0.5.23",
+               "venv": "/opt/sglang-deploy/venvs/test", "content_hash": "0" * 64, "exec_start": ["sglang"],
+               "simulated": True, "service": "sglang", "probe_url": "http://127.0.0.1:30000", "start_timeout_s": 60}
+    return ReleaseMeta.from_dict({**written, **fields}, "a test's meta.json")
+
+
+def gate_document(**settings):
+    """A complete gate-config.json (hostside/documents.GateConfig): the profile's default gate section with
+    `settings` changed, and plain expectations."""
+    from sglang_deploy.hostside.documents import GateConfig
+    from sglang_deploy.profile_sections import GateSection
+
+    return GateConfig.from_dict({"settings": GateSection(**settings).model_dump(mode="json"), "expect": {
+        "decode_graphs": True, "custom_all_reduce": False, "environment": {}, "venv": "/opt/sglang-deploy/venvs/test",
+        "model_path": "/models/test", "served_name": "default"}}, "a test's gate-config.json")
+
+
 DFLASH = PROFILES / "qwen3.6-27b-dflash-2xa6000.yaml"
 DFLASH_CONFIG = REPO / "manifests" / "local--qwen3.6-27b-dflash.config.reconstructed.json"
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import DFLASH, PROVEN, dflash_profile, proven_with, synthetic_draft, write_profile
+from conftest import DFLASH, PROVEN, dflash_profile, proven_with, release_meta, synthetic_draft, write_profile
 from sglang_deploy import drafter
 from sglang_deploy.flags import server_args
 from sglang_deploy.hostside import roofline, safetensors_headers, weights_prune
@@ -199,8 +199,8 @@ def test_the_listing_and_prune_know_the_draft(tmp_path, draft_dir):
     assert weights_change(release, {}, "draft").startswith("draft: (none) -> ")
     store = tmp_path / "store" / "sglang" / "releases" / "r1"
     store.mkdir(parents=True)
-    (store / "meta.json").write_text(json.dumps({**release, "exec_start": ["sglang", "serve",
-                                                 "--speculative-draft-model-path", "/srv/models/y/c"]}))
+    (store / "meta.json").write_text(release_meta(**release, exec_start=[
+        "sglang", "serve", "--speculative-draft-model-path", "/srv/models/y/c"]).dump())
     assert {"/srv/models/x/b", "/srv/models/y/c"} <= weights_prune.referenced_snapshots(str(tmp_path / "store"))
 
 

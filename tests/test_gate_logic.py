@@ -5,8 +5,9 @@ import random
 
 import pytest
 
-from conftest import INCIDENT, PROVEN
+from conftest import INCIDENT, PROVEN, release_meta
 from sglang_deploy.gate import expectations, gate_config
+from sglang_deploy.hostside.documents import GateExpect, GateSettings
 from sglang_deploy.hostside.gate import config_problems, evaluate, ratio_interval, table
 from sglang_deploy.hostside.switch import choose_baseline
 from sglang_deploy.plan import plan_for_host
@@ -17,7 +18,8 @@ def api_key(monkeypatch):
     """plan_for_host needs an API key (a missing one fails the plan unless the profile says auth: none)."""
     monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-test-key-for-the-plan-0123")
 
-SETTINGS = {"min_decode_tok_s": 45, "min_accept_length": 2.8, "max_regression_pct": 10}
+SETTINGS = GateSettings(min_decode_tok_s=45, min_accept_length=2.8, max_regression_pct=10, samples=5, warmup=1,
+                        max_new_tokens=256, concurrency=4, on_inconclusive="rollback")
 KINDS = ["prose", "code", "chat", "prose", "code"]
 
 
@@ -51,7 +53,7 @@ def test_incident_fails_on_both_floors():
 
 def test_ten_percent_regression_fails_although_above_the_floor():
     slow = [r * 0.90 * (1 + e) for r, e in zip(BASE, [0.01, -0.01, 0.005, 0.0, -0.005])]
-    result = evaluate(measurement(slow), {**SETTINGS, "min_decode_tok_s": 40}, baseline=measurement(BASE))
+    result = evaluate(measurement(slow), SETTINGS.but(min_decode_tok_s=40), baseline=measurement(BASE))
     assert result["verdict"] == "fail" and "slower than the baseline" in result["reasons"][0]
     assert result["comparison"]["regression_pct"] == pytest.approx(10, abs=1.5)
 
@@ -68,7 +70,7 @@ def test_a_small_significant_slowdown_under_half_the_tolerance_passes():
 
 def test_too_noisy_is_inconclusive():
     wild = [r * (1 + e) for r, e in zip(BASE, [0.35, -0.3, 0.25, -0.32, 0.3])]
-    result = evaluate(measurement(wild), {**SETTINGS, "min_decode_tok_s": None}, baseline=measurement(BASE))
+    result = evaluate(measurement(wild), SETTINGS.but(min_decode_tok_s=None), baseline=measurement(BASE))
     assert result["verdict"] == "inconclusive" and "straddles 0.95" in result["inconclusive"][0]
     assert result["comparison"]["low"] < 0.95 <= result["comparison"]["high"]
 
@@ -88,7 +90,7 @@ def test_a_faster_release_passes_although_its_speedup_differs_by_prompt():
 
 def test_a_slower_release_fails_although_its_slowdown_differs_by_prompt():
     factors = [0.84, 0.78, 0.86, 0.82, 0.79]
-    result = evaluate(measurement([r * f for r, f in zip(BASE, factors)]), {**SETTINGS, "min_decode_tok_s": 40},
+    result = evaluate(measurement([r * f for r, f in zip(BASE, factors)]), SETTINGS.but(min_decode_tok_s=40),
                       baseline=measurement(BASE))
     assert result["verdict"] == "fail" and result["comparison"]["high"] < 0.95
     assert "% slower than the baseline" in result["reasons"][0] and "below the floor" not in " ".join(result["reasons"])
@@ -103,7 +105,7 @@ def test_an_interval_straddling_the_threshold_is_inconclusive():
 
 def test_one_disturbed_request_cannot_fail_an_unchanged_release():
     disturbed = [r * f for r, f in zip(BASE, [1.0, 1.01, 0.55, 0.99, 1.0])]
-    result = evaluate(measurement(disturbed), {**SETTINGS, "min_decode_tok_s": None}, baseline=measurement(BASE))
+    result = evaluate(measurement(disturbed), SETTINGS.but(min_decode_tok_s=None), baseline=measurement(BASE))
     assert result["verdict"] != "fail" and result["comparison"]["high"] > 0.95
 
 
@@ -117,12 +119,12 @@ def test_false_fail_rate_at_the_threshold_is_at_most_five_percent():
 
 
 def gated(verdict, at="2025-01-01T00:00:00+00:00"):
-    return {"verdict": "good" if verdict == "pass" else "bad", "gate": {"verdict": verdict, "at": at}}
+    return release_meta(verdict="good" if verdict == "pass" else "bad", gate={"verdict": verdict, "at": at})
 
 
 def test_a_release_forced_good_by_skip_gate_is_no_baseline():
     proven = ("0001-aaaaaaaa", gated("pass"), "pass")
-    incident = ("0002-bbbbbbbb", {**gated("fail"), "verdict": "good", "verdict_by": "skip_gate"}, "fail")
+    incident = ("0002-bbbbbbbb", gated("fail").but(verdict="good", verdict_by="skip_gate"), "fail")
     # The issue's step 4: the proven release again, the forced 1-step release is the last good one.
     release, note = choose_baseline([proven, incident], last_good="0002-bbbbbbbb", current="0001-aaaaaaaa")
     assert release is None
@@ -132,7 +134,7 @@ def test_a_release_forced_good_by_skip_gate_is_no_baseline():
     release, note = choose_baseline([proven, incident, other], last_good="0002-bbbbbbbb", current="0004-dddddddd")
     assert release == "0003-cccccccc" and "last release that passed its gate" in note and "0002-bbbbbbbb" in note
     # Never measured (skip_gate on a fresh release) is no baseline either.
-    unmeasured = ("0005-eeeeeeee", {"verdict": "good", "gate": None, "verdict_by": "skip_gate"}, None)
+    unmeasured = ("0005-eeeeeeee", release_meta(verdict="good", gate=None, verdict_by="skip_gate"), None)
     release, note = choose_baseline([unmeasured], last_good="0005-eeeeeeee", current="0006-ffffffff")
     assert release is None and "never measured" in note
 
@@ -159,9 +161,9 @@ def test_request_errors_are_inconclusive():
 
 
 def test_config_problems_name_the_exact_difference():
-    expect = {"decode_graphs": True, "custom_all_reduce": True,
-              "resolved": {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3},
-              "environment": {"NCCL_CUMEM_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}}
+    expect = GateExpect(decode_graphs=True, custom_all_reduce=True, venv="/opt/v", model_path="/models/m",
+                        resolved={"speculative_algorithm": "EAGLE", "speculative_num_steps": 3},
+                        environment={"NCCL_CUMEM_ENABLE": "0", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     info = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 1, "disable_custom_all_reduce": False,
             "cuda_graph_config": {"decode": {"backend": "full"}},
             "internal_states": [{"memory_usage": {"graph": {"decode": 0.0, "target_verify": 0.0}}}]}
@@ -184,7 +186,7 @@ def test_decode_graphs_are_read_from_the_captured_batch_sizes_not_a_memory_delta
     """On a real card the decode/verify graphs can reuse the blocks the prefill graph freed in the shared pool: their
     memory deltas read 0.000 although they were captured. SGLang reports the captured batch sizes
     (internal_states[0].decode_cuda_graph_bs): a release with sizes and zero deltas passes, one with none fails."""
-    expect = {"decode_graphs": True}
+    expect = GateExpect(decode_graphs=True, custom_all_reduce=False, environment={}, venv="/opt/v", model_path="/m")
     zero = {"decode": 0.0, "target_verify": 0.0, "draft_decode": 0.0, "draft_extend": 0.0, "prefill": 0.31}
 
     def info(state):
@@ -212,5 +214,5 @@ def test_expectations_are_sglangs_own_resolution_of_the_profile():
     assert (resolved["speculative_algorithm"], resolved["speculative_num_steps"],
             resolved["speculative_num_draft_tokens"], resolved["max_running_requests"]) == ("EAGLE", 3, 4, 16)
     assert expect["environment"]["NCCL_CUMEM_ENABLE"] == "0"
-    assert gate_config(plan_for_host({"profile": str(INCIDENT)}))["expect"]["resolved"]["speculative_num_steps"] == 1
-    assert gate_config(plan)["settings"]["min_decode_tok_s"] == 45
+    assert gate_config(plan_for_host({"profile": str(INCIDENT)})).expect.resolved["speculative_num_steps"] == 1
+    assert gate_config(plan).settings.min_decode_tok_s == 45

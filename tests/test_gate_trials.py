@@ -6,13 +6,14 @@ fail. Inconclusive runs are tolerated up to 3 of 10 and printed.
 """
 
 from conftest import PROVEN
+from sglang_deploy.gate import gate_settings
 from sglang_deploy.hostside.gate import evaluate
 from sglang_deploy.profile import load_profile
 from testbed.calibration import gate_trials
 
 
 def test_unchanged_proven_release_never_fails_the_default_gate():
-    settings = load_profile(PROVEN).gate.model_dump()
+    settings = gate_settings(load_profile(PROVEN).gate)
     baseline, *runs = gate_trials([{"SGLANG_SIM_SEED": f"trial-{i}"} for i in range(11)])
     verdicts = [evaluate(run, settings, baseline) for run in runs]
     details = [(v["verdict"], v["reasons"], v["inconclusive"]) for v in verdicts if v["verdict"] != "pass"]

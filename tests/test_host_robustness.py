@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import release_meta
 from sglang_deploy.hostside import client, listener, store as store_module, switch
 
 PACKAGE_PARENT = Path(switch.__file__).resolve().parent.parent
@@ -21,7 +22,7 @@ def store(tmp_path, monkeypatch):
     store = store_module.Store("sglang")
     for release_id in ("0001-aaaaaaaa", "0002-bbbbbbbb"):
         os.makedirs(store.release_dir(release_id))
-        Path(store.release_dir(release_id), "meta.json").write_text(json.dumps({"id": release_id}))
+        Path(store.release_dir(release_id), "meta.json").write_text(release_meta(id=release_id).dump())
     return store
 
 
@@ -37,7 +38,7 @@ def test_a_corrupted_meta_json_is_set_aside_and_named(store):
 def test_a_corrupted_state_json_does_not_wedge_the_store(store):
     Path(store.state_path).write_text("\x00\x00\x00")
     state = store.state()
-    assert (state["active"], os.path.exists(store.state_path), f"{store.state_path} is corrupted" in store.problems[0]
+    assert (state.active, os.path.exists(store.state_path), f"{store.state_path} is corrupted" in store.problems[0]
             ) == (None, False, True), store.problems
 
 
@@ -138,10 +139,10 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     nothing installed yet); its answer is the installed package's, `python3 -m hostside.<module>` from HOST_LIB."""
     from roles.facts import host_modules, inline_host
 
-    assert host_modules("store") == ["service", "store"]
+    assert host_modules("store") == ["documents", "service", "store"]
     assert {"weights_fetch", "weights_manifest", "weights_prune"} <= set(host_modules("weights"))
     (tmp_path / "sglang" / "releases" / "0001-0123abcd").mkdir(parents=True)
-    (tmp_path / "sglang" / "releases" / "0001-0123abcd" / "meta.json").write_text('{"created": "2026-12-01"}')
+    (tmp_path / "sglang" / "releases" / "0001-0123abcd" / "meta.json").write_text(release_meta().dump())
     env = dict(os.environ, SGLANG_DEPLOY_STORE=str(tmp_path))
     inline = subprocess.run(["sh", "-c", inline_host("store", "history", "--service", "sglang")], cwd=tmp_path,
                             env=env, capture_output=True, text=True)

@@ -65,7 +65,7 @@ def test_cmdline_match_allows_the_script_interpreter():
 
 def test_decide_new_unchanged_and_inconsistent():
     plan = plan_of(PROVEN)
-    meta = build_meta(plan, "0001-x")
+    meta = build_meta(plan, "0001-x").to_dict()
     assert meta["content_hash"] == content_hash(plan.rendered.unit, plan.rendered.env)
     first = decide(plan, store_with())
     assert first.is_new and first.switch and first.release_id.startswith("0001-")
@@ -80,8 +80,8 @@ def test_decide_new_unchanged_and_inconsistent():
 
 def test_decide_reuses_a_retained_release_with_the_same_content(tmp_path):
     proven, variant = plan_of(PROVEN), plan_of(proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 12"))
-    r1 = {**build_meta(proven, "0001-a"), "id": "0001-aaaaaaaa"}
-    r2 = {**build_meta(variant, "0002-b"), "id": "0002-bbbbbbbb"}
+    r1 = {**build_meta(proven, "0001-a").to_dict(), "id": "0001-aaaaaaaa"}
+    r2 = {**build_meta(variant, "0002-b").to_dict(), "id": "0002-bbbbbbbb"}
     decision = decide(proven, store_with(r1, r2, active="0002-bbbbbbbb"))
     assert (decision.release_id, decision.is_new, decision.switch) == ("0001-aaaaaaaa", False, True)
 
@@ -137,7 +137,7 @@ def test_environment_file_values_and_the_process_drift_names_only():
 def test_decide_names_why_the_host_is_inconsistent():
     plan = plan_of(PROVEN)
     first = decide(plan, store_with())
-    stored = build_meta(plan, first.release_id)
+    stored = build_meta(plan, first.release_id).to_dict()
     store = store_with(stored, active=first.release_id, consistent=False)
     store["inconsistent"] = ["the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"]
     decision = decide(plan, store)
@@ -175,7 +175,7 @@ def test_one_release_id_names_the_release_on_every_node():
     """decide() from each node's side, with the same facts, picks the same id."""
     plan = plan_of(PROVEN)
     mine = decide(plan, store_with()).release_id.split("-", 1)[1]  # this node's content digest (prefix)
-    a_digest = build_meta(plan, "0001-x")["content_hash"]
+    a_digest = build_meta(plan, "0001-x").content_hash
     plan_b = SimpleNamespace(rendered=SimpleNamespace(unit="node b's unit", env=""))  # its rank, its port
     b_digest = content_hash(plan_b.rendered.unit, plan_b.rendered.env)
     server = server_digest([a_digest, b_digest])
@@ -211,7 +211,7 @@ def test_one_release_id_names_the_release_on_every_node():
     assert decide(plan, old, peers={"b": Peer(node(b_digest, f"0003-{mine}", active=f"0003-{mine}"), b_digest)},
                   server=server).is_new
     # Alone (one node): a retained release with the same content is reused, whatever its number.
-    alone = store_with({"id": "0001-0badc0de", "content_hash": "0" * 64}, build_meta(plan, f"0003-{mine}"),
+    alone = store_with({"id": "0001-0badc0de", "content_hash": "0" * 64}, build_meta(plan, f"0003-{mine}").to_dict(),
                        active="0001-0badc0de")
     assert decide(plan, alone).release_id == f"0003-{mine}"
 

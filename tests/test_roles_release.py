@@ -7,11 +7,13 @@ import shlex
 import pytest
 from pyinfra.facts.files import FileContents
 
+from conftest import gate_document, release_meta
 from fakehost import run_role
 from sglang_deploy.switch_options import SwitchOptions
 from roles import release
 from roles.simulator import SGLANG_PYTHON
 from sglang_deploy.release_plan import controller_identity
+from sglang_deploy.roofline import release_inputs
 
 
 @pytest.mark.parametrize("resolved, nnodes, gpus", [
@@ -70,14 +72,14 @@ def test_host_programs_are_sent_only_when_the_hosts_manifest_differs():
     archive, unpack = ops
     assert archive.commands[-2:] == [f"upload {ship.upload_path}", f"chmod 600 {ship.upload_path}"]
     # the old package goes whole (a module removed here must not linger there), the manifest records the digest
-    assert unpack.commands[0] == "rm -rf /opt/sglang-deploy/lib/hostside /opt/sglang-deploy/bin"
+    assert unpack.commands[0] == "rm -rf /opt/sglang-deploy/lib/hostside"
     assert f"echo {ship.digest} > /opt/sglang-deploy/lib/.manifest" in unpack.commands[1]
 
 
 def test_stage_writes_meta_json_last_and_the_environment_0600():
     ops = run_role(release.stage, service="sglang", release_id="r2", unit="[Unit]\n", env="A=1\n", profile_json="{}",
-                   gate_config={"settings": {}}, resolution={"tp_size": 2}, meta={"venv": "/opt/v"},
-                   roofline={"gpu": "x"})
+                   gate_config=gate_document(), resolution={"tp_size": 2}, meta=release_meta(venv="/opt/v"),
+                   roofline=release_inputs({"tp_size": 2}, "/m", "x"))
     directory = "/var/lib/sglang-deploy/sglang/releases/r2"
     assert [name.split(" | ")[1] for name in ops.names] == [
         "Release directory r2", "r2/sglang.service", "r2/sglang.env (0600)", "r2/profile.json", "r2/gate-config.json",
@@ -90,8 +92,8 @@ def test_stage_writes_meta_json_last_and_the_environment_0600():
 
 
 def test_stage_without_venv_or_roofline():
-    ops = run_role(release.stage, service="sglang", release_id="r2", unit="", env="", profile_json="{}", gate_config={},
-                   resolution={}, meta={})
+    ops = run_role(release.stage, service="sglang", release_id="r2", unit="", env="", profile_json="{}",
+                   gate_config=gate_document(), resolution={}, meta=release_meta(venv=""))
     assert not [name for name in ops.names if "packages.json" in name or "roofline.json" in name]
 
 

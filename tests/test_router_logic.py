@@ -54,9 +54,11 @@ def test_unit_passes_the_workers_and_keeps_the_key_off_the_command_line():
 
 
 def test_the_fleet_gate_through_the_router_applies_the_workers_floors():
+    from sglang_deploy.gate import gate_settings
+    from sglang_deploy.profile_sections import GateSection
     from sglang_deploy.router import gate_verdict
 
-    floors = {"min_decode_tok_s": 45, "min_accept_length": 2.8}
+    floors = gate_settings(GateSection(min_decode_tok_s=45, min_accept_length=2.8))
     good = {"decode_tok_s": {"median": 51.0}, "accept_length": {"median": 3.2}, "aggregate_tok_s": {"median": 450.0},
             "errors": ["/server_info: HTTP Error 404: Not Found"]}  # the router does not proxy /server_info
     assert gate_verdict(good, floors, 3) == {

@@ -6,7 +6,9 @@ import types
 
 import pytest
 
+from conftest import release_meta
 from sglang_deploy.hostside import store as store_module, switch
+from sglang_deploy.hostside.documents import StoreState
 
 A = {"source": "hf://org/m@" + "a" * 40, "manifest_sha256": "1" * 64}
 B = {"source": "hf://org/m@" + "b" * 40, "manifest_sha256": "2" * 64}
@@ -26,8 +28,8 @@ def store(tmp_path, monkeypatch):
     for release_id, weights in (("0001-aaaaaaaa", {**A, "manifest": str(tmp_path / "gone.json"), "path": "/x"}),
                                 ("0002-bbbbbbbb", None)):
         (tmp_path / "sglang" / "releases" / release_id).mkdir(parents=True)
-        store.write_meta(release_id, {"verdict": "good" if release_id.startswith("0001") else None,
-                                      "weights": weights, "exec_start": ["sglang"]})
+        store.write_meta(release_id, release_meta(id=release_id, verdict="good" if release_id.startswith("0001") else None,
+                                                  weights=weights))
     return store
 
 
@@ -35,7 +37,7 @@ def test_no_automatic_rollback_onto_weights_that_are_not_the_verified_ones(store
     """The last good release's snapshot is gone (or changed): its server is not started on it; the switch says why."""
     started = []
     monkeypatch.setattr(switch, "activate", lambda *a, **k: started.append(a) or {"ready": True})
-    state = {"active": "0001-aaaaaaaa", "last_good": "0001-aaaaaaaa", "auto_rollbacks_in_row": 0}
+    state = StoreState(active="0001-aaaaaaaa", last_good="0001-aaaaaaaa", auto_rollbacks_in_row=0)
     args = types.SimpleNamespace(release="0002-bbbbbbbb", auto_rollback=True, probe_url="http://127.0.0.1:1",
                                  rollback_timeout=10, rollback_timeout_given=False, timeout=10, settle=0)
     code = switch.fail_and_roll_back(store, state, store.meta("0002-bbbbbbbb"), {"release": "0002-bbbbbbbb",
@@ -45,7 +47,7 @@ def test_no_automatic_rollback_onto_weights_that_are_not_the_verified_ones(store
     assert (code, started) == (switch.EXIT_ROLLBACK_FAILED, [])
     assert document["rollback_readiness"]["stage"] == "weights"
     assert "not rolled back to 0001-aaaaaaaa: the manifest" in document["rollback_readiness"]["detail"]
-    assert store.state()["active"] is None and store.state()["auto_rollbacks_in_row"] == 1
+    assert store.state().active is None and store.state().auto_rollbacks_in_row == 1
 
 
 @pytest.mark.parametrize("target_verdict, last_good", [("good", "0002-bbbbbbbb"), (None, "0001-aaaaaaaa")])
@@ -57,20 +59,20 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
     for number, (release_id, verdict) in enumerate((("0001-aaaaaaaa", "good"), ("0002-bbbbbbbb", target_verdict),
                                                      ("0003-cccccccc", "good"))):
         (tmp_path / "sglang" / "releases" / release_id).mkdir(parents=True)
-        store.write_meta(release_id, {"verdict": verdict, "exec_start": ["sglang"],
-                                      "history": [{"at": f"2026-12-01T0{number}:00:00+00:00", "event": "activated"}]})
+        store.write_meta(release_id, release_meta(id=release_id, verdict=verdict, history=[
+            {"at": f"2026-12-01T0{number}:00:00+00:00", "event": "activated"}]))
     # The new release ran on this rank (marked good once its process ran); rank 0 then failed its gate.
-    store.save_state({"active": "0003-cccccccc", "last_good": "0003-cccccccc", "auto_rollbacks_in_row": 0})
+    store.save_state(StoreState(active="0003-cccccccc", last_good="0003-cccccccc", auto_rollbacks_in_row=0))
     monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "elapsed_s": 1.0})
     args = types.SimpleNamespace(release="0002-bbbbbbbb", reason="rollback (rank 0 failed)", auto_rollback=False,
                                  max_auto_rollbacks=1000, force=True, probe_url="http://127.0.0.1:1", timeout=10,
                                  settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=True, stop_only=False,
                                  on_inconclusive="keep", owner="test")
     assert switch.switch_locked(store, args) == 0
-    assert store.meta("0003-cccccccc")["verdict"] == "bad"
-    assert store.meta("0003-cccccccc")["history"][-1]["event"] == "marked bad (rollback (rank 0 failed))"
+    assert store.meta("0003-cccccccc").verdict == "bad"
+    assert store.meta("0003-cccccccc").history[-1]["event"] == "marked bad (rollback (rank 0 failed))"
     state = store.state()
-    assert state["active"] == "0002-bbbbbbbb" and state["last_good"] == last_good
+    assert state.active == "0002-bbbbbbbb" and state.last_good == last_good
 
 
 def test_a_server_argv_that_is_not_utf8_is_read_not_raised():

@@ -5,7 +5,8 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PROVEN, proven_with
+from conftest import PROVEN, gate_document, proven_with, release_meta
+from sglang_deploy.hostside.documents import Roofline, StoreState
 from sglang_deploy.hostside import watch
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import RenderError, parse_unit, render_watch, unquote_exec
@@ -142,10 +143,10 @@ def fake_release(tmp_path, monkeypatch, config=None, measurement=None):
     store = store_module.Store("sglang")
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
-    (directory / "meta.json").write_text(json.dumps({"probe_url": "http://127.0.0.1:1", "gate": {"verdict": "pass"}}))
-    (directory / "gate-config.json").write_text(json.dumps(config or {"settings": {"min_accept_length": 2.8,
-                                                                                    "min_decode_tok_s": 45}}))
-    store.save_state({"active": "0001-aaaaaaaa"})
+    (directory / "meta.json").write_text(release_meta(probe_url="http://127.0.0.1:1", gate={"verdict": "pass"}).dump())
+    (directory / "gate-config.json").write_text((config or gate_document(min_accept_length=2.8,
+                                                                         min_decode_tok_s=45)).dump())
+    store.save_state(StoreState(active="0001-aaaaaaaa"))
     monkeypatch.setattr(watch, "idle_check", lambda *a: (None, None, 0.0))
     monkeypatch.setattr(watch, "measure", lambda *a: dict(measurement or {
         "status": "ok", "decode_tok_s": 20.0, "accept_length": 1.2, "ttft_s": 0.03, "samples": 3}))
@@ -242,8 +243,8 @@ def test_decode_over_the_roofline_is_exported(tmp_path, monkeypatch):
     directory = fake_release(tmp_path, monkeypatch, measurement=measurement)
     resolved = {"tp_size": 2, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3}
     inputs = release_inputs(resolved, str(model), "NVIDIA RTX A6000")
-    assert (inputs["bandwidth_gbs"], inputs["tp"], inputs["steps"]) == (768, 2, 3)
-    (directory / "roofline.json").write_text(json.dumps(inputs))
+    assert (inputs.bandwidth_gbs, inputs.tp, inputs.steps) == (768, 2, 3)
+    (directory / "roofline.json").write_text(inputs.dump())
     assert watch.run(watch_args(tmp_path)) == 0
     entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
     expected = roofline(summarize(model), 2, 3, 3.0, 768, 200.0)
@@ -266,9 +267,11 @@ def test_decode_over_the_roofline_is_exported(tmp_path, monkeypatch):
 def test_no_roofline_without_its_inputs(tmp_path):
     entry = {"decode_tok_s": 50.0, "accept_length": 3.0}
     assert watch.roofline_bound(None, {"bytes": {}}, entry) == {}
-    assert watch.roofline_bound({"bandwidth_gbs": None, "algorithm": "EAGLE"}, {"bytes": {}}, entry) == {}
+    inputs = Roofline(gpu=None, bandwidth_gbs=None, bandwidth_source="unknown GPU None", tp=1, algorithm="EAGLE",
+                      steps=3, model_path="/m", draft_path=None)
+    assert watch.roofline_bound(inputs, {"bytes": {}}, entry) == {}
     checkpoint = {"bytes": {"layers": 2e9, "lm_head": 1e9, "mtp": 0, "embedding": 0, "vision": 0}}
-    plain = watch.roofline_bound({"bandwidth_gbs": 300, "algorithm": None, "tp": 1, "steps": 0}, checkpoint, entry)
+    plain = watch.roofline_bound(inputs.but(bandwidth_gbs=300, algorithm=None, steps=0), checkpoint, entry)
     assert plain["roofline_tok_s"] == pytest.approx(100.0)  # no speculation: tau 1, 3 GB per token at 300 GB/s
 
 
@@ -283,7 +286,7 @@ def test_a_hostile_checkpoint_leaves_the_roofline_out_not_the_measurement(tmp_pa
     (model / "model.safetensors").write_bytes(struct.pack("<Q", 1 << 62) + b"{}")
     measurement = {"status": "ok", "decode_tok_s": 50.0, "accept_length": 3.0, "ttft_s": 0.03, "samples": 3}
     directory = fake_release(tmp_path, monkeypatch, measurement=measurement)
-    (directory / "roofline.json").write_text(json.dumps(release_inputs({"tp_size": 2}, str(model), "RTX A6000")))
+    (directory / "roofline.json").write_text(release_inputs({"tp_size": 2}, str(model), "RTX A6000").dump())
     assert watch.run(watch_args(tmp_path)) == 0
     entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
     assert entry["decode_tok_s"] == 50.0 and "roofline_fraction" not in entry
@@ -297,6 +300,6 @@ def test_the_gpu_that_bounds_decode():
     assert release_gpu(False, {}, {"gpus": [{"name": "NVIDIA H200"}, {"name": "NVIDIA H200"}]}) == "NVIDIA H200"
     assert release_gpu(False, {}, {"gpus": []}) is None
     unknown = release_inputs({"tp_size": 1}, "/m", "Some GPU")
-    assert unknown["bandwidth_gbs"] is None and unknown["bandwidth_source"] == "unknown GPU 'Some GPU'"
+    assert unknown.bandwidth_gbs is None and unknown.bandwidth_source == "unknown GPU 'Some GPU'"
     assert release_inputs({"tp_size": 2, "speculative_algorithm": None, "speculative_num_steps": 3}, "/m",
-                          "NVIDIA H200")["steps"] == 0  # no speculation: no draft steps
+                          "NVIDIA H200").steps == 0  # no speculation: no draft steps

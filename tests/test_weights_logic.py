@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROVEN, REPO, write_profile
+from conftest import PROVEN, REPO, release_meta, write_profile
 from hubstub import Hub
 from sglang_deploy.hostside import weights_fetch as host_fetch
 from sglang_deploy.hostside import weights_manifest as host_manifest
@@ -337,12 +337,13 @@ def test_the_switch_refuses_weights_that_are_missing_or_changed(models, checkpoi
     directory, manifest = place(models, checkpoint)
     manifest_file = tmp_path / "m.json"
     write_manifest(manifest, manifest_file)
-    meta = {"weights": {"path": str(directory), "manifest": str(manifest_file),
-                        "manifest_sha256": host_manifest.manifest_hash(manifest)}}
-    assert host_manifest.release_problem(meta) is None and host_manifest.release_problem({}) is None
+    weights = {"path": str(directory), "manifest": str(manifest_file),
+               "manifest_sha256": host_manifest.manifest_hash(manifest)}
+    meta = release_meta(weights=weights)
+    assert host_manifest.release_problem(meta) is None and host_manifest.release_problem(release_meta()) is None
     (directory / "config.json").write_text("{}")
     assert "config.json: size" in host_manifest.release_problem(meta)
-    meta["weights"]["path"] = str(models / "gone")
+    meta = release_meta(weights={**weights, "path": str(models / "gone")})
     assert "are not on the host" in host_manifest.release_problem(meta)
 
 
@@ -353,10 +354,10 @@ def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path
     foreign = models / "someone-else" / "model"
     foreign.mkdir(parents=True)
     store = tmp_path / "store"
-    for release_id, meta in (("0001-aaaaaaaa", {"weights": {"path": str(kept)}}),
-                             ("0002-bbbbbbbb", {"exec_start": ["x", "serve", "--model-path", str(legacy)]})):
+    for release_id, meta in (("0001-aaaaaaaa", release_meta(weights={"path": str(kept)})),
+                             ("0002-bbbbbbbb", release_meta(exec_start=["x", "serve", "--model-path", str(legacy)]))):
         (store / "sglang" / "releases" / release_id).mkdir(parents=True)
-        (store / "sglang" / "releases" / release_id / "meta.json").write_text(json.dumps(meta))
+        (store / "sglang" / "releases" / release_id / "meta.json").write_text(meta.dump())
     # Just verified: a deploy may be between its fetch and the release that records the snapshot.
     result = host_prune.prune(str(models), str(store))
     assert result["removed"] == [] and dropped.is_dir()

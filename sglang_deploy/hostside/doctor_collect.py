@@ -17,6 +17,7 @@ import sys
 
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
+from .documents import GATE_RESULT_FILE, RESOLVED_FILE, DocumentError, GateConfig
 from .listener import foreign_listener, guard_unit
 from .service import service_status
 from .store import Store, service_name
@@ -94,34 +95,34 @@ def main():
     args = parser.parse_args()
     store = Store(args.service)
     guard_unit(args.service)  # every keyed request: only to the unit's own processes
-    state = store.state()
-    active = state.get("active")
+    active = store.state().active
     report = {"active": active, "errors": []}
-    meta = store.meta(active) if active else {}
-    report["meta"] = meta
-    gate_result = store.read(os.path.join(store.release_dir(active), "gate-result.json")) if active else None
+    meta = store.meta(active) if active else None
+    report["meta"] = meta.to_dict() if meta else {}
+    gate_result = store.read(os.path.join(store.release_dir(active), GATE_RESULT_FILE)) if active else None
     report["gate"] = (json.loads(gate_result).get("measurement") if gate_result else None)
-    probe_url = meta.get("probe_url", "http://127.0.0.1:30000")
+    probe_url = meta.probe_url if meta else "http://127.0.0.1:30000"
     stranger = foreign_listener(args.service, probe_url) if meta else None
     if stranger:
         report["errors"].append(stranger)
     if report["gate"] is None and meta and not stranger:
         # No gate ran for this release (skip_gate): take a short measurement of our own for tau and MBU.
-        report["gate"] = gate.measure_builtin(probe_url, store.secrets_path,
-                                              {"samples": 3, "warmup": 1, "max_new_tokens": 192, "concurrency": 1})
+        report["gate"] = gate.measure_builtin(probe_url, store.secrets_path, samples=3, warmup=1, max_new_tokens=192,
+                                              concurrency=1)
         report["gate_source"] = "doctor (3 x 192 tokens; the release has no gate result)"
     status = service_status(args.service)
     api_key = read_api_key(store.secrets_path)
     report["environ"] = evidence.process_environment(status["main_pid"]) if status["main_pid"] else {}
     report["log_findings"] = evidence.log_findings(evidence.journal_since_start(args.service))
-    declared, expect = {}, {}
+    expect = None
     if active:
         try:
-            with open(os.path.join(store.release_dir(active), "gate-config.json")) as f:
-                expect = json.load(f)["expect"]
-            declared = expect.get("environment") or {}
-        except (OSError, ValueError, KeyError, AttributeError):
+            expect = GateConfig.load(store.release_dir(active)).expect
+        except FileNotFoundError:
             pass
+        except (OSError, DocumentError) as error:  # reported, the doctor works with what it has
+            report["errors"].append(str(error))
+    declared = expect.environment if expect else {}
     report["costly_env"] = evidence.costly_undeclared(report["environ"], declared,
                                                       evidence.environment_sources(args.service))
     try:
@@ -133,7 +134,7 @@ def main():
         report["errors"].append(f"/server_info: {error}")
     # The release's verified weights snapshot (hostside/weights.py), else the release's own model.path (root's
     # gate-config.json): never a path the server reports, which root would then read.
-    model_path = (meta.get("weights") or {}).get("path") or expect.get("model_path")
+    model_path = ((meta and meta.weights) or {}).get("path") or (expect and expect.model_path)
     report["checkpoint_path"] = model_path
     try:
         report["checkpoint"] = safetensors_headers.summarize(model_path) if model_path else None
@@ -141,25 +142,25 @@ def main():
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")
     # A separate draft model (DFLASH): its bytes are read every cycle too; its verified snapshot, as for the weights.
-    draft_path = (meta.get("draft") or {}).get("path")
+    draft_path = ((meta and meta.draft) or {}).get("path")
     try:
         report["draft_checkpoint"] = safetensors_headers.summarize(draft_path) if draft_path else None
     except (OSError, ValueError, KeyError, TypeError) as error:  # a malformed header, as for the checkpoint
         report["draft_checkpoint"] = None
         report["errors"].append(f"draft model {draft_path}: {error}")
     report["offered_drafts"] = [{"source": entry.get("source"), "bytes": entry.get("bytes")}
-                                for entry in meta.get("offered_drafts") or [] if isinstance(entry, dict)]
+                                for entry in (meta.offered_drafts if meta else []) if isinstance(entry, dict)]
     report["clock_reasons"] = clock_reasons()
     report["card_memory_mib"] = card_memory_mib()
     resolved = {}
     try:
-        resolved = json.loads(store.read(os.path.join(store.release_dir(active), "resolved.json")) or "{}").get(
+        resolved = json.loads(store.read(os.path.join(store.release_dir(active), RESOLVED_FILE)) or "{}").get(
             "resolved") or {} if active else {}
     except ValueError:
         pass
     report["sandbox"] = sandbox_view(args.service, int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1))
     if args.probe:
-        python = os.path.join(meta.get("venv", ""), "bin", "python")
+        python = os.path.join(meta.venv if meta else "", "bin", "python")
         try:
             with open(os.path.join(store.release_dir(active), "profile.json")) as f:
                 user = json.load(f)["service"]["user"]

@@ -60,26 +60,26 @@ def decode_backend(server_args):
 
 
 def config_problems(server_info, environ, cmdline_ok, cmdline, expect, findings=None, costly_env=()):
-    """Differences between what the release declares (SGLang's own resolution of its command line, its
-    environment) and what the running server, its journal and its process report."""
+    """Differences between what the release declares (expect: GateExpect, SGLang's own resolution of its command
+    line, its environment) and what the running server, its journal and its process report."""
     findings = findings or {}
     problems = []
     if not cmdline_ok:
         problems.append(f"process command line differs from the release's ExecStart: running {cmdline!r}")
-    if expect.get("decode_graphs"):
+    if expect.decode_graphs:
         if decode_backend(server_info) == "disabled":
             problems.append("decode CUDA graphs are disabled in the running server "
                             "(/server_info cuda_graph_config.decode.backend = 'disabled')")
         elif not decode_graphs_captured(server_info)[0]:
             problems.append(f"decode CUDA graphs were not captured (/server_info {decode_graphs_captured(server_info)[1]})")
-    if expect.get("custom_all_reduce") and findings.get("custom_all_reduce_fallback"):
+    if expect.custom_all_reduce and findings.get("custom_all_reduce_fallback"):
         problems.append("custom all-reduce fell back to NCCL at runtime (declared: enabled); the server's journal "
                         f"says: {findings['custom_all_reduce_fallback']!r}; check GPU P2P (nvidia-smi topo -p2p r)")
-    for key, value in (expect.get("resolved") or {}).items():
+    for key, value in expect.resolved.items():
         if server_info.get(key) != value:
             problems.append(f"{key}: SGLang resolves the release's command line to {value!r}, the running server "
                             f"reports {server_info.get(key)!r}")
-    for key, value in (expect.get("environment") or {}).items():
+    for key, value in expect.environment.items():
         if key not in environ:
             problems.append(f"environment: {key} is declared ({key}={value}) but missing from the server process")
         elif environ[key] != value:
@@ -186,6 +186,7 @@ def below_floor(value, floor):
 
 def evaluate(measurement, settings, baseline=None):
     """Floors, then the comparison with the baseline: a measurement on the same host that passed its gate.
+    settings: the release's GateSettings (documents.py).
 
     Without a baseline the verdict rests on the floors. The comparison is one-sided (see compare): it
     fails a release that is slower, passes one that is as fast or faster, and is inconclusive only when
@@ -204,14 +205,14 @@ def evaluate(measurement, settings, baseline=None):
         rows.append({"metric": metric, "value": value, "spread_pct": spread, "threshold": threshold,
                      "previous": prev, "verdict": verdict})
 
-    floor = settings.get("min_decode_tok_s")
+    floor = settings.min_decode_tok_s
     if decode:
         ok = not below_floor(decode["median"], floor)
         row("decode tok/s (1 stream, median)", decode["median"], decode.get("spread_pct"),
             f">= {floor}" if floor else None, previous.get("median"), "pass" if ok else "FAIL")
         if not ok:
             reasons.append(f"single-stream decode {decode['median']:.1f} tok/s is below the floor {floor}")
-    floor_tau = settings.get("min_accept_length")
+    floor_tau = settings.min_accept_length
     if tau:
         ok = not below_floor(tau["median"], floor_tau)
         row("acceptance length tau (median)", tau["median"], tau.get("spread_pct"),
@@ -231,7 +232,7 @@ def evaluate(measurement, settings, baseline=None):
         row(f"aggregate tok/s (concurrency {measurement.get('config', {}).get('concurrency')})", aggregate["median"],
             aggregate.get("spread_pct"), None, ((baseline or {}).get("aggregate_tok_s") or {}).get("median"), "info")
 
-    tolerance = settings.get("max_regression_pct", 10.0) / 100
+    tolerance = settings.max_regression_pct / 100
     comparison = None
     if baseline and decode:
         ratios = paired_ratios(measurement.get("samples", []), baseline.get("samples", []))
@@ -295,15 +296,16 @@ def table(result):
 
 # --- running on the host -------------------------------------------------------------------------------
 
-def measure_builtin(probe_url, secrets_path, settings):
+def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, concurrency):
+    """The bench client's measurement (the gate's with its GateSettings; the watch's and the doctor's shorter)."""
     command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
-               "--samples", str(settings["samples"]), "--warmup", str(settings["warmup"]),
-               "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"])]
+               "--samples", str(samples), "--warmup", str(warmup),
+               "--max-new-tokens", str(max_new_tokens), "--concurrency", str(concurrency)]
     if client.GUARD is not None:  # the bench checks each keyed connection too (listener.py)
         command += ["--service", client.GUARD.service]
     # An overall deadline: every request at its own deadline (bench.py: 60 s + 1 s per token), plus start-up.
-    requests = settings["warmup"] + settings["samples"] + 2
-    deadline = 120 + requests * (60 + settings["max_new_tokens"])
+    requests = warmup + samples + 2
+    deadline = 120 + requests * (60 + max_new_tokens)
     try:
         result = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=deadline, cwd=PACKAGE_PARENT)  # progress: stderr
     except subprocess.TimeoutExpired:
@@ -334,9 +336,10 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
     release when it serves the same weights (for the agreement figure).
 
     evidence: {"findings": SGLang's own log lines since the unit started, "environ": the process's
-    whole environment, "costly_env": undeclared costly variables with their sources} (evidence.py)."""
+    whole environment, "costly_env": undeclared costly variables with their sources} (evidence.py).
+    config: the release's GateConfig (documents.py)."""
     started = time.monotonic()
-    settings, expect = config["settings"], config["expect"]
+    settings, expect = config.settings, config.expect
     try:
         server_info = get_json(probe_url + "/server_info", api_key)
         read_error = None
@@ -353,12 +356,13 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
                                                  else read_error],
                   "inconclusive": [], "rows": [], "comparison": None, "measurement": None}
     else:
-        output = output_check.run(probe_url, api_key, expect.get("served_name") or "default", baseline_output)
+        output = output_check.run(probe_url, api_key, expect.served_name or "default", baseline_output)
         if output["verdict"] == "fail":
             result = {"verdict": "fail", "reasons": output["reasons"], "inconclusive": output["inconclusive"],
                       "rows": output_rows(output), "comparison": None, "measurement": None}
         else:
-            measurement = measure_builtin(probe_url, secrets_path, settings)
+            measurement = measure_builtin(probe_url, secrets_path, settings.samples, settings.warmup,
+                                          settings.max_new_tokens, settings.concurrency)
             result = evaluate(measurement, settings, baseline)
             result["measurement"] = measurement
             result["rows"] = output_rows(output) + result["rows"]

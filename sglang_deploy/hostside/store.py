@@ -12,9 +12,9 @@ Layout (``/var/lib/sglang-deploy/<service>/``):
                                                       drop old releases (never the active or last good one)
                                                       and virtualenvs no retained release points at
 
-Every command prints JSON on stdout. Standard library only; it imports only service.py of its package (the
-controller's facts send both inline to a host that has nothing installed yet: roles/facts.py inline_host), and
-the controller imports its paths and pure helpers, so the host's paths are written here once.
+Every command prints JSON on stdout. Standard library only; it imports only service.py and documents.py of its
+package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
+inline_host), and the controller imports its paths and pure helpers, so the host's paths are written here once.
 """
 
 import argparse
@@ -27,6 +27,8 @@ import re
 import shutil
 import sys
 
+from .documents import (GATE_RESULT_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig, LockInfo, ReleaseMeta,
+                        StoreState)
 from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
@@ -49,9 +51,12 @@ def next_release_id(existing_ids, digest: str) -> str:
 
 
 def last_used(meta) -> str:
-    """When a release last became active (a redeploy reuses an old release), else when it was created."""
-    activations = [e["at"] for e in meta.get("history", []) if e.get("event", "").startswith("activated")]
-    return max(activations + [meta.get("created") or ""])
+    """When a release last became active (a redeploy reuses an old release), else when it was created.
+    meta: a ReleaseMeta, or its dict as the state command reports it (the controller's release listing)."""
+    history, created = ((meta.history, meta.created) if isinstance(meta, ReleaseMeta)
+                        else (meta.get("history") or [], meta.get("created")))
+    activations = [e["at"] for e in history if e.get("event", "").startswith("activated")]
+    return max(activations + [created or ""])
 
 
 def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
@@ -61,24 +66,25 @@ def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
 
 
 
-def release_auth(meta) -> str:
+def release_auth(meta: ReleaseMeta) -> str:
     """api-key or none; releases from before the field existed: from their command line (--config carries the key)."""
-    if meta.get("auth") in ("api-key", "none"):
-        return meta["auth"]
-    return "api-key" if "--config" in (meta.get("exec_start") or []) else "none"
+    if meta.auth in ("api-key", "none"):
+        return meta.auth
+    return "api-key" if "--config" in (meta.exec_start or []) else "none"
 
 
 def auth_change(from_meta, to_meta):
-    """A sentence when switching between the two releases changes whether the server requires the API key."""
+    """A sentence when switching between the two releases (ReleaseMeta, or None) changes whether the server requires
+    the API key."""
     if not from_meta or not to_meta:
         return None
     before, after = release_auth(from_meta), release_auth(to_meta)
     if before == after:
         return None
     if after == "none":
-        return (f"AUTHENTICATION CHANGES: release {to_meta.get('id', '?')} runs WITHOUT an API key (auth none); the "
+        return (f"AUTHENTICATION CHANGES: release {to_meta.id} runs WITHOUT an API key (auth none); the "
                 f"release it replaces required one")
-    return (f"authentication changes: release {to_meta.get('id', '?')} requires the API key (auth api-key); the "
+    return (f"authentication changes: release {to_meta.id} requires the API key (auth api-key); the "
             f"release it replaces ran without one")
 
 
@@ -122,7 +128,7 @@ class Store:
         self.service = service
         self.root = os.path.join(STORE_ROOT, service)
         self.releases_dir = os.path.join(self.root, "releases")
-        self.state_path = os.path.join(self.root, "state.json")
+        self.state_path = os.path.join(self.root, StoreState.FILE)
         self.unit_path = f"/etc/systemd/system/{service}.service"
         self.env_path = f"/etc/sglang-deploy/{service}/sglang.env"
         self.secrets_path = f"/etc/sglang-deploy/{service}/secrets.yaml"
@@ -148,7 +154,7 @@ class Store:
             return []
         ids = []
         for i in os.listdir(self.releases_dir):
-            path = os.path.join(self.releases_dir, i, "meta.json")
+            path = os.path.join(self.releases_dir, i, ReleaseMeta.FILE)
             if not RELEASE_ID.match(i) or not os.path.exists(path):
                 continue
             try:
@@ -161,31 +167,28 @@ class Store:
             ids.append(i)
         return sorted(ids, key=lambda i: int(RELEASE_ID.match(i).group(1)))
 
-    def meta(self, release_id):
-        with open(os.path.join(self.release_dir(release_id), "meta.json")) as f:
-            return json.load(f)
+    def meta(self, release_id) -> ReleaseMeta:
+        """The release's meta.json (its id is its directory's name); a DocumentError names the file and field."""
+        return ReleaseMeta.load(self.release_dir(release_id)).but(id=release_id)
 
-    def write_meta(self, release_id, meta):
-        atomic_write(os.path.join(self.release_dir(release_id), "meta.json"), json.dumps(meta, indent=1) + "\n", 0o644)
+    def write_meta(self, release_id, meta: ReleaseMeta):
+        atomic_write(os.path.join(self.release_dir(release_id), ReleaseMeta.FILE), meta.dump(), 0o644)
 
-    def state(self):
-        empty = {"active": None, "last_good": None, "auto_rollbacks_in_row": 0, "switching": None}
+    def state(self) -> StoreState:
         try:
             with open(self.state_path) as f:
-                state = json.load(f)
-            if not isinstance(state, dict):
-                raise ValueError("not a JSON object")
-            return state
+                text = f.read()
+            return StoreState.loads(text, self.state_path)
         except FileNotFoundError:
-            return empty
-        except (ValueError, UnicodeDecodeError) as error:
+            return StoreState()
+        except (ValueError, UnicodeDecodeError) as error:  # DocumentError included
             # The next deploy converges: the host is inconsistent with "no active release".
             self.set_aside(self.state_path, error)
-            return empty
+            return StoreState()
 
-    def save_state(self, state):
+    def save_state(self, state: StoreState):
         os.makedirs(self.root, exist_ok=True)
-        atomic_write(self.state_path, json.dumps(state, indent=1) + "\n", 0o644)
+        atomic_write(self.state_path, state.dump(), 0o644)
 
     def read(self, path):
         try:
@@ -255,7 +258,7 @@ class Locked(Exception):
 class Lock:
     def __init__(self, store, owner):
         self.path = os.path.join(store.root, "lock")
-        self.info_path = os.path.join(store.root, "lock.json")
+        self.info_path = os.path.join(store.root, LockInfo.FILE)
         self.owner = owner
         self.handle = None
 
@@ -266,7 +269,7 @@ class Lock:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(holder(self.info_path)) from None
-        atomic_write(self.info_path, json.dumps({"owner": self.owner, "pid": os.getpid(), "since": now()}) + "\n", 0o644)
+        atomic_write(self.info_path, LockInfo(owner=self.owner, pid=os.getpid(), since=now()).dump(), 0o644)
         return self
 
     def __exit__(self, *exc):
@@ -278,16 +281,16 @@ class Lock:
         self.handle.close()
 
 
-def holder(info_path):
+def holder(info_path) -> LockInfo:
     try:
         with open(info_path) as f:
-            return json.load(f)
-    except (FileNotFoundError, ValueError):
-        return {"owner": "unknown"}
+            return LockInfo.loads(f.read(), info_path)
+    except (FileNotFoundError, ValueError):  # DocumentError included
+        return LockInfo(owner="unknown")
 
 
 def lock_holder(store):
-    """The current holder, or None (a stale lock.json of a dead process does not count)."""
+    """The current holder (LockInfo), or None (a stale lock.json of a dead process does not count)."""
     path = os.path.join(store.root, "lock")
     if not os.path.exists(path):
         return None
@@ -295,7 +298,7 @@ def lock_holder(store):
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            return holder(os.path.join(store.root, "lock.json"))
+            return holder(os.path.join(store.root, LockInfo.FILE))
         fcntl.flock(handle, fcntl.LOCK_UN)
     return None
 
@@ -305,15 +308,11 @@ def lock_holder(store):
 def cmd_state(args):
     store = Store(args.service)
     state = store.state()
-    releases = []
-    for release_id in store.ids():
-        meta = store.meta(release_id)
-        meta["id"] = release_id
-        releases.append(meta)
+    metas = [store.meta(release_id) for release_id in store.ids()]
     unit, env = store.read(store.unit_path), store.read(store.env_path)
     installed = content_hash(unit, env) if unit is not None and env is not None else None
     running = service_status(args.service)
-    active_meta = next((r for r in releases if r["id"] == state.get("active")), None)
+    active_meta = next((meta for meta in metas if meta.id == state.active), None)
     drift = environment_drift(running["main_pid"], env_file_values(env)) if running["main_pid"] and env else None
     overriding = environment_drop_ins(args.service) if drift else []
     if drift and overriding:
@@ -324,16 +323,18 @@ def cmd_state(args):
         drift = None
     inconsistent = [why for why, off in (
         ("no active release", not active_meta),
-        ("a switch was interrupted", state.get("switching")),
+        ("a switch was interrupted", state.switching),
         ("the installed unit or environment file is not the active release's",
-         active_meta and installed != active_meta.get("content_hash")),
+         active_meta and installed != active_meta.content_hash),
         (f"the service is {running['active_state']}", running["active_state"] != "active"),
         ("the server's command line is not the release's ExecStart",
          running["active_state"] == "active" and active_meta
-         and not cmdline_matches(running["cmdline"], active_meta.get("exec_start"))),
+         and not cmdline_matches(running["cmdline"], active_meta.exec_start)),
         (f"the server process's environment differs from the release's in {', '.join(drift or [])}", drift),
     ) if off]
-    emit({"service": args.service, "state": state, "releases": releases, "lock": lock_holder(store),
+    lock = lock_holder(store)
+    emit({"service": args.service, "state": state.to_dict(), "releases": [meta.to_dict() for meta in metas],
+          "lock": lock and lock.to_dict(),
           "installed_hash": installed, "running": running, "consistent": not inconsistent,
           "inconsistent": inconsistent, "problems": store.problems})
     return 0
@@ -347,26 +348,27 @@ def cmd_history(args):
         meta = store.meta(release_id)
         directory = store.release_dir(release_id)
         try:
-            gate = json.loads(store.read(os.path.join(directory, "gate-result.json")) or "{}")
+            gate = json.loads(store.read(os.path.join(directory, GATE_RESULT_FILE)) or "{}")
         except ValueError:
             gate = {}
         measurement = gate.get("measurement") or {}
         try:
-            settings = json.loads(store.read(os.path.join(directory, "gate-config.json")) or "{}").get("settings") or {}
-        except (ValueError, AttributeError):
-            settings = {}
-        watch = json_lines(store.read(os.path.join(directory, "watch.jsonl")))
-        out.append({"id": release_id, "created": meta.get("created"), "history": meta.get("history") or [],
-                    "verdict": meta.get("verdict"), "exec_start": meta.get("exec_start"),
+            settings = GateConfig.load(directory).settings
+        except (OSError, DocumentError) as error:  # a listing: the release's floors are shown as unknown, and why
+            log(f"release {release_id}: no floors shown: {error}")
+            settings = None
+        watch = json_lines(store.read(os.path.join(directory, WATCH_HISTORY_FILE)))
+        out.append({"id": release_id, "created": meta.created, "history": meta.history,
+                    "verdict": meta.verdict, "exec_start": meta.exec_start,
                     "environment": {name: "(masked)" if secret_name(name) else value for name, value in
                                     env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},
-                    "floors": {"decode_tok_s": settings.get("min_decode_tok_s"),
-                               "accept_length": settings.get("min_accept_length")},
-                    "gate": {"verdict": gate.get("verdict"), "at": (meta.get("gate") or {}).get("at"),
+                    "floors": {"decode_tok_s": settings and settings.min_decode_tok_s,
+                               "accept_length": settings and settings.min_accept_length},
+                    "gate": {"verdict": gate.get("verdict"), "at": (meta.gate or {}).get("at"),
                              **{key: (measurement.get(key) or {}).get("median")
                                 for key in ("decode_tok_s", "accept_length", "ttft_s")}} if gate else None,
                     "watch": watch[-args.limit:]})
-    emit({"service": args.service, "state": store.state(), "releases": out})
+    emit({"service": args.service, "state": store.state().to_dict(), "releases": out})
     return 0
 
 
@@ -376,14 +378,14 @@ def cmd_prune(args):
         with Lock(store, "prune"):
             return prune_locked(store, args)
     except Locked as locked:
-        log(f"prune skipped: another deploy or rollback is running ({locked.args[0].get('owner')})")
+        log(f"prune skipped: another deploy or rollback is running ({locked.args[0].owner})")
         emit({"ok": False, "skipped": "locked"})
         return 0
 
 
 def prune_locked(store, args):
     state = store.state()
-    protected = {state.get("active"), state.get("last_good"), (state.get("switching") or {}).get("to")}
+    protected = {state.active, state.last_good, (state.switching or {}).get("to")}
     by_use = sorted(store.ids(), key=lambda release_id: last_used(store.meta(release_id)))
     removed = releases_to_prune(by_use, args.keep, protected)
     for release_id in removed:
@@ -393,7 +395,7 @@ def prune_locked(store, args):
     for service in os.listdir(STORE_ROOT) if os.path.isdir(STORE_ROOT) else []:
         other = Store(service)
         for release_id in other.ids():
-            in_use.add(other.meta(release_id).get("venv"))
+            in_use.add(other.meta(release_id).venv)
     dropped_venvs = []
     if os.path.isdir(VENV_ROOT) and in_use:
         for name in os.listdir(VENV_ROOT):

@@ -16,6 +16,7 @@ import signal
 import sys
 
 from . import evidence, gate, weights_manifest
+from .documents import GATE_RESULT_FILE, LAST_SWITCH_FILE, GateConfig
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
@@ -96,9 +97,10 @@ def activate(store, release_id, probe_url, timeout, settle):
     log(f"restarting {store.service}.service on release {release_id}")
     systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
     systemctl("restart", f"{store.service}.service")
-    if store.meta(release_id).get("serves_http") is False:  # a multi-node rank > 0: no HTTP server of its own
+    meta = store.meta(release_id)
+    if not meta.serves_http:  # a multi-node rank > 0: no HTTP server of its own
         return wait_running(store, settle)
-    return wait_ready(store, probe_url, timeout, settle, auth=release_auth(store.meta(release_id)))
+    return wait_ready(store, probe_url, timeout, settle, auth=release_auth(meta))
 
 
 def switch(args):
@@ -111,19 +113,16 @@ def switch(args):
         with Lock(store, args.owner):
             return switch_locked(store, args)
     except Locked as locked:
-        info = locked.args[0]
-        message = (f"another deploy or rollback is running: {info.get('owner')} (pid {info.get('pid')}, "
-                   f"since {info.get('since')})")
-        log(message)
+        log(locked.args[0].refusal())
         return EXIT_LOCKED
 
 
 def switch_locked(store, args):
     state = store.state()
-    previous = state.get("active")
-    if args.auto_rollback and state.get("auto_rollbacks_in_row", 0) >= args.max_auto_rollbacks and not args.force:
+    previous = state.active
+    if args.auto_rollback and state.auto_rollbacks_in_row >= args.max_auto_rollbacks and not args.force:
         return finish(store, {"ok": False, "release": args.release, "error": (
-            f"{state['auto_rollbacks_in_row']} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
+            f"{state.auto_rollbacks_in_row} automatic rollbacks in a row (cap {args.max_auto_rollbacks}); "
             "fix the cause, or deploy with --data force=true")}, 2)
     meta = store.meta(args.release)
     problem = weights_manifest.release_problem(meta)  # the weights must be in place and verified: else no switch
@@ -137,9 +136,9 @@ def switch_locked(store, args):
             return 2
         log(f"{store.service}.service stopped for the switch to {args.release} (the nodes restart together)")
         return 0
-    state["switching"] = {"to": args.release, "from": previous, "since": now(), "reason": args.reason}
+    state = state.but(switching={"to": args.release, "from": previous, "since": now(), "reason": args.reason})
     store.save_state(state)
-    change = auth_change(store.meta(previous) if previous in store.ids() else None, dict(meta, id=args.release))
+    change = auth_change(store.meta(previous) if previous in store.ids() else None, meta)
     if change:
         log(change)
     result = activate(store, args.release, args.probe_url, args.timeout, args.settle)
@@ -151,7 +150,7 @@ def switch_locked(store, args):
         log(f"release {args.release} failed at stage {result['stage']}: {result.get('detail')}")
         return fail_and_roll_back(store, state, meta, document, args, f"failed to start: {result.get('detail')}")
 
-    verdict = "good" if args.mark_good_on_ready else meta.get("verdict")
+    verdict = "good" if args.mark_good_on_ready else meta.verdict
     if args.gate:
         try:
             gate_result = run_gate(store, args, meta, state)
@@ -159,9 +158,9 @@ def switch_locked(store, args):
             gate_result = {"verdict": "inconclusive", "reasons": [], "rows": [], "config_problems": [],
                            "inconclusive": [f"the gate could not run: {type(error).__name__}: {error}"]}
         document["gate"] = gate_result
-        meta["gate"] = {"verdict": gate_result["verdict"], "summary": gate_summary(gate_result),
-                        "at": now(), "simulated": gate_result.get("simulated"),
-                        "baseline": gate_result.get("baseline_release")}
+        meta = meta.but(gate={"verdict": gate_result["verdict"], "summary": gate_summary(gate_result),
+                              "at": now(), "simulated": gate_result.get("simulated"),
+                              "baseline": gate_result.get("baseline_release")})
         if gate_result["verdict"] == "fail" or (gate_result["verdict"] == "inconclusive"
                                                 and args.on_inconclusive == "rollback"):
             return fail_and_roll_back(store, state, meta, document, args,
@@ -169,46 +168,40 @@ def switch_locked(store, args):
                                           gate_result["reasons"] + gate_result["inconclusive"]),
                                       verdict="bad" if gate_result["verdict"] == "fail" else "inconclusive")
         verdict = "good" if gate_result["verdict"] == "pass" else "inconclusive"
-    meta["verdict"] = verdict
-    # What decided the verdict: "gate" (measured; meta["gate"] says how), "skip_gate" (marked good when ready,
-    # not measured now: whatever meta["gate"] holds is an older measurement), or an earlier decision.
-    meta["verdict_by"] = "gate" if args.gate else "skip_gate" if args.mark_good_on_ready else meta.get("verdict_by")
-    meta.setdefault("history", []).append({"at": now(), "event": f"activated ({args.reason})"
-                                           + (", marked good without the gate (skip_gate)"
-                                              if args.mark_good_on_ready and not args.gate else "")})
+    # What decided the verdict: "gate" (measured; meta.gate says how), "skip_gate" (marked good when ready,
+    # not measured now: whatever meta.gate holds is an older measurement), or an earlier decision.
+    meta = meta.with_event(now(), f"activated ({args.reason})" + (", marked good without the gate (skip_gate)"
+                                                                  if args.mark_good_on_ready and not args.gate else ""),
+                           verdict=verdict,
+                           verdict_by="gate" if args.gate else "skip_gate" if args.mark_good_on_ready else meta.verdict_by)
     store.write_meta(args.release, meta)
     if args.mark_previous_bad and previous and previous != args.release and previous in store.ids():
         # A rank > 0 following rank 0 back: the release it leaves failed on rank 0 (one release id, all nodes).
-        left = store.meta(previous)
-        left.update(verdict="bad", verdict_by="rank 0")
-        left.setdefault("history", []).append({"at": now(), "event": f"marked bad ({args.reason})"})
-        store.write_meta(previous, left)
-        if state.get("last_good") == previous:  # the good release it had before, most recently used first
+        store.write_meta(previous, store.meta(previous).with_event(now(), f"marked bad ({args.reason})",
+                                                                   verdict="bad", verdict_by="rank 0"))
+        if state.last_good == previous:  # the good release it had before, most recently used first
             good = [i for i in store.ids() if i != previous and (i == args.release and verdict == "good"
-                                                                 or store.meta(i).get("verdict") == "good")]
-            state["last_good"] = max(good, key=lambda i: last_used(store.meta(i)), default=None)
+                                                                 or store.meta(i).verdict == "good")]
+            state = state.but(last_good=max(good, key=lambda i: last_used(store.meta(i)), default=None))
     if verdict == "good":
-        state.update(last_good=args.release, auto_rollbacks_in_row=0)
-    state.update(active=args.release, switching=None)
+        state = state.but(last_good=args.release, auto_rollbacks_in_row=0)
+    state = state.but(active=args.release, switching=None)
     store.save_state(state)
     document.update(ok=True, active=args.release, verdict=verdict)
     return finish(store, document, 0)
 
 
 def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad"):
-    meta["verdict"] = verdict
-    meta["verdict_by"] = "gate" if "gate" in document else "readiness"
-    meta.setdefault("history", []).append({"at": now(), "event": event})
+    meta = meta.with_event(now(), event, verdict=verdict, verdict_by="gate" if "gate" in document else "readiness")
     store.write_meta(args.release, meta)
     document.update(ok=False, failure=event)
-    target = state.get("last_good")
+    target = state.last_good
     if not args.auto_rollback or not target or target == args.release:
-        state.update(active=args.release if target != args.release else None, switching=None)
-        store.save_state(state)
+        store.save_state(state.but(active=args.release if target != args.release else None, switching=None))
         document["rolled_back_to"] = None
         return finish(store, document, EXIT_FAILED_ROLLED_BACK)
     log(f"automatic rollback to the last good release {target}")
-    change = auth_change(dict(meta, id=args.release), dict(store.meta(target), id=target))
+    change = auth_change(meta, store.meta(target))
     if change:
         log(change)
         document["rollback_auth_change"] = change
@@ -220,21 +213,17 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         back = {"ready": False, "stage": "weights", "elapsed_s": 0.0, "journal": "",
                 "detail": f"not rolled back to {target}: {problem}"}
         log(back["detail"])
-        state.update(active=None, switching=None, auto_rollbacks_in_row=state.get("auto_rollbacks_in_row", 0) + 1)
-        store.save_state(state)
+        store.save_state(state.but(active=None, switching=None, auto_rollbacks_in_row=state.auto_rollbacks_in_row + 1))
         document.update(rolled_back_to=target, rollback_readiness=back)
         return finish(store, document, EXIT_ROLLBACK_FAILED)
-    target_url = target_meta.get("probe_url") if LOOPBACK_URL.fullmatch(str(target_meta.get("probe_url"))) else None
+    target_url = target_meta.probe_url if LOOPBACK_URL.fullmatch(str(target_meta.probe_url)) else None
     back = activate(store, target, target_url or args.probe_url,
                     args.rollback_timeout if args.rollback_timeout_given
-                    else float(target_meta.get("start_timeout_s") or args.timeout), args.settle)
+                    else float(target_meta.start_timeout_s or args.timeout), args.settle)
     if back["ready"]:
-        target_meta = store.meta(target)
-        target_meta.setdefault("history", []).append({"at": now(), "event": "activated (automatic rollback)"})
-        store.write_meta(target, target_meta)
-    state.update(active=target if back["ready"] else None, switching=None,
-                 auto_rollbacks_in_row=state.get("auto_rollbacks_in_row", 0) + 1)
-    store.save_state(state)
+        store.write_meta(target, store.meta(target).with_event(now(), "activated (automatic rollback)"))
+    store.save_state(state.but(active=target if back["ready"] else None, switching=None,
+                               auto_rollbacks_in_row=state.auto_rollbacks_in_row + 1))
     document.update(rolled_back_to=target, rollback_readiness=back)
     return finish(store, document, EXIT_FAILED_ROLLED_BACK if back["ready"] else EXIT_ROLLBACK_FAILED)
 
@@ -253,10 +242,10 @@ def choose_baseline(candidates, last_good, current):
     measurement that passed its gate (meta's gate verdict and the stored result both "pass"). A release
     marked good without passing (skip_gate: never measured, or measured and failed) is no baseline: the
     last good release when it passed, else the release whose gate passed last, else none (the verdict
-    then rests on the floors). The release being measured is never its own baseline.
+    then rests on the floors). The release being measured is never its own baseline. meta: ReleaseMeta.
     """
     def passed(meta, stored_verdict):
-        return (meta.get("gate") or {}).get("verdict") == "pass" and stored_verdict == "pass"
+        return (meta.gate or {}).get("verdict") == "pass" and stored_verdict == "pass"
 
     eligible = [(release_id, meta) for release_id, meta, stored in candidates
                 if release_id != current and passed(meta, stored)]
@@ -264,14 +253,14 @@ def choose_baseline(candidates, last_good, current):
     why_not = None
     if last_good and last_good != current and last_good_meta is not None:
         if any(release_id == last_good for release_id, _ in eligible):
-            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta['gate'].get('at')})"
-        gate = (last_good_meta.get("gate") or {}).get("verdict")
+            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta.gate.get('at')})"
+        gate = (last_good_meta.gate or {}).get("verdict")
         why_not = (f"the last good release {last_good} is no baseline: it was marked good without passing its gate ("
                    + ("never measured" if not gate else f"gate {gate}" if gate != "pass" else "no stored passed result")
                    + ")")
     if eligible:
-        release_id, meta = max(eligible, key=lambda item: item[1]["gate"].get("at") or "")
-        note = f"release {release_id}, the last release that passed its gate ({meta['gate'].get('at')})"
+        release_id, meta = max(eligible, key=lambda item: item[1].gate.get("at") or "")
+        note = f"release {release_id}, the last release that passed its gate ({meta.gate.get('at')})"
         return release_id, (f"{note}; {why_not}" if why_not else note)
     return None, ("no passed baseline, the verdict rests on the floors (no other release on this host passed its gate"
                   + (f"; {why_not})" if why_not else ")"))
@@ -279,22 +268,21 @@ def choose_baseline(candidates, last_good, current):
 
 def run_gate(store, args, meta, state):
     directory = store.release_dir(args.release)
-    with open(os.path.join(directory, "gate-config.json")) as f:
-        config = json.load(f)
+    config = GateConfig.load(directory)
     candidates, stored = [], {}
     for release_id in store.ids():
-        text = store.read(os.path.join(store.release_dir(release_id), "gate-result.json"))
+        text = store.read(os.path.join(store.release_dir(release_id), GATE_RESULT_FILE))
         try:
             stored[release_id] = json.loads(text) if text else {}
         except ValueError:  # a damaged result is no baseline
             stored[release_id] = {}
         candidates.append((release_id, store.meta(release_id), stored[release_id].get("verdict")))
-    baseline_release, note = choose_baseline(candidates, state.get("last_good"), args.release)
+    baseline_release, note = choose_baseline(candidates, state.last_good, args.release)
     baseline = stored[baseline_release].get("measurement") if baseline_release else None
     # the greedy outputs are compared only on the same weights (another snapshot answers otherwise)
     baseline_output = stored[baseline_release].get("output") if baseline_release else None
     if baseline_release:
-        change = baseline_weights_note(meta.get("weights"), store.meta(baseline_release).get("weights"))
+        change = baseline_weights_note(meta.weights, store.meta(baseline_release).weights)
         if change:
             note = f"{note}; {change}"
             baseline_output = None
@@ -302,19 +290,19 @@ def run_gate(store, args, meta, state):
     log(f"gate: checking the running server against release {args.release}, then measuring; baseline: {note}")
     environ = evidence.process_environment(status["main_pid"])
     found = {"environ": environ, "findings": evidence.log_findings(evidence.journal_since_start(store.service)),
-             "costly_env": evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
+             "costly_env": evidence.costly_undeclared(environ, config.expect.environment,
                                                       evidence.environment_sources(store.service))}
     api_key = read_api_key(store.secrets_path)
     stranger = foreign_listener(store.service, args.probe_url)
     if stranger:
         return {"verdict": "fail", "reasons": [stranger], "rows": [], "config_problems": [], "inconclusive": []}
     result = gate.run(args.probe_url, store.secrets_path, api_key, status["main_pid"],
-                      cmdline_matches(status["cmdline"], meta.get("exec_start")), status["cmdline"], config,
+                      cmdline_matches(status["cmdline"], meta.exec_start), status["cmdline"], config,
                       baseline, found, baseline_output=baseline_output)
     result = evidence.redact(result, [api_key])
     result["baseline_release"] = baseline_release
     result["baseline"] = {"release": baseline_release, "note": note}
-    atomic_write(os.path.join(directory, "gate-result.json"), json.dumps(result, indent=1) + "\n", 0o644)
+    atomic_write(os.path.join(directory, GATE_RESULT_FILE), json.dumps(result, indent=1) + "\n", 0o644)
     log("gate result:\n" + gate.table(result))
     return result
 
@@ -363,7 +351,7 @@ def finish(store, document, code):
     document["exit_code"] = code
     document["finished"] = now()
     os.makedirs(store.root, exist_ok=True)
-    atomic_write(os.path.join(store.root, "last_switch.json"), json.dumps(document, indent=1) + "\n", 0o644)
+    atomic_write(os.path.join(store.root, LAST_SWITCH_FILE), json.dumps(document, indent=1) + "\n", 0o644)
     log(describe(document))  # the full document is in last_switch.json
     return code
 

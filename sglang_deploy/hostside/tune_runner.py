@@ -16,6 +16,7 @@ import time
 
 from . import evidence, gate, output_check
 from .client import read_api_key
+from .documents import LAST_SWITCH_FILE, PROFILE_FILE, RESOLVED_FILE, GateConfig, ReleaseMeta
 from .listener import foreign_listener
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
@@ -145,17 +146,17 @@ class Session:
     # --- the session ---------------------------------------------------------------------------
     def consistent_original(self):
         state = self.store.state()
-        active = state.get("active")
+        active = state.active
         if not active or active not in self.store.ids():
             return None, "no active release to return to: deploy first"
-        if state.get("switching"):
-            return None, f"a switch was interrupted ({state['switching']}): deploy first, so the host converges"
+        if state.switching:
+            return None, f"a switch was interrupted ({state.switching}): deploy first, so the host converges"
         meta = self.store.meta(active)
         unit, env = self.store.read(self.store.unit_path), self.store.read(self.store.env_path)
         installed = content_hash(unit, env) if unit is not None and env is not None else None
         running = service_status(self.args.service)
-        if installed != meta.get("content_hash") or running["active_state"] != "active" or not \
-                cmdline_matches(running["cmdline"], meta.get("exec_start")):
+        if installed != meta.content_hash or running["active_state"] != "active" or not \
+                cmdline_matches(running["cmdline"], meta.exec_start):
             return None, (f"the host is not consistent with its active release {active} (unit, environment or running "
                           "process differ, or the service is down): deploy first")
         return active, meta
@@ -166,8 +167,8 @@ class Session:
                 return self.locked()
         except Locked as locked:
             info = locked.args[0]
-            self.save_status(state="failed", message=f"the release store is locked by {info.get('owner')} "
-                                                      f"(pid {info.get('pid')}, since {info.get('since')})")
+            self.save_status(state="failed", message=f"the release store is locked by {info.owner} "
+                                                      f"(pid {info.pid}, since {info.since})")
             return EXIT_LOCKED
 
     def locked(self):
@@ -176,7 +177,7 @@ class Session:
             self.save_status(state="failed", message=meta)
             return 2
         self.original, self.original_meta, self.current = original, meta, original
-        last_switch = read_json(os.path.join(self.store.root, "last_switch.json"), {}) or {}
+        last_switch = read_json(os.path.join(self.store.root, LAST_SWITCH_FILE), {}) or {}
         start_estimate = ((last_switch.get("readiness") or {}).get("elapsed_s")
                           if last_switch.get("release") == original else None)
         for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
@@ -185,7 +186,7 @@ class Session:
         os.makedirs(self.paths.queue, exist_ok=True)
         os.makedirs(self.paths.results, exist_ok=True)
         self.save_status(state="ready", original=original, current=original, start_estimate_s=start_estimate,
-                         probe_url=meta.get("probe_url"), message=f"holding the lock; original release {original}")
+                         probe_url=meta.probe_url, message=f"holding the lock; original release {original}")
         threading.Thread(target=self.watchdog, daemon=True).start()
         outcome, code = "closed", 0
         try:
@@ -234,29 +235,28 @@ class Session:
         os.makedirs(directory, exist_ok=True)
         self.created.append(release_id)
         files = item["files"]
-        for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), ("profile.json", 0o644),
-                           ("gate-config.json", 0o644), ("resolved.json", 0o644), ("meta.json", 0o644)):
+        for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), (PROFILE_FILE, 0o644),
+                           (GateConfig.FILE, 0o644), (RESOLVED_FILE, 0o644), (ReleaseMeta.FILE, 0o644)):
             atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
         return release_id
 
     def switch_to(self, release_id, start_timeout=None):
-        state = self.store.state()
-        state["switching"] = {"to": release_id, "from": self.original, "since": now(),
-                              "reason": f"tune session {self.args.session} (temporary)"}
-        self.store.save_state(state)
+        self.store.save_state(self.store.state().but(switching={
+            "to": release_id, "from": self.original, "since": now(),
+            "reason": f"tune session {self.args.session} (temporary)"}))
         self.current = release_id
         self.save_status(current=release_id)
         meta = self.store.meta(release_id)
-        timeout = min(float(meta.get("start_timeout_s") or 1800), float(start_timeout or 1e9))
-        return activate(self.store, release_id, meta.get("probe_url") or self.original_meta["probe_url"],
+        timeout = min(float(meta.start_timeout_s or 1800), float(start_timeout or 1e9))
+        return activate(self.store, release_id, meta.probe_url or self.original_meta.probe_url,
                                  timeout, 2.0)
 
     def config_check(self, release_id):
         """The gate's effective-configuration check against SGLang's resolution of the candidate."""
         directory = self.store.release_dir(release_id)
-        config = read_json(os.path.join(directory, "gate-config.json"))
+        expect = GateConfig.load(directory).expect
         meta = self.store.meta(release_id)
-        probe_url = meta.get("probe_url") or self.original_meta["probe_url"]
+        probe_url = meta.probe_url or self.original_meta.probe_url
         api_key = read_api_key(self.store.secrets_path)
         status = service_status(self.args.service)
         stranger = foreign_listener(self.args.service, probe_url)
@@ -268,10 +268,10 @@ class Session:
             return [f"could not read /server_info: {error}"]
         environ = evidence.process_environment(status["main_pid"])
         findings = evidence.log_findings(evidence.journal_since_start(self.args.service))
-        costly = evidence.costly_undeclared(environ, config["expect"].get("environment") or {},
+        costly = evidence.costly_undeclared(environ, expect.environment,
                                             evidence.environment_sources(self.args.service))
         problems = gate.config_problems(server_info, environ, cmdline_matches(status["cmdline"],
-                                        meta.get("exec_start")), status["cmdline"], config["expect"], findings, costly)
+                                        meta.exec_start), status["cmdline"], expect, findings, costly)
         return evidence.redact(problems, [api_key])
 
     def measure_item(self, item):
@@ -300,11 +300,10 @@ class Session:
                           duration_s=round(time.monotonic() - started, 1))
             return result
         meta = self.store.meta(release_id)
-        probe_url = meta.get("probe_url") or self.original_meta["probe_url"]
+        probe_url = meta.probe_url or self.original_meta.probe_url
         # the gate's output check first: a candidate that answers wrong is never measured, so never adopted
-        config = read_json(os.path.join(self.store.release_dir(release_id), "gate-config.json")) or {}
-        output = output_check.run(probe_url, read_api_key(self.store.secrets_path),
-                                  (config.get("expect") or {}).get("served_name") or "default")
+        expect = GateConfig.load(self.store.release_dir(release_id)).expect
+        output = output_check.run(probe_url, read_api_key(self.store.secrets_path), expect.served_name or "default")
         result["output"] = {key: output[key] for key in ("verdict", "known_right", "total", "degenerate",
                                                          "prompts_digest")}
         if output["verdict"] == "fail":
@@ -334,18 +333,15 @@ class Session:
                      + (f", {aggregate:.1f} tok/s at concurrency {settings['concurrency']}" if aggregate else "")
                      + (f", errors: {summary['errors'][0]}" if summary["errors"] else ""))
         result.update(ok=all(r["decode_tok_s"] for r in repeats), repeats=repeats, restart_s=restart_s,
-                      simulated=bool((meta or {}).get("simulated")),
+                      simulated=bool(meta.simulated),
                       duration_s=round(time.monotonic() - started, 1))
         return result
 
     def back_to_original(self):
         meta = self.original_meta
-        ready = activate(self.store, self.original, meta["probe_url"],
-                                  float(meta.get("start_timeout_s") or 1800), 2.0)
+        ready = activate(self.store, self.original, meta.probe_url, float(meta.start_timeout_s or 1800), 2.0)
         if ready.get("ready"):
-            state = self.store.state()
-            state["switching"] = None
-            self.store.save_state(state)
+            self.store.save_state(self.store.state().but(switching=None))
             self.current = self.original
             self.save_status(current=self.original)
         return ready

@@ -48,8 +48,8 @@ def cmd_open(args):
     paths = Paths(args.service, args.session)
     holder = lock_holder(paths.store)
     if holder:
-        print(json.dumps({"state": "failed", "message": f"the release store is locked by {holder.get('owner')} "
-                                                       f"(pid {holder.get('pid')}, since {holder.get('since')})"}))
+        print(json.dumps({"state": "failed", "message": f"the release store is locked by {holder.owner} "
+                                                       f"(pid {holder.pid}, since {holder.since})"}))
         return EXIT_LOCKED
     parent = os.path.dirname(paths.root)
     for name in os.listdir(parent) if os.path.isdir(parent) else []:  # finished sessions of earlier tunes

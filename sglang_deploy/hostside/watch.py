@@ -34,6 +34,7 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
+from .documents import DOCTOR_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_healthy
 from .service import systemctl
@@ -79,20 +80,21 @@ def drift_streak(history):
     return streak
 
 
-def roofline_bound(inputs, checkpoint, entry, measured_bandwidth=None):
+def roofline_bound(inputs, checkpoint, entry, measured_bandwidth=None, draft=None):
     """The roofline at the measured acceptance length and decode / roofline, for one measurement:
     {roofline_tok_s, roofline_fraction, bandwidth_source}, or {} when an input is missing.
 
-    inputs: the release's roofline.json (written at stage time); checkpoint: safetensors_headers.summarize();
-    measured_bandwidth: (GB/s, source) from the doctor's GPU probe, preferred over the datasheet's."""
+    inputs: the release's Roofline (roofline.json, written at stage time); checkpoint and draft (a separate draft
+    model's): safetensors_headers.summarize(); measured_bandwidth: (GB/s, source) from the doctor's GPU probe,
+    preferred over the datasheet's."""
     if not inputs or not checkpoint or entry.get("decode_tok_s") is None:
         return {}
-    bandwidth, source = measured_bandwidth or (inputs.get("bandwidth_gbs"), inputs.get("bandwidth_source"))
-    tau = entry.get("accept_length") if inputs.get("algorithm") else 1.0
+    bandwidth, source = measured_bandwidth or (inputs.bandwidth_gbs, inputs.bandwidth_source)
+    tau = entry.get("accept_length") if inputs.algorithm else 1.0
     if not bandwidth or not tau:
         return {}
-    bound = roofline.roofline(checkpoint, int(inputs.get("tp") or 1), int(inputs.get("steps") or 0), float(tau),
-                              float(bandwidth), entry["decode_tok_s"], draft=inputs.get("draft_checkpoint"))
+    bound = roofline.roofline(checkpoint, inputs.tp, inputs.steps, float(tau), float(bandwidth), entry["decode_tok_s"],
+                              draft=draft)
     return {"roofline_tok_s": float(f"{bound['roofline_tok_s']:.5g}"), "roofline_fraction": float(f"{bound['mbu']:.4g}"),
             "bandwidth_source": source}
 
@@ -254,37 +256,37 @@ def save_history(path, entries, keep):
 
 
 def release_roofline(release_dir, model_path):
-    """(roofline.json, the checkpoint's bytes, the doctor's measured bandwidth or None); an error is logged once
-    and leaves the metric out, never the measurement."""
+    """(Roofline, the checkpoint's bytes, the doctor's measured bandwidth or None, the draft model's bytes or None);
+    an error is logged once and leaves the metric out, never the measurement."""
     try:
-        with open(os.path.join(release_dir, "roofline.json")) as f:
-            inputs = json.load(f)
+        inputs = Roofline.load(release_dir)
     except FileNotFoundError:
-        return None, None, None  # staged before the watch knew rooflines, or by hand
-    except (OSError, ValueError) as error:
-        log(f"roofline.json unreadable ({error}): no roofline fraction")
-        return None, None, None
-    path = inputs.get("model_path") or model_path
+        return None, None, None, None  # staged before the watch knew rooflines, or by hand
+    except (OSError, ValueError) as error:  # DocumentError included
+        log(f"{Roofline.FILE} unreadable ({error}): no roofline fraction")
+        return None, None, None, None
+    path = inputs.model_path or model_path
     try:
         checkpoint = safetensors_headers.summarize(path) if path else None
     except (OSError, ValueError, KeyError) as error:
         log(f"checkpoint {path}: {error}: no roofline fraction")
         checkpoint = None
-    if inputs.get("draft_path"):  # a separate draft model: its bytes are part of every cycle
+    draft = None
+    if inputs.draft_path:  # a separate draft model: its bytes are part of every cycle
         try:
-            inputs = {**inputs, "draft_checkpoint": safetensors_headers.summarize(inputs["draft_path"])}
+            draft = safetensors_headers.summarize(inputs.draft_path)
         except (OSError, ValueError, KeyError) as error:
-            log(f"draft model {inputs['draft_path']}: {error}: no roofline fraction")
+            log(f"draft model {inputs.draft_path}: {error}: no roofline fraction")
             checkpoint = None
     measured = None
     try:  # the doctor's probe measured this host's bandwidth: better than the datasheet's
-        with open(os.path.join(release_dir, "doctor.json")) as f:
+        with open(os.path.join(release_dir, DOCTOR_FILE)) as f:
             bound = json.load(f).get("roofline") or {}
         if str(bound.get("bandwidth_source", "")).startswith("measured") and bound.get("bandwidth_gbs"):
             measured = (float(bound["bandwidth_gbs"]), bound["bandwidth_source"])
     except (OSError, ValueError, AttributeError, TypeError):
         pass
-    return inputs, checkpoint, measured
+    return inputs, checkpoint, measured, draft
 
 
 def idle_check(probe_url, api_key, threshold, service=None):
@@ -304,9 +306,10 @@ def idle_check(probe_url, api_key, threshold, service=None):
     return None, None, running
 
 
-def measure(probe_url, secrets_path, settings, samples):
-    measurement = gate.measure_builtin(probe_url, secrets_path, {
-        "samples": samples, "warmup": 1, "max_new_tokens": settings.get("max_new_tokens", 256), "concurrency": 1})
+def measure(probe_url, secrets_path, max_new_tokens, samples):
+    """samples single-stream requests of the gate's prompts, max_new_tokens each (the release's gate's)."""
+    measurement = gate.measure_builtin(probe_url, secrets_path, samples=samples, warmup=1,
+                                       max_new_tokens=max_new_tokens, concurrency=1)
     entry = {"samples": len(measurement.get("samples") or [])}
     for key in ("decode_tok_s", "accept_length", "ttft_s"):
         entry[key] = (measurement.get(key) or {}).get("median")
@@ -323,29 +326,26 @@ def stamp(entry, release_id):
 
 def run(args):
     store = Store(args.service)
-    state = store.state()
-    release_id = state.get("active")
+    release_id = store.state().active
     if not release_id or release_id not in store.ids():
         log("no active release: nothing to watch")
         return 0
     meta = store.meta(release_id)
-    probe_url = meta.get("probe_url")
+    probe_url = meta.probe_url
     if not LOOPBACK_URL.fullmatch(str(probe_url)):
         log(f"release {release_id} has no loopback probe URL: refusing to send the API key")
         return 2
     try:  # the gate's settings: max_new_tokens (the same requests) and the floors drift is judged by
-        with open(os.path.join(store.release_dir(release_id), "gate-config.json")) as f:
-            config = json.load(f)
-        settings, expect = config.get("settings") or {}, config.get("expect") or {}
-        if not isinstance(settings, dict) or not isinstance(expect, dict):
-            raise ValueError("settings and expect must be objects")
-    except (OSError, ValueError, AttributeError):
-        settings, expect = {}, {}
+        config = GateConfig.load(store.release_dir(release_id))
+        settings, expect = config.settings, config.expect
+    except (OSError, DocumentError) as error:  # said, not silent: the watch measures, without floors
+        log(f"the release's gate config is unreadable ({error}): drift is judged without the gate's floors", WARNING)
+        settings = expect = None
     min_accept = args.drift_min_accept_length if args.drift_min_accept_length is not None \
-        else settings.get("min_accept_length")
-    min_decode = settings.get("min_decode_tok_s")
+        else settings and settings.min_accept_length
+    min_decode = settings and settings.min_decode_tok_s
     bound_cache = {}
-    history_path = os.path.join(store.release_dir(release_id), "watch.jsonl")
+    history_path = os.path.join(store.release_dir(release_id), WATCH_HISTORY_FILE)
     history = read_history(history_path)
     api_key = read_api_key(store.secrets_path)
 
@@ -357,19 +357,19 @@ def run(args):
         return entry
 
     def measured(label):
-        entry = measure(probe_url, store.secrets_path, settings, args.samples)
+        entry = measure(probe_url, store.secrets_path, settings.max_new_tokens if settings else 256, args.samples)
         entry["event"] = label
         if entry["status"] == "ok" and args.output_prompts:
-            check = output_check.run(probe_url, api_key, expect.get("served_name") or "default",
+            check = output_check.run(probe_url, api_key, expect and expect.served_name or "default",
                                      limit=args.output_prompts)
             entry["output"] = {key: check[key] for key in ("verdict", "reasons", "inconclusive", "known_right",
                                                            "total", "degenerate")}
         if entry["status"] == "ok":
             entry["drift"] = drift_reasons(entry, min_accept, min_decode)
             if "inputs" not in bound_cache:  # once per run (the safetensors headers), only when measured
-                bound_cache["inputs"] = release_roofline(store.release_dir(release_id), expect.get("model_path"))
-            inputs, checkpoint, bandwidth = bound_cache["inputs"]
-            entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth))
+                bound_cache["inputs"] = release_roofline(store.release_dir(release_id), expect and expect.model_path)
+            inputs, checkpoint, bandwidth, draft = bound_cache["inputs"]
+            entry.update(roofline_bound(inputs, checkpoint, entry, bandwidth, draft))
         return record(entry)
 
     skipped, detail, running = idle_check(probe_url, api_key, args.max_running_requests, args.service)
@@ -390,13 +390,13 @@ def run(args):
             reason = f"drift {streak} times in a row: " + "; ".join(entry["drift"])
             log(f"restarting {args.service}.service: {reason}", WARNING)
             code = systemctl("restart", f"{args.service}.service").returncode
-            ready = code == 0 and wait_healthy(probe_url, float(meta.get("start_timeout_s") or 1800))
+            ready = code == 0 and wait_healthy(probe_url, float(meta.start_timeout_s or 1800))
             record({"event": "restart", "status": "restarted" if ready else "restart-failed", "detail": reason})
-            meta.setdefault("history", []).append({"at": now(), "event": f"restarted by the watch ({reason})"})
+            meta = meta.with_event(now(), f"restarted by the watch ({reason})")
             store.write_meta(release_id, meta)
             if ready:
                 measured("after-restart")
-    verdict = (meta.get("gate") or {}).get("verdict")
+    verdict = (meta.gate or {}).get("verdict")
     try:
         path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
                                                                         time.time(), {"decode": min_decode,

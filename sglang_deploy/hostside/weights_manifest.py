@@ -19,7 +19,7 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 REVISION = re.compile(r"[0-9a-f]{40}")
 REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 PATH_PART = re.compile(r"[A-Za-z0-9._+-]{1,200}")
-# meta.json keys of the snapshots a release serves, and the flags that name them on its command line
+# ReleaseMeta's fields (documents.py) of the snapshots a release serves; the flags that name them: weights_prune.py
 SNAPSHOT_KEYS = ("weights", "draft")
 
 
@@ -220,9 +220,9 @@ def is_verified(directory, manifest):
 
 def release_problem(meta):
     """Before a switch: the release's snapshots (its weights, its draft model) must be in place and unchanged since
-    they were verified (no hashing). None when the release has no managed weights or they are fine."""
+    they were verified (no hashing). None when the release (a ReleaseMeta) has no managed weights or they are fine."""
     for key in SNAPSHOT_KEYS:
-        problem = snapshot_problem((meta or {}).get(key), "weights" if key == "weights" else "draft model")
+        problem = snapshot_problem(getattr(meta, key), "weights" if key == "weights" else "draft model")
         if problem:
             return problem
     return None

@@ -13,6 +13,7 @@ import stat
 import time
 
 from . import store, weights_manifest
+from .documents import DocumentError, ReleaseMeta
 from .weights_manifest import SNAPSHOT_KEYS, TOOL_DIR, log, read_json
 
 SNAPSHOT_FLAGS = ("--model-path", "--speculative-draft-model-path")
@@ -27,10 +28,13 @@ def referenced_snapshots(store_root=None):
     for service in os.listdir(store_root) if os.path.isdir(store_root) else []:
         releases = os.path.join(store_root, service, "releases")
         for release_id in os.listdir(releases) if os.path.isdir(releases) else []:
-            meta = read_json(os.path.join(releases, release_id, "meta.json")) or {}
-            argv = meta.get("exec_start") or []
-            offered = [entry.get("path") for entry in meta.get("offered_drafts") or [] if isinstance(entry, dict)]
-            for path in [(meta.get(key) or {}).get("path") for key in SNAPSHOT_KEYS] + offered + [
+            try:  # a release whose meta.json cannot be read stops the prune (DocumentError): its snapshots are unknown
+                meta = ReleaseMeta.load(os.path.join(releases, release_id))
+            except FileNotFoundError:  # not a complete release (meta.json is written last)
+                continue
+            argv = meta.exec_start
+            offered = [entry.get("path") for entry in meta.offered_drafts if isinstance(entry, dict)]
+            for path in [(getattr(meta, key) or {}).get("path") for key in SNAPSHOT_KEYS] + offered + [
                     argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in SNAPSHOT_FLAGS]:
                 if path:
                     used.add(os.path.abspath(path))
@@ -71,6 +75,9 @@ def prune(models_root=None, store_root=None, grace_s=PRUNE_GRACE_S):
     except BlockingIOError:
         log("weights prune skipped: a fetch, promote or verify is running")
         return {"ok": True, "skipped": "locked", "removed": [], "kept": []}
+    except DocumentError as error:  # which snapshots that release uses is unknown: nothing is removed
+        log(f"weights prune skipped: {error}")
+        return {"ok": True, "skipped": str(error), "removed": [], "kept": []}
     except OSError as error:  # a read-only models directory: nothing to prune here, and not a failed deploy
         log(f"weights prune skipped: {error}")
         return {"ok": True, "skipped": str(error), "removed": [], "kept": []}

@@ -1,0 +1,245 @@
+"""The release store's documents: what crosses between the controller and the host, typed once.
+
+The controller builds these objects (sglang_deploy/gate.py, release_plan.py) and the roles write `doc.dump()`;
+the host (switch, gate, watch, store, doctor, tune) reads them with `Class.load(...)` and uses attributes, never
+string keys. Each document says here once:
+  - its file name (FILE: under releases/<id>/ or the service's store root);
+  - its fields and, only where a missing value is safe, their defaults (a field without a default is required);
+  - its format version (FORMAT, written as "format" in the file; a document without one is format 1, as written
+    before this module existed);
+  - the fields earlier versions wrote and that are read and dropped (RETIRED).
+
+The reader is tolerant of releases already on hosts and strict about everything else: a missing required field, an
+unknown field, a value of the wrong type or a newer format is a DocumentError naming the document and the field.
+A renamed floor (min_decode_tok_s) fails there; it never reads as None, which would mean "no floor".
+
+Standard library only: shipped to the host with the rest of the package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+# The files of a release (releases/<id>/) and of the service's store root that are not typed below: named once.
+PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
+RESOLVED_FILE = "resolved.json"  # SGLang's own resolution of the unit's command line (sglang_deploy.resolution)
+GATE_RESULT_FILE = "gate-result.json"  # the gate's measurement and verdict (hostside/switch.run_gate)
+DOCTOR_FILE = "doctor.json"  # the doctor's report for the active release (doctor.py)
+TUNE_RESULTS_FILE = "tune-results.json"  # the tune's table of candidates (tune.py)
+WATCH_HISTORY_FILE = "watch.jsonl"  # the perf watch's measurements (hostside/watch.py)
+PACKAGES_FILE = "packages.json"  # the venv's packages and their hashes, copied in at stage time
+LAST_SWITCH_FILE = "last_switch.json"  # the last switch's outcome, redacted (store root)
+
+_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,),
+          "None": (type(None),)}
+
+
+class DocumentError(ValueError):
+    """A store document that cannot be read as its type: the message names the document (and field)."""
+
+
+@dataclass(frozen=True)
+class Document:
+    FILE: ClassVar[str] = ""
+    FORMAT: ClassVar[int] = 1
+    RETIRED: ClassVar[frozenset] = frozenset()
+
+    @classmethod
+    def field_names(cls) -> set:
+        return {f.name for f in dataclasses.fields(cls)}
+
+    @classmethod
+    def from_dict(cls, data, source=None):
+        """The strict reader (source: the file, for messages; default the document's file name)."""
+        name = source or cls.FILE or cls.__name__
+        if not isinstance(data, dict):
+            raise DocumentError(f"{name}: not a JSON object ({type(data).__name__})")
+        data = dict(data)
+        version = data.pop("format", 1) if cls.FILE else 1  # a part of a document has no format of its own
+        if type(version) is not int or version < 1 or version > cls.FORMAT:
+            raise DocumentError(f"{name}: format {version!r} is not one this sglang-deploy reads (1 to {cls.FORMAT});"
+                                " deploy with the tool that wrote it, or a newer one")
+        known = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - set(known) - cls.RETIRED)
+        if unknown:
+            raise DocumentError(f"{name}: unknown field {unknown[0]!r} ({cls.__name__} has: {', '.join(sorted(known))})")
+        values = {}
+        for key, spec in known.items():
+            if key not in data:
+                if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
+                    raise DocumentError(f"{name}: required field {key!r} is missing")
+                continue
+            values[key] = _typed(name, key, spec.type, data[key])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return {key: value.to_dict() if isinstance(value, Document) else value
+                for key, value in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))}
+
+    def dump(self) -> str:
+        """The file's text: the fields and the format version."""
+        return json.dumps({"format": self.FORMAT, **self.to_dict()}, indent=1) + "\n"
+
+    @classmethod
+    def loads(cls, text, source=None):
+        try:
+            data = json.loads(text)
+        except ValueError as error:
+            raise DocumentError(f"{source or cls.FILE}: not JSON ({error})") from None
+        return cls.from_dict(data, source)
+
+    @classmethod
+    def load(cls, directory):
+        """Read FILE in a directory (a release's, or the store root); FileNotFoundError when it is not there."""
+        path = os.path.join(directory, cls.FILE)
+        with open(path) as f:
+            text = f.read()
+        return cls.loads(text, path)
+
+    def but(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+def _typed(name, key, annotation, value):
+    """value, checked against the field's annotation ("float | None", "GateSettings", ...)."""
+    kinds = [part.strip() for part in str(annotation).split("|")]
+    for kind in kinds:
+        document = _DOCUMENTS.get(kind)
+        if document is not None and isinstance(value, dict):
+            return document.from_dict(value, f"{name} {key}")
+        accepted = _TYPES.get(kind, ())
+        if isinstance(value, accepted) and not (isinstance(value, bool) and kind in ("int", "float")):
+            return value
+    raise DocumentError(f"{name}: field {key!r} is {value!r}; accepted: {' or '.join(kinds)}")
+
+
+# --- the gate: releases/<id>/gate-config.json --------------------------------------------------------------
+
+@dataclass(frozen=True)
+class GateSettings(Document):
+    """The profile's gate section (sglang_deploy/profile_sections.GateSection, which validates and holds the
+    defaults): the controller writes every field, so none has a default here."""
+    RETIRED: ClassVar[frozenset] = frozenset({"engine"})  # the gate's measuring engine, removed 2026-11-30
+    min_decode_tok_s: float | None  # None: no floor, written explicitly
+    min_accept_length: float | None
+    max_regression_pct: float
+    samples: int
+    warmup: int
+    max_new_tokens: int
+    concurrency: int
+    on_inconclusive: str  # rollback or keep
+
+
+@dataclass(frozen=True)
+class GateExpect(Document):
+    """What the running server and process must show (sglang_deploy/gate.expectations)."""
+    RETIRED: ClassVar[frozenset] = frozenset({  # replaced by SGLang's own resolution (resolved) on 2026-11-30
+        "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens"})
+    decode_graphs: bool
+    custom_all_reduce: bool
+    environment: dict
+    venv: str
+    model_path: str
+    resolved: dict = field(default_factory=dict)  # releases from before 2026-11-30 19:25 compared no resolved fields
+    served_name: str | None = None  # releases from before 2026-12-01: the output check asks for "default"
+
+
+@dataclass(frozen=True)
+class GateConfig(Document):
+    FILE: ClassVar[str] = "gate-config.json"
+    settings: GateSettings
+    expect: GateExpect
+
+
+# --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) -------------
+
+@dataclass(frozen=True)
+class ReleaseMeta(Document):
+    """What a release is and what became of it. The controller writes the first ten fields and the ones below
+    them (release_plan.build_meta); the host's switch and watch add the verdict and the history."""
+    FILE: ClassVar[str] = "meta.json"
+    id: str
+    created: str
+    deployed_by: str
+    git: dict
+    profile: str
+    sglang_version: str
+    venv: str
+    content_hash: str
+    exec_start: list
+    simulated: bool
+    service: str
+    probe_url: str
+    start_timeout_s: int | float
+    # Defaults below: releases written before the field existed (2026-11-30 to 12-01) mean exactly this.
+    auth: str | None = None  # None: from the command line (store.release_auth)
+    weights: dict | None = None  # None: weights not managed (no snapshot to verify)
+    draft: dict | None = None  # None: no separate draft model
+    offered_drafts: list = field(default_factory=list)
+    waivers: dict = field(default_factory=dict)
+    preflight: str | None = None  # "passed", "skipped (skip_preflight)"; None: from before the preflight
+    node: dict | None = None  # a multi-node server: this host's rank, nnodes, dist_init_addr
+    serves_http: bool = True  # False: a multi-node rank > 0 (no HTTP server of its own)
+    tune: dict | None = None  # a tune's temporary candidate: session, temporary, candidate
+    verdict: str | None = None  # good, bad, inconclusive; None: unverified
+    verdict_by: str | None = None  # gate, skip_gate, readiness, rank 0
+    gate: dict | None = None  # the last gate's verdict, summary, at, simulated, baseline
+    history: list = field(default_factory=list)  # [{"at", "event"}]: activations, failures, restarts
+
+    def with_event(self, at, event, **changes):
+        """This meta with one more history entry (and the changes)."""
+        return self.but(history=[*self.history, {"at": at, "event": event}], **changes)
+
+
+# --- the store's state: <store root>/state.json ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class StoreState(Document):
+    """Written by the host alone (switch, tune); every default is the empty store's."""
+    FILE: ClassVar[str] = "state.json"
+    active: str | None = None
+    last_good: str | None = None
+    auto_rollbacks_in_row: int = 0
+    switching: dict | None = None  # {"to", "from", "since", "reason"} while a switch runs; left by a crash
+
+
+# --- the bound on decode: releases/<id>/roofline.json ---------------------------------------------------------
+
+@dataclass(frozen=True)
+class Roofline(Document):
+    """What the controller knows of the release's bandwidth bound (sglang_deploy/roofline.release_inputs); the perf
+    watch adds the checkpoint's bytes and the measured acceptance length (hostside/watch.roofline_bound)."""
+    FILE: ClassVar[str] = "roofline.json"
+    gpu: str | None  # None: unknown (no GPU fact)
+    bandwidth_gbs: int | float | None  # the datasheet's; None: a GPU without one
+    bandwidth_source: str
+    tp: int
+    algorithm: str | None  # the speculative algorithm; None: none
+    steps: int
+    model_path: str
+    draft_path: str | None  # a separate draft model's path; None: none, or drafted by the target's own layers
+
+
+# --- the store's lock: <store root>/lock.json ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockInfo(Document):
+    """Who holds the store's lock (written by the holder: switch, prune, tune, perf watch); "unknown" when the
+    file is gone or unreadable while the lock is held."""
+    FILE: ClassVar[str] = "lock.json"
+    owner: str
+    pid: int | None = None
+    since: str | None = None
+
+    def refusal(self) -> str:
+        """The one sentence for a change refused while another holds the lock: the switch on the host, the
+        deploy's refusals (plan.refusals) and the rollback on the controller."""
+        return f"another deploy or rollback is running: {self.owner} (pid {self.pid}, since {self.since})"
+
+
+_DOCUMENTS = {cls.__name__: cls for cls in (GateSettings, GateExpect, GateConfig, ReleaseMeta, StoreState, Roofline,
+                                                LockInfo)}

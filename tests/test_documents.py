@@ -1,0 +1,127 @@
+"""The release store's documents (hostside/documents.py): the controller's and the host's spelling of each field is
+one, the reader is strict about new documents and tolerant of releases already on hosts."""
+
+import json
+
+import pytest
+
+from conftest import PROVEN, gate_document, release_meta
+from sglang_deploy.hostside import store as store_module
+from sglang_deploy.hostside.documents import (DocumentError, GateConfig, GateExpect, GateSettings, ReleaseMeta,
+                                              StoreState)
+from sglang_deploy.profile_sections import GateSection
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-test-key-for-the-plan-0123")
+
+
+@pytest.mark.parametrize("section, document", [(GateSection, GateSettings)])
+def test_each_profile_section_and_its_host_document_have_the_same_fields(section, document):
+    """A field renamed on one side only (min_decode_tok_s) fails here, not as a floor the host reads as None."""
+    assert set(section.model_fields) == document.field_names()
+
+
+def test_the_controller_writes_exactly_the_documents_fields():
+    """gate.expectations and release_plan.build_meta spell every field the host reads, and no other."""
+    from sglang_deploy.gate import expectations, gate_config
+    from sglang_deploy.plan import plan_for_host
+    from sglang_deploy.release_plan import build_meta
+
+    plan = plan_for_host({"profile": str(PROVEN), "gpus": 2})
+    assert set(expectations(plan)) == GateExpect.field_names()
+    meta = build_meta(plan, "0001-aaaaaaaa")  # its strict reader refuses a field the host does not know
+    assert ReleaseMeta.loads(meta.dump()) == meta and json.loads(meta.dump())["format"] == ReleaseMeta.FORMAT
+    config = gate_config(plan)
+    assert GateConfig.loads(config.dump()) == config and config.settings.min_decode_tok_s == 45
+
+
+SETTINGS = GateSection().model_dump(mode="json")
+EXPECT = {"decode_graphs": True, "custom_all_reduce": False, "environment": {}, "venv": "/v", "model_path": "/m"}
+META = json.loads(release_meta().dump())
+
+
+def without(data, key):
+    return {k: v for k, v in data.items() if k != key}
+
+
+@pytest.mark.parametrize("document, data, message", [
+    (GateConfig, {"settings": {**without(SETTINGS, "min_decode_tok_s"), "min_decode_tokens_s": 45}, "expect": EXPECT},
+     "gate-config.json settings: unknown field 'min_decode_tokens_s'"),
+    (GateConfig, {"settings": without(SETTINGS, "min_decode_tok_s"), "expect": EXPECT},
+     "gate-config.json settings: required field 'min_decode_tok_s' is missing"),
+    (GateConfig, {"settings": {**SETTINGS, "min_decode_tok_s": "45"}, "expect": EXPECT},
+     "gate-config.json settings: field 'min_decode_tok_s' is '45'; accepted: float or None"),
+    (GateConfig, {"settings": {**SETTINGS, "samples": True}, "expect": EXPECT},
+     "gate-config.json settings: field 'samples' is True; accepted: int"),
+    (GateConfig, {"settings": SETTINGS}, "gate-config.json: required field 'expect' is missing"),
+    (GateConfig, {"settings": SETTINGS, "expect": without(EXPECT, "decode_graphs")},
+     "gate-config.json expect: required field 'decode_graphs' is missing"),
+    (GateConfig, {"format": 2, "settings": SETTINGS, "expect": EXPECT},
+     "gate-config.json: format 2 is not one this sglang-deploy reads (1 to 1)"),
+    (GateConfig, ["settings"], "gate-config.json: not a JSON object (list)"),
+    (ReleaseMeta, without(META, "content_hash"), "meta.json: required field 'content_hash' is missing"),
+    (ReleaseMeta, {**META, "verdcit": "good"}, "meta.json: unknown field 'verdcit'"),
+    (ReleaseMeta, {**META, "history": {}}, "meta.json: field 'history' is {}; accepted: list"),
+    (StoreState, {"active": None, "lastgood": "0001-aaaaaaaa"}, "state.json: unknown field 'lastgood'"),
+    (StoreState, {"auto_rollbacks_in_row": "2"}, "state.json: field 'auto_rollbacks_in_row' is '2'; accepted: int"),
+])
+def test_the_reader_names_the_document_and_the_field(document, data, message):
+    with pytest.raises(DocumentError) as error:
+        document.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_releases_already_on_hosts_read_with_the_safe_defaults():
+    """A gate config and a meta.json as the first releases wrote them (no format, fields since retired or added)."""
+    old_gate = {"settings": {**SETTINGS, "engine": "builtin"},
+                "expect": {**EXPECT, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3}}
+    config = GateConfig.from_dict(old_gate)
+    assert (config.expect.resolved, config.expect.served_name) == ({}, None)
+    assert json.loads(config.dump())["format"] == 1 and "engine" not in config.dump()
+    first = {key: META[key] for key in ("id", "created", "deployed_by", "git", "profile", "sglang_version", "venv",
+                                        "content_hash", "exec_start", "simulated", "service", "probe_url",
+                                        "start_timeout_s", "verdict", "gate")}
+    meta = ReleaseMeta.from_dict(first)
+    assert (meta.auth, meta.weights, meta.draft, meta.offered_drafts, meta.serves_http, meta.history) == (
+        None, None, None, [], True, [])
+    assert store_module.release_auth(meta) == "none"  # no --config on its command line
+    assert StoreState.from_dict({"active": "0001-aaaaaaaa"}) == StoreState(active="0001-aaaaaaaa", last_good=None,
+                                                                          auto_rollbacks_in_row=0, switching=None)
+
+
+def test_a_store_names_the_file_of_a_document_it_cannot_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
+    directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
+    directory.mkdir(parents=True)
+    (directory / "meta.json").write_text(json.dumps({**META, "weigths": None}))
+    with pytest.raises(DocumentError, match=f"{directory}/meta.json: unknown field 'weigths'"):
+        store.meta("0001-aaaaaaaa")
+    (directory / "meta.json").write_text(release_meta(id="9999-ffffffff").dump())
+    assert store.meta("0001-aaaaaaaa").id == "0001-aaaaaaaa"  # a release is named by its directory
+    renamed = json.loads(gate_document(min_decode_tok_s=45).dump())
+    renamed["settings"]["min_decode"] = renamed["settings"].pop("min_decode_tok_s")
+    (directory / "gate-config.json").write_text(json.dumps(renamed))
+    with pytest.raises(DocumentError, match="unknown field 'min_decode'"):
+        GateConfig.load(str(directory))
+
+
+def test_the_lock_refusal_is_one_sentence_for_the_switch_the_deploy_and_the_rollback(tmp_path, monkeypatch, capsys):
+    """A second holder of the store's lock learns who holds it from lock.json (LockInfo), and the switch on the host
+    refuses with the sentence the deploy's refusals (plan.refusals) and rollback.py use."""
+    from sglang_deploy.hostside.documents import LockInfo
+
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
+    with store_module.Lock(store, "alice@ci (deploy)"):
+        holder = store_module.lock_holder(store)
+        with pytest.raises(store_module.Locked) as locked:
+            with store_module.Lock(store, "bob@ci (rollback)"):
+                pass
+    assert locked.value.args[0] == holder and holder.owner == "alice@ci (deploy)"
+    assert holder.refusal() == f"another deploy or rollback is running: alice@ci (deploy) (pid {holder.pid}, " \
+                               f"since {holder.since})"
+    assert store_module.lock_holder(store) is None  # released: lock.json is gone
+    assert LockInfo.from_dict(holder.to_dict()) == holder  # as the controller reads it from the state command

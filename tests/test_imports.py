@@ -1,0 +1,67 @@
+"""No import loop among the repository's modules (controller, roles, host package, testbed): a module's own
+imports, at its top level or under `if __name__ == "__main__"`, never lead back to it."""
+
+import ast
+from pathlib import Path
+
+from conftest import REPO
+
+PACKAGES = ("sglang_deploy", "roles", "testbed")
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_imports(path: Path, name: str, modules) -> set[str]:
+    """The repository's modules `path` imports when it is imported or run (not inside functions, not for typing)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+
+    def visit(nodes):
+        for node in nodes:
+            if isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
+                visit(node.body + node.orelse)
+            elif isinstance(node, ast.Try):
+                visit(node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body])
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                    base = ".".join(parent + ([node.module] if node.module else []))
+                found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
+
+    visit(ast.parse(path.read_text()).body)
+    return {m for m in found if m in modules and m != name}
+
+
+def import_loops(graph) -> list[list[str]]:
+    loops, state = [], {}
+
+    def walk(name, path):
+        state[name] = "open"
+        for other in sorted(graph[name]):
+            if state.get(other) == "open":
+                loops.append(path[path.index(other):] + [other])
+            elif other not in state:
+                walk(other, path + [other])
+        state[name] = "done"
+
+    for name in sorted(graph):
+        if name not in state:
+            walk(name, [name])
+    return loops
+
+
+def test_no_module_imports_itself_round_a_loop():
+    paths = {module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
+    graph = {name: module_imports(path, name, paths) for name, path in paths.items()}
+    assert "sglang_deploy.hostside.documents" in graph["sglang_deploy.hostside.store"]  # the walk sees imports
+    assert import_loops(graph) == []
+
+
+def test_a_loop_is_found():
+    assert import_loops({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
