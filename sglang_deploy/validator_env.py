@@ -42,9 +42,12 @@ ENV_RECIPE = "3"
 # driver library, an nvidia-smi that answers from the stated facts, and torch.cuda facts installed by the probe.
 STANDIN_DIR = Path(__file__).with_name("gpu_standin")
 # openai (with what it needs beyond the base env), partial-json-parser and einops: SGLang's DFLASH hook imports its
-# speculative utils, which import them (versions as SGLang 0.5.23's own environment resolves them).
+# speculative utils, which import them (versions as SGLang 0.5.23's own environment resolves them). flashinfer_python
+# (a pinned dependency of sglang, without its CUDA dependencies) with what its import needs: the hooks that import its
+# modules (mamba_hook.py: --mamba-backend flashinfer) resolve as on the host, where it is installed.
 FULL_LAYER_PACKAGES = ["sglang-kernel==0.4.10", "openai==2.8.0", "distro==1.9.0", "jiter==0.19.0", "sniffio==1.3.1",
-                       "partial-json-parser==0.2.1.1.post7", "einops==0.8.2"]
+                       "partial-json-parser==0.2.1.1.post7", "einops==0.8.2", "flashinfer-python==0.7.2",
+                       "tabulate==0.10.0", "ninja==1.13.2", "nvidia-ml-py==13.615.71"]
 
 
 class ValidatorEnvError(RuntimeError):
