@@ -8,7 +8,8 @@ from .drafter import resolution_config
 from .plan import gpu_model_for_host, host_settings
 from .resolution import load_model_config, resolve_argv
 from .tune_axes import LEVERS
-from .validator_env import ValidatorEnvError, parser_spec
+from .flag_table import load as load_table
+from .validator_env import ValidatorEnvError, export_table
 
 
 def asker(plan, data, detected=None):
@@ -26,14 +27,16 @@ def asker(plan, data, detected=None):
 
     def ask(extra):
         try:
-            document = resolve_argv(version, argv + list(extra), config, gpu, count, draft_config)
+            document = resolve_argv(version, argv + list(extra), config, gpu, count, draft_config,
+                                    profile.env_values())
         except ValidatorEnvError as error:  # the probe died on this command line: not an answer of acceptance
             return f"the resolution did not answer ({str(error).strip().splitlines()[0]})", {}
         return document.get("error"), document.get("resolved") or {}
 
     def choices(flag):
         dest = LEVERS[flag][1]
-        action = next((a for a in parser_spec(version) if a.get("dest") == dest), None)
+        table = load_table(version) or export_table(version)  # the committed option table, else SGLang's own
+        action = next((a for a in table["actions"] if a.get("dest") == dest), None)
         return list((action or {}).get("choices") or [])
 
     return ask, choices
