@@ -24,8 +24,8 @@ from . import safety
 from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
 from .settings_types import (CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
                              NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
-                             Topology, api_key_env_problem, axes_problem, int_list_problem, ip_literal_problem,
-                             data_file_problem, key_url_problem, profile_path_problem, proxy_problem,
+                             Topology, api_key_env_problem, attention_problem, axes_problem, int_list_problem,
+                             ip_literal_problem, data_file_problem, key_url_problem, profile_path_problem, proxy_problem,
                              python_problem, repo_url_problem, results_path_problem)
 
 DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
@@ -306,9 +306,10 @@ class TuneArgs(Settings):
     title: ClassVar[str] = "tune.py"
     space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: nospec, "
                                        "spec, drafter, kv, attention, graphs, nccl, all, or a comma list.")
-    attention: Text() = Field("all", alias="tune_attention", description="The attention axis's backends: all (every "
-                              "--attention-backend choice SGLang's resolution accepts for the profile on the host's "
-                              "GPUs) or a comma list (each still asked of the resolution).")
+    attention: Text(attention_problem) = Field("all", alias="tune_attention", description="The attention axis's "
+                                               "backends: all (every --attention-backend choice SGLang's resolution "
+                                               "accepts for the profile on the host's GPUs) or a comma list (each "
+                                               "still asked of the resolution).")
     budget_s: Number(10, 7 * 24 * 3600) = Field(3600, alias="tune_budget_s", description="The tune's time budget in "
                                                 "seconds (candidates that would not fit are not started).")
     repeats: Int(3, 50) = Field(3, alias="tune_repeats", description="Repeats per candidate: the score is "
@@ -325,12 +326,13 @@ class TuneArgs(Settings):
                                           "tokens follow).")
     resume: Flag = Field(True, alias="tune_resume", description="Reuse the measurements saved by an interrupted "
                          "tune of the same profile.")
-    min_aggregate: Number(0, 1) = Field(0.95, alias="tune_min_aggregate", description="The winner's aggregate "
-                                        "throughput must stay >= this share of the original's.")
-    noise_pct: Number(0.1, 100) = Field(5.0, alias="tune_noise_pct", description="A candidate whose repeats spread "
-                                        "more than this (% of the median) is rejected as noisy.")
-    min_gain_pct: Number(0, 100) = Field(2.0, alias="tune_min_gain_pct", description="A change must gain at least "
-                                         "this much over the original to be written.")
+    # The three guards' bounds keep them on (security review 3): no 0 aggregate share, 100 % noise or 0 % gain.
+    min_aggregate: Number(0.5, 1) = Field(0.95, alias="tune_min_aggregate", description="The winner's aggregate "
+                                          "throughput must stay >= this share of the original's (0.5 to 1).")
+    noise_pct: Number(0.1, 25) = Field(5.0, alias="tune_noise_pct", description="A candidate whose repeats spread "
+                                       "more than this (% of the median) is rejected as noisy (at most 25).")
+    min_gain_pct: Number(0.5, 50) = Field(2.0, alias="tune_min_gain_pct", description="A change must gain at least "
+                                           "this much over the original to be written (0.5 to 50 %).")
 
 
 MODELS = (HostSettings, DeployArgs, RollbackArgs, DoctorArgs, TuneArgs, RouterSettings, ProvisionArgs, FactsArgs,
