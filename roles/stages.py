@@ -79,8 +79,8 @@ def snapshots(plan: Plan) -> Snapshots:
             offered.append(snapshot)
     hub_python = None
     if any(w and w.source.kind == "hf" for w in (weights, draft, *offered)):
-        hub_python = host_settings().hub_python or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
-                                                    else f"{venv_path(profile)}/bin/python")
+        # the tool's own hub client, never the release venv (root runs the fetch: layout.RELEASE_PYTHON)
+        hub_python = host_settings().hub_python or weights_role.HUB_VENV + "/bin/python"
     return Snapshots(weights, draft, tuple(offered), hub_python)
 
 
@@ -138,12 +138,13 @@ def prepare_host(plan: Plan, facts: dict) -> list:
     """Real hosts: driver, CUDA, NCCL and the venv; every host: the service user, the host package; the simulated
     host: its simulator. Returns the simulator's operations (a changed simulator restarts the server)."""
     profile, settings = plan.profile, host_settings()
-    if not plan.simulated and settings.provision:
-        provision.nvidia_stack(mode=settings.provision_mode, python=f"{venv_path(profile)}/bin/python")
-        provision.python_env(profile=profile, mode=settings.provision_mode)
     state_dir = ServiceLayout(profile.service.name).state_dir
-    if not service_user.in_place(facts["user"], profile.service.user, state_dir):
+    if not service_user.in_place(facts["user"], profile.service.user, state_dir):  # first: the venv's checks run as it
         service_user.install(user=profile.service.user, home=state_dir)
+    if not plan.simulated and settings.provision:
+        provision.nvidia_stack(mode=settings.provision_mode, python=f"{venv_path(profile)}/bin/python",
+                               user=profile.service.user)
+        provision.python_env(profile=profile, mode=settings.provision_mode)
     runtime_ops = []
     if plan.simulated:
         sim = simulator.simulator_shipment(profile, settings.sim_server)
@@ -157,8 +158,7 @@ def weights(plan: Plan, facts: dict, snaps: Snapshots) -> None:
     """In place and verified against their manifests before anything is staged or switched."""
     settings = host_settings()
     if fetched(snaps, facts) and not any(s and s["hub_client"] for s in (facts["weights"], facts["draft"])):
-        if plan.simulated or settings.hub_wheelhouse:
-            weights_role.hub_client(wheelhouse=settings.hub_wheelhouse)
+        weights_role.hub_client(wheelhouse=settings.hub_wheelhouse)  # from the wheelhouse, else the host's index
     pairs = ([(snaps.weights, facts["weights"])] if snaps.weights else []) + snaps.each(facts)
     for snapshot, status in pairs:
         weights_role.ensure(weights=snapshot, verified=status["verified"], python=snaps.hub_python,

@@ -26,7 +26,7 @@ from .settings_types import (CudaVersion, DriverPackageVersion, Flag, GroupName,
                              NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
                              Topology, api_key_env_problem, attention_problem, axes_problem, int_list_problem,
                              ip_literal_problem, data_file_problem, key_url_problem, profile_path_problem, proxy_problem,
-                             python_problem, repo_url_problem, results_path_problem)
+                             hub_python_problem, python_problem, repo_url_problem, results_path_problem)
 
 DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
 
@@ -203,9 +203,9 @@ class HostSettings(Settings):
     hf_endpoint: Text(safety.hub_endpoint_problem) = Field(
         None, description="An HF-compatible endpoint to fetch hf:// sources from (a mirror; None: the Hub). https "
         "only (plain http only on loopback, for a test Hub). Host data only: a profile never names an endpoint.")
-    hub_python: Text(python_problem) = Field(
-        None, description="The python whose huggingface_hub fetches the weights on the host (None: the release's venv "
-        "on GPU hosts, the hub-client venv on the simulated one); python3, /usr/bin/python3 or one of the tool's venvs.")
+    hub_python: Text(hub_python_problem) = Field(
+        None, description="The python whose huggingface_hub fetches the weights on the host, as root (None: the "
+        "hub-client venv, installed when needed); python3, /usr/bin/python3 or the hub client's, never a release venv.")
     hub_wheelhouse: Text(data_file_problem) = Field(
         None, description="A controller directory of wheels (huggingface_hub and its dependencies) for that small "
         "venv, offline; under secrets/ (or $SGLANG_DEPLOY_DATA_DIRS).")
@@ -275,6 +275,8 @@ class FactsArgs(Settings):
     title: ClassVar[str] = "facts.py"
     python: Text(python_problem) = Field("python3", description="The python whose torch reports the CUDA and NCCL "
                                           "it loads.")
+    user: Text(safety.service_user_problem) = Field("sglang", alias="service_user", description="The account a "
+                                                    "release venv's python runs as (root never starts it).")
 
 
 class ReleasesArgs(Settings):

@@ -65,10 +65,10 @@ def probe_nccl_env(env_text):
 
 
 def probe_command(python, user, home, nccl, force):
-    """The GPU probe runs as the service user with a clean environment, not as root."""
+    """The GPU probe runs as the service user with a clean environment, isolated (-I), never as root."""
     program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py")
     return (["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={home}",
-             python, program, "--allreduce-env", json.dumps(nccl)] + ["--force"] * force)
+             python, "-I", program, "--allreduce-env", json.dumps(nccl)] + ["--force"] * force)
 
 
 def sandbox_view(service, gpus):
