@@ -47,7 +47,8 @@ directory = release_dir(service, target)
 unit, env = (host.get_fact(FileContents, path=f"{directory}/{name}") for name in ("sglang.service", "sglang.env"))
 release.install_programs()
 release.show_changes(service=service, unit="\n".join(unit) + "\n", env="\n".join(env) + "\n")
-# The target's preflight before its restart (a rollback the switch does on its own is never delayed by one).
+# The target's preflight before its restart (a rollback the switch does on its own is never delayed by one); it
+# resolves again (fresh): the service user's cache is moved aside at the switch, and not trusted before it.
 if args.skip_preflight:
     logger.warning(f"[{host.name}] skip_preflight: restarting on {target} WITHOUT its preflight")
 else:
@@ -58,7 +59,7 @@ else:
                       gpus=release.preflight_gpus(resolution.get("resolved"), (meta.node or {}).get("nnodes", 1)),
                       simulated=meta.simulated, exec_start=meta.exec_start,
                       resolved=resolution.get("resolved"), container_id=settings.container_id,
-                      resolve=settings.preflight_stack)
+                      resolve=settings.preflight_stack, fresh=True)
 options = SwitchOptions(service=service, release_id=target, probe_url=meta.probe_url,
                         timeout=meta.start_timeout_s, reason="rollback", auto_rollback=True, force=True)
 node = meta.node  # a multi-node release: this host's rank (release_plan.build_meta)

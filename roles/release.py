@@ -154,7 +154,7 @@ def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list
 
 
 def preflight_command(service: str, release_id: str, python: str, gpus: int, simulated: bool,
-                      container_id=None, resolve: bool = True) -> str:
+                      container_id=None, resolve: bool = True, fresh: bool = False) -> str:
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     args = ["--service", service, "--unit", f"{directory}/sglang.service", "--env", f"{directory}/sglang.env",
             "--python", python, "--gpus", str(gpus), "--json", f"{PREFLIGHT_DIR}/{service}.json",
@@ -162,6 +162,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, sim
     args += ["--argv-json", f"{directory}/argv.json"] if resolve else []
     args += ["--no-gpu"] if simulated and not resolve else []  # a stand-in's torch import: the stack step, left out
     args += ["--simulated"] * simulated + (["--container-id", str(container_id)] if container_id else [])
+    args += ["--fresh"] * fresh  # a rollback: never an acceptance cached in the service user's directory
     return f"{host_program('preflight', *args)}; rc=$?; rm -rf {shlex.quote(directory)}; exit $rc"
 
 
@@ -181,7 +182,8 @@ def _preflight_report(service):
 
 @deploy("Release: preflight")
 def preflight(service: str, release_id: str, unit: str, env: str, interpreter: str, gpus: int, simulated: bool,
-              exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True):
+              exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True,
+              fresh: bool = False):
     """Before the switch touches anything running: the release's server checks on the host, under the release's
     own unit properties (hostside/preflight.py). A failure stops the deploy here, before the store changes."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
@@ -200,7 +202,8 @@ def preflight(service: str, release_id: str, unit: str, env: str, interpreter: s
                       + ("SGLang's resolution, " if resolve else "") + "torch, P2P/NCCL, Triton (as the service, "
                       "under its unit's sandbox)",
                  commands=[" && ".join(write) + " && { " + preflight_command(service, release_id, interpreter, gpus,
-                                                                             simulated, container_id, resolve) + "; }"])
+                                                                             simulated, container_id, resolve,
+                                                                             fresh) + "; }"])
     python.call(name="Preflight report", function=_preflight_report, service=service)
 
 
