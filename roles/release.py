@@ -115,6 +115,9 @@ def _report(service):
     ready = document["readiness"]
     if document.get("auth_change"):
         host.log(printable(document["auth_change"]), logger.warning)
+    if document.get("forensics"):  # a rollback: what the service user wrote is kept there (hostside/forensics.py)
+        host.log(printable(f"what the service user wrote was moved aside for forensics: {document['forensics']}"),
+                 logger.warning)
     host.log(printable(f"release {document['release']} is active ({document.get('verdict') or 'unverified'}); ready "
                        f"after {ready['elapsed_s']} s; result saved to {saved}"), logger.info)
     if document.get("gate"):

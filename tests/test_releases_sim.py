@@ -83,9 +83,11 @@ def test_a_manual_rollback_runs_the_targets_preflight_first(simhost, tmp_path):
     skipped = simhost.pyinfra("rollback.py", "--data", f"release={first}", "--data", "skip_preflight=true")
     assert skipped.returncode == 0 and "WITHOUT its preflight" in skipped.stdout + skipped.stderr
     assert_running(simhost, first)
-    # JIT caches outlive releases (the directory may hold real Triton entries from an earlier module on this worker's
-    # host: SGLang's own front end compiles into it)
-    assert "kernel-marker" in simhost.sh("ls /var/cache/sglang/triton").split()
+    # JIT caches do not outlive a rollback (security review 3, finding 6): the service user's cache directory is
+    # kept for forensics in the store, and the restarted server begins with an empty one
+    kept = json.loads(simhost.sh(f"cat {STORE}/last_switch.json"))["forensics"]
+    assert "kernel-marker" in simhost.sh(f"ls {kept}/var__cache__sglang/triton").split()
+    assert "kernel-marker" not in simhost.sh("ls /var/cache/sglang/triton 2>/dev/null; true").split()
 
 
 def test_rollback_to_any_retained_release_and_the_listing(simhost, tmp_path):

@@ -224,7 +224,8 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document.update(rolled_back_to=target, rollback_readiness=back)
         return finish(store, document, EXIT_ROLLBACK_FAILED)
     target_url = target_meta.probe_url if LOOPBACK_URL.fullmatch(str(target_meta.probe_url)) else None
-    timeout = args.rollback_timeout if args.rollback_timeout_given else float(target_meta.start_timeout_s or args.timeout)
+    timeout = (args.rollback_timeout if args.rollback_timeout_given
+               else float(target_meta.start_timeout_s or args.timeout))
     # The failed release ran as the service user: what it wrote (HOME, JIT caches, the preflight's cached acceptance)
     # is moved aside before the good release starts (security review 3, finding 6).
     moved = forensics.before_start(store, args.release, target, "auto-rollback")

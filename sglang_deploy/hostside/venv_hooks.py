@@ -74,14 +74,14 @@ def hook_problems(site):
         if not entry.endswith(".pth") and module not in HOOK_MODULES:
             continue
         by = listed.get(entry) or listed.get(os.path.join(entry, "__init__.py")) or []
-        wheels = ", ".join(f"{name} {version}" for name, version, _ in by) or "no wheel's RECORD (written after the install)"
+        wheels = ", ".join(f"{name} {version}" for name, version, _ in by) or "no wheel's RECORD"
         if entry in ALLOWED_PTH and not os.path.islink(path) and os.path.isfile(path) \
                 and [name for name, _, _ in by] == [ALLOWED_PTH[entry]] and by[0][2] == _digest(path):
             continue
         kind = "a .pth file" if entry.endswith(".pth") else f"a {module} module"
         accepted = ", ".join(f"{name} of {owner}" for name, owner in ALLOWED_PTH.items())
-        problems.append(f"{os.path.join(site, entry)}: {kind} from {wheels} runs code whenever the venv's python starts "
-                        f"(root's too); accepted: {accepted}, with the bytes its RECORD names; waive the rule "
+        problems.append(f"{os.path.join(site, entry)}: {kind} from {wheels} runs code whenever the venv's python "
+                        f"starts (root's too); accepted: {accepted}, with the bytes its RECORD names; waive the rule "
                         f"with `waivers: {{{RULE}: <reason>}}` in the profile")
     return problems
 
