@@ -284,9 +284,11 @@ class VenvState(FactBase):
 
     def process(self, output):
         try:
-            found = json.loads(output[-1]) if output else {}
+            found = json.loads(output[-1]) if output else None
         except ValueError:
-            found = {}
+            found = None
+        if not isinstance(found, dict):  # the reader failed: never taken for "no venv" (the install removes one)
+            return {"sglang": None, "problems": [], "unreadable": (output or ["no output"])[-1][:200]}
         return {"sglang": found.get("sglang"), "problems": list(found.get("problems") or [])}
 
 

@@ -144,6 +144,8 @@ def python_env(profile, mode: str):
     venv = venv_path(profile)
     state = host.get_fact(VenvState, venv=venv)
     waived = HOOK_RULE in profile.waivers
+    if state.get("unreadable"):  # the install would remove the venv: not on a reader's failure
+        raise DeployError(f"{host.name}: {venv} could not be read ({state['unreadable']}); nothing was changed")
     installed = state["sglang"]
     if installed == profile.sglang.version:
         if state["problems"] and not waived:

@@ -89,9 +89,10 @@ def test_no_driver_in_a_container_is_refused_in_install_mode_too():
 
 # --- the Python environment -----------------------------------------------------------------------------
 
-def python_env(mode: str, sglang: str | None, problems=(), profile=PROFILE, **facts):
+def python_env(mode: str, sglang: str | None, problems=(), profile=PROFILE, unreadable=None, **facts):
+    state = {"sglang": sglang, "problems": list(problems), **({"unreadable": unreadable} if unreadable else {})}
     return run_role(provision.python_env, profile=profile, mode=mode, data={},
-                    facts={VenvState: {"sglang": sglang, "problems": list(problems)},
+                    facts={VenvState: state,
                            GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal"), **facts})
 
 
@@ -117,6 +118,11 @@ def test_a_venv_in_place_with_a_startup_hook_is_refused_before_any_change_unless
     waived.write_text((REPO / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml").read_text()
                       + '\nwaivers:\n  venv-startup-hook: "reviewed: the site plugin, issue 38"\n')
     assert python_env("install", PROFILE.sglang.version, problems=[hook], profile=load_profile(waived)) == []
+
+
+def test_a_venv_that_could_not_be_read_is_not_reinstalled():
+    with pytest.raises(DeployError, match=f"{VENV} could not be read \\(Traceback\\); nothing was changed"):
+        python_env("install", None, unreadable="Traceback")
 
 
 def test_install_recreates_the_venv_refuses_hooks_and_checks_torch_as_the_service_user():
