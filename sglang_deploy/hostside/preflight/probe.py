@@ -1,9 +1,9 @@
 """The preflight's probe: run by the runner (preflight.py) inside a transient unit with the release's own unit
 properties, as the service user, in the release's own python (-I, by path), it gathers raw facts of what the
 service would meet (devices, shm, toolchain, caches, the sandbox, SGLang's resolution, torch, Triton) and prints
-them as one JSON line; preflight_findings judges them.
+them as one JSON line; findings.py judges them.
 
-    PY -I hostside/preflight_probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu]
+    PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu]
 
 Standard library only and self-contained (no imports from its package): it runs by path in the release's python.
 """
@@ -394,7 +394,7 @@ def probe(gpus, argv=None, simulated=False, no_gpu=False):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="hostside/preflight_probe.py")
+    parser = argparse.ArgumentParser(prog="hostside/preflight/probe.py")
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--argv-json")
     parser.add_argument("--simulated", action="store_true")
