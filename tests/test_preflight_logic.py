@@ -203,6 +203,7 @@ def test_the_preflights_cached_acceptance_is_keyed_by_the_units_environment(monk
     assert preflight_probe.resolution_key(argv) == before
     monkeypatch.setenv("SGLANG_GRPC_PORT", "50051")
     assert preflight_probe.resolution_key(argv) != before
+    assert preflight_probe._resolution_module().__name__ == "sglang_deploy_resolution"  # found by path, above preflight/
 
 
 # --- the real cause named: driver/library mismatch, cgroup EPERM, GPUs or the port held by someone else ----------------

@@ -152,7 +152,7 @@ def read_text(path):
 def _resolution_module():
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang_resolution.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang_resolution.py")
     spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -175,7 +175,7 @@ def resolution_key(argv):
     digest.update(json.dumps(sorted((name, value) for name, value in os.environ.items()
                                     if name not in PER_INVOCATION_ENV)).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hostside/, above preflight/
     for path in ([os.path.join(here, "sglang_resolution.py")]
                  + ([os.path.join(argv[argv.index("--model-path") + 1], "config.json")] if "--model-path" in argv
                     else [])):
