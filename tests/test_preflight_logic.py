@@ -212,7 +212,7 @@ def test_no_sglang_code_reads_the_simulators_variables():
     """What lets the preflight's key leave out SGLANG_SIM_*: SGLang's installed source (and its kernel packages)
     never names that prefix, so those variables cannot change its resolution."""
     from sglang_deploy import validator_env
-    from sglang_deploy.hostside import preflight_probe
+    from sglang_deploy.hostside.preflight import probe as preflight_probe
 
     validator_env.ensure_full_layer("0.5.23", quiet=True)
     site = next((validator_env.env_dir("0.5.23") / "lib").glob("python3*/site-packages"))
