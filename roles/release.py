@@ -188,7 +188,7 @@ def preflight(service: str, release_id: str, unit: str, env: str, interpreter: s
               exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True,
               fresh: bool = False):
     """Before the switch touches anything running: the release's server checks on the host, under the release's
-    own unit properties (hostside/preflight.py). A failure stops the deploy here, before the store changes."""
+    own unit properties (hostside/preflight/runner.py). A failure stops the deploy here, before the store changes."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     argv, expected = preflight_inputs(exec_start, resolved)
     # One operation: the inputs (nothing secret: the key stays in the secrets file) written by the same command

@@ -262,7 +262,7 @@ def attention_problem(value: str) -> str | None:
 
 
 def axes_problem(value: str) -> str | None:
-    from .tune import AXES
+    from .tune.search import AXES
 
     parts = [part.strip() for part in value.split(",")]
     if value.strip() == "all" or all(part in AXES for part in parts):

@@ -133,7 +133,7 @@ def test_the_facts_verb_the_weights_fetch_the_preflight_and_the_doctor_never_sta
 
 def test_the_preflight_probe_runs_under_the_units_user():
     """The preflight starts the venv's python only through systemd-run with the release unit's properties."""
-    from sglang_deploy.hostside.preflight import unit_properties
+    from sglang_deploy.hostside.preflight.runner import unit_properties
     from sglang_deploy.render import render
 
     rendered = render(PROFILE)
@@ -141,8 +141,8 @@ def test_the_preflight_probe_runs_under_the_units_user():
 
 
 def test_the_weights_fetch_refuses_a_release_venvs_python(tmp_path):
-    from sglang_deploy.hostside.weights_fetch import fetch
-    from sglang_deploy.hostside.weights_manifest import WeightsError
+    from sglang_deploy.hostside.weights.fetch import fetch
+    from sglang_deploy.hostside.weights.manifest import WeightsError
 
     manifest = {"files": [{"path": "config.json", "size": 2, "sha256": "0" * 64}]}
     with pytest.raises(WeightsError, match="is a release venv's python: the fetch runs as root"):
