@@ -141,10 +141,14 @@ def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=No
         for rank in range(world):
             log = open(os.path.join(directory, f"rank.{rank}.log"), "w")
             logs.append(log)
-            processes.append(subprocess.Popen(
-                [python or sys.executable, "-I", os.path.abspath(__file__), "--rank", str(rank), "--world", str(world),
-                 "--dir", directory] + ["--standin"] * standin,
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            try:
+                processes.append(subprocess.Popen(
+                    [python or sys.executable, "-I", os.path.abspath(__file__), "--rank", str(rank), "--world",
+                     str(world), "--dir", directory] + ["--standin"] * standin,
+                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            except OSError as error:  # a sandbox that refuses the fork or the new session
+                found["errors"][str(rank)] = f"could not start: {error}"
+                break
 
         def present(prefix):
             return [r for r in range(world) if os.path.exists(os.path.join(directory, f"{prefix}.{r}"
@@ -159,6 +163,8 @@ def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=No
                     return
                 time.sleep(0.05)
 
+        if len(processes) < world:
+            return found
         wait("ready", start_timeout)
         if len(present("ready")) == world:
             wait("result", step_timeout)
@@ -204,7 +210,7 @@ def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=No
         for log in logs:
             log.close()
         shutil.rmtree(directory, ignore_errors=True)
-    found["seconds"] = round(time.perf_counter() - started, 2)
+        found["seconds"] = round(time.perf_counter() - started, 2)
     return found
 
 
