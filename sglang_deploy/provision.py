@@ -91,13 +91,22 @@ def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str,
 
 
 def cuda_toolkit_step(facts: dict, cuda_version: str, mode: str) -> Step:
+    """The toolkit at /usr/local/cuda-<version>, the path the unit uses (CUDA_HOME), not only whatever
+    /usr/local/cuda or the PATH's nvcc is. Facts without the versioned directories (an older fact) use nvcc's."""
     package = f"cuda-toolkit-{cuda_version.replace('.', '-')}"
-    if facts["cuda_toolkit"] == cuda_version:
-        return Step("cuda-toolkit", "ok", f"CUDA toolkit {cuda_version} (nvcc) present")
+    home = f"/usr/local/cuda-{cuda_version}"
+    versioned = facts.get("cuda_toolkits")
+    present = versioned.get(cuda_version) == cuda_version if versioned is not None \
+        else facts["cuda_toolkit"] == cuda_version
+    if present:
+        return Step("cuda-toolkit", "ok", f"CUDA toolkit {cuda_version} (nvcc) present at {home}")
     found = facts["cuda_toolkit"] or "none"
+    where = f"{cuda_version} required at {home} (the unit's CUDA_HOME; {package})" + (
+        "; there: " + ", ".join(f"/usr/local/cuda-{v} (nvcc {r or 'without a release'})"
+                                for v, r in sorted(versioned.items())) if versioned else "")
     if mode == "verify":
-        return Step("cuda-toolkit", "error", f"verify mode: CUDA toolkit {found} found, {cuda_version} required ({package})")
-    return Step("cuda-toolkit", "install", f"CUDA toolkit {found} -> {cuda_version}", [package])
+        return Step("cuda-toolkit", "error", f"verify mode: CUDA toolkit {found} found, {where}")
+    return Step("cuda-toolkit", "install", f"CUDA toolkit {found} -> {where}", [package])
 
 
 def nccl_package_version(nccl_pin: str, cuda_version: str, template: str = NCCL_PACKAGE_VERSION) -> str:
