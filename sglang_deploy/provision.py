@@ -151,6 +151,30 @@ def toolchain_step(facts: dict, mode: str) -> Step:
                 "venv", missing)
 
 
+# --- NVIDIA's repository, for NVIDIA's packages only ---------------------------------------------------------------
+
+# The names raised above the distribution's (apt_preferences globs): the driver's family (its Debian-style packaging
+# pulls glx-alternative-*, glx-diversions, update-glx), CUDA and NCCL. Anything else NVIDIA's repository carries stays
+# below the distribution's own package of that name.
+NVIDIA_PACKAGE_GLOBS = ("*nvidia*", "*cuda*", "libnccl*", "glx-*", "update-glx")
+# In apt's preferences.d, read in the order of the names, and the first specific record that matches a package version
+# decides its priority: this file's raised names (600) must come after the driver's source pin and the holds (1001),
+# or they would shadow them (tests/test_driver_apt.py shows the install failing then). "sglang-deploy-n..." sorts
+# after "sglang-deploy-driver" and "sglang-deploy-holds".
+NVIDIA_REPO_PREFERENCES_FILE = "sglang-deploy-nvidia-repository"
+LEGACY_REPO_PREFERENCES_FILE = "nvidia-cuda"  # earlier versions' (every NVIDIA package at 600): removed
+
+
+def nvidia_repo_preferences(origin: str) -> str:
+    """apt preferences for NVIDIA's repository: its origin pinned low (100, below a distribution's 500: a package
+    of it is installed only where the distribution has none of that name), and only NVIDIA's names raised (600).
+    The driver's source pin (1001, sglang-deploy-driver) and the holds still decide versions."""
+    return (f"Explanation: sglang-deploy: NVIDIA's repository ({origin}) for NVIDIA's packages only\n"
+            f"Package: *\nPin: origin {origin}\nPin-Priority: 100\n\n"
+            f"Explanation: sglang-deploy: the driver's family, CUDA and NCCL from NVIDIA's repository\n"
+            f"Package: {' '.join(NVIDIA_PACKAGE_GLOBS)}\nPin: origin {origin}\nPin-Priority: 600\n")
+
+
 # --- a proxy, for a host whose only way out is one -----------------------------------------------------
 
 NO_PROXY = "localhost,127.0.0.1,::1"  # the host's own services (health checks, a local mirror) never go through it

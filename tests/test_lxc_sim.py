@@ -138,7 +138,7 @@ def test_0660_nodes_or_a_hung_all_reduce_are_refused_before_the_switch_and_the_r
     assert "`iommu=pt`" in output and "--disable-custom-all-reduce" in output
     assert "the release was not staged and nothing running was touched" in output
     assert nested.sh("systemctl list-units --all --no-legend 'sglang-deploy-preflight-*'; "
-                     "pgrep -af preflight_allreduce; true").strip() == ""
+                     "pgrep -af '[p]reflight_allreduce'; true").strip() == ""
     assert store_state(nested)["releases"] == before["releases"] and nested.main_pid() == pid
 
 
