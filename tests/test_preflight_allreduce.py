@@ -61,7 +61,7 @@ def test_a_rank_that_dies_is_an_error_not_a_hang(spawned, tmp_path):
     script.write_text("#!/bin/sh\necho 'NCCL WARN Cuda failure: peer access is not supported' >&2\nexit 3\n")
     script.chmod(0o755)
     found = preflight_allreduce.run(2, step_timeout=30, standin=True, python=str(script), start_timeout=30)
-    assert not found["ok"] and not found["timed_out"] and found["seconds"] < 10
+    assert not found["ok"] and not found["timed_out"] and found["seconds"] < 10 and not found["waiting"]
     assert found["errors"]["0"].startswith("exited 3: NCCL WARN Cuda failure")
     [fail] = failures(preflight_findings.diagnose(facts_with(torch={**FACTS["torch"], "all_reduce_2p": found}), gpus=2))
     assert "rank 0: exited 3" in fail["detail"] and "NCCL_DEBUG=INFO" in fail["fix"]

@@ -129,13 +129,14 @@ def rank_main(argv=None):
 
 def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=None):
     """Start `world` ranks; `start_timeout` for them to come up (torch's import), then `step_timeout` for the
-    all-reduce itself. Returns {"world", "ok", "timed_out", "waiting", "wrong", "errors", "ms", "seconds",
-    "killed", "standin", "fault"}."""
+    all-reduce itself. Returns {"world", "ok", "timed_out", "waiting" (ranks still running at the deadline),
+    "stopped" (ranks still running after another exited), "wrong", "errors", "ms", "seconds", "killed", "standin",
+    "fault"}."""
     started = time.perf_counter()
     directory = tempfile.mkdtemp(prefix="sglang-deploy-allreduce-")
     processes, logs = [], []
     found = {"world": world, "ok": False, "timed_out": False, "waiting": [], "wrong": {}, "errors": {}, "ms": {},
-             "killed": [], "standin": standin, "step_timeout": step_timeout,
+             "stopped": [], "killed": [], "standin": standin, "step_timeout": step_timeout,
              "fault": (os.environ.get("SGLANG_SIM_ALLREDUCE_FAULT") or None) if standin else None}
     try:
         for rank in range(world):
@@ -155,19 +156,21 @@ def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=No
                                                                             + (".json" if prefix == "result" else "")))]
 
         def wait(prefix, seconds):
+            """"all" (every rank got there), "gone" (a rank exited without a result) or "timeout"."""
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline:
-                done = present(prefix)
-                gone = [r for r, p in enumerate(processes) if p.poll() is not None and r not in present("result")]
-                if len(done) == world or gone:
-                    return
+                if len(present(prefix)) == world:
+                    return "all"
+                if [r for r, p in enumerate(processes) if p.poll() is not None and r not in present("result")]:
+                    return "gone"
                 time.sleep(0.05)
+            return "timeout"
 
         if len(processes) < world:
             return found
-        wait("ready", start_timeout)
-        if len(present("ready")) == world:
-            wait("result", step_timeout)
+        state = wait("ready", start_timeout)
+        if state == "all":
+            state = wait("result", step_timeout)
         results = {}
         for rank in present("result"):
             with open(os.path.join(directory, f"result.{rank}.json")) as handle:
@@ -175,8 +178,8 @@ def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=No
         for rank, process in enumerate(processes):
             if rank in results:
                 continue
-            if process.poll() is None:
-                found["waiting"].append(rank)
+            if process.poll() is None:  # past the deadline: waiting; else behind a rank that exited
+                found["waiting" if state == "timeout" else "stopped"].append(rank)
             else:
                 tail = open(os.path.join(directory, f"rank.{rank}.log")).read().strip().splitlines()[-3:]
                 found["errors"][str(rank)] = f"exited {process.returncode}: " + " | ".join(tail)
@@ -191,7 +194,7 @@ def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=No
     finally:
         grace = time.monotonic() + 10  # a rank that answered is tearing NCCL down: it exits by itself
         for rank, process in enumerate(processes):
-            if rank not in found["waiting"]:
+            if rank not in found["waiting"] + found["stopped"]:
                 try:
                     process.wait(timeout=max(0.0, grace - time.monotonic()))
                 except subprocess.TimeoutExpired:

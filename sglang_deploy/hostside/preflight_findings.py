@@ -218,9 +218,9 @@ def _driver_finding(driver):
     """cuInit's CUresult as the service, and the two versions it compares."""
     kernel, library, code = driver.get("kernel_module"), driver.get("libcuda"), driver.get("cu_init")
     versions = f"kernel module {kernel or 'unknown'} (/proc/driver/nvidia/version), libcuda {library or 'unknown'}"
-    match = (f"user space must be exactly {kernel}: run provision.py (in a container it installs that version's "
-             "user space; a host driver upgrade is the usual cause there), or on bare metal reboot after a driver "
-             "upgrade")
+    match = (f"user space must be exactly {kernel or 'the kernel module version'}: run provision.py (in a container it "
+             "installs that version's user space; a host driver upgrade is the usual cause there), or on bare metal "
+             "reboot after a driver upgrade")
     if driver.get("error"):
         return finding("driver", "fail", f"{driver['error']} ({versions})", match)
     name = driver.get("cu_init_name") or f"CUresult {code}"
