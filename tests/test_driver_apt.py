@@ -165,3 +165,42 @@ def test_nvidias_repository_serves_only_nvidias_packages_and_the_driver_pin_stil
     for name in ("libcuda1", "nvidia-alternative", "libnvidia-ptxjitcompiler1", "nvidia-smi"):
         assert planned[name] == f"{OLD}-1", planned
     distro.close()
+
+
+def test_ubuntu_names_580_suffixed_and_from_590_unsuffixed(tmp_path):
+    """NVIDIA's Ubuntu repository: per-branch names up to 580 (libnvidia-compute-580, nvidia-utils-580), no suffix
+    from 590 on, both in one repository. The transaction picks the name the repository has at the module's version.
+    Stand-ins with the names and Provides Canonical's packaging declares (canonical/nvidia-graphics-drivers
+    debian/control: libnvidia-compute-N provides libcuda1 and libnvidia-ml1, nvidia-utils-N nvidia-smi); their
+    other relations are not recorded here (no real Ubuntu control fixture: only the Debian graph is)."""
+    from sglang_deploy.provision import USERSPACE_DRIVER_PACKAGES_UBUNTU
+
+    def compute(name, version):
+        return Package(name, version, {}, relations={
+            "Provides": f"libnvidia-compute, libcuda1 (= {version}), libnvidia-ml1 (= {version})"})
+
+    def utils(name, version):
+        return Package(name, version, {}, relations={"Provides": "nvidia-utils, nvidia-smi", "Conflicts": "nvidia-smi"})
+
+    repo = AptRepo(tmp_path / "ubuntu")
+    packages = [compute("libnvidia-compute-580", "580.95.05-0ubuntu1"), utils("nvidia-utils-580", "580.95.05-0ubuntu1"),
+                compute("libnvidia-compute", "590.48.01-0ubuntu1"), utils("nvidia-utils", "590.48.01-0ubuntu1")]
+    repo.publish(packages)
+    try:
+        for kernel, names in (("580.95.05", ("libnvidia-compute-580", "nvidia-utils-580")),
+                              ("590.48.01", ("libnvidia-compute", "nvidia-utils"))):
+            apt = ScratchApt(tmp_path / f"apt-{kernel}", repo, "")
+            step = driver_step({"gpus": [], "kernel_driver": kernel, "container": "lxc", "libcuda": []}, 13, 580,
+                               "install", userspace_packages=USERSPACE_DRIVER_PACKAGES_UBUNTU)
+            check, _ = apt_install_script([], step.hold, step, kernel, None)
+            result = apt.run(check)
+            assert result.returncode == 0, result.stdout + result.stderr
+            assert installs(result) == {name: f"{kernel}-0ubuntu1" for name in names}
+        missing = driver_step({"gpus": [], "kernel_driver": "590.44.01", "container": "lxc", "libcuda": []}, 13, 580,
+                              "install", userspace_packages=USERSPACE_DRIVER_PACKAGES_UBUNTU)
+        refused = apt.run(apt_install_script([], missing.hold, missing, "590.44.01", None)[0])
+        assert refused.returncode == 1
+        assert ("libnvidia-compute-590 or libnvidia-compute 590.44.01-* is not in the repository (it has: "
+                "libnvidia-compute: 590.48.01-0ubuntu1 )") in refused.stderr
+    finally:
+        repo.close()
