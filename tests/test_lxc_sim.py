@@ -115,12 +115,15 @@ def test_0660_nodes_and_a_hung_all_reduce_are_refused_before_the_switch_and_the_
                                                                                                        tmp_path):
     before, pid = store_state(nested), nested.main_pid()
     nested.host.set_device_mode(0o660)  # Proxmox's devN: default without mode=/gid=
-    # and P2P through a translating IOMMU: the two-process all-reduce hangs (the GPU stand-in's planted fault)
-    planted = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_ALLREDUCE_FAULT: "hang"\n')
+    # and P2P through a translating IOMMU: the two-process all-reduce hangs (a fault of the host's "hardware", planted
+    # for the GPU stand-in; the profile stays as it was, so SGLang's resolution is not asked again)
+    nested.sh("mkdir -p /etc/sglang-sim && echo hang > /etc/sglang-sim/allreduce-fault")
     try:
-        result = nested.deploy("--data", "container_id=129", profile=planted)
+        result = nested.deploy("--data", "container_id=129",
+                               profile=proven_with(tmp_path, "  warmup: 1", "  warmup: 2"))
     finally:
         nested.host.set_device_mode(0o666)
+        nested.sh("rm -f /etc/sglang-sim/allreduce-fault")
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
     assert "cannot open /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia0, /dev/nvidia1: permission denied" in output

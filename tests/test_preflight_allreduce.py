@@ -56,6 +56,16 @@ def test_the_standins_ranks_run_with_planted_faults_and_none_is_left_behind(faul
         assert 2 <= found["seconds"] < 15
 
 
+def test_the_simulated_hosts_own_fault_file_plants_it_too(monkeypatch, tmp_path):
+    monkeypatch.delenv("SGLANG_SIM_ALLREDUCE_FAULT", raising=False)
+    monkeypatch.setattr(preflight_allreduce, "HOST_FAULT_FILE", str(tmp_path / "allreduce-fault"))
+    assert preflight_allreduce.planted_fault() is None
+    (tmp_path / "allreduce-fault").write_text("wrong-data\n")
+    assert preflight_allreduce.planted_fault() == "wrong-data"
+    monkeypatch.setenv("SGLANG_SIM_ALLREDUCE_FAULT", "hang")  # the release's environment first
+    assert preflight_allreduce.planted_fault() == "hang"
+
+
 def test_a_rank_that_dies_is_an_error_not_a_hang(spawned, tmp_path):
     script = tmp_path / "die.sh"
     script.write_text("#!/bin/sh\necho 'NCCL WARN Cuda failure: peer access is not supported' >&2\nexit 3\n")

@@ -8,7 +8,8 @@ wrong data names the rank and how many values differ.
 
 SIMULATED HOST (--standin): there is no GPU and no NCCL, so the GPU stand-in models the collective: each rank
 writes its contribution into the rendezvous directory and sums the others' (standard library only), and
-SGLANG_SIM_ALLREDUCE_FAULT (from the release's environment file) plants what a translating IOMMU does:
+SGLANG_SIM_ALLREDUCE_FAULT (from the release's environment file), or else the simulated host's own
+/etc/sglang-sim/allreduce-fault (its "hardware", as /etc/sglang-sim/gpus.json), plants what a translating IOMMU does:
 `wrong-data` (the last rank's peer writes are partly dropped: every 4th value arrives as 0) or `hang` (the last
 rank never delivers; the others wait for it, as NCCL does). The rest is the same code on both: the processes,
 the rendezvous, the deadlines, the kill and the comparison.
@@ -30,6 +31,18 @@ SIZES = (1024, 1 << 20)  # float32 elements: NCCL's low-latency protocol and its
 STANDIN_ELEMENTS = 4096
 ITERATIONS = 3
 FAULTS = ("wrong-data", "hang")
+HOST_FAULT_FILE = "/etc/sglang-sim/allreduce-fault"  # a simulated host's planted fault, beside its GPU facts
+
+
+def planted_fault():
+    """SIMULATED: the fault the stand-in plays, from the environment or the simulated host's file; None: none."""
+    if os.environ.get("SGLANG_SIM_ALLREDUCE_FAULT"):
+        return os.environ["SGLANG_SIM_ALLREDUCE_FAULT"]
+    try:
+        with open(HOST_FAULT_FILE) as handle:
+            return handle.read().strip() or None
+    except OSError:
+        return None
 
 
 def known_input(index, rank):
@@ -115,7 +128,7 @@ def rank_main(argv=None):
     parser.add_argument("--dir", required=True)
     parser.add_argument("--standin", action="store_true")
     args = parser.parse_args(argv)
-    fault = (os.environ.get("SGLANG_SIM_ALLREDUCE_FAULT") or None) if args.standin else None
+    fault = planted_fault() if args.standin else None
     try:
         found = (rank_standin(args.rank, args.world, args.dir, fault) if args.standin
                  else rank_nccl(args.rank, args.world, args.dir))
@@ -137,7 +150,7 @@ def run(world, step_timeout=120.0, standin=False, start_timeout=300.0, python=No
     processes, logs = [], []
     found = {"world": world, "ok": False, "timed_out": False, "waiting": [], "wrong": {}, "errors": {}, "ms": {},
              "stopped": [], "killed": [], "standin": standin, "step_timeout": step_timeout,
-             "fault": (os.environ.get("SGLANG_SIM_ALLREDUCE_FAULT") or None) if standin else None}
+             "fault": planted_fault() if standin else None}
     try:
         for rank in range(world):
             log = open(os.path.join(directory, f"rank.{rank}.log"), "w")
