@@ -201,8 +201,25 @@ def test_the_preflights_cached_acceptance_is_keyed_by_the_units_environment(monk
     before = preflight_probe.resolution_key(argv)
     monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
     assert preflight_probe.resolution_key(argv) == before
+    monkeypatch.setenv("SGLANG_SIM_CRASH_AT_START", "1")  # the simulator's: SGLang never reads it
+    assert preflight_probe.resolution_key(argv) == before
     monkeypatch.setenv("SGLANG_GRPC_PORT", "50051")
     assert preflight_probe.resolution_key(argv) != before
+
+
+def test_no_sglang_code_reads_the_simulators_variables():
+    """What lets the preflight's key leave out SGLANG_SIM_*: SGLang's installed source (and its kernel packages)
+    never names that prefix, so those variables cannot change its resolution."""
+    from sglang_deploy import validator_env
+    from sglang_deploy.hostside import preflight_probe
+
+    validator_env.ensure_full_layer("0.5.23", quiet=True)
+    site = next((validator_env.env_dir("0.5.23") / "lib").glob("python3*/site-packages"))
+    sources = [path for package in ("sglang", "flashinfer", "sgl_kernel") if (site / package).is_dir()
+               for path in (site / package).rglob("*.py")]
+    assert len(sources) > 1000  # SGLang's own tree is there
+    prefix = preflight_probe.SIMULATOR_ENV_PREFIX.encode()
+    assert [str(path) for path in sources if prefix in path.read_bytes()] == []
 
 
 # --- the real cause named: driver/library mismatch, cgroup EPERM, GPUs or the port held by someone else ----------------

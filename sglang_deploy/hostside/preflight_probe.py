@@ -174,6 +174,9 @@ def two_process_all_reduce(world, step_timeout, simulated):
 PER_INVOCATION_ENV = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MANAGERPID", "NOTIFY_SOCKET",
                       "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC",
                       "MEMORY_PRESSURE_WATCH", "MEMORY_PRESSURE_WRITE", "CREDENTIALS_DIRECTORY")
+# The simulator's own variables (its modelled Scheduler's faults and knobs, docs/simulator.md): no SGLang code reads
+# them (tests/test_preflight_logic.py greps SGLang's installed source), so they are not an input of its resolution.
+SIMULATOR_ENV_PREFIX = "SGLANG_SIM_"
 
 
 def resolution_key(argv):
@@ -184,7 +187,8 @@ def resolution_key(argv):
 
     digest = hashlib.sha256(json.dumps(argv).encode())
     digest.update(json.dumps(sorted((name, value) for name, value in os.environ.items()
-                                    if name not in PER_INVOCATION_ENV)).encode())
+                                    if name not in PER_INVOCATION_ENV
+                                    and not name.startswith(SIMULATOR_ENV_PREFIX))).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
     here = os.path.dirname(os.path.abspath(__file__))
     for path in ([os.path.join(here, "sglang_resolution.py")]
