@@ -25,7 +25,7 @@ from roles import release
 from roles.facts import GpuHost
 from roles.settings import host_settings, sudo
 from sglang_deploy.hostfacts import detected_hardware
-from sglang_deploy.tune_run import Runner, TuneError
+from sglang_deploy.tune.controller import Runner, TuneError
 
 detected = None if host_settings().simulated else detected_hardware(host.get_fact(GpuHost))
 

@@ -2,9 +2,9 @@
 
     python3 benchmarks/preflight_gpu_probe.py [--gpus N] [--step-timeout 120] [--no-hang-check] [--json OUT]
 
-Needs only python3 with torch (no network, no SGLang, no systemd): it runs hostside/preflight_probe.py by path with
+Needs only python3 with torch (no network, no SGLang, no systemd): it runs hostside/preflight/probe.py by path with
 this python, as the preflight does inside the release's unit (which adds the unit's sandbox and user), and judges
-its facts with hostside/preflight_findings.py. It prints what the probe found and each finding:
+its facts with hostside/preflight/findings.py. It prints what the probe found and each finding:
   driver   cuInit's CUresult, the kernel module's version (/proc/driver/nvidia/version) and the loaded libcuda's
   memory   each GPU's free and total memory, and the compute processes nvidia-smi lists (what a busy GPU looks like
            against mem_fraction_static 0.88, the proven profile's)
@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
-PROBE = HOSTSIDE / "preflight_probe.py"
+PROBE = HOSTSIDE / "preflight" / "probe.py"
 sys.path.insert(0, str(HOSTSIDE.parent))
-from hostside import preflight_allreduce, preflight_findings  # noqa: E402  (standard library only)
+from hostside.preflight import allreduce as preflight_allreduce  # noqa: E402  (standard library only)
+from hostside.preflight import findings as preflight_findings  # noqa: E402
 
 # The lent machines' rule: no NVLink multicast, in every process this starts (the ranks inherit the environment).
 for name, value in (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1")):

@@ -1,4 +1,4 @@
-"""The preflight's two-process all-reduce (hostside/preflight_allreduce.py): its ranks started, waited for under
+"""The preflight's two-process all-reduce (hostside/preflight/allreduce.py): its ranks started, waited for under
 the per-step timeout and killed, run for real with the GPU stand-in's model and its planted faults (wrong data; a
 hang); the finding and the fix each outcome names; the runner and the deploy's command around it. No host."""
 
@@ -10,7 +10,8 @@ import types
 import pytest
 
 from roles.release import preflight_command
-from sglang_deploy.hostside import preflight, preflight_allreduce, preflight_findings, preflight_probe
+from sglang_deploy.hostside.preflight import allreduce as preflight_allreduce, findings as preflight_findings
+from sglang_deploy.hostside.preflight import probe as preflight_probe, runner as preflight
 from test_preflight_logic import FACTS, GOLDEN_UNIT, facts_with, failures
 
 

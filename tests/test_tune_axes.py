@@ -1,4 +1,4 @@
-"""The tune's nospec, kv and attention axes (sglang_deploy/tune_axes.py) without a host: candidates from what SGLang's
+"""The tune's nospec, kv and attention axes (sglang_deploy/tune/axes.py) without a host: candidates from what SGLang's
 own resolution accepts on the A6000, the no-speculation control in the search and the table, the profile edits, and
 the simulator's model of the levers (sim/hardware.py: the cited +32 %, start failures, the planted trap)."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import tune, tune_axes, tune_edit, tune_report
+from sglang_deploy.tune import axes as tune_axes, edit as tune_edit, report as tune_report, search as tune
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
 from test_tune_logic import MACHINE, MODEL, PROVEN, flags_of
@@ -66,7 +66,7 @@ def test_a_wanted_value_the_parser_does_not_offer_is_refused_without_asking():
 def test_sglangs_resolution_on_the_a6000_refuses_blackwell_only_values():
     """The real question, asked of SGLang 0.5.23's own resolution under the A6000's facts (validator env)."""
     from sglang_deploy.plan import plan_for_host
-    from sglang_deploy.tune_levers import asker
+    from sglang_deploy.tune.levers import asker
 
     data = {"profile": str(PROVEN), "gpus": 2, "gpu_topology": "pcie", "simulated": True}
     plan = plan_for_host(data, need_key=False)

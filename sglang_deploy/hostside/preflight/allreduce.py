@@ -4,7 +4,7 @@ torch.cuda.nccl.all_reduce never touches), a known input, every rank's output co
 per-step timeout. A rank that does not finish in time is killed with its process group and the step says so;
 wrong data names the rank and how many values differ.
 
-    PY -I hostside/preflight_allreduce.py --rank R --world W --dir D [--standin]   (a rank; run() starts them)
+    PY -I hostside/preflight/allreduce.py --rank R --world W --dir D [--standin]   (a rank; run() starts them)
 
 SIMULATED HOST (--standin): there is no GPU and no NCCL, so the GPU stand-in models the collective: each rank
 writes its contribution into the rendezvous directory and sums the others' (standard library only), and
@@ -122,7 +122,7 @@ def rank_standin(rank, world, directory, fault):
 
 
 def rank_main(argv=None):
-    parser = argparse.ArgumentParser(prog="hostside/preflight_allreduce.py")
+    parser = argparse.ArgumentParser(prog="hostside/preflight/allreduce.py")
     parser.add_argument("--rank", type=int, required=True)
     parser.add_argument("--world", type=int, required=True)
     parser.add_argument("--dir", required=True)

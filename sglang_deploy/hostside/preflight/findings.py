@@ -1,4 +1,4 @@
-"""The preflight's judgement: the probe's raw facts (preflight_probe) as findings, each with its cause and fix, the
+"""The preflight's judgement: the probe's raw facts (probe.py) as findings, each with its cause and fix, the
 sandbox the unit declares against what the host enforces, and the report. Pure, tested with fixtures
 (tests/test_preflight_logic.py); the doctor shows sandbox_report. Standard library only.
 """
@@ -310,7 +310,7 @@ P2P_FIX = ("set the IOMMU to passthrough on the Proxmox host: `iommu=pt` on its 
 
 
 def all_reduce_finding(found):
-    """The two-process all-reduce (preflight_allreduce.run's answer): ok, wrong data, a hang, or a rank's error."""
+    """The two-process all-reduce (allreduce.run's answer): ok, wrong data, a hang, or a rank's error."""
     what = (f"the all-reduce over {found.get('world')} processes, one per GPU as SGLang's TP ranks"
             + (" (simulated: the GPU stand-in's model of it" + (f", planted fault {found['fault']}" if found.get("fault")
                                                                  else "") + ")" if found.get("standin") else ""))

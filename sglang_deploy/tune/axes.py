@@ -67,9 +67,9 @@ def accepted_values(flag: str, choices, resolve, wanted=None) -> Accepted:
 
 
 def nospec_candidate(flags: dict):
-    """The release without speculation: every speculative flag removed (tune_edit.py drops speculative.draft with
+    """The release without speculation: every speculative flag removed (edit.py drops speculative.draft with
     the algorithm); None when the profile does not speculate."""
-    from .tune import Candidate, spec_settings
+    from .search import Candidate, spec_settings
 
     if not spec_settings(flags):
         return None
@@ -78,7 +78,7 @@ def nospec_candidate(flags: dict):
 
 
 def lever_candidates(flag: str, prefix: str, axis: str, accepted: Accepted | None) -> list:
-    from .tune import Candidate
+    from .search import Candidate
 
     return [Candidate(f"{prefix}-{value}", axis, ((flag, value),)) for value in (accepted.values if accepted else [])]
 
@@ -92,7 +92,7 @@ def attention_candidates(choices: dict) -> list:
 
 
 def draft_attention_candidates(flags: dict, choices: dict) -> list:
-    from .tune import spec_settings
+    from .search import spec_settings
 
     if not spec_settings(flags):
         return []
@@ -128,7 +128,7 @@ class LeverAxes:
         top = self.clear_winner(best, attention_candidates(self.choices))
         drafts = draft_attention_candidates(self.flags, self.choices)
         if top.candidate.axis == "attention":  # with_best would replace the winner's backend: carry it explicitly
-            from .tune import Candidate
+            from .search import Candidate
 
             drafts = [Candidate(f"{top.candidate.id}+{c.id}", c.axis, top.candidate.merged(c).flags,
                                 top.candidate.env, top.candidate.draft) for c in drafts]

@@ -1,8 +1,8 @@
 """Tune, the controller's side: validate candidates, run them through the host's tune session, keep the budget.
 
 Called by the tune.py verb inside a pyinfra python.call (so `remote` wraps a live pyinfra host); the
-search and the scores are in tune.py (pure), the candidate's profile text in tune_edit.py, the report's tables
-in tune_report.py, what saved results are reused in tune_results.py, the temporary releases and the restore in
+search and the scores are in search.py (pure), the candidate's profile text in edit.py, the report's tables
+in report.py, what saved results are reused in results.py, the temporary releases and the restore in
 hostside/tune_session.py (on the host, under the lock).
 """
 
@@ -16,16 +16,16 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import tune, tune_edit, tune_report, tune_results
-from .gate import RESULTS_DIR, gate_config
-from .settings import SettingsError, TuneArgs, origin
-from .settings_types import int_list
-from .hostside import documents
-from .hostside.documents import GateConfig, ReleaseMeta
-from .hostside.store import content_hash, next_release_id
-from .layout import host_program
-from .plan import PlanError, plan_for_host
-from .release_plan import STORE_ROOT, build_meta, profile_snapshot
+from . import search as tune, edit as tune_edit, report as tune_report, results as tune_results
+from ..gate import RESULTS_DIR, gate_config
+from ..settings import SettingsError, TuneArgs, origin
+from ..settings_types import int_list
+from ..hostside import documents
+from ..hostside.documents import GateConfig, ReleaseMeta
+from ..hostside.store import content_hash, next_release_id
+from ..layout import host_program
+from ..plan import PlanError, plan_for_host
+from ..release_plan import STORE_ROOT, build_meta, profile_snapshot
 
 POLL_S = 1.5
 
@@ -94,7 +94,7 @@ def allow_candidates(directory: Path) -> None:
     the directory is added to $SGLANG_DEPLOY_PROFILE_DIRS for this process, as an operator names theirs."""
     import os
 
-    from .settings_types import PROFILE_DIRS_VARIABLE
+    from ..settings_types import PROFILE_DIRS_VARIABLE
 
     named = [p for p in os.environ.get(PROFILE_DIRS_VARIABLE, "").split(":") if p]
     if str(directory.resolve()) not in named:
@@ -202,8 +202,8 @@ class Runner:
 
     def lever_choices(self) -> dict:
         """The kv and attention axes' values: what SGLang's resolution accepts (tune_axes.accepted_values)."""
-        from . import tune_axes
-        from .tune_levers import asker
+        from . import axes as tune_axes
+        from .levers import asker
 
         wanted = {"--kv-cache-dtype": ("kv", None), "--attention-backend": ("attention", self.settings.attention),
                   "--speculative-draft-attention-backend": ("attention", self.settings.attention)}
@@ -271,7 +271,7 @@ class Runner:
         release_id = next_release_id(self.release_ids, digest)
         self.release_ids.append(release_id)
         self.by_hash[digest] = release_id
-        from .drafter import draft_weights
+        from ..drafter import draft_weights
 
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
         meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(

@@ -1,9 +1,9 @@
 """The preflight's probe: run by the runner (preflight.py) inside a transient unit with the release's own unit
 properties, as the service user, in the release's own python (-I, by path), it gathers raw facts of what the
 service would meet (devices, shm, toolchain, caches, the sandbox, SGLang's resolution, torch, Triton) and prints
-them as one JSON line; preflight_findings judges them.
+them as one JSON line; findings.py judges them.
 
-    PY -I hostside/preflight_probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu] [--step-timeout S]
+    PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu] [--step-timeout S]
 
 Standard library only and self-contained (no imports from its package): it runs by path in the release's python.
 """
@@ -149,11 +149,10 @@ def read_text(path):
         return ""
 
 
-def _sibling(file_name, module_name):
-    """A module beside this file, loaded by path (the probe runs by path in the release's python, -I)."""
+def _load(path, module_name):
+    """A module loaded by path (the probe runs by path in the release's python, -I: no package to import from)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), file_name)
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -161,12 +160,15 @@ def _sibling(file_name, module_name):
 
 
 def _resolution_module():
-    return _sibling("sglang_resolution.py", "sglang_deploy_resolution")
+    here = os.path.dirname(os.path.abspath(__file__))
+    return _load(os.path.join(os.path.dirname(here), "sglang_resolution.py"), "sglang_deploy_resolution")
 
 
 def two_process_all_reduce(world, step_timeout, simulated):
-    """One process per GPU, as SGLang's TP ranks (preflight_allreduce); on a simulated host the GPU stand-in's."""
-    return _sibling("preflight_allreduce.py", "sglang_deploy_preflight_allreduce").run(
+    """One process per GPU, as SGLang's TP ranks (allreduce.py beside this file); on a simulated host the GPU
+    stand-in's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return _load(os.path.join(here, "allreduce.py"), "sglang_deploy_preflight_allreduce").run(
         world, step_timeout=step_timeout, standin=simulated)
 
 
@@ -190,7 +192,7 @@ def resolution_key(argv):
                                     if name not in PER_INVOCATION_ENV
                                     and not name.startswith(SIMULATOR_ENV_PREFIX))).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hostside/, above preflight/
     for path in ([os.path.join(here, "sglang_resolution.py")]
                  + ([os.path.join(argv[argv.index("--model-path") + 1], "config.json")] if "--model-path" in argv
                     else [])):
@@ -416,7 +418,7 @@ def probe(gpus, argv=None, simulated=False, no_gpu=False, step_timeout=120.0):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="hostside/preflight_probe.py")
+    parser = argparse.ArgumentParser(prog="hostside/preflight/probe.py")
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--argv-json")
     parser.add_argument("--simulated", action="store_true")
