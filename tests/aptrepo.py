@@ -228,12 +228,14 @@ class ScratchApt:
     resolution without a host, for `apt-get install -s` and `apt-cache` (what the provisioning script runs). The
     environment's APT_CONFIG points apt there; nothing of this machine's apt is read or changed."""
 
-    def __init__(self, directory: Path, repo: AptRepo, status: str):
+    def __init__(self, directory: Path, repo: AptRepo, status: str, sources: list[str] | None = None):
+        """sources: sources.list lines instead of the repository's own directory (file:)."""
         self.directory = directory
         for sub in ("lists/partial", "cache/archives/partial", "preferences.d", "sources.list.d", "apt.conf.d"):
             (directory / sub).mkdir(parents=True, exist_ok=True)
         (directory / "status").write_text(status)
-        (directory / "sources.list").write_text(f"deb [signed-by={repo.key_file}] file:{repo.pool} /\n")
+        (directory / "sources.list").write_text("".join(line + "\n" for line in sources) if sources
+                                                else f"deb [signed-by={repo.key_file}] file:{repo.pool} /\n")
         (directory / "apt.conf").write_text("".join(f'{key} "{value}";\n' for key, value in {
             "Dir::State": directory, "Dir::State::lists": directory / "lists", "Dir::State::status": directory / "status",
             "Dir::Cache": directory / "cache", "Dir::Etc::SourceList": directory / "sources.list",
