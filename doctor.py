@@ -59,7 +59,8 @@ def run_doctor():
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env"),
                        "draft_checkpoint": collected.get("draft_checkpoint"),
                        "offered_drafts": collected.get("offered_drafts"),
-                       "card_memory_mib": collected.get("card_memory_mib")})
+                       "card_memory_mib": collected.get("card_memory_mib"),
+                       "last_tune": collected.get("last_tune"), "release": collected["active"]})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
                   sandbox=collected.get("sandbox"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
