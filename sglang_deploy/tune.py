@@ -325,11 +325,11 @@ class Search(LeverAxes):
 
     def __init__(self, original_flags: dict, original_env: dict, axes, concurrency: int, topology: str | None,
                  measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS, drafters=(),
-                 choices: dict | None = None):
+                 choices: dict | None = None, order: list | None = None):
         self.flags, self.env = original_flags, original_env
         self.choices = choices or {}  # flag -> tune_axes.Accepted: the values SGLang's resolution accepts
         self.drafters = list(drafters)
-        self.axes = [axis for axis in AXES if axis in axes]
+        self.axes = [axis for axis in (order or AXES) if axis in axes]  # order: tune_discipline.axis_order
         self.concurrency, self.topology = concurrency, topology
         self.measure_fn = measure
         self.objective = objective
@@ -337,6 +337,7 @@ class Search(LeverAxes):
         self.results: dict[str, Measured] = {}
         self.baseline: Measured | None = None
         self.stopped: str | None = None
+        self.stopped_axis: str | None = None  # the axis the budget stopped in (tune_discipline.unreached)
 
     def planned(self) -> int:
         """An upper bound of the candidates this search may measure (for the ETA)."""
@@ -366,7 +367,9 @@ class Search(LeverAxes):
             self.baseline = self.run_one(BASELINE)
             best = self.baseline
             for axis in self.axes:
+                self.stopped_axis = axis
                 best = getattr(self, f"axis_{axis}")(best)
+            self.stopped_axis = None
         except BudgetExhausted as why:
             self.stopped = str(why) or "budget exhausted"
         return choose(list(self.results.values()), self.baseline, self.objective, self.flags) if self.baseline \

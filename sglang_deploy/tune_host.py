@@ -79,6 +79,10 @@ class HostSession:
         """An upper bound of the measurements this run makes (for the ETA)."""
         return len(self.all_results) + 1
 
+    def reserved_s(self) -> float:
+        """Budget kept back from the next measurement (the tune's winner confirmation)."""
+        return 0.0
+
     def reference(self) -> tune.Measured | None:
         """The measurement each new one is compared with in its progress line."""
         return None
@@ -245,7 +249,7 @@ class HostSession:
         if self.interrupted:
             raise TuneError("interrupted (Ctrl-C)")
         estimate = self.estimate_s()
-        left = self.settings.budget_s - self.elapsed()
+        left = self.settings.budget_s - self.elapsed() - self.reserved_s()
         if estimate > left:
             raise tune.BudgetExhausted(f"budget: the next candidate ({candidate.id}) needs about "
                                        f"{tune.eta_text(estimate)}, {tune.eta_text(left)} left")

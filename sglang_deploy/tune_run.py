@@ -14,7 +14,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import tune, tune_edit, tune_report, tune_results
+from . import tune, tune_discipline, tune_edit, tune_report, tune_results
 from .settings import SettingsError, TuneArgs, origin
 from .settings_types import int_list
 from .hostside import documents
@@ -71,18 +71,63 @@ class Runner(HostSession):
         self.prepare(lambda: setattr(self, "settings", settings_from(self.data, self.profile)))
         self.saved = self.load_saved() if self.settings.resume else {}
         flags, env = self.original_flags, self.original_env
+        gains = tune_discipline.expected_gains(self.last_doctor())
+        order = tune_discipline.axis_order(self.settings.axes, gains)
         self.search = tune.Search(flags, env, self.settings.axes, self.settings.concurrency,
                                   self.data.get("gpu_topology") or (self.detected or {}).get("gpu_topology"),
                                   self.measure, self.settings.objective, self.settings.steps, self.settings.topks,
                                   drafters=[d.model_dump() for d in self.profile.tune.drafters],
-                                  choices=self.lever_choices())
+                                  choices=self.lever_choices(), order=order)
+        self.say("axes, largest expected gain first (the doctor's estimates): " + ", ".join(
+            f"{axis} (+{gains[axis]:.0f} %)" if axis in gains else f"{axis} (control)" for axis in self.search.axes))
         self.say(f"tune {self.profile.name} on {self.host_name}: original release {self.active}; space "
                  f"{','.join(self.settings.axes)}; budget {tune.eta_text(self.settings.budget_s)}; "
                  f"{self.settings.repeats} repeats x {self.settings.samples} samples x {self.settings.max_new_tokens} "
                  f"tokens, aggregate at concurrency {self.settings.concurrency}; up to {self.search.planned()} "
                  "candidates" + (f"; {len(self.saved)} saved result(s) to resume from" if self.saved else ""))
-        winner, closed = self.in_session(self.search.run)
+        winner, closed = self.in_session(lambda: self.confirm(self.search.run()))
         return self.report(winner, closed)
+
+    confirming = False
+    confirmation = None
+
+    def reserved_s(self) -> float:
+        """While the search runs, the budget keeps room for the winner's second measurement beside the original."""
+        return 0.0 if self.confirming else 2 * self.estimate_s()
+
+    def last_doctor(self) -> dict | None:
+        """The doctor's report for the active release (doctor.json), whose estimates order the axes."""
+        ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
+                                                           + documents.DOCTOR_FILE]))
+        try:
+            return json.loads(stdout) if ok and stdout.strip() else None
+        except ValueError:
+            return None
+
+    def confirm(self, winner):
+        """The winner measured again right beside the original before it is written (tune_discipline.confirmed):
+        the original, then the winner, in this session; a winner that does not hold its gain is not written."""
+        baseline = self.search.baseline
+        if winner is None or baseline is None or winner is baseline or winner.candidate.id == tune.BASELINE.id:
+            return winner
+        self.confirming = True
+        self.say(f"the winner {winner.candidate.id}: measuring it again beside the original before it is written")
+        item, problem = self.stage_files(winner.candidate)
+        results = []
+        try:
+            if item is None:
+                raise tune.BudgetExhausted(f"the winner no longer validates: {problem}")
+            results.append(self.run_item(tune.Candidate("original (again)", "confirm"),
+                                         {"release_id": self.active, "files": None}, restart=False))
+            results.append(self.run_item(tune.Candidate(f"{winner.candidate.id} (again)", "confirm"), item,
+                                         restart=False))
+            ok, why = tune_discipline.confirmed(results[1], results[0], self.settings.objective)
+        except tune.BudgetExhausted as exhausted:
+            ok, why = False, f"not measured again beside the original ({exhausted}): not written"
+        self.confirmation = {"winner": winner.candidate.id, "confirmed": ok, "why": why,
+                             "results": [m.to_json() for m in results]}
+        self.say(f"the winner {winner.candidate.id}: {why}")
+        return winner if ok else baseline
 
     def planned(self) -> int:
         return self.search.planned()
@@ -167,6 +212,8 @@ class Runner(HostSession):
                              "budget_s": self.settings.budget_s,
                              "objective": self.settings.objective.__dict__},
                 "elapsed_s": round(self.elapsed(), 1), "stopped": self.search.stopped,
+                "unreached": tune_discipline.unreached(self.search, self.search.stopped_axis, self.search.stopped),
+                "confirmation": self.confirmation,
                 "winner": winner.candidate.id if winner else None,
                 "results": [m.to_json() for m in self.all_results]}
 
@@ -181,6 +228,11 @@ class Runner(HostSession):
         baseline = self.search.baseline
         results = self.all_results
         text = tune_report.table(results, baseline, winner, self.settings.objective, self.original_flags)
+        unreached = tune_discipline.unreached(self.search, self.search.stopped_axis, self.search.stopped)
+        if unreached:
+            text += "\nnot reached within tune_budget_s:\n" + "\n".join(f"  {line}" for line in unreached)
+        if self.confirmation:
+            text += f"\nwinner measured again: {self.confirmation['why']}"
         front = tune_report.pareto_table(results)
         kinds = tune_report.kind_table(results, baseline)
         self.say("tune results (decode/aggr: robust score median - 1.4826 MAD over repeats, tok/s):")
