@@ -12,14 +12,15 @@ custom all-reduce on a P2P pair +7 to +12.5 %).
 from __future__ import annotations
 
 from . import tune
+from .hostside.evidence import allreduce_path  # noqa: F401 - the doctor's name for it
 from .roofline import separate_draft
+from .tune_axes import PCIE_IPC_WORLD_SIZES
 
 # sm_80 / sm_86 / sm_87 cards by name (nvidia-smi's): no FP8 tensor cores, FlashAttention 3 needs sm_90.
 AMPERE = ("A6000", "A5000", "A4500", "A4000", "A2000", "A100", "A800", "A40", "A30", "A16", "A10", " A2",
           "RTX 3090", "RTX 3080", "RTX 3070", "RTX 3060", "Orin")
 TOKEN_MAP_SIZES = (32768, 65536)  # what the doctor prices when the profile offers none (FR-Spec's 32k; 64k)
 TOKEN_MAP_ALGORITHMS = ("NEXTN", "EAGLE")  # eagle_worker_v2.init_lm_head; EAGLE3 and DFLASH ignore the map
-PCIE_IPC_WORLD_SIZES = (2, 4, 8)  # pcie_ipc_ar.eligible_group
 
 
 def _suspect(**fields):
@@ -68,29 +69,6 @@ def speculation_vs_none(last_tune: dict | None, active: str | None, objective: t
 
 
 # --- the all-reduce path --------------------------------------------------------------------------
-
-def allreduce_path(server_info: dict, environ: dict, log_findings: dict | None) -> dict:
-    """Which all-reduce the server's decode uses, from what it reports: SGLang's dispatch order is custom
-    all-reduce, then the opt-in PCIe-IPC one, then NCCL (parallel_state.py); a fallback is only in its log."""
-    log_findings = log_findings or {}
-    tp = int(server_info.get("tp_size") or 1)
-    if tp <= 1:
-        return {"path": "none", "why": "one GPU per server: no all-reduce"}
-    if int(server_info.get("nnodes") or 1) > 1:
-        return {"path": "nccl", "why": "the group spans nodes (SGLang turns custom all-reduce off by design)"}
-    pcie_ipc = str(environ.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")).strip().lower() in ("1", "true", "yes")
-    fallback = log_findings.get("custom_all_reduce_fallback")
-    pcie_failed = log_findings.get("pcie_ipc_fallback")
-    if not server_info.get("disable_custom_all_reduce") and not fallback:
-        return {"path": "custom", "why": "custom all-reduce on, and no fallback in the server's journal"}
-    why = ("--disable-custom-all-reduce" if server_info.get("disable_custom_all_reduce")
-           else f"SGLang's log: {fallback!r}")
-    if pcie_ipc and tp in PCIE_IPC_WORLD_SIZES and not pcie_failed:
-        return {"path": "pcie_ipc", "why": f"custom all-reduce off ({why}); SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"}
-    if pcie_ipc and pcie_failed:
-        why += f"; the PCIe-IPC all-reduce failed too: {pcie_failed!r}"
-    return {"path": "nccl", "why": why}
-
 
 def pcie_ipc_fix(path: dict, server_info: dict) -> str | None:
     """The PCIe-IPC arm to try when custom all-reduce is off on a PCIe pair (opt-in in SGLang 0.5.23; bf16 only)."""

@@ -18,6 +18,10 @@ LEVERS = {"--kv-cache-dtype": ("kv_cache_dtype", "kv_cache_dtype"),
           "--speculative-draft-attention-backend": ("speculative_draft_attention_backend", "attention_backend")}
 
 
+NCCL_PROTOS_PCIE = ("LL", "Simple")  # LL128 only over NVLink (rule nccl-ll128-needs-nvlink)
+PCIE_IPC_WORLD_SIZES = (2, 4, 8)  # pcie_ipc_ar.eligible_group
+
+
 @dataclass
 class Accepted:
     """What SGLang's resolution said about each parser choice of one flag."""
@@ -75,6 +79,33 @@ def nospec_candidate(flags: dict):
         return None
     changes = tuple(sorted((name, None) for name in SPEC_FLAGS if name in flags))
     return Candidate("nospec", "nospec", changes)
+
+
+def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candidate]:
+    """Custom all-reduce on/off; with it off, SGLang 0.5.23's opt-in PCIe-IPC all-reduce (world size 2, 4 or 8,
+    dispatched after custom all-reduce and before NCCL: parallel_state.py); NCCL protocols valid for the topology
+    (never LL128 without NVLink). A variable the profile declares with a reason (a verified workaround) is never
+    dropped by the tune."""
+    from .tune import Candidate
+
+    out = []
+    disabled = bool(flags.get("--disable-custom-all-reduce"))
+    out.append(Candidate("custom-allreduce-" + ("on" if disabled else "off"), "nccl",
+                         (("--disable-custom-all-reduce", None if disabled else True),)))
+    if int(flags.get("--tp-size") or 1) in PCIE_IPC_WORLD_SIZES and "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in env:
+        out.append(Candidate("custom-allreduce-off+pcie-ipc", "nccl", (("--disable-custom-all-reduce", True),),
+                             (("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", (("reason", "tune candidate: PCIe-IPC all-reduce with "
+                                                                   "custom all-reduce off, A/B measured"),
+                                                                  ("value", "1"))),)))
+    declared = env.get("NCCL_PROTO")
+    if declared is None:
+        for proto in NCCL_PROTOS_PCIE + (("LL128",) if topology == "nvlink" else ()):
+            out.append(Candidate(f"nccl-proto-{proto.lower()}", "nccl",
+                                 env=(("NCCL_PROTO", (("reason", "tune candidate: forced protocol, A/B measured"),
+                                                      ("value", proto))),)))
+    elif not isinstance(declared, dict):
+        out.append(Candidate("nccl-proto-default", "nccl", env=(("NCCL_PROTO", None),)))
+    return out
 
 
 def lever_candidates(flag: str, prefix: str, axis: str, accepted: Accepted | None) -> list:

@@ -286,7 +286,8 @@ class HostSession:
         self.durations.append(duration)
         measured = tune.Measured(candidate, error=None if result.get("ok") else (result.get("error") or "failed"),
                                  repeats=result.get("repeats") or [], duration_s=duration,
-                                 restart_s=result.get("restart_s"), release_id=item["release_id"])
+                                 restart_s=result.get("restart_s"), release_id=item["release_id"],
+                                 allreduce=result.get("allreduce"))
         if result.get("config_problems"):
             measured.error = "effective config differs: " + result["config_problems"][0]
         if measured.measured:

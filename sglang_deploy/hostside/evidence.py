@@ -98,6 +98,30 @@ def log_findings(journal):
             "pcie_ipc_fallback": pcie_ipc.group(0) if pcie_ipc else None}
 
 
+def allreduce_path(server_info: dict, environ: dict, log_findings: dict | None) -> dict:
+    """Which all-reduce the server's decode uses, from what it reports (/server_info, the process environment,
+    log_findings): SGLang's dispatch order is custom all-reduce, then the opt-in PCIe-IPC one (world size 2, 4 or
+    8: pcie_ipc_ar.eligible_group), then NCCL (parallel_state.py); a fallback is only in its log."""
+    log_findings = log_findings or {}
+    tp = int(server_info.get("tp_size") or 1)
+    if tp <= 1:
+        return {"path": "none", "why": "one GPU per server: no all-reduce"}
+    if int(server_info.get("nnodes") or 1) > 1:
+        return {"path": "nccl", "why": "the group spans nodes (SGLang turns custom all-reduce off by design)"}
+    pcie_ipc = str(environ.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")).strip().lower() in ("1", "true", "yes", "y")
+    fallback = log_findings.get("custom_all_reduce_fallback")
+    pcie_failed = log_findings.get("pcie_ipc_fallback")
+    if not server_info.get("disable_custom_all_reduce") and not fallback:
+        return {"path": "custom", "why": "custom all-reduce on, and no fallback in the server's journal"}
+    why = ("--disable-custom-all-reduce" if server_info.get("disable_custom_all_reduce")
+           else f"SGLang's log: {fallback!r}")
+    if pcie_ipc and tp in (2, 4, 8) and not pcie_failed:
+        return {"path": "pcie_ipc", "why": f"custom all-reduce off ({why}); SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"}
+    if pcie_ipc and pcie_failed:
+        why += f"; the PCIe-IPC all-reduce failed too: {pcie_failed!r}"
+    return {"path": "nccl", "why": why}
+
+
 def environment_sources(service):
     """variable -> the file that set it for the unit: its drop-ins' Environment= lines and its
     EnvironmentFile= files (later sources win, as in systemd)."""
