@@ -14,7 +14,7 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from .tune_axes import NCCL_PROTOS_PCIE, LeverAxes, nccl_candidates  # noqa: F401 - tune.nccl_candidates
+from .tune_axes import NCCL_PROTOS_PCIE, LeverAxes, graph_backend_candidates, nccl_candidates  # noqa: F401
 
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 STEPS_RANGE = (1, 2, 3, 4, 5, 6)
@@ -331,7 +331,7 @@ class Search(LeverAxes):
             count += len(self.drafters)
         count += self.lever_count()
         if "graphs" in self.axes:
-            count += len(graph_candidates(self.flags, self.concurrency))
+            count += len(graph_candidates(self.flags, self.concurrency)) + len(graph_backend_candidates(self.choices))
         if "nccl" in self.axes:
             count += len(nccl_candidates(self.flags, self.env, self.topology))
         return count
@@ -422,7 +422,8 @@ class Search(LeverAxes):
         return self.clear_winner(best, drafter_candidates(self.flags, self.drafters))
 
     def axis_graphs(self, best: Measured) -> Measured:
-        return self.clear_winner(best, graph_candidates(self.flags, self.concurrency))
+        return self.clear_winner(best, graph_candidates(self.flags, self.concurrency)
+                                 + graph_backend_candidates(self.choices))
 
     def axis_nccl(self, best: Measured) -> Measured:
         return self.clear_winner(best, nccl_candidates(self.flags, self.env, self.topology))

@@ -71,7 +71,8 @@ def candidate_ids(search, axis: str) -> list[str]:
     from . import tune_axes
 
     if axis == "graphs":
-        return [c.id for c in tune.graph_candidates(search.flags, search.concurrency)]
+        return [c.id for c in tune.graph_candidates(search.flags, search.concurrency)
+                + tune_axes.graph_backend_candidates(search.choices)]
     if axis == "nccl":
         return [c.id for c in tune.nccl_candidates(search.flags, search.env, search.topology)]
     if axis == "drafter":

@@ -141,7 +141,8 @@ class Runner(HostSession):
         from .tune_levers import asker
 
         wanted = {"--kv-cache-dtype": ("kv", None), "--attention-backend": ("attention", self.settings.attention),
-                  "--speculative-draft-attention-backend": ("attention", self.settings.attention)}
+                  "--speculative-draft-attention-backend": ("attention", self.settings.attention),
+                  "--cuda-graph-backend-decode": ("graphs", None)}
         flags = [flag for flag, (axis, _) in wanted.items() if axis in self.settings.axes]
         if not flags:
             return {}

@@ -10,7 +10,7 @@ import pytest
 from sglang_deploy import tune, tune_axes, tune_edit, tune_report
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
-from test_tune_logic import MACHINE, MODEL, PROVEN, flags_of
+from test_tune_logic import MACHINE, MODEL, PROVEN, flags_of, runner  # noqa: F401 - runner: the fixture
 
 DFLASH = PROVEN.with_name("qwen3.6-27b-dflash-2xa6000.yaml")
 
@@ -78,6 +78,8 @@ def test_sglangs_resolution_on_the_a6000_refuses_blackwell_only_values():
     assert attention.values == ["fa3", "triton"], attention.summary()
     assert "Hopper" in attention.refused["trtllm_mha"]  # refused on sm_86 by SGLang itself
     assert "Speculative decoding is currently not supported" in attention.refused["flex_attention"]
+    graphs = tune_axes.accepted_values("--cuda-graph-backend-decode", choices("--cuda-graph-backend-decode"), ask)
+    assert graphs.current == "full" and graphs.values == ["breakable", "disabled"], graphs.summary()
 
 
 # --- candidates and the profile edit ---------------------------------------------------------------------------
@@ -236,3 +238,19 @@ def test_each_candidates_all_reduce_path_is_what_its_server_reported():
     assert "all-reduce" not in lines["kv-fp8_e4m3"] and "all-reduce" not in lines["original"]
     again = tune.Measured.from_json(results[1].to_json())
     assert again.allreduce == {"path": "pcie_ipc", "why": "x"}
+
+
+def test_the_graphs_axis_offers_the_decode_graph_backends_and_the_rules_refuse_disabled(runner):  # noqa: F811
+    """breakable is a candidate; disabled, which SGLang accepts, is refused by the tool's rule before any start."""
+    from sglang_deploy import tune
+
+    choices = {"--cuda-graph-backend-decode": accepted("--cuda-graph-backend-decode", "breakable", "disabled")}
+    found = tune_axes.graph_backend_candidates(choices)
+    assert [c.id for c in found] == ["decode-graphs-breakable", "decode-graphs-disabled"]
+    assert all(c.axis == "graphs" for c in found)
+    search = tune.Search({"--tp-size": 2}, {}, ("graphs",), 4, "pcie", None, choices=choices)
+    assert search.planned() == 1 + len(tune.graph_candidates({"--tp-size": 2}, 4)) + 2
+    item, problem = runner.stage_files(found[1])
+    assert item is None and "cuda-graphs-on" in problem, problem
+    item, problem = runner.stage_files(found[0])
+    assert problem is None and '"backend": "breakable"' in item["files"]["resolved.json"]
