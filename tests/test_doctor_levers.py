@@ -154,3 +154,34 @@ def test_kv_dtype_and_attention_backend_on_ampere(info, gpu, suspect, says):
     assert (says in line) if says else line is None
     if found:
         assert "tune.py --data tune_space=kv,attention" in found.fix and "--kv-cache-dtype auto" in found.fix
+
+
+def test_under_the_planted_graph_fault_the_tunes_control_makes_the_doctor_name_it(tmp_path):
+    """The simulator's graph fault (SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE, from vllm#35387): the tune's nospec
+    control, measured against the model, beats the proven MTP 3; the tune's document makes the doctor name
+    "speculation slower than none" first. Without the fault, MTP 3 stays well ahead and nothing is named."""
+    from sglang_deploy import tune
+    from test_tune_axes import CHOICES, flags_of, resolved_of, PROVEN as PROVEN_PROFILE
+    from sglang_deploy.sim import hardware
+    from test_tune_logic import MACHINE, MODEL
+
+    def tune_document(env):
+        def measure(candidate):
+            flags = {k: v for k, v in {**flags_of(PROVEN_PROFILE), **candidate.flag_changes}.items() if v is not None}
+            eff = hardware.resolve(resolved_of(flags), env, MACHINE, MODEL)
+            decode = hardware.expected_tok_s(eff, MACHINE, MODEL)
+            return tune.Measured(candidate, repeats=repeats(decode), release_id="0003-aaaaaaaa")
+        search = tune.Search(flags_of(PROVEN_PROFILE), {}, ("nospec",), 4, "pcie", measure, choices=CHOICES)
+        search.run()
+        return {"stamp": "sim", "original": "0003-aaaaaaaa", "results": [m.to_json() for m in search.results.values()]}
+
+    faulted = tune_document({"SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE": "1"})
+    by_id = {entry["id"]: entry for entry in faulted["results"]}
+    ratio = by_id["original"]["decode_score"] / by_id["nospec"]["decode_score"]
+    assert ratio == pytest.approx(32.7 / 57.0, abs=0.03)  # the cited ratio
+    write_qwen_like(tmp_path, header_only=True)
+    result = diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gpus": A6000, "gate": GATE,
+                       "checkpoint": summarize(tmp_path), "last_tune": faulted, "release": "0003-aaaaaaaa"})
+    assert result["suspects"][0]["id"] == "speculation-slower-than-none"
+    healthy = tune_document({})
+    assert doctor_levers.speculation_vs_none(healthy, "0003-aaaaaaaa") is None
