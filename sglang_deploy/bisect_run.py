@@ -110,8 +110,11 @@ class Bisect(HostSession):
 
     def measure_all(self):
         """The good release, the refused one, then each difference alone (the budget may stop the last ones)."""
-        self.good = self.one(tune.Candidate("good", "bisect"), self.active)
-        refused = self.one(tune.Candidate("refused", "bisect"), self.release)
+        try:
+            self.good = self.one(tune.Candidate("good", "bisect"), self.active)
+            refused = self.one(tune.Candidate("refused", "bisect"), self.release)
+        except tune.BudgetExhausted as why:
+            raise TuneError(f"tune_budget_s does not fit the two releases' own measurements ({why})") from None
         alone = []
         for difference in self.differences:
             if difference.candidate is None:

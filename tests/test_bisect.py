@@ -225,3 +225,17 @@ def test_the_bisect_refuses_before_anything_reaches_the_host(tmp_path, monkeypat
     with pytest.raises(TuneError, match=message):
         Bisect("host", data, remote, lambda line: None, release, results_dir=tmp_path).run()
     assert remote.puts == [] and not any("tune_session" in c for c in remote.commands)
+
+
+def test_a_budget_that_cannot_hold_the_two_releases_is_a_clear_error(tmp_path, monkeypatch):
+    from sglang_deploy.bisect_run import Bisect
+    from sglang_deploy.tune_host import TuneError
+
+    bisect = Bisect("host", {}, FakeStore("x"), lambda line: None, "0002-bbbbbbbb", results_dir=tmp_path)
+    bisect.active, bisect.release, bisect.differences = "0001-aaaaaaaa", "0002-bbbbbbbb", []
+
+    def no_room(candidate, item, restart):
+        raise tune.BudgetExhausted("budget: the next candidate (good) needs about 0m40s, 0m10s left")
+    monkeypatch.setattr(bisect, "run_item", no_room)
+    with pytest.raises(TuneError, match="tune_budget_s does not fit the two releases' own measurements"):
+        bisect.measure_all()
