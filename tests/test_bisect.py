@@ -239,3 +239,36 @@ def test_a_budget_that_cannot_hold_the_two_releases_is_a_clear_error(tmp_path, m
     monkeypatch.setattr(bisect, "run_item", no_room)
     with pytest.raises(TuneError, match="tune_budget_s does not fit the two releases' own measurements"):
         bisect.measure_all()
+
+
+def test_each_difference_is_measured_alone_on_top_of_the_good_release(tmp_path, monkeypatch):
+    """The good release, the refused one, then each difference as its own temporary release: one that renders the
+    refused release's server reuses its measurement, one the rules refuse is never started, one past the budget is
+    named as not reached."""
+    from sglang_deploy.bisect_run import Bisect
+
+    differences = [bisect_release.Difference(name, "flags", ((name, 1, 2),), tune.Candidate(f"alone-{name}", "bisect"))
+                   for name in ("same-as-refused", "invalid", "measured", "late")]
+    bisect = Bisect("host", {}, FakeStore("x"), lambda line: None, "0002-bbbbbbbb", results_dir=tmp_path)
+    bisect.active, bisect.differences = "0001-aaaaaaaa", differences
+    staged = {"alone-same-as-refused": ({"release_id": "0002-bbbbbbbb", "files": None}, None),
+              "alone-invalid": (None, "[cuda-graphs-on] decode CUDA graphs are off"),
+              "alone-measured": ({"release_id": "0003-cccccccc", "files": {"meta.json": "{}"}}, None),
+              "alone-late": ({"release_id": "0004-dddddddd", "files": {"meta.json": "{}"}}, None)}
+    monkeypatch.setattr(bisect, "stage_files", lambda candidate: staged[candidate.id])
+    asked = []
+
+    def run_item(candidate, item, restart):
+        if candidate.id == "alone-late":
+            raise tune.BudgetExhausted("budget: 0m00s left")
+        asked.append((candidate.id, item["release_id"]))
+        return measured(candidate.id, {"good": 52.0, "refused": 40.0}.get(candidate.id, 51.9))
+    monkeypatch.setattr(bisect, "run_item", run_item)
+    good, refused, alone = bisect.measure_all()
+    assert asked == [("good", "0001-aaaaaaaa"), ("refused", "0002-bbbbbbbb"), ("alone-measured", "0003-cccccccc")]
+    assert alone[0][1] is refused and not alone[1][1].valid and alone[2][1].median_decode == 51.9
+    assert alone[3][1] is None
+    verdict = bisect_release.verdict(good, refused, alone, OBJECTIVE)
+    assert [c["difference"] for c in verdict["culprits"]] == ["same-as-refused"]
+    assert "fails alone: invalid ([cuda-graphs-on]" in verdict["text"]
+    assert "not reached (budget)" in bisect_release.table(good, refused, alone, OBJECTIVE)
