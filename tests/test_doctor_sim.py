@@ -66,7 +66,7 @@ def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost
     before = sorted(simhost.sh(f"ls {STORE}/releases").split())
     started = time.monotonic()
     result = simhost.pyinfra("doctor.py", "--data", f"profile={PROVEN}", "--data", f"bisect={incident}",
-                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=32",
+                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=16",
                              "--data", "tune_heartbeat_s=90", timeout=400)
     output = result.stdout + result.stderr
     print(output, f"bisect: {time.monotonic() - started:.0f} s")
