@@ -80,7 +80,7 @@ def run_bisect():
     from roles.ops import HostRemote
     from sglang_deploy.bisect_run import Bisect
     from sglang_deploy.hostfacts import detected_hardware
-    from sglang_deploy.tune_host import TuneError
+    from sglang_deploy.tune.host import TuneError
 
     if host_settings().simulated:
         logger.warning(f"[{host.name}] SIMULATED HOST: every number below comes from sglang_deploy.sim's hardware "

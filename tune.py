@@ -26,7 +26,7 @@ from roles.facts import GpuHost
 from roles.ops import HostRemote
 from roles.settings import host_settings
 from sglang_deploy.hostfacts import detected_hardware
-from sglang_deploy.tune_run import Runner, TuneError
+from sglang_deploy.tune.controller import Runner, TuneError
 
 detected = None if host_settings().simulated else detected_hardware(host.get_fact(GpuHost))
 

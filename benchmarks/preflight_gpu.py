@@ -2,7 +2,7 @@
 
     python benchmarks/preflight_gpu.py [--runs 3] [--user pfuser] [--beside 0.88] [--json OUT]
 
-Runs hostside/preflight_probe.py directly (the machine needs no systemd; the sandbox step is the LXC test
+Runs hostside/preflight/probe.py directly (the machine needs no systemd; the sandbox step is the LXC test
 host's) with the python it is started with, and prints: a cold run (empty Triton cache: the JIT compile), the
 median of warm runs, a run beside a process that holds `--beside` of every GPU's memory (a running server's
 share), a run as an unprivileged user, and a run in a private mount namespace where /dev/nvidia0 is a 0600
@@ -22,9 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-PROBE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "preflight_probe.py"
+PROBE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "preflight" / "probe.py"
 sys.path.insert(0, str(PROBE.parent.parent))
-from hostside import preflight_findings  # noqa: E402  (the host package, standard library only)
+from hostside.preflight import findings as preflight_findings  # noqa: E402  (the host package, standard library only)
 
 HOG = """
 import sys, time, torch

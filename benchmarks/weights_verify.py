@@ -1,4 +1,4 @@
-"""Re-verifying a 27B-sized weights snapshot against its manifest (hostside/weights.py).
+"""Re-verifying a 27B-sized weights snapshot against its manifest (hostside/weights/).
 
     python benchmarks/weights_verify.py [--runs 20] [--dir /var/tmp/weights-bench]
 
@@ -25,7 +25,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from sglang_deploy.hostside import weights_manifest  # noqa: E402
+from sglang_deploy.hostside.weights import manifest as weights_manifest  # noqa: E402
 from sglang_deploy.sim.synthetic_checkpoint import write  # noqa: E402
 
 

@@ -10,21 +10,28 @@ from pathlib import Path
 from pyinfra.api import FactBase
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
-RELATIVE_IMPORT = re.compile(r"^\s*from \.(\w*) import ([\w, ()]+)", re.M)
+RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)
 
 # Runs on the host (python3, standard library): the host package's modules carried in the program itself, imported
 # as the package `hostside` from memory, and one of them run as __main__ (as `python3 -m hostside.<module>` would).
 BOOTSTRAP = """import base64, importlib.util, json, runpy, sys, zlib
 SOURCES = json.loads(zlib.decompress(base64.b64decode(%r)))
 class Carried:
+    def key(self, name):
+        if name != "hostside" and not name.startswith("hostside."):
+            return None, False
+        path = name.split(".")[1:]
+        if "/".join(path + ["__init__"]) in SOURCES:
+            return "/".join(path + ["__init__"]), True
+        return ("/".join(path) if "/".join(path) in SOURCES else None), False
     def find_spec(self, name, path=None, target=None):
-        module = "__init__" if name == "hostside" else name[len("hostside."):] if name.startswith("hostside.") else None
-        if module in SOURCES:
-            return importlib.util.spec_from_loader(name, self, is_package=name == "hostside")
+        module, package = self.key(name)
+        if module:
+            return importlib.util.spec_from_loader(name, self, is_package=package)
     def create_module(self, spec):
         return None
     def get_code(self, name):
-        module = "__init__" if name == "hostside" else name.split(".", 1)[1]
+        module = self.key(name)[0]
         return compile(SOURCES[module], "<hostside/" + module + ".py>", "exec")
     def exec_module(self, module):
         exec(self.get_code(module.__name__), module.__dict__)
@@ -34,15 +41,24 @@ runpy.run_module(%r, run_name="__main__")
 
 
 def host_modules(module: str) -> list[str]:
-    """`module` of the host package and every module it imports from its package, directly or not."""
-    found, pending = set(), [module]
+    """`module` of the host package and every module it imports from its package, directly or not, as paths under
+    hostside/ without .py (a sub-package's modules with their package's __init__; a sub-package run as `module`
+    with its __main__)."""
+    found = set()
+    pending = [f"{module}/__init__", f"{module}/__main__"] if (HOSTSIDE / module).is_dir() else [module]
     while pending:
         name = pending.pop()
-        if name in found:
+        if name in found or not (HOSTSIDE / f"{name}.py").exists():
             continue
         found.add(name)
-        for source, names in RELATIVE_IMPORT.findall((HOSTSIDE / f"{name}.py").read_text()):
-            pending += [source] if source else [n.strip() for n in names.strip("()").split(",") if n.strip()]
+        package = name.split("/")[:-1]
+        pending += ["/".join(package + ["__init__"])] if package else []
+        for dots, source, names in RELATIVE_IMPORT.findall((HOSTSIDE / f"{name}.py").read_text()):
+            base = package[:len(package) - len(dots) + 1]
+            within = source.split(".") if source else []  # `from .pkg import module` imports pkg/module too
+            targets = [within] * bool(source) + [within + [n.split(" as ")[0].strip()]
+                                                 for n in names.strip("()").split(",") if n.strip()]
+            pending += ["/".join(base + target + tail) for target in targets for tail in ([], ["__init__"])]
     return sorted(found)
 
 

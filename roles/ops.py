@@ -88,7 +88,7 @@ def secret_file(dest: str, content: str, mode: int, group: str):
 
 
 class HostRemote:
-    """The current host as the tune's host session (sglang_deploy/tune_host.py) uses it: run(command) -> (ok, stdout,
+    """The current host as the tune's host session (sglang_deploy/tune/host.py) uses it: run(command) -> (ok, stdout,
     stderr) and put(text, path), both with the deploy's sudo."""
 
     def run(self, command):

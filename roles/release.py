@@ -183,7 +183,7 @@ def _preflight_report(service):
 def preflight(service: str, release_id: str, unit: str, env: str, interpreter: str, gpus: int, simulated: bool,
               exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True):
     """Before the switch touches anything running: the release's server checks on the host, under the release's
-    own unit properties (hostside/preflight.py). A failure stops the deploy here, before the store changes."""
+    own unit properties (hostside/preflight/runner.py). A failure stops the deploy here, before the store changes."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     argv, expected = preflight_inputs(exec_start, resolved)
     # One operation: the inputs (nothing secret: the key stays in the secrets file) written by the same command

@@ -25,7 +25,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
 from sglang_deploy import shipment
-from sglang_deploy.hostside.weights_manifest import manifest_hash
+from sglang_deploy.hostside.weights.manifest import manifest_hash
 from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import Profile
 from sglang_deploy.resolution import load_model_config

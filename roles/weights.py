@@ -1,5 +1,5 @@
 """Model weights on the host: the profile's pinned snapshot, fetched or pushed, verified against the frozen
-manifest before any switch (hostside/weights.py does the work on the host).
+manifest before any switch (hostside/weights/ does the work on the host).
 
 - hf:// sources: huggingface_hub's own client on the host (hf_hub_download, resumable), from the Hub, the
   endpoint of host data `hf_endpoint` (never the profile's); the python is the release's venv on GPU hosts (SGLang
@@ -22,8 +22,8 @@ from pyinfra.operations import files, server
 from pyinfra.operations import python as python_op
 
 from roles.settings import host_settings, sudo
-from sglang_deploy.hostside.weights_fetch import staging_dir
-from sglang_deploy.hostside.weights_manifest import MODELS_ROOT, TOOL_DIR, human
+from sglang_deploy.hostside.weights.fetch import staging_dir
+from sglang_deploy.hostside.weights.manifest import MODELS_ROOT, TOOL_DIR, human
 from sglang_deploy.layout import host_program
 from sglang_deploy.provision import with_proxy
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights

@@ -23,7 +23,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from . import tune, tune_edit
+from .tune import edit as tune_edit, search as tune
 
 SPEC_COUNTS = tune.SPEC_COUNT_FLAGS
 COUPLED = (("--max-running-requests", "--cuda-graph-max-bs-decode"),)

@@ -2,7 +2,7 @@
 
 The good release is the active one (after the gate refused a release, the one it rolled back to), deployed from
 host data `profile`; the refused release is a retained one, its profile read from its profile.json on the host.
-In the tune's host session (tune_host.HostSession: the lock, temporary releases, the original restored) it
+In the tune's host session (tune/host.py HostSession: the lock, temporary releases, the original restored) it
 measures the good release, the refused one as it is, and the good one with each single difference alone
 (bisect_release.differences), with the tune's measurement settings (tune_repeats, tune_samples, ...) and within
 tune_budget_s; bisect_release.verdict names the difference that costs the speed. Output: the table, and
@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 import shlex
 
-from . import bisect_release, tune
+from . import bisect_release
 from .gate import save_result
 from .hostside import documents
 from .release_plan import STORE_ROOT
-from .tune_host import HostSession, TuneError
-from .tune_run import settings_from
+from .tune import search as tune
+from .tune.controller import settings_from
+from .tune.host import HostSession, TuneError
 
 
 class Bisect(HostSession):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from .hostside import preflight_findings, preflight_probe
+from .hostside.preflight import findings as preflight_findings, probe as preflight_probe
 
 # The device groups of /proc/devices the server's nodes belong to: nvidia-frontend is 195 everywhere, the others
 # are dynamic (alloc_chrdev_region at module load) and can change at a host reboot.

@@ -334,7 +334,7 @@ def format_report(result: dict) -> str:
 def sandbox_lines(view: dict | None) -> list[str]:
     """The host and sandbox section: what the unit declares next to what this host enforces, and the preflight's
     findings that are not ok (devices, shm, toolchain)."""
-    from .hostside.preflight_findings import sandbox_report
+    from .hostside.preflight.findings import sandbox_report
 
     if not view:
         return []

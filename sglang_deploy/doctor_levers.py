@@ -11,10 +11,10 @@ custom all-reduce on a P2P pair +7 to +12.5 %).
 
 from __future__ import annotations
 
-from . import tune
+from .tune import search as tune
 from .hostside.evidence import allreduce_path  # noqa: F401 - the doctor's name for it
 from .roofline import separate_draft
-from .tune_axes import PCIE_IPC_WORLD_SIZES
+from .tune.axes import PCIE_IPC_WORLD_SIZES
 
 # sm_80 / sm_86 / sm_87 cards by name (nvidia-smi's): no FP8 tensor cores, FlashAttention 3 needs sm_90.
 AMPERE = ("A6000", "A5000", "A4500", "A4000", "A2000", "A100", "A800", "A40", "A30", "A16", "A10", " A2",

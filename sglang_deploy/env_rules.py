@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from .hostside.weights_manifest import MODELS_ROOT
+from .hostside.weights.manifest import MODELS_ROOT
 from .layout import ServiceLayout
 from .rules import CODE_LOADING_ENV, TOOL_ENV
 

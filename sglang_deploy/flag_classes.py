@@ -8,7 +8,7 @@ Every dest of a version's option table is classified once, by reading what SGLan
 (loads code or a config by name or path) and ``other-weights`` (serves weights, a tokenizer, a template or
 tokens the tool did not verify). Only ``allowed`` passes without a waiver; a dest with no class (a new SGLang
 release's) is refused as not reviewed, so a new release cannot widen what a profile may do
-(validate_flags.class_problems, resolved_problems below; docs/refusals.md).
+(validate.flag_checks.class_problems, resolved_problems below; docs/refusals.md).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def unset(value) -> bool:
 def resolved_problems(version: str, resolved: dict | None, flag_dests: set[str], defaults: dict) -> list[tuple]:
     """(rule, dest, message) for each exposure/code field that SGLang's resolution sets to something other than
     its default although sglang.flags does not name it: a value that came from the environment, a config file or
-    SGLang's own derivation. The flags themselves are judged by validate_flags.class_problems."""
+    SGLang's own derivation. The flags themselves are judged by validate.flag_checks.class_problems."""
     if not resolved:
         return []
     classes = load(version)

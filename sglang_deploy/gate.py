@@ -41,7 +41,7 @@ def expectations(plan: Plan) -> dict:
 
 
 def gate_settings(section) -> GateSettings:
-    """The profile's gate section (profile_sections.GateSection) as the host reads it."""
+    """The profile's gate section (profile.sections.GateSection) as the host reads it."""
     return GateSettings.from_dict(section.model_dump(mode="json"), "the profile's gate section")
 
 

@@ -10,7 +10,7 @@ and reads one JSON line back:
 
 Every argv is parsed by SGLang's own ``ServerArgs.add_cli_args`` parser, so unknown, removed and
 ambiguous flags fail exactly as they would at server start. Standard library + sglang only: this file
-is executed by path (``python -P``: the folder of this file, which holds a ``profile.py``, must not
+is executed by path (``python -P``: the folder of this file, which holds a ``profile`` package, must not
 shadow the standard library's ``profile``), the ``sglang_deploy`` package is not installed there.
 
 Resolution: the argv is parsed by SGLang's own ``prepare_server_args`` and resolved by SGLang's own

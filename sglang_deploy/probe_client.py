@@ -5,7 +5,7 @@ controller process of this user and cache (pyinfra runs, the CLI, test workers):
 under a lock, and the others connect to its Unix socket. Each request is answered in a fork of the server, so no
 request sees another's state. The server exits after IDLE_S seconds without a request; `stop_all` ends them
 sooner. Nothing secret reaches it: its environment is a few names of the controller's (validator_env.probe_environment)
-and requests carry command lines, configs and the unit's environment (no secret: profile.py refuses them there).
+and requests carry command lines, configs and the unit's environment (no secret: profile/load.py refuses them there).
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from .hostside.documents import ReleaseMeta
 from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
-from .hostside.weights_manifest import snapshot_change
+from .hostside.weights.manifest import snapshot_change
 from .layout import venv_path
 
 if TYPE_CHECKING:  # listing and rollback verbs import this module without pydantic and jinja
@@ -189,7 +189,7 @@ def weights_label(meta: dict) -> str:
 
 def weights_change(release: dict, active: dict, key: str = "weights") -> str | None:
     """'weights: <active's> -> <release's>' when the two serve other weights (source or manifest); key "draft":
-    'draft: A -> B' for their draft models (hostside weights_manifest.snapshot_change compares)."""
+    'draft: A -> B' for their draft models (hostside/weights/manifest.py snapshot_change compares)."""
     change = snapshot_change(release.get(key), active.get(key), "(unmanaged)" if key == "weights" else "(none)")
     return f"{key}: {change[0]} -> {change[1]}" if change else None
 

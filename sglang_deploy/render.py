@@ -165,7 +165,7 @@ def render_watch(profile: Profile) -> RenderedWatch:
     bench_s = 120 + (watch.samples + 3) * (60 + gate.max_new_tokens) + 120 * watch.output_prompts
     timeout = 2 * bench_s + (profile.service.start_timeout_s if watch.on_drift == "restart" else 0)
     # The watch runs as root: a profile's relaxations of the server's sandbox do not reach it, except the two a
-    # container without nesting needs for any unit to start at all (hostside/preflight_findings.py NESTING_DIRECTIVES).
+    # container without nesting needs for any unit to start at all (hostside/preflight/findings.py NESTING_DIRECTIVES).
     watch_relax = [name for name in profile.service.relax if name in ("ProtectKernelTunables", "ProtectControlGroups")]
     hardening, relaxed = hardening_directives(unit_value(f"{STORE_ROOT}/{profile.service.name}"),
                                               unit_value(watch.textfile_dir), watch_relax, comments=False)

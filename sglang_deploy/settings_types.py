@@ -233,7 +233,7 @@ def int_list(text: str) -> tuple[int, ...]:
 
 
 def axes_problem(value: str) -> str | None:
-    from .tune import AXES
+    from .tune.search import AXES
 
     parts = [part.strip() for part in value.split(",")]
     if value.strip() == "all" or all(part in AXES for part in parts):

@@ -21,7 +21,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from .validate_problem import Problem, flag_field, remove_or_waive
+from .validate.problem import Problem, flag_field, remove_or_waive
 
 FLAG = "--speculative-token-map"
 BUILD_SCRIPT = Path(__file__).with_name("token_map_build.py")

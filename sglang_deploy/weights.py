@@ -7,7 +7,7 @@ and the `sglang-deploy manifest` command that writes one.
 The served path is derived: /srv/models/<org>--<name>/<revision> (local directories: local--<dir name>/<the
 first 40 hex of the manifest hash>). The manifest (every file, size, sha256) lives in the repository
 (default manifests/<org>--<name>/<revision>.json) and is reviewed like code; the host verifies against it
-without any network (hostside/weights.py).
+without any network (hostside/weights/).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostside.weights_manifest import (MODELS_ROOT, REPO_PART, REVISION, TOOL_DIR, check_manifest, file_problem,
+from .hostside.weights.manifest import (MODELS_ROOT, REPO_PART, REVISION, TOOL_DIR, check_manifest, file_problem,
                                         manifest_hash, sha256_file, total_bytes)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -24,14 +24,28 @@ def build(work: Path) -> Path:
         elif (REPO / name).is_file():
             (source / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO / name, source / name)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)],
-                   check=True, cwd=work, capture_output=True, timeout=300)
+    uv = _uv()
+    command = ([uv, "build", "-q", "--wheel", "-o", str(work / "dist"), str(source)] if uv else
+               [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(work / "dist"), str(source)])
+    subprocess.run(command, check=True, cwd=work, capture_output=True, timeout=300)
     return next((work / "dist").glob("sglang_deploy-*.whl"))
+
+
+def _uv() -> str | None:
+    """uv beside this interpreter (the test extra brings it), else on PATH."""
+    return shutil.which("uv", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")]))
 
 
 def install(wheel: Path, venv: Path) -> Path:
     """A fresh virtualenv with the wheel and its dependencies (not editable); returns its python."""
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    subprocess.run([str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check", str(wheel)],
-                   check=True, capture_output=True, timeout=600)
+    uv = _uv()
+    if uv:  # uv's resolver and parallel unpacking, with this machine's pip configuration (validator_env.installer)
+        from sglang_deploy import validator_env
+
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        command = [part for part in validator_env.installer(venv / "bin/python") if part != "--compile-bytecode"]
+    else:
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+        command = [str(venv / "bin/python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+    subprocess.run(command + [str(wheel)], check=True, capture_output=True, timeout=600)
     return venv / "bin/python"

@@ -75,7 +75,7 @@ def gate_document(**settings):
     """A complete gate-config.json (hostside/documents.GateConfig): the profile's default gate section with
     `settings` changed, and plain expectations."""
     from sglang_deploy.hostside.documents import GateConfig
-    from sglang_deploy.profile_sections import GateSection
+    from sglang_deploy.profile.sections import GateSection
 
     return GateConfig.from_dict({"settings": GateSection(**settings).model_dump(mode="json"), "expect": {
         "decode_graphs": True, "custom_all_reduce": False, "environment": {}, "venv": "/opt/sglang-deploy/venvs/test",
@@ -117,7 +117,7 @@ def dflash_profile(tmp_path: Path, draft_dir: Path, name: str = "dflash.yaml", t
 # 2 cores and the front end's starts were its largest cost: what only SGLang's own front end can show (its
 # processes, its resolution, its auth, a refused start, the key in its journal) is one module of 5 starts.
 SGLANG_FRONTEND_MODULES = {"test_frontend_sim.py"}
-# The preflight's steps that import SGLang's stack (hostside/preflight.py: the resolution, ~6 s of CPU and 0.9 GB per
+# The preflight's steps that import SGLang's stack (hostside/preflight/runner.py: the resolution, ~6 s of CPU and 0.9 GB per
 # new command line, and torch) run in these modules; elsewhere `--data preflight_stack=false` leaves them out (the
 # controller's check resolved the same command line with the same SGLang install moments before).
 PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py"}

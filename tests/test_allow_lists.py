@@ -52,7 +52,7 @@ def test_every_dest_of_the_option_table_has_exactly_one_reviewed_class(version):
 
 
 def test_the_tool_owned_class_is_what_the_tool_sets():
-    from sglang_deploy.validate_flags import DERIVED_DESTS, SECRET_DESTS
+    from sglang_deploy.validate.flag_checks import DERIVED_DESTS, SECRET_DESTS
 
     owned = {dest for dest, (kind, _) in flag_classes.load(VERSION).items() if kind == "tool-owned"}
     assert owned == set(DERIVED_DESTS) | set(SECRET_DESTS)
@@ -137,7 +137,7 @@ def test_a_resolved_exposure_or_code_field_not_set_by_the_flags_is_refused(tmp_p
                                                                            rule):
     """What SGLang resolves for the proven command line, with one field as the environment would set it (e.g.
     SGLANG_GRPC_PORT): the rule reads the resolution, not the argv."""
-    from sglang_deploy.validate_rules import resolved_class_problems
+    from sglang_deploy.validate.rule_checks import resolved_class_problems
 
     profile = load_profile(proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_GRPC_PORT: "50051"\n'))
     assert resolved_class_problems(profile, proven_resolution) == []

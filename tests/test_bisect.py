@@ -8,7 +8,8 @@ import json
 import pytest
 
 from conftest import INCIDENT, PROVEN, write_profile
-from sglang_deploy import bisect_release, tune
+from sglang_deploy import bisect_release
+from sglang_deploy.tune import search as tune
 from sglang_deploy.profile import load_profile
 
 
@@ -215,7 +216,7 @@ def test_the_bisect_refuses_before_anything_reaches_the_host(tmp_path, monkeypat
     from sglang_deploy.bisect_run import Bisect
     from sglang_deploy.hostside.store import content_hash
     from sglang_deploy.plan import plan_for_host
-    from sglang_deploy.tune_host import TuneError
+    from sglang_deploy.tune.host import TuneError
 
     monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "k" * 24)
     data = {"profile": str(PROVEN), "simulated": True, "gpus": 2, "gpu_topology": "pcie"}
@@ -229,7 +230,7 @@ def test_the_bisect_refuses_before_anything_reaches_the_host(tmp_path, monkeypat
 
 def test_a_budget_that_cannot_hold_the_two_releases_is_a_clear_error(tmp_path, monkeypatch):
     from sglang_deploy.bisect_run import Bisect
-    from sglang_deploy.tune_host import TuneError
+    from sglang_deploy.tune.host import TuneError
 
     bisect = Bisect("host", {}, FakeStore("x"), lambda line: None, "0002-bbbbbbbb", results_dir=tmp_path)
     bisect.active, bisect.release, bisect.differences = "0001-aaaaaaaa", "0002-bbbbbbbb", []

@@ -160,7 +160,7 @@ def test_under_the_planted_graph_fault_the_tunes_control_makes_the_doctor_name_i
     """The simulator's graph fault (SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE, from vllm#35387): the tune's nospec
     control, measured against the model, beats the proven MTP 3; the tune's document makes the doctor name
     "speculation slower than none" first. Without the fault, MTP 3 stays well ahead and nothing is named."""
-    from sglang_deploy import tune
+    from sglang_deploy.tune import search as tune
     from test_tune_axes import CHOICES, flags_of, resolved_of, PROVEN as PROVEN_PROFILE
     from sglang_deploy.sim import hardware
     from test_tune_logic import MACHINE, MODEL

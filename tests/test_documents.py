@@ -9,7 +9,7 @@ from conftest import PROVEN, gate_document, release_meta
 from sglang_deploy.hostside import store as store_module
 from sglang_deploy.hostside.documents import (DocumentError, GateConfig, GateExpect, GateSettings, ReleaseMeta,
                                               StoreState)
-from sglang_deploy.profile_sections import GateSection
+from sglang_deploy.profile.sections import GateSection
 
 
 @pytest.fixture(autouse=True)

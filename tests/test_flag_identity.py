@@ -52,7 +52,7 @@ def test_the_backstop_parses_the_rendered_argv_for_the_tools_own_values():
     from conftest import PROVEN
     from sglang_deploy.flags import server_args
     from sglang_deploy.profile import load_profile
-    from sglang_deploy.validate_flags import derived_values_problems
+    from sglang_deploy.validate.flag_checks import derived_values_problems
 
     profile = load_profile(PROVEN)
     argv = server_args(profile)

@@ -149,6 +149,44 @@ def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
     assert json.loads(result.stdout) == []
 
 
+ENGINE_CHECK = """
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("resolution", sys.argv[1])
+resolution = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(resolution)
+extracted = resolution.engine_function("_set_envs_and_config")
+from sglang.srt.entrypoints import engine
+own = engine._set_envs_and_config
+nested = [const.co_code for const in own.__code__.co_consts if hasattr(const, "co_code")]
+print(json.dumps({"same_code": extracted.__code__.co_code == own.__code__.co_code,
+                  "same_nested": nested == [c.co_code for c in extracted.__code__.co_consts if hasattr(c, "co_code")],
+                  "names": sorted(name for name in extracted.__code__.co_names if name in vars(engine)),
+                  "differ": sorted(name for name in extracted.__globals__ if name in vars(engine)
+                                   and name != "_set_envs_and_config" and not name.startswith("__")
+                                   and extracted.__globals__[name] is not vars(engine)[name])}))
+"""
+
+
+def test_the_preflights_set_envs_and_config_is_the_engines_own():
+    """The host's preflight runs SGLang's `_set_envs_and_config` compiled from the engine module's file without
+    importing the module (hostside/sglang_resolution.engine_function): where the module does import (the front end's
+    layer), it is the same bytecode bound to the very objects the imported module binds."""
+    import subprocess
+    from pathlib import Path
+
+    from testbed import sglang_env
+
+    import sglang_deploy.hostside.sglang_resolution as resolution
+
+    result = subprocess.run([str(sglang_env.ensure()), "-c", ENGINE_CHECK, str(Path(resolution.__file__))],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    found = json.loads(result.stdout.strip().splitlines()[-1])
+    assert found["same_code"] and found["same_nested"], found
+    assert {"set_ulimit", "assert_pkg_version", "resolving_view", "envs", "mp"} <= set(found["names"]), found
+    assert found["differ"] == [], found
+
+
 # The scheduler-side readings the gate, the doctor and the tune use. Equal in both servers: the role, the captured
 # decode graph sizes (SGLang's own get_batch_sizes_to_capture under the front end), the graph and weight memory and
 # what is free after start. The pool sizes (KV tokens, the running-request cap, the mamba state cache) are SGLang's

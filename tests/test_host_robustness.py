@@ -140,7 +140,10 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     from roles.facts import host_modules, inline_host
 
     assert host_modules("store") == ["documents", "service", "store"]
-    assert {"weights_fetch", "weights_manifest", "weights_prune"} <= set(host_modules("weights"))
+    assert {"weights/__init__", "weights/__main__", "weights/fetch", "weights/manifest", "weights/prune"} <= \
+        set(host_modules("weights"))  # a sub-package: run as its __main__, with the modules it imports
+    carried = subprocess.run(["sh", "-c", inline_host("weights", "--help")], cwd=tmp_path, capture_output=True, text=True)
+    assert carried.returncode == 0 and "verify" in carried.stdout, carried.stderr
     (tmp_path / "sglang" / "releases" / "0001-0123abcd").mkdir(parents=True)
     (tmp_path / "sglang" / "releases" / "0001-0123abcd" / "meta.json").write_text(release_meta().dump())
     env = dict(os.environ, SGLANG_DEPLOY_STORE=str(tmp_path))

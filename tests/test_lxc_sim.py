@@ -1,6 +1,6 @@
 """The LXC test host (testbed/lxchost.py): CT129's unprivileged Proxmox container, with nesting on and off.
 
-The preflight (hostside/preflight.py) must refuse a release that cannot start there before anything changes, name
+The preflight (hostside/preflight/runner.py) must refuse a release that cannot start there before anything changes, name
 the cause and the fix, and the sandbox report must say what this kind of host does not enforce.
 """
 

@@ -5,7 +5,7 @@ import copy
 import pytest
 
 from roles.release import preflight_command, preflight_inputs
-from sglang_deploy.hostside import preflight, preflight_findings
+from sglang_deploy.hostside.preflight import findings as preflight_findings, runner as preflight
 
 GOLDEN_UNIT = (__import__("pathlib").Path(__file__).parent / "golden" / "proven.service").read_text()
 
@@ -194,15 +194,33 @@ def test_the_preflight_inputs_are_sglangs_argv_and_the_compared_fields():
 def test_the_preflights_cached_acceptance_is_keyed_by_the_units_environment(monkeypatch):
     """SGLang's hooks read SGLANG_* variables while resolving: a release whose environment alone changed is resolved
     again on the host, not answered by an earlier acceptance; what systemd sets per invocation is not part of it."""
-    from sglang_deploy.hostside import preflight_probe
+    from sglang_deploy.hostside.preflight import probe as preflight_probe
 
     argv = ["--model-path", "/nonexistent", "--tp-size", "2"]
     monkeypatch.delenv("SGLANG_GRPC_PORT", raising=False)
     before = preflight_probe.resolution_key(argv)
     monkeypatch.setenv("INVOCATION_ID", "0123456789abcdef")
     assert preflight_probe.resolution_key(argv) == before
+    monkeypatch.setenv("SGLANG_SIM_CRASH_AT_START", "1")  # the simulator's: SGLang never reads it
+    assert preflight_probe.resolution_key(argv) == before
     monkeypatch.setenv("SGLANG_GRPC_PORT", "50051")
     assert preflight_probe.resolution_key(argv) != before
+    assert preflight_probe._resolution_module().__name__ == "sglang_deploy_resolution"  # found by path, above preflight/
+
+
+def test_no_sglang_code_reads_the_simulators_variables():
+    """What lets the preflight's key leave out SGLANG_SIM_*: SGLang's installed source (and its kernel packages)
+    never names that prefix, so those variables cannot change its resolution."""
+    from sglang_deploy import validator_env
+    from sglang_deploy.hostside.preflight import probe as preflight_probe
+
+    validator_env.ensure_full_layer("0.5.23", quiet=True)
+    site = next((validator_env.env_dir("0.5.23") / "lib").glob("python3*/site-packages"))
+    sources = [path for package in ("sglang", "flashinfer", "sgl_kernel") if (site / package).is_dir()
+               for path in (site / package).rglob("*.py")]
+    assert len(sources) > 1000  # SGLang's own tree is there
+    prefix = preflight_probe.SIMULATOR_ENV_PREFIX.encode()
+    assert [str(path) for path in sources if prefix in path.read_bytes()] == []
 
 
 # --- the real cause named: driver/library mismatch, cgroup EPERM, GPUs or the port held by someone else ----------------
@@ -276,7 +294,7 @@ def test_listening_reads_proc_net_tcp_and_the_runner_finds_the_port_in_the_argv(
 
 
 def test_the_probe_reads_both_driver_versions():
-    from sglang_deploy.hostside import preflight_probe
+    from sglang_deploy.hostside.preflight import probe as preflight_probe
 
     assert preflight_probe.kernel_module_version(
         "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.95.05  Release Build  (dvs-builder@U16)\n") \

@@ -55,7 +55,7 @@ def test_unit_passes_the_workers_and_keeps_the_key_off_the_command_line():
 
 def test_the_fleet_gate_through_the_router_applies_the_workers_floors():
     from sglang_deploy.gate import gate_settings
-    from sglang_deploy.profile_sections import GateSection
+    from sglang_deploy.profile.sections import GateSection
     from sglang_deploy.router import gate_verdict
 
     floors = gate_settings(GateSection(min_decode_tok_s=45, min_accept_length=2.8))

@@ -13,7 +13,8 @@ from sglang_deploy.settings import (DeployArgs, HostSettings, RollbackArgs, Rout
                                     markdown)
 
 GROUP_DATA = REPO / "group_data" / "all.py"
-CODE = [*REPO.glob("*.py"), *(REPO / "roles").glob("*.py"), *(REPO / "sglang_deploy").glob("*.py")]
+CODE = [*REPO.glob("*.py"), *(REPO / "roles").glob("*.py"), *(REPO / "sglang_deploy").glob("*.py"),
+        *(p for package in ("profile", "tune", "validate") for p in (REPO / "sglang_deploy" / package).glob("*.py"))]
 # The one place that hands pyinfra's host data to the models, and the one that passes other hosts' data whole.
 READS_HOST_DATA = {"roles/settings.py"}
 KNOWN = {key for model in settings.MODELS for key in model.keys()}
@@ -148,7 +149,7 @@ def test_every_environment_variable_is_named_once_with_its_meaning():
 
     used = set()
     for path in [*CODE, *(REPO / "testbed").glob("*.py"), *(REPO / "tests").glob("*.py"),
-                 *(REPO / "sglang_deploy" / "hostside").glob("*.py"), *(REPO / "scripts").iterdir(),
+                 *(REPO / "sglang_deploy" / "hostside").rglob("*.py"), *(REPO / "scripts").iterdir(),
                  *(REPO / "inventory").glob("*.py"), *(REPO / "benchmarks").glob("*.py")]:
         if path.is_file():
             used |= set(re.findall(r"SGLANG_DEPLOY_[A-Z0-9_]*[A-Z0-9]", path.read_text(errors="replace")))

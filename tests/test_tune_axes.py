@@ -1,4 +1,4 @@
-"""The tune's nospec, kv and attention axes (sglang_deploy/tune_axes.py) without a host: candidates from what SGLang's
+"""The tune's nospec, kv and attention axes (sglang_deploy/tune/axes.py) without a host: candidates from what SGLang's
 own resolution accepts on the A6000, the no-speculation control in the search and the table, the profile edits, and
 the simulator's model of the levers (sim/hardware.py: the cited +32 %, start failures, the planted trap)."""
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import tune, tune_axes, tune_edit, tune_report
+from sglang_deploy.tune import axes as tune_axes, edit as tune_edit, report as tune_report, search as tune
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
 from test_tune_logic import MACHINE, MODEL, PROVEN, flags_of, runner  # noqa: F401 - runner: the fixture
@@ -66,7 +66,7 @@ def test_a_wanted_value_the_parser_does_not_offer_is_refused_without_asking():
 def test_sglangs_resolution_on_the_a6000_refuses_blackwell_only_values():
     """The real question, asked of SGLang 0.5.23's own resolution under the A6000's facts (validator env)."""
     from sglang_deploy.plan import plan_for_host
-    from sglang_deploy.tune_levers import asker
+    from sglang_deploy.tune.levers import asker
 
     data = {"profile": str(PROVEN), "gpus": 2, "gpu_topology": "pcie", "simulated": True}
     plan = plan_for_host(data, need_key=False)
@@ -210,7 +210,7 @@ def test_the_planted_attention_trap_is_faster_and_garbage_only_for_its_backend()
     ({"--tp-size": 2}, {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0"}, False),  # the profile decides it already
 ], ids=["tp2", "custom-off", "tp3", "declared"])
 def test_the_nccl_axis_offers_the_pcie_ipc_arm_with_custom_all_reduce_off(flags, env, offered):
-    from sglang_deploy import tune
+    from sglang_deploy.tune import search as tune
 
     found = [c for c in tune.nccl_candidates(flags, env, "pcie") if c.id == "custom-allreduce-off+pcie-ipc"]
     assert bool(found) is offered
@@ -222,7 +222,7 @@ def test_the_nccl_axis_offers_the_pcie_ipc_arm_with_custom_all_reduce_off(flags,
 def test_each_candidates_all_reduce_path_is_what_its_server_reported():
     """The host session records the path (hostside/evidence.allreduce_path); the table names it on the nccl axis
     and wherever it differs from the original's, a custom all-reduce that fell back as such."""
-    from sglang_deploy import tune, tune_report
+    from sglang_deploy.tune import report as tune_report, search as tune
 
     def measured(id_, axis, path, why="x"):
         return tune.Measured(tune.Candidate(id_, axis), repeats=[{"decode_tok_s": 50.0, "aggregate_tok_s": 150.0}] * 3,
@@ -242,7 +242,7 @@ def test_each_candidates_all_reduce_path_is_what_its_server_reported():
 
 def test_the_graphs_axis_offers_the_decode_graph_backends_and_the_rules_refuse_disabled(runner):  # noqa: F811
     """breakable is a candidate; disabled, which SGLang accepts, is refused by the tool's rule before any start."""
-    from sglang_deploy import tune
+    from sglang_deploy.tune import search as tune
 
     choices = {"--cuda-graph-backend-decode": accepted("--cuda-graph-backend-decode", "breakable", "disabled")}
     found = tune_axes.graph_backend_candidates(choices)

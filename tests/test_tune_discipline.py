@@ -3,7 +3,7 @@ measured again beside the original before it is written."""
 
 import pytest
 
-from sglang_deploy import tune, tune_discipline
+from sglang_deploy.tune import discipline as tune_discipline, search as tune
 from test_tune_logic import INCIDENT, PROVEN, fake_measure, flags_of, runner  # noqa: F401 - the runner fixture
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import tune, tune_edit, tune_report
+from sglang_deploy.tune import edit as tune_edit, report as tune_report, search as tune
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
 
@@ -192,7 +192,7 @@ class RecordingRemote:
 
 @pytest.fixture
 def runner(tmp_path, monkeypatch):
-    from sglang_deploy import tune_run
+    from sglang_deploy.tune import controller as tune_run
 
     monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "k" * 24)
     profile = tmp_path / "incident.yaml"
@@ -235,7 +235,7 @@ def test_a_candidate_that_does_not_fit_the_budget_is_not_started(runner):
 
 
 def test_settings_refuse_fewer_than_three_repeats_and_unknown_axes(runner):
-    from sglang_deploy import tune_run
+    from sglang_deploy.tune import controller as tune_run
 
     with pytest.raises(tune_run.TuneError, match="tune_repeats: must be between 3 and 50, got 2"):
         tune_run.settings_from({"tune_repeats": "2"}, runner.profile)

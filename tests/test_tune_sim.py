@@ -113,7 +113,7 @@ def test_the_graphs_and_nccl_axes_run_every_candidate_through_the_switch(simhost
     """The other two axes end to end: each candidate is the one the logic generates for this profile on a PCIe
     host (no LL128), started as a temporary release through the switch (its effective-config check included),
     measured 3 times; the original is back afterwards. Which one wins is the simulator's business, not this test's."""
-    from sglang_deploy import tune
+    from sglang_deploy.tune import search as tune
 
     before = snapshot(simhost)
     result = simhost.pyinfra("tune.py", "--data", f"profile={incident}", *FAST, "--data", "tune_space=graphs,nccl",
@@ -184,7 +184,7 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     """nospec and attention from the proven profile (attention narrowed to three backends SGLang's resolution
     accepts: fa3, the modelled gain; triton, the planted trap that answers garbage 15 % faster; wave, failing at
     start on sm_86), the target's and then the draft's, each through the switch and the output check. The kv
-    axis is the same mechanism (tune_axes.py); its candidates and model are tested without a host
+    axis is the same mechanism (tune/axes.py); its candidates and model are tested without a host
     (test_tune_axes.py), which keeps this test at about 135 s (115 s of it the tune)."""
     text = PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "1"\n'
                                       '  SGLANG_SIM_FAULT_OUTPUT: garbage\n'

@@ -1,4 +1,4 @@
-"""Weights as part of a release, without a host: the profile's model.source, manifests, and hostside/weights.py
+"""Weights as part of a release, without a host: the profile's model.source, manifests, and hostside/weights/
 against the stand-in Hub (tests/hubstub.py) with huggingface_hub's REAL client (HF_ENDPOINT / endpoint=)."""
 
 import json
@@ -13,9 +13,9 @@ import pytest
 
 from conftest import PROVEN, REPO, release_meta, write_profile
 from hubstub import Hub
-from sglang_deploy.hostside import weights_fetch as host_fetch
-from sglang_deploy.hostside import weights_manifest as host_manifest
-from sglang_deploy.hostside import weights_prune as host_prune
+from sglang_deploy.hostside.weights import fetch as host_fetch
+from sglang_deploy.hostside.weights import manifest as host_manifest
+from sglang_deploy.hostside.weights import prune as host_prune
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.release_plan import listing
 from sglang_deploy.render import render

@@ -72,7 +72,7 @@ def probe_command(python, user, home, nccl, force):
 
 
 def sandbox_view(service, gpus):
-    """The active release's preflight without its GPU steps (hostside/preflight.py --active --no-gpu): devices,
+    """The active release's preflight without its GPU steps (hostside/preflight/runner.py --active --no-gpu): devices,
     shm, toolchain, limits, and the sandbox the unit declares next to what this host enforces."""
     out = f"/run/sglang-deploy/preflight/{service}-doctor.json"
     os.makedirs(os.path.dirname(out), exist_ok=True)
@@ -147,7 +147,7 @@ def main():
     except Exception as error:  # noqa: BLE001 - reported, the doctor works with what it has
         report["server_info"] = {}
         report["errors"].append(f"/server_info: {error}")
-    # The release's verified weights snapshot (hostside/weights.py), else the release's own model.path (root's
+    # The release's verified weights snapshot (hostside/weights/), else the release's own model.path (root's
     # gate-config.json): never a path the server reports, which root would then read.
     model_path = ((meta and meta.weights) or {}).get("path") or (expect and expect.model_path)
     report["checkpoint_path"] = model_path

@@ -121,7 +121,7 @@ def _typed(name, key, annotation, value):
 
 @dataclass(frozen=True)
 class GateSettings(Document):
-    """The profile's gate section (sglang_deploy/profile_sections.GateSection, which validates and holds the
+    """The profile's gate section (sglang_deploy/profile/sections.py GateSection, which validates and holds the
     defaults): the controller writes every field, so none has a default here."""
     RETIRED: ClassVar[frozenset] = frozenset({"engine"})  # the gate's measuring engine, removed 2026-11-30
     min_decode_tok_s: float | None  # None: no floor, written explicitly

@@ -8,7 +8,7 @@ message with the step that raised it. The answer is SGLang's own ``ServerArgs.re
 
 Standard library + sglang only. Used in two places, one file: the controller's validator env runs it through
 sglang_deploy/parser_probe.py (loaded by path, with the target's GPU facts from the GPU stand-in), and the host's
-preflight runs it in the release's own venv with the host's real GPUs (hostside/preflight.py), so a command line
+preflight runs it in the release's own venv with the host's real GPUs (hostside/preflight/runner.py), so a command line
 the pinned SGLang refuses on that host is refused before anything running is touched.
 """
 
@@ -69,20 +69,80 @@ def _environment_for(request, environ):
     return out
 
 
+ENGINE_MODULE = "sglang.srt.entrypoints.engine"
+
+
+def engine_function(name):
+    """SGLang's own `name` from its engine module, without importing that module: the function's source compiled
+    from the module's file, with the module-level bindings it names (its imports and assignments, in file order, to
+    a fixpoint). Importing the engine imports the whole server (the scheduler, uvloop, zmq...): about 7 CPU-s more
+    per preflight than the function needs. None where the module has no such function; ImportError (the first
+    missing package) where the engine module itself would not import here: its third-party imports are checked
+    first, so this answers as `from sglang.srt.entrypoints import engine` would. tests/test_resolution.py holds the
+    result to the imported module's own function (same bytecode, same bound objects)."""
+    import ast
+    import builtins
+    import importlib.util
+
+    spec = importlib.util.find_spec(ENGINE_MODULE)
+    if spec is None or not spec.origin:
+        raise ImportError(f"No module named {ENGINE_MODULE!r}")
+    with open(spec.origin) as handle:
+        tree = ast.parse(handle.read(), spec.origin)
+    for node in tree.body:  # the engine's own third-party imports, as its import would meet them
+        roots = [alias.name for alias in node.names] if isinstance(node, ast.Import) else (
+            [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+        for root in (module.split(".")[0] for module in roots):
+            if root not in ("sglang", "__future__") and importlib.util.find_spec(root) is None:
+                raise ImportError(f"No module named {root!r}")
+    bindings, function = {}, None  # module-level name -> the statement (one alias of an import) that binds it
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)) and not (
+                isinstance(node, ast.ImportFrom) and node.module == "__future__"):
+            for alias in node.names:
+                single = type(node)(names=[alias], **({"module": node.module, "level": node.level}
+                                                       if isinstance(node, ast.ImportFrom) else {}))
+                bindings[alias.asname or alias.name.split(".")[0]] = ast.copy_location(single, node)
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    bindings[target.id] = node
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            if node.name == name:
+                function = node
+            else:
+                bindings[node.name] = node
+    if function is None:
+        return None
+    chosen, pending = {}, [function]
+    while pending:
+        for used in {n.id for n in ast.walk(pending.pop()) if isinstance(n, ast.Name)}:
+            statement = bindings.get(used)
+            if statement is not None and id(statement) not in chosen and not hasattr(builtins, used):
+                chosen[id(statement)] = statement
+                pending.append(statement)
+    body = sorted(chosen.values(), key=lambda node: (node.lineno, node.col_offset)) + [function]
+    code = compile(ast.Module(body=body, type_ignores=[]), spec.origin, "exec",
+                   flags=__import__("__future__").annotations.compiler_flag, dont_inherit=True)
+    namespace = {"__name__": ENGINE_MODULE, "__file__": spec.origin, "__builtins__": builtins}
+    exec(code, namespace)  # noqa: S102 - SGLang's own source, from its installed file
+    return namespace[name]
+
+
 def _launch_checks(skipped):
     """What `sglang serve` runs after resolve_once() and before it spawns a process (Engine._launch_subprocesses),
-    as (step name, function of server_args). _set_envs_and_config lives in SGLang's engine module, which imports the
-    whole server (uvloop, the scheduler...): the host's preflight runs it in the release's venv; the controller's
-    validator env has no server stack, so there it is listed in `skipped` (its checks are the installed kernel
-    packages' versions, a property of the host's venv, not of the profile)."""
+    as (step name, function of server_args). _set_envs_and_config lives in SGLang's engine module, whose import needs
+    the whole server stack (uvloop, zmq...): the host's preflight runs it (engine_function) in the release's venv;
+    the controller's validator env has no server stack, so there it is listed in `skipped` (its checks are the
+    installed kernel packages' versions, a property of the host's venv, not of the profile)."""
     steps = []
     try:
-        from sglang.srt.entrypoints import engine
+        set_envs = engine_function("_set_envs_and_config")
     except ImportError as error:
         skipped.append(f"_set_envs_and_config (the engine module does not import here: {error})")
     else:
-        if hasattr(engine, "_set_envs_and_config"):
-            steps.append(("_set_envs_and_config", engine._set_envs_and_config))
+        if set_envs is not None:
+            steps.append(("_set_envs_and_config", set_envs))
     steps.append(("check_server_args", lambda server_args: server_args.check_server_args()))
     try:
         from sglang.srt.parser.template_detection import resolve_auto_parsers

@@ -15,7 +15,8 @@ import os
 import signal
 import sys
 
-from . import evidence, gate, weights_manifest
+from . import evidence, gate
+from .weights import manifest as weights_manifest
 from .documents import GATE_RESULT_FILE, LAST_SWITCH_FILE, GateConfig
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit

@@ -26,8 +26,8 @@ fetch, promote and verify hold /srv/models/.sglang-deploy/lock shared, prune hol
 a prune never removes a snapshot being fetched, and the grace period covers a deploy between its fetch and the
 release that records the snapshot.
 
-This module is the command line; the work is in weights_manifest (the manifest, verification), weights_fetch
-(fetch, promote) and weights_prune (which snapshots are used, the lock, prune). Standard library only: runs with
+This module is the command line; the work is in manifest.py (the manifest, verification), fetch.py
+(fetch, promote) and prune.py (which snapshots are used, the lock, prune). Standard library only: runs with
 the host's python3.
 """
 
@@ -37,10 +37,10 @@ import os
 import sys
 import time
 
-from . import weights_manifest
-from .weights_fetch import fetch, promote
-from .weights_manifest import REPO_PART, REVISION, WeightsError, is_verified, load_manifest_file, log, verify
-from .weights_prune import models_lock, prune
+from . import manifest as weights_manifest
+from .fetch import fetch, promote
+from .manifest import REPO_PART, REVISION, WeightsError, is_verified, load_manifest_file, log, verify
+from .prune import models_lock, prune
 
 EXIT_MISMATCH = 1
 EXIT_NO_SPACE = 5

@@ -8,7 +8,7 @@ import re
 import yaml
 from pydantic import ValidationError
 
-from . import safety
+from .. import safety
 
 # Fields a profile no longer has, with where their value belongs now.
 REMOVED_FIELDS = {

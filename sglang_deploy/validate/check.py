@@ -11,21 +11,21 @@ option table exported by that parser and kept in the repository (flag_table.py; 
 for a `check` on a machine without the environment; the rules that read SGLang's resolution are then
 reported as skipped. A deploy always takes the full path (the release ships SGLang's resolution).
 
-This module runs them (``check_profile``); the parser's layer is validate_flags.py, the rules the parser cannot
-know validate_rules.py, and each problem a validate_problem.Problem.
+This module runs them (``check_profile``); the parser's layer is flag_checks.py, the rules the parser cannot
+know rule_checks.py, and each problem a problem.Problem.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from . import drafter, flag_table, gpu_facts, resolution, token_map, validator_env
-from .flags import server_args
-from .profile import Profile
-from .rules import WAIVABLE
-from .validate_flags import code_and_weights_problems, derived_values_problems, flag_identity_problems, parser_problems
-from .validate_problem import Problem, flag_field
-from .validate_rules import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
+from .. import drafter, flag_table, gpu_facts, resolution, token_map, validator_env
+from ..flags import server_args
+from ..profile import Profile
+from ..rules import WAIVABLE
+from .flag_checks import code_and_weights_problems, derived_values_problems, flag_identity_problems, parser_problems
+from .problem import Problem, flag_field
+from .rule_checks import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
                              pin_problems, resolved_class_problems, resource_problems, sandbox_problems,
                              speculative_problems)
 

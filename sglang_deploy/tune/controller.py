@@ -1,9 +1,10 @@
 """Tune, the controller's side: validate candidates, run them through the host's tune session, keep the budget.
 
 Called by the tune.py verb inside a pyinfra python.call (so `remote` wraps a live pyinfra host); the
-search and the scores are in tune.py (pure), the candidate's profile text in tune_edit.py, the report's tables
-in tune_report.py, what saved results are reused in tune_results.py, the host session (store checks, staging,
-queueing, the budget) in tune_host.py, the temporary releases and the restore in hostside/tune_session.py (on the
+search and the scores are in search.py (pure), the candidate's profile text in edit.py, the report's tables
+in report.py, what saved results are reused in results.py, the host session (store checks, staging,
+queueing, the budget) in host.py, the order, the budget's report and the winner's second measurement in
+discipline.py, the temporary releases and the restore in hostside/tune_session.py (on the
 host, under the lock).
 """
 
@@ -14,12 +15,13 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import tune, tune_discipline, tune_edit, tune_report, tune_results
-from .settings import SettingsError, TuneArgs, origin
-from .settings_types import int_list
-from .hostside import documents
-from .release_plan import STORE_ROOT
-from .tune_host import HostSession, Overlay, TuneError, allow_candidates  # noqa: F401 - the verb's and tests' names
+from . import discipline as tune_discipline, edit as tune_edit, report as tune_report, results as tune_results
+from . import search as tune
+from ..settings import SettingsError, TuneArgs, origin
+from ..settings_types import int_list
+from ..hostside import documents
+from ..release_plan import STORE_ROOT
+from .host import HostSession, Overlay, TuneError, allow_candidates  # noqa: F401 - the verb's and tests' names
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def settings_from(data, profile) -> Settings:
 
 
 class Runner(HostSession):
-    """One tune: a session on the host (tune_host.HostSession), the search, the report."""
+    """One tune: a session on the host (host.HostSession), the search, the report."""
 
     def run(self):
         self.prepare(lambda: setattr(self, "settings", settings_from(self.data, self.profile)))
@@ -105,7 +107,7 @@ class Runner(HostSession):
             return None
 
     def confirm(self, winner):
-        """The winner measured again right beside the original before it is written (tune_discipline.confirmed):
+        """The winner measured again right beside the original before it is written (discipline.confirmed):
         the original, then the winner, in this session; a winner that does not hold its gain is not written."""
         baseline = self.search.baseline
         if winner is None or baseline is None or winner is baseline or winner.candidate.id == tune.BASELINE.id:
@@ -136,9 +138,9 @@ class Runner(HostSession):
         return self.search.baseline
 
     def lever_choices(self) -> dict:
-        """The kv and attention axes' values: what SGLang's resolution accepts (tune_axes.accepted_values)."""
-        from . import tune_axes
-        from .tune_levers import asker
+        """The kv and attention axes' values: what SGLang's resolution accepts (axes.accepted_values)."""
+        from . import axes as tune_axes
+        from .levers import asker
 
         wanted = {"--kv-cache-dtype": ("kv", None), "--attention-backend": ("attention", self.settings.attention),
                   "--speculative-draft-attention-backend": ("attention", self.settings.attention),

@@ -1,5 +1,5 @@
 """The tune's discipline (issue 36): the order of the axes by expected gain, what the budget did not reach, and the
-winner measured again beside the incumbent before it is written. Pure; tune_run.py applies it.
+winner measured again beside the incumbent before it is written. Pure; controller.py applies it.
 
 A tuner that picked a configuration from noise (TurboLLM#62) and a tuned command slower than the hand one
 (ggrun#16) are what this guards against: a candidate wins only by a gain larger than both measurements' spreads
@@ -8,7 +8,7 @@ A tuner that picked a configuration from noise (TurboLLM#62) and a tuned command
 
 from __future__ import annotations
 
-from . import tune
+from . import search as tune
 
 # Expected gain of each axis on CT129-class hosts, % single-stream decode: the doctor's own estimates (doctor.py and
 # doctor_levers.py gain_pct; sources in ../shared/notes/anchors-refresh-4.md). nospec is the control: always first.
@@ -68,7 +68,7 @@ def unreached(search, stopped_axis: str | None, why: str | None) -> list[str]:
 
 
 def candidate_ids(search, axis: str) -> list[str]:
-    from . import tune_axes
+    from . import axes as tune_axes
 
     if axis == "graphs":
         return [c.id for c in tune.graph_candidates(search.flags, search.concurrency)

@@ -1,7 +1,7 @@
 """The tune's host session, the controller's side: the store checks, the session that holds the release lock on the
 host (hostside/tune_session.py), each candidate validated and staged as a temporary release, queued and measured
-there, the budget. Shared by the tune (tune_run.py: the search and its report) and the doctor's regression bisect
-(bisect_run.py: one release's differences, each measured alone).
+there, the budget. Shared by the tune (controller.py: the search and its report) and the doctor's regression bisect
+(../bisect_run.py: one release's differences, each measured alone).
 """
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import tune, tune_edit
-from .gate import RESULTS_DIR, gate_config
-from .hostside import documents
-from .hostside.documents import GateConfig, ReleaseMeta
-from .hostside.store import content_hash, next_release_id
-from .layout import host_program
-from .plan import PlanError, plan_for_host
-from .release_plan import STORE_ROOT, build_meta, profile_snapshot
+from . import edit as tune_edit, search as tune
+from ..gate import RESULTS_DIR, gate_config
+from ..hostside import documents
+from ..hostside.documents import GateConfig, ReleaseMeta
+from ..hostside.store import content_hash, next_release_id
+from ..layout import host_program
+from ..plan import PlanError, plan_for_host
+from ..release_plan import STORE_ROOT, build_meta, profile_snapshot
 
 POLL_S = 1.5
 
@@ -48,7 +48,7 @@ def allow_candidates(directory: Path) -> None:
     the directory is added to $SGLANG_DEPLOY_PROFILE_DIRS for this process, as an operator names theirs."""
     import os
 
-    from .settings_types import PROFILE_DIRS_VARIABLE
+    from ..settings_types import PROFILE_DIRS_VARIABLE
 
     named = [p for p in os.environ.get(PROFILE_DIRS_VARIABLE, "").split(":") if p]
     if str(directory.resolve()) not in named:
@@ -221,7 +221,7 @@ class HostSession:
         release_id = next_release_id(self.release_ids, digest)
         self.release_ids.append(release_id)
         self.by_hash[digest] = release_id
-        from .drafter import draft_weights
+        from ..drafter import draft_weights
 
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
         meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(

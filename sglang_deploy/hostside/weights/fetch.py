@@ -1,5 +1,5 @@
 """Filling a weights snapshot: free disk first, a resumable staging directory filled by huggingface_hub's own
-client (or by the controller's push), then verified (weights_manifest) and renamed into place, root-owned.
+client (or by the controller's push), then verified (manifest.py) and renamed into place, root-owned.
 
 Standard library only (huggingface_hub runs in the --python the host names, as a child process).
 """
@@ -12,8 +12,8 @@ import sys
 import threading
 import time
 
-from . import weights_manifest
-from .weights_manifest import (TOOL_DIR, WeightsError, human, is_verified, log, read_json, state_path, total_bytes,
+from . import manifest as weights_manifest
+from .manifest import (TOOL_DIR, WeightsError, human, is_verified, log, read_json, state_path, total_bytes,
                                verify, write_json)
 
 DISK_MARGIN = 1 << 30  # keep 1 GiB free beyond the weights

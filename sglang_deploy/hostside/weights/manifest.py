@@ -1,7 +1,7 @@
 """A weights snapshot against its frozen manifest: the manifest's checks and identity, hashing, the verification
 record of a snapshot directory, and whether a release's snapshots are still as they were verified.
 
-MODELS_ROOT and the tool's directory under it are written here once (weights_fetch, weights_prune and the
+MODELS_ROOT and the tool's directory under it are written here once (fetch.py, prune.py and the
 controller read them from here). Standard library only; no imports from its package.
 """
 
@@ -19,7 +19,7 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 REVISION = re.compile(r"[0-9a-f]{40}")
 REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 PATH_PART = re.compile(r"[A-Za-z0-9._+-]{1,200}")
-# ReleaseMeta's fields (documents.py) of the snapshots a release serves; the flags that name them: weights_prune.py
+# ReleaseMeta's fields (documents.py) of the snapshots a release serves; the flags that name them: prune.py
 SNAPSHOT_KEYS = ("weights", "draft")
 
 

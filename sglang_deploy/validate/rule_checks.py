@@ -3,10 +3,10 @@ CUDA graphs (read from SGLang's resolution), the environment, pins and NCCL."""
 
 from __future__ import annotations
 
-from . import drafter
-from .profile import Profile
-from .rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
-from .validate_problem import Problem, env_field, flag_field, remove_or_waive
+from .. import drafter
+from ..profile import Profile
+from ..rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
+from .problem import Problem, env_field, flag_field, remove_or_waive
 
 MEM_FRACTION_RANGE = (0.5, 0.95)
 
@@ -68,8 +68,8 @@ def model_config_pinned_problems(profile: Profile) -> list[Problem]:
     resolution reads the model the host serves."""
     import hashlib
 
-    from .resolution import config_path
-    from .weights import WeightsSourceError, profile_weights
+    from ..resolution import config_path
+    from ..weights import WeightsSourceError, profile_weights
 
     if not profile.model.source or not profile.model.config:
         return []
@@ -141,7 +141,7 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
 def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Problem]:
     """SGLang's resolved configuration (full path only) against the reviewed dest classes: an exposure or code
     field set by the environment or a config file is refused like the flag would be (flag_classes.py)."""
-    from . import flag_classes, flag_table
+    from .. import flag_classes, flag_table
 
     table = flag_table.load(profile.sglang.version) if resolved else None
     if table is None:
@@ -161,7 +161,7 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
 
 def environment_problems(profile: Profile) -> list[Problem]:
     """The environment against the allow-list of names and values (env_rules.py)."""
-    from . import env_rules
+    from .. import env_rules
 
     problems = []
     env = profile.env_values()
@@ -203,7 +203,7 @@ TEXTFILE_ROOTS = ("/var/lib/prometheus", "/var/lib/node_exporter", "/var/lib/nod
 
 
 def sandbox_problems(profile: Profile) -> list[Problem]:
-    from .layout import ServiceLayout
+    from ..layout import ServiceLayout
 
     problems = []
     for index, name in enumerate(profile.service.relax):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import difflib
 
-from . import flag_table
-from .profile import Profile
-from .rules import CODE_FLAGS, LOAD_FORMAT_DESTS, RENAMED_FLAGS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
-from .validate_problem import Problem, flag_field, remove_or_waive
+from .. import flag_table
+from ..profile import Profile
+from ..rules import CODE_FLAGS, LOAD_FORMAT_DESTS, RENAMED_FLAGS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
+from .problem import Problem, flag_field, remove_or_waive
 
 
 def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> list[Problem]:
@@ -136,7 +136,7 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
     release listing then show; a dest nobody classified for this SGLang version is refused (not waivable)."""
     import os
 
-    from . import flag_classes
+    from .. import flag_classes
 
     options = {opt: action for action in spec for opt in action["options"]}
     classes = flag_classes.load(profile.sglang.version)
@@ -203,7 +203,7 @@ def derived_values_problems(profile: Profile, argv: list[str], port: int | None,
             parsed = vars(flag_table.build_parser(table).parse_args(argv))
     except flag_table.ParseFailure:
         return []  # the parser's verdict is reported by parser_problems
-    from .drafter import draft_path
+    from ..drafter import draft_path
 
     wanted = {"model_path": profile.model.path, "served_model_name": profile.model.served_name,
               "host": profile.service.host, "port": int(port or profile.service.port), "api_key": None, "config": None,

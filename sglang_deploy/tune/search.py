@@ -3,7 +3,7 @@
 The verb (tune.py at the top) validates each candidate with SGLang's parser and the rules, runs it on the
 host as a temporary release (hostside/tune_session.py) and feeds the measurements back here. Nothing in
 this module touches a host; the search is driven through a `measure(candidate)` callback so tests run it
-against a model. A candidate's profile text is tune_edit.py's, the tables and the plot tune_report.py's.
+against a model. A candidate's profile text is edit.py's, the tables and the plot report.py's.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from .tune_axes import NCCL_PROTOS_PCIE, LeverAxes, graph_backend_candidates, nccl_candidates  # noqa: F401
+from .axes import NCCL_PROTOS_PCIE, LeverAxes, graph_backend_candidates, nccl_candidates  # noqa: F401
 
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 STEPS_RANGE = (1, 2, 3, 4, 5, 6)
 TOPKS = (1, 2, 4)
-AXES = ("nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl")  # the search's order (tune_axes.py)
+AXES = ("nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl")  # the search's order (axes.py)
 SPEC_COUNT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 
 
@@ -301,7 +301,7 @@ def pareto(results: list[Measured]) -> list[Measured]:
 # --- the search -----------------------------------------------------------------------------------
 
 class Search(LeverAxes):
-    """Coordinate descent (nospec, kv and attention: tune_axes.LeverAxes): speculative steps at the current topk (walking in the improving direction), then
+    """Coordinate descent (nospec, kv and attention: axes.LeverAxes): speculative steps at the current topk (walking in the improving direction), then
     topk 1/2/4 at the best steps (and the steps around it when a tree wins), then the graph sizes, then the
     NCCL settings; each axis starts from the best so far. `measure(candidate) -> Measured` runs one (or
     answers from saved results); it raises BudgetExhausted when the next one would not fit."""
@@ -310,9 +310,9 @@ class Search(LeverAxes):
                  measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS, drafters=(),
                  choices: dict | None = None, order: list | None = None):
         self.flags, self.env = original_flags, original_env
-        self.choices = choices or {}  # flag -> tune_axes.Accepted: the values SGLang's resolution accepts
+        self.choices = choices or {}  # flag -> axes.Accepted: the values SGLang's resolution accepts
         self.drafters = list(drafters)
-        self.axes = [axis for axis in (order or AXES) if axis in axes]  # order: tune_discipline.axis_order
+        self.axes = [axis for axis in (order or AXES) if axis in axes]  # order: discipline.axis_order
         self.concurrency, self.topology = concurrency, topology
         self.measure_fn = measure
         self.objective = objective
@@ -320,7 +320,7 @@ class Search(LeverAxes):
         self.results: dict[str, Measured] = {}
         self.baseline: Measured | None = None
         self.stopped: str | None = None
-        self.stopped_axis: str | None = None  # the axis the budget stopped in (tune_discipline.unreached)
+        self.stopped_axis: str | None = None  # the axis the budget stopped in (discipline.unreached)
 
     def planned(self) -> int:
         """An upper bound of the candidates this search may measure (for the ETA)."""

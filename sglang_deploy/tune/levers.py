@@ -4,12 +4,12 @@ tune's plan ran under. Answers are cached by content (validator_env.probe_cached
 
 from __future__ import annotations
 
-from .drafter import resolution_config
-from .plan import gpu_model_for_host, host_settings
-from .resolution import load_model_config, resolve_argv
-from .tune_axes import LEVERS
-from .flag_table import load as load_table
-from .validator_env import ValidatorEnvError, export_table
+from ..drafter import resolution_config
+from ..plan import gpu_model_for_host, host_settings
+from ..resolution import load_model_config, resolve_argv
+from .axes import LEVERS
+from ..flag_table import load as load_table
+from ..validator_env import ValidatorEnvError, export_table
 
 
 def asker(plan, data, detected=None):

@@ -1,11 +1,11 @@
 """One validation problem: the rule that found it, the profile field it names and the message, written as
-'file:line: field: message [rule]'. Every layer of validate.py reports in it."""
+'file:line: field: message [rule]'. Every layer of check.py reports in it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .profile import Profile, line_of
+from ..profile import Profile, line_of
 
 
 @dataclass(frozen=True)

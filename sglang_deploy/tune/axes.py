@@ -81,9 +81,9 @@ def accepted_values(flag: str, choices, resolve, wanted=None) -> Accepted:
 
 
 def nospec_candidate(flags: dict):
-    """The release without speculation: every speculative flag removed (tune_edit.py drops speculative.draft with
+    """The release without speculation: every speculative flag removed (edit.py drops speculative.draft with
     the algorithm); None when the profile does not speculate."""
-    from .tune import Candidate, spec_settings
+    from .search import Candidate, spec_settings
 
     if not spec_settings(flags):
         return None
@@ -96,7 +96,7 @@ def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candid
     dispatched after custom all-reduce and before NCCL: parallel_state.py); NCCL protocols valid for the topology
     (never LL128 without NVLink). A variable the profile declares with a reason (a verified workaround) is never
     dropped by the tune."""
-    from .tune import Candidate
+    from .search import Candidate
 
     out = []
     disabled = bool(flags.get("--disable-custom-all-reduce"))
@@ -119,7 +119,7 @@ def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candid
 
 
 def lever_candidates(flag: str, prefix: str, axis: str, accepted: Accepted | None) -> list:
-    from .tune import Candidate
+    from .search import Candidate
 
     return [Candidate(f"{prefix}-{value}", axis, ((flag, value),)) for value in (accepted.values if accepted else [])]
 
@@ -140,7 +140,7 @@ def graph_backend_candidates(choices: dict) -> list:
 
 
 def draft_attention_candidates(flags: dict, choices: dict) -> list:
-    from .tune import spec_settings
+    from .search import spec_settings
 
     if not spec_settings(flags):
         return []
@@ -176,7 +176,7 @@ class LeverAxes:
         top = self.clear_winner(best, attention_candidates(self.choices))
         drafts = draft_attention_candidates(self.flags, self.choices)
         if top.candidate.axis == "attention":  # with_best would replace the winner's backend: carry it explicitly
-            from .tune import Candidate
+            from .search import Candidate
 
             drafts = [Candidate(f"{top.candidate.id}+{c.id}", c.axis, top.candidate.merged(c).flags,
                                 top.candidate.env, top.candidate.draft) for c in drafts]

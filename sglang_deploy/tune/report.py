@@ -1,13 +1,13 @@
 """What the tune reports: the results table, the Pareto front, the gain per content class, the steps plot and the
-tuned profile's comments. Text and pictures only; the choice is tune.py's.
+tuned profile's comments. Text and pictures only; the choice is search.py's.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .tune import BASELINE, Measured, Objective, acceptable, pareto, spec_settings
-from .tune_axes import slower_than_nospec
+from .search import BASELINE, Measured, Objective, acceptable, pareto, spec_settings
+from .axes import slower_than_nospec
 
 
 def change_comment(name: str, before, after, measured: Measured, baseline: Measured) -> str:

@@ -24,10 +24,10 @@ GPU say so and are skipped; the rest runs for real.
 
     python3 -m hostside.preflight --service S --unit FILE --env FILE --python PY --gpus N [--resolve] [--simulated]
         [--json OUT] [--container-id ID]
-    PY -I hostside/preflight_probe.py --gpus N [--argv-json FILE] [--simulated]     (inside the transient unit)
+    PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated]     (inside the transient unit)
 
 This module is the runner (root, outside the sandbox): the transient unit, its properties, the report.
-preflight_probe gathers the facts inside the unit, preflight_findings judges them.
+probe.py gathers the facts inside the unit, findings.py judges them.
 """
 
 import argparse
@@ -39,11 +39,11 @@ import subprocess
 import sys
 import time
 
-from .evidence import journal
-from .preflight_findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
+from ..evidence import journal
+from .findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
                                  namespace_failure, report, sandbox_enforcement, timed_out, unprivileged)
-from .preflight_probe import read_text
-from .store import SIMULATED_MARKER
+from .probe import read_text
+from ..store import SIMULATED_MARKER
 
 
 # The unit's [Service] settings the probe runs under: who, where, what environment, the sandbox and the limits.
@@ -196,7 +196,7 @@ def run(args):
     args.python = args.python or unit_interpreter(unit_text)
     properties = unit_properties(unit_text, args.env)
     unit = f"sglang-deploy-preflight-{os.getpid()}"
-    probe_argv = [args.python, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)), "preflight_probe.py"),
+    probe_argv = [args.python, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py"),
                   "--gpus", str(args.gpus)]
     probe_argv += ["--no-gpu"] * args.no_gpu
     if args.argv_json:

@@ -1,8 +1,8 @@
 """Serving profiles: YAML files under profiles/ describing one SGLang server configuration.
 
-The whole profile (its sections are in profile_sections.py) and its loading: loading checks the structure
+The whole profile (its sections are in sections.py) and its loading: loading checks the structure
 (pydantic, unknown keys are errors) and reports every problem with the file, the field path and the line
-(profile_yaml.py). Whether the flags make sense is the job of ``validate``.
+(yaml_lines.py). Whether the flags make sense is the job of ``validate``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ from typing import Annotated, Any, Union
 import yaml
 from pydantic import Field, StrictFloat, StrictInt, StrictStr, ValidationError, field_validator, model_validator
 
-from . import safety
-from .hostside.store import secret_name
-from .profile_sections import (EnvSetting, GateSection, ModelSection, MultinodeSection, ServiceSection,
+from .. import safety
+from ..hostside.store import secret_name
+from .sections import (EnvSetting, GateSection, ModelSection, MultinodeSection, ServiceSection,
                                SGLangSection, SpeculativeSection, Strict, TuneSection, WatchSection)
-from .profile_yaml import UniqueKeyLoader, control_problems, line_index, pydantic_problems
-from .rules import RULES
+from .yaml_lines import UniqueKeyLoader, control_problems, line_index, pydantic_problems
+from ..rules import RULES
 
 ENVIRONMENT_PREFIXES = ("NCCL_", "SGLANG_", "CUDA_", "PYTORCH_", "TORCH_", "TRITON_", "HF_", "OMP_")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import re
 
-from .tune import Candidate
+from .search import Candidate
 
 SAFE_SCALAR = re.compile(r"[A-Za-z0-9_./@+:-]+")
 YAML_WORDS = {"true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"}

@@ -1,9 +1,9 @@
 """The preflight's probe: run by the runner (preflight.py) inside a transient unit with the release's own unit
 properties, as the service user, in the release's own python (-I, by path), it gathers raw facts of what the
 service would meet (devices, shm, toolchain, caches, the sandbox, SGLang's resolution, torch, Triton) and prints
-them as one JSON line; preflight_findings judges them.
+them as one JSON line; findings.py judges them.
 
-    PY -I hostside/preflight_probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu]
+    PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu]
 
 Standard library only and self-contained (no imports from its package): it runs by path in the release's python.
 """
@@ -152,7 +152,7 @@ def read_text(path):
 def _resolution_module():
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang_resolution.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang_resolution.py")
     spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -163,6 +163,9 @@ def _resolution_module():
 PER_INVOCATION_ENV = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "MANAGERPID", "NOTIFY_SOCKET",
                       "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES", "WATCHDOG_PID", "WATCHDOG_USEC",
                       "MEMORY_PRESSURE_WATCH", "MEMORY_PRESSURE_WRITE", "CREDENTIALS_DIRECTORY")
+# The simulator's own variables (its modelled Scheduler's faults and knobs, docs/simulator.md): no SGLang code reads
+# them (tests/test_preflight_logic.py greps SGLang's installed source), so they are not an input of its resolution.
+SIMULATOR_ENV_PREFIX = "SGLANG_SIM_"
 
 
 def resolution_key(argv):
@@ -173,9 +176,10 @@ def resolution_key(argv):
 
     digest = hashlib.sha256(json.dumps(argv).encode())
     digest.update(json.dumps(sorted((name, value) for name, value in os.environ.items()
-                                    if name not in PER_INVOCATION_ENV)).encode())
+                                    if name not in PER_INVOCATION_ENV
+                                    and not name.startswith(SIMULATOR_ENV_PREFIX))).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hostside/, above preflight/
     for path in ([os.path.join(here, "sglang_resolution.py")]
                  + ([os.path.join(argv[argv.index("--model-path") + 1], "config.json")] if "--model-path" in argv
                     else [])):
@@ -394,7 +398,7 @@ def probe(gpus, argv=None, simulated=False, no_gpu=False):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="hostside/preflight_probe.py")
+    parser = argparse.ArgumentParser(prog="hostside/preflight/probe.py")
     parser.add_argument("--gpus", type=int, required=True)
     parser.add_argument("--argv-json")
     parser.add_argument("--simulated", action="store_true")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .tune import Candidate, Measured
+from .search import Candidate, Measured
 
 
 def settings_signature(settings: dict) -> str:

@@ -12,9 +12,10 @@ import shutil
 import stat
 import time
 
-from . import store, weights_manifest
-from .documents import DocumentError, ReleaseMeta
-from .weights_manifest import SNAPSHOT_KEYS, TOOL_DIR, log, read_json
+from .. import store
+from . import manifest as weights_manifest
+from ..documents import DocumentError, ReleaseMeta
+from .manifest import SNAPSHOT_KEYS, TOOL_DIR, log, read_json
 
 SNAPSHOT_FLAGS = ("--model-path", "--speculative-draft-model-path")
 PRUNE_GRACE_S = 3600  # a snapshot verified this recently is kept even if no release records it yet

@@ -1,4 +1,4 @@
-"""The preflight's judgement: the probe's raw facts (preflight_probe) as findings, each with its cause and fix, the
+"""The preflight's judgement: the probe's raw facts (probe.py) as findings, each with its cause and fix, the
 sandbox the unit declares against what the host enforces, and the report. Pure, tested with fixtures
 (tests/test_preflight_logic.py); the doctor shows sandbox_report. Standard library only.
 """

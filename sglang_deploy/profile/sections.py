@@ -1,7 +1,7 @@
 """The sections of a serving profile as typed models: model, sglang, speculative, tune, service, gate, watch, multinode.
 
 Each field says what it accepts and refuses a value that would reach a unit, a shell or a path unchecked
-(safety.py); unknown keys are errors. The whole profile and its loading are in profile.py.
+(safety.py); unknown keys are errors. The whole profile and its loading are in load.py.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
 from pydantic import field_validator, model_validator
 
-from . import safety
-from .hardening import DIRECTIVES
+from .. import safety
+from ..hardening import DIRECTIVES
 
 # Flags the tool derives from other sections; a profile must not set them under sglang.flags.
 DERIVED_FLAGS = {
@@ -55,7 +55,7 @@ def config_file_problem(value: str) -> str | None:
     import os
     import stat
 
-    from .weights import REPO_ROOT, manifest_path_problem
+    from ..weights import REPO_ROOT, manifest_path_problem
 
     problem = manifest_path_problem(value)
     if problem:
@@ -117,14 +117,14 @@ class ModelSection(Strict):
     @field_validator("source")
     @classmethod
     def weights_source(cls, value: str | None) -> str | None:
-        from .weights import source_problem
+        from ..weights import source_problem
 
         _refuse(source_problem(value) if value is not None else None)
         return value
 
     @model_validator(mode="after")
     def derived_path(self) -> "ModelSection":
-        from .weights import WeightsSourceError, weights_for
+        from ..weights import WeightsSourceError, weights_for
 
         if self.source is None:
             if self.path is None:
@@ -384,7 +384,7 @@ class DraftSection(Strict):
     @field_validator("source")
     @classmethod
     def draft_source(cls, value: str) -> str:
-        from .weights import WeightsSourceError, parse_source
+        from ..weights import WeightsSourceError, parse_source
 
         try:
             parse_source(value)
