@@ -265,6 +265,10 @@ class DoctorArgs(Settings):
     probe: Flag = Field(False, description="Also run the GPU probe (memory bandwidth, all-reduce) with the "
                         "release's venv.")
     probe_force: Flag = Field(False, description="Run the probe even while the GPUs are in use.")
+    bisect: ReleaseId = Field(None, description="Regression bisect: measure each difference between this (slower, "
+                              "refused) release and the active one alone, as temporary releases under the lock with "
+                              "the tune's measurement settings (tune_repeats, tune_samples, tune_max_new_tokens, "
+                              "tune_budget_s), and name the one that costs the speed.")
 
 
 class ProvisionArgs(Settings):

@@ -19,8 +19,10 @@ import hashlib
 import http.server
 import os
 import platform
+import shutil
 import subprocess
 import re
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -154,8 +156,9 @@ class AptRepo:
         self.root = directory / "www"
         self.pool = self.root / path
         self.pool.mkdir(parents=True)
-        self.gnupg = directory / "gnupg"
-        self.gnupg.mkdir(mode=0o700)
+        # a short home of its own: gpg-agent's sockets live in it, and a Unix socket path has at most 107 bytes
+        # (a test's tmp_path under a worker's directory can be longer: "can't connect to the agent")
+        self.gnupg = Path(tempfile.mkdtemp(prefix="aptrepo-gpg-"))
         self.env = {**os.environ, "GNUPGHOME": str(self.gnupg)}
         subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key",
                         "sglang-deploy test repository <tests@invalid>", "ed25519", "sign", "never"],
@@ -200,6 +203,7 @@ class AptRepo:
             self.server.shutdown()
         # gpg started an agent for this key ring; it would outlive the test (one per worker and run).
         subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=self.env, capture_output=True, check=False)
+        shutil.rmtree(self.gnupg, ignore_errors=True)
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
