@@ -121,9 +121,10 @@ def token_map_opportunity(bound: dict | None, checkpoint: dict | None, server_in
                   + " (acceptance may drop: measure it)"),
         expected_gain=f"up to +{best:.0f} % of the roofline (syv-ai measured +10 % on one 3090 with a 40k map)",
         gain_pct=best,
-        fix="build one: `sglang-deploy token-map CORPUS --model DIR --size N`, set --speculative-token-map to it in "
-            "a copy of the profile, and A/B it with the gate (greedy output must match); SGLang applies it on "
-            "NEXTN/EAGLE only")
+        fix="build one: `sglang-deploy token-map CORPUS --model DIR --size N`, put it in the weights directory and "
+            "freeze its manifest again, list N in the profile's tune.vocab_sizes and measure it with "
+            "`pyinfra inventory/<host>.py tune.py --data tune_space=vocab` (output-checked; SGLang applies it on "
+            "NEXTN/EAGLE only)")
 
 
 # --- KV dtype and attention backend on Ampere -----------------------------------------------------

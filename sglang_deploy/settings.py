@@ -312,7 +312,7 @@ class RouterSettings(Settings):
 class TuneArgs(Settings):
     title: ClassVar[str] = "tune.py"
     space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: nospec, "
-                                       "spec, drafter, kv, attention, graphs, nccl, all, or a comma list.")
+                                       "spec, drafter, vocab, kv, attention, graphs, nccl, all, or a comma list.")
     attention: Text(attention_problem) = Field("all", alias="tune_attention", description="The attention axis's "
                                                "backends: all (every --attention-backend choice SGLang's resolution "
                                                "accepts for the profile on the host's GPUs) or a comma list (each "

@@ -52,6 +52,10 @@ def test_sglangs_own_load_token_map_reads_the_most_frequent_ids(built, model_dir
     assert dtype == "torch.int64"
     tokenizer = json.loads((model_dir / "tokenizer.json").read_text())["model"]["vocab"]
     assert ids == [tokenizer["z"], tokenizer["q"], tokenizer["x"]]  # by frequency, from the model's own tokenizer
+    # the simulated servers and the tune read its size from the file itself, without torch (its name has none)
+    from sglang_deploy.sim.token_map_file import map_size
+
+    assert map_size(str(built)) == (len(ids), "file")
 
 
 def test_the_digest_is_frozen_beside_the_map_and_a_changed_map_is_caught(built, tmp_path):

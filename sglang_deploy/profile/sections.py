@@ -411,6 +411,20 @@ class TuneSection(Strict):
         description="Draft models the tune may switch to (its `drafter` axis), each measured against the profile's own "
                     "speculation on prose, code and chat; deployed and verified with the release, so the tune and a "
                     "rollback find them on the host.")
+    vocab_sizes: list[Annotated[StrictInt, Field(ge=1, le=1 << 20)]] = Field(
+        default_factory=list,
+        description="Hot-vocabulary draft heads the tune's `vocab` axis tries (--speculative-token-map), one per size "
+                    "N: the map of N ids (built by `sglang-deploy token-map CORPUS --model DIR --size N`, named "
+                    "<model>-<N>.pt) must be a file the verified snapshot's manifest lists; a size with no such map "
+                    "is listed as not built. Empty: every map the snapshots' manifests list.")
+
+    @field_validator("vocab_sizes")
+    @classmethod
+    def distinct_sizes(cls, value: list[int]) -> list[int]:
+        repeated = sorted({size for size in value if value.count(size) > 1})
+        if repeated:
+            raise ValueError(f"{repeated} given more than once; accepted: distinct sizes")
+        return value
 
 
 class SpeculativeSection(Strict):

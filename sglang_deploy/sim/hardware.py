@@ -47,6 +47,8 @@ class Effective:
     draft_attention_backend: str | None = None  # --speculative-draft-attention-backend (None: the target's)
     kv_cache_dtype: str = "auto"
     spec_graph_downgrade: bool = False  # PLANTED FAULT: speculative decode lost its graphs (data: spec_graph_downgrade)
+    token_map_size: int = 0  # --speculative-token-map's ids when the draft head uses it (0: the whole vocabulary)
+    token_map_error: str | None = None  # the map cannot be read: the worker fails at start, as load_token_map does
 
 
 # SGLang's own custom all-reduce warning when P2P is missing
@@ -115,6 +117,7 @@ def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None)
     if drafter:
         steps = 1  # SGLang forces it for DFLASH; the block (draft tokens) is what matters
         draft_bytes = float(checkpoint_bytes(resolved["speculative_draft_model_path"]))
+    token_map_size, token_map_error = token_map(resolved, algorithm, drafter, notes)
     return Effective(
         tp=tp, spec_algorithm=algorithm, spec_steps=steps, spec_topk=topk,
         draft_tokens=drafts, decode_graphs=decode_graphs, graph_max_bs=int(graph_max_bs),
@@ -126,7 +129,61 @@ def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None)
         draft_attention_backend=resolved.get("speculative_draft_attention_backend") if algorithm else None,
         kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto",
         spec_graph_downgrade=env.get("SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE", "0").strip() not in ("", "0"),
+        token_map_size=token_map_size, token_map_error=token_map_error,
     )
+
+
+# SGLang 0.5.23's EAGLE worker when an EAGLE3 run names a map (speculative/eagle_worker_v2.py init_token_map).
+EAGLE3_IGNORES_MAP = ("Speculative token map specified, but EAGLE3 models already have this. Ignoring the specified "
+                      "token map.")
+
+
+def token_map(resolved: dict, algorithm: str | None, drafter: str | None, notes: list) -> tuple[int, str | None]:
+    """(ids of the hot-vocabulary map the draft head uses, or 0; why it cannot be read). Where SGLang applies
+    --speculative-token-map: the EAGLE/NEXTN worker (NEXTN resolves to EAGLE) loads it; EAGLE3 logs that it ignores
+    it; a separate drafter's worker (DFLASH, DSPARK) never reads it. Its size comes from the file, read without
+    torch, or its name (token_map_file.py); nothing is loaded."""
+    path = resolved.get("speculative_token_map")
+    if not path or not algorithm or drafter:
+        return 0, None
+    if algorithm == "EAGLE3":
+        notes.append(EAGLE3_IGNORES_MAP)
+        return 0, None
+    if algorithm not in ("EAGLE", "NEXTN"):
+        return 0, None
+    from .token_map_file import map_size
+
+    size, why = map_size(str(path))
+    if not size:
+        return 0, f"FileNotFoundError: --speculative-token-map {path}: {why} (SIMULATED: load_token_map)"
+    return size, None
+
+
+def lm_head_bytes(model: dict) -> float:
+    """The draft step's share of the LM head (whole model): vocabulary x hidden size x its bytes per parameter (the
+    model data's BF16 head: 248320 x 5120 x 2 = 2.54 GB, 1.27 GB per GPU at TP 2, as anchors-refresh-4 section 4)."""
+    return float(model["vocab_size"]) * float(model["hidden_size"]) * float(model.get("lm_head_bytes_per_param", 2))
+
+
+def draft_step_bytes(eff: Effective, model: dict) -> float:
+    """What one MTP/EAGLE draft step reads (whole model): the head shrinks to N of its vocabulary's rows with a map
+    of N ids (eagle_worker_v2.init_lm_head: head.data[hot_token_id])."""
+    full = float(model["draft_step_bytes"])
+    vocab = float(model["vocab_size"])
+    if not eff.token_map_size or eff.token_map_size >= vocab:
+        return full
+    return full - lm_head_bytes(model) * (1 - eff.token_map_size / vocab)
+
+
+def out_of_map_share(eff: Effective, model: dict) -> float:
+    """ASSUMPTION (model data token_map): the share of the target's tokens outside a map of N ids, which a draft
+    head over those ids can never propose; a Zipf-shaped tail, ln(V/N) scaled to the share at the anchor size."""
+    size, vocab = eff.token_map_size, float(model["vocab_size"])
+    if not size or size >= vocab:
+        return 0.0
+    data = model.get("token_map") or {}
+    anchor = float(data.get("anchor_size", 32768))
+    return min(1.0, float(data.get("out_of_map_share", 0.0)) * math.log(vocab / size) / math.log(vocab / anchor))
 
 
 def attention_factor(backend: str | None, machine: dict) -> float:
@@ -149,6 +206,8 @@ def start_problem(eff: Effective, machine: dict) -> str | None:
         if backends and backend and backend not in backends:
             return (f"RuntimeError: {name} {backend} cannot run on {machine['gpu']} (sm_86) with this model "
                     f"(SIMULATED: the modelled backends are {', '.join(sorted(backends))})")
+    if eff.token_map_error:
+        return eff.token_map_error
     if dtypes and eff.kv_cache_dtype not in dtypes:
         return (f"RuntimeError: --kv-cache-dtype {eff.kv_cache_dtype} cannot run on {machine['gpu']} (sm_86) "
                 f"(SIMULATED: the modelled dtypes are {', '.join(sorted(dtypes))})")
@@ -231,7 +290,7 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
                  + drafter["kernels_per_pass"] * launch / 1e3)
     elif eff.spec_steps:
         draft_ars = model["draft_allreduces_per_step"] if eff.tp > 1 else 0
-        draft = (model["draft_step_bytes"] / eff.tp / bandwidth * 1e3 + speculation(model)["draft_step_overhead_ms"]
+        draft = (draft_step_bytes(eff, model) / eff.tp / bandwidth * 1e3 + speculation(model)["draft_step_overhead_ms"]
                  + spec["branches"] + draft_ars * (ar + issue) / 1e3 + model["kernels_per_draft_step"] * launch / 1e3)
     draft *= attention_factor(eff.draft_attention_backend or eff.attention_backend, machine) * kv
     nccl = model["nccl_collectives_per_cycle"] * _nccl_us(eff, machine) / 1e3 if eff.tp > 1 else 0.0
@@ -261,12 +320,13 @@ def accept_probabilities(eff: Effective, model: dict, prompt_kind: str, collapse
     recovery = 0.0 if eff.drafter else \
         spec["topk_recovery_max"] * (1 - math.exp(-alternatives / spec["topk_recovery_scale"]))
     shift = spec["accept_shift_by_prompt_kind"].get(prompt_kind, 0.0)
+    in_map = 1.0 - out_of_map_share(eff, model)  # a hot-vocabulary head proposes only the map's ids
     out, previous = [], 1.0
     for rate in rates[:depth]:
         conditional = rate / previous
         previous = rate
         conditional += (1 - conditional) * recovery
-        out.append(min(0.995, max(0.0, conditional + shift)))
+        out.append(min(0.995, max(0.0, conditional + shift)) * in_map)
     return out
 
 
@@ -339,6 +399,6 @@ def roofline_tok_s(eff: Effective, machine: dict, model: dict, tau: float) -> fl
     if eff.drafter:
         drafts = eff.draft_bytes + model["drafters"][eff.drafter]["shared_lm_head_bytes"]
     else:
-        drafts = eff.spec_steps * model["draft_step_bytes"]
+        drafts = eff.spec_steps * draft_step_bytes(eff, model)
     per_gpu = (model["verify_bytes"] + drafts) / eff.tp
     return tau / (per_gpu / (machine["memory_bandwidth_gbs"] * 1e9))

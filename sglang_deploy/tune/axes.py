@@ -1,7 +1,7 @@
 """The tune's lever axes beside spec/drafter/graphs/nccl: `nospec` (the release without speculation, a control),
-`kv` (--kv-cache-dtype) and `attention` (--attention-backend, and with speculation
---speculative-draft-attention-backend). Which values are candidates is SGLang's answer, not a list of ours: every
-choice of the flag in SGLang's own parser that SGLang's whole resolution accepts for this model under the host's
+`kv` (--kv-cache-dtype), `attention` (--attention-backend, and with speculation
+--speculative-draft-attention-backend) and `vocab` (--speculative-token-map: tune/vocab.py). Which values are
+candidates is SGLang's answer, not a list of ours: every choice of the flag in SGLang's own parser that SGLang's whole resolution accepts for this model under the host's
 GPU facts (accepted_values), one per distinct resolved value. The resolution cannot know what only fails on the GPU
 (a backend built for another platform): such a candidate fails at start on the host and is reported as failed.
 """
@@ -158,7 +158,24 @@ class LeverAxes:
         count += len(kv_candidates(self.choices)) if "kv" in self.axes else 0
         if "attention" in self.axes:
             count += len(attention_candidates(self.choices)) + len(draft_attention_candidates(self.flags, self.choices))
+        if "vocab" in self.axes:
+            from .vocab import FLAG, candidates
+
+            count += len(candidates(self.choices.get(FLAG)))
         return count
+
+    def axis_vocab(self, best):
+        """Each hot-vocabulary map SGLang's resolution accepts on top of the best so far (tune/vocab.py); the sizes
+        that are not candidates (not built, refused) are rows of the table, never started."""
+        from .vocab import FLAG, candidates, not_candidates
+
+        offered = self.choices.get(FLAG)
+        for measured in not_candidates(offered):
+            if measured.candidate.id not in self.results:
+                self.results[measured.candidate.id] = measured
+                if getattr(self, "on_invalid", None):
+                    self.on_invalid(measured)
+        return self.clear_winner(best, candidates(offered))
 
     def axis_nospec(self, best):
         """The release without speculation, measured once as a control: not carried into the later axes (the

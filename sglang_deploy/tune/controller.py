@@ -80,6 +80,7 @@ class Runner(HostSession):
                                   self.measure, self.settings.objective, self.settings.steps, self.settings.topks,
                                   drafters=[d.model_dump() for d in self.profile.tune.drafters],
                                   choices=self.lever_choices(), order=order)
+        self.search.on_invalid = self.record  # the vocab axis's sizes that are not candidates: rows of the table
         self.say("axes, largest expected gain first (the doctor's estimates): " + ", ".join(
             f"{axis} (+{gains[axis]:.0f} %)" if axis in gains else f"{axis} (control)" for axis in self.search.axes))
         self.say(f"tune {self.profile.name} on {self.host_name}: original release {self.active}; space "
@@ -138,7 +139,8 @@ class Runner(HostSession):
         return self.search.baseline
 
     def lever_choices(self) -> dict:
-        """The kv and attention axes' values: what SGLang's resolution accepts (axes.accepted_values)."""
+        """The kv, attention and graphs axes' values: what SGLang's resolution accepts (axes.accepted_values); the
+        vocab axis's maps (vocab.offer)."""
         from . import axes as tune_axes
         from .levers import asker
 
@@ -146,10 +148,15 @@ class Runner(HostSession):
                   "--speculative-draft-attention-backend": ("attention", self.settings.attention),
                   "--cuda-graph-backend-decode": ("graphs", None)}
         flags = [flag for flag, (axis, _) in wanted.items() if axis in self.settings.axes]
-        if not flags:
+        if not flags and "vocab" not in self.settings.axes:
             return {}
         ask, choices = asker(self.plan, self.data, self.detected)
         out = {}
+        if "vocab" in self.settings.axes:  # the maps the snapshots hold, each asked of SGLang's resolution
+            from . import vocab as tune_vocab
+
+            out[tune_vocab.FLAG] = tune_vocab.offer(self.profile, self.original_flags, ask)
+            self.say(f"SGLang's resolution: {out[tune_vocab.FLAG].summary()}")
         for flag in flags:
             if flag == "--speculative-draft-attention-backend" and not tune.spec_settings(self.original_flags):
                 continue

@@ -16,11 +16,13 @@ EXPECTED_GAIN_PCT = {"spec": 30.0,  # weak-speculation: the incident's 1 -> 3 st
                      "drafter": 37.0,  # a DFlash-class drafter over MTP: peers +30-45 %
                      "kv": 15.0,  # fp8-kv-on-ampere: peers up to +32 % with FlashAttention, SGLang's unmeasured
                      "attention": 10.0,  # the other half of the same peer figure
+                     "vocab": 10.0,  # token-map: a 40k draft vocabulary +10 % on one 3090 (syv-ai); roofline +22 %
                      "graphs": 8.0,  # batch-limit / graph-batch-limit: aggregate throughput
                      "nccl": 5.5}  # custom-all-reduce: +3-8 %
 # Which suspect of the doctor's report (doctor.json) speaks for which axis.
 SUSPECT_AXES = {"weak-speculation": "spec", "no-speculation": "spec", "low-acceptance": "spec",
-                "drafter": "drafter", "fp8-kv-on-ampere": "kv", "custom-all-reduce": "nccl", "p2p-unavailable": "nccl",
+                "drafter": "drafter", "token-map": "vocab", "fp8-kv-on-ampere": "kv", "custom-all-reduce": "nccl",
+                "p2p-unavailable": "nccl",
                 "nccl-debug-knobs": "nccl", "batch-limit": "graphs", "graph-batch-limit": "graphs",
                 "cuda-graphs": "graphs"}
 # An axis that must come after another: a drafter replaces the speculation the spec axis tuned (Search.with_best).
@@ -82,6 +84,10 @@ def candidate_ids(search, axis: str) -> list[str]:
     if axis == "attention":
         return [c.id for c in tune_axes.attention_candidates(search.choices)
                 + tune_axes.draft_attention_candidates(search.flags, search.choices)]
+    if axis == "vocab":
+        from .vocab import FLAG, candidates
+
+        return [c.id for c in candidates(search.choices.get(FLAG))]
     if axis == "nospec":
         return ["nospec"] if tune_axes.nospec_candidate(search.flags) else []
     return []  # spec: a walk whose candidates depend on what it measures

@@ -76,9 +76,9 @@ def kind_gains(measured: Measured, baseline: Measured) -> str:
 
 
 def kind_table(results: list[Measured], baseline: Measured | None) -> str:
-    """Median decode per content class for the original and every measured drafter, no-speculation, KV dtype and
-    attention candidate (acceptance, and so their gain, depends on the text)."""
-    axes = ("drafter", "nospec", "kv", "attention")
+    """Median decode per content class for the original and every measured drafter, no-speculation, KV dtype,
+    attention and token-map candidate (acceptance, and so their gain, depends on the text)."""
+    axes = ("drafter", "nospec", "kv", "attention", "vocab")
     rows = [m for m in results if m.measured and (m.candidate.axis in axes or m is baseline) and m.by_kind()]
     if baseline is None or len(rows) < 2:
         return ""

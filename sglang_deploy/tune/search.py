@@ -19,7 +19,7 @@ from .axes import NCCL_PROTOS_PCIE, LeverAxes, graph_backend_candidates, nccl_ca
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 STEPS_RANGE = (1, 2, 3, 4, 5, 6)
 TOPKS = (1, 2, 4)
-AXES = ("nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl")  # the search's order (axes.py)
+AXES = ("nospec", "spec", "drafter", "vocab", "kv", "attention", "graphs", "nccl")  # the search's order (axes.py)
 SPEC_COUNT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 
 
@@ -321,6 +321,7 @@ class Search(LeverAxes):
         self.baseline: Measured | None = None
         self.stopped: str | None = None
         self.stopped_axis: str | None = None  # the axis the budget stopped in (discipline.unreached)
+        self.on_invalid = None  # called with each row recorded without a measurement (vocab's not-built sizes)
 
     def planned(self) -> int:
         """An upper bound of the candidates this search may measure (for the ETA)."""

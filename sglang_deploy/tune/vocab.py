@@ -1,0 +1,109 @@
+"""The tune's `vocab` axis: a hot-vocabulary draft head (FR-Spec), SGLang's --speculative-token-map set to a map of
+N token ids for each size the profile offers (`tune.vocab_sizes`).
+
+A map is a candidate only when it is a file a verified snapshot's manifest lists (the rule token-map-verified: the
+host checks its sha256 before the switch); its size is read from the file where the controller has it (a file://
+snapshot) and otherwise from its name, `<model>-<N>.pt` as `sglang-deploy token-map` names it
+(sim/token_map_file.py). A size with no such map is a row of the table, "not built", with the command that builds it.
+Whether the map applies is SGLang's answer: the resolution of the profile's command line with the flag set may
+refuse it (its error) or drop it (its resolved speculative_token_map differs); at run time SGLang's EAGLE3 and
+DFLASH workers ignore it (eagle_worker_v2.init_token_map), which the measurement shows.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+FLAG = "--speculative-token-map"
+AXIS = "vocab"
+
+
+def build_hint(size: int) -> str:
+    return (f"not built: run `sglang-deploy token-map CORPUS --model DIR --size {size}`, put the map in the weights "
+            "directory and freeze its manifest again (`sglang-deploy manifest`)")
+
+
+@dataclass
+class VocabOffer:
+    """size -> the map's path on the host (accepted by SGLang's resolution), and the sizes that are not candidates
+    with why (not built, refused or dropped by the resolution)."""
+
+    maps: dict = field(default_factory=dict)
+    invalid: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        parts = [f"{FLAG}: {len(self.maps)} candidate(s) " + (", ".join(str(s) for s in self.maps) or "-")]
+        parts += [f"{size}: {why}" for size, why in self.invalid.items()]
+        return "; ".join(parts)
+
+
+def snapshot_maps(profile) -> dict:
+    """size -> host path of each token map a verified snapshot's manifest lists (a .pt file whose size its content
+    or its name gives)."""
+    from ..sim.token_map_file import size_from_file, size_from_name
+    from ..token_map import _snapshots
+
+    found = {}
+    for weights in _snapshots(profile):
+        local = getattr(weights.source, "local_dir", None)
+        for entry in weights.manifest.get("files") or []:
+            relative = str(entry.get("path") or "")
+            if not relative.endswith(".pt"):
+                continue
+            size = None
+            if local and os.path.isfile(os.path.join(local, relative)):
+                size = size_from_file(os.path.join(local, relative))
+            size = size or size_from_name(relative)
+            if size:
+                found.setdefault(size, f"{weights.path.rstrip('/')}/{relative}")
+    return found
+
+
+def offer(profile, flags: dict, ask) -> VocabOffer:
+    """The sizes of tune.vocab_sizes (empty: every map the snapshots list), each map asked of SGLang's resolution
+    (`ask(extra_argv) -> (error or None, resolved)`, levers.asker)."""
+    from .search import spec_settings
+
+    result = VocabOffer()
+    if not spec_settings(flags):
+        return result  # no draft head without speculation
+    maps = snapshot_maps(profile)
+    sizes = list(profile.tune.vocab_sizes) or sorted(maps)
+    current = flags.get(FLAG)
+    for size in sizes:
+        path = maps.get(size)
+        if path is None:
+            result.invalid[size] = build_hint(size)
+            continue
+        if path == current:
+            continue  # the profile's own map: the original
+        error, resolved = ask([FLAG, path])
+        if error:
+            result.invalid[size] = f"refused by SGLang's resolution: {error}"
+        elif resolved.get("speculative_token_map") != path:
+            result.invalid[size] = (f"dropped by SGLang's resolution (speculative_token_map="
+                                    f"{resolved.get('speculative_token_map')!r}, algorithm "
+                                    f"{resolved.get('speculative_algorithm')})")
+        else:
+            result.maps[size] = path
+    return result
+
+
+def candidate_id(size: int) -> str:
+    return f"{AXIS}-{size}"
+
+
+def candidates(offered: VocabOffer | None) -> list:
+    from .search import Candidate
+
+    return [Candidate(candidate_id(size), AXIS, ((FLAG, path),)) for size, path in (offered.maps if offered else {})
+            .items()]
+
+
+def not_candidates(offered: VocabOffer | None) -> list:
+    """The table's rows for the sizes that are not candidates: invalid, never started, with why."""
+    from .search import Candidate, Measured
+
+    return [Measured(Candidate(candidate_id(size), AXIS), valid=False, invalid_reason=why)
+            for size, why in (offered.invalid if offered else {}).items()]
