@@ -135,7 +135,7 @@ def build(corpus: Path, model_dir: Path, size: int, output: Path, version: str =
 
 # --- the check ------------------------------------------------------------------------------------------
 
-def _snapshots(profile) -> list:
+def verified_snapshots(profile) -> list:
     """The verified snapshots of the profile: its weights and its draft model (each with its manifest)."""
     from .drafter import draft_weights
     from .weights import WeightsSourceError, profile_weights
@@ -158,7 +158,7 @@ def problems(profile) -> list[Problem]:
     if value is None or value is False:
         return []
     text = str(value)
-    snapshots = _snapshots(profile)
+    snapshots = verified_snapshots(profile)
     for weights in snapshots:
         root = weights.path.rstrip("/") + "/"
         if not (os.path.isabs(text) and text.startswith(root) and ".." not in text.split("/")):

@@ -180,39 +180,80 @@ def test_a_killed_controller_and_its_ssh_connection_leave_the_original_running(s
     assert snapshot(simhost) == before
 
 
-def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend(simhost, tmp_path):
-    """nospec and attention from the proven profile (attention narrowed to three backends SGLang's resolution
-    accepts: fa3, the modelled gain; triton, the planted trap that answers garbage 15 % faster; wave, failing at
-    start on sm_86), the target's and then the draft's, each through the switch and the output check. The kv
-    axis is the same mechanism (tune/axes.py); its candidates and model are tested without a host
-    (test_tune_axes.py), which keeps this test at about 135 s (115 s of it the tune)."""
+def lever_profile(tmp_path) -> Path:
+    """The proven profile (1 s simulated start, the planted attention trap) serving a file:// synthetic snapshot that
+    holds one hot-vocabulary map, named as `sglang-deploy token-map` names it (the simulator reads N from the name
+    when the file is not a torch.save'd list), frozen in the snapshot's manifest; tune.vocab_sizes offers it and a
+    size that is not built."""
+    from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
+    from sglang_deploy.weights import manifest_from_directory, write_manifest
+
+    directory = tmp_path / "weights" / "qwen-synthetic"
+    config = json.loads((REPO / "manifests" / "Qwen--Qwen3.6-27B-FP8" / "config.reconstructed.json").read_text())
+    write_checkpoint(str(directory), header_only=True, config=config)
+    (directory / "qwen-synthetic-32768.pt").write_bytes(b"a hot-vocabulary map of 32768 ids (simulated)")
+    manifest = directory.parent / "qwen-synthetic.manifest.json"  # under the weights directory the operator names
+    write_manifest(manifest_from_directory(directory), manifest)
     text = PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "1"\n'
                                       '  SGLANG_SIM_FAULT_OUTPUT: garbage\n'
                                       '  SGLANG_SIM_FAULT_OUTPUT_AT_ATTENTION: triton\n', 1)
-    profile = write_profile(tmp_path, text, "proven-trap.yaml")
-    result = simhost.deploy(profile=profile)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
-    before = snapshot(simhost)
-    started = time.monotonic()
-    result = simhost.pyinfra("tune.py", "--data", f"profile={profile}", *FAST, "--data",
-                             "tune_space=nospec,attention", "--data", "tune_attention=fa3,triton,wave",
-                             "--data", "tune_budget_s=900", timeout=1000)
-    wall = time.monotonic() - started
+    text = text.replace("  path: /srv/models/Qwen3.6-27B-FP8",
+                        f"  source: file://{directory}\n  manifest: {manifest}", 1)
+    text = text.replace("  config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json",
+                        f"  config: {directory}/config.json", 1)
+    return write_profile(tmp_path, text + "tune:\n  vocab_sizes: [32768, 65536]\n", "proven-trap.yaml")
+
+
+def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend(simhost, tmp_path):
+    """nospec, vocab and attention from the proven profile (attention narrowed to three backends SGLang's resolution
+    accepts: fa3, the modelled gain; triton, the planted trap that answers garbage 15 % faster; wave, failing at
+    start on sm_86), the target's and then the draft's, each through the switch and the output check; vocab: the
+    snapshot's map of 32768 ids (the modelled +10 %) and a size not built, listed and never started. The kv axis is
+    the same mechanism (tune/axes.py); its candidates and model are tested without a host (test_tune_axes.py,
+    test_tune_vocab.py). About 155-175 s (the tune 140-156 s of it); the vocab axis added 4-23 s to the 150 s the
+    nospec/attention run took beside it (2026-12-02, 2 shared cores)."""
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    profile = lever_profile(tmp_path)
+    previous = simhost.env.get(WEIGHTS_DIRS_VARIABLE)
+    simhost.env[WEIGHTS_DIRS_VARIABLE] = str(tmp_path / "weights")
+    try:
+        started = time.monotonic()
+        result = simhost.deploy(profile=profile)
+        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        deployed = time.monotonic() - started
+        before = snapshot(simhost)
+        started = time.monotonic()
+        result = simhost.pyinfra("tune.py", "--data", f"profile={profile}", *FAST, "--data",
+                                 "tune_space=nospec,vocab,attention", "--data", "tune_attention=fa3,triton,wave",
+                                 "--data", "tune_budget_s=900", timeout=1000)
+        wall = time.monotonic() - started
+    finally:
+        if previous is None:
+            simhost.env.pop(WEIGHTS_DIRS_VARIABLE, None)
+        else:
+            simhost.env[WEIGHTS_DIRS_VARIABLE] = previous
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     document = json.loads(simhost.sh(f"cat {STORE}/releases/{before['state']['active']}/tune-results.json"))
-    print(f"\nnospec and attention axes from the proven profile: {wall:.0f} s wall, {document['elapsed_s']} s tuning\n"
-          + document["table"] + "\n" + (document.get("by_kind") or ""))
+    print(f"\nnospec, vocab and attention axes from the proven profile: deploy {deployed:.0f} s, tune {wall:.0f} s "
+          f"wall, {document['elapsed_s']} s tuning\n" + document["table"] + "\n" + (document.get("by_kind") or ""))
     results = {entry["id"]: entry for entry in document["results"]}
-    assert {entry["axis"] for entry in results.values()} == {"baseline", "nospec", "attention"}
-    assert [entry["id"] for entry in document["results"]] == [
-        "original", "nospec", "attention-fa3", "attention-triton", "attention-wave",
-        "attention-fa3+draft-attention-fa3", "attention-fa3+draft-attention-triton", "attention-fa3+draft-attention-wave"]
+    assert {entry["axis"] for entry in results.values()} == {"baseline", "nospec", "vocab", "attention"}
+    ids = [entry["id"] for entry in document["results"]]
+    assert ids[:4] == ["original", "nospec", "vocab-65536", "vocab-32768"], ids
+    assert "not built: run `sglang-deploy token-map CORPUS --model DIR --size 65536`" in \
+        results["vocab-65536"]["invalid_reason"] and not results["vocab-65536"]["repeats"]
+    assert results["vocab-32768"]["flags"]["--speculative-token-map"].endswith("/qwen-synthetic-32768.pt")
+    assert results["vocab-32768"]["decode_score"] > results["original"]["decode_score"]  # the modelled head saving
+    assert "SGLang's resolution: --speculative-token-map: 1 candidate(s) 32768" in output
     assert results["nospec"]["decode_score"] < results["original"]["decode_score"]  # MTP 3 with graphs wins
     assert "SGLang's resolution: --attention-backend: 3 candidate(s) fa3, triton, wave" in output
+    attention = [entry for entry in document["results"] if entry["axis"] == "attention"]
+    assert len(attention) == 6, ids  # three target backends, then three draft backends on the best of them
     trap = [entry for entry in results.values() if entry["flags"].get("--attention-backend") == "triton"]
     assert trap and all("output check failed" in (entry["error"] or "") for entry in trap), trap
-    assert "not ready" in (results["attention-wave"]["error"] or ""), results["attention-wave"]  # failed at start
+    assert all("not ready" in (entry["error"] or "") for entry in attention if "wave" in entry["id"])  # at start
     winner = results[document["winner"]]
     assert winner["flags"].get("--attention-backend") == "fa3", document["table"]
     assert document["elapsed_s"] <= 900 and snapshot(simhost) == before

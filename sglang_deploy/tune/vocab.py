@@ -42,10 +42,10 @@ def snapshot_maps(profile) -> dict:
     """size -> host path of each token map a verified snapshot's manifest lists (a .pt file whose size its content
     or its name gives)."""
     from ..sim.token_map_file import size_from_file, size_from_name
-    from ..token_map import _snapshots
+    from ..token_map import verified_snapshots
 
     found = {}
-    for weights in _snapshots(profile):
+    for weights in verified_snapshots(profile):
         local = getattr(weights.source, "local_dir", None)
         for entry in weights.manifest.get("files") or []:
             relative = str(entry.get("path") or "")
