@@ -63,7 +63,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
             {"at": f"2026-12-01T0{number}:00:00+00:00", "event": "activated"}]))
     # The new release ran on this rank (marked good once its process ran); rank 0 then failed its gate.
     store.save_state(StoreState(active="0003-cccccccc", last_good="0003-cccccccc", auto_rollbacks_in_row=0))
-    monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "elapsed_s": 1.0})
+    monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "stage": "generate", "elapsed_s": 1.0})
     args = types.SimpleNamespace(release="0002-bbbbbbbb", reason="rollback (rank 0 failed)", auto_rollback=False,
                                  max_auto_rollbacks=1000, force=True, probe_url="http://127.0.0.1:1", timeout=10,
                                  settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=True, stop_only=False,
