@@ -64,6 +64,10 @@ def without(data, key):
     (ReleaseMeta, without(META, "content_hash"), "meta.json: required field 'content_hash' is missing"),
     (ReleaseMeta, {**META, "verdcit": "good"}, "meta.json: unknown field 'verdcit'"),
     (ReleaseMeta, {**META, "history": {}}, "meta.json: field 'history' is {}; accepted: list"),
+    (ReleaseMeta, {**META, "gate": {"verdict": "pass", "at": "t"}},
+     "meta.json gate: required field 'summary' is missing"),
+    (ReleaseMeta, {**META, "gate": {"verdict": "pass", "summary": "pass", "at": "t", "baseline_release": None}},
+     "meta.json gate: unknown field 'baseline_release'"),
     (StoreState, {"active": None, "lastgood": "0001-aaaaaaaa"}, "state.json: unknown field 'lastgood'"),
     (StoreState, {"auto_rollbacks_in_row": "2"}, "state.json: field 'auto_rollbacks_in_row' is '2'; accepted: int"),
 ])
@@ -87,6 +91,9 @@ def test_releases_already_on_hosts_read_with_the_safe_defaults():
     assert (meta.auth, meta.weights, meta.draft, meta.offered_drafts, meta.serves_http, meta.history) == (
         None, None, None, [], True, [])
     assert store_module.release_auth(meta) == "none"  # no --config on its command line
+    gated = ReleaseMeta.from_dict({**first, "gate": {"verdict": "pass", "summary": "pass 50.0 tok/s", "at": "t",
+                                                     "simulated": False}})  # the first gate wrote no baseline
+    assert (gated.gate.verdict, gated.gate.baseline) == ("pass", None)
     assert StoreState.from_dict({"active": "0001-aaaaaaaa"}) == StoreState(active="0001-aaaaaaaa", last_good=None,
                                                                           auto_rollbacks_in_row=0, switching=None)
 

@@ -124,7 +124,8 @@ def test_false_fail_rate_at_the_threshold_is_at_most_five_percent():
 
 
 def gated(verdict, at="2025-01-01T00:00:00+00:00"):
-    return release_meta(verdict="good" if verdict == "pass" else "bad", gate={"verdict": verdict, "at": at})
+    return release_meta(verdict="good" if verdict == "pass" else "bad", gate={"verdict": verdict, "at": at,
+                                                                                         "summary": verdict})
 
 
 def test_a_release_forced_good_by_skip_gate_is_no_baseline():

@@ -153,6 +153,17 @@ class GateConfig(Document):
     expect: GateExpect
 
 
+@dataclass(frozen=True)
+class GateMark(Document):
+    """The last gate's verdict in a release's meta.json (switch.switch_locked): what the baseline choice, the
+    release list and the perf watch read; the whole result is the release's gate-result.json (GateResult)."""
+    verdict: str  # pass, fail, inconclusive
+    summary: str  # "pass 50.1 tok/s tau 2.91"
+    at: str  # when it was measured
+    simulated: bool | None = None  # measured a simulated server; None: the gate could not run
+    baseline: str | None = None  # the release compared with; None: none (and releases from before 2026-12-01)
+
+
 # --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) -------------
 
 @dataclass(frozen=True)
@@ -185,7 +196,7 @@ class ReleaseMeta(Document):
     tune: dict | None = None  # a tune's temporary candidate: session, temporary, candidate
     verdict: str | None = None  # good, bad, inconclusive; None: unverified
     verdict_by: str | None = None  # gate, skip_gate, readiness, rank 0
-    gate: dict | None = None  # the last gate's verdict, summary, at, simulated, baseline
+    gate: GateMark | None = None  # the last gate's verdict; None: never gated
     history: list = field(default_factory=list)  # [{"at", "event"}]: activations, failures, restarts
 
     def with_event(self, at, event, **changes):
@@ -302,4 +313,4 @@ class SwitchOutcome(Document):
 
 
 _DOCUMENTS = {cls.__name__: cls for cls in (GateSettings, GateExpect, GateConfig, ReleaseMeta, StoreState, Roofline,
-                                                LockInfo, GateResult, Readiness, SwitchOutcome)}
+                                                LockInfo, GateResult, GateMark, Readiness, SwitchOutcome)}

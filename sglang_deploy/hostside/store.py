@@ -367,7 +367,7 @@ def cmd_history(args):
                                     env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},
                     "floors": {"decode_tok_s": settings and settings.min_decode_tok_s,
                                "accept_length": settings and settings.min_accept_length},
-                    "gate": {"verdict": gate.verdict, "at": (meta.gate or {}).get("at"),
+                    "gate": {"verdict": gate.verdict, "at": meta.gate and meta.gate.at,
                              **{key: (measurement.get(key) or {}).get("median")
                                 for key in ("decode_tok_s", "accept_length", "ttft_s")}} if gate else None,
                     "watch": watch[-args.limit:]})

@@ -16,7 +16,7 @@ import sys
 
 from . import evidence, gate
 from .weights import manifest as weights_manifest
-from .documents import Document, DocumentError, GateConfig, GateResult, SwitchOutcome
+from .documents import Document, DocumentError, GateConfig, GateMark, GateResult, SwitchOutcome
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
@@ -158,9 +158,8 @@ def switch_locked(store, args):
             gate_result = GateResult(verdict="inconclusive", reasons=[], rows=[], config_problems=[],
                                      inconclusive=[f"the gate could not run: {type(error).__name__}: {error}"])
         document["gate"] = gate_result
-        meta = meta.but(gate={"verdict": gate_result.verdict, "summary": gate_summary(gate_result),
-                              "at": now(), "simulated": gate_result.simulated,
-                              "baseline": gate_result.baseline_release})
+        meta = meta.but(gate=GateMark(verdict=gate_result.verdict, summary=gate_summary(gate_result), at=now(),
+                                      simulated=gate_result.simulated, baseline=gate_result.baseline_release))
         if gate_result.verdict == "fail" or (gate_result.verdict == "inconclusive"
                                              and args.on_inconclusive == "rollback"):
             return fail_and_roll_back(store, state, meta, document, args,
@@ -245,7 +244,7 @@ def choose_baseline(candidates, last_good, current):
     then rests on the floors). The release being measured is never its own baseline. meta: ReleaseMeta.
     """
     def passed(meta, stored_verdict):
-        return (meta.gate or {}).get("verdict") == "pass" and stored_verdict == "pass"
+        return meta.gate is not None and meta.gate.verdict == "pass" and stored_verdict == "pass"
 
     eligible = [(release_id, meta) for release_id, meta, stored in candidates
                 if release_id != current and passed(meta, stored)]
@@ -253,14 +252,14 @@ def choose_baseline(candidates, last_good, current):
     why_not = None
     if last_good and last_good != current and last_good_meta is not None:
         if any(release_id == last_good for release_id, _ in eligible):
-            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta.gate.get('at')})"
-        gate = (last_good_meta.gate or {}).get("verdict")
+            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta.gate.at})"
+        gate = last_good_meta.gate and last_good_meta.gate.verdict
         why_not = (f"the last good release {last_good} is no baseline: it was marked good without passing its gate ("
                    + ("never measured" if not gate else f"gate {gate}" if gate != "pass" else "no stored passed result")
                    + ")")
     if eligible:
-        release_id, meta = max(eligible, key=lambda item: item[1].gate.get("at") or "")
-        note = f"release {release_id}, the last release that passed its gate ({meta.gate.get('at')})"
+        release_id, meta = max(eligible, key=lambda item: item[1].gate.at)
+        note = f"release {release_id}, the last release that passed its gate ({meta.gate.at})"
         return release_id, (f"{note}; {why_not}" if why_not else note)
     return None, ("no passed baseline, the verdict rests on the floors (no other release on this host passed its gate"
                   + (f"; {why_not})" if why_not else ")"))
