@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 PROBE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside" / "preflight" / "probe.py"
-sys.path.insert(0, str(PROBE.parent.parent))
+sys.path.insert(0, str(PROBE.parent.parent.parent))
 from hostside.preflight import findings as preflight_findings  # noqa: E402  (the host package, standard library only)
 
 HOG = """

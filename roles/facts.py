@@ -230,6 +230,9 @@ class GpuHost(FactBase):
             "libcuda": "ls -1 /usr/lib/*-linux-gnu/libcuda.so.* /usr/lib64/libcuda.so.*; "
                        "ldconfig -p | awk '/libcuda\\.so/ {print $NF}' | xargs -r readlink -f",
             "nvcc": "/usr/local/cuda/bin/nvcc --version || nvcc --version",
+            # each versioned toolkit and its nvcc's release: the unit's CUDA_HOME is /usr/local/cuda-<cuda_version>
+            "nvcc_versioned": "for n in /usr/local/cuda-[0-9]*/bin/nvcc; do [ -x \"$n\" ] && echo \"$n $(\"$n\" "
+                              "--version | grep -o 'release [0-9][0-9.]*' | head -n1)\"; done",
             "nccl_deb": "dpkg-query -W -f='${Version}' libnccl2",
             "topo": "nvidia-smi topo -m",
             "p2p": "nvidia-smi topo -p2p r",
@@ -265,6 +268,9 @@ class GpuHost(FactBase):
             "libcuda": hostfacts.parse_libcuda(text.get("libcuda", "")),
             "container": (text.get("container", "").strip() or "none").splitlines()[0],
             "cuda_toolkit": hostfacts.parse_nvcc(text.get("nvcc", "")),
+            # None: the section was not asked (output recorded before it existed): the step falls back to nvcc's
+            "cuda_toolkits": hostfacts.parse_versioned_nvcc(text["nvcc_versioned"]) if "nvcc_versioned" in text
+            else None,
             "system_nccl": text.get("nccl_deb", "").strip() or None,
             "topology": hostfacts.parse_topology(text.get("topo", ""), text.get("p2p", "")),
             "nvidia_uvm": "/dev/nvidia-uvm" in text.get("uvm", ""),

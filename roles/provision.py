@@ -18,25 +18,21 @@ from roles.facts import GpuHost, SGLangVersion, VenvTorch
 from roles.settings import host_settings
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.layout import requirements, venv_path
-from sglang_deploy.provision import (DISK_NEEDS_MIB, HOLDS_FILE, apt_install_script, cuda_toolkit_step,
-                                     apt_proxy_options, disk_check_command, driver_step, holds_text, install_commands,
-                                     nccl_step, nvidia_repo_path, proxy_env, toolchain_step, userspace_driver_defaults,
-                                     with_proxy)
+from sglang_deploy.provision import (DISK_NEEDS_MIB, HOLDS_FILE, LEGACY_REPO_PREFERENCES_FILE,
+                                     NVIDIA_REPO_PREFERENCES_FILE, apt_install_script,
+                                     apt_proxy_options, cuda_toolkit_step, disk_check_command, driver_step, holds_text,
+                                     install_commands, nccl_step, nvidia_repo_path, nvidia_repo_preferences, proxy_env,
+                                     toolchain_step, userspace_driver_defaults, with_proxy)
 
 KEYRING = "/usr/share/keyrings/nvidia-cuda.asc"
 SOURCES = "/etc/apt/sources.list.d/nvidia-cuda.sources"
-REPO_PREFERENCE = "/etc/apt/preferences.d/nvidia-cuda"
+REPO_PREFERENCE = f"/etc/apt/preferences.d/{NVIDIA_REPO_PREFERENCES_FILE}"
 HOLDS = f"/etc/apt/preferences.d/{HOLDS_FILE}"
 CUDA_SOURCES = """Types: deb
 URIs: {url}
 Suites: /
 Signed-By: {keyring}
 """
-CUDA_PIN = """Package: *
-Pin: origin {origin}
-Pin-Priority: 600
-"""
-
 
 
 def os_release() -> dict:
@@ -60,8 +56,10 @@ def nvidia_repository():
         files.put(name="NVIDIA CUDA repository key", src=key, dest=KEYRING, mode="644")
     files.put(name="NVIDIA CUDA repository (deb822)", dest=SOURCES, mode="644",
               src=StringIO(CUDA_SOURCES.format(url=url, keyring=KEYRING)))
-    files.put(name="Prefer NVIDIA's repository for CUDA packages", dest=REPO_PREFERENCE, mode="644",
-              src=StringIO(CUDA_PIN.format(origin=host_settings().cuda_repo_origin)))
+    files.put(name="NVIDIA's repository for NVIDIA's packages only (apt preferences)", dest=REPO_PREFERENCE, mode="644",
+              src=StringIO(nvidia_repo_preferences(host_settings().cuda_repo_origin)))
+    files.file(name="Remove the earlier preference for all of NVIDIA's repository", present=False,
+               path=f"/etc/apt/preferences.d/{LEGACY_REPO_PREFERENCES_FILE}")
 
 
 @deploy("Provision: NVIDIA driver, CUDA toolkit, NCCL")
@@ -102,8 +100,12 @@ def nvidia_stack(mode: str, python: str | None = None):
             path, need = DISK_NEEDS_MIB["cuda-toolkit"]
             server.shell(name=f"Check disk space for {', '.join(toolkit.packages)}",
                          commands=[disk_check_command(", ".join(toolkit.packages), path, need)])
-        nvidia_repository()
-        server.shell(name="apt update (NVIDIA repository)",
+        # Only NVIDIA's packages need NVIDIA's repository: the toolchain alone comes from the host's own sources, so a
+        # container that reaches a distribution mirror but not NVIDIA is not refused for gcc or python3-venv.
+        nvidia = any(step.action == "install" for step in steps if step.role != "toolchain")
+        if nvidia:
+            nvidia_repository()
+        server.shell(name="apt update" + (" (NVIDIA repository)" if nvidia else ""),
                      commands=["apt-get update -q" + apt_proxy_options(host_settings().proxy)])
         # One transaction: the driver's source packages pinned at the module's version (their exact-version siblings
         # follow), simulated first (`apt-get install -s`: a refusal names the conflict and changes nothing), then the

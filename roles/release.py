@@ -163,6 +163,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, sim
     args += ["--argv-json", f"{directory}/argv.json"] if resolve else []
     args += ["--no-gpu"] if simulated and not resolve else []  # a stand-in's torch import: the stack step, left out
     args += ["--simulated"] * simulated + (["--container-id", str(container_id)] if container_id else [])
+    args += ["--step-timeout", "10"] * simulated  # the GPU stand-in's all-reduce takes milliseconds, NCCL's seconds
     return f"{host_program('preflight', *args)}; rc=$?; rm -rf {shlex.quote(directory)}; exit $rc"
 
 

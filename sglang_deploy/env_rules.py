@@ -58,7 +58,8 @@ ALLOWED_ENV: dict[str, object] = {
 }
 # The simulator's switches (sglang_deploy/sim, testbed): SGLang 0.5.23 reads none of them (tests/test_allow_lists.py);
 # SGLANG_SIM_NOTE changes nothing (a test's way to make a distinct release).
-SIMULATOR_ENV = ("SGLANG_SIM_ACCEPT_COLLAPSE", "SGLANG_SIM_ACCEPT_COLLAPSE_AFTER", "SGLANG_SIM_AUTH_BROKEN",
+SIMULATOR_ENV = ("SGLANG_SIM_ACCEPT_COLLAPSE", "SGLANG_SIM_ACCEPT_COLLAPSE_AFTER", "SGLANG_SIM_ALLREDUCE_FAULT",
+                 "SGLANG_SIM_AUTH_BROKEN",
                  "SGLANG_SIM_CRASH_AT_START", "SGLANG_SIM_DIE_AFTER_REQUESTS", "SGLANG_SIM_EXIT0_AFTER_REQUESTS",
                  "SGLANG_SIM_FAULT_OUTPUT", "SGLANG_SIM_FAULT_OUTPUT_AT_ATTENTION", "SGLANG_SIM_FAULT_OUTPUT_AT_STEPS",
                  "SGLANG_SIM_GENERATE_5XX",

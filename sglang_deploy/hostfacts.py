@@ -100,6 +100,17 @@ def parse_nvcc(output: str) -> str | None:
     return match.group(1) if match else None
 
 
+def parse_versioned_nvcc(output: str) -> dict[str, str | None]:
+    """Lines `/usr/local/cuda-13.0/bin/nvcc release 13.0` -> {"13.0": "13.0"}: each versioned toolkit directory (the
+    unit's CUDA_HOME is /usr/local/cuda-<cuda_version>) and the release its nvcc reports (None: it reports none)."""
+    found = {}
+    for line in (output or "").splitlines():
+        match = re.match(r"/usr/local/cuda-(\d+\.\d+)/bin/nvcc(?:\s+release (\d+\.\d+))?\s*$", line.strip())
+        if match:
+            found[match.group(1)] = match.group(2)
+    return found
+
+
 def parse_venv_torch(output: str) -> dict | None:
     try:
         return json.loads(output.strip().splitlines()[-1])

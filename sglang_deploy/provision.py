@@ -91,13 +91,22 @@ def driver_step(facts: dict, cuda_major: int, driver_branch_pin: int, mode: str,
 
 
 def cuda_toolkit_step(facts: dict, cuda_version: str, mode: str) -> Step:
+    """The toolkit at /usr/local/cuda-<version>, the path the unit uses (CUDA_HOME), not only whatever
+    /usr/local/cuda or the PATH's nvcc is. Facts without the versioned directories (an older fact) use nvcc's."""
     package = f"cuda-toolkit-{cuda_version.replace('.', '-')}"
-    if facts["cuda_toolkit"] == cuda_version:
-        return Step("cuda-toolkit", "ok", f"CUDA toolkit {cuda_version} (nvcc) present")
+    home = f"/usr/local/cuda-{cuda_version}"
+    versioned = facts.get("cuda_toolkits")
+    present = versioned.get(cuda_version) == cuda_version if versioned is not None \
+        else facts["cuda_toolkit"] == cuda_version
+    if present:
+        return Step("cuda-toolkit", "ok", f"CUDA toolkit {cuda_version} (nvcc) present at {home}")
     found = facts["cuda_toolkit"] or "none"
+    where = f"{cuda_version} required at {home} (the unit's CUDA_HOME; {package})" + (
+        "; there: " + ", ".join(f"/usr/local/cuda-{v} (nvcc {r or 'without a release'})"
+                                for v, r in sorted(versioned.items())) if versioned else "")
     if mode == "verify":
-        return Step("cuda-toolkit", "error", f"verify mode: CUDA toolkit {found} found, {cuda_version} required ({package})")
-    return Step("cuda-toolkit", "install", f"CUDA toolkit {found} -> {cuda_version}", [package])
+        return Step("cuda-toolkit", "error", f"verify mode: CUDA toolkit {found} found, {where}")
+    return Step("cuda-toolkit", "install", f"CUDA toolkit {found} -> {where}", [package])
 
 
 def nccl_package_version(nccl_pin: str, cuda_version: str, template: str = NCCL_PACKAGE_VERSION) -> str:
@@ -140,6 +149,30 @@ def toolchain_step(facts: dict, mode: str) -> Step:
                     "JIT compile at start needs the compilers and Python.h; python3 -m venv needs python3-venv)")
     return Step("toolchain", "install", f"{', '.join(missing)} missing: installed for the first JIT compile and the "
                 "venv", missing)
+
+
+# --- NVIDIA's repository, for NVIDIA's packages only ---------------------------------------------------------------
+
+# The names raised above the distribution's (apt_preferences globs): the driver's family (its Debian-style packaging
+# pulls glx-alternative-*, glx-diversions, update-glx), CUDA and NCCL. Anything else NVIDIA's repository carries stays
+# below the distribution's own package of that name.
+NVIDIA_PACKAGE_GLOBS = ("*nvidia*", "*cuda*", "libnccl*", "glx-*", "update-glx")
+# In apt's preferences.d, read in the order of the names, and the first specific record that matches a package version
+# decides its priority: this file's raised names (600) must come after the driver's source pin and the holds (1001),
+# or they would shadow them (tests/test_driver_apt.py shows the install failing then). "sglang-deploy-n..." sorts
+# after "sglang-deploy-driver" and "sglang-deploy-holds".
+NVIDIA_REPO_PREFERENCES_FILE = "sglang-deploy-nvidia-repository"
+LEGACY_REPO_PREFERENCES_FILE = "nvidia-cuda"  # earlier versions' (every NVIDIA package at 600): removed
+
+
+def nvidia_repo_preferences(origin: str) -> str:
+    """apt preferences for NVIDIA's repository: its origin pinned low (100, below a distribution's 500: a package
+    of it is installed only where the distribution has none of that name), and only NVIDIA's names raised (600).
+    The driver's source pin (1001, sglang-deploy-driver) and the holds still decide versions."""
+    return (f"Explanation: sglang-deploy: NVIDIA's repository ({origin}) for NVIDIA's packages only\n"
+            f"Package: *\nPin: origin {origin}\nPin-Priority: 100\n\n"
+            f"Explanation: sglang-deploy: the driver's family, CUDA and NCCL from NVIDIA's repository\n"
+            f"Package: {' '.join(NVIDIA_PACKAGE_GLOBS)}\nPin: origin {origin}\nPin-Priority: 600\n")
 
 
 # --- a proxy, for a host whose only way out is one -----------------------------------------------------

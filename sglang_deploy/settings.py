@@ -188,8 +188,9 @@ class HostSettings(Settings):
         "https://developer.download.nvidia.com/compute/cuda/repos/{distro}/{arch}/3bf863cc.pub",
         description="Its signing key: an http(s) URL, or a controller file under secrets/ (or "
         "$SGLANG_DEPLOY_DATA_DIRS).")
-    cuda_repo_origin: HostName = Field("developer.download.nvidia.com", description="The apt origin whose packages are pinned at "
-                "priority 600, above the distribution's.")
+    cuda_repo_origin: HostName = Field("developer.download.nvidia.com", description="The apt origin of NVIDIA's "
+                "repository (the mirror's host name): its packages are pinned at 100, below the distribution's, and "
+                "only the driver's, CUDA's and NCCL's names at 600, above it.")
     proxy: Text(proxy_problem) = Field(
         None, description="An HTTP proxy (http://host:port) for a host whose only way out is a proxy (e.g. on the "
         "Proxmox host): passed to apt (Acquire::http(s)::Proxy), the repository key's download, pip/uv and the "

@@ -19,8 +19,10 @@ import hashlib
 import http.server
 import os
 import platform
+import shutil
 import subprocess
 import re
+import tempfile
 import threading
 from dataclasses import dataclass, field
 from email.utils import formatdate
@@ -154,8 +156,9 @@ class AptRepo:
         self.root = directory / "www"
         self.pool = self.root / path
         self.pool.mkdir(parents=True)
-        self.gnupg = directory / "gnupg"
-        self.gnupg.mkdir(mode=0o700)
+        # a short home of its own: gpg-agent's sockets live in it, and a Unix socket path has at most 107 bytes
+        # (a test's tmp_path under a worker's directory can be longer: "can't connect to the agent")
+        self.gnupg = Path(tempfile.mkdtemp(prefix="aptrepo-gpg-"))
         self.env = {**os.environ, "GNUPGHOME": str(self.gnupg)}
         subprocess.run(["gpg", "--batch", "--passphrase", "", "--quick-gen-key",
                         "sglang-deploy test repository <tests@invalid>", "ed25519", "sign", "never"],
@@ -200,6 +203,7 @@ class AptRepo:
             self.server.shutdown()
         # gpg started an agent for this key ring; it would outlive the test (one per worker and run).
         subprocess.run(["gpgconf", "--kill", "gpg-agent"], env=self.env, capture_output=True, check=False)
+        shutil.rmtree(self.gnupg, ignore_errors=True)
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -228,12 +232,14 @@ class ScratchApt:
     resolution without a host, for `apt-get install -s` and `apt-cache` (what the provisioning script runs). The
     environment's APT_CONFIG points apt there; nothing of this machine's apt is read or changed."""
 
-    def __init__(self, directory: Path, repo: AptRepo, status: str):
+    def __init__(self, directory: Path, repo: AptRepo, status: str, sources: list[str] | None = None):
+        """sources: sources.list lines instead of the repository's own directory (file:)."""
         self.directory = directory
         for sub in ("lists/partial", "cache/archives/partial", "preferences.d", "sources.list.d", "apt.conf.d"):
             (directory / sub).mkdir(parents=True, exist_ok=True)
         (directory / "status").write_text(status)
-        (directory / "sources.list").write_text(f"deb [signed-by={repo.key_file}] file:{repo.pool} /\n")
+        (directory / "sources.list").write_text("".join(line + "\n" for line in sources) if sources
+                                                else f"deb [signed-by={repo.key_file}] file:{repo.pool} /\n")
         (directory / "apt.conf").write_text("".join(f'{key} "{value}";\n' for key, value in {
             "Dir::State": directory, "Dir::State::lists": directory / "lists", "Dir::State::status": directory / "status",
             "Dir::Cache": directory / "cache", "Dir::Etc::SourceList": directory / "sources.list",

@@ -359,3 +359,38 @@ def test_the_runner_stops_the_hung_probes_unit_and_reports_it(tmp_path, monkeypa
     document = __import__("json").loads((tmp_path / "out.json").read_text())
     assert document["ok"] is False and "hung at step p2p" in document["findings"][0]["detail"]
     assert "hung at step p2p" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("planted, named, not_named", [
+    ({"driver": {"kernel_module": "580.95.05", "libcuda": "580.65.06", "cu_init": 803,
+                 "cu_init_name": "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "error": None},
+      "torch": {"error": None, "count": 0, "torch": "2.9.1"}},
+     "driver/library version mismatch: kernel module 580.95.05 (/proc/driver/nvidia/version), libcuda 580.65.06",
+     "check the device nodes"),
+    ({"torch": {**FACTS["torch"], "free_mib": [9000, 48000]}},
+     "GPU 0: 39116 MiB of 49140 in use, mem_fraction_static 0.88 needs 43243 MiB, 9000 free; nvidia-smi here sees no "
+     "process using it: another container or the Proxmox host holds it", "GPU 1:"),
+])
+def test_the_runner_names_a_planted_driver_mismatch_and_a_busy_gpu(planted, named, not_named, tmp_path, monkeypatch,
+                                                                    capsys):
+    """The probe's output as the runner reads it (a container whose user space lags the host's module; a GPU held by
+    another container, which nvidia-smi in this one cannot see): the report names the cause, not the device nodes."""
+    import json
+    import subprocess as real
+
+    unit, env = tmp_path / "sglang.service", tmp_path / "sglang.env"
+    unit.write_text(GOLDEN_UNIT)
+    env.write_text("")
+    probe_output = json.dumps(facts_with(**planted, outside=None)) + "\n"
+
+    def fake_run(command, **kwargs):
+        if command[0] == "systemd-run" and "--pipe" in command:
+            return real.CompletedProcess(command, 0, probe_output, "step torch\n")
+        if command[0] == "systemctl":  # is-active: the service is not running
+            return real.CompletedProcess(command, 3, "", "")
+        return real.CompletedProcess(command, 0, "", "")  # nvidia-smi: no compute process it can see
+
+    monkeypatch.setattr(preflight.subprocess, "run", fake_run)
+    rc = preflight.main(["--unit", str(unit), "--env", str(env), "--python", "/usr/bin/python3", "--gpus", "2"])
+    report = capsys.readouterr().err
+    assert rc == 1 and named in report and not_named not in report, report

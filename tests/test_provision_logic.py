@@ -154,3 +154,20 @@ def test_with_proxy_sets_the_environment_the_clients_read():
     wrapped = with_proxy("echo $https_proxy $HTTPS_PROXY $no_proxy", "http://10.0.0.1:3128")
     out = subprocess.run(["sh", "-c", wrapped], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["http://10.0.0.1:3128", "http://10.0.0.1:3128", "localhost,127.0.0.1,::1"]
+
+
+@pytest.mark.parametrize("default, versioned, action, said", [
+    ("13.0", {"13.0": "13.0"}, "ok", "present at /usr/local/cuda-13.0"),
+    # /usr/local/cuda points at another toolkit: the unit's CUDA_HOME is the versioned directory, which is there
+    ("12.4", {"12.4": "12.4", "13.0": "13.0"}, "ok", "present at /usr/local/cuda-13.0"),
+    # a toolkit at /usr/local/cuda only (a .run install without the versioned directory): the unit would not find it
+    ("13.0", {}, "install", "13.0 required at /usr/local/cuda-13.0 (the unit's CUDA_HOME; cuda-toolkit-13-0)"),
+    # the directory without a working nvcc
+    ("13.0", {"13.0": None}, "install", "there: /usr/local/cuda-13.0 (nvcc without a release)"),
+    # an older fact without the versioned directories: nvcc's release decides, as before
+    ("13.0", None, "ok", "present at /usr/local/cuda-13.0"),
+])
+def test_the_toolkit_is_looked_for_at_the_units_versioned_cuda_home(default, versioned, action, said):
+    step = cuda_toolkit_step({**H200, "cuda_toolkit": default, "cuda_toolkits": versioned}, "13.0", "install")
+    assert step.action == action and said in step.message
+    assert step.packages == ([] if action == "ok" else ["cuda-toolkit-13-0"])

@@ -148,3 +148,20 @@ def test_a_proxy_reaches_apt_the_key_download_and_pip():
     assert "no_proxy=localhost,127.0.0.1,::1" in install and "--only-binary :all:" in install
     without = stack("lxc_driver_mismatch", "install")
     assert "Proxy" not in without.named("Install ").commands[0]
+
+
+def test_nvidias_repository_is_configured_only_for_nvidias_packages():
+    """A host missing only python3-venv gets it from its own sources: no NVIDIA key, source or preferences (a
+    container that reaches a distribution mirror but not NVIDIA). Where NVIDIA's packages are installed, the
+    repository's preferences pin its origin low and raise only NVIDIA's names; the earlier file is removed."""
+    facts = fixture_fact("GpuHost", "h200x2_nvlink_recorded")
+    facts["lxc"]["compilers"]["venv"] = False
+    ops = run_role(provision.nvidia_stack, mode="install", python=f"{VENV}/bin/python", data={"nccl_version": None},
+                   facts={GpuHost: facts, VenvTorch: {"nccl": "2.28.9"}})
+    assert installed(ops) == "python3-venv"
+    names = [name.split(" | ")[1] for name in ops.names]
+    assert "apt update" in names and not [name for name in names if "NVIDIA" in name], names
+    ops = stack("lxc_driver_mismatch", "install")
+    preferences = ops.named("NVIDIA's repository for NVIDIA's packages only")
+    assert "upload /etc/apt/preferences.d/sglang-deploy-nvidia-repository" in preferences.commands
+    assert ops.named("Remove the earlier preference")  # /etc/apt/preferences.d/nvidia-cuda: absent on this host

@@ -157,7 +157,7 @@ def timed_out(unit, seconds, stderr):
            "IOMMU (the Proxmox default on AMD, on Intel from kernel 6.8) are dropped; set the IOMMU to passthrough "
            "on the Proxmox host (`iommu=pt` on the kernel command line), or add --disable-custom-all-reduce to "
            "the profile (SGLang then all-reduces through NCCL only: slower decode at small batches), or "
-           "NCCL_P2P_DISABLE=1 in its env" if step in ("p2p", "nccl", "torch") else
+           "NCCL_P2P_DISABLE=1 in its env" if step in ("p2p", "nccl", "all-reduce", "torch") else
            f"see journalctl -u {unit}.service")
     return finding("probe", "fail", f"the probe did not finish in {seconds:.0f} s: it hung at step {step}; its unit "
                    f"{unit}.service was stopped", fix)
@@ -218,9 +218,9 @@ def _driver_finding(driver):
     """cuInit's CUresult as the service, and the two versions it compares."""
     kernel, library, code = driver.get("kernel_module"), driver.get("libcuda"), driver.get("cu_init")
     versions = f"kernel module {kernel or 'unknown'} (/proc/driver/nvidia/version), libcuda {library or 'unknown'}"
-    match = (f"user space must be exactly {kernel}: run provision.py (in a container it installs that version's "
-             "user space; a host driver upgrade is the usual cause there), or on bare metal reboot after a driver "
-             "upgrade")
+    match = (f"user space must be exactly {kernel or 'the kernel module version'}: run provision.py (in a container it "
+             "installs that version's user space; a host driver upgrade is the usual cause there), or on bare metal "
+             "reboot after a driver upgrade")
     if driver.get("error"):
         return finding("driver", "fail", f"{driver['error']} ({versions})", match)
     name = driver.get("cu_init_name") or f"CUresult {code}"
@@ -257,7 +257,9 @@ def _torch_findings(found, triton, gpus, simulated, driver_failed=False):
                            + (f"; free MiB per GPU {free}" if free else "")
                            + (" (simulated: the GPU stand-in's count)" if simulated else "")))
     if simulated:
-        out.append(finding("p2p", "skip", "simulated host: no GPU, no peer access or NCCL all-reduce to try"))
+        out.append(finding("p2p", "skip", "simulated host: no GPU, no peer access, peer copy or NCCL to try"))
+        if found.get("all_reduce_2p"):
+            out.append(all_reduce_finding(found["all_reduce_2p"]))
         out.append(finding("triton", "skip", "simulated host: no GPU to compile a Triton kernel for"))
         return out
     if not found.get("error"):
@@ -287,6 +289,8 @@ def _torch_findings(found, triton, gpus, simulated, driver_failed=False):
         elif "all_reduce_ms" in found:
             out.append(finding("p2p", "ok", f"NCCL all-reduce over {gpus} GPU(s) in {found['all_reduce_ms']} ms"
                                + ("" if gpus > 1 else " (one GPU: no peer to reach)")))
+        if found.get("all_reduce_2p"):
+            out.append(all_reduce_finding(found["all_reduce_2p"]))
     if triton is not None:
         if triton.get("error"):
             out.append(finding("triton", "fail", f"a Triton kernel does not compile or run: {triton['error']}",
@@ -295,6 +299,39 @@ def _torch_findings(found, triton, gpus, simulated, driver_failed=False):
             out.append(finding("triton", "ok", f"compiled and ran in {triton.get('seconds')} s into "
                                f"{triton.get('cache_dir')}"))
     return out
+
+
+# What a peer-to-peer fault costs to fix, with the perf doctor's estimates of each cost (doctor.py).
+P2P_FIX = ("set the IOMMU to passthrough on the Proxmox host: `iommu=pt` on its kernel command line, then reboot (each "
+           "GPU's /sys/bus/pci/devices/<bdf>/iommu_group/type then reads identity); or, in the profile, "
+           "--disable-custom-all-reduce (SGLang's own all-reduce writes peer memory directly; the perf doctor's "
+           "estimate: +3-8 % decode time) and, since NCCL's P2P transport failed here too, NCCL_P2P_DISABLE: \"1\" "
+           "in its environment (all-reduce through host memory, ~40-70 us instead of ~6-20 us: +10-20 % decode time)")
+
+
+def all_reduce_finding(found):
+    """The two-process all-reduce (allreduce.run's answer): ok, wrong data, a hang, or a rank's error."""
+    what = (f"the all-reduce over {found.get('world')} processes, one per GPU as SGLang's TP ranks"
+            + (" (simulated: the GPU stand-in's model of it" + (f", planted fault {found['fault']}" if found.get("fault")
+                                                                 else "") + ")" if found.get("standin") else ""))
+    if found.get("timed_out"):
+        return finding("p2p", "fail", f"{what} did not finish in {found.get('step_timeout'):.0f} s: rank(s) "
+                       f"{', '.join(map(str, found.get('waiting') or []))} still waiting, as a collective hangs when "
+                       "peer writes are dropped; its processes were killed"
+                       + (f" (pids {found['unkillable']} did not die: the unit's stop takes them)"
+                          if found.get("unkillable") else ""), P2P_FIX)
+    if found.get("wrong"):
+        return finding("p2p", "fail", f"{what} returned wrong data: " + "; ".join(
+            f"rank {rank}: {count} values differ from the known sum" for rank, count in sorted(found["wrong"].items()))
+            + " (peer writes dropped on the way: a translating IOMMU)", P2P_FIX)
+    if found.get("errors"):
+        return finding("p2p", "fail", f"{what} failed: " + "; ".join(
+            f"rank {rank}: {error}" for rank, error in sorted(found["errors"].items())),
+            "NCCL's own message above (NCCL_DEBUG=INFO in the profile's environment names the transport it tried); "
+            "if it is peer-to-peer: " + P2P_FIX)
+    timing = ", ".join(f"{int(size) >> 10} KiB {ms} ms" for size, ms in sorted((found.get("ms") or {}).items(),
+                                                                             key=lambda item: int(item[0])))
+    return finding("p2p", "ok", f"{what} matched the known sum" + (f" ({timing})" if timing else ""))
 
 
 def _limits_finding(found):

@@ -3,7 +3,7 @@ properties, as the service user, in the release's own python (-I, by path), it g
 service would meet (devices, shm, toolchain, caches, the sandbox, SGLang's resolution, torch, Triton) and prints
 them as one JSON line; findings.py judges them.
 
-    PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu]
+    PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu] [--step-timeout S]
 
 Standard library only and self-contained (no imports from its package): it runs by path in the release's python.
 """
@@ -149,14 +149,27 @@ def read_text(path):
         return ""
 
 
-def _resolution_module():
+def _load(path, module_name):
+    """A module loaded by path (the probe runs by path in the release's python, -I: no package to import from)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "sglang_resolution.py")
-    spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
+    spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _resolution_module():
+    here = os.path.dirname(os.path.abspath(__file__))
+    return _load(os.path.join(os.path.dirname(here), "sglang_resolution.py"), "sglang_deploy_resolution")
+
+
+def two_process_all_reduce(world, step_timeout, simulated):
+    """One process per GPU, as SGLang's TP ranks (allreduce.py beside this file); on a simulated host the GPU
+    stand-in's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    return _load(os.path.join(here, "allreduce.py"), "sglang_deploy_preflight_allreduce").run(
+        world, step_timeout=step_timeout, standin=simulated)
 
 
 # What systemd sets anew for every invocation: not an input of SGLang's resolution.
@@ -280,8 +293,9 @@ def iommu_type(properties):
     return read_text(f"/sys/bus/pci/devices/{bdf}/iommu_group/type").strip() or None
 
 
-def torch_facts(gpus, simulated):
-    """Device count; on a real host a tensor on each GPU, free memory, peer access and an NCCL all-reduce."""
+def torch_facts(gpus, simulated, step_timeout=120.0):
+    """Device count; on a real host a tensor on each GPU, free memory, peer access, a peer copy compared, an NCCL
+    all-reduce in this process and, with 2+ GPUs, one over one process per GPU (on a simulated host: its model)."""
     found = {"error": None}
     try:
         import torch
@@ -290,6 +304,9 @@ def torch_facts(gpus, simulated):
     found["count"] = torch.cuda.device_count()
     found["torch"] = torch.__version__
     if simulated:
+        if gpus > 1 and found["count"] >= gpus:
+            print("step all-reduce", file=sys.stderr, flush=True)
+            found["all_reduce_2p"] = two_process_all_reduce(gpus, step_timeout, simulated=True)
         return found
     try:
         found["free_mib"] = []
@@ -319,6 +336,9 @@ def torch_facts(gpus, simulated):
                 torch.cuda.synchronize(index)
             found["all_reduce_ms"] = round((time.perf_counter() - started) * 1000, 1)
             found["all_reduce_ok"] = all(float(t[0].item()) == float(len(tensors)) for t in tensors)
+        if len(tensors) > 1:  # SGLang's ranks are processes: CUDA IPC, /dev/shm, NCCL's proxies between them
+            print("step all-reduce", file=sys.stderr, flush=True)
+            found["all_reduce_2p"] = two_process_all_reduce(len(tensors), step_timeout, simulated=False)
     except Exception as error:  # noqa: BLE001
         found["error"] = f"{type(error).__name__}: {error}"
     return found
@@ -363,7 +383,7 @@ def triton_facts():
                 "cache_dir": os.environ.get("TRITON_CACHE_DIR")}
 
 
-def probe(gpus, argv=None, simulated=False, no_gpu=False):
+def probe(gpus, argv=None, simulated=False, no_gpu=False, step_timeout=120.0):
     """Everything the service would meet, as raw facts (diagnose() judges them)."""
     started = time.perf_counter()
     facts = {"uid": os.getuid(), "user": _name(pwd.getpwuid, os.getuid()),
@@ -385,7 +405,7 @@ def probe(gpus, argv=None, simulated=False, no_gpu=False):
         return facts
     at = time.perf_counter()
     print("step torch", file=sys.stderr, flush=True)  # the runner names the last step when the probe hangs
-    facts["torch"] = torch_facts(gpus, simulated)
+    facts["torch"] = torch_facts(gpus, simulated, step_timeout)
     timings["torch"] = round(time.perf_counter() - at, 2)
     if not simulated and not facts["torch"].get("error") and facts["torch"].get("count", 0) >= 1:
         print("step triton", file=sys.stderr, flush=True)
@@ -403,12 +423,13 @@ def main(argv=None):
     parser.add_argument("--argv-json")
     parser.add_argument("--simulated", action="store_true")
     parser.add_argument("--no-gpu", action="store_true", help="skip torch and Triton (the doctor's view)")
+    parser.add_argument("--step-timeout", type=float, default=120.0, help="the two-process all-reduce's limit")
     args = parser.parse_args(argv)
     argv_list = None
     if args.argv_json:
         with open(args.argv_json) as handle:
             argv_list = json.load(handle)
-    print(json.dumps(probe(args.gpus, argv_list, args.simulated, args.no_gpu)), flush=True)
+    print(json.dumps(probe(args.gpus, argv_list, args.simulated, args.no_gpu, args.step_timeout)), flush=True)
     return 0
 
 

@@ -14,7 +14,8 @@ release's own python, and reads back what the probe found as the service would f
   port         nobody but the running release listens on the release's port
   torch        torch sees the profile's GPU count and can place a tensor on each GPU, and the memory others use
                leaves what mem_fraction_static asks for
-  p2p          peer access between the TP GPUs and a small NCCL all-reduce over them (the release's NCCL env)
+  p2p          peer access between the TP GPUs, a copy between them compared, a small NCCL all-reduce in one
+               process, and with 2+ GPUs one over one process per GPU (as SGLang's ranks) within --step-timeout
   triton       a Triton kernel compiles into the service's cache directory and runs
   limits       LimitNOFILE/LimitMEMLOCK as the service gets them (clamped in an unprivileged container: info)
 
@@ -197,7 +198,7 @@ def run(args):
     properties = unit_properties(unit_text, args.env)
     unit = f"sglang-deploy-preflight-{os.getpid()}"
     probe_argv = [args.python, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py"),
-                  "--gpus", str(args.gpus)]
+                  "--gpus", str(args.gpus), "--step-timeout", str(args.step_timeout)]
     probe_argv += ["--no-gpu"] * args.no_gpu
     if args.argv_json:
         probe_argv += ["--argv-json", args.argv_json]
@@ -241,6 +242,9 @@ def run(args):
         facts = None
     else:
         facts = json.loads(result.stdout.strip().splitlines()[-1])
+        if ((facts.get("torch") or {}).get("all_reduce_2p") or {}).get("timed_out"):
+            # the probe killed its ranks and exited (systemd-run --wait saw the unit end); stopped again all the same
+            subprocess.run(["systemctl", "stop", f"{unit}.service"], capture_output=True, timeout=120, check=False)
         facts["outside"] = outside_facts(args)
         findings = diagnose(facts, args.gpus, args.simulated, video, args.container_id, expected)
     seconds = time.perf_counter() - started
@@ -271,6 +275,8 @@ def main(argv=None):
     parser.add_argument("--no-gpu", action="store_true", help="skip torch and Triton (the doctor's view)")
     parser.add_argument("--quiet", action="store_true", help="no report on stdout (with --json)")
     parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--step-timeout", type=float, default=120,
+                        help="the two-process all-reduce's limit once its ranks are up (a hang is a failure)")
     args = parser.parse_args(argv)
     if not (args.active and args.service) and not (args.unit and args.env):
         parser.error("--unit and --env, or --active with --service, are needed")
