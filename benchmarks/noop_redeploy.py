@@ -1,7 +1,7 @@
 """A no-op redeploy against pyinfra's own floor, side by side in one run on the simulated CT129 (issue 40: a no-op
 redeploy should take at most 1.5x pyinfra's own connect plus one no-op command).
 
-    python benchmarks/noop_redeploy.py [--runs 7] [--inventory inventory/sim.py]
+    python benchmarks/noop_redeploy.py [--runs 7] [--inventory inventory/sim.py] [--data key=value ...]
 
 The simulated host must be up (scripts/simhost up; SGLANG_DEPLOY_SIMHOST_DIR names another one's state directory).
 One deploy first, so that the next ones change nothing; then, interleaved so that the shared machine's drift hits
@@ -34,11 +34,13 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--inventory", default="inventory/sim.py")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="host data for every deploy")
     args = parser.parse_args()
-    pyinfra_timed("deploy.py", "--data", "skip_gate=true", inventory=args.inventory)  # the release the no-ops keep
+    data = [word for item in args.data for word in ("--data", item)]
+    pyinfra_timed("deploy.py", *data, "--data", "skip_gate=true", inventory=args.inventory)  # what the no-ops keep
     redeploys, floors = [], []
     for _ in range(args.runs):
-        seconds, output = pyinfra_timed("deploy.py", inventory=args.inventory)
+        seconds, output = pyinfra_timed("deploy.py", *data, inventory=args.inventory)
         if UNCHANGED not in output:
             sys.exit(f"the redeploy was not a no-op:\n{output[-3000:]}")
         redeploys.append(seconds)
