@@ -75,7 +75,7 @@ def prepare(rollback: Rollback) -> stages.Candidate:
     meta = rollback.meta
     return stages.Candidate(service=rollback.service, release_id=rollback.target, unit=unit, env=env,
                             simulated=meta.simulated, venv=meta.venv, exec_start=meta.exec_start, resolved=None,
-                            nnodes=(meta.node or {}).get("nnodes", 1))
+                            nnodes=meta.node.nnodes if meta.node else 1)
 
 
 def preflight(rollback: Rollback, candidate: stages.Candidate) -> None:
@@ -100,6 +100,6 @@ def switch(rollback: Rollback) -> None:
     if spans:
         multinode.require_whole_server(nodes, "rolled back")
     if node:
-        multinode.switch_in_order(options, node["rank"], node["nnodes"], nodes)
+        multinode.switch_in_order(options, node.rank, node.nnodes, nodes)
     else:
         release.switch(options=options)

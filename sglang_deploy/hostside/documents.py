@@ -164,6 +164,14 @@ class GateMark(Document):
     baseline: str | None = None  # the release compared with; None: none (and releases from before 2026-12-01)
 
 
+@dataclass(frozen=True)
+class NodeMark(Document):
+    """A multi-node server's release in meta.json: this host's place in it (release_plan.build_meta)."""
+    rank: int  # 0 serves HTTP; the others join it
+    nnodes: int
+    dist_init_addr: str  # rank 0's rendezvous, host:port
+
+
 # --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) -------------
 
 @dataclass(frozen=True)
@@ -191,7 +199,7 @@ class ReleaseMeta(Document):
     offered_drafts: list = field(default_factory=list)
     waivers: dict = field(default_factory=dict)
     preflight: str | None = None  # "passed", "skipped (skip_preflight)"; None: from before the preflight
-    node: dict | None = None  # a multi-node server: this host's rank, nnodes, dist_init_addr
+    node: NodeMark | None = None  # a multi-node server: this host's rank in it; None: one host
     serves_http: bool = True  # False: a multi-node rank > 0 (no HTTP server of its own)
     tune: dict | None = None  # a tune's temporary candidate: session, temporary, candidate
     verdict: str | None = None  # good, bad, inconclusive; None: unverified
@@ -313,4 +321,4 @@ class SwitchOutcome(Document):
 
 
 _DOCUMENTS = {cls.__name__: cls for cls in (GateSettings, GateExpect, GateConfig, ReleaseMeta, StoreState, Roofline,
-                                                LockInfo, GateResult, GateMark, Readiness, SwitchOutcome)}
+                                                LockInfo, GateResult, GateMark, NodeMark, Readiness, SwitchOutcome)}
