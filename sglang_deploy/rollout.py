@@ -23,7 +23,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from .fleet import FleetError, host_change, inventory_groups, plan_batches, summary_lines
+from .fleet import FleetError, HostChange, host_change, inventory_groups, plan_batches, summary_lines
 from .settings_types import TRUE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -84,6 +84,9 @@ def run_batch(inventory: Path, batch: list[str], data: list[str], work: Path, in
     failed = []
     for host in batch:
         change = host_change(before.get(host), after.get(host))
+        if change.outcome == "untouched" and code == 0:  # deployed, and nothing to change: its release stays
+            change = HostChange("unchanged", f"unchanged: {(after[host].get('active') or {}).get('id')} stayed "
+                                             "active (nothing to deploy)")
         failed += [] if change.passed else [host]
         log(f"  {host}: {change}")
     if code != 0 and not failed:  # pyinfra failed before any switch (validation, connection, lock)
@@ -119,9 +122,9 @@ def roll_out(inventory: Path, label: str, batches: list[list[str]], data: list[s
             break
     remaining = [h for batch in batches[(stopped_at + 1 if stopped_at is not None else len(batches)):] for h in batch]
     final = read_summary(inventory, hosts, data, work, "final")
-    if remaining:
+    if stopped_at is not None:
         log(f"rollout STOPPED at {'the canary' if stopped_at == 0 else f'batch {stopped_at}'}; "
-            f"{len(remaining)} host(s) not deployed:")
+            f"{len(remaining)} host(s) not deployed" + (":" if remaining else ""))
         for host in remaining:
             log(f"  {host}: {host_change(before.get(host), final.get(host))}")
     else:

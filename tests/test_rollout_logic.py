@@ -41,9 +41,11 @@ def release(id_, verdict, gate):
 
 
 class Fleet:
-    """Three hosts on release 0001; a deploy brings 0002, which fails its gate on h1 (rolled back there)."""
+    """Three hosts on release 0001; a deploy brings 0002, which fails its gate on the `bad` hosts (rolled back
+    there); with `noop`, the deploy finds nothing to change (the release stays, the server is not restarted)."""
 
-    def __init__(self):
+    def __init__(self, bad=("h1",), noop=False):
+        self.bad, self.noop = bad, noop
         self.stores = {h: {"state": {"active": "0001", "last_good": "0001"}, "consistent": True, "lock": None,
                            "running": {"main_pid": 100, "started_monotonic_us": 1},
                            "releases": [release("0001", "good", "pass")]} for h in ("h0", "h1", "h2")}
@@ -54,28 +56,34 @@ class Fleet:
         if verb == "deploy.py":
             for h in hosts:
                 self.deployed.append(h)
+                if self.noop:
+                    continue
                 store = self.stores[h]
-                bad = h == "h1"
+                bad = h in self.bad
                 store["releases"].append(release("0002", "bad" if bad else "good", "fail" if bad else "pass"))
                 store["state"]["active"] = "0001" if bad else "0002"
                 store["running"] = {"main_pid": 200, "started_monotonic_us": 2}
                 if bad:
                     store["releases"][0]["history"].append({"at": "0003", "event": "activated (automatic rollback)"})
-            return 1 if "h1" in hosts else 0
+            return 1 if set(self.bad) & set(hosts) else 0
         summary = next(item.split("=", 1)[1] for item in data if item.startswith("fleet_summary="))
         with open(summary, "w") as f:
             json.dump({h: host_summary(self.stores[h]) for h in hosts}, f)
         return 0
 
 
-def test_the_canary_passes_a_failed_batch_stops_the_rollout_and_the_rest_is_untouched(inventory, monkeypatch,
-                                                                                        tmp_path, capsys):
-    fleet = Fleet()
+def rolled_out(fleet, inventory, monkeypatch, tmp_path, *argv):
     monkeypatch.setattr(rollout, "pyinfra", fleet.pyinfra)
     monkeypatch.setattr(gate, "RESULTS_DIR", tmp_path / "results")  # the summaries releases.py would write
     monkeypatch.setenv("TMPDIR", str(tmp_path))
-    code = main(["rollout", str(inventory), "--batch-size", "1", "--log", str(tmp_path / "rollout.log")])
-    log = (tmp_path / "rollout.log").read_text()
+    code = main(["rollout", str(inventory), "--log", str(tmp_path / "rollout.log"), *argv])
+    return code, (tmp_path / "rollout.log").read_text()
+
+
+def test_the_canary_passes_a_failed_batch_stops_the_rollout_and_the_rest_is_untouched(inventory, monkeypatch,
+                                                                                        tmp_path):
+    fleet = Fleet()
+    code, log = rolled_out(fleet, inventory, monkeypatch, tmp_path, "--batch-size", "1")
     assert (code, fleet.deployed) == (1, ["h0", "h1"]), log
     assert "canary: PASSED" in log and "h0: deployed: 0002 good (pass)" in log
     assert "h1: FAILED: release 0002 bad (fail); rolled back to 0001" in log
@@ -84,3 +92,18 @@ def test_the_canary_passes_a_failed_batch_stops_the_rollout_and_the_rest_is_unto
     assert [line.split()[3:5] for line in summary[1:]] == [["h0", "0002"], ["h1", "0001"], ["h2", "0001"]], summary
     assert summary[2].endswith("0002 bad: fail")
     assert len(list((tmp_path / "results" / "rollouts").rglob("*.json"))) == 4  # before, after each batch, final
+
+
+def test_a_rollout_that_changes_nothing_passes_and_a_failed_lone_canary_stops_it(inventory, monkeypatch, tmp_path):
+    """A fleet already on the release: every host deployed, none restarted, each "unchanged" (not "untouched",
+    which names a host the rollout did not reach). A canary alone that fails: stopped, not complete."""
+    fleet = Fleet(bad=(), noop=True)
+    code, log = rolled_out(fleet, inventory, monkeypatch, tmp_path, "--batch-size", "2")
+    assert (code, fleet.deployed) == (0, ["h0", "h1", "h2"]), log
+    assert log.count("unchanged: 0001 stayed active (nothing to deploy)") == 3 and "rollout COMPLETE" in log
+    alone = tmp_path / "alone.py"
+    alone.write_text("canary = ['h0']\n")
+    fleet = Fleet(bad=("h0",))
+    (tmp_path / "second").mkdir()
+    code, log = rolled_out(fleet, alone, monkeypatch, tmp_path / "second")
+    assert code == 1 and "rollout STOPPED at the canary; 0 host(s) not deployed" in log and "COMPLETE" not in log
