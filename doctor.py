@@ -1,11 +1,17 @@
 """The perf doctor: roofline from the checkpoint's bytes and a ranked list of what leaves perf on the table.
 
     pyinfra inventory/X.py doctor.py [--data probe=true] [--data probe_force=true]
+    pyinfra inventory/X.py doctor.py --data bisect=<release> [--data tune_budget_s=N] [--data tune_samples=N] ...
 
 Reads the running server, its process and the GPUs; `probe=true` also runs the GPU probe (bandwidth,
 P2P, all-reduce latency) in the release's venv, which refuses while the GPUs are in use (stop the
 service first, or probe_force=true). The report is printed, saved with the active release
 (doctor.json) and locally in results/<host>/.
+
+`bisect=<release>`: the regression bisect (sglang_deploy/bisect_run.py). The release the gate refused as slower is
+compared with the active (good) release, deployed from host data `profile`: each difference between them (a flag,
+a variable, the drafter, the weights) is measured alone as a temporary release in the tune's host session (the lock
+held, the active release restored), and the change that costs the speed is named with its figures.
 """
 
 import json
@@ -30,7 +36,7 @@ from roles.settings import host_settings, of, sudo
 
 service = service_of(host_settings())
 gpu_facts = host.get_fact(GpuHost)
-probe, probe_force = of(DoctorArgs).probe, of(DoctorArgs).probe_force
+probe, probe_force, bisect = of(DoctorArgs).probe, of(DoctorArgs).probe_force, of(DoctorArgs).bisect
 
 
 def run_doctor():
@@ -53,7 +59,8 @@ def run_doctor():
                        "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env"),
                        "draft_checkpoint": collected.get("draft_checkpoint"),
                        "offered_drafts": collected.get("offered_drafts"),
-                       "card_memory_mib": collected.get("card_memory_mib")})
+                       "card_memory_mib": collected.get("card_memory_mib"),
+                       "last_tune": collected.get("last_tune"), "release": collected["active"]})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
                   sandbox=collected.get("sandbox"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
@@ -69,5 +76,25 @@ def run_doctor():
     logger.info(f"    saved with the release (doctor.json) and in {saved}")
 
 
+def run_bisect():
+    from roles.ops import HostRemote
+    from sglang_deploy.bisect_run import Bisect
+    from sglang_deploy.hostfacts import detected_hardware
+    from sglang_deploy.tune.host import TuneError
+
+    if host_settings().simulated:
+        logger.warning(f"[{host.name}] SIMULATED HOST: every number below comes from sglang_deploy.sim's hardware "
+                       "model of 2x RTX A6000, not from SGLang on a GPU")
+    detected = None if host_settings().simulated else detected_hardware(gpu_facts)
+    try:
+        Bisect(host.name, host.data, HostRemote(), lambda line: logger.info(f"[{host.name}] {line}"), bisect,
+               detected).run()
+    except TuneError as error:
+        raise DeployError(f"{host.name}: bisect {bisect}: {error}") from None
+
+
 release.install_programs()
-python.call(name="Perf doctor", function=run_doctor)
+if bisect:
+    python.call(name=f"Regression bisect of {bisect}", function=run_bisect)
+else:
+    python.call(name="Perf doctor", function=run_doctor)

@@ -22,8 +22,8 @@ from sglang_deploy.container import container_summary, proxmox_config, proxmox_n
 from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
 
 facts = host.get_fact(GpuHost)
-python = of(FactsArgs).python
-facts["venv_torch"] = host.get_fact(VenvTorch, python=python)
+python = of(FactsArgs).python  # a release venv's runs as the service user (layout.python_argv)
+facts["venv_torch"] = host.get_fact(VenvTorch, python=python, user=of(FactsArgs).user)
 facts["driver"] = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"],
                                  cuda_major=host_settings().cuda_major, libcuda=facts["libcuda"])
 facts["validation_uses"] = detected_hardware(facts)  # GPU count and topology deploy.py checks the profile against

@@ -14,5 +14,5 @@ from roles import rollback_stages as stages
 rollback = stages.target()  # the store, the lock, the release to go back to: refused before any change
 stages.announce(rollback)  # from -> to, and an authentication change
 candidate = stages.prepare(rollback)  # the host programs; with --diff, the unit and environment it installs
-stages.preflight(rollback, candidate)  # the deploy's preflight, for the target (skip_preflight skips it)
+stages.preflight(rollback, candidate)  # the deploy's preflight, for the target, resolved afresh (skip_preflight skips it)
 stages.switch(rollback)  # restart, readiness, the release that ran back on failure; nodes in order

@@ -23,22 +23,12 @@ from pyinfra.operations import python
 
 from roles import release
 from roles.facts import GpuHost
-from roles.settings import host_settings, sudo
+from roles.ops import HostRemote
+from roles.settings import host_settings
 from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.tune.controller import Runner, TuneError
 
 detected = None if host_settings().simulated else detected_hardware(host.get_fact(GpuHost))
-
-
-class Remote:
-    def run(self, command):
-        ok, output = host.run_shell_command(command, _sudo=sudo())
-        return ok, output.stdout, output.stderr
-
-    def put(self, text, path):
-        from io import StringIO
-
-        host.put_file(StringIO(text), path, _sudo=sudo())
 
 
 def run_tune():
@@ -46,7 +36,7 @@ def run_tune():
         logger.warning(f"[{host.name}] SIMULATED HOST: every number below comes from sglang_deploy.sim's hardware "
                        "model of 2x RTX A6000, not from SGLang on a GPU")
     try:
-        Runner(host.name, host.data, Remote(), lambda line: logger.info(f"[{host.name}] {line}"), detected).run()
+        Runner(host.name, host.data, HostRemote(), lambda line: logger.info(f"[{host.name}] {line}"), detected).run()
     except TuneError as error:
         raise DeployError(f"{host.name}: tune: {error}") from None
 

@@ -280,13 +280,16 @@ class GpuHost(FactBase):
 
 
 class VenvTorch(FactBase):
-    """The torch that a virtualenv (or a python) loads: versions of torch, CUDA and NCCL, GPUs it sees."""
+    """The torch that a virtualenv (or a python) loads: versions of torch, CUDA and NCCL, GPUs it sees. A release
+    venv's python runs as the service user (layout.python_argv), never as root."""
 
-    def command(self, python: str) -> str:
+    def command(self, python: str, user: str = "sglang") -> str:
+        from sglang_deploy.layout import python_argv
+
         program = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
                    "'nccl': '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None, "
                    "'cuda_available': torch.cuda.is_available(), 'device_count': torch.cuda.device_count()}))")
-        return f"{shlex.quote(python)} -c {shlex.quote(program)} 2>/dev/null || echo null"
+        return f"{shlex.join(python_argv(python, ['-c', program], user))} 2>/dev/null || echo null"
 
     def process(self, output):
         from sglang_deploy.hostfacts import parse_venv_torch
@@ -294,14 +297,21 @@ class VenvTorch(FactBase):
         return parse_venv_torch("\n".join(output))
 
 
-class SGLangVersion(FactBase):
-    """The SGLang version importable by a python (None when absent)."""
+class VenvState(FactBase):
+    """A release venv read from outside, without starting its python (hostside/venv_hooks.py, inline): the SGLang
+    version its dist-info names (None when absent) and the startup hooks (.pth, sitecustomize) it refuses."""
 
-    def command(self, python: str) -> str:
-        return f"{shlex.quote(python)} -c 'import sglang; print(sglang.__version__)' 2>/dev/null || true"
+    def command(self, venv: str) -> str:
+        return f"{inline_host('venv_hooks', '--venv', venv, '--waived')} 2>/dev/null || true"
 
     def process(self, output):
-        return output[-1].strip() if output and output[-1].strip() else None
+        try:
+            found = json.loads(output[-1]) if output else None
+        except ValueError:
+            found = None
+        if not isinstance(found, dict):  # the reader failed: never taken for "no venv" (the install removes one)
+            return {"sglang": None, "problems": [], "unreadable": (output or ["no output"])[-1][:200]}
+        return {"sglang": found.get("sglang"), "problems": list(found.get("problems") or [])}
 
 
 class ServiceAccount(FactBase):

@@ -85,3 +85,15 @@ def secret_file(dest: str, content: str, mode: int, group: str):
         yield StringCommand("rm", "-f", staged, _sudo=False)
     yield StringCommand("chown", f"root:{group}", dest)
     yield StringCommand("chmod", str(mode), dest)  # pyinfra's modes: 640 means 0640
+
+
+class HostRemote:
+    """The current host as the tune's host session (sglang_deploy/tune/host.py) uses it: run(command) -> (ok, stdout,
+    stderr) and put(text, path), both with the deploy's sudo."""
+
+    def run(self, command):
+        ok, output = host.run_shell_command(command, _sudo=sudo())
+        return ok, output.stdout, output.stderr
+
+    def put(self, text, path):
+        host.put_file(StringIO(text), path, _sudo=sudo())

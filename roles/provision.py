@@ -10,16 +10,16 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import DeployError
-from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, LinuxDistribution, Which
 from pyinfra.operations import files, server
 
-from roles.facts import GpuHost, SGLangVersion, VenvTorch
+from roles.facts import GpuHost, VenvState, VenvTorch
 from roles.settings import host_settings
 from sglang_deploy.hostfacts import userspace_driver
-from sglang_deploy.layout import requirements, venv_path
+from sglang_deploy.hostside.venv_hooks import RULE as HOOK_RULE
+from sglang_deploy.layout import python_argv, requirements, venv_path
 from sglang_deploy.provision import (DISK_NEEDS_MIB, HOLDS_FILE, LEGACY_REPO_PREFERENCES_FILE,
-                                     NVIDIA_REPO_PREFERENCES_FILE, apt_install_script,
+                                     NVIDIA_REPO_PREFERENCES_FILE, apt_install_script, create_command,
                                      apt_proxy_options, cuda_toolkit_step, disk_check_command, driver_step, holds_text,
                                      install_commands, nccl_step, nvidia_repo_path, nvidia_repo_preferences, proxy_env,
                                      toolchain_step, userspace_driver_defaults, with_proxy)
@@ -63,10 +63,11 @@ def nvidia_repository():
 
 
 @deploy("Provision: NVIDIA driver, CUDA toolkit, NCCL")
-def nvidia_stack(mode: str, python: str | None = None):
-    """python: the interpreter whose torch reports the NCCL that is actually loaded (the profile's venv)."""
+def nvidia_stack(mode: str, python: str | None = None, user: str = "sglang"):
+    """python: the interpreter whose torch reports the NCCL that is actually loaded (the profile's venv, which runs
+    as the service `user`)."""
     facts = host.get_fact(GpuHost)
-    torch = host.get_fact(VenvTorch, python=host_settings().verify_python or python or "python3")
+    torch = host.get_fact(VenvTorch, python=host_settings().verify_python or python or "python3", user=user)
     cuda_version = host_settings().cuda_version  # `--data cuda_version=13.1` arrives as a float; the setting is its text
     nccl_pin = host_settings().nccl_version
     default_packages, _ = userspace_driver_defaults(os_release())
@@ -139,9 +140,19 @@ def nvidia_stack(mode: str, python: str | None = None):
 
 @deploy("Provision: Python environment")
 def python_env(profile, mode: str):
+    """The release venv, read from outside (VenvState: root never starts its python); installed into a fresh venv,
+    its startup hooks refused (hostside/venv_hooks.py), its imports checked as the service user, which exists by
+    now (roles/stages.py, provision.py)."""
     venv = venv_path(profile)
-    installed = host.get_fact(SGLangVersion, python=f"{venv}/bin/python")
+    state = host.get_fact(VenvState, venv=venv)
+    waived = HOOK_RULE in profile.waivers
+    if state.get("unreadable"):  # the install would remove the venv: not on a reader's failure
+        raise DeployError(f"{host.name}: {venv} could not be read ({state['unreadable']}); nothing was changed")
+    installed = state["sglang"]
     if installed == profile.sglang.version:
+        if state["problems"] and not waived:
+            raise DeployError(f"{host.name}: {venv}: startup hooks refused; nothing was changed:\n  "
+                              + "\n  ".join(state["problems"]))
         host.log(f"python env: {venv} has SGLang {installed}", logger.info)
         return
     if mode == "verify":
@@ -157,19 +168,17 @@ def python_env(profile, mode: str):
         index_args = ["--no-index", "--find-links", remote]
     # Requirements are PEP 508 (validated by the profile) and quoted by construction, never by hand.
     wanted = shlex.join(requirements(profile))
-    q_venv = shlex.quote(venv)
     use_uv = bool(host.get_fact(Which, command="uv"))
-    if not host.get_fact(File, path=f"{venv}/bin/python"):
-        create = f"UV_PYTHON_DOWNLOADS=never uv venv --python python3 {q_venv}" if use_uv else f"python3 -m venv {q_venv}"
-        server.shell(name=f"Create {venv}", commands=[create])
-    python = shlex.quote(f"{venv}/bin/python")
-    install = install_commands(venv, requirements(profile), index_args, use_uv)
+    install = install_commands(venv, requirements(profile), index_args, use_uv, waived_hooks=waived)
     check_version = ("import sglang, sys; v = sglang.__version__; "
                      "assert v == sys.argv[1], f'sglang {v} imported, {sys.argv[1]} pinned'")
-    checks = [shlex.join([f"{venv}/bin/python", "-c", check_version, profile.sglang.version])]
+    user, python = profile.service.user, f"{venv}/bin/python"
+    checks = [shlex.join(python_argv(python, ["-c", check_version, profile.sglang.version], user))]
     gpus = len(host.get_fact(GpuHost)["gpus"])
     if gpus:  # a real GPU host: the venv's torch must see every GPU
-        checks.append(f"{python} -c 'import torch; n = torch.cuda.device_count(); "
-                      f"assert torch.cuda.is_available() and n == {int(gpus)}, f\"torch sees {{n}} of {int(gpus)} GPUs\"'")
-    install = [with_proxy(command, host_settings().proxy) for command in install]
-    server.shell(name=f"Install {wanted} into {venv} (binary wheels only)", commands=[*install, *checks])
+        checks.append(shlex.join(python_argv(python, ["-c", (
+            f"import torch; n = torch.cuda.device_count(); assert torch.cuda.is_available() and n == {int(gpus)}, "
+            f"f'torch sees {{n}} of {int(gpus)} GPUs'")], user)))
+    install[0] = with_proxy(install[0], host_settings().proxy)  # pip or uv; the checks need no network
+    server.shell(name=f"Install {wanted} into {venv} (a fresh venv, binary wheels only, no startup hooks)",
+                 commands=[create_command(venv, use_uv), *install, *checks])

@@ -115,6 +115,9 @@ def _report(service):
     saved = save_result(host.name, outcome.to_dict())
     if outcome.auth_change:
         host.log(printable(outcome.auth_change), logger.warning)
+    if outcome.forensics:  # a rollback: what the service user wrote is kept there (hostside/forensics.py)
+        host.log(printable(f"what the service user wrote was moved aside for forensics: {outcome.forensics}"),
+                 logger.warning)
     elapsed = outcome.readiness.elapsed_s if outcome.readiness else "?"
     host.log(printable(f"release {outcome.release} is active ({outcome.verdict or 'unverified'}); ready "
                        f"after {elapsed} s; result saved to {saved}"), logger.info)
@@ -155,7 +158,7 @@ def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list
 
 
 def preflight_command(service: str, release_id: str, python: str, gpus: int, simulated: bool,
-                      container_id=None, resolve: bool = True) -> str:
+                      container_id=None, resolve: bool = True, fresh: bool = False) -> str:
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     args = ["--service", service, "--unit", f"{directory}/sglang.service", "--env", f"{directory}/sglang.env",
             "--python", python, "--gpus", str(gpus), "--json", f"{PREFLIGHT_DIR}/{service}.json",
@@ -164,6 +167,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, sim
     args += ["--no-gpu"] if simulated and not resolve else []  # a stand-in's torch import: the stack step, left out
     args += ["--simulated"] * simulated + (["--container-id", str(container_id)] if container_id else [])
     args += ["--step-timeout", "10"] * simulated  # the GPU stand-in's all-reduce takes milliseconds, NCCL's seconds
+    args += ["--fresh"] * fresh  # a rollback: never an acceptance cached in the service user's directory
     return f"{host_program('preflight', *args)}; rc=$?; rm -rf {shlex.quote(directory)}; exit $rc"
 
 
@@ -183,7 +187,8 @@ def _preflight_report(service):
 
 @deploy("Release: preflight")
 def preflight(service: str, release_id: str, unit: str, env: str, interpreter: str, gpus: int, simulated: bool,
-              exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True):
+              exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True,
+              fresh: bool = False):
     """Before the switch touches anything running: the release's server checks on the host, under the release's
     own unit properties (hostside/preflight/runner.py). A failure stops the deploy here, before the store changes."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
@@ -202,7 +207,8 @@ def preflight(service: str, release_id: str, unit: str, env: str, interpreter: s
                       + ("SGLang's resolution, " if resolve else "") + "torch, P2P/NCCL, Triton (as the service, "
                       "under its unit's sandbox)",
                  commands=[" && ".join(write) + " && { " + preflight_command(service, release_id, interpreter, gpus,
-                                                                             simulated, container_id, resolve) + "; }"])
+                                                                             simulated, container_id, resolve,
+                                                                             fresh) + "; }"])
     python.call(name="Preflight report", function=_preflight_report, service=service)
 
 

@@ -80,12 +80,13 @@ def prepare(rollback: Rollback) -> stages.Candidate:
 
 def preflight(rollback: Rollback, candidate: stages.Candidate) -> None:
     """The deploy's preflight for the target, before its restart (a rollback the switch does on its own is never
-    delayed by one)."""
+    delayed by one). It resolves again (fresh): the service user's cache is moved aside at the switch, and not
+    trusted before it."""
     if of(RollbackArgs).skip_preflight:
         logger.warning(f"[{host.name}] skip_preflight: restarting on {rollback.target} WITHOUT its preflight")
         return
     resolution = json.loads(text_of(f"{release_dir(rollback.service, rollback.target)}/{RESOLVED_FILE}") or "{}")
-    stages.check_release(dataclasses.replace(candidate, resolved=resolution.get("resolved")))
+    stages.check_release(dataclasses.replace(candidate, resolved=resolution.get("resolved")), fresh=True)
 
 
 def switch(rollback: Rollback) -> None:

@@ -79,8 +79,8 @@ def snapshots(plan: Plan) -> Snapshots:
             offered.append(snapshot)
     hub_python = None
     if any(w and w.source.kind == "hf" for w in (weights, draft, *offered)):
-        hub_python = host_settings().hub_python or (weights_role.HUB_VENV + "/bin/python" if plan.simulated
-                                                    else f"{venv_path(profile)}/bin/python")
+        # the tool's own hub client, never the release venv (root runs the fetch: layout.RELEASE_PYTHON)
+        hub_python = host_settings().hub_python or weights_role.HUB_VENV + "/bin/python"
     return Snapshots(weights, draft, tuple(offered), hub_python)
 
 
@@ -142,12 +142,13 @@ def prepare_host(plan: Plan, facts: dict) -> list:
     """Real hosts: driver, CUDA, NCCL and the venv; every host: the service user, the host package; the simulated
     host: its simulator. Returns the simulator's operations (a changed simulator restarts the server)."""
     profile, settings = plan.profile, host_settings()
-    if not plan.simulated and settings.provision:
-        provision.nvidia_stack(mode=settings.provision_mode, python=f"{venv_path(profile)}/bin/python")
-        provision.python_env(profile=profile, mode=settings.provision_mode)
     state_dir = ServiceLayout(profile.service.name).state_dir
-    if not service_user.in_place(facts["user"], profile.service.user, state_dir):
+    if not service_user.in_place(facts["user"], profile.service.user, state_dir):  # first: the venv's checks run as it
         service_user.install(user=profile.service.user, home=state_dir)
+    if not plan.simulated and settings.provision:
+        provision.nvidia_stack(mode=settings.provision_mode, python=f"{venv_path(profile)}/bin/python",
+                               user=profile.service.user)
+        provision.python_env(profile=profile, mode=settings.provision_mode)
     runtime_ops = []
     if plan.simulated:
         sim = simulator.simulator_shipment(profile, settings.sim_server)
@@ -161,8 +162,7 @@ def weights(plan: Plan, facts: dict, snaps: Snapshots) -> None:
     """In place and verified against their manifests before anything is staged or switched."""
     settings = host_settings()
     if fetched(snaps, facts) and not any(s and s["hub_client"] for s in (facts["weights"], facts["draft"])):
-        if plan.simulated or settings.hub_wheelhouse:
-            weights_role.hub_client(wheelhouse=settings.hub_wheelhouse)
+        weights_role.hub_client(wheelhouse=settings.hub_wheelhouse)  # from the wheelhouse, else the host's index
     pairs = ([(snaps.weights, facts["weights"])] if snaps.weights else []) + snaps.each(facts)
     for snapshot, status in pairs:
         weights_role.ensure(weights=snapshot, verified=status["verified"], python=snaps.hub_python,
@@ -220,15 +220,16 @@ class Candidate:
     nnodes: int
 
 
-def check_release(candidate: Candidate) -> None:
-    """The preflight of a release before its restart (roles/release.preflight), for every verb that starts one."""
+def check_release(candidate: Candidate, fresh: bool = False) -> None:
+    """The preflight of a release before its restart (roles/release.preflight), for every verb that starts one.
+    fresh: resolve again, trusting no acceptance cached in the service user's directory (a rollback)."""
     settings = host_settings()
     release.preflight(service=candidate.service, release_id=candidate.release_id, unit=candidate.unit,
                       env=candidate.env, simulated=candidate.simulated,
                       gpus=release.preflight_gpus(candidate.resolved, candidate.nnodes),
                       interpreter=release.preflight_interpreter(candidate.simulated, candidate.venv),
                       exec_start=candidate.exec_start, resolved=candidate.resolved,
-                      container_id=settings.container_id, resolve=settings.preflight_stack)
+                      container_id=settings.container_id, resolve=settings.preflight_stack, fresh=fresh)
 
 
 def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:

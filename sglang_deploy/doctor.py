@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+from . import doctor_levers
 from .hostside.client import is_simulated, printable
 from .hostside.gate import decode_backend, decode_graphs_captured
 from .roofline import datasheet_bandwidth, roofline, separate_draft
@@ -92,11 +93,13 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
     if multinode:
         pass
     elif tp > 1 and server_info.get("disable_custom_all_reduce"):
+        pcie_ipc = doctor_levers.pcie_ipc_fix(doctor_levers.allreduce_path(server_info, environ, log_findings),
+                                              server_info)
         found.append(Suspect(
             "custom-all-reduce", "SGLang's custom all-reduce is disabled",
             "/server_info disable_custom_all_reduce=true" + (f" ({p2p_off_reason})" if p2p_off_reason else ""),
-            "+3-8 % (every decode all-reduce goes through NCCL)", 5.5,
-            "remove --disable-custom-all-reduce (it needs working P2P)"))
+            "+3-8 % (every decode all-reduce goes through NCCL; peers measured +7 to +12.5 % on a P2P pair)", 5.5,
+            "remove --disable-custom-all-reduce (it needs working P2P)" + (f"; or {pcie_ipc}" if pcie_ipc else "")))
     elif tp > 1 and log_findings.get("custom_all_reduce_fallback"):
         # SGLang drops it at runtime and leaves disable_custom_all_reduce false: only its log says so.
         found.append(Suspect(
@@ -105,7 +108,9 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             + (f"; {p2p_off_reason}" if p2p_off_reason else ""),
             "+3-8 % (every decode all-reduce goes through NCCL)", 5.5,
             "make GPU P2P work (ACS/IOMMU on the Proxmox host; nvidia-smi topo -p2p r must say OK), or declare "
-            "--disable-custom-all-reduce so the profile says what runs"))
+            "--disable-custom-all-reduce so the profile says what runs"
+            + (f"; {fix}" if (fix := doctor_levers.pcie_ipc_fix(doctor_levers.allreduce_path(
+                server_info, environ, log_findings), server_info)) else "")))
     for name, value, what, source in costly_env or ():
         found.append(Suspect(
             "costly-environment", f"{name}={value} is set on the server process but not declared",
@@ -203,15 +208,38 @@ def diagnose(report: dict) -> dict:
     notes = []
     drafter = drafter_suspect(server_info, report.get("checkpoint"), tau, bandwidth, report.get("offered_drafts"),
                               measured) if bound and (gate or {}).get("accept_length") else None
+    levers = lever_findings(report, server_info, bound, gpu_name)
+    suspects = sorted(suspects + levers["suspects"], key=Suspect.rank_key)
     if bound and bound.get("mbu") is not None and bound["mbu"] < 0.5 and not suspects:
         notes.append(f"MBU {bound['mbu'] * 100:.0f} % with no configuration suspect: the gap to the roofline is "
                      "kernel efficiency (weight-only FP8 on Ampere, draft-step overheads), not a setting")
-    return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes,
-            "opportunities": [asdict(drafter)] if drafter else [],
+    return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes + levers["notes"],
+            "opportunities": [asdict(s) for s in [drafter] + levers["opportunities"] if s],
+            "allreduce": levers["allreduce"],
             "memory": memory_budget(server_info, report.get("checkpoint"),
                                     report.get("card_memory_mib") or [gpu.get("memory.total")
                                                                       for gpu in report.get("gpus") or []]),
             "simulated": is_simulated(server_info)}
+
+
+def lever_findings(report: dict, server_info: dict, bound: dict | None, gpu_name: str | None) -> dict:
+    """doctor_levers.py's findings: suspects (speculation slower than none, fp8 KV on Ampere), opportunities (a
+    token map), notes (the all-reduce path and the KV/attention in use), and the PCIe-IPC arm added to the
+    custom-all-reduce suspect's fix."""
+    environ = report.get("environ") or {}
+    path = doctor_levers.allreduce_path(server_info, environ, report.get("log_findings"))
+    out = {"suspects": [], "opportunities": [], "notes": [], "allreduce": path}
+    nospec = doctor_levers.speculation_vs_none(report.get("last_tune"), report.get("release"))
+    if nospec:
+        out["suspects"].append(nospec)
+    line, kv = doctor_levers.kv_attention(server_info, gpu_name)
+    out["suspects"] += [kv] if kv else []
+    token_map = doctor_levers.token_map_opportunity(bound, report.get("checkpoint"), server_info)
+    out["opportunities"] += [token_map] if token_map else []
+    if path["path"] != "none":
+        out["notes"].append(f"all-reduce: {path['path']} ({path['why']})")
+    out["notes"] += [line] if line else []
+    return out
 
 
 def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, bandwidth: float, offered,

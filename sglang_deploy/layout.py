@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -26,6 +27,27 @@ def host_program(module: str, *args: str) -> str:
     """The shell command that runs a host program: `cd HOST_LIB && python3 -m hostside.<module> ARGS`.
     The root-owned HOST_LIB is the working directory, so `-m` finds the package there and nowhere else."""
     return f"cd {HOST_LIB} && " + shlex.join(host_program_argv(module, *args, python="python3"))
+
+
+# A release venv's python (VENV_ROOT/<venv>/bin/python...). Root never starts one as it is: a wheel's .pth file or
+# sitecustomize would run as root (security review 3, finding 3). It runs as the service user (service_user_argv),
+# or, where only the standard library is needed, as `-I -S` (no site-packages, no .pth); the host programs read a
+# venv from outside with the system python (hostside/venv_hooks.py). tests/test_venv_python.py scans every command.
+RELEASE_PYTHON = re.compile(re.escape(VENV_ROOT) + r"/[^/\s'\"]+/bin/python[0-9.]*")
+SERVICE_USER_PATH = "PATH=/usr/bin:/bin"
+
+
+def service_user_argv(user: str, argv: list[str]) -> list[str]:
+    """argv run as the service user with a clean environment (no HOME of root's, no PYTHON* variables)."""
+    return ["runuser", "-u", user, "--", "env", "-i", SERVICE_USER_PATH, "HOME=/nonexistent", *argv]
+
+
+def python_argv(python: str, args: list[str], user: str) -> list[str]:
+    """`python ARGS` for root to run: a release venv's python as the service user, isolated (-I); any other python
+    (the system's, the tool's own hub client) as it is."""
+    if RELEASE_PYTHON.fullmatch(python):
+        return service_user_argv(user, [python, "-I", *args])
+    return [python, *args]
 
 
 def requirements(profile: "Profile") -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .hostfacts import driver_branch, driver_verdict, nccl_differs
 
@@ -223,27 +224,50 @@ def disk_check_command(what: str, path: str, need_mib: int) -> str:
 # --- the Python env -------------------------------------------------------------------------------
 
 # Written into the venv after its install; each release staged on it keeps a copy (packages.json): every installed
-# distribution with the sha256 of its RECORD, which lists the sha256 of each file the wheel installed.
+# distribution with the sha256 of its RECORD, which lists the sha256 of each file the wheel installed. Read by the
+# system python from outside the venv (importlib.metadata on its site-packages): root never starts the venv's python.
 PACKAGES_FILE = "sglang-deploy-packages.json"
-PACKAGES_SCRIPT = """import hashlib, json, sys
+PACKAGES_SCRIPT = """import glob, hashlib, json, os, sys
 from importlib import metadata
+sites = glob.glob(os.path.join(sys.argv[1], "lib", "python3*", "site-packages"))
 found = {f"{d.metadata['Name']}=={d.version}": hashlib.sha256((d.read_text('RECORD') or '').encode()).hexdigest()
-         for d in metadata.distributions()}
-with open(sys.argv[1], "w") as out:
+         for d in metadata.distributions(path=sites)}
+with open(sys.argv[2], "w") as out:
     json.dump(dict(sorted(found.items())), out, indent=1)
 """
+SYSTEM_PYTHON = "/usr/bin/python3"
+HOOKS_PROGRAM = Path(__file__).resolve().parent / "hostside" / "venv_hooks.py"
 
 
-def install_commands(venv: str, wanted: list[str], index_args: list[str], use_uv: bool) -> list[str]:
-    """Install the requirements from binary wheels only (an sdist runs its build backend, as root here), then record
-    what was installed. The requirements are PEP 508 pins the profile validated; everything is quoted."""
+def create_command(venv: str, use_uv: bool) -> str:
+    """A fresh, empty venv (an earlier, partial one removed): pip and uv never run on site-packages a previous
+    install left, so no wheel's startup hook runs in the installer, which runs as root."""
+    q_venv = shlex.quote(venv)
+    create = f"UV_PYTHON_DOWNLOADS=never uv venv --python python3 {q_venv}" if use_uv else f"python3 -m venv {q_venv}"
+    return f"rm -rf {q_venv} && {create}"
+
+
+def hooks_command(venv: str, waived: bool = False) -> str:
+    """The startup hooks check (hostside/venv_hooks.py, sent inline, run by the system python -I): a refused hook
+    removes the venv, so nothing later starts its python, and the install fails naming the wheel and the file."""
+    check = shlex.join([SYSTEM_PYTHON, "-I", "-c", HOOKS_PROGRAM.read_text(), "--venv", venv] + ["--waived"] * waived)
+    removed = shlex.quote(f"{venv} removed: nothing was switched")
+    return f"{check} >/dev/null || {{ rm -rf {shlex.quote(venv)}; echo {removed} >&2; exit 1; }}"
+
+
+def install_commands(venv: str, wanted: list[str], index_args: list[str], use_uv: bool,
+                     waived_hooks: bool = False) -> list[str]:
+    """Install the requirements from binary wheels only (an sdist runs its build backend, as root here) into the
+    fresh venv (create_command), refuse startup hooks, then record what was installed. The requirements are PEP 508
+    pins the profile validated; everything is quoted."""
     python = f"{venv}/bin/python"
     if use_uv:
         install = ["uv", "pip", "install", "-q", "--no-build", "--python", python, *index_args, *wanted]
     else:
         install = [f"{venv}/bin/pip", "install", "-q", "--disable-pip-version-check", "--only-binary", ":all:",
                    *index_args, *wanted]
-    return [shlex.join(install), shlex.join([python, "-c", PACKAGES_SCRIPT, f"{venv}/{PACKAGES_FILE}"])]
+    return [shlex.join(install), hooks_command(venv, waived_hooks),
+            shlex.join([SYSTEM_PYTHON, "-I", "-c", PACKAGES_SCRIPT, venv, f"{venv}/{PACKAGES_FILE}"])]
 
 
 # --- the apt transaction: pin, simulate, then install --------------------------------------------------------------

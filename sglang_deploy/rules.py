@@ -47,12 +47,14 @@ RULES = {
     "token-map-verified": "--speculative-token-map names a file a verified snapshot's manifest lists (sha256 checked "
                           "on the host)",
     "pin-outside-cuda-family": "sglang.pins only name the CUDA/torch/kernel family, unless waived with a reason",
+    "venv-startup-hook": "no wheel of the venv carries a startup hook (.pth file, sitecustomize) other than the reviewed "
+                         "ones, unless waived (checked on the host after the install: hostside/venv_hooks.py)",
 }
 # Rules a profile may switch off with `waivers: {rule: reason}`; the others protect against a server
 # that does not start, or against corrupted results.
 WAIVABLE = {"tp-matches-gpus", "mem-fraction-range", "decode-graph-covers-batch", "cuda-graphs-on", "env-loads-code",
             "pin-outside-cuda-family", "flag-runs-code", "flag-serves-other-weights", "flag-exposes-service",
-            "env-not-reviewed", "relax-privileges"}
+            "env-not-reviewed", "relax-privileges", "venv-startup-hook"}
 
 # Variables that make the server load code from a path (plugins, injection libraries, compiler binaries); waivable
 # with `waivers: {env-loads-code: reason}`. Patterns are fullmatched.

@@ -24,9 +24,9 @@ from . import safety
 from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
 from .settings_types import (CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
                              NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
-                             Topology, api_key_env_problem, axes_problem, int_list_problem, ip_literal_problem,
-                             data_file_problem, key_url_problem, profile_path_problem, proxy_problem,
-                             python_problem, repo_url_problem, results_path_problem)
+                             Topology, api_key_env_problem, attention_problem, axes_problem, int_list_problem,
+                             ip_literal_problem, data_file_problem, key_url_problem, profile_path_problem, proxy_problem,
+                             hub_python_problem, python_problem, repo_url_problem, results_path_problem)
 
 DEFAULT_API_KEY_ENV = "SGLANG_DEPLOY_API_KEY"
 
@@ -204,9 +204,9 @@ class HostSettings(Settings):
     hf_endpoint: Text(safety.hub_endpoint_problem) = Field(
         None, description="An HF-compatible endpoint to fetch hf:// sources from (a mirror; None: the Hub). https "
         "only (plain http only on loopback, for a test Hub). Host data only: a profile never names an endpoint.")
-    hub_python: Text(python_problem) = Field(
-        None, description="The python whose huggingface_hub fetches the weights on the host (None: the release's venv "
-        "on GPU hosts, the hub-client venv on the simulated one); python3, /usr/bin/python3 or one of the tool's venvs.")
+    hub_python: Text(hub_python_problem) = Field(
+        None, description="The python whose huggingface_hub fetches the weights on the host, as root (None: the "
+        "hub-client venv, installed when needed); python3, /usr/bin/python3 or the hub client's, never a release venv.")
     hub_wheelhouse: Text(data_file_problem) = Field(
         None, description="A controller directory of wheels (huggingface_hub and its dependencies) for that small "
         "venv, offline; under secrets/ (or $SGLANG_DEPLOY_DATA_DIRS).")
@@ -265,6 +265,10 @@ class DoctorArgs(Settings):
     probe: Flag = Field(False, description="Also run the GPU probe (memory bandwidth, all-reduce) with the "
                         "release's venv.")
     probe_force: Flag = Field(False, description="Run the probe even while the GPUs are in use.")
+    bisect: ReleaseId = Field(None, description="Regression bisect: measure each difference between this (slower, "
+                              "refused) release and the active one alone, as temporary releases under the lock with "
+                              "the tune's measurement settings (tune_repeats, tune_samples, tune_max_new_tokens, "
+                              "tune_budget_s), and name the one that costs the speed.")
 
 
 class ProvisionArgs(Settings):
@@ -276,6 +280,8 @@ class FactsArgs(Settings):
     title: ClassVar[str] = "facts.py"
     python: Text(python_problem) = Field("python3", description="The python whose torch reports the CUDA and NCCL "
                                           "it loads.")
+    user: Text(safety.service_user_problem) = Field("sglang", alias="service_user", description="The account a "
+                                                    "release venv's python runs as (root never starts it).")
 
 
 class ReleasesArgs(Settings):
@@ -307,9 +313,10 @@ class TuneArgs(Settings):
     title: ClassVar[str] = "tune.py"
     space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: nospec, "
                                        "spec, drafter, kv, attention, graphs, nccl, all, or a comma list.")
-    attention: Text() = Field("all", alias="tune_attention", description="The attention axis's backends: all (every "
-                              "--attention-backend choice SGLang's resolution accepts for the profile on the host's "
-                              "GPUs) or a comma list (each still asked of the resolution).")
+    attention: Text(attention_problem) = Field("all", alias="tune_attention", description="The attention axis's "
+                                               "backends: all (every --attention-backend choice SGLang's resolution "
+                                               "accepts for the profile on the host's GPUs) or a comma list (each "
+                                               "still asked of the resolution).")
     budget_s: Number(10, 7 * 24 * 3600) = Field(3600, alias="tune_budget_s", description="The tune's time budget in "
                                                 "seconds (candidates that would not fit are not started).")
     repeats: Int(3, 50) = Field(3, alias="tune_repeats", description="Repeats per candidate: the score is "
@@ -326,12 +333,13 @@ class TuneArgs(Settings):
                                           "tokens follow).")
     resume: Flag = Field(True, alias="tune_resume", description="Reuse the measurements saved by an interrupted "
                          "tune of the same profile.")
-    min_aggregate: Number(0, 1) = Field(0.95, alias="tune_min_aggregate", description="The winner's aggregate "
-                                        "throughput must stay >= this share of the original's.")
-    noise_pct: Number(0.1, 100) = Field(5.0, alias="tune_noise_pct", description="A candidate whose repeats spread "
-                                        "more than this (% of the median) is rejected as noisy.")
-    min_gain_pct: Number(0, 100) = Field(2.0, alias="tune_min_gain_pct", description="A change must gain at least "
-                                         "this much over the original to be written.")
+    # The three guards' bounds keep them on (security review 3): no 0 aggregate share, 100 % noise or 0 % gain.
+    min_aggregate: Number(0.5, 1) = Field(0.95, alias="tune_min_aggregate", description="The winner's aggregate "
+                                          "throughput must stay >= this share of the original's (0.5 to 1).")
+    noise_pct: Number(0.1, 25) = Field(5.0, alias="tune_noise_pct", description="A candidate whose repeats spread "
+                                       "more than this (% of the median) is rejected as noisy (at most 25).")
+    min_gain_pct: Number(0.5, 50) = Field(2.0, alias="tune_min_gain_pct", description="A change must gain at least "
+                                           "this much over the original to be written (0.5 to 50 %).")
 
 
 MODELS = (HostSettings, DeployArgs, RollbackArgs, DoctorArgs, TuneArgs, RouterSettings, ProvisionArgs, FactsArgs,

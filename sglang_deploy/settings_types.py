@@ -134,10 +134,12 @@ def proxy_problem(value: str) -> str | None:
                 "host by address, got a URL with '@'")
     return None if PROXY.fullmatch(value) else f"must be http://host:port or https://host:port, got {value!r}"
 
-# The pythons root may run on a host: the system's, or one of the tool's venvs (root-owned, under VENV_ROOT or the
-# hub client's beside it). Any other path is a program a host-data value would have root run (security review 3).
-VENV_PYTHON = re.compile(re.escape(VENV_ROOT) + r"/[A-Za-z0-9][A-Za-z0-9._-]{0,99}/bin/python3?"
-                         + "|" + re.escape(posixpath.dirname(VENV_ROOT)) + r"/hub-client/bin/python3?")
+# The pythons a host-data value may name: the system's, or one of the tool's venvs (root-owned, under VENV_ROOT or
+# the hub client's beside it). Any other path is a program a host-data value would have root run (security review 3).
+# A release venv's python (VENV_ROOT) runs as the service user (layout.python_argv); the weights fetch runs as root,
+# so hub_python is never one (its wheels' .pth files would run as root).
+HUB_PYTHON = re.compile(re.escape(posixpath.dirname(VENV_ROOT)) + r"/hub-client/bin/python3?")
+VENV_PYTHON = re.compile(re.escape(VENV_ROOT) + r"/[A-Za-z0-9][A-Za-z0-9._-]{0,99}/bin/python3?|" + HUB_PYTHON.pattern)
 
 
 def python_problem(value: str) -> str | None:
@@ -145,6 +147,13 @@ def python_problem(value: str) -> str | None:
         return None
     return (f"must be python3, /usr/bin/python3 or a venv's python ({VENV_ROOT}/<venv>/bin/python), got {value!r}: "
             "root runs it on the host")
+
+
+def hub_python_problem(value: str) -> str | None:
+    if value in ("python3", "/usr/bin/python3") or safety.full(HUB_PYTHON, value):
+        return None
+    return (f"must be python3, /usr/bin/python3 or the hub client's python ({HUB_PYTHON.pattern.replace(chr(92), '')}),"
+            f" got {value!r}: root runs the weights fetch with it, and a release venv's wheels would run as root")
 
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -230,6 +239,26 @@ def int_list(text: str) -> tuple[int, ...]:
         low, _, high = part.partition("-")
         values += list(range(int(low), int(high or low) + 1))
     return tuple(sorted(set(values)))
+
+
+def attention_problem(value: str) -> str | None:
+    """tune_attention: all, or backends that SGLang's parser offers for --attention-backend (in an exported option
+    table; the tune asks the pinned version's resolution about each again)."""
+    from .flag_table import TABLE_DIR, load
+
+    if value.strip() == "all":
+        return None
+    offered = set()
+    for path in TABLE_DIR.glob("sglang-*.json"):
+        if not path.name.endswith(".classes.json"):
+            table = load(path.name.removeprefix("sglang-").removesuffix(".json")) or {"actions": []}
+            offered.update(*(a.get("choices") or [] for a in table["actions"] if a["dest"] == "attention_backend"))
+    parts = [part.strip() for part in value.split(",")]
+    unknown = [part for part in parts if part not in offered]
+    if not unknown:
+        return None
+    return (f"{', '.join(map(repr, unknown))} is not an --attention-backend choice of SGLang's parser; accepted: all, "
+            f"or a comma list of {', '.join(sorted(offered))}")
 
 
 def axes_problem(value: str) -> str | None:

@@ -170,7 +170,8 @@ def test_mtp_heads_with_a_drafter_worth_it_are_an_opportunity_not_a_defect(tmp_p
               "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "checkpoint": summarize(tmp_path)}
     result = diagnose(report)
     assert result["suspects"] == []
-    [opportunity] = result["opportunities"]
+    [opportunity, token_map] = result["opportunities"]  # the drafter first, then a token map (test_doctor_levers)
+    assert token_map["id"] == "token-map"
     assert opportunity["id"] == "drafter" and "(estimated)" in opportunity["evidence"]
     assert 20 < opportunity["gain_pct"] < 60 and "tune.drafters" in opportunity["fix"]
     offered = diagnose({**report, "offered_drafts": [{"source": "file:///srv/drafters/d", "bytes": 3.46e9}]})

@@ -1,12 +1,15 @@
 """The perf doctor on the simulated CT129: each planted defect is the top suspect; the proven profile has none."""
 
 import json
+import re
+import time
 
 import pytest
 
-from conftest import INCIDENT, PROVEN, proven_with, write_profile
+from conftest import INCIDENT, PROVEN, REPO, proven_with, write_profile
 
 pytestmark = pytest.mark.simhost
+STORE = "/var/lib/sglang-deploy/sglang"
 
 
 def doctor(simhost) -> str:
@@ -52,9 +55,35 @@ def test_planted_defects_are_the_top_suspect(simhost, tmp_path, change, expected
     assert top_suspect(doctor(simhost)) == expected
 
 
-def test_one_step_speculation_is_the_top_suspect(simhost):
+def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost):
+    """The seed incident: the doctor names the 1-step release's weak speculation; then, the proven release back,
+    `doctor.py --data bisect=<the 1-step release>` finds by measurement that the speculative counts cost the speed."""
     deploy(simhost, INCIDENT)
     assert top_suspect(doctor(simhost)) == "weak-speculation"
+    incident = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
+    deploy(simhost, PROVEN)
+    proven = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
+    before = sorted(simhost.sh(f"ls {STORE}/releases").split())
+    started = time.monotonic()
+    result = simhost.pyinfra("doctor.py", "--data", f"profile={PROVEN}", "--data", f"bisect={incident}",
+                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=16",
+                             "--data", "tune_heartbeat_s=90", timeout=400)
+    output = result.stdout + result.stderr
+    print(output, f"bisect: {time.monotonic() - started:.0f} s")
+    assert result.returncode == 0, output[-3000:]
+    assert re.search(r"VERDICT: the change that costs the speed: speculation \(--speculative-num-draft-tokens: 4 -> 2, "
+                     r"--speculative-num-steps: 3 -> 1\): alone it runs [0-9.]+ tok/s against [0-9.]+ \(-[0-9.]+ %\)",
+                     output), output[-3000:]
+    assert "alone: --speculative-num-draft-tokens: 4 -> 2, --speculative-num-steps: 3 -> 1" in output
+    assert output.count("COSTS THE SPEED") == 1 and "SIMULATED HOST" in output
+    [saved] = [json.loads(path.read_text()) for path in sorted((REPO / "results" / "ct129-sim").glob(
+        f"{incident}-bisect-*.json")) if json.loads(path.read_text()).get("good") == proven][-1:]
+    [culprit] = saved["verdict"]["culprits"]
+    assert culprit["difference"] == "speculation" and culprit["change_pct"] < -10 and saved["verdict"]["reproduced"]
+    # the host as before: the proven release active and running, nobody holding the lock, the temporary one gone
+    state = json.loads(simhost.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
+    assert state["state"]["active"] == proven and state["consistent"] and not state["lock"]
+    assert sorted(simhost.sh(f"ls {STORE}/releases").split()) == before
 
 
 def test_ll128_forced_by_a_local_override_is_the_top_suspect(simhost):

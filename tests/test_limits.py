@@ -204,7 +204,9 @@ HOST_DATA_CASES = [
     ("cuda_repo_key_url", "file:///root/.ssh/id_ed25519", "outside the repository's secrets/"),
     ("wheelhouse", "/root/.ssh", "outside the repository's secrets/"),
     ("hub_wheelhouse", "/root/.ssh", "outside the repository's secrets/"),
-    ("hub_python", "/tmp/py", "must be python3, /usr/bin/python3 or a venv's python"),
+    ("hub_python", "/tmp/py", "must be python3, /usr/bin/python3 or the hub client's python"),
+    ("hub_python", "/opt/sglang-deploy/venvs/sglang-0.5.23-0123456789/bin/python",
+     "a release venv's wheels would run as root"),
     ("verify_python", "/tmp/py", "must be python3, /usr/bin/python3 or a venv's python"),
     ("verify_python", "/opt/sglang-deploy/venvs/../../../tmp/py", "must be python3, /usr/bin/python3"),
     ("profile", "/tmp/x.yaml", "outside the repository's profiles/"),
@@ -287,3 +289,34 @@ def test_what_a_container_needs_relaxed_passes_without_a_waiver(tmp_path):
     path = proven_with(tmp_path, "  user: sglang\n",
                        "  user: sglang\n  relax: [ProtectKernelTunables, ProtectControlGroups, ProtectHome]\n")
     assert not problems_of(light(path), "relax-privileges")
+
+
+# --- the tune's guards and candidates (security review 3, section 2: tune_min_aggregate=0 tune_noise_pct=100 ...) -----
+
+TUNE_CASES = [
+    # (key, value, part of the refusal)
+    ("tune_min_aggregate", "0", "must be between 0.5 and 1"),
+    ("tune_min_aggregate", "0.1", "must be between 0.5 and 1"),
+    ("tune_noise_pct", "100", "must be between 0.1 and 25"),
+    ("tune_min_gain_pct", "0", "must be between 0.5 and 50"),
+    ("tune_min_gain_pct", "-5", "must be between 0.5 and 50"),
+    ("tune_attention", "flashinfer,evil_backend", "'evil_backend' is not an --attention-backend choice"),
+    ("tune_attention", "fa3;id", "is not an --attention-backend choice of SGLang's parser"),
+]
+
+
+@pytest.mark.parametrize("key, value, message", TUNE_CASES, ids=[f"{k}={v}" for k, v, _ in TUNE_CASES])
+def test_a_tune_guard_cannot_be_switched_off_and_its_backends_are_sglangs(key, value, message):
+    from sglang_deploy.settings import SettingsError, TuneArgs
+
+    with pytest.raises(SettingsError) as raised:
+        TuneArgs.of({key: value})
+    assert key in str(raised.value) and message in str(raised.value), str(raised.value)
+
+
+def test_the_tune_defaults_and_sglangs_backends_are_accepted():
+    from sglang_deploy.settings import TuneArgs
+
+    tune = TuneArgs.of({"tune_attention": "flashinfer, fa3,triton", "tune_min_aggregate": "0.7"})
+    assert (tune.attention, tune.min_aggregate, tune.noise_pct, tune.min_gain_pct) == ("flashinfer, fa3,triton", 0.7,
+                                                                                       5.0, 2.0)

@@ -108,14 +108,16 @@ def test_the_venv_installs_binary_wheels_only_and_records_them(tmp_path, use_uv,
 
     from sglang_deploy.provision import PACKAGES_FILE, install_commands
 
-    install, record = install_commands("/opt/v", ["sglang==0.5.23", "torch==2.9.1"], ["--no-index"], use_uv)
+    install, hooks, record = install_commands("/opt/v", ["sglang==0.5.23", "torch==2.9.1"], ["--no-index"], use_uv)
     argv = _shlex.split(install)
     assert argv[argv.index(binary_only[0]):][:len(binary_only)] == binary_only
     assert argv[-2:] == ["sglang==0.5.23", "torch==2.9.1"] and "--no-index" in argv
-    # The record step, run with this interpreter: every installed distribution, with a sha256.
+    assert "venv_hooks" in hooks and "--venv /opt/v" in hooks
+    # The record step, run by the system python -I on the venv's files (this test's venv): every installed
+    # distribution, with a sha256; the venv's own python is not started.
     script = _shlex.split(record)
-    assert script[-1] == f"/opt/v/{PACKAGES_FILE}"
-    subprocess.run([sys.executable, "-c", script[2], str(tmp_path / "p.json")], check=True)
+    assert script[:3] == ["/usr/bin/python3", "-I", "-c"] and script[-2:] == ["/opt/v", f"/opt/v/{PACKAGES_FILE}"]
+    subprocess.run([sys.executable, "-I", "-c", script[3], sys.prefix, str(tmp_path / "p.json")], check=True)
     found = json.loads((tmp_path / "p.json").read_text())
     assert any(name.startswith("pydantic==") for name in found)
     assert all(len(digest) == 64 for digest in found.values())

@@ -51,11 +51,17 @@ def test_two_deploys_then_rollback_restores_release_one_byte_for_byte(simhost, t
     first = deploy_ok(simhost, PROVEN)
     second = deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16", "--max-running-requests: 14"))
     assert first != second
+    # What a compromised service user leaves behind (security review 3, finding 6) does not outlive the rollback.
+    simhost.sh("runuser -u sglang -- sh -c 'echo NCCL_NET_PLUGIN=/var/lib/sglang/x.so > /var/lib/sglang/.nccl.conf'")
     result = simhost.pyinfra("rollback.py")
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     assert_running(simhost, first)
     for name, installed in (("sglang.service", UNIT), ("sglang.env", ENV)):
         assert simhost.sh(f"sha256sum < {installed}") == simhost.sh(f"sha256sum < {STORE}/releases/{first}/{name}")
+    kept = json.loads(simhost.sh(f"cat {STORE}/last_switch.json"))["forensics"]
+    assert kept.startswith(f"{STORE}/forensics/") and f"moved aside for forensics: {kept}" in result.stdout + result.stderr
+    assert simhost.sh(f"cat {kept}/var__lib__sglang/.nccl.conf; test ! -e /var/lib/sglang/.nccl.conf && echo gone")\
+        .split() == ["NCCL_NET_PLUGIN=/var/lib/sglang/x.so", "gone"]
 
 
 def test_a_manual_rollback_runs_the_targets_preflight_first(simhost, tmp_path):
@@ -77,9 +83,11 @@ def test_a_manual_rollback_runs_the_targets_preflight_first(simhost, tmp_path):
     skipped = simhost.pyinfra("rollback.py", "--data", f"release={first}", "--data", "skip_preflight=true")
     assert skipped.returncode == 0 and "WITHOUT its preflight" in skipped.stdout + skipped.stderr
     assert_running(simhost, first)
-    # JIT caches outlive releases (the directory may hold real Triton entries from an earlier module on this worker's
-    # host: SGLang's own front end compiles into it)
-    assert "kernel-marker" in simhost.sh("ls /var/cache/sglang/triton").split()
+    # JIT caches do not outlive a rollback (security review 3, finding 6): the service user's cache directory is
+    # kept for forensics in the store, and the restarted server begins with an empty one
+    kept = json.loads(simhost.sh(f"cat {STORE}/last_switch.json"))["forensics"]
+    assert "kernel-marker" in simhost.sh(f"ls {kept}/var__cache__sglang/triton").split()
+    assert "kernel-marker" not in simhost.sh("ls /var/cache/sglang/triton 2>/dev/null; true").split()
 
 
 def test_rollback_to_any_retained_release_and_the_listing(simhost, tmp_path):
@@ -108,6 +116,7 @@ def test_crash_at_start_rolls_back_automatically(simhost, tmp_path):
     assert result.returncode != 0
     assert "FAILED at stage 'active'" in output and "SIMULATED FAULT" in output  # the journal of the failed start
     assert f"automatic rollback to {good}: healthy again" in output
+    assert f"what the service user wrote was moved aside for forensics: {STORE}/forensics/" in output
     store = assert_running(simhost, good)
     bad = [r for r in store["releases"] if r.get("verdict") == "bad"]
     assert bad and bad[-1]["history"][-1]["event"].startswith("failed to start")

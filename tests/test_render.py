@@ -114,3 +114,103 @@ def test_the_launcher_never_imports_from_the_service_users_directory(tmp_path):
     rendered = render(profile, "sk-test-key-0123456789")
     assert "-m sglang.launch_server" in " ".join(rendered.exec_start)
     assert rendered.environment["PYTHONSAFEPATH"] == "1" and "PYTHONSAFEPATH=1" in rendered.env
+
+
+# --- every rendered unit read by systemd's own parser (security review 3, §2: the tool's unit reader must never
+# disagree with systemd unnoticed) ----------------------------------------------------------------------------------
+
+def rendered_units(tmp_path):
+    """Every unit file the tool writes, by the name it gets on the host: the committed profiles' servers (the proven,
+    the tuned one-step and the multi-node ones; the DFlash profile with its drafter frozen), with a key, a waiver and a
+    relaxation; their perf watch's service and timer; the router's unit."""
+    from conftest import DFLASH, PROFILES, dflash_profile, synthetic_draft
+    from sglang_deploy.render import render_watch
+    from sglang_deploy.router import RouterSettings, render_unit
+
+    paths = [p for p in sorted(PROFILES.glob("*.yaml")) if p != DFLASH]
+    paths.append(dflash_profile(tmp_path, synthetic_draft(tmp_path / "drafters" / "dflash")))
+    waived = proven_with(tmp_path, "  user: sglang\n", "  user: sglang\n  relax: [ProtectKernelTunables]\n",
+                         "waived.yaml")
+    waived.write_text(waived.read_text() + '\nwaivers:\n  mem-fraction-range: "measured on the lab host, 100% fine"\n')
+    paths.append(waived)
+    units = {}
+    for number, path in enumerate(paths):
+        profile = load_profile(path)
+        rendered, watch = render(profile, api_key=KEY, cuda_home="/usr/local/cuda-13.0"), render_watch(profile)
+        units[f"p{number}/sglang.service"] = (rendered.unit, rendered.exec_start)
+        units[f"p{number}/sglang-watch.service"] = (watch.service, watch.exec_start)
+        units[f"p{number}/sglang-watch.timer"] = (watch.timer, None)
+    router = render_unit(RouterSettings(policy="round_robin"), ["http://127.0.0.1:30001", "http://[fd00::7]:30000"])
+    units["router/sglang-router.service"] = (router, None)
+    return units
+
+
+def systemd_verify(tmp_path, units: dict) -> dict:
+    """systemd-analyze verify on each unit (with its siblings beside it); each unit's messages, without the one
+    verify prints for an ExecStart program this machine does not have (the venv's sglang, the router's python)."""
+    import re
+    import shutil
+    import subprocess
+
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("systemd-analyze is not installed here")
+    messages = {}
+    for name, (text, _) in units.items():
+        path = tmp_path / "units" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    for name in units:
+        path = tmp_path / "units" / name
+        result = subprocess.run(["systemd-analyze", "verify", "--man=no", str(path)], capture_output=True, text=True,
+                                timeout=120, cwd=path.parent)
+        missing = re.compile(re.escape(path.name) + r": Command (\S+) is not executable: No such file or directory")
+        lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+        kept = [line for line in lines if not (missing.search(line) and not shutil.which(missing.search(line)[1]))]
+        messages[name] = kept
+    return messages
+
+
+def test_every_rendered_unit_is_read_by_systemds_own_parser_without_a_complaint(tmp_path):
+    units = rendered_units(tmp_path)
+    assert len(units) == 3 * 5 + 1
+    assert systemd_verify(tmp_path, units) == {name: [] for name in units}
+
+
+@pytest.mark.parametrize("change, message", [
+    (("Restart=always", "Restart=always\nRestartSecs=10"), "Unknown key 'RestartSecs' in section [Service]"),
+    (("[Service]", "[Servcie]"), "Unknown section 'Servcie'"),
+    (("Type=simple", "Type=simplest"), "Failed to parse service type"),
+])
+def test_the_systemd_check_fails_on_a_key_or_value_systemd_does_not_read(tmp_path, change, message):
+    """The check above can fail: a unit with a misspelt key, section or value is reported by systemd's parser."""
+    unit = render(load_profile(PROVEN)).unit
+    assert change[0] in unit
+    found = systemd_verify(tmp_path, {"sglang.service": (unit.replace(change[0], change[1], 1), None)})
+    assert any(message in line for line in found["sglang.service"]), found
+
+
+def test_the_launcher_imports_nothing_from_the_directories_the_service_user_writes(tmp_path):
+    """`python -m` (launcher launch_server) in the unit's environment, its working directory the service user's
+    state directory (HOME too), with a module and a user-site .pth planted there: a real venv (the validator env's,
+    made as the host's) imports neither (security review 3, finding 6). Without the unit's PYTHONSAFEPATH it would."""
+    import subprocess
+
+    from sglang_deploy import validator_env
+
+    python = validator_env.env_dir("0.5.23") / "bin" / "python"
+    state = tmp_path / "var-lib-sglang"
+    marker = tmp_path / "ran"
+    (state / "planted_mod.py").parent.mkdir(parents=True)
+    (state / "planted_mod.py").write_text(f"open({str(marker)!r}, 'w').write('module')\n")
+    site = state / ".local" / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    (site / "zz.pth").write_text(f"import os; open({str(marker)!r}, 'w').write('pth')\n")
+    environment = {**render(load_profile(PROVEN)).environment, "HOME": str(state)}
+    environment["PATH"] = "/usr/bin:/bin"
+    assert environment["PYTHONSAFEPATH"] == "1" and not {"PYTHONPATH", "PYTHONUSERBASE", "PYTHONSTARTUP"} & set(environment)
+    run = subprocess.run([str(python), "-m", "planted_mod"], cwd=state, env=environment, capture_output=True, text=True,
+                         timeout=60)
+    assert "No module named planted_mod" in run.stderr and not marker.exists(), (run.stderr, marker.exists())
+    without = {k: v for k, v in environment.items() if k != "PYTHONSAFEPATH"}
+    subprocess.run([str(python), "-m", "planted_mod"], cwd=state, env=without, capture_output=True, timeout=60)
+    assert marker.read_text() == "module"  # the check can fail: the working directory is on sys.path without it

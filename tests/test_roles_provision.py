@@ -10,7 +10,7 @@ from pyinfra.api.exceptions import DeployError
 
 from fakehost import FactsBy, fixture_fact, run_role
 from roles import provision
-from roles.facts import GpuHost, SGLangVersion, VenvTorch
+from roles.facts import GpuHost, VenvState, VenvTorch
 from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import load_profile
 
@@ -89,9 +89,11 @@ def test_no_driver_in_a_container_is_refused_in_install_mode_too():
 
 # --- the Python environment -----------------------------------------------------------------------------
 
-def python_env(mode: str, sglang: str | None, **facts):
-    return run_role(provision.python_env, profile=PROFILE, mode=mode, data={},
-                    facts={SGLangVersion: sglang, GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal"), **facts})
+def python_env(mode: str, sglang: str | None, problems=(), profile=PROFILE, unreadable=None, **facts):
+    state = {"sglang": sglang, "problems": list(problems), **({"unreadable": unreadable} if unreadable else {})}
+    return run_role(provision.python_env, profile=profile, mode=mode, data={},
+                    facts={VenvState: state,
+                           GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal"), **facts})
 
 
 def test_the_pinned_sglang_in_place_is_nothing_to_do_in_either_mode():
@@ -105,33 +107,57 @@ def test_verify_mode_refuses_another_sglang():
         python_env("verify", None)
 
 
-def test_install_creates_the_venv_and_checks_torch_sees_every_gpu():
+def test_a_venv_in_place_with_a_startup_hook_is_refused_before_any_change_unless_waived(tmp_path):
+    """A venv installed before the hooks check (or changed since): refused from its VenvState, nothing queued."""
+    from sglang_deploy.profile import load_profile
+
+    hook = f"{VENV}/lib/python3.11/site-packages/evil.pth: a .pth file from nvidia-nccl-cu13-hotfix 2.28.9 runs code"
+    with pytest.raises(DeployError, match="startup hooks refused; nothing was changed:\n  .*evil.pth"):
+        python_env("install", PROFILE.sglang.version, problems=[hook])
+    waived = tmp_path / "waived.yaml"
+    waived.write_text((REPO / "profiles" / "qwen3.6-27b-mtp-2xa6000.yaml").read_text()
+                      + '\nwaivers:\n  venv-startup-hook: "reviewed: the site plugin, issue 38"\n')
+    assert python_env("install", PROFILE.sglang.version, problems=[hook], profile=load_profile(waived)) == []
+
+
+def test_a_venv_that_could_not_be_read_is_not_reinstalled():
+    with pytest.raises(DeployError, match=f"{VENV} could not be read \\(Traceback\\); nothing was changed"):
+        python_env("install", None, unreadable="Traceback")
+
+
+def test_install_recreates_the_venv_refuses_hooks_and_checks_torch_as_the_service_user():
     ops = python_env("install", None)
     assert ops.names[0].endswith(f"Check disk space for {VENV}")  # before anything is created or uploaded
     assert "-ge 10000 ]" in ops.named("Check disk space").commands[0]
-    assert ops.named("Create").commands == [f"python3 -m venv {VENV}"]
     commands = ops.named("Install").commands
-    assert commands[0] == (f"{VENV}/bin/pip install -q --disable-pip-version-check --only-binary :all: "
+    assert commands[0] == f"rm -rf {VENV} && python3 -m venv {VENV}"  # pip never runs on an earlier install's files
+    assert commands[1] == (f"{VENV}/bin/pip install -q --disable-pip-version-check --only-binary :all: "
                            f"sglang=={PROFILE.sglang.version}")
+    assert commands[2].startswith("/usr/bin/python3 -I -c ") and f"--venv {VENV} >/dev/null || {{ rm -rf {VENV};" \
+        in commands[2] and "--waived >" not in commands[2]
+    assert commands[3].startswith("/usr/bin/python3 -I -c ")  # the record: read from outside the venv
+    assert commands[4].startswith(f"runuser -u sglang -- env -i PATH=/usr/bin:/bin HOME=/nonexistent {VENV}/bin/python "
+                                  "-I -c ")
     assert "n == 2" in commands[-1] and "torch.cuda.is_available()" in commands[-1]
+    assert commands[-1].startswith("runuser -u sglang -- ")
 
 
-def test_install_with_uv_into_an_existing_venv():
-    ops = python_env("install", "0.5.22", Which=lambda command: "/usr/local/bin/uv" if command == "uv" else None,
-                     File=FactsBy("path", {f"{VENV}/bin/python": {"mode": 755}}))
-    assert not [name for name in ops.names if "Create" in name]
-    assert ops.named("Install").commands[0] == (f"uv pip install -q --no-build --python {VENV}/bin/python "
-                                                f"sglang=={PROFILE.sglang.version}")
+def test_install_with_uv_into_a_fresh_venv():
+    ops = python_env("install", "0.5.22", Which=lambda command: "/usr/local/bin/uv" if command == "uv" else None)
+    commands = ops.named("Install").commands
+    assert commands[0] == f"rm -rf {VENV} && UV_PYTHON_DOWNLOADS=never uv venv --python python3 {VENV}"
+    assert commands[1] == (f"uv pip install -q --no-build --python {VENV}/bin/python sglang=={PROFILE.sglang.version}")
 
 
 def test_install_from_a_controller_wheelhouse_is_offline(tmp_path):
     (tmp_path / "sglang-0.5.23-py3-none-any.whl").write_text("")
     ops = run_role(provision.python_env, profile=PROFILE, mode="install", data={"wheelhouse": str(tmp_path)},
-                   facts={SGLangVersion: None, GpuHost: fixture_fact("GpuHost", "no_gpu_docker_dev_box")})
+                   facts={VenvState: {"sglang": None, "problems": []},
+                          GpuHost: fixture_fact("GpuHost", "no_gpu_docker_dev_box")})
     remote = f"/opt/sglang-deploy/wheelhouse/sglang-{PROFILE.sglang.version}"
     assert f"upload {remote}/sglang-0.5.23-py3-none-any.whl" in ops.named("Upload the wheelhouse").commands
     install = ops.named("Install").commands
-    assert f"--no-index --find-links {remote}" in install[0]
+    assert f"--no-index --find-links {remote}" in install[1]
     assert not [command for command in install if "torch.cuda" in command]  # no GPU there: no torch check
 
 
@@ -142,8 +168,9 @@ def test_a_proxy_reaches_apt_the_key_download_and_pip():
     script = ops.named("Install ").commands[0]
     assert script.count("-o Acquire::https::Proxy=http://10.0.0.1:3128") == 2  # the simulation and the install
     pip = run_role(provision.python_env, profile=PROFILE, mode="install", data={"proxy": "http://10.0.0.1:3128"},
-                   facts={SGLangVersion: None, GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal")})
-    install = pip.named("Install").commands[0]
+                   facts={VenvState: {"sglang": None, "problems": []},
+                          GpuHost: fixture_fact("GpuHost", "rtx_a6000x2_bare_metal")})
+    install = pip.named("Install").commands[1]
     assert install.startswith("env http_proxy=http://10.0.0.1:3128 https_proxy=http://10.0.0.1:3128 ")
     assert "no_proxy=localhost,127.0.0.1,::1" in install and "--only-binary :all:" in install
     without = stack("lxc_driver_mismatch", "install")

@@ -1,5 +1,6 @@
 """roles/rollback_stages.py without a host: a rollback refused (a held lock, no release to go back to) queues no
-operation and says so in the deploy's words; the target's preflight is the deploy's, operation for operation."""
+operation and says so in the deploy's words; the target's preflight is the deploy's, operation for operation (resolved
+afresh)."""
 
 import json
 
@@ -70,7 +71,9 @@ def test_the_rollbacks_preflight_is_the_deploys_for_the_same_release(data):
     result, ops = rolled_back(data, plan, store_of(plan))
     assert result == OLD
     preflight = deploy_ops.named("Preflight of release")
-    assert ops.named("Preflight of release").commands == preflight.commands and "--simulated" in preflight.text
+    # the same command, but resolved afresh (a rollback trusts no acceptance cached in the service user's directory)
+    assert ops.named("Preflight of release").text.replace(" --fresh", "") == preflight.text
+    assert "--fresh" in ops.named("Preflight of release").text and "--fresh" not in preflight.text
     result, ops = rolled_back(data, plan, store_of(plan), skip_preflight=True)
     assert result == OLD and not [name for name in ops.names if "Preflight" in name]
 

@@ -64,6 +64,8 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
     # The new release ran on this rank (marked good once its process ran); rank 0 then failed its gate.
     store.save_state(StoreState(active="0003-cccccccc", last_good="0003-cccccccc", auto_rollbacks_in_row=0))
     monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "stage": "generate", "elapsed_s": 1.0})
+    moved = []  # following rank 0 back is a rollback: what the service user wrote is moved aside (test_forensics...)
+    monkeypatch.setattr(switch.forensics, "before_start", lambda *a: moved.append(a[1:]) or None)
     args = types.SimpleNamespace(release="0002-bbbbbbbb", reason="rollback (rank 0 failed)", auto_rollback=False,
                                  max_auto_rollbacks=1000, force=True, probe_url="http://127.0.0.1:1", timeout=10,
                                  settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=True, stop_only=False,
@@ -73,6 +75,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
     assert store.meta("0003-cccccccc").history[-1]["event"] == "marked bad (rollback (rank 0 failed))"
     state = store.state()
     assert state.active == "0002-bbbbbbbb" and state.last_good == last_good
+    assert moved == [("0003-cccccccc", "0002-bbbbbbbb", "rollback")]
 
 
 def test_a_server_argv_that_is_not_utf8_is_read_not_raised():
@@ -83,3 +86,120 @@ def test_a_server_argv_that_is_not_utf8_is_read_not_raised():
     argv = parse_cmdline(b"/usr/bin/python3\0-I\0sglang::\xff\xfescheduler\0")
     assert argv == ["/usr/bin/python3", "-I", "sglang::\\xff\\xfescheduler"]
     assert json.dumps(argv) and not cmdline_matches(argv, ["/opt/v/bin/sglang", "serve"])
+
+
+# --- nothing the service user wrote outlives a rollback (security review 3, finding 6) ------------------------------
+
+@pytest.fixture
+def service_dirs(tmp_path, monkeypatch):
+    """/var/lib/sglang and /var/cache/sglang of a tmp root as a compromised service user ("nobody") leaves them,
+    a JIT cache the profile put elsewhere, and directories that are not the service user's."""
+    import os
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    root = tmp_path / "root"
+    planted = {"var/lib/sglang/.nccl.conf": "NCCL_NET_PLUGIN=/var/lib/sglang/evil.so\n",
+               "var/lib/sglang/.cache/flashinfer/evil.so": "ELF",
+               "var/cache/sglang/triton/abc/add_one.so": "ELF",
+               "var/cache/sglang/sglang-deploy-preflight/k.json": '{"error": null}',
+               "srv/nv-cache/ComputeCache/index": "x",  # CUDA_CACHE_PATH outside the two directories
+               "srv/models/config.json": "{}"}  # root's: never moved
+    for name, text in planted.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    for path in [p for p in root.rglob("*") if "models" not in str(p)]:
+        os.chown(path, nobody.pw_uid, nobody.pw_gid)
+    (root / "var/cache/sglang-link").symlink_to(root / "srv/models")
+    os.lchown(root / "var/cache/sglang-link", nobody.pw_uid, nobody.pw_gid)
+    monkeypatch.setattr(switch.forensics, "ROOTS", (str(root / "var/lib"), str(root / "var/cache")))
+    env = (f"HOME={root}/var/lib/sglang\nTRITON_CACHE_DIR={root}/var/cache/sglang/triton\n"
+           f"CUDA_CACHE_PATH=\"{root}/srv/nv-cache\"\nHF_HOME={root}/srv/models\nXDG_CACHE_HOME={root}/var/cache/sglang-link\n")
+    return root, env
+
+
+def test_move_aside_takes_what_the_service_user_wrote_into_the_store(tmp_path, service_dirs):
+    import os
+    import stat
+
+    from sglang_deploy.hostside.forensics import move_aside
+
+    root, env = service_dirs
+    moved = move_aside("sglang", "nobody", env, str(tmp_path / "store"), "auto-rollback", release="0002-bbbbbbbb",
+                       stamp="20261202T000000Z")
+    assert moved["dir"] == str(tmp_path / "store" / "forensics" / "20261202T000000Z-auto-rollback")
+    assert sorted(moved["moved"].values()) == [str(root / "srv/nv-cache"), str(root / "var/cache/sglang"),
+                                               str(root / "var/lib/sglang")]
+    assert not (root / "var/lib/sglang").exists() and not (root / "var/cache/sglang").exists()
+    assert (root / "srv/models/config.json").exists() and (root / "var/cache/sglang-link").is_symlink()
+    kept = tmp_path / "store" / "forensics" / "20261202T000000Z-auto-rollback"
+    assert stat.S_IMODE(os.stat(kept.parent).st_mode) == stat.S_IMODE(os.stat(kept).st_mode) == 0o700
+    assert (kept / str(root / "var/lib/sglang").strip("/").replace("/", "__") / ".nccl.conf").exists()
+    assert json.loads((kept / "moved.json").read_text())["release"] == "0002-bbbbbbbb"
+    again = move_aside("sglang", "nobody", env, str(tmp_path / "store"), "auto-rollback", stamp="20261202T000000Z")
+    assert again == {"dir": None, "moved": {}}  # nothing left: no empty forensics directory
+
+
+@pytest.mark.parametrize("user", ["root", "no-such-user-38"])
+def test_move_aside_never_takes_roots_or_an_unknown_users_directories(tmp_path, service_dirs, user):
+    from sglang_deploy.hostside.forensics import move_aside
+
+    root, env = service_dirs
+    assert move_aside("sglang", user, env, str(tmp_path / "store"), "rollback") == {"dir": None, "moved": {}}
+    assert (root / "var/lib/sglang/.nccl.conf").exists() and not (tmp_path / "store").exists()
+
+
+def unit_and_env(store, release_id, root):
+    release = store.release_dir(release_id)
+    with open(f"{release}/sglang.service", "w") as handle:
+        handle.write("[Service]\nUser=nobody\n")
+    with open(f"{release}/sglang.env", "w") as handle:
+        handle.write(f"HOME={root}/var/lib/sglang\n")
+
+
+def test_the_automatic_rollback_moves_aside_before_the_good_release_starts(store, service_dirs, monkeypatch):
+    """After a failed gate: the service stops, the directories move, then the last good release starts, with the
+    cold-start timeout; the switch's output names the forensics directory."""
+    root, _ = service_dirs
+    for release_id in ("0001-aaaaaaaa", "0002-bbbbbbbb"):
+        unit_and_env(store, release_id, root)
+    store.write_meta("0001-aaaaaaaa", release_meta(id="0001-aaaaaaaa", verdict="good"))
+    calls = []
+    monkeypatch.setattr(switch.forensics, "systemctl", lambda *a: calls.append(("systemctl",) + a))
+    monkeypatch.setattr(switch, "activate", lambda *a: calls.append(("activate", a[1], a[3],
+                                                                     (root / "var/lib/sglang").exists()))
+                        or {"ready": True, "stage": "generate", "elapsed_s": 1.0})
+    state = StoreState(active="0002-bbbbbbbb", last_good="0001-aaaaaaaa", auto_rollbacks_in_row=0)
+    args = types.SimpleNamespace(release="0002-bbbbbbbb", auto_rollback=True, probe_url="http://127.0.0.1:1",
+                                 rollback_timeout=10, rollback_timeout_given=False, timeout=10, settle=0)
+    code = switch.fail_and_roll_back(store, state, store.meta("0002-bbbbbbbb"), {
+        "release": "0002-bbbbbbbb", "readiness": {"ready": True, "stage": "generate", "elapsed_s": 1},
+        "gate": switch.GateResult(verdict="fail", reasons=["x"], inconclusive=[], rows=[], config_problems=[])},
+        args, "gate fail: x")
+    assert code == switch.EXIT_FAILED_ROLLED_BACK
+    assert calls == [("systemctl", "stop", "sglang.service"),
+                     ("activate", "0001-aaaaaaaa", switch.forensics.COLD_START_TIMEOUT_S, False)]
+    document = json.loads(open(f"{store.root}/last_switch.json").read())
+    assert document["forensics"].startswith(f"{store.root}/forensics/") and document["forensics"].endswith(
+        "-auto-rollback")
+    outcome = switch.SwitchOutcome.load(store.root)
+    assert f"moved aside for forensics: {document['forensics']}" in switch.describe(outcome)
+
+
+def test_a_manual_rollback_moves_aside_what_the_left_release_wrote(store, service_dirs, monkeypatch):
+    root, _ = service_dirs
+    for release_id in ("0001-aaaaaaaa", "0002-bbbbbbbb"):
+        unit_and_env(store, release_id, root)
+    store.save_state(StoreState(active="0002-bbbbbbbb", last_good="0001-aaaaaaaa", auto_rollbacks_in_row=0))
+    monkeypatch.setattr(switch.forensics, "systemctl", lambda *a: None)
+    monkeypatch.setattr(switch.weights_manifest, "release_problem", lambda meta: None)
+    monkeypatch.setattr(switch, "activate", lambda *a: {"ready": True, "stage": "generate", "elapsed_s": 1.0})
+    args = types.SimpleNamespace(release="0001-aaaaaaaa", reason="rollback", auto_rollback=True,
+                                 max_auto_rollbacks=3, force=True, probe_url="http://127.0.0.1:1", timeout=10,
+                                 settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=False,
+                                 stop_only=False, on_inconclusive="keep", owner="test")
+    assert switch.switch_locked(store, args) == 0
+    document = json.loads(open(f"{store.root}/last_switch.json").read())
+    assert document["forensics"].endswith("-rollback") and not (root / "var/lib/sglang").exists()
+    moved = json.loads(open(f"{document['forensics']}/moved.json").read())
+    assert moved["release"] == "0002-bbbbbbbb" and moved["user"] == "nobody"

@@ -10,7 +10,7 @@ import pytest
 from sglang_deploy.tune import axes as tune_axes, edit as tune_edit, report as tune_report, search as tune
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
-from test_tune_logic import MACHINE, MODEL, PROVEN, flags_of
+from test_tune_logic import MACHINE, MODEL, PROVEN, flags_of, runner  # noqa: F401 - runner: the fixture
 
 DFLASH = PROVEN.with_name("qwen3.6-27b-dflash-2xa6000.yaml")
 
@@ -78,6 +78,8 @@ def test_sglangs_resolution_on_the_a6000_refuses_blackwell_only_values():
     assert attention.values == ["fa3", "triton"], attention.summary()
     assert "Hopper" in attention.refused["trtllm_mha"]  # refused on sm_86 by SGLang itself
     assert "Speculative decoding is currently not supported" in attention.refused["flex_attention"]
+    graphs = tune_axes.accepted_values("--cuda-graph-backend-decode", choices("--cuda-graph-backend-decode"), ask)
+    assert graphs.current == "full" and graphs.values == ["breakable", "disabled"], graphs.summary()
 
 
 # --- candidates and the profile edit ---------------------------------------------------------------------------
@@ -199,3 +201,56 @@ def test_the_planted_attention_trap_is_faster_and_garbage_only_for_its_backend()
     assert trapped.output_fault == "garbage" and honest.output_fault is None
     triton, _ = sim_tok_s({**flags, "--attention-backend": "triton"})
     assert triton / trapped.slowdown > sim_tok_s(flags)[0]  # faster than the original: the trap's bait
+
+
+@pytest.mark.parametrize("flags, env, offered", [
+    ({"--tp-size": 2}, {}, True),
+    ({"--tp-size": 2, "--disable-custom-all-reduce": True}, {}, True),
+    ({"--tp-size": 3}, {}, False),  # pcie_ipc_ar.eligible_group: world size 2, 4 or 8
+    ({"--tp-size": 2}, {"SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": "0"}, False),  # the profile decides it already
+], ids=["tp2", "custom-off", "tp3", "declared"])
+def test_the_nccl_axis_offers_the_pcie_ipc_arm_with_custom_all_reduce_off(flags, env, offered):
+    from sglang_deploy.tune import search as tune
+
+    found = [c for c in tune.nccl_candidates(flags, env, "pcie") if c.id == "custom-allreduce-off+pcie-ipc"]
+    assert bool(found) is offered
+    if found:
+        assert found[0].flag_changes == {"--disable-custom-all-reduce": True}
+        assert found[0].env_changes["SGLANG_ENABLE_PCIE_IPC_ALLREDUCE"]["value"] == "1"
+
+
+def test_each_candidates_all_reduce_path_is_what_its_server_reported():
+    """The host session records the path (hostside/evidence.allreduce_path); the table names it on the nccl axis
+    and wherever it differs from the original's, a custom all-reduce that fell back as such."""
+    from sglang_deploy.tune import report as tune_report, search as tune
+
+    def measured(id_, axis, path, why="x"):
+        return tune.Measured(tune.Candidate(id_, axis), repeats=[{"decode_tok_s": 50.0, "aggregate_tok_s": 150.0}] * 3,
+                             allreduce={"path": path, "why": why})
+    original = measured("original", "baseline", "custom")
+    results = [original, measured("custom-allreduce-off+pcie-ipc", "nccl", "pcie_ipc"),
+               measured("attention-triton", "attention", "nccl", "SGLang's log: 'CustomAllreduce is disabled because'"),
+               measured("kv-fp8_e4m3", "kv", "custom")]
+    table = tune_report.table(results, original, None, tune.Objective(), {})
+    lines = {line.split()[0]: line for line in table.splitlines()[2:]}
+    assert "all-reduce: pcie_ipc" in lines["custom-allreduce-off+pcie-ipc"]
+    assert "all-reduce: nccl (custom FELL BACK)" in lines["attention-triton"]
+    assert "all-reduce" not in lines["kv-fp8_e4m3"] and "all-reduce" not in lines["original"]
+    again = tune.Measured.from_json(results[1].to_json())
+    assert again.allreduce == {"path": "pcie_ipc", "why": "x"}
+
+
+def test_the_graphs_axis_offers_the_decode_graph_backends_and_the_rules_refuse_disabled(runner):  # noqa: F811
+    """breakable is a candidate; disabled, which SGLang accepts, is refused by the tool's rule before any start."""
+    from sglang_deploy.tune import search as tune
+
+    choices = {"--cuda-graph-backend-decode": accepted("--cuda-graph-backend-decode", "breakable", "disabled")}
+    found = tune_axes.graph_backend_candidates(choices)
+    assert [c.id for c in found] == ["decode-graphs-breakable", "decode-graphs-disabled"]
+    assert all(c.axis == "graphs" for c in found)
+    search = tune.Search({"--tp-size": 2}, {}, ("graphs",), 4, "pcie", None, choices=choices)
+    assert search.planned() == 1 + len(tune.graph_candidates({"--tp-size": 2}, 4)) + 2
+    item, problem = runner.stage_files(found[1])
+    assert item is None and "cuda-graphs-on" in problem, problem
+    item, problem = runner.stage_files(found[0])
+    assert problem is None and '"backend": "breakable"' in item["files"]["resolved.json"]

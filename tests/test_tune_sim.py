@@ -124,12 +124,24 @@ def test_the_graphs_and_nccl_axes_run_every_candidate_through_the_switch(simhost
     print("\n" + document["table"])
     profile = load_profile(incident)
     flags = flags_of(incident)
+    # the decode graph backends SGLang's resolution accepts beside full; `disabled` is refused by the rule
+    # cuda-graphs-on and never started
     expected = [c.id for c in tune.graph_candidates(flags, profile.gate.concurrency)] + \
+        ["decode-graphs-breakable", "decode-graphs-disabled"] + \
         [c.id for c in tune.nccl_candidates(flags, dict(profile.environment), "pcie")]
-    assert "nccl-proto-ll128" not in expected and len(expected) >= 5
-    measured = [entry for entry in document["results"] if entry["id"] != "original"]
+    assert "nccl-proto-ll128" not in expected and "custom-allreduce-off+pcie-ipc" in expected and len(expected) >= 8
+    results = [entry for entry in document["results"] if entry["id"] != "original"]
     # A later axis starts from the best of the earlier one ("running8-graphbs8+custom-allreduce-off").
-    assert [entry["id"].split("+")[-1] for entry in measured] == expected
+    def own(entry_id):  # the candidate's own id, without the best so far it was put on
+        return "custom-allreduce-off+pcie-ipc" if entry_id.endswith("+pcie-ipc") else entry_id.split("+")[-1]
+    assert [own(entry["id"]) for entry in results] == expected
+    [disabled] = [entry for entry in results if entry["id"].endswith("decode-graphs-disabled")]
+    assert not disabled["valid"] and "cuda-graphs-on" in disabled["invalid_reason"]
+    measured = [entry for entry in results if entry is not disabled]
+    # each candidate's all-reduce path, from what its server reported (the simulator logs SGLang's lines)
+    paths = {own(entry["id"]): (entry.get("allreduce") or {}).get("path") for entry in measured}
+    assert paths["custom-allreduce-off"] == "nccl" and paths["custom-allreduce-off+pcie-ipc"] == "pcie_ipc", paths
+    assert paths["nccl-proto-ll"] in ("custom", "nccl")
     for entry in measured:
         assert entry["valid"] and not entry["error"] and entry["release_id"], entry
         assert entry["repeats"] >= 3 if isinstance(entry["repeats"], int) else len(entry["repeats"]) >= 3

@@ -17,7 +17,7 @@ import sys
 
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
-from .documents import RESOLVED_FILE, DocumentError, GateConfig, GateResult
+from .documents import RESOLVED_FILE, TUNE_RESULTS_FILE, DocumentError, GateConfig, GateResult
 from .listener import foreign_listener, guard_unit
 from .service import service_status
 from .store import Store, service_name
@@ -65,10 +65,10 @@ def probe_nccl_env(env_text):
 
 
 def probe_command(python, user, home, nccl, force):
-    """The GPU probe runs as the service user with a clean environment, not as root."""
+    """The GPU probe runs as the service user with a clean environment, isolated (-I), never as root."""
     program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py")
     return (["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={home}",
-             python, program, "--allreduce-env", json.dumps(nccl)] + ["--force"] * force)
+             python, "-I", program, "--allreduce-env", json.dumps(nccl)] + ["--force"] * force)
 
 
 def sandbox_view(service, gpus):
@@ -85,6 +85,21 @@ def sandbox_view(service, gpus):
     except (OSError, ValueError) as error:
         return {"error": f"the sandbox view could not be taken: {error}"}
     return {"findings": document["findings"], "sandbox": document["sandbox"], "host": document["host"]}
+
+
+def last_tune(store, active):
+    """The active release's last tune (tune-results.json): its stamp and each candidate's id, axis, flags and repeats
+    (the doctor's speculation-slower-than-none reads the `nospec` control against the original)."""
+    try:
+        document = json.loads(store.read(os.path.join(store.release_dir(active), TUNE_RESULTS_FILE)) or "null")
+    except ValueError:
+        return None
+    if not isinstance(document, dict):
+        return None
+    keep = ("id", "axis", "flags", "valid", "error", "repeats")
+    return {"stamp": document.get("stamp"), "original": document.get("original"),
+            "results": [{key: entry.get(key) for key in keep} for entry in document.get("results") or []
+                        if isinstance(entry, dict)]}
 
 
 def main():
@@ -156,6 +171,7 @@ def main():
         report["errors"].append(f"draft model {draft_path}: {error}")
     report["offered_drafts"] = [{"source": entry.get("source"), "bytes": entry.get("bytes")}
                                 for entry in (meta.offered_drafts if meta else []) if isinstance(entry, dict)]
+    report["last_tune"] = last_tune(store, active) if active else None
     report["clock_reasons"] = clock_reasons()
     report["card_memory_mib"] = card_memory_mib()
     resolved = {}

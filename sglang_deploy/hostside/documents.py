@@ -316,6 +316,7 @@ class SwitchOutcome(Document):
     rolled_back_to: str | None = None  # the automatic rollback's target; None: none
     rollback_readiness: Readiness | None = None
     rollback_auth_change: str | None = None
+    forensics: str | None = None  # where what the service user wrote was moved aside before a start (forensics.py)
     active: str | None = None  # the release active after a successful switch
     verdict: str | None = None  # its verdict after a successful switch
 

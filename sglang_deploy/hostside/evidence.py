@@ -16,10 +16,14 @@ import subprocess
 
 from .service import env_file_values, read_environ
 
-# custom_all_reduce_utils.py:505-508 (no P2P) and :488-496 (more than two PCIe-only GPUs),
-# parallel_state.py:514-517 (setup failed).
+# custom_all_reduce_utils.py:505-508 (no P2P), :488-496 (more than two PCIe-only GPUs) and :466-470 (a world size
+# it does not support), parallel_state.py:514-517 (setup failed).
 CUSTOM_ALL_REDUCE_FALLBACK = re.compile(
-    r"(CustomAllreduce|CustomAllReduceV2) is disabled because [^\n]*|Setup Custom allreduce failed[^\n]*")
+    r"(CustomAllreduce|CustomAllReduceV2) is disabled (because|due to) [^\n]*|Setup Custom allreduce failed[^\n]*")
+# The opt-in PCIe-IPC all-reduce (SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1) falling back to NCCL: parallel_state.py:501,
+# pcie_ipc_ar.py:227-230.
+PCIE_IPC_FALLBACK = re.compile(r"Setup FlashInfer PCIe-IPC allreduce failed[^\n]*|SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is "
+                               r"set but this FlashInfer build has no pcie_ipc_comm[^\n]*")
 # decode_cuda_graph_runner.py:602-604; the scheduler dies (scheduler.py:6372), the launcher kills itself.
 GRAPH_CAPTURE_FAILED = re.compile(r"Capture cuda graph failed[^\n]*")
 
@@ -88,8 +92,34 @@ def log_findings(journal):
     """SGLang's own log lines that change what the running server does."""
     fallback = CUSTOM_ALL_REDUCE_FALLBACK.search(journal or "")
     capture = GRAPH_CAPTURE_FAILED.search(journal or "")
+    pcie_ipc = PCIE_IPC_FALLBACK.search(journal or "")
     return {"custom_all_reduce_fallback": fallback.group(0) if fallback else None,
-            "graph_capture_failed": capture.group(0) if capture else None}
+            "graph_capture_failed": capture.group(0) if capture else None,
+            "pcie_ipc_fallback": pcie_ipc.group(0) if pcie_ipc else None}
+
+
+def allreduce_path(server_info: dict, environ: dict, log_findings: dict | None) -> dict:
+    """Which all-reduce the server's decode uses, from what it reports (/server_info, the process environment,
+    log_findings): SGLang's dispatch order is custom all-reduce, then the opt-in PCIe-IPC one (world size 2, 4 or
+    8: pcie_ipc_ar.eligible_group), then NCCL (parallel_state.py); a fallback is only in its log."""
+    log_findings = log_findings or {}
+    tp = int(server_info.get("tp_size") or 1)
+    if tp <= 1:
+        return {"path": "none", "why": "one GPU per server: no all-reduce"}
+    if int(server_info.get("nnodes") or 1) > 1:
+        return {"path": "nccl", "why": "the group spans nodes (SGLang turns custom all-reduce off by design)"}
+    pcie_ipc = str(environ.get("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", "")).strip().lower() in ("1", "true", "yes", "y")
+    fallback = log_findings.get("custom_all_reduce_fallback")
+    pcie_failed = log_findings.get("pcie_ipc_fallback")
+    if not server_info.get("disable_custom_all_reduce") and not fallback:
+        return {"path": "custom", "why": "custom all-reduce on, and no fallback in the server's journal"}
+    why = ("--disable-custom-all-reduce" if server_info.get("disable_custom_all_reduce")
+           else f"SGLang's log: {fallback!r}")
+    if pcie_ipc and tp in (2, 4, 8) and not pcie_failed:
+        return {"path": "pcie_ipc", "why": f"custom all-reduce off ({why}); SGLANG_ENABLE_PCIE_IPC_ALLREDUCE=1"}
+    if pcie_ipc and pcie_failed:
+        why += f"; the PCIe-IPC all-reduce failed too: {pcie_failed!r}"
+    return {"path": "nccl", "why": why}
 
 
 def environment_sources(service):

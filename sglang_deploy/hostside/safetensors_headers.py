@@ -80,6 +80,7 @@ def tensor_bytes(info):
 def summarize(model_dir):
     totals = dict.fromkeys(("layers", "lm_head", "embedding", "mtp", "vision"), 0)
     unknown_dtypes = set()
+    rows = {"lm_head": 0, "embedding": 0}  # the vocabulary: the LM head's rows (the embedding's when tied)
     shards = sorted(f for f in os.listdir(model_dir) if f.endswith(".safetensors"))
     for shard in shards:
         for name, info in read_header(os.path.join(model_dir, shard)).items():
@@ -88,16 +89,23 @@ def summarize(model_dir):
             if info["dtype"] not in DTYPE_BYTES:
                 unknown_dtypes.add(info["dtype"])
             totals[role(name)] += tensor_bytes(info)
-    tied = False
+            shape = info.get("shape")
+            if role(name) in ("lm_head", "embedding") and isinstance(shape, list) and shape and \
+                    isinstance(shape[0], int):
+                rows[role(name)] = max(rows[role(name)], shape[0])
+    tied, vocab = False, None
     config_path = os.path.join(model_dir, "config.json")
     if os.path.lexists(config_path):
         with open_regular(config_path) as f:
             config = json.loads(f.read(MAX_HEADER_BYTES))
         text_config = config.get("text_config", config)
         tied = bool(text_config.get("tie_word_embeddings", config.get("tie_word_embeddings")))
+        vocab = text_config.get("vocab_size", config.get("vocab_size"))
     if tied and not totals["lm_head"]:
         totals["lm_head"] = totals["embedding"]  # the LM head is the embedding matrix, read in full
     return {"shards": len(shards), "bytes": totals, "tied_embeddings": tied,
+            "vocab_size": vocab if isinstance(vocab, int) and vocab > 0 else (rows["lm_head"] or rows["embedding"]
+                                                                              or None),
             "unknown_dtypes": sorted(unknown_dtypes)}
 
 

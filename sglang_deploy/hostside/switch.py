@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 
-from . import evidence, gate
+from . import evidence, forensics, gate
 from .weights import manifest as weights_manifest
 from .documents import Document, DocumentError, GateConfig, GateMark, GateResult, SwitchOutcome
 from .client import LOOPBACK_URL, loopback_url, read_api_key
@@ -141,9 +141,16 @@ def switch_locked(store, args):
     change = auth_change(store.meta(previous) if previous in store.ids() else None, meta)
     if change:
         log(change)
-    result = activate(store, args.release, args.probe_url, args.timeout, args.settle)
+    timeout, moved = args.timeout, None
+    if args.reason.startswith("rollback"):  # a manual rollback, a rank following rank 0 back: nothing the service
+        # user wrote is carried over (security review 3, finding 6)
+        moved = forensics.before_start(store, previous, args.release, "rollback")
+        timeout = max(timeout, forensics.COLD_START_TIMEOUT_S) if moved else timeout
+    result = activate(store, args.release, args.probe_url, timeout, args.settle)
     document = {"release": args.release, "previous": previous, "reason": args.reason, "readiness": result,
                 "auth": release_auth(meta)}
+    if moved:
+        document["forensics"] = moved
     if change:
         document["auth_change"] = change
     if not result["ready"]:
@@ -216,9 +223,15 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
         document.update(rolled_back_to=target, rollback_readiness=back)
         return finish(store, document, EXIT_ROLLBACK_FAILED)
     target_url = target_meta.probe_url if LOOPBACK_URL.fullmatch(str(target_meta.probe_url)) else None
-    back = activate(store, target, target_url or args.probe_url,
-                    args.rollback_timeout if args.rollback_timeout_given
-                    else float(target_meta.start_timeout_s or args.timeout), args.settle)
+    timeout = (args.rollback_timeout if args.rollback_timeout_given
+               else float(target_meta.start_timeout_s or args.timeout))
+    # The failed release ran as the service user: what it wrote (HOME, JIT caches, the preflight's cached acceptance)
+    # is moved aside before the good release starts (security review 3, finding 6).
+    moved = forensics.before_start(store, args.release, target, "auto-rollback")
+    if moved:
+        document["forensics"] = moved
+        timeout = timeout if args.rollback_timeout_given else max(timeout, forensics.COLD_START_TIMEOUT_S)
+    back = activate(store, target, target_url or args.probe_url, timeout, args.settle)
     if back["ready"]:
         store.write_meta(target, store.meta(target).with_event(now(), "activated (automatic rollback)"))
     store.save_state(state.but(active=target if back["ready"] else None, switching=None,
@@ -323,8 +336,10 @@ def describe(outcome):
     ready = outcome.readiness
     if ready is None:
         return f"switch refused: {outcome.error}"
+    moved = (f"what the service user wrote was moved aside for forensics: {outcome.forensics}"
+             if outcome.forensics else None)
     if outcome.ok:
-        return (f"{outcome.auth_change}\n" if outcome.auth_change else "") + (
+        return (f"{outcome.auth_change}\n" if outcome.auth_change else "") + (f"{moved}\n" if moved else "") + (
                 f"release {outcome.release} is active ({outcome.verdict or 'unverified'}; ready after "
                 f"{ready.elapsed_s} s; previous: {outcome.previous})")
     if ready.ready:
@@ -336,6 +351,8 @@ def describe(outcome):
         lines += ["last journal lines of the failed start:", *("  " + l for l in ready.journal.splitlines())]
     if outcome.rollback_auth_change:
         lines.append(outcome.rollback_auth_change)
+    if moved:
+        lines.append(moved)
     if outcome.rolled_back_to:
         back = outcome.rollback_readiness
         lines.append(f"automatic rollback to {outcome.rolled_back_to}: " + (

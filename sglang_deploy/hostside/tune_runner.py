@@ -275,6 +275,8 @@ class Session:
                                             evidence.environment_sources(self.args.service))
         problems = gate.config_problems(server_info, environ, cmdline_matches(status["cmdline"],
                                         meta.exec_start), status["cmdline"], expect, findings, costly)
+        # the all-reduce path the server reports (a custom all-reduce that fell back is named, not assumed)
+        self.allreduce = evidence.redact(evidence.allreduce_path(server_info, environ, findings), [api_key])
         return evidence.redact(problems, [api_key])
 
     def measure_item(self, item):
@@ -296,7 +298,9 @@ class Session:
                               duration_s=round(time.monotonic() - started, 1))
                 return result
             self.log(f"candidate {item.get('id')}: ready after {restart_s} s")
+        self.allreduce = None
         problems = self.config_check(release_id)
+        result["allreduce"] = self.allreduce
         if problems:
             self.log(f"candidate {item.get('id')}: the running server differs from the release: {problems[0]}")
             result.update(error="the running server differs from the release", config_problems=problems,

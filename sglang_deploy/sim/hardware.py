@@ -46,6 +46,7 @@ class Effective:
     attention_backend: str = "flashinfer"  # SGLang's resolved --attention-backend
     draft_attention_backend: str | None = None  # --speculative-draft-attention-backend (None: the target's)
     kv_cache_dtype: str = "auto"
+    spec_graph_downgrade: bool = False  # PLANTED FAULT: speculative decode lost its graphs (data: spec_graph_downgrade)
 
 
 # SGLang's own custom all-reduce warning when P2P is missing
@@ -124,6 +125,7 @@ def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None)
         attention_backend=resolved.get("attention_backend") or "flashinfer",
         draft_attention_backend=resolved.get("speculative_draft_attention_backend") if algorithm else None,
         kv_cache_dtype=resolved.get("kv_cache_dtype") or "auto",
+        spec_graph_downgrade=env.get("SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE", "0").strip() not in ("", "0"),
     )
 
 
@@ -206,7 +208,8 @@ def spec_costs_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) ->
 def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> float:
     """Wall time of one decode cycle (verify + draft steps) for a batch of running requests."""
     bandwidth = machine["memory_bandwidth_gbs"] * 1e9 * machine["weight_read_efficiency"]
-    graphs = eff.decode_graphs and batch <= eff.graph_max_bs
+    downgraded = eff.spec_graph_downgrade and eff.spec_steps > 0
+    graphs = eff.decode_graphs and batch <= eff.graph_max_bs and not downgraded
     ar = allreduce_us(eff, machine)
     launch = 0.0 if graphs else machine["kernel_launch_us"]
     issue = 0.0 if graphs else machine["python_collective_issue_us"] * (eff.tp > 1)
@@ -233,6 +236,8 @@ def cycle_ms(eff: Effective, machine: dict, model: dict, batch: int = 1) -> floa
     draft *= attention_factor(eff.draft_attention_backend or eff.attention_backend, machine) * kv
     nccl = model["nccl_collectives_per_cycle"] * _nccl_us(eff, machine) / 1e3 if eff.tp > 1 else 0.0
     single = verify + (draft if eff.drafter else eff.spec_steps * draft) + nccl + machine["cycle_fixed_ms"]
+    if downgraded:  # the planted graph fault (data/<machine>.json spec_graph_downgrade, from vllm#35387)
+        single *= machine["spec_graph_downgrade"]["cycle_factor"]
     if eff.launch_blocking:  # no CPU/GPU overlap left (measured ratios, data/<machine>.json env_costs)
         single *= machine["env_costs"]["CUDA_LAUNCH_BLOCKING=1"]["graphs" if graphs else "eager"]
     return single * (1 + machine["batch_cost_per_extra_request"] * (batch - 1))

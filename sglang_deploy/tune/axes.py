@@ -15,7 +15,21 @@ SPEC_FLAGS = ("--speculative-algorithm", "--speculative-num-steps", "--speculati
 # flag -> (SGLang's dest, the dest whose parser choices list its values)
 LEVERS = {"--kv-cache-dtype": ("kv_cache_dtype", "kv_cache_dtype"),
           "--attention-backend": ("attention_backend", "attention_backend"),
-          "--speculative-draft-attention-backend": ("speculative_draft_attention_backend", "attention_backend")}
+          "--speculative-draft-attention-backend": ("speculative_draft_attention_backend", "attention_backend"),
+          # the graphs axis's decode graph backend (full, breakable, disabled): SGLang folds it into cuda_graph_config
+          "--cuda-graph-backend-decode": ("cuda_graph_config.decode.backend", "cuda_graph_backend_decode")}
+
+
+def resolved_value(resolved: dict, dest: str):
+    """A resolved field, or a nested one by its dotted path (cuda_graph_config.decode.backend)."""
+    value = resolved
+    for key in dest.split("."):
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+NCCL_PROTOS_PCIE = ("LL", "Simple")  # LL128 only over NVLink (rule nccl-ll128-needs-nvlink)
+PCIE_IPC_WORLD_SIZES = (2, 4, 8)  # pcie_ipc_ar.eligible_group
 
 
 @dataclass
@@ -45,7 +59,7 @@ def accepted_values(flag: str, choices, resolve, wanted=None) -> Accepted:
     error, resolved = resolve([])
     if error:
         raise ValueError(f"the profile itself does not resolve: {error}")
-    result = Accepted(flag, resolved.get(dest))
+    result = Accepted(flag, resolved_value(resolved, dest))
     seen = {result.current} if result.current is not None else set()
     choices = list(choices or [])
     for value in wanted if wanted is not None else choices:
@@ -56,7 +70,7 @@ def accepted_values(flag: str, choices, resolve, wanted=None) -> Accepted:
         if error:
             result.refused[value] = error
             continue
-        effective = answer.get(dest)
+        effective = resolved_value(answer, dest)
         if effective in seen:
             if effective != value:
                 result.same_as[value] = effective
@@ -77,6 +91,33 @@ def nospec_candidate(flags: dict):
     return Candidate("nospec", "nospec", changes)
 
 
+def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candidate]:
+    """Custom all-reduce on/off; with it off, SGLang 0.5.23's opt-in PCIe-IPC all-reduce (world size 2, 4 or 8,
+    dispatched after custom all-reduce and before NCCL: parallel_state.py); NCCL protocols valid for the topology
+    (never LL128 without NVLink). A variable the profile declares with a reason (a verified workaround) is never
+    dropped by the tune."""
+    from .search import Candidate
+
+    out = []
+    disabled = bool(flags.get("--disable-custom-all-reduce"))
+    out.append(Candidate("custom-allreduce-" + ("on" if disabled else "off"), "nccl",
+                         (("--disable-custom-all-reduce", None if disabled else True),)))
+    if int(flags.get("--tp-size") or 1) in PCIE_IPC_WORLD_SIZES and "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" not in env:
+        out.append(Candidate("custom-allreduce-off+pcie-ipc", "nccl", (("--disable-custom-all-reduce", True),),
+                             (("SGLANG_ENABLE_PCIE_IPC_ALLREDUCE", (("reason", "tune candidate: PCIe-IPC all-reduce with "
+                                                                   "custom all-reduce off, A/B measured"),
+                                                                  ("value", "1"))),)))
+    declared = env.get("NCCL_PROTO")
+    if declared is None:
+        for proto in NCCL_PROTOS_PCIE + (("LL128",) if topology == "nvlink" else ()):
+            out.append(Candidate(f"nccl-proto-{proto.lower()}", "nccl",
+                                 env=(("NCCL_PROTO", (("reason", "tune candidate: forced protocol, A/B measured"),
+                                                      ("value", proto))),)))
+    elif not isinstance(declared, dict):
+        out.append(Candidate("nccl-proto-default", "nccl", env=(("NCCL_PROTO", None),)))
+    return out
+
+
 def lever_candidates(flag: str, prefix: str, axis: str, accepted: Accepted | None) -> list:
     from .search import Candidate
 
@@ -89,6 +130,13 @@ def kv_candidates(choices: dict) -> list:
 
 def attention_candidates(choices: dict) -> list:
     return lever_candidates("--attention-backend", "attention", "attention", choices.get("--attention-backend"))
+
+
+def graph_backend_candidates(choices: dict) -> list:
+    """The decode CUDA graph backends SGLang's resolution accepts beside the current one (a `disabled` backend is
+    refused by the rule cuda-graphs-on unless the profile waives it: listed as invalid, never started)."""
+    return lever_candidates("--cuda-graph-backend-decode", "decode-graphs", "graphs",
+                            choices.get("--cuda-graph-backend-decode"))
 
 
 def draft_attention_candidates(flags: dict, choices: dict) -> list:

@@ -2,49 +2,26 @@
 
 Called by the tune.py verb inside a pyinfra python.call (so `remote` wraps a live pyinfra host); the
 search and the scores are in search.py (pure), the candidate's profile text in edit.py, the report's tables
-in report.py, what saved results are reused in results.py, the temporary releases and the restore in
-hostside/tune_session.py (on the host, under the lock).
+in report.py, what saved results are reused in results.py, the host session (store checks, staging,
+queueing, the budget) in host.py, the order, the budget's report and the winner's second measurement in
+discipline.py, the temporary releases and the restore in hostside/tune_session.py (on the
+host, under the lock).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-import signal
-import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
-from . import search as tune, edit as tune_edit, report as tune_report, results as tune_results
-from ..gate import RESULTS_DIR, gate_config
+from . import discipline as tune_discipline, edit as tune_edit, report as tune_report, results as tune_results
+from . import search as tune
 from ..settings import SettingsError, TuneArgs, origin
 from ..settings_types import int_list
 from ..hostside import documents
-from ..hostside.documents import GateConfig, ReleaseMeta
-from ..hostside.store import content_hash, next_release_id
-from ..layout import host_program
-from ..plan import PlanError, plan_for_host
-from ..release_plan import STORE_ROOT, build_meta, profile_snapshot
-
-POLL_S = 1.5
-
-
-class TuneError(RuntimeError):
-    pass
-
-
-class Overlay:
-    """Host data with some keys replaced (the candidate's profile path)."""
-
-    def __init__(self, data, **overrides):
-        self.data, self.overrides = data, overrides
-
-    def get(self, key, default=None):
-        if key in self.overrides:
-            return self.overrides[key]
-        value = self.data.get(key) if hasattr(self.data, "get") else None
-        return default if value is None else value
+from ..release_plan import STORE_ROOT
+from .host import HostSession, Overlay, TuneError, allow_candidates  # noqa: F401 - the verb's and tests' names
 
 
 @dataclass(frozen=True)
@@ -89,124 +66,85 @@ def settings_from(data, profile) -> Settings:
     )
 
 
-def allow_candidates(directory: Path) -> None:
-    """The tune's own candidate profiles (written by this process under results/) are profiles host data may name:
-    the directory is added to $SGLANG_DEPLOY_PROFILE_DIRS for this process, as an operator names theirs."""
-    import os
+class Runner(HostSession):
+    """One tune: a session on the host (host.HostSession), the search, the report."""
 
-    from ..settings_types import PROFILE_DIRS_VARIABLE
-
-    named = [p for p in os.environ.get(PROFILE_DIRS_VARIABLE, "").split(":") if p]
-    if str(directory.resolve()) not in named:
-        os.environ[PROFILE_DIRS_VARIABLE] = ":".join(named + [str(directory.resolve())])
-
-
-class Runner:
-    """One tune: a session on the host, the search, the report. `remote` has run(command) -> (ok, stdout,
-    stderr) and put(text, path); `say` prints a line."""
-
-    def __init__(self, host_name: str, data, remote, say, detected=None, results_dir: Path = RESULTS_DIR):
-        self.host_name, self.data, self.remote, self.say = host_name, data, remote, say
-        self.detected = detected
-        self.results_dir = Path(results_dir) / host_name
-        self.interrupted = False
-        self.session = None
-        self.seq = 0
-        self.log_offset = 0
-        self.durations: list[float] = []
-        self.restart_estimate = None
-
-    # --- host calls -------------------------------------------------------------------------------
-    def sh(self, *argv, check=True):
-        """Run a host program: argv[0] is its module in the host package (tune_session, store)."""
-        ok, stdout, stderr = self.remote.run(host_program(*argv))
-        if check and not ok:
-            raise TuneError(f"{argv[0]} {argv[1]} failed on {self.host_name}:\n{(stderr or stdout)[-2000:]}")
-        return ok, stdout
-
-    def session_cmd(self, command, *extra, check=True):
-        ok, stdout = self.sh("tune_session", command, "--service", self.service, "--session", self.session, *extra,
-                             check=check)
-        try:
-            return json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
-        except ValueError:
-            return {"state": "unreadable", "message": stdout[-500:]}
-
-    # --- the tune ---------------------------------------------------------------------------------
     def run(self):
-        try:
-            plan = plan_for_host(self.data, detected=self.detected)
-        except PlanError as error:
-            raise TuneError(f"nothing was changed on the host.\n{error}") from None
-        self.plan, self.profile = plan, plan.profile
-        self.service = self.profile.service.name
-        self.settings = settings_from(self.data, self.profile)
-        self.profile_text = Path(self.profile.source).read_text()
-        _, stdout = self.sh("store", "state", "--service", self.service)
-        store = json.loads(stdout)
-        active = store["state"].get("active")
-        if store.get("lock"):
-            holder = store["lock"]
-            raise TuneError(f"the release store is locked by {holder.get('owner')} (since {holder.get('since')}); "
-                            "nothing was changed")
-        active_meta = next((r for r in store["releases"] if r["id"] == active), None)
-        if not active_meta:
-            raise TuneError(f"no active release of {self.service}: deploy {self.profile.source} first")
-        if active_meta.get("content_hash") != content_hash(plan.rendered.unit, plan.rendered.env):
-            raise TuneError(f"the active release {active} was not deployed from {self.profile.source} (its unit or "
-                            "environment differ): tune starts from the running profile; deploy it first, or pass "
-                            f"--data profile=<the profile of {active}>")
-        if not store.get("consistent"):
-            raise TuneError(f"the host is not consistent with its active release {active}: deploy first")
-        self.active, self.store = active, store
-        self.release_ids = [r["id"] for r in store["releases"]]
-        self.by_hash = {r.get("content_hash"): r["id"] for r in store["releases"]}
-        self.stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-        self.work = self.results_dir / f"tune-{active}-{self.stamp}"
-        (self.work / "candidates").mkdir(parents=True, exist_ok=True)
-        allow_candidates(self.work / "candidates")
+        self.prepare(lambda: setattr(self, "settings", settings_from(self.data, self.profile)))
         self.saved = self.load_saved() if self.settings.resume else {}
-        self.all_results: list[tune.Measured] = []
-        flags = {k: v for k, v in self.profile.sglang.flags.items() if v is not False}
-        env = {k: (v.model_dump() if hasattr(v, "model_dump") else v) for k, v in self.profile.environment.items()}
-        self.original_flags, self.original_env = flags, env
+        flags, env = self.original_flags, self.original_env
+        gains = tune_discipline.expected_gains(self.last_doctor())
+        order = tune_discipline.axis_order(self.settings.axes, gains)
         self.search = tune.Search(flags, env, self.settings.axes, self.settings.concurrency,
                                   self.data.get("gpu_topology") or (self.detected or {}).get("gpu_topology"),
                                   self.measure, self.settings.objective, self.settings.steps, self.settings.topks,
                                   drafters=[d.model_dump() for d in self.profile.tune.drafters],
-                                  choices=self.lever_choices())
-        self.say(f"tune {self.profile.name} on {self.host_name}: original release {active}; space "
+                                  choices=self.lever_choices(), order=order)
+        self.say("axes, largest expected gain first (the doctor's estimates): " + ", ".join(
+            f"{axis} (+{gains[axis]:.0f} %)" if axis in gains else f"{axis} (control)" for axis in self.search.axes))
+        self.say(f"tune {self.profile.name} on {self.host_name}: original release {self.active}; space "
                  f"{','.join(self.settings.axes)}; budget {tune.eta_text(self.settings.budget_s)}; "
                  f"{self.settings.repeats} repeats x {self.settings.samples} samples x {self.settings.max_new_tokens} "
                  f"tokens, aggregate at concurrency {self.settings.concurrency}; up to {self.search.planned()} "
                  "candidates" + (f"; {len(self.saved)} saved result(s) to resume from" if self.saved else ""))
-        self.started = time.monotonic()
-        self.session = time.strftime("%Y%m%d%H%M%S", time.gmtime())
-        previous = signal.signal(signal.SIGINT, self.on_sigint)
-        outcome = None
-        try:
-            opened = self.session_cmd("open", "--heartbeat-s", str(self.settings.heartbeat_s), "--owner",
-                                      f"sglang-deploy tune {self.session}", check=False)
-            if opened.get("state") != "ready":
-                raise TuneError(f"the tune session did not start: {opened.get('message')}")
-            self.restart_estimate = opened.get("start_estimate_s")
-            self.say(f"tune session {self.session} holds the release lock on the host (unit {opened.get('unit')}); "
-                     "the original release is restored at the end, on Ctrl-C, or when this controller stops polling "
-                     f"for {self.settings.heartbeat_s:.0f} s")
-            winner = self.search.run()
-            outcome = "done"
-        finally:
-            closed = self.close(abort=outcome is None)
-            signal.signal(signal.SIGINT, previous)
+        winner, closed = self.in_session(lambda: self.confirm(self.search.run()))
         return self.report(winner, closed)
 
+    confirming = False
+    confirmation = None
+
+    def reserved_s(self) -> float:
+        """While the search runs, the budget keeps room for the winner's second measurement beside the original."""
+        return 0.0 if self.confirming else 2 * self.estimate_s()
+
+    def last_doctor(self) -> dict | None:
+        """The doctor's report for the active release (doctor.json), whose estimates order the axes."""
+        ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
+                                                           + documents.DOCTOR_FILE]))
+        try:
+            return json.loads(stdout) if ok and stdout.strip() else None
+        except ValueError:
+            return None
+
+    def confirm(self, winner):
+        """The winner measured again right beside the original before it is written (discipline.confirmed):
+        the original, then the winner, in this session; a winner that does not hold its gain is not written."""
+        baseline = self.search.baseline
+        if winner is None or baseline is None or winner is baseline or winner.candidate.id == tune.BASELINE.id:
+            return winner
+        self.confirming = True
+        self.say(f"the winner {winner.candidate.id}: measuring it again beside the original before it is written")
+        item, problem = self.stage_files(winner.candidate)
+        results = []
+        try:
+            if item is None:
+                raise tune.BudgetExhausted(f"the winner no longer validates: {problem}")
+            results.append(self.run_item(tune.Candidate("original (again)", "confirm"),
+                                         {"release_id": self.active, "files": None}, restart=False))
+            results.append(self.run_item(tune.Candidate(f"{winner.candidate.id} (again)", "confirm"), item,
+                                         restart=False))
+            ok, why = tune_discipline.confirmed(results[1], results[0], self.settings.objective)
+        except tune.BudgetExhausted as exhausted:
+            ok, why = False, f"not measured again beside the original ({exhausted}): not written"
+        self.confirmation = {"winner": winner.candidate.id, "confirmed": ok, "why": why,
+                             "results": [m.to_json() for m in results]}
+        self.say(f"the winner {winner.candidate.id}: {why}")
+        return winner if ok else baseline
+
+    def planned(self) -> int:
+        return self.search.planned()
+
+    def reference(self):
+        return self.search.baseline
+
     def lever_choices(self) -> dict:
-        """The kv and attention axes' values: what SGLang's resolution accepts (tune_axes.accepted_values)."""
+        """The kv and attention axes' values: what SGLang's resolution accepts (axes.accepted_values)."""
         from . import axes as tune_axes
         from .levers import asker
 
         wanted = {"--kv-cache-dtype": ("kv", None), "--attention-backend": ("attention", self.settings.attention),
-                  "--speculative-draft-attention-backend": ("attention", self.settings.attention)}
+                  "--speculative-draft-attention-backend": ("attention", self.settings.attention),
+                  "--cuda-graph-backend-decode": ("graphs", None)}
         flags = [flag for flag, (axis, _) in wanted.items() if axis in self.settings.axes]
         if not flags:
             return {}
@@ -221,78 +159,6 @@ class Runner:
                 raise TuneError(f"{flag}: {error}") from None
             self.say(f"SGLang's resolution: {out[flag].summary()}")
         return out
-
-    def on_sigint(self, *_):
-        self.interrupted = True
-
-    def close(self, abort: bool) -> dict:
-        if not self.session:
-            return {}
-        self.say("closing the tune session: " + ("ABORT, " if abort else "") + f"restoring release {self.active}")
-        status = self.session_cmd("close", *(["--abort", "--why", "interrupted on the controller"] if abort else []),
-                                  check=False)
-        self.drain_log()
-        restore = status.get("restore") or {}
-        if restore.get("needed"):
-            self.say(f"original release {self.active} " + ("running again" if restore.get("ready") else
-                                                            f"FAILED TO START: {restore.get('detail')}")
-                     + (f" after {restore.get('elapsed_s')} s" if restore.get("elapsed_s") else ""))
-        elif status.get("state") in ("closed", "aborted"):
-            self.say(f"original release {self.active} was never stopped")
-        else:
-            self.say(f"tune session state: {status.get('state')}: {status.get('message')}")
-        return status
-
-    def drain_log(self):
-        document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", "999999",
-                                    check=False)
-        self.show_log(document)
-
-    def show_log(self, document):
-        text = document.get("log") or ""
-        for line in text.splitlines():
-            self.say(f"    host: {line}")
-        self.log_offset = document.get("log_offset", self.log_offset)
-
-    # --- one candidate ----------------------------------------------------------------------------
-    def stage_files(self, candidate: tune.Candidate):
-        """Validate the candidate (SGLang's parser, its resolution, the rules) and render its release."""
-        text = tune_edit.apply_changes(self.profile_text, candidate)
-        path = self.work / "candidates" / f"{candidate.id.replace('+', '_')}.yaml"
-        path.write_text(text)
-        try:
-            plan = plan_for_host(Overlay(self.data, profile=str(path)), detected=self.detected)
-        except PlanError as error:
-            lines = [line.replace(str(path), path.name) for line in str(error).splitlines() if line.strip()]
-            return None, " | ".join(lines[1:3] or lines[:1])
-        digest = content_hash(plan.rendered.unit, plan.rendered.env)
-        if digest in self.by_hash:
-            return {"release_id": self.by_hash[digest], "files": None}, None
-        release_id = next_release_id(self.release_ids, digest)
-        self.release_ids.append(release_id)
-        self.by_hash[digest] = release_id
-        from ..drafter import draft_weights
-
-        # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
-        meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(
-            tune={"session": self.session, "temporary": True, "candidate": candidate.id})
-        files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
-                 documents.PROFILE_FILE: profile_snapshot(plan),
-                 GateConfig.FILE: gate_config(plan).dump(),
-                 documents.RESOLVED_FILE: json.dumps(plan.resolution, indent=1, sort_keys=True) + "\n",
-                 ReleaseMeta.FILE: meta.dump()}
-        return {"release_id": release_id, "files": files}, None
-
-    def estimate_s(self) -> float:
-        measured = [d for d in self.durations if d]
-        if measured:
-            return sorted(measured)[len(measured) // 2] * 1.1
-        per_request = self.settings.max_new_tokens / 30 + 1.0
-        per_repeat = self.settings.samples * per_request + per_request * 1.2
-        return self.settings.repeats * per_repeat + (self.restart_estimate or 10)
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.started
 
     def measure(self, candidate: tune.Candidate) -> tune.Measured:
         saved = self.saved.get(tune_results.candidate_key(candidate))
@@ -324,61 +190,6 @@ class Runner:
         self.record(measured)
         return measured
 
-    def run_item(self, candidate, item, restart) -> tune.Measured:
-        if self.interrupted:
-            raise TuneError("interrupted (Ctrl-C)")
-        estimate = self.estimate_s()
-        left = self.settings.budget_s - self.elapsed()
-        if estimate > left:
-            raise tune.BudgetExhausted(f"budget: the next candidate ({candidate.id}) needs about "
-                                       f"{tune.eta_text(estimate)}, {tune.eta_text(left)} left")
-        self.seq += 1
-        seq = self.seq
-        # A candidate that hangs at start must not outlive the budget (the profile's start timeout may be 30 min).
-        document = {"seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
-                    "settings": self.settings.measurement(), "files": item.get("files"),
-                    "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))}
-        queue = f"{STORE_ROOT}/{self.service}/tune/{self.session}/queue"
-        self.remote.put(json.dumps(document), f"{queue}/{seq:04d}.tmp")
-        ok, _, stderr = self.remote.run(shlex.join(["mv", f"{queue}/{seq:04d}.tmp", f"{queue}/{seq:04d}.json"]))
-        if not ok:
-            raise TuneError(f"could not queue candidate {candidate.id}: {stderr}")
-        remaining = max(0, self.search.planned() - len(self.all_results) - 1)
-        eta = min(remaining * estimate, max(0.0, left - estimate)) + estimate
-        self.say(f"[{len(self.all_results) + 1}/<={self.search.planned()}] {candidate.id} "
-                 f"(release {item['release_id']}): measuring; elapsed {tune.eta_text(self.elapsed())}, ETA "
-                 f"{tune.eta_text(eta)}, budget left {tune.eta_text(left)}")
-        while True:
-            if self.interrupted:
-                raise TuneError("interrupted (Ctrl-C): the host restores the original release")
-            document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", str(seq),
-                                        check=False)
-            self.show_log(document)
-            result = (document.get("results") or {}).get(str(seq))
-            if result:
-                break
-            status = document.get("status") or {}
-            if status.get("state") in ("aborted", "failed", "closed", "missing"):
-                raise TuneError(f"the tune session ended: {status.get('state')}: {status.get('message')}")
-            time.sleep(POLL_S)
-        duration = result.get("duration_s") or 0.0
-        self.durations.append(duration)
-        measured = tune.Measured(candidate, error=None if result.get("ok") else (result.get("error") or "failed"),
-                                 repeats=result.get("repeats") or [], duration_s=duration,
-                                 restart_s=result.get("restart_s"), release_id=item["release_id"])
-        if result.get("config_problems"):
-            measured.error = "effective config differs: " + result["config_problems"][0]
-        if measured.measured:
-            baseline = self.search.baseline
-            vs = (f", {(measured.decode / baseline.decode - 1) * 100:+.1f} % vs original"
-                  if baseline and baseline.decode else "")
-            self.say(f"    {candidate.id}: {measured.decode:.1f} tok/s single stream (spread {measured.noise():.1f} %), "
-                     f"{measured.aggregate or 0:.1f} tok/s aggregate, tau {measured.tau or 0:.2f}{vs}; took "
-                     f"{duration:.0f} s")
-        else:
-            self.say(f"    {candidate.id}: {measured.error}")
-        return measured
-
     # --- saved results (resumption) ---------------------------------------------------------------
     def results_path(self) -> Path:
         return self.results_dir / f"tune-{self.active}.json"
@@ -404,6 +215,8 @@ class Runner:
                              "budget_s": self.settings.budget_s,
                              "objective": self.settings.objective.__dict__},
                 "elapsed_s": round(self.elapsed(), 1), "stopped": self.search.stopped,
+                "unreached": tune_discipline.unreached(self.search, self.search.stopped_axis, self.search.stopped),
+                "confirmation": self.confirmation,
                 "winner": winner.candidate.id if winner else None,
                 "results": [m.to_json() for m in self.all_results]}
 
@@ -418,6 +231,11 @@ class Runner:
         baseline = self.search.baseline
         results = self.all_results
         text = tune_report.table(results, baseline, winner, self.settings.objective, self.original_flags)
+        unreached = tune_discipline.unreached(self.search, self.search.stopped_axis, self.search.stopped)
+        if unreached:
+            text += "\nnot reached within tune_budget_s:\n" + "\n".join(f"  {line}" for line in unreached)
+        if self.confirmation:
+            text += f"\nwinner measured again: {self.confirmation['why']}"
         front = tune_report.pareto_table(results)
         kinds = tune_report.kind_table(results, baseline)
         self.say("tune results (decode/aggr: robust score median - 1.4826 MAD over repeats, tok/s):")

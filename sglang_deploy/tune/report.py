@@ -51,6 +51,11 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
             notes.append(f"SLOWER THAN NO SPECULATION ({slower[m.candidate.id]:.1f})")
         if m.candidate.axis == "nospec":
             notes.append("control: no speculation")
+        path = (m.allreduce or {}).get("path")
+        if path and (m.candidate.axis == "nccl" or path != ((baseline.allreduce if baseline else None) or {}).get(
+                "path", path)):
+            notes.append(f"all-reduce: {path}" + (" (custom FELL BACK)" if "SGLang's log" in
+                                                   (m.allreduce or {}).get("why", "") else ""))
         if m.resumed:
             notes.append("resumed")
         if not ok and why:

@@ -14,14 +14,13 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from .axes import LeverAxes
+from .axes import NCCL_PROTOS_PCIE, LeverAxes, graph_backend_candidates, nccl_candidates  # noqa: F401
 
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 STEPS_RANGE = (1, 2, 3, 4, 5, 6)
 TOPKS = (1, 2, 4)
 AXES = ("nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl")  # the search's order (axes.py)
 SPEC_COUNT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
-NCCL_PROTOS_PCIE = ("LL", "Simple")  # LL128 only over NVLink (rule nccl-ll128-needs-nvlink)
 
 
 class BudgetExhausted(Exception):
@@ -136,24 +135,6 @@ def graph_candidates(flags: dict, concurrency: int) -> list[Candidate]:
     return out
 
 
-def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candidate]:
-    """Custom all-reduce on/off; NCCL protocols valid for the topology (never LL128 without NVLink). A
-    variable the profile declares with a reason (a verified workaround) is never dropped by the tune."""
-    out = []
-    disabled = bool(flags.get("--disable-custom-all-reduce"))
-    out.append(Candidate("custom-allreduce-" + ("on" if disabled else "off"), "nccl",
-                         (("--disable-custom-all-reduce", None if disabled else True),)))
-    declared = env.get("NCCL_PROTO")
-    if declared is None:
-        for proto in NCCL_PROTOS_PCIE + (("LL128",) if topology == "nvlink" else ()):
-            out.append(Candidate(f"nccl-proto-{proto.lower()}", "nccl",
-                                 env=(("NCCL_PROTO", (("reason", "tune candidate: forced protocol, A/B measured"),
-                                                      ("value", proto))),)))
-    elif not isinstance(declared, dict):
-        out.append(Candidate("nccl-proto-default", "nccl", env=(("NCCL_PROTO", None),)))
-    return out
-
-
 # --- scores ---------------------------------------------------------------------------------------
 
 def mad(values: list[float]) -> float:
@@ -188,6 +169,7 @@ class Measured:
     restart_s: float | None = None
     release_id: str | None = None
     resumed: bool = False
+    allreduce: dict | None = None  # the all-reduce path the server reported (hostside/evidence.allreduce_path)
 
     def values(self, key: str) -> list[float]:
         return [r.get(key) for r in self.repeats if r.get(key)]
@@ -233,7 +215,8 @@ class Measured:
                 "error": self.error, "repeats": self.repeats, "duration_s": self.duration_s,
                 "restart_s": self.restart_s, "release_id": self.release_id,
                 "decode_score": self.decode, "aggregate_score": self.aggregate, "tau": self.tau,
-                "decode_spread_pct": self.noise(), "aggregate_spread_pct": self.noise("aggregate_tok_s")}
+                "decode_spread_pct": self.noise(), "aggregate_spread_pct": self.noise("aggregate_tok_s"),
+                "allreduce": self.allreduce}
 
     @classmethod
     def from_json(cls, document: dict) -> "Measured":
@@ -243,7 +226,7 @@ class Measured:
                               env, tuple(sorted((document.get("draft") or {}).items())))
         return cls(candidate, document.get("valid", True), document.get("invalid_reason"), document.get("error"),
                    document.get("repeats") or [], document.get("duration_s") or 0.0, document.get("restart_s"),
-                   document.get("release_id"), resumed=True)
+                   document.get("release_id"), resumed=True, allreduce=document.get("allreduce"))
 
 
 @dataclass(frozen=True)
@@ -325,11 +308,11 @@ class Search(LeverAxes):
 
     def __init__(self, original_flags: dict, original_env: dict, axes, concurrency: int, topology: str | None,
                  measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS, drafters=(),
-                 choices: dict | None = None):
+                 choices: dict | None = None, order: list | None = None):
         self.flags, self.env = original_flags, original_env
         self.choices = choices or {}  # flag -> axes.Accepted: the values SGLang's resolution accepts
         self.drafters = list(drafters)
-        self.axes = [axis for axis in AXES if axis in axes]
+        self.axes = [axis for axis in (order or AXES) if axis in axes]  # order: discipline.axis_order
         self.concurrency, self.topology = concurrency, topology
         self.measure_fn = measure
         self.objective = objective
@@ -337,6 +320,7 @@ class Search(LeverAxes):
         self.results: dict[str, Measured] = {}
         self.baseline: Measured | None = None
         self.stopped: str | None = None
+        self.stopped_axis: str | None = None  # the axis the budget stopped in (discipline.unreached)
 
     def planned(self) -> int:
         """An upper bound of the candidates this search may measure (for the ETA)."""
@@ -347,7 +331,7 @@ class Search(LeverAxes):
             count += len(self.drafters)
         count += self.lever_count()
         if "graphs" in self.axes:
-            count += len(graph_candidates(self.flags, self.concurrency))
+            count += len(graph_candidates(self.flags, self.concurrency)) + len(graph_backend_candidates(self.choices))
         if "nccl" in self.axes:
             count += len(nccl_candidates(self.flags, self.env, self.topology))
         return count
@@ -366,7 +350,9 @@ class Search(LeverAxes):
             self.baseline = self.run_one(BASELINE)
             best = self.baseline
             for axis in self.axes:
+                self.stopped_axis = axis
                 best = getattr(self, f"axis_{axis}")(best)
+            self.stopped_axis = None
         except BudgetExhausted as why:
             self.stopped = str(why) or "budget exhausted"
         return choose(list(self.results.values()), self.baseline, self.objective, self.flags) if self.baseline \
@@ -436,7 +422,8 @@ class Search(LeverAxes):
         return self.clear_winner(best, drafter_candidates(self.flags, self.drafters))
 
     def axis_graphs(self, best: Measured) -> Measured:
-        return self.clear_winner(best, graph_candidates(self.flags, self.concurrency))
+        return self.clear_winner(best, graph_candidates(self.flags, self.concurrency)
+                                 + graph_backend_candidates(self.choices))
 
     def axis_nccl(self, best: Measured) -> Measured:
         return self.clear_winner(best, nccl_candidates(self.flags, self.env, self.topology))

@@ -209,17 +209,19 @@ def resolution_key(argv):
     return digest.hexdigest()[:32]
 
 
-def resolution(argv):
+def resolution(argv, fresh=False):
     """SGLang's whole resolution of argv in this interpreter; an acceptance is kept in the service's cache
-    directory under resolution_key (a refusal is always asked again)."""
+    directory under resolution_key (a refusal is always asked again). fresh: a rollback's preflight, which never
+    trusts an acceptance the service user's directory holds (security review 3, finding 6)."""
     import contextlib
     import io
 
     cache_dir = os.path.join(os.environ.get("SGLANG_CACHE_DIR") or "/nonexistent", "sglang-deploy-preflight")
     cached = os.path.join(cache_dir, resolution_key(argv) + ".json")
     try:
-        with open(cached) as handle:
-            return {**json.load(handle), "cached": True}
+        if not fresh:
+            with open(cached) as handle:
+                return {**json.load(handle), "cached": True}
     except (OSError, ValueError):
         pass
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
@@ -383,7 +385,7 @@ def triton_facts():
                 "cache_dir": os.environ.get("TRITON_CACHE_DIR")}
 
 
-def probe(gpus, argv=None, simulated=False, no_gpu=False, step_timeout=120.0):
+def probe(gpus, argv=None, simulated=False, no_gpu=False, step_timeout=120.0, fresh=False):
     """Everything the service would meet, as raw facts (diagnose() judges them)."""
     started = time.perf_counter()
     facts = {"uid": os.getuid(), "user": _name(pwd.getpwuid, os.getuid()),
@@ -396,7 +398,7 @@ def probe(gpus, argv=None, simulated=False, no_gpu=False, step_timeout=120.0):
     timings = {}
     if argv:
         at = time.perf_counter()
-        facts["resolution"] = resolution(argv)
+        facts["resolution"] = resolution(argv, fresh)
         timings["resolution"] = round(time.perf_counter() - at, 2)
     if not simulated:  # no libcuda on a simulated host
         facts["driver"] = cuda_driver_facts()
@@ -424,12 +426,14 @@ def main(argv=None):
     parser.add_argument("--simulated", action="store_true")
     parser.add_argument("--no-gpu", action="store_true", help="skip torch and Triton (the doctor's view)")
     parser.add_argument("--step-timeout", type=float, default=120.0, help="the two-process all-reduce's limit")
+    parser.add_argument("--fresh", action="store_true", help="resolve again, whatever the cache holds (a rollback)")
     args = parser.parse_args(argv)
     argv_list = None
     if args.argv_json:
         with open(args.argv_json) as handle:
             argv_list = json.load(handle)
-    print(json.dumps(probe(args.gpus, argv_list, args.simulated, args.no_gpu, args.step_timeout)), flush=True)
+    print(json.dumps(probe(args.gpus, argv_list, args.simulated, args.no_gpu, args.step_timeout, args.fresh)),
+          flush=True)
     return 0
 
 

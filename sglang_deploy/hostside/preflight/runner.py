@@ -199,7 +199,7 @@ def run(args):
     unit = f"sglang-deploy-preflight-{os.getpid()}"
     probe_argv = [args.python, "-I", os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py"),
                   "--gpus", str(args.gpus), "--step-timeout", str(args.step_timeout)]
-    probe_argv += ["--no-gpu"] * args.no_gpu
+    probe_argv += ["--no-gpu"] * args.no_gpu + ["--fresh"] * args.fresh
     if args.argv_json:
         probe_argv += ["--argv-json", args.argv_json]
     if args.simulated:
@@ -273,6 +273,7 @@ def main(argv=None):
     parser.add_argument("--container-id", default="<CTID>")
     parser.add_argument("--active", action="store_true", help="the installed unit (the active release), not --unit")
     parser.add_argument("--no-gpu", action="store_true", help="skip torch and Triton (the doctor's view)")
+    parser.add_argument("--fresh", action="store_true", help="no cached acceptance of the resolution (a rollback)")
     parser.add_argument("--quiet", action="store_true", help="no report on stdout (with --json)")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--step-timeout", type=float, default=120,

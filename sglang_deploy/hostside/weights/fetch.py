@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+from ..store import VENV_ROOT
 from . import manifest as weights_manifest
 from .manifest import (TOOL_DIR, WeightsError, human, is_verified, log, read_json, state_path, total_bytes,
                                verify, write_json)
@@ -192,6 +193,9 @@ def fetch(directory, manifest, repo, revision, python, endpoint=None, token_file
                or os.stat(os.path.join(staging, f["path"])).st_size != f["size"]]
     log(f"{repo}@{revision}: {len(missing)} of {len(manifest['files'])} files to fetch, {human(needed)} "
         f"({human(free)} free)")
+    if os.path.normpath(python).startswith(VENV_ROOT + "/"):  # root runs the downloader: never a release venv's
+        raise WeightsError(f"{python} is a release venv's python: the fetch runs as root, and a wheel's .pth file "
+                           "would run with it; host data hub_python names the hub client's or the system's")
     if missing and not os.access(python, os.X_OK):
         raise WeightsError(f"{python} (the python whose huggingface_hub downloads the weights) is not on this host; "
                            "host data hub_python names another, hub_wheelhouse installs a small venv for it")
