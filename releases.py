@@ -11,8 +11,9 @@ was rolled back); `fleet_summary=PATH` also writes it as JSON (rollout.py reads 
 import json
 from pathlib import Path
 
-from pyinfra import host, logger, state
+from pyinfra import host, logger
 
+from roles import fleet_summary
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
 from sglang_deploy.settings import ReleasesArgs
@@ -29,13 +30,8 @@ for problem in store.get("problems") or []:
 for line in listing(store):
     logger.info(f"    {line}")
 
-# The fleet summary, once every targeted host has been read (pyinfra runs this file once per host).
-rows = state.__dict__.setdefault("sglang_deploy_fleet_rows", {})
-rows[host.name] = host_summary(store)
-active = {h.name for h in state.inventory.get_active_hosts()}
-hosts = [h.name for h in state.inventory if h.name in active]  # in inventory order
-if set(hosts) <= set(rows):
-    ordered = {name: rows[name] for name in hosts}
+ordered = fleet_summary.add(host.name, host_summary(store))  # every targeted host's row, once all are read
+if ordered is not None:
     if len(ordered) > 1:
         logger.info(f"fleet summary ({len(ordered)} hosts):")
         for line in summary_lines(ordered):

@@ -22,7 +22,7 @@ from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside import documents
 from sglang_deploy.hostside.client import printable
-from sglang_deploy.hostside.documents import GateConfig, ReleaseMeta, Roofline
+from sglang_deploy.hostside.documents import DocumentError, GateConfig, ReleaseMeta, Roofline, SwitchOutcome
 from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
@@ -99,31 +99,32 @@ def _report(service):
 
     (The host program's own summary is shown by pyinfra only when the switch fails.)
     """
-    path = f"{STORE_ROOT}/{service}/{documents.LAST_SWITCH_FILE}"
+    path = f"{STORE_ROOT}/{service}/{SwitchOutcome.FILE}"
+    outcome, problem = None, f"{path} could not be read"
     for _ in range(3):  # one SSH round trip; a busy host may drop one
         ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
         try:
-            document = json.loads(output.stdout) if ok else None
-        except ValueError:
-            document = None
-        if document is not None:
+            outcome = SwitchOutcome.loads(output.stdout, path) if ok else None
+        except DocumentError as error:
+            problem = str(error)
+        if outcome is not None:
             break
     else:
-        host.log(f"the switch succeeded, but its report {path} could not be read: see releases.py", logger.warning)
+        host.log(f"the switch succeeded, but its report {problem}: see releases.py", logger.warning)
         return
-    saved = save_result(host.name, document)
-    ready = document["readiness"]
-    if document.get("auth_change"):
-        host.log(printable(document["auth_change"]), logger.warning)
-    if document.get("forensics"):  # a rollback: what the service user wrote is kept there (hostside/forensics.py)
-        host.log(printable(f"what the service user wrote was moved aside for forensics: {document['forensics']}"),
+    saved = save_result(host.name, outcome.to_dict())
+    if outcome.auth_change:
+        host.log(printable(outcome.auth_change), logger.warning)
+    if outcome.forensics:  # a rollback: what the service user wrote is kept there (hostside/forensics.py)
+        host.log(printable(f"what the service user wrote was moved aside for forensics: {outcome.forensics}"),
                  logger.warning)
-    host.log(printable(f"release {document['release']} is active ({document.get('verdict') or 'unverified'}); ready "
-                       f"after {ready['elapsed_s']} s; result saved to {saved}"), logger.info)
-    if document.get("gate"):
-        if document["gate"].get("simulated"):
+    elapsed = outcome.readiness.elapsed_s if outcome.readiness else "?"
+    host.log(printable(f"release {outcome.release} is active ({outcome.verdict or 'unverified'}); ready "
+                       f"after {elapsed} s; result saved to {saved}"), logger.info)
+    if outcome.gate:
+        if outcome.gate.simulated:
             host.log("the gate measured a SIMULATED server (sglang_deploy.sim)", logger.warning)
-        for line in gate_table(document["gate"]).splitlines():
+        for line in gate_table(outcome.gate).splitlines():
             logger.info(f"    {line}")
 
 

@@ -111,7 +111,11 @@ def refuse(plan: Plan, facts: dict, snaps: Snapshots) -> None:
     """What the host reports that stops the deploy before any change (plan.refusals)."""
     needs_hub_client = bool(fetched(snaps, facts)) and not any(
         status and status["hub_client"] for status in (facts["weights"], facts["draft"]))
-    refused = refusals(plan, facts, host_settings(), needs_hub_client=needs_hub_client)
+    stop(refusals(plan, facts, host_settings(), needs_hub_client=needs_hub_client))
+
+
+def stop(refused: list[str]) -> None:
+    """The one way a verb stops before any change (the deploy's refusals, the rollback's): each reason on a line."""
     if refused:
         raise DeployError(f"{host.name}: {NOTHING_CHANGED}\n" + "\n".join(refused))
 
@@ -189,19 +193,43 @@ def decide(plan: Plan, facts: dict, restart_needed: bool) -> Decision:
 def preflight(plan: Plan, decision: Decision) -> None:
     """Can this release's server start here? Asked before the store or the running server changes, for a release
     that would switch, and in provision_mode=verify for the active one too."""
-    settings = host_settings()
-    if not (decision.switch or settings.provision_mode == "verify"):
+    if not (decision.switch or host_settings().provision_mode == "verify"):
         return
     if of(DeployArgs).skip_preflight:
         logger.warning(f"[{host.name}] skip_preflight: the release is switched to WITHOUT its preflight (recorded)")
         return
-    resolved = (plan.resolution or {}).get("resolved")
-    release.preflight(service=plan.profile.service.name, release_id=decision.release_id, unit=plan.rendered.unit,
-                      env=plan.rendered.env, simulated=plan.simulated,
-                      gpus=release.preflight_gpus(resolved, plan.node.nnodes if plan.node is not None else 1),
-                      interpreter=release.preflight_interpreter(plan.simulated, venv_path(plan.profile)),
-                      exec_start=plan.rendered.exec_start, resolved=resolved, container_id=settings.container_id,
-                      resolve=settings.preflight_stack)
+    check_release(Candidate(service=plan.profile.service.name, release_id=decision.release_id,
+                            unit=plan.rendered.unit, env=plan.rendered.env, simulated=plan.simulated,
+                            venv=venv_path(plan.profile), exec_start=plan.rendered.exec_start,
+                            resolved=(plan.resolution or {}).get("resolved"),
+                            nnodes=plan.node.nnodes if plan.node is not None else 1))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A release about to be started, as its preflight sees it: the deploy's (from the plan) or a rollback's target
+    (from its meta.json and files on the host, roles/rollback_stages.py)."""
+    service: str
+    release_id: str
+    unit: str
+    env: str
+    simulated: bool
+    venv: str
+    exec_start: list
+    resolved: dict | None  # SGLang's resolution of its command line (resolved.json)
+    nnodes: int
+
+
+def check_release(candidate: Candidate, fresh: bool = False) -> None:
+    """The preflight of a release before its restart (roles/release.preflight), for every verb that starts one.
+    fresh: resolve again, trusting no acceptance cached in the service user's directory (a rollback)."""
+    settings = host_settings()
+    release.preflight(service=candidate.service, release_id=candidate.release_id, unit=candidate.unit,
+                      env=candidate.env, simulated=candidate.simulated,
+                      gpus=release.preflight_gpus(candidate.resolved, candidate.nnodes),
+                      interpreter=release.preflight_interpreter(candidate.simulated, candidate.venv),
+                      exec_start=candidate.exec_start, resolved=candidate.resolved,
+                      container_id=settings.container_id, resolve=settings.preflight_stack, fresh=fresh)
 
 
 def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:

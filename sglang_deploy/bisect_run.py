@@ -50,6 +50,16 @@ class Bisect(HostSession):
         except ValueError:
             return None
 
+    def gate_result(self, release: str):
+        """The release's GateResult, or None when it has none (or one that cannot be read: said, not fatal)."""
+        found = self.read_host_json(release, documents.GateResult.FILE)
+        try:
+            return documents.GateResult.from_dict(found, f"release {release}'s {documents.GateResult.FILE}") \
+                if found is not None else None
+        except documents.DocumentError as error:
+            self.say(f"its gate result is not read: {error}")
+            return None
+
     def run(self) -> dict:
         self.prepare(lambda: setattr(self, "settings", settings_from(self.data, self.profile)))
         if self.release == self.active:
@@ -67,14 +77,14 @@ class Bisect(HostSession):
                                                                    refused_profile)
         except bisect_release.BisectError as error:
             raise TuneError(str(error)) from None
-        gate = self.read_host_json(self.release, documents.GATE_RESULT_FILE) or {}
+        gate = self.gate_result(self.release)
         self.say(f"bisect: release {self.release} against the active release {self.active} ({self.profile.source}); "
-                 + (f"its gate: {gate.get('verdict')}" + (f" against baseline {gate.get('baseline_release')}"
-                                                          if gate.get("baseline_release") else "")
-                    + "".join(f"\n    gate: {reason}" for reason in (gate.get("reasons") or [])[:4])
+                 + (f"its gate: {gate.verdict}" + (f" against baseline {gate.baseline_release}"
+                                                   if gate.baseline_release else "")
+                    + "".join(f"\n    gate: {reason}" for reason in gate.reasons[:4])
                     if gate else "it has no gate result"))
-        if gate.get("baseline_release") and gate["baseline_release"] != self.active:
-            self.say(f"note: its gate compared it with {gate['baseline_release']}, not the active {self.active}")
+        if gate and gate.baseline_release and gate.baseline_release != self.active:
+            self.say(f"note: its gate compared it with {gate.baseline_release}, not the active {self.active}")
         self.say(f"{len(self.differences)} difference(s): " + "; ".join(
             d.text() + (f" [not measured alone: {d.why_not}]" if d.why_not else "") for d in self.differences)
             + (f"; ignored (not the server): {', '.join(ignored)}" if ignored else ""))

@@ -1,4 +1,4 @@
-"""The `sglang-deploy` command: checks that need no host."""
+"""The `sglang-deploy` command: checks that need no host, and the fleet's rollout (rollout.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from .gpu_facts import DEFAULT_MODEL, KNOWN, GpuFactsError, from_host_gpus, mode
 from .hostfacts import detected_hardware
 from .plan import PlanError, reconcile_hardware
 from .profile import ProfileError, load_profile
+from .rollout import add_parser as add_rollout
 from .validate import TOPOLOGIES, check_profile
 from .validator_env import ValidatorEnvError
 
@@ -208,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     proxmox.add_argument("--container-id", type=int, help="the CT id (for the file name and pct commands)")
     proxmox.add_argument("--gpus", type=int, help="the GPUs to pass through (default: the facts' GPU count)")
     proxmox.set_defaults(func=cmd_proxmox_config)
+    add_rollout(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -219,7 +219,6 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
     the unit (host_problems), a simulated host the inventory does not call simulated or the reverse, another
     deploy holding the store's lock, and a hub_wheelhouse that holds no wheels when the hub client must be
     installed from it. Empty when the deploy may go on."""
-    from .hostside.documents import LockInfo
     from .layout import SIMULATED_MARKER
 
     refused = host_problems(plan, facts["account"], facts["units"], ssh_user=settings.ssh_user)
@@ -230,7 +229,13 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
     if needs_hub_client and wheelhouse and not any(Path(wheelhouse).glob("*.whl")):
         refused.append(f"{origin(settings, 'hub_wheelhouse')}: hub_wheelhouse: {wheelhouse!r} is not a directory of "
                        "wheels (huggingface_hub and its dependencies: pip download huggingface_hub==1.33.0 -d DIR)")
-    holder = facts["store"]["lock"]
-    if holder:
-        refused.append(LockInfo.from_dict(holder, "the store's lock holder").refusal())
-    return refused
+    return refused + lock_refusal(facts["store"])
+
+
+def lock_refusal(store: dict) -> list[str]:
+    """The refusal of any change (a deploy, a rollback) while another holds the store's lock: one sentence
+    (hostside/documents.LockInfo.refusal), or none. store: the ReleaseStore fact (hostside/store.py state)."""
+    from .hostside.documents import LockInfo
+
+    holder = store["lock"]
+    return [LockInfo.from_dict(holder, "the store's lock holder").refusal()] if holder else []

@@ -1,18 +1,29 @@
-"""The rollout's driver (rollout.py): each batch one `pyinfra INVENTORY deploy.py --limit HOST ...` run, the fleet's
-release stores read before and after through `pyinfra releases.py` (read-only), each host's outcome from that JSON
-(fleet.host_change), and the log.
+"""`sglang-deploy rollout` (and `python rollout.py`): roll a deploy out over a fleet, the canary first, then the rest
+in batches; stop at the first failed batch.
+
+Each batch is one `pyinfra INVENTORY deploy.py --limit HOST ...` run: pyinfra deploys the batch's hosts in
+parallel, and on each host the switch restarts, checks readiness and runs the gate against that host's own
+baseline (its last release that passed a gate), rolling that host back by itself when the gate fails. A batch
+passes when every host in it ends on the new release (or already ran it); otherwise (more than
+--fail-percent of the batch failed) the rollout stops there and the later batches' hosts are not touched: no
+connection that changes anything, no restart. The fleet's release stores are read before and after (pyinfra
+releases.py, read-only) to say what happened to each host (fleet.host_change), ending with the fleet summary.
+Exit 0 when every batch passed, 1 when the rollout stopped, 2 on a usage error.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
-from .fleet import host_change, summary_lines
+from .fleet import FleetError, HostChange, host_change, inventory_groups, plan_batches, summary_lines
 from .settings_types import TRUE
 
 REPO = Path(__file__).resolve().parent.parent
@@ -73,6 +84,9 @@ def run_batch(inventory: Path, batch: list[str], data: list[str], work: Path, in
     failed = []
     for host in batch:
         change = host_change(before.get(host), after.get(host))
+        if change.outcome == "untouched" and code == 0:  # deployed, and nothing to change: its release stays
+            change = HostChange("unchanged", f"unchanged: {(after[host].get('active') or {}).get('id')} stayed "
+                                             "active (nothing to deploy)")
         failed += [] if change.passed else [host]
         log(f"  {host}: {change}")
     if code != 0 and not failed:  # pyinfra failed before any switch (validation, connection, lock)
@@ -108,9 +122,9 @@ def roll_out(inventory: Path, label: str, batches: list[list[str]], data: list[s
             break
     remaining = [h for batch in batches[(stopped_at + 1 if stopped_at is not None else len(batches)):] for h in batch]
     final = read_summary(inventory, hosts, data, work, "final")
-    if remaining:
+    if stopped_at is not None:
         log(f"rollout STOPPED at {'the canary' if stopped_at == 0 else f'batch {stopped_at}'}; "
-            f"{len(remaining)} host(s) not deployed:")
+            f"{len(remaining)} host(s) not deployed" + (":" if remaining else ""))
         for host in remaining:
             log(f"  {host}: {host_change(before.get(host), final.get(host))}")
     else:
@@ -119,3 +133,39 @@ def roll_out(inventory: Path, label: str, batches: list[list[str]], data: list[s
     for line in summary_lines(final):
         log(f"  {line}")
     return 1 if remaining or stopped_at is not None else 0
+
+
+def add_parser(sub) -> None:
+    """The `rollout` subcommand of sglang-deploy (cli.py)."""
+    what = "deploy over a fleet: the canary group first, then the rest in batches; stop at the first failed batch"
+    parser = sub.add_parser("rollout", help=what, description=what[0].upper() + what[1:] + ".", allow_abbrev=False)
+    parser.add_argument("inventory", type=Path, help="a pyinfra inventory with the canary and fleet groups")
+    parser.add_argument("--batch-size", default="1", help="hosts per batch after the canary: a count or a share (25%%)")
+    parser.add_argument("--canary-group", default="canary")
+    parser.add_argument("--fleet-group", default="fleet")
+    parser.add_argument("--fail-percent", type=float, default=0.0,
+                        help="share of a batch's hosts that may fail without stopping the rollout (default 0)")
+    parser.add_argument("--data", action="append", default=[], metavar="KEY=VALUE", help="passed to pyinfra")
+    parser.add_argument("--log", type=Path, default=None, help="also append the rollout log to this file")
+    parser.set_defaults(func=cmd_rollout)
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    for item in args.data:
+        if "=" not in item:
+            print(f"sglang-deploy rollout: error: --data {item!r}: expected key=value", file=sys.stderr)
+            return 2
+    if not (REPO / "deploy.py").is_file():
+        print(f"sglang-deploy rollout: error: {REPO} holds no deploy.py: run it from a checkout of sglang-deploy",
+              file=sys.stderr)
+        return 2
+    inventory = args.inventory.resolve()
+    try:
+        everyone, groups = inventory_groups(inventory)
+        batches = plan_batches(groups, everyone, args.canary_group, args.fleet_group, args.batch_size)
+    except FleetError as error:
+        print(f"sglang-deploy rollout: error: {error}", file=sys.stderr)
+        return 2
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    work = Path(tempfile.mkdtemp(prefix=f"rollout-{stamp}-", dir=os.environ.get("TMPDIR")))
+    return roll_out(inventory, str(args.inventory), batches, args.data, args.fail_percent, work, Log(args.log))

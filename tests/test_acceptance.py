@@ -8,6 +8,7 @@ import threading
 import pytest
 
 from sglang_deploy.hostside import acceptance, gate
+from sglang_deploy.hostside.documents import GateResult
 from sglang_deploy.sim import hardware
 from sglang_deploy.sim.engine import Engine
 
@@ -39,8 +40,8 @@ def test_the_gate_table_shows_acceptance_per_position_and_class():
     summary = acceptance.summary(samples)
     assert summary["all"]["histogram"] == [10, 10, 80, 15, 85]
     assert summary["prose"]["drop"]["position"] == 3 and summary["code"]["drop"] is None
-    result = {"verdict": "pass", "reasons": [], "inconclusive": [], "rows": [],
-              "measurement": {"acceptance": summary}}
+    result = GateResult(verdict="pass", reasons=[], inconclusive=[], rows=[], config_problems=[],
+                        measurement={"acceptance": summary})
     text = gate.table(result)
     assert "acceptance per draft position (prose, 100 verify steps): 1: 90% 2: 80% 3: 10% 4:  5%" in text
     assert "DROP at draft position 3 (prose): accepted in 12 % of the 80 verify steps" in text

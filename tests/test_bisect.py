@@ -273,3 +273,23 @@ def test_each_difference_is_measured_alone_on_top_of_the_good_release(tmp_path, 
     assert [c["difference"] for c in verdict["culprits"]] == ["same-as-refused"]
     assert "fails alone: invalid ([cuda-graphs-on]" in verdict["text"]
     assert "not reached (budget)" in bisect_release.table(good, refused, alone, OBJECTIVE)
+
+
+def test_the_refused_releases_gate_result_is_read_typed(tmp_path):
+    """Its gate-result.json through documents.GateResult: a readable one by its fields, a renamed field said and
+    left out (not read as "no reasons"), none as none."""
+    from sglang_deploy.bisect_run import Bisect
+
+    said = []
+    result = {"verdict": "fail", "reasons": ["slower"], "inconclusive": [], "rows": [], "config_problems": [],
+              "baseline_release": "0001-aaaaaaaa"}
+    for stored, verdict in ((result, "fail"), ({**result, "reasonz": []}, None), (None, None)):
+        store = FakeStore("x")
+        store.run = lambda command, stored=stored: (stored is not None, json.dumps(stored), "")
+        bisect = Bisect("host", {}, store, said.append, "0002-bbbbbbbb", results_dir=tmp_path)
+        bisect.service = "sglang"  # what prepare() reads from the profile
+        gate = bisect.gate_result("0002-bbbbbbbb")
+        assert (gate.verdict if gate else None) == verdict
+    assert said == ["its gate result is not read: release 0002-bbbbbbbb's gate-result.json: unknown field 'reasonz' "
+                    "(GateResult has: baseline, baseline_release, comparison, config_problems, duration_s, "
+                    "inconclusive, measurement, output, reasons, rows, simulated, verdict)"]

@@ -64,6 +64,13 @@ def without(data, key):
     (ReleaseMeta, without(META, "content_hash"), "meta.json: required field 'content_hash' is missing"),
     (ReleaseMeta, {**META, "verdcit": "good"}, "meta.json: unknown field 'verdcit'"),
     (ReleaseMeta, {**META, "history": {}}, "meta.json: field 'history' is {}; accepted: list"),
+    (ReleaseMeta, {**META, "node": {"rank": 1, "nnodes": 2}}, "meta.json node: required field 'dist_init_addr'"),
+    (ReleaseMeta, {**META, "node": {"rank": "1", "nnodes": 2, "dist_init_addr": "10.0.0.1:50000"}},
+     "meta.json node: field 'rank' is '1'; accepted: int"),
+    (ReleaseMeta, {**META, "gate": {"verdict": "pass", "at": "t"}},
+     "meta.json gate: required field 'summary' is missing"),
+    (ReleaseMeta, {**META, "gate": {"verdict": "pass", "summary": "pass", "at": "t", "baseline_release": None}},
+     "meta.json gate: unknown field 'baseline_release'"),
     (StoreState, {"active": None, "lastgood": "0001-aaaaaaaa"}, "state.json: unknown field 'lastgood'"),
     (StoreState, {"auto_rollbacks_in_row": "2"}, "state.json: field 'auto_rollbacks_in_row' is '2'; accepted: int"),
 ])
@@ -87,6 +94,9 @@ def test_releases_already_on_hosts_read_with_the_safe_defaults():
     assert (meta.auth, meta.weights, meta.draft, meta.offered_drafts, meta.serves_http, meta.history) == (
         None, None, None, [], True, [])
     assert store_module.release_auth(meta) == "none"  # no --config on its command line
+    gated = ReleaseMeta.from_dict({**first, "gate": {"verdict": "pass", "summary": "pass 50.0 tok/s", "at": "t",
+                                                     "simulated": False}})  # the first gate wrote no baseline
+    assert (gated.gate.verdict, gated.gate.baseline) == ("pass", None)
     assert StoreState.from_dict({"active": "0001-aaaaaaaa"}) == StoreState(active="0001-aaaaaaaa", last_good=None,
                                                                           auto_rollbacks_in_row=0, switching=None)
 
@@ -125,3 +135,82 @@ def test_the_lock_refusal_is_one_sentence_for_the_switch_the_deploy_and_the_roll
                                f"since {holder.since})"
     assert store_module.lock_holder(store) is None  # released: lock.json is gone
     assert LockInfo.from_dict(holder.to_dict()) == holder  # as the controller reads it from the state command
+
+
+READY = {"ready": True, "stage": "generate", "elapsed_s": 12.5, "auth": "api-key"}
+GATE = {"verdict": "pass", "reasons": [], "inconclusive": [], "rows": [], "config_problems": [],
+        "measurement": {"decode_tok_s": {"median": 50.0}}, "simulated": True, "duration_s": 3.2}
+OUTCOME = {"release": "0002-bbbbbbbb", "ok": True, "exit_code": 0, "finished": "2026-12-02T09:00:00+00:00",
+           "previous": "0001-aaaaaaaa", "reason": "deploy", "readiness": READY, "auth": "api-key", "gate": GATE,
+           "active": "0002-bbbbbbbb", "verdict": "good"}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({**OUTCOME, "rolled_back_too": None}, "last_switch.json: unknown field 'rolled_back_too'"),
+    (without(OUTCOME, "exit_code"), "last_switch.json: required field 'exit_code' is missing"),
+    ({**OUTCOME, "readiness": without(READY, "stage")}, "last_switch.json readiness: required field 'stage'"),
+    ({**OUTCOME, "readiness": {**READY, "elapsed": 1}}, "last_switch.json readiness: unknown field 'elapsed'"),
+    ({**OUTCOME, "gate": {**GATE, "verdcit": "pass"}}, "last_switch.json gate: unknown field 'verdcit'"),
+    ({**OUTCOME, "gate": without(GATE, "reasons")}, "last_switch.json gate: required field 'reasons' is missing"),
+    ({**OUTCOME, "ok": "yes"}, "last_switch.json: field 'ok' is 'yes'; accepted: bool"),
+])
+def test_the_switch_outcome_reader_names_the_field(data, message):
+    from sglang_deploy.hostside.documents import SwitchOutcome
+
+    with pytest.raises(DocumentError) as error:
+        SwitchOutcome.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_the_gate_writes_exactly_the_results_fields(monkeypatch):
+    """evaluate (the verdict), gate.run (the checks) and switch.run_gate (the baseline) spell the fields GateResult
+    holds: a key renamed in one of them fails here (and, strict, when the gate writes it), never as a baseline
+    the next gate reads as None."""
+    from sglang_deploy.hostside import gate
+    from sglang_deploy.hostside.documents import GateResult
+
+    evaluated = gate.evaluate({"decode_tok_s": {"median": 50.0}}, GateSettings.from_dict(SETTINGS))
+    added = {"measurement", "output", "config_problems", "simulated", "duration_s"}  # gate.run
+    assert set(evaluated) | added | {"baseline_release", "baseline"} == GateResult.field_names()
+    result = GateResult.from_dict({**evaluated, "config_problems": []})
+    assert GateResult.loads(result.dump()) == result and result.passed
+
+    def unreadable(*args, **kwargs):
+        raise OSError("connection refused")
+
+    monkeypatch.setattr(gate, "get_json", unreadable)  # gate.run's own fields, on its shortest path
+    config = GateConfig.from_dict({"settings": SETTINGS, "expect": EXPECT})
+    result = gate.run("http://127.0.0.1:1", "/nonexistent", None, 1, True, "", config, None, {})
+    assert (result.verdict, result.config_problems) == ("fail", ["could not read /server_info: connection refused"])
+
+
+def test_the_switch_writes_its_outcome_typed_and_refuses_a_misspelt_field(tmp_path, monkeypatch):
+    from sglang_deploy.hostside import switch
+    from sglang_deploy.hostside.documents import SwitchOutcome
+
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    store = store_module.Store("sglang")
+    gate = switch.GateResult.from_dict(GATE)
+    assert switch.finish(store, {**without(without(OUTCOME, "exit_code"), "finished"), "gate": gate}, 0) == 0
+    outcome = SwitchOutcome.load(store.root)
+    assert (outcome.readiness.elapsed_s, outcome.gate.measurement, outcome.rolled_back_to) == (12.5, GATE["measurement"],
+                                                                                              None)
+    assert "release 0002-bbbbbbbb is active (good; ready after 12.5 s" in switch.describe(outcome)
+    with pytest.raises(DocumentError, match="the switch's outcome: unknown field 'rolled_back_too'"):
+        switch.finish(store, {"release": "0002-bbbbbbbb", "ok": False, "rolled_back_too": None}, 1)
+
+
+def test_gate_results_and_outcomes_already_on_hosts_read():
+    """A gate-result.json as the first gate wrote it (no format, no output check, no baseline) and a refused switch's
+    last_switch.json (no readiness): the fields added since read as their safe defaults."""
+    from sglang_deploy.hostside.documents import GateResult, SwitchOutcome
+
+    first = {key: GATE[key] for key in ("verdict", "reasons", "inconclusive", "rows", "config_problems",
+                                        "measurement", "simulated", "duration_s")}
+    result = GateResult.from_dict({**first, "comparison": None})
+    assert (result.output, result.baseline_release, result.baseline) == (None, None, None)
+    refused = SwitchOutcome.from_dict({"release": "0002-bbbbbbbb", "ok": False, "error": "3 automatic rollbacks",
+                                       "exit_code": 2, "finished": "2026-11-30T10:00:00+00:00"})
+    assert (refused.readiness, refused.gate) == (None, None)
+    from sglang_deploy.hostside import switch
+    assert switch.describe(refused) == "switch refused: 3 automatic rollbacks"

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import INCIDENT, PROVEN, release_meta
 from sglang_deploy.gate import expectations, gate_config
-from sglang_deploy.hostside.documents import GateExpect, GateSettings
+from sglang_deploy.hostside.documents import GateExpect, GateResult, GateSettings
 from sglang_deploy.hostside.gate import config_problems, evaluate, ratio_interval, table
 from sglang_deploy.hostside.switch import choose_baseline
 from sglang_deploy.plan import plan_for_host
@@ -38,6 +38,11 @@ def measurement(rates, taus=None, errors=()):
 BASE = [49.0, 55.0, 52.0, 49.5, 54.5]  # per-prompt differences are deterministic
 
 
+def table_of(result, **fields):
+    """The table of evaluate's result as the gate writes it (a GateResult, with no config problems)."""
+    return table(GateResult.from_dict({**result, "config_problems": [], **fields}))
+
+
 def test_pass_on_floors_without_baseline():
     result = evaluate(measurement(BASE), SETTINGS)
     assert result["verdict"] == "pass" and result["comparison"] is None
@@ -48,7 +53,7 @@ def test_incident_fails_on_both_floors():
                       baseline=measurement(BASE))
     assert result["verdict"] == "fail"
     assert any("below the floor 45" in r for r in result["reasons"]) and any("2.8" in r for r in result["reasons"])
-    assert "GATE FAIL" in table(result)
+    assert "GATE FAIL" in table_of(result)
 
 
 def test_ten_percent_regression_fails_although_above_the_floor():
@@ -84,7 +89,7 @@ def test_a_faster_release_passes_although_its_speedup_differs_by_prompt():
     assert result["verdict"] == "pass", result
     assert comparison["high"] - comparison["low"] > 0.2  # wide, yet all of it on the fast side of 0.95
     assert comparison["low"] > 1.0 and comparison["change_pct"] == pytest.approx(32, abs=3)
-    text = table(result)
+    text = table_of(result)
     assert "% faster than the baseline" in text and "GATE PASS" in text
 
 
@@ -119,7 +124,8 @@ def test_false_fail_rate_at_the_threshold_is_at_most_five_percent():
 
 
 def gated(verdict, at="2025-01-01T00:00:00+00:00"):
-    return release_meta(verdict="good" if verdict == "pass" else "bad", gate={"verdict": verdict, "at": at})
+    return release_meta(verdict="good" if verdict == "pass" else "bad", gate={"verdict": verdict, "at": at,
+                                                                                         "summary": verdict})
 
 
 def test_a_release_forced_good_by_skip_gate_is_no_baseline():
@@ -151,8 +157,8 @@ def test_the_last_good_release_is_the_baseline_when_it_passed():
 
 def test_the_table_names_the_baseline():
     result = evaluate(measurement(BASE), SETTINGS)
-    result["baseline"] = {"release": None, "note": "no passed baseline: no other release on this host has passed"}
-    assert "baseline: no passed baseline" in table(result)
+    assert "baseline: no passed baseline" in table_of(result, baseline={
+        "release": None, "note": "no passed baseline: no other release on this host has passed"})
 
 
 def test_request_errors_are_inconclusive():

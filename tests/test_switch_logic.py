@@ -63,7 +63,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
             {"at": f"2026-12-01T0{number}:00:00+00:00", "event": "activated"}]))
     # The new release ran on this rank (marked good once its process ran); rank 0 then failed its gate.
     store.save_state(StoreState(active="0003-cccccccc", last_good="0003-cccccccc", auto_rollbacks_in_row=0))
-    monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "elapsed_s": 1.0})
+    monkeypatch.setattr(switch, "activate", lambda *a, **k: {"ready": True, "stage": "generate", "elapsed_s": 1.0})
     moved = []  # following rank 0 back is a rollback: what the service user wrote is moved aside (test_forensics...)
     monkeypatch.setattr(switch.forensics, "before_start", lambda *a: moved.append(a[1:]) or None)
     args = types.SimpleNamespace(release="0002-bbbbbbbb", reason="rollback (rank 0 failed)", auto_rollback=False,
@@ -168,19 +168,22 @@ def test_the_automatic_rollback_moves_aside_before_the_good_release_starts(store
     monkeypatch.setattr(switch.forensics, "systemctl", lambda *a: calls.append(("systemctl",) + a))
     monkeypatch.setattr(switch, "activate", lambda *a: calls.append(("activate", a[1], a[3],
                                                                      (root / "var/lib/sglang").exists()))
-                        or {"ready": True, "elapsed_s": 1.0})
+                        or {"ready": True, "stage": "generate", "elapsed_s": 1.0})
     state = StoreState(active="0002-bbbbbbbb", last_good="0001-aaaaaaaa", auto_rollbacks_in_row=0)
     args = types.SimpleNamespace(release="0002-bbbbbbbb", auto_rollback=True, probe_url="http://127.0.0.1:1",
                                  rollback_timeout=10, rollback_timeout_given=False, timeout=10, settle=0)
     code = switch.fail_and_roll_back(store, state, store.meta("0002-bbbbbbbb"), {
-        "release": "0002-bbbbbbbb", "readiness": {"ready": True, "elapsed_s": 1}, "gate": {}}, args, "gate fail: x")
+        "release": "0002-bbbbbbbb", "readiness": {"ready": True, "stage": "generate", "elapsed_s": 1},
+        "gate": switch.GateResult(verdict="fail", reasons=["x"], inconclusive=[], rows=[], config_problems=[])},
+        args, "gate fail: x")
     assert code == switch.EXIT_FAILED_ROLLED_BACK
     assert calls == [("systemctl", "stop", "sglang.service"),
                      ("activate", "0001-aaaaaaaa", switch.forensics.COLD_START_TIMEOUT_S, False)]
     document = json.loads(open(f"{store.root}/last_switch.json").read())
     assert document["forensics"].startswith(f"{store.root}/forensics/") and document["forensics"].endswith(
         "-auto-rollback")
-    assert f"moved aside for forensics: {document['forensics']}" in switch.describe(document)
+    outcome = switch.SwitchOutcome.load(store.root)
+    assert f"moved aside for forensics: {document['forensics']}" in switch.describe(outcome)
 
 
 def test_a_manual_rollback_moves_aside_what_the_left_release_wrote(store, service_dirs, monkeypatch):
@@ -190,7 +193,7 @@ def test_a_manual_rollback_moves_aside_what_the_left_release_wrote(store, servic
     store.save_state(StoreState(active="0002-bbbbbbbb", last_good="0001-aaaaaaaa", auto_rollbacks_in_row=0))
     monkeypatch.setattr(switch.forensics, "systemctl", lambda *a: None)
     monkeypatch.setattr(switch.weights_manifest, "release_problem", lambda meta: None)
-    monkeypatch.setattr(switch, "activate", lambda *a: {"ready": True, "elapsed_s": 1.0})
+    monkeypatch.setattr(switch, "activate", lambda *a: {"ready": True, "stage": "generate", "elapsed_s": 1.0})
     args = types.SimpleNamespace(release="0001-aaaaaaaa", reason="rollback", auto_rollback=True,
                                  max_auto_rollbacks=3, force=True, probe_url="http://127.0.0.1:1", timeout=10,
                                  settle=0, gate=False, mark_good_on_ready=False, mark_previous_bad=False,

@@ -143,7 +143,8 @@ def fake_release(tmp_path, monkeypatch, config=None, measurement=None):
     store = store_module.Store("sglang")
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
-    (directory / "meta.json").write_text(release_meta(probe_url="http://127.0.0.1:1", gate={"verdict": "pass"}).dump())
+    (directory / "meta.json").write_text(release_meta(probe_url="http://127.0.0.1:1", gate={
+        "verdict": "pass", "summary": "pass", "at": "2026-11-01T00:00:00+00:00"}).dump())
     (directory / "gate-config.json").write_text((config or gate_document(min_accept_length=2.8,
                                                                          min_decode_tok_s=45)).dump())
     store.save_state(StoreState(active="0001-aaaaaaaa"))

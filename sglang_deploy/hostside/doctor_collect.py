@@ -17,7 +17,7 @@ import sys
 
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
-from .documents import GATE_RESULT_FILE, RESOLVED_FILE, TUNE_RESULTS_FILE, DocumentError, GateConfig
+from .documents import RESOLVED_FILE, TUNE_RESULTS_FILE, DocumentError, GateConfig, GateResult
 from .listener import foreign_listener, guard_unit
 from .service import service_status
 from .store import Store, service_name
@@ -114,8 +114,14 @@ def main():
     report = {"active": active, "errors": []}
     meta = store.meta(active) if active else None
     report["meta"] = meta.to_dict() if meta else {}
-    gate_result = store.read(os.path.join(store.release_dir(active), GATE_RESULT_FILE)) if active else None
-    report["gate"] = (json.loads(gate_result).get("measurement") if gate_result else None)
+    report["gate"] = None
+    if active:
+        try:
+            report["gate"] = GateResult.load(store.release_dir(active)).measurement
+        except FileNotFoundError:  # no gate ran for it
+            pass
+        except (OSError, DocumentError) as error:  # reported; the doctor measures on its own below
+            report["errors"].append(str(error))
     probe_url = meta.probe_url if meta else "http://127.0.0.1:30000"
     stranger = foreign_listener(args.service, probe_url) if meta else None
     if stranger:

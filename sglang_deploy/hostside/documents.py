@@ -27,12 +27,10 @@ from typing import ClassVar
 # The files of a release (releases/<id>/) and of the service's store root that are not typed below: named once.
 PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
 RESOLVED_FILE = "resolved.json"  # SGLang's own resolution of the unit's command line (sglang_deploy.resolution)
-GATE_RESULT_FILE = "gate-result.json"  # the gate's measurement and verdict (hostside/switch.run_gate)
 DOCTOR_FILE = "doctor.json"  # the doctor's report for the active release (doctor.py)
 TUNE_RESULTS_FILE = "tune-results.json"  # the tune's table of candidates (tune.py)
 WATCH_HISTORY_FILE = "watch.jsonl"  # the perf watch's measurements (hostside/watch.py)
 PACKAGES_FILE = "packages.json"  # the venv's packages and their hashes, copied in at stage time
-LAST_SWITCH_FILE = "last_switch.json"  # the last switch's outcome, redacted (store root)
 
 _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,),
           "None": (type(None),)}
@@ -155,6 +153,25 @@ class GateConfig(Document):
     expect: GateExpect
 
 
+@dataclass(frozen=True)
+class GateMark(Document):
+    """The last gate's verdict in a release's meta.json (switch.switch_locked): what the baseline choice, the
+    release list and the perf watch read; the whole result is the release's gate-result.json (GateResult)."""
+    verdict: str  # pass, fail, inconclusive
+    summary: str  # "pass 50.1 tok/s tau 2.91"
+    at: str  # when it was measured
+    simulated: bool | None = None  # measured a simulated server; None: the gate could not run
+    baseline: str | None = None  # the release compared with; None: none (and releases from before 2026-12-01)
+
+
+@dataclass(frozen=True)
+class NodeMark(Document):
+    """A multi-node server's release in meta.json: this host's place in it (release_plan.build_meta)."""
+    rank: int  # 0 serves HTTP; the others join it
+    nnodes: int
+    dist_init_addr: str  # rank 0's rendezvous, host:port
+
+
 # --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) -------------
 
 @dataclass(frozen=True)
@@ -182,12 +199,12 @@ class ReleaseMeta(Document):
     offered_drafts: list = field(default_factory=list)
     waivers: dict = field(default_factory=dict)
     preflight: str | None = None  # "passed", "skipped (skip_preflight)"; None: from before the preflight
-    node: dict | None = None  # a multi-node server: this host's rank, nnodes, dist_init_addr
+    node: NodeMark | None = None  # a multi-node server: this host's rank in it; None: one host
     serves_http: bool = True  # False: a multi-node rank > 0 (no HTTP server of its own)
     tune: dict | None = None  # a tune's temporary candidate: session, temporary, candidate
     verdict: str | None = None  # good, bad, inconclusive; None: unverified
     verdict_by: str | None = None  # gate, skip_gate, readiness, rank 0
-    gate: dict | None = None  # the last gate's verdict, summary, at, simulated, baseline
+    gate: GateMark | None = None  # the last gate's verdict; None: never gated
     history: list = field(default_factory=list)  # [{"at", "event"}]: activations, failures, restarts
 
     def with_event(self, at, event, **changes):
@@ -241,5 +258,68 @@ class LockInfo(Document):
         return f"another deploy or rollback is running: {self.owner} (pid {self.pid}, since {self.since})"
 
 
+# --- the gate's outcome: releases/<id>/gate-result.json -------------------------------------------------------
+
+@dataclass(frozen=True)
+class GateResult(Document):
+    """The gate's checks, measurement and verdict (hostside/gate.run; switch.run_gate adds the baseline), redacted.
+    A later gate reads the passed ones as its baseline (switch.run_gate); the switch's outcome carries it too."""
+    FILE: ClassVar[str] = "gate-result.json"
+    verdict: str  # pass, fail, inconclusive
+    reasons: list  # why it failed
+    inconclusive: list  # why it could not tell
+    rows: list  # the table's rows: {"metric", "value", "spread_pct", "threshold", "previous", "verdict"}
+    config_problems: list  # the running server against the release (gate.config_problems)
+    comparison: dict | None = None  # the paired comparison with the baseline (gate.compare); None: none made
+    measurement: dict | None = None  # the bench client's (hostside/bench.py); None: not measured
+    output: dict | None = None  # the output check's (hostside/output_check.py); None: not checked
+    simulated: bool | None = None  # measured a simulated server; None: the gate could not run
+    duration_s: int | float | None = None
+    baseline_release: str | None = None  # the release compared with; None: the floors alone decided
+    baseline: dict | None = None  # {"release", "note"}: which baseline, or why none
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+
+# --- the last switch: <store root>/last_switch.json -------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Readiness(Document):
+    """A start's staged readiness (hostside/readiness.wait_ready, wait_running)."""
+    ready: bool
+    stage: str  # the stage reached: active, health, listener, generate, auth, weights, ...
+    elapsed_s: int | float
+    detail: str | None = None  # why not ready
+    journal: str = ""  # the failed start's last journal lines
+    auth: str | None = None  # the authentication checked (api-key, none, n/a)
+
+
+@dataclass(frozen=True)
+class SwitchOutcome(Document):
+    """What the last switch did (hostside/switch.finish), redacted; the controller reads it to report a switch
+    (roles/release.py), the tune for its start estimate."""
+    FILE: ClassVar[str] = "last_switch.json"
+    release: str
+    ok: bool
+    exit_code: int
+    finished: str
+    error: str | None = None  # refused before any restart: why (no readiness then)
+    previous: str | None = None  # the release active before
+    reason: str | None = None  # deploy, rollback, tune, ...
+    readiness: Readiness | None = None  # None: refused before the restart
+    auth: str | None = None  # the release's authentication (store.release_auth)
+    auth_change: str | None = None  # a sentence when the switch changed it
+    gate: GateResult | None = None  # None: no gate ran
+    failure: str | None = None  # why the release failed (readiness or gate)
+    rolled_back_to: str | None = None  # the automatic rollback's target; None: none
+    rollback_readiness: Readiness | None = None
+    rollback_auth_change: str | None = None
+    forensics: str | None = None  # where what the service user wrote was moved aside before a start (forensics.py)
+    active: str | None = None  # the release active after a successful switch
+    verdict: str | None = None  # its verdict after a successful switch
+
+
 _DOCUMENTS = {cls.__name__: cls for cls in (GateSettings, GateExpect, GateConfig, ReleaseMeta, StoreState, Roofline,
-                                                LockInfo)}
+                                                LockInfo, GateResult, GateMark, NodeMark, Readiness, SwitchOutcome)}

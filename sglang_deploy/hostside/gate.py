@@ -19,6 +19,7 @@ import urllib.error
 
 from . import acceptance, client, output_check
 from .client import get_json, is_simulated, printable
+from .documents import GateResult
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -273,24 +274,22 @@ def format_value(value, metric=""):
 
 
 def table(result):
-    """The gate's outcome as a text table (metric, value, spread, threshold, previous, verdict)."""
+    """The gate's outcome (a GateResult) as a text table (metric, value, spread, threshold, previous, verdict)."""
     header = f"{'metric':40} {'value':>10} {'spread':>8} {'threshold':>10} {'previous':>10}  verdict"
     lines = [header, "-" * len(header)]
-    for row in result.get("rows", []):
+    for row in result.rows:
         spread = f"{row['spread_pct']:.1f} %" if row.get("spread_pct") is not None else "-"
         lines.append(f"{row['metric']:40} {format_value(row['value'], row['metric']):>10} {spread:>8} "
                      f"{row['threshold'] or '-':>10} {format_value(row['previous'], row['metric']):>10}  {row['verdict']}")
-    for problem in result.get("config_problems", []):
+    for problem in result.config_problems:
         lines.append(f"effective config: {problem}  FAIL")
-    baseline = result.get("baseline")
-    if baseline:  # set by switch.run_gate: which measurement the release was compared with, or why none
-        lines.append(f"baseline: {baseline['note']}")
-    comparison = result.get("comparison")
-    if comparison and comparison.get("message"):
-        lines.append(f"comparison: {comparison['message']}")
-    lines += acceptance.lines((result.get("measurement") or {}).get("acceptance"))  # per draft position
-    lines.append(f"GATE {result['verdict'].upper()}" + (": " + "; ".join(result["reasons"] + result["inconclusive"])
-                                                        if result["reasons"] or result["inconclusive"] else ""))
+    if result.baseline:  # set by switch.run_gate: which measurement the release was compared with, or why none
+        lines.append(f"baseline: {result.baseline['note']}")
+    if result.comparison and result.comparison.get("message"):
+        lines.append(f"comparison: {result.comparison['message']}")
+    lines += acceptance.lines((result.measurement or {}).get("acceptance"))  # per draft position
+    lines.append(f"GATE {result.verdict.upper()}" + (": " + "; ".join(result.reasons + result.inconclusive)
+                                                     if result.reasons or result.inconclusive else ""))
     return "\n".join(printable(line) for line in lines)  # server text: no escapes, no forged lines
 
 
@@ -337,7 +336,7 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
 
     evidence: {"findings": SGLang's own log lines since the unit started, "environ": the process's
     whole environment, "costly_env": undeclared costly variables with their sources} (evidence.py).
-    config: the release's GateConfig (documents.py)."""
+    config: the release's GateConfig; returns a GateResult (documents.py)."""
     started = time.monotonic()
     settings, expect = config.settings, config.expect
     try:
@@ -369,7 +368,6 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
             result["inconclusive"] = output["inconclusive"] + result["inconclusive"]
             if result["verdict"] == "pass" and result["inconclusive"]:
                 result["verdict"] = "inconclusive"
-    result["output"] = output
-    result.update(config_problems=problems, simulated=is_simulated(server_info),
-                  duration_s=round(time.monotonic() - started, 1))
-    return result
+    return GateResult.from_dict({**result, "output": output, "config_problems": problems,
+                                 "simulated": is_simulated(server_info),
+                                 "duration_s": round(time.monotonic() - started, 1)}, "the gate's result")

@@ -27,7 +27,7 @@ import re
 import shutil
 import sys
 
-from .documents import (GATE_RESULT_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig, LockInfo, ReleaseMeta,
+from .documents import (WATCH_HISTORY_FILE, DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta,
                         StoreState)
 from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
@@ -348,10 +348,13 @@ def cmd_history(args):
         meta = store.meta(release_id)
         directory = store.release_dir(release_id)
         try:
-            gate = json.loads(store.read(os.path.join(directory, GATE_RESULT_FILE)) or "{}")
-        except ValueError:
-            gate = {}
-        measurement = gate.get("measurement") or {}
+            gate = GateResult.load(directory)
+        except FileNotFoundError:  # no gate ran for it
+            gate = None
+        except (OSError, DocumentError) as error:  # a listing: shown without its gate result, and why
+            log(f"release {release_id}: no gate result shown: {error}")
+            gate = None
+        measurement = (gate and gate.measurement) or {}
         try:
             settings = GateConfig.load(directory).settings
         except (OSError, DocumentError) as error:  # a listing: the release's floors are shown as unknown, and why
@@ -364,7 +367,7 @@ def cmd_history(args):
                                     env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},
                     "floors": {"decode_tok_s": settings and settings.min_decode_tok_s,
                                "accept_length": settings and settings.min_accept_length},
-                    "gate": {"verdict": gate.get("verdict"), "at": (meta.gate or {}).get("at"),
+                    "gate": {"verdict": gate.verdict, "at": meta.gate and meta.gate.at,
                              **{key: (measurement.get(key) or {}).get("median")
                                 for key in ("decode_tok_s", "accept_length", "ttft_s")}} if gate else None,
                     "watch": watch[-args.limit:]})

@@ -10,14 +10,13 @@ the process. Exit codes: 0 active, 1 failed and rolled back (or nothing to roll 
 """
 
 import argparse
-import json
 import os
 import signal
 import sys
 
 from . import evidence, forensics, gate
 from .weights import manifest as weights_manifest
-from .documents import GATE_RESULT_FILE, LAST_SWITCH_FILE, GateConfig
+from .documents import Document, DocumentError, GateConfig, GateMark, GateResult, SwitchOutcome
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
@@ -163,19 +162,18 @@ def switch_locked(store, args):
         try:
             gate_result = run_gate(store, args, meta, state)
         except Exception as error:  # noqa: BLE001 - a broken gate must not leave the switch half-done
-            gate_result = {"verdict": "inconclusive", "reasons": [], "rows": [], "config_problems": [],
-                           "inconclusive": [f"the gate could not run: {type(error).__name__}: {error}"]}
+            gate_result = GateResult(verdict="inconclusive", reasons=[], rows=[], config_problems=[],
+                                     inconclusive=[f"the gate could not run: {type(error).__name__}: {error}"])
         document["gate"] = gate_result
-        meta = meta.but(gate={"verdict": gate_result["verdict"], "summary": gate_summary(gate_result),
-                              "at": now(), "simulated": gate_result.get("simulated"),
-                              "baseline": gate_result.get("baseline_release")})
-        if gate_result["verdict"] == "fail" or (gate_result["verdict"] == "inconclusive"
-                                                and args.on_inconclusive == "rollback"):
+        meta = meta.but(gate=GateMark(verdict=gate_result.verdict, summary=gate_summary(gate_result), at=now(),
+                                      simulated=gate_result.simulated, baseline=gate_result.baseline_release))
+        if gate_result.verdict == "fail" or (gate_result.verdict == "inconclusive"
+                                             and args.on_inconclusive == "rollback"):
             return fail_and_roll_back(store, state, meta, document, args,
-                                      f"gate {gate_result['verdict']}: " + "; ".join(
-                                          gate_result["reasons"] + gate_result["inconclusive"]),
-                                      verdict="bad" if gate_result["verdict"] == "fail" else "inconclusive")
-        verdict = "good" if gate_result["verdict"] == "pass" else "inconclusive"
+                                      f"gate {gate_result.verdict}: " + "; ".join(
+                                          gate_result.reasons + gate_result.inconclusive),
+                                      verdict="bad" if gate_result.verdict == "fail" else "inconclusive")
+        verdict = "good" if gate_result.passed else "inconclusive"
     # What decided the verdict: "gate" (measured; meta.gate says how), "skip_gate" (marked good when ready,
     # not measured now: whatever meta.gate holds is an older measurement), or an earlier decision.
     meta = meta.with_event(now(), f"activated ({args.reason})" + (", marked good without the gate (skip_gate)"
@@ -252,14 +250,14 @@ def baseline_weights_note(mine, baseline):
 def choose_baseline(candidates, last_good, current):
     """The measurement to compare a release with: (release id or None, a sentence saying which and why).
 
-    candidates: [(release id, meta, gate-result.json's verdict or None)], oldest first. A baseline is a
+    candidates: [(release id, meta, its GateResult's verdict or None)], oldest first. A baseline is a
     measurement that passed its gate (meta's gate verdict and the stored result both "pass"). A release
     marked good without passing (skip_gate: never measured, or measured and failed) is no baseline: the
     last good release when it passed, else the release whose gate passed last, else none (the verdict
     then rests on the floors). The release being measured is never its own baseline. meta: ReleaseMeta.
     """
     def passed(meta, stored_verdict):
-        return (meta.gate or {}).get("verdict") == "pass" and stored_verdict == "pass"
+        return meta.gate is not None and meta.gate.verdict == "pass" and stored_verdict == "pass"
 
     eligible = [(release_id, meta) for release_id, meta, stored in candidates
                 if release_id != current and passed(meta, stored)]
@@ -267,14 +265,14 @@ def choose_baseline(candidates, last_good, current):
     why_not = None
     if last_good and last_good != current and last_good_meta is not None:
         if any(release_id == last_good for release_id, _ in eligible):
-            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta.gate.get('at')})"
-        gate = (last_good_meta.gate or {}).get("verdict")
+            return last_good, f"release {last_good}, the last good release (gate passed {last_good_meta.gate.at})"
+        gate = last_good_meta.gate and last_good_meta.gate.verdict
         why_not = (f"the last good release {last_good} is no baseline: it was marked good without passing its gate ("
                    + ("never measured" if not gate else f"gate {gate}" if gate != "pass" else "no stored passed result")
                    + ")")
     if eligible:
-        release_id, meta = max(eligible, key=lambda item: item[1].gate.get("at") or "")
-        note = f"release {release_id}, the last release that passed its gate ({meta.gate.get('at')})"
+        release_id, meta = max(eligible, key=lambda item: item[1].gate.at)
+        note = f"release {release_id}, the last release that passed its gate ({meta.gate.at})"
         return release_id, (f"{note}; {why_not}" if why_not else note)
     return None, ("no passed baseline, the verdict rests on the floors (no other release on this host passed its gate"
                   + (f"; {why_not})" if why_not else ")"))
@@ -285,16 +283,18 @@ def run_gate(store, args, meta, state):
     config = GateConfig.load(directory)
     candidates, stored = [], {}
     for release_id in store.ids():
-        text = store.read(os.path.join(store.release_dir(release_id), GATE_RESULT_FILE))
         try:
-            stored[release_id] = json.loads(text) if text else {}
-        except ValueError:  # a damaged result is no baseline
-            stored[release_id] = {}
-        candidates.append((release_id, store.meta(release_id), stored[release_id].get("verdict")))
+            stored[release_id] = GateResult.load(store.release_dir(release_id))
+        except FileNotFoundError:
+            stored[release_id] = None
+        except (OSError, DocumentError) as error:  # a damaged result is no baseline
+            log(f"release {release_id}'s gate result is no baseline: {error}")
+            stored[release_id] = None
+        candidates.append((release_id, store.meta(release_id), stored[release_id] and stored[release_id].verdict))
     baseline_release, note = choose_baseline(candidates, state.last_good, args.release)
-    baseline = stored[baseline_release].get("measurement") if baseline_release else None
+    baseline = stored[baseline_release].measurement if baseline_release else None
     # the greedy outputs are compared only on the same weights (another snapshot answers otherwise)
-    baseline_output = stored[baseline_release].get("output") if baseline_release else None
+    baseline_output = stored[baseline_release].output if baseline_release else None
     if baseline_release:
         change = baseline_weights_note(meta.weights, store.meta(baseline_release).weights)
         if change:
@@ -309,22 +309,21 @@ def run_gate(store, args, meta, state):
     api_key = read_api_key(store.secrets_path)
     stranger = foreign_listener(store.service, args.probe_url)
     if stranger:
-        return {"verdict": "fail", "reasons": [stranger], "rows": [], "config_problems": [], "inconclusive": []}
+        return GateResult(verdict="fail", reasons=[stranger], rows=[], config_problems=[], inconclusive=[])
     result = gate.run(args.probe_url, store.secrets_path, api_key, status["main_pid"],
                       cmdline_matches(status["cmdline"], meta.exec_start), status["cmdline"], config,
                       baseline, found, baseline_output=baseline_output)
-    result = evidence.redact(result, [api_key])
-    result["baseline_release"] = baseline_release
-    result["baseline"] = {"release": baseline_release, "note": note}
-    atomic_write(os.path.join(directory, GATE_RESULT_FILE), json.dumps(result, indent=1) + "\n", 0o644)
+    result = GateResult.from_dict(evidence.redact(result.to_dict(), [api_key])).but(
+        baseline_release=baseline_release, baseline={"release": baseline_release, "note": note})
+    atomic_write(os.path.join(directory, GateResult.FILE), result.dump(), 0o644)
     log("gate result:\n" + gate.table(result))
     return result
 
 
 def gate_summary(result):
-    measurement = result.get("measurement") or {}
+    measurement = result.measurement or {}
     decode, tau = measurement.get("decode_tok_s"), measurement.get("accept_length")
-    parts = [result["verdict"]]
+    parts = [result.verdict]
     if decode:
         parts.append(f"{decode['median']:.1f} tok/s")
     if tau:
@@ -332,45 +331,45 @@ def gate_summary(result):
     return " ".join(parts)
 
 
-def describe(document):
-    """The switch's outcome for a person (stderr, and pyinfra shows it when the command fails)."""
-    if "readiness" not in document:
-        return f"switch refused: {document.get('error')}"
-    ready = document["readiness"]
-    if document.get("ok"):
-        return (f"{document['auth_change']}\n" if document.get("auth_change") else "") + (
-                f"what the service user wrote was moved aside for forensics: {document['forensics']}\n"
-                if document.get("forensics") else "") + (
-                f"release {document['release']} is active ({document.get('verdict') or 'unverified'}; ready after "
-                f"{ready['elapsed_s']} s; previous: {document.get('previous')})")
-    if ready.get("ready"):
-        lines = [f"release {document['release']} FAILED: {document.get('failure')}"]
+def describe(outcome):
+    """The switch's outcome (SwitchOutcome) for a person (stderr, and pyinfra shows it when the command fails)."""
+    ready = outcome.readiness
+    if ready is None:
+        return f"switch refused: {outcome.error}"
+    moved = (f"what the service user wrote was moved aside for forensics: {outcome.forensics}"
+             if outcome.forensics else None)
+    if outcome.ok:
+        return (f"{outcome.auth_change}\n" if outcome.auth_change else "") + (f"{moved}\n" if moved else "") + (
+                f"release {outcome.release} is active ({outcome.verdict or 'unverified'}; ready after "
+                f"{ready.elapsed_s} s; previous: {outcome.previous})")
+    if ready.ready:
+        lines = [f"release {outcome.release} FAILED: {outcome.failure}"]
     else:
-        lines = [f"release {document['release']} FAILED at stage '{ready['stage']}': {ready.get('detail')} "
-                 f"(after {ready['elapsed_s']} s)"]
-    if ready.get("journal"):
-        lines += ["last journal lines of the failed start:", *("  " + l for l in ready["journal"].splitlines())]
-    target = document.get("rolled_back_to")
-    if document.get("rollback_auth_change"):
-        lines.append(document["rollback_auth_change"])
-    if document.get("forensics"):
-        lines.append(f"what the service user wrote was moved aside for forensics: {document['forensics']}")
-    if target:
-        back = document.get("rollback_readiness", {})
-        lines.append(f"automatic rollback to {target}: " + ("healthy again" if back.get("ready")
-                                                               else f"ALSO FAILED ({back.get('detail')})"))
+        lines = [f"release {outcome.release} FAILED at stage '{ready.stage}': {ready.detail} "
+                 f"(after {ready.elapsed_s} s)"]
+    if ready.journal:
+        lines += ["last journal lines of the failed start:", *("  " + l for l in ready.journal.splitlines())]
+    if outcome.rollback_auth_change:
+        lines.append(outcome.rollback_auth_change)
+    if moved:
+        lines.append(moved)
+    if outcome.rolled_back_to:
+        back = outcome.rollback_readiness
+        lines.append(f"automatic rollback to {outcome.rolled_back_to}: " + (
+            "healthy again" if back and back.ready else f"ALSO FAILED ({back and back.detail})"))
     else:
         lines.append("no good release to roll back to: the service is left as it is")
     return "\n".join(lines)
 
 
 def finish(store, document, code):
-    document = evidence.redact(document, [read_api_key(store.secrets_path)])
-    document["exit_code"] = code
-    document["finished"] = now()
+    """Write the outcome (the document's fields, typed and redacted, as SwitchOutcome) and say it."""
+    fields = {key: value.to_dict() if isinstance(value, Document) else value for key, value in document.items()}
+    outcome = SwitchOutcome.from_dict({**evidence.redact(fields, [read_api_key(store.secrets_path)]),
+                                       "exit_code": code, "finished": now()}, "the switch's outcome")
     os.makedirs(store.root, exist_ok=True)
-    atomic_write(os.path.join(store.root, LAST_SWITCH_FILE), json.dumps(document, indent=1) + "\n", 0o644)
-    log(describe(document))  # the full document is in last_switch.json
+    atomic_write(os.path.join(store.root, SwitchOutcome.FILE), outcome.dump(), 0o644)
+    log(describe(outcome))  # the full document is in last_switch.json
     return code
 
 

@@ -16,7 +16,7 @@ import time
 
 from . import evidence, gate, output_check
 from .client import read_api_key
-from .documents import LAST_SWITCH_FILE, PROFILE_FILE, RESOLVED_FILE, GateConfig, ReleaseMeta
+from .documents import PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome
 from .listener import foreign_listener
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
@@ -177,9 +177,12 @@ class Session:
             self.save_status(state="failed", message=meta)
             return 2
         self.original, self.original_meta, self.current = original, meta, original
-        last_switch = read_json(os.path.join(self.store.root, LAST_SWITCH_FILE), {}) or {}
-        start_estimate = ((last_switch.get("readiness") or {}).get("elapsed_s")
-                          if last_switch.get("release") == original else None)
+        try:
+            last_switch = SwitchOutcome.load(self.store.root)
+        except (OSError, DocumentError):  # none yet, or unreadable: no estimate
+            last_switch = None
+        start_estimate = (last_switch.readiness.elapsed_s if last_switch and last_switch.release == original
+                          and last_switch.readiness else None)
         for signum in (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, self.on_signal)
         signal.signal(signal.SIGHUP, signal.SIG_IGN)

@@ -396,7 +396,7 @@ def run(args):
             store.write_meta(release_id, meta)
             if ready:
                 measured("after-restart")
-    verdict = (meta.gate or {}).get("verdict")
+    verdict = meta.gate.verdict if meta.gate else None
     try:
         path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
                                                                         time.time(), {"decode": min_decode,

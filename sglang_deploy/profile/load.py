@@ -35,20 +35,26 @@ class ProfileError(ValueError):
 
 
 class Profile(Strict):
-    description: StrictStr = ""
-    model: ModelSection
-    sglang: SGLangSection
-    speculative: SpeculativeSection = Field(default_factory=SpeculativeSection)
-    tune: TuneSection = Field(default_factory=TuneSection)
+    description: StrictStr = Field("", description="Free text; the only field besides a variable's reason that may "
+                                                   "span lines (it reaches no file on the host).")
+    model: ModelSection = Field(description="The checkpoint: its pinned source (or a path the tool does not manage).")
+    sglang: SGLangSection = Field(description="The SGLang release and the server's command line flags.")
+    speculative: SpeculativeSection = Field(default_factory=SpeculativeSection,
+                                            description="A draft model as part of the release.")
+    tune: TuneSection = Field(default_factory=TuneSection, description="What the tune may try beyond the flags.")
     environment: dict[str, Union[StrictStr, StrictInt, StrictFloat, EnvSetting]] = Field(
-        default_factory=dict, description="Variables for the server process (NCCL_*, SGLANG_*, CUDA_*, ...).")
-    service: ServiceSection = Field(default_factory=ServiceSection)
-    gate: GateSection = Field(default_factory=GateSection)
-    watch: WatchSection = Field(default_factory=WatchSection)
+        default_factory=dict, description="Variables for the server process (NCCL_*, SGLANG_*, CUDA_*, PYTORCH_*, "
+                                          "TORCH_*, TRITON_*, HF_*, OMP_*): a value, or {value, reason}; no secrets "
+                                          "(*_TOKEN, *_SECRET, *_PASSWORD, *_API_KEY ... are refused).")
+    service: ServiceSection = Field(default_factory=ServiceSection, description="The systemd unit and its listener.")
+    gate: GateSection = Field(default_factory=GateSection, description="The post-deploy gate's floors and measurement.")
+    watch: WatchSection = Field(default_factory=WatchSection,
+                                description="The perf watch (docs/doctor-watch-tune.md).")
     nodes: Annotated[StrictInt, Field(ge=1, le=64)] = Field(
         1, description="Hosts one server spans (tensor parallelism over nodes: --nnodes); the inventory group "
                        "`nodes` lists them in rank order.")
-    multinode: MultinodeSection = Field(default_factory=MultinodeSection)
+    multinode: MultinodeSection = Field(default_factory=MultinodeSection,
+                                        description="A server over several hosts; only with nodes > 1.")
     waivers: dict[StrictStr, StrictStr] = Field(
         default_factory=dict, description="rule id -> reason, to switch off one of the tool's own rules on purpose.")
     # Filled by load_profile, not by the YAML.

@@ -201,7 +201,7 @@ class SGLangSection(Strict):
 
 
 class EnvSetting(Strict):
-    value: Union[StrictStr, StrictInt, StrictFloat]
+    value: Union[StrictStr, StrictInt, StrictFloat] = Field(description="The variable's value.")
     reason: StrictStr = Field(description="Why this setting is needed (required for NCCL debugging knobs).")
 
 
