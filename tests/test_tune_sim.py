@@ -210,8 +210,9 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     start on sm_86), the target's and then the draft's, each through the switch and the output check; vocab: the
     snapshot's map of 32768 ids (the modelled +10 %) and a size not built, listed and never started. The kv axis is
     the same mechanism (tune/axes.py); its candidates and model are tested without a host (test_tune_axes.py,
-    test_tune_vocab.py). About 155-175 s (the tune 140-156 s of it); the vocab axis added 4-23 s to the 150 s the
-    nospec/attention run took beside it (2026-12-02, 2 shared cores)."""
+    test_tune_vocab.py). About 155 s (the tune 140 s of it); the vocab axis adds about 14 s (run beside the
+    nospec/attention test in one session: 155 s against 142 s; unpaired runs 154-178 s against 150 s; 2026-12-02,
+    2 shared cores)."""
     from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
 
     profile = lever_profile(tmp_path)
