@@ -215,6 +215,11 @@ class LxcHost(SimHost):
         self._prepare_rootfs(fresh)
         self._shift_new_files()
         self.write_config()
+        # The container is not running (above), so a host-side veth of this host's name is a leftover of a run that
+        # was killed before it stopped its container; lxc-start would fail on it with "File exists".
+        if subprocess.run(["ip", "link", "show", self.veth], capture_output=True).returncode == 0:
+            log(f"removing the stale {self.veth} a killed run left")
+            subprocess.run(["ip", "link", "delete", self.veth], capture_output=True)
         result = subprocess.run(["lxc-start", "-n", self.machine, "-P", str(self.state_dir), "-f", str(self.config),
                                  "-d"], capture_output=True, text=True)
         if result.returncode != 0:

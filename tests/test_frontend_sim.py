@@ -96,7 +96,9 @@ def test_the_proven_profile_passes_the_gate(proven):
 
 
 def test_the_incident_profile_is_refused_for_its_real_reasons(simhost, proven, tmp_path):
-    result = simhost.deploy(profile=small_gate(INCIDENT, tmp_path), gate=True)
+    # two starts of SGLang's front end (the incident, then the proven release after the rollback) and a gate: about
+    # 170 s alone, past 300 s on the loaded CI machine
+    result = simhost.deploy(profile=small_gate(INCIDENT, tmp_path), gate=True, timeout=600)
     output = result.stdout + result.stderr
     assert result.returncode != 0, output[-3000:]
     # the floors the user set from the seed: ~40 tok/s and tau ~1.8 at 1 step, as SGLang's front end reports them
