@@ -129,6 +129,42 @@ def test_metric_names(answers):
     assert METRICS_READ - model == set() and METRICS_READ - real == set()
 
 
+# The scheduler-side readings the gate, the doctor and the tune use. Equal in both servers: the role, the captured
+# decode graph sizes (SGLang's own get_batch_sizes_to_capture under the front end), the graph and weight memory and
+# what is free after start. The pool sizes (KV tokens, the running-request cap, the mamba state cache) are SGLang's
+# own arithmetic under the front end (sim/sglang_memory.py) and MODELLED in the model-only server: for the proven
+# profile both allow its 16 running requests; the front end's are checked against SGLang's rules below.
+SCHEDULER_READINGS = ("effective_max_running_requests_per_dp", "decode_cuda_graph_bs", "disaggregation_mode",
+                      "decode_cuda_graph_memory_gb")
+MEMORY_READINGS = ("weight", "startup_available", "graph")
+
+
+def test_the_readings_the_tool_uses_have_the_same_values_in_both(answers):
+    index = SEQUENCE.index(("/server_info", None, KEY))
+    model, real = (json.loads(answers[name][index][1])["internal_states"][0] for name in ("model", "sglang"))
+    for field in SCHEDULER_READINGS:
+        assert field in real and field in model, field
+        assert model[field] == real[field], (field, model[field], real[field])
+    for field in MEMORY_READINGS:
+        assert model["memory_usage"][field] == real["memory_usage"][field], (field, model["memory_usage"][field],
+                                                                             real["memory_usage"][field])
+    assert real["decode_cuda_graph_bs"], "the proven profile captures its decode (verify) graphs"
+
+
+def test_the_pool_sizes_are_sglangs_own_arithmetic(answers):
+    """Under SGLang's front end the KV tokens and the mamba state cache come from SGLang's KVCacheConfigurator: the
+    state cache is written into the published context (internal_states' max_mamba_cache_size, as on a GPU), it
+    bounds the running requests by SGLang's ratio (5 slots per request with the extra buffer and overlap), and
+    the intermediate SSM scratch per draft token (4 here) is charged before the KV pool is sized."""
+    index = SEQUENCE.index(("/server_info", None, KEY))
+    real = json.loads(answers["sglang"][index][1])["internal_states"][0]
+    assert isinstance(real["max_mamba_cache_size"], int) and real["max_mamba_cache_size"] // 5 >= 16
+    assert real["effective_max_running_requests_per_dp"] == 16
+    assert 300_000 < real["memory_usage"]["token_capacity"] < 700_000  # about 0.5 M, not the model's 1 M
+
+
+# The tests below do not ask the front end: after the ones that do, so that it starts once (conftest.py stops it
+# after the last test in a row that uses it).
 def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
     """The layer is installed from exact pins without resolving (testbed/sglang_env.FRONTEND_PINS): SGLang's own
     requirements of its serving path (FRONTEND_PACKAGES) must hold in it, the validator env's packages included."""
@@ -185,37 +221,3 @@ def test_the_preflights_set_envs_and_config_is_the_engines_own():
     assert found["same_code"] and found["same_nested"], found
     assert {"set_ulimit", "assert_pkg_version", "resolving_view", "envs", "mp"} <= set(found["names"]), found
     assert found["differ"] == [], found
-
-
-# The scheduler-side readings the gate, the doctor and the tune use. Equal in both servers: the role, the captured
-# decode graph sizes (SGLang's own get_batch_sizes_to_capture under the front end), the graph and weight memory and
-# what is free after start. The pool sizes (KV tokens, the running-request cap, the mamba state cache) are SGLang's
-# own arithmetic under the front end (sim/sglang_memory.py) and MODELLED in the model-only server: for the proven
-# profile both allow its 16 running requests; the front end's are checked against SGLang's rules below.
-SCHEDULER_READINGS = ("effective_max_running_requests_per_dp", "decode_cuda_graph_bs", "disaggregation_mode",
-                      "decode_cuda_graph_memory_gb")
-MEMORY_READINGS = ("weight", "startup_available", "graph")
-
-
-def test_the_readings_the_tool_uses_have_the_same_values_in_both(answers):
-    index = SEQUENCE.index(("/server_info", None, KEY))
-    model, real = (json.loads(answers[name][index][1])["internal_states"][0] for name in ("model", "sglang"))
-    for field in SCHEDULER_READINGS:
-        assert field in real and field in model, field
-        assert model[field] == real[field], (field, model[field], real[field])
-    for field in MEMORY_READINGS:
-        assert model["memory_usage"][field] == real["memory_usage"][field], (field, model["memory_usage"][field],
-                                                                             real["memory_usage"][field])
-    assert real["decode_cuda_graph_bs"], "the proven profile captures its decode (verify) graphs"
-
-
-def test_the_pool_sizes_are_sglangs_own_arithmetic(answers):
-    """Under SGLang's front end the KV tokens and the mamba state cache come from SGLang's KVCacheConfigurator: the
-    state cache is written into the published context (internal_states' max_mamba_cache_size, as on a GPU), it
-    bounds the running requests by SGLang's ratio (5 slots per request with the extra buffer and overlap), and
-    the intermediate SSM scratch per draft token (4 here) is charged before the KV pool is sized."""
-    index = SEQUENCE.index(("/server_info", None, KEY))
-    real = json.loads(answers["sglang"][index][1])["internal_states"][0]
-    assert isinstance(real["max_mamba_cache_size"], int) and real["max_mamba_cache_size"] // 5 >= 16
-    assert real["effective_max_running_requests_per_dp"] == 16
-    assert 300_000 < real["memory_usage"]["token_capacity"] < 700_000  # about 0.5 M, not the model's 1 M

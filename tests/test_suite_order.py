@@ -25,3 +25,28 @@ def test_the_worker_groups_name_modules():
     groups = (conftest.INDEPENDENT_TESTS | conftest.LOCAL_FRONTEND_MODULES | conftest.TIMING_SENSITIVE
               | conftest.SGLANG_FRONTEND_MODULES)
     assert [module for module in sorted(groups) if not (REPO / "tests" / module).is_file()] == []
+
+
+PLUGIN = '''
+def pytest_collection_finish(session):
+    with open(OUT, "w") as out:
+        for item in session.items:
+            out.write(f"{item.nodeid} {int('local_frontend' in item.fixturenames)}\\n")
+'''
+
+
+def test_the_local_front_ends_users_run_in_one_row(tmp_path):
+    """conftest.py stops the local front end after the last test in a row that uses it, and the next user starts it
+    again (about 40 s of CPU): in the suite's order its users, over all of LOCAL_FRONTEND_MODULES, are one row."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "order.txt"
+    (tmp_path / "order_plugin.py").write_text(f"OUT = {str(out)!r}\n" + PLUGIN)
+    modules = [f"tests/{module}" for module in sorted(conftest.LOCAL_FRONTEND_MODULES)]
+    result = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "order_plugin",
+                             "-p", "no:cacheprovider", *modules], cwd=REPO, capture_output=True, text=True,
+                            env={**__import__("os").environ, "PYTHONPATH": str(tmp_path)}, timeout=120)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    uses = "".join(line.rsplit(" ", 1)[1] for line in out.read_text().splitlines())
+    assert "1" in uses and "0" not in uses.strip("0"), out.read_text()
