@@ -197,6 +197,8 @@ class ReleaseMeta(Document):
     weights: dict | None = None  # None: weights not managed (no snapshot to verify)
     draft: dict | None = None  # None: no separate draft model
     offered_drafts: list = field(default_factory=list)
+    token_map: dict | None = None  # speculative.token_map: {sha256, path, size, file}; None: no map shipped
+    offered_token_maps: list = field(default_factory=list)  # tune.token_maps, shipped for the tune's vocab axis
     waivers: dict = field(default_factory=dict)
     preflight: str | None = None  # "passed", "skipped (skip_preflight)"; None: from before the preflight
     node: NodeMark | None = None  # a multi-node server: this host's rank in it; None: one host

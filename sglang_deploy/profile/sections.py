@@ -400,6 +400,31 @@ class DraftSection(Strict):
         return value
 
 
+class TokenMapPart(Strict):
+    file: StrictStr = Field(
+        description="The hot-vocabulary map `sglang-deploy token-map` built (relative to the repository, under "
+                    "manifests/, or under a weights directory); shipped to /srv/models/token-maps/<sha256>.pt.")
+    sha256: StrictStr = Field(
+        description="Its frozen digest (64 hex, from FILE.sha256): the check refuses a file that differs, and the "
+                    "host checks it before the switch.")
+
+    @field_validator("file")
+    @classmethod
+    def map_file(cls, value: str) -> str:
+        if not value.endswith(".pt"):
+            raise ValueError(f"must name a token map (a .pt file `sglang-deploy token-map` wrote), got {value!r}")
+        return value
+
+    @field_validator("sha256")
+    @classmethod
+    def digest(cls, value: str) -> str:
+        import re
+
+        if not re.fullmatch(r"[0-9a-f]{64}", value):
+            raise ValueError(f"{value!r}: accepted: 64 lower-case hex digits (the first word of FILE.sha256)")
+        return value
+
+
 class OfferedDraft(DraftSection):
     algorithm: Literal["DFLASH", "DSPARK", "EAGLE3", "STANDALONE"] = Field(
         "DFLASH", description="The --speculative-algorithm the tune runs this drafter with.")
@@ -418,6 +443,13 @@ class TuneSection(Strict):
                     "<model>-<N>.pt) must be a file the verified snapshot's manifest lists; a size with no such map "
                     "is listed as not built. Empty: every map the snapshots' manifests list.")
 
+    token_maps: list[TokenMapPart] = Field(
+        default_factory=list,
+        description="Token maps the tune's `vocab` axis may try, each shipped with the release like "
+                    "speculative.token_map (verified on the host, kept while a retained release names it); a size "
+                    "of tune.vocab_sizes is a candidate when one of these (or a file a verified snapshot's manifest "
+                    "lists) holds that many ids.")
+
     @field_validator("vocab_sizes")
     @classmethod
     def distinct_sizes(cls, value: list[int]) -> list[int]:
@@ -431,3 +463,7 @@ class SpeculativeSection(Strict):
     draft: DraftSection | None = Field(
         None, description="A draft model as part of the release (DFLASH, EAGLE3, STANDALONE); NEXTN drafts with the "
                           "checkpoint's own MTP heads and takes none.")
+    token_map: TokenMapPart | None = Field(
+        None, description="A hot-vocabulary draft head as part of the release: the tool ships the map, checks its "
+                          "digest on the host before the switch and derives --speculative-token-map; SGLang's "
+                          "resolution decides where it applies (EAGLE/NEXTN, not EAGLE3).")
