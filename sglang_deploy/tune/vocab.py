@@ -7,8 +7,10 @@ host checks its sha256 before the switch; its size is read from the file where t
 snapshot) and otherwise from its name, `<model>-<N>.pt` as `sglang-deploy token-map` names it
 (sim/token_map_file.py). A size with no such map is a row of the table, "not built", with the command that builds it.
 Whether the map applies is SGLang's answer: the resolution of the profile's command line with the flag set may
-refuse it (its error) or drop it (its resolved speculative_token_map differs); at run time SGLang's EAGLE3 and
-DFLASH workers ignore it (eagle_worker_v2.init_token_map), which the measurement shows.
+refuse it (its error) or drop it (its resolved speculative_token_map differs); at run time SGLang's EAGLE3 worker
+ignores it and says so in its start log (eagle_worker_v2.py:328, "Ignoring the specified token map"): the host reads
+that line (hostside/evidence.py) and such a candidate is labelled "map ignored by SGLang", never a gain
+(label_ignored). A DFLASH drafter never reads a map and says nothing: the measurement shows it.
 """
 
 from __future__ import annotations
@@ -114,3 +116,13 @@ def not_candidates(offered: VocabOffer | None) -> list:
 
     return [Measured(Candidate(candidate_id(size), AXIS), valid=False, invalid_reason=why)
             for size, why in (offered.invalid if offered else {}).items()]
+
+
+def label_ignored(measured, line: str | None):
+    """A vocab candidate whose server's start log says SGLang ignores the map (its EAGLE3 worker): labelled "map
+    ignored by SGLang" and not valid, so its speed (kept in its repeats) is never taken for the map's gain."""
+    if not line or measured.candidate.axis != AXIS:
+        return measured
+    measured.valid = False
+    measured.invalid_reason = f"map ignored by SGLang (its start log: {line})"
+    return measured
