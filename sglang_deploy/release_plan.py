@@ -56,7 +56,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
                offered=()) -> ReleaseMeta:
     from datetime import datetime, timezone
 
-    from .token_map_part import offered_maps, release_map
+    from .token_map_part import offered_maps, served as served_map
 
     profile = plan.profile
     return ReleaseMeta.from_dict({
@@ -78,7 +78,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
         "draft": draft.meta() if draft else None,  # the draft model (speculative.draft), verified like the weights
         "offered_drafts": [w.meta() for w in offered],  # tune.drafters: on the host for the tune, kept by prune
         # the token maps the deploy ships (token_map_part.py), verified on the host before the switch, kept by prune
-        "token_map": release_map(profile).meta() if release_map(profile) else None,
+        "token_map": served_map(profile).meta() if served_map(profile) else None,
         "offered_token_maps": [part.meta() for part in offered_maps(profile)],
         "waivers": dict(profile.waivers),  # rule -> reason: each rule the profile switched off, shown by the listing
         "verdict": None,

@@ -75,9 +75,17 @@ def shipped(profile) -> list[MapPart]:
 
 
 def map_flag(profile) -> str | None:
-    """The derived --speculative-token-map: the release map's host path."""
+    """The derived --speculative-token-map: the release map's host path; None when sglang.flags sets the flag (a
+    tuned profile naming one of the shipped maps: the rule below refuses any other value beside the part)."""
     part = release_map(profile)
-    return part.host_path if part else None
+    return part.host_path if part and profile.sglang.flags.get(FLAG) in (None, False) else None
+
+
+def served(profile) -> MapPart | None:
+    """The shipped map the release serves: the one the flag names (sglang.flags, else the derived one)."""
+    value = profile.sglang.flags.get(FLAG)
+    path = value if value not in (None, False) else map_flag(profile)
+    return next((part for part in shipped(profile) if part.host_path == path), None)
 
 
 def part_problem(part: MapPart) -> str | None:
@@ -109,10 +117,12 @@ def problems(profile) -> list[Problem]:
         if problem:
             found.append(Problem("token-map-part", part.field + ("sha256" if "differs" in problem else "file",),
                                  problem))
-    if release_map(profile) is not None and profile.sglang.flags.get(FLAG) not in (None, False):
+    value = profile.sglang.flags.get(FLAG)
+    if release_map(profile) is not None and value not in (None, False) and str(value) not in shipped_paths(profile):
         found.append(Problem("token-map-part", flag_field(FLAG),
-                             f"{FLAG} is set in sglang.flags and speculative.token_map names a map too; accepted: "
-                             "one of them (speculative.token_map ships and verifies the map: remove the flag)"))
+                             f"{FLAG} {value} is set in sglang.flags and speculative.token_map names another map; "
+                             "accepted: speculative.token_map alone (it ships and verifies the map: remove the "
+                             "flag), or the flag naming a map the profile ships (as a tuned profile does)"))
     return found
 
 

@@ -66,6 +66,23 @@ def test_a_tune_map_is_shipped_and_may_be_named_by_the_flag(tmp_path, map_file):
     assert snapshot_maps(profile) == {32768: f"/srv/models/token-maps/{DIGEST}.pt"}  # a vocab axis candidate
 
 
+def test_a_tuned_flag_naming_a_shipped_map_serves_it_instead_of_the_release_map(tmp_path, map_file):
+    """The tune's vocab winner writes --speculative-token-map naming a tune.token_maps map; the profile's own
+    speculative.token_map stays shipped (and kept), the flag appears once, and the release records the served one."""
+    other = tmp_path / "qwen-65536.pt"
+    other.write_bytes(b"another map")
+    digest = hashlib.sha256(b"another map").hexdigest()
+    section = release_section(map_file) + f"tune:\n  token_maps:\n    - file: {other}\n      sha256: \"{digest}\"\n"
+    profile = load_profile(profile_with(tmp_path, section,
+                                        flag=f"--speculative-token-map: /srv/models/token-maps/{digest}.pt"))
+    assert token_map_part.problems(profile) == [] and token_map.problems(profile) == []
+    argv = server_args(profile)
+    assert argv.count("--speculative-token-map") == 1
+    assert argv[argv.index("--speculative-token-map") + 1] == f"/srv/models/token-maps/{digest}.pt"
+    assert token_map_part.served(profile).sha256 == digest
+    assert len(token_map_part.shipped(profile)) == 2
+
+
 REFUSED = [  # (id, section (FILE: the map), flag, field, what the message must say)
     ("digest-mismatch", release_section("FILE", "0" * 64), "", ("speculative", "token_map", "sha256"),
      f"sha256 {DIGEST} differs from the profile's {'0' * 64}"),
@@ -78,7 +95,7 @@ REFUSED = [  # (id, section (FILE: the map), flag, field, what the message must 
     ("tune-map-mismatch", f"tune:\n  token_maps:\n    - file: FILE\n      sha256: \"{'1' * 64}\"\n", "",
      ("tune", "token_maps", 0, "sha256"), "differs from the profile's"),
     ("flag-and-part", release_section("FILE"), "--speculative-token-map: /srv/models/x.pt",
-     ("sglang", "flags", "--speculative-token-map"), "one of them"),
+     ("sglang", "flags", "--speculative-token-map"), "speculative.token_map names another map"),
 ]
 
 
@@ -182,3 +199,20 @@ def test_the_role_ships_the_map_to_its_digest_path(map_file):
     ops = run_role(role.token_map, part=part)
     assert ops[-1].commands[-2:] == [f"upload /srv/models/token-maps/{DIGEST}.pt",
                                      f"chmod 644 /srv/models/token-maps/{DIGEST}.pt"]
+
+
+def test_the_plan_serves_the_map_and_the_release_records_it(tmp_path, map_file, monkeypatch):
+    """The whole check (SGLang's parser and resolution, the rules) accepts the derived flag; the release's meta.json
+    records the map the deploy ships, which the prune and releases.py read."""
+    from sglang_deploy.plan import plan_for_host
+    from sglang_deploy.release_plan import build_meta
+
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "k" * 24)
+    path = profile_with(tmp_path, release_section(map_file))
+    plan = plan_for_host({"profile": str(path), "simulated": True, "gpus": 2, "gpu_topology": "pcie"})
+    argv = plan.rendered.exec_start
+    assert argv[argv.index("--speculative-token-map") + 1] == f"/srv/models/token-maps/{DIGEST}.pt"
+    assert plan.resolution["resolved"]["speculative_token_map"] == f"/srv/models/token-maps/{DIGEST}.pt"
+    meta = build_meta(plan, "0001-aaaaaaaa")
+    assert meta.token_map == {"sha256": DIGEST, "path": f"/srv/models/token-maps/{DIGEST}.pt", "size": 32768,
+                              "file": "qwen-32768.pt"} and meta.offered_token_maps == []

@@ -79,7 +79,9 @@ def offer(profile, flags: dict, ask) -> VocabOffer:
         return result  # no draft head without speculation
     maps = snapshot_maps(profile)
     sizes = list(profile.tune.vocab_sizes) or sorted(maps)
-    current = flags.get(FLAG)
+    from ..token_map_part import map_flag
+
+    current = flags.get(FLAG) or map_flag(profile)  # the profile's own map (speculative.token_map): the original
     for size in sizes:
         path = maps.get(size)
         if path is None:
