@@ -230,7 +230,9 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
         result = simhost.deploy(profile=profile)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         deployed = time.monotonic() - started
+        listed = time.monotonic()
         shipped = simhost.pyinfra("releases.py", "--data", f"profile={profile}")
+        listed = time.monotonic() - listed
         before = snapshot(simhost)
         started = time.monotonic()
         result = simhost.pyinfra("tune.py", "--data", f"profile={profile}", *FAST, "--data",
@@ -245,7 +247,8 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     document = json.loads(simhost.sh(f"cat {STORE}/releases/{before['state']['active']}/tune-results.json"))
-    print(f"\nnospec, vocab and attention axes from the proven profile: deploy {deployed:.0f} s, tune {wall:.0f} s "
+    print(f"\nnospec, vocab and attention axes from the proven profile: deploy {deployed:.0f} s, releases.py "
+          f"{listed:.1f} s, tune {wall:.0f} s "
           f"wall, {document['elapsed_s']} s tuning\n" + document["table"] + "\n" + (document.get("by_kind") or ""))
     results = {entry["id"]: entry for entry in document["results"]}
     assert {entry["axis"] for entry in results.values()} == {"baseline", "nospec", "vocab", "attention"}
