@@ -15,6 +15,7 @@ from pydantic import field_validator, model_validator
 
 from .. import safety
 from ..hardening import DIRECTIVES
+from .parts import TokenMapPart
 
 # Flags the tool derives from other sections; a profile must not set them under sglang.flags.
 DERIVED_FLAGS = {
@@ -397,31 +398,6 @@ class DraftSection(Strict):
     def json_file(cls, value: str | None) -> str | None:
         if value is not None and not value.endswith(".json"):
             raise ValueError(f"must name the draft model's config.json (a .json file), got {value!r}")
-        return value
-
-
-class TokenMapPart(Strict):
-    file: StrictStr = Field(
-        description="The hot-vocabulary map `sglang-deploy token-map` built (relative to the repository, under "
-                    "manifests/, or under a weights directory); shipped to /srv/models/token-maps/<sha256>.pt.")
-    sha256: StrictStr = Field(
-        description="Its frozen digest (64 hex, from FILE.sha256): the check refuses a file that differs, and the "
-                    "host checks it before the switch.")
-
-    @field_validator("file")
-    @classmethod
-    def map_file(cls, value: str) -> str:
-        if not value.endswith(".pt"):
-            raise ValueError(f"must name a token map (a .pt file `sglang-deploy token-map` wrote), got {value!r}")
-        return value
-
-    @field_validator("sha256")
-    @classmethod
-    def digest(cls, value: str) -> str:
-        import re
-
-        if not re.fullmatch(r"[0-9a-f]{64}", value):
-            raise ValueError(f"{value!r}: accepted: 64 lower-case hex digits (the first word of FILE.sha256)")
         return value
 
 
