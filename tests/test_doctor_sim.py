@@ -58,7 +58,7 @@ def test_planted_defects_are_the_top_suspect(simhost, tmp_path, change, expected
 def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost):
     """The seed incident: the doctor names the 1-step release's weak speculation; then, the proven release back,
     `doctor.py --data bisect=<the 1-step release>` finds by measurement that the speculative counts cost the speed;
-    and `doctor.py --data ab=nospec` finds that the proven speculation pays against none."""
+    and `doctor.py --data ab=nospec` finds that the proven speculation pays against none (the A/B: 43 s more)."""
     deploy(simhost, INCIDENT)
     assert top_suspect(doctor(simhost)) == "weak-speculation"
     incident = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]

@@ -219,7 +219,7 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     the same mechanism (tune/axes.py); its candidates and model are tested without a host (test_tune_axes.py,
     test_tune_vocab.py). About 155 s (the tune 140 s of it); the vocab axis adds about 14 s (run beside the
     nospec/attention test in one session: 155 s against 142 s; unpaired runs 154-178 s against 150 s; 2026-12-02,
-    2 shared cores)."""
+    2 shared cores). The map is a release part (tune.token_maps): `releases.py` lists it, 2.9-7.5 s more."""
     from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
 
     profile = lever_profile(tmp_path)
