@@ -66,7 +66,8 @@ def run_doctor():
                        "draft_checkpoint": collected.get("draft_checkpoint"),
                        "offered_drafts": collected.get("offered_drafts"),
                        "card_memory_mib": collected.get("card_memory_mib"),
-                       "last_tune": collected.get("last_tune"), "release": collected["active"]})
+                       "last_tune": collected.get("last_tune"), "last_ab": collected.get("last_ab"),
+                       "release": collected["active"]})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
                   sandbox=collected.get("sandbox"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")

@@ -10,11 +10,14 @@ the profile edit that tests it. Output: the table, the verdict, and results/<hos
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict
 
 from .bisect_run import Bisect
 from .doctor_levers import nospec_suspect
 from .gate import save_result
+from .hostside import documents
+from .release_plan import STORE_ROOT
 from .tune import search as tune
 from .tune.axes import nospec_candidate
 from .tune.controller import settings_from
@@ -42,6 +45,13 @@ def verdict(active: tune.Measured, nospec: tune.Measured, objective: tune.Object
     else:
         text = f"inside the noise: {both}; measure longer (tune_samples, tune_repeats) to tell them apart"
     return {"suspect": asdict(suspect) if suspect else None, "text": text, "change_pct": pct}
+
+
+def host_document(stamp: str, release: str, active: tune.Measured, nospec: tune.Measured) -> dict:
+    """The A/B as the release keeps it (ab-results.json): a tune's results document with the active release as the
+    original and the nospec control, so the doctor reads it as it reads the last tune."""
+    return {"kind": "ab", "stamp": stamp, "original": release,
+            "results": [{**active.to_json(), "id": tune.BASELINE.id, "axis": "baseline"}, nospec.to_json()]}
 
 
 def table(active: tune.Measured, nospec: tune.Measured) -> str:
@@ -105,5 +115,8 @@ class SpecAB(HostSession):
                     "settings": self.settings.measurement(), "elapsed_s": round(self.elapsed(), 1),
                     "active_result": active.to_json(), "nospec_result": nospec.to_json()}
         path = save_result(self.host_name, document, kind="ab", results_dir=self.results_dir.parent)
-        self.say(f"saved in {path}")
+        # beside the release, in the tune's shape: a later `doctor.py` names the suspect from it (doctor_collect)
+        self.remote.put(json.dumps(host_document(self.stamp, self.active, active, nospec), indent=1) + "\n",
+                        f"{STORE_ROOT}/{self.service}/releases/{self.active}/{documents.AB_RESULTS_FILE}")
+        self.say(f"saved in {path} (and releases/{self.active}/{documents.AB_RESULTS_FILE} on the host)")
         return document

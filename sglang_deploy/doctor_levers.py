@@ -35,9 +35,11 @@ def is_ampere(gpu_name: str | None) -> bool:
 
 # --- speculation slower than none -----------------------------------------------------------------
 
-def speculation_vs_none(last_tune: dict | None, active: str | None, objective: tune.Objective = tune.Objective()):
-    """From the active release's last tune (its tune-results.json): the release without speculation (the `nospec`
-    control) measured faster than the release itself by more than both measurements' noise."""
+def speculation_vs_none(last_tune: dict | None, active: str | None, objective: tune.Objective = tune.Objective(),
+                        what: str = "the last tune"):
+    """From the active release's last tune (its tune-results.json) or last A/B (ab-results.json, what="the doctor's
+    A/B"): the release without speculation (the `nospec` control) measured faster than the release itself by more
+    than both measurements' noise."""
     if not last_tune or (active and last_tune.get("original") not in (None, active)):
         return None
     results = {}
@@ -51,7 +53,7 @@ def speculation_vs_none(last_tune: dict | None, active: str | None, objective: t
         return None
     slower = sorted(m.candidate.id for m in results.values() if m.measured and m.candidate.axis not in ("nospec",)
                     and m.median_decode < nospec.median_decode and m is not original)
-    return nospec_suspect(nospec, original, f"the last tune ({last_tune.get('stamp') or 'undated'})", objective,
+    return nospec_suspect(nospec, original, f"{what} ({last_tune.get('stamp') or 'undated'})", objective,
                           f"; {len(slower)} other speculative candidate(s) slower than none too" if slower else "")
 
 

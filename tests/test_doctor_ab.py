@@ -99,6 +99,30 @@ def test_the_ab_measures_the_active_release_then_the_temporary_one(tmp_path, mon
     assert any(line.startswith("VERDICT: speculation is slower than none: 32.7 tok/s") for line in said), said
     assert any("fix: check that draft and verify decode in CUDA graphs" in line for line in said), said
     assert len(list((tmp_path / "host").glob("0001-aaaaaaaa-ab-*.json"))) == 1
+    assert remote.puts == ["/var/lib/sglang-deploy/sglang/releases/0001-aaaaaaaa/ab-results.json"]
+
+
+def test_a_later_doctor_names_the_suspect_from_the_ab_kept_with_the_release(tmp_path):
+    """ab-results.json (the tune's shape, doctor_collect.last_tune reads it) makes the plain doctor report name
+    speculation slower than none, saying it comes from the A/B; a healthy A/B names nothing."""
+    from sglang_deploy.doctor import diagnose
+    from sglang_deploy.hostside.safetensors_headers import summarize
+    from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
+    from test_doctor_levers import A6000
+    from test_doctor_logic import GATE, PCIE, PROVEN_INFO
+
+    write_qwen_like(tmp_path, header_only=True)
+
+    def report(active, nospec):
+        document = doctor_ab.host_document("20261202T110000Z", "0003-aaaaaaaa", measured("active", active, tau=3.1),
+                                           measured("nospec", nospec))
+        return diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gpus": A6000, "gate": GATE,
+                         "checkpoint": summarize(tmp_path), "last_ab": document, "release": "0003-aaaaaaaa"})
+
+    top = report(32.7, 57.0)["suspects"][0]
+    assert top["id"] == "speculation-slower-than-none"
+    assert top["evidence"].startswith("the doctor's A/B (20261202T110000Z) measured the release without speculation")
+    assert "speculation-slower-than-none" not in [s["id"] for s in report(52.0, 30.0)["suspects"]]
 
 
 def test_a_release_without_speculation_is_refused_before_the_host_changes(tmp_path, monkeypatch):

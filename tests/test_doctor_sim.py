@@ -97,6 +97,8 @@ def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost
     assert re.search(r"VERDICT: speculation pays: [0-9.]+ tok/s \(spread [0-9.]+ %, tau [0-9.]+\) with speculation, "
                      r"[0-9.]+ \(spread [0-9.]+ %\) without \(-[0-9.]+ %\)", output), output[-3000:]
     assert "speculation-slower-than-none" not in output
+    kept = json.loads(simhost.sh(f"cat {STORE}/releases/{proven}/ab-results.json"))  # a later doctor reads it
+    assert [entry["id"] for entry in kept["results"]] == ["original", "nospec"] and kept["original"] == proven
     state = json.loads(simhost.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
     assert state["state"]["active"] == proven and state["consistent"] and not state["lock"]
     assert sorted(simhost.sh(f"ls {STORE}/releases").split()) == before

@@ -29,6 +29,7 @@ PROFILE_FILE = "profile.json"  # the validated profile, as the controller read i
 RESOLVED_FILE = "resolved.json"  # SGLang's own resolution of the unit's command line (sglang_deploy.resolution)
 DOCTOR_FILE = "doctor.json"  # the doctor's report for the active release (doctor.py)
 TUNE_RESULTS_FILE = "tune-results.json"  # the tune's table of candidates (tune.py)
+AB_RESULTS_FILE = "ab-results.json"  # the doctor's A/B on request (doctor_ab.py), in the tune's shape
 WATCH_HISTORY_FILE = "watch.jsonl"  # the perf watch's measurements (hostside/watch.py)
 PACKAGES_FILE = "packages.json"  # the venv's packages and their hashes, copied in at stage time
 
