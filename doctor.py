@@ -2,6 +2,7 @@
 
     pyinfra inventory/X.py doctor.py [--data probe=true] [--data probe_force=true]
     pyinfra inventory/X.py doctor.py --data bisect=<release> [--data tune_budget_s=N] [--data tune_samples=N] ...
+    pyinfra inventory/X.py doctor.py --data ab=nospec [--data tune_samples=N] ...
 
 Reads the running server, its process and the GPUs; `probe=true` also runs the GPU probe (bandwidth,
 P2P, all-reduce latency) in the release's venv, which refuses while the GPUs are in use (stop the
@@ -12,6 +13,10 @@ service first, or probe_force=true). The report is printed, saved with the activ
 compared with the active (good) release, deployed from host data `profile`: each difference between them (a flag,
 a variable, the drafter, the weights) is measured alone as a temporary release in the tune's host session (the lock
 held, the active release restored), and the change that costs the speed is named with its figures.
+
+`ab=nospec`: the short A/B on request (sglang_deploy/doctor_ab.py). The active release against the same release
+without speculation, a temporary release in the same host session; speculation slower than none is named from it,
+with both speeds and spreads and the profile edit that tests it.
 """
 
 import json
@@ -37,6 +42,7 @@ from roles.settings import host_settings, of, sudo
 service = service_of(host_settings())
 gpu_facts = host.get_fact(GpuHost)
 probe, probe_force, bisect = of(DoctorArgs).probe, of(DoctorArgs).probe_force, of(DoctorArgs).bisect
+ab = of(DoctorArgs).ab
 
 
 def run_doctor():
@@ -60,7 +66,8 @@ def run_doctor():
                        "draft_checkpoint": collected.get("draft_checkpoint"),
                        "offered_drafts": collected.get("offered_drafts"),
                        "card_memory_mib": collected.get("card_memory_mib"),
-                       "last_tune": collected.get("last_tune"), "release": collected["active"]})
+                       "last_tune": collected.get("last_tune"), "last_ab": collected.get("last_ab"),
+                       "release": collected["active"]})
     result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
                   sandbox=collected.get("sandbox"))
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
@@ -76,9 +83,10 @@ def run_doctor():
     logger.info(f"    saved with the release (doctor.json) and in {saved}")
 
 
-def run_bisect():
+def run_session(kind, what):
+    """A measurement in the tune's host session: the regression bisect (bisect_run.Bisect) or the A/B on request
+    (doctor_ab.SpecAB)."""
     from roles.ops import HostRemote
-    from sglang_deploy.bisect_run import Bisect
     from sglang_deploy.hostfacts import detected_hardware
     from sglang_deploy.tune.host import TuneError
 
@@ -87,14 +95,22 @@ def run_bisect():
                        "model of 2x RTX A6000, not from SGLang on a GPU")
     detected = None if host_settings().simulated else detected_hardware(gpu_facts)
     try:
-        Bisect(host.name, host.data, HostRemote(), lambda line: logger.info(f"[{host.name}] {line}"), bisect,
-               detected).run()
+        kind(host.name, host.data, HostRemote(), lambda line: logger.info(f"[{host.name}] {line}"), what,
+             detected).run()
     except TuneError as error:
-        raise DeployError(f"{host.name}: bisect {bisect}: {error}") from None
+        raise DeployError(f"{host.name}: {'bisect' if bisect else 'ab'} {what}: {error}") from None
 
 
+if bisect and ab:
+    raise DeployError("bisect= and ab= are two measurements: ask for one at a time; nothing was changed")
 release.install_programs()
 if bisect:
-    python.call(name=f"Regression bisect of {bisect}", function=run_bisect)
+    from sglang_deploy.bisect_run import Bisect
+
+    python.call(name=f"Regression bisect of {bisect}", function=run_session, kind=Bisect, what=bisect)
+elif ab:
+    from sglang_deploy.doctor_ab import SpecAB
+
+    python.call(name=f"A/B: the active release against {ab}", function=run_session, kind=SpecAB, what=ab)
 else:
     python.call(name="Perf doctor", function=run_doctor)

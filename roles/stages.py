@@ -31,6 +31,7 @@ from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_gpu, release_inputs
 from sglang_deploy.settings import DeployArgs
 from sglang_deploy.switch_options import SwitchOptions
+from sglang_deploy.token_map_part import shipped as shipped_maps
 from sglang_deploy.weights import Weights, profile_weights
 
 FIRST_START_TIMEOUT_S = 3600  # a cold first start on CT129: weights, FlashInfer/Triton JIT for sm_86, graph capture
@@ -159,7 +160,8 @@ def prepare_host(plan: Plan, facts: dict) -> list:
 
 
 def weights(plan: Plan, facts: dict, snaps: Snapshots) -> None:
-    """In place and verified against their manifests before anything is staged or switched."""
+    """In place and verified against their manifests before anything is staged or switched; the token maps the
+    profile ships."""
     settings = host_settings()
     if fetched(snaps, facts) and not any(s and s["hub_client"] for s in (facts["weights"], facts["draft"])):
         weights_role.hub_client(wheelhouse=settings.hub_wheelhouse)  # from the wheelhouse, else the host's index
@@ -168,6 +170,8 @@ def weights(plan: Plan, facts: dict, snaps: Snapshots) -> None:
         weights_role.ensure(weights=snapshot, verified=status["verified"], python=snaps.hub_python,
                             endpoint=settings.hf_endpoint, local_dir=snapshot.source.local_dir,
                             token_file=settings.hf_token_file)
+    for part in shipped_maps(plan.profile):  # each checked against its digest by the check, again before the switch
+        weights_role.token_map(part=part)
 
 
 def secrets(plan: Plan, facts: dict, runtime_ops: list) -> bool:

@@ -8,6 +8,7 @@ manifest before any switch (hostside/weights/ does the work on the host).
   SSH connection into the staging directory (a file already there with the same content is not sent again),
   then verified and renamed into place.
 A mismatch names the file and stops the deploy: nothing is staged or switched.
+- token maps (speculative.token_map, tune.token_maps): pushed to /srv/models/token-maps/<sha256>.pt.
 """
 
 import json
@@ -26,6 +27,7 @@ from sglang_deploy.hostside.weights.fetch import staging_dir
 from sglang_deploy.hostside.weights.manifest import MODELS_ROOT, TOOL_DIR, human
 from sglang_deploy.layout import host_program
 from sglang_deploy.provision import with_proxy
+from sglang_deploy.token_map_part import MapPart
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
 
 HUB_VENV = "/opt/sglang-deploy/hub-client"
@@ -105,3 +107,11 @@ def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint
     server.shell(name=f"Verify the pushed weights against the manifest, rename into {weights.path}",
                  commands=[host_program("weights", "promote", "--manifest", weights.host_manifest, "--dir",
                                         weights.path)])
+
+
+@deploy("Token map")
+def token_map(part: MapPart):
+    """A token map the profile ships (token_map_part.py) at its content-addressed place (pyinfra sends it only when
+    the host's copy differs); the host checks its sha256 before every switch (manifest.map_problem)."""
+    files.put(name=f"token map {part.file.name} -> {part.host_path} (sha256:{part.sha256[:12]})", src=str(part.file),
+              dest=part.host_path, mode=644, create_remote_dir=True)

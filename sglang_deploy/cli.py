@@ -131,7 +131,10 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 def cmd_token_map(args: argparse.Namespace) -> int:
     """Build the hot-vocabulary map SGLang's --speculative-token-map reads (token_map.py), with its frozen digest."""
+    import os
+
     from .token_map import DEFAULT_DIR, TokenMapError, build
+    from .weights import REPO_ROOT
 
     model_dir = Path(args.model)
     output = Path(args.output) if args.output else DEFAULT_DIR / f"{model_dir.resolve().name}-{args.size}.pt"
@@ -143,8 +146,10 @@ def cmd_token_map(args: argparse.Namespace) -> int:
     print(f"wrote {result['path']}: the {result['size']} most frequent of {result['distinct']} distinct token ids "
           f"({result['tokens']} tokens in {result['prompts']} prompts; vocabulary {result['vocab_size']})")
     print(f"wrote {result['path']}.sha256: sha256 {result['sha256']}")
-    print("serve it from a verified snapshot: put it in the weights (or draft) directory, freeze that directory's "
-          "manifest again (`sglang-deploy manifest file:///DIR`), and set --speculative-token-map to its path there")
+    shown = os.path.relpath(result["path"], REPO_ROOT) if result["path"].startswith(str(REPO_ROOT) + "/") \
+        else result["path"]
+    print(f"profile (the release's map; or under tune.token_maps, a candidate of the tune's vocab axis):\n"
+          f"  speculative:\n    token_map:\n      file: {shown}\n      sha256: \"{result['sha256']}\"")
     return 0
 
 

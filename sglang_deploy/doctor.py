@@ -229,7 +229,8 @@ def lever_findings(report: dict, server_info: dict, bound: dict | None, gpu_name
     environ = report.get("environ") or {}
     path = doctor_levers.allreduce_path(server_info, environ, report.get("log_findings"))
     out = {"suspects": [], "opportunities": [], "notes": [], "allreduce": path}
-    nospec = doctor_levers.speculation_vs_none(report.get("last_tune"), report.get("release"))
+    nospec = doctor_levers.speculation_vs_none(report.get("last_tune"), report.get("release")) or \
+        doctor_levers.speculation_vs_none(report.get("last_ab"), report.get("release"), what="the doctor's A/B")
     if nospec:
         out["suspects"].append(nospec)
     line, kv = doctor_levers.kv_attention(server_info, gpu_name)

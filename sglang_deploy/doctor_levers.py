@@ -35,9 +35,11 @@ def is_ampere(gpu_name: str | None) -> bool:
 
 # --- speculation slower than none -----------------------------------------------------------------
 
-def speculation_vs_none(last_tune: dict | None, active: str | None, objective: tune.Objective = tune.Objective()):
-    """From the active release's last tune (its tune-results.json): the release without speculation (the `nospec`
-    control) measured faster than the release itself by more than both measurements' noise."""
+def speculation_vs_none(last_tune: dict | None, active: str | None, objective: tune.Objective = tune.Objective(),
+                        what: str = "the last tune"):
+    """From the active release's last tune (its tune-results.json) or last A/B (ab-results.json, what="the doctor's
+    A/B"): the release without speculation (the `nospec` control) measured faster than the release itself by more
+    than both measurements' noise."""
     if not last_tune or (active and last_tune.get("original") not in (None, active)):
         return None
     results = {}
@@ -49,17 +51,26 @@ def speculation_vs_none(last_tune: dict | None, active: str | None, objective: t
     nospec, original = results.get("nospec"), results.get(tune.BASELINE.id)
     if not (nospec and original and nospec.measured and original.measured):
         return None
-    if not tune.clear_gain(nospec, original, objective):
-        return None
-    gain = (nospec.median_decode / original.median_decode - 1) * 100
     slower = sorted(m.candidate.id for m in results.values() if m.measured and m.candidate.axis not in ("nospec",)
                     and m.median_decode < nospec.median_decode and m is not original)
+    return nospec_suspect(nospec, original, f"{what} ({last_tune.get('stamp') or 'undated'})", objective,
+                          f"; {len(slower)} other speculative candidate(s) slower than none too" if slower else "")
+
+
+def nospec_suspect(nospec: tune.Measured, original: tune.Measured, source: str,
+                   objective: tune.Objective = tune.Objective(), more: str = ""):
+    """The release without speculation faster than the release by more than both measurements' noise
+    (tune.clear_gain): the suspect, with both speeds and spreads; None otherwise. `source` says which measurement
+    (the last tune, or the doctor's A/B: doctor_ab.py)."""
+    if not (nospec.measured and original.measured) or not tune.clear_gain(nospec, original, objective):
+        return None
+    gain = (nospec.median_decode / original.median_decode - 1) * 100
     return _suspect(
         id="speculation-slower-than-none", title="speculative decoding is slower than no speculation",
-        evidence=(f"the last tune ({last_tune.get('stamp') or 'undated'}) measured the release without speculation at "
+        evidence=(f"{source} measured the release without speculation at "
                   f"{nospec.median_decode:.1f} tok/s (spread {nospec.noise() or 0:.1f} %) against "
                   f"{original.median_decode:.1f} (spread {original.noise() or 0:.1f} %, tau {original.tau or 0:.2f}) "
-                  "with it" + (f"; {len(slower)} other speculative candidate(s) slower than none too" if slower else "")),
+                  "with it" + more),
         expected_gain=f"+{gain:.0f} % by turning it off; more by finding why the draft/verify path is slow (a CUDA "
                       "graph downgrade on Ampere did this to MTP 3 in vllm#35387: 32.7 against 57 tok/s)",
         gain_pct=gain,

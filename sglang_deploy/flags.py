@@ -33,10 +33,11 @@ def flag_args(flags: dict) -> list[str]:
 
 def server_args(profile: Profile, port: int | None = None, node=None) -> list[str]:
     """Everything after the launcher: the derived flags first (a multi-node host's --nnodes, --node-rank and
-    --dist-init-addr among them, and a draft model's verified snapshot), then sglang.flags as written."""
+    --dist-init-addr among them, a draft model's verified snapshot, a shipped token map), then sglang.flags as written."""
     from .drafter import draft_path
+    from .token_map_part import map_flag
 
-    draft = draft_path(profile)
+    draft, token_map = draft_path(profile), map_flag(profile)
     return [
         "--model-path", profile.model.path,
         "--served-model-name", profile.model.served_name,
@@ -44,6 +45,7 @@ def server_args(profile: Profile, port: int | None = None, node=None) -> list[st
         "--port", str(port or profile.service.port),
         *(node.args() if node is not None else []),
         *(["--speculative-draft-model-path", draft] if draft else []),
+        *(["--speculative-token-map", token_map] if token_map else []),
         *flag_args(profile.sglang.flags),
     ]
 

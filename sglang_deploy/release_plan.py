@@ -56,6 +56,8 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
                offered=()) -> ReleaseMeta:
     from datetime import datetime, timezone
 
+    from .token_map_part import offered_maps, served as served_map
+
     profile = plan.profile
     return ReleaseMeta.from_dict({
         "id": release_id,
@@ -75,6 +77,9 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
         "weights": weights.meta() if weights else None,
         "draft": draft.meta() if draft else None,  # the draft model (speculative.draft), verified like the weights
         "offered_drafts": [w.meta() for w in offered],  # tune.drafters: on the host for the tune, kept by prune
+        # the token maps the deploy ships (token_map_part.py), verified on the host before the switch, kept by prune
+        "token_map": served_map(profile).meta() if served_map(profile) else None,
+        "offered_token_maps": [part.meta() for part in offered_maps(profile)],
         "waivers": dict(profile.waivers),  # rule -> reason: each rule the profile switched off, shown by the listing
         "verdict": None,
         "gate": None,
@@ -194,6 +199,18 @@ def weights_change(release: dict, active: dict, key: str = "weights") -> str | N
     return f"{key}: {change[0]} -> {change[1]}" if change else None
 
 
+def map_label(meta: dict) -> str:
+    """The token maps a release ships (token_map_part.py): 'map 32768 sha256:5f0c1e2d3a4b', then the tune's."""
+    def one(entry):
+        return f"{entry.get('size') or '?'} sha256:{str(entry.get('sha256') or '?')[:12]}"
+
+    parts = [f"map {one(meta['token_map'])}"] if isinstance(meta.get("token_map"), dict) else []
+    offered = [one(entry) for entry in meta.get("offered_token_maps") or [] if isinstance(entry, dict)]
+    if offered:
+        parts.append("tune maps " + ", ".join(offered))
+    return "; ".join(parts)
+
+
 def listing(store: dict) -> list[str]:
     """One line per retained release, newest first: id, time, SGLang, verdict, gate, flags vs active."""
     state = store.get("state", {})
@@ -211,9 +228,10 @@ def listing(store: dict) -> list[str]:
         if changes:
             diffs = changes + [d for d in diffs if not d.startswith(("--model-path:", "--speculative-draft-model-path:"))]
         waived = f" WAIVED: {','.join(sorted(release['waivers']))}" if release.get("waivers") else ""
+        maps = f"  [{map_label(release)}]" if map_label(release) else ""
         lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} {weights_label(release):12} "
                      f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:28]:28} "
-                     f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}{waived}")
+                     f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}{maps}{waived}")
     lines.append("(* active, g last good)")
     return lines
 

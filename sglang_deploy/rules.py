@@ -46,6 +46,8 @@ RULES = {
                                  "snapshot, unless waived",
     "token-map-verified": "--speculative-token-map names a file a verified snapshot's manifest lists (sha256 checked "
                           "on the host)",
+    "token-map-part": "a token map the profile ships (speculative.token_map, tune.token_maps) is the file its frozen "
+                      "sha256 names, and --speculative-token-map has one source",
     "pin-outside-cuda-family": "sglang.pins only name the CUDA/torch/kernel family, unless waived with a reason",
     "venv-startup-hook": "no wheel of the venv carries a startup hook (.pth file, sitecustomize) other than the reviewed "
                          "ones, unless waived (checked on the host after the install: hostside/venv_hooks.py)",

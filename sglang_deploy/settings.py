@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import safety
 from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
-from .settings_types import (CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
+from .settings_types import (AbArm, CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
                              NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
                              Topology, api_key_env_problem, attention_problem, axes_problem, int_list_problem,
                              ip_literal_problem, data_file_problem, key_url_problem, profile_path_problem, proxy_problem,
@@ -269,6 +269,10 @@ class DoctorArgs(Settings):
                               "refused) release and the active one alone, as temporary releases under the lock with "
                               "the tune's measurement settings (tune_repeats, tune_samples, tune_max_new_tokens, "
                               "tune_budget_s), and name the one that costs the speed.")
+    ab: AbArm = Field(None, description="A short A/B on request: measure the active release against the same "
+                                 "release without speculation (nospec), a temporary release under the lock with the "
+                                 "tune's measurement settings; the doctor names speculation slower than none from "
+                                 "it.")
 
 
 class ProvisionArgs(Settings):

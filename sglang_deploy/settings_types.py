@@ -216,6 +216,7 @@ Topology = Choice("pcie", "nvlink")
 SimServer = Choice("sglang", "model")
 ProvisionMode = Choice("install", "verify")
 RouterPolicy = Choice(*ROUTER_POLICIES)
+AbArm = Choice("nospec")  # doctor.py ab=: the arm measured against the active release
 CudaVersion = Matching(safety.CUDA_VERSION, "MAJOR.MINOR such as 13.0")
 NcclVersion = Matching(safety.NCCL_VERSION, "X.Y.Z such as 2.28.3")
 NcclPackageVersion = Matching(safety.DEB_VERSION_GLOB, "a Debian version pattern such as '{version}-1+cuda{cuda}'")

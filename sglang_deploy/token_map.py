@@ -8,7 +8,8 @@ tensor of it; the EAGLE/NEXTN draft worker (eagle_worker_v2.py `init_token_map`,
 draft's logits over those ids only. The ids are the N most frequent ones in the tokenisation of CORPUS by DIR's
 tokenizer (counted in SGLang's validator environment, which has torch and transformers: token_map_build.py).
 
-The served file must be one the host verifies before the switch: a file inside a verified snapshot (model.source or
+The served file must be one the host verifies before the switch: a map the profile ships as a release part
+(speculative.token_map or tune.token_maps, token_map_part.py), or a file inside a verified snapshot (model.source or
 speculative.draft), listed in its manifest (whose sha256 the host checks). SGLang downloads a missing path from the
 Hub under its directory's name (load_token_map), so a path outside a verified snapshot would serve anything.
 """
@@ -158,6 +159,10 @@ def problems(profile) -> list[Problem]:
     if value is None or value is False:
         return []
     text = str(value)
+    from .token_map_part import shipped_paths
+
+    if text in shipped_paths(profile):
+        return []  # a map the profile ships (token_map_part.py): its digest is checked on the host
     snapshots = verified_snapshots(profile)
     for weights in snapshots:
         root = weights.path.rstrip("/") + "/"

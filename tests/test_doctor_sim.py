@@ -57,7 +57,8 @@ def test_planted_defects_are_the_top_suspect(simhost, tmp_path, change, expected
 
 def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost):
     """The seed incident: the doctor names the 1-step release's weak speculation; then, the proven release back,
-    `doctor.py --data bisect=<the 1-step release>` finds by measurement that the speculative counts cost the speed."""
+    `doctor.py --data bisect=<the 1-step release>` finds by measurement that the speculative counts cost the speed;
+    and `doctor.py --data ab=nospec` finds that the proven speculation pays against none (the A/B: 43 s more)."""
     deploy(simhost, INCIDENT)
     assert top_suspect(doctor(simhost)) == "weak-speculation"
     incident = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
@@ -81,6 +82,23 @@ def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost
     [culprit] = saved["verdict"]["culprits"]
     assert culprit["difference"] == "speculation" and culprit["change_pct"] < -10 and saved["verdict"]["reproduced"]
     # the host as before: the proven release active and running, nobody holding the lock, the temporary one gone
+    state = json.loads(simhost.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
+    assert state["state"]["active"] == proven and state["consistent"] and not state["lock"]
+    assert sorted(simhost.sh(f"ls {STORE}/releases").split()) == before
+    # the A/B on request, on the same host at the same sample sizes: the proven MTP 3 against itself without
+    # speculation (a temporary release under the lock), and the host as before again
+    started = time.monotonic()
+    result = simhost.pyinfra("doctor.py", "--data", f"profile={PROVEN}", "--data", "ab=nospec",
+                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=16",
+                             "--data", "tune_heartbeat_s=90", timeout=300)
+    output = result.stdout + result.stderr
+    print(output, f"A/B: {time.monotonic() - started:.0f} s")
+    assert result.returncode == 0, output[-3000:]
+    assert re.search(r"VERDICT: speculation pays: [0-9.]+ tok/s \(spread [0-9.]+ %, tau [0-9.]+\) with speculation, "
+                     r"[0-9.]+ \(spread [0-9.]+ %\) without \(-[0-9.]+ %\)", output), output[-3000:]
+    assert "speculation-slower-than-none" not in output
+    kept = json.loads(simhost.sh(f"cat {STORE}/releases/{proven}/ab-results.json"))  # a later doctor reads it
+    assert [entry["id"] for entry in kept["results"]] == ["original", "nospec"] and kept["original"] == proven
     state = json.loads(simhost.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.store state --service sglang"))
     assert state["state"]["active"] == proven and state["consistent"] and not state["lock"]
     assert sorted(simhost.sh(f"ls {STORE}/releases").split()) == before

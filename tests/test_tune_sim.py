@@ -2,11 +2,14 @@
 and an interruption (Ctrl-C on the controller, a killed controller and its SSH connection) mid-tune leaves the
 original release running and unchanged."""
 
+import hashlib
 import json
+import pickle
 import re
 import signal
 import subprocess
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -181,17 +184,19 @@ def test_a_killed_controller_and_its_ssh_connection_leave_the_original_running(s
 
 
 def lever_profile(tmp_path) -> Path:
-    """The proven profile (1 s simulated start, the planted attention trap) serving a file:// synthetic snapshot that
-    holds one hot-vocabulary map, named as `sglang-deploy token-map` names it (the simulator reads N from the name
-    when the file is not a torch.save'd list), frozen in the snapshot's manifest; tune.vocab_sizes offers it and a
-    size that is not built."""
+    """The proven profile (1 s simulated start, the planted attention trap) serving a file:// synthetic snapshot, and
+    one hot-vocabulary map shipped as a release part (tune.token_maps: its file and frozen sha256, token_map_part.py),
+    written as torch.save writes a list of ints (a zip whose data.pkl pickles it: the simulator reads N from it,
+    sim/token_map_file.py); tune.vocab_sizes offers it and a size that is not built."""
     from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
     from sglang_deploy.weights import manifest_from_directory, write_manifest
 
     directory = tmp_path / "weights" / "qwen-synthetic"
     config = json.loads((REPO / "manifests" / "Qwen--Qwen3.6-27B-FP8" / "config.reconstructed.json").read_text())
     write_checkpoint(str(directory), header_only=True, config=config)
-    (directory / "qwen-synthetic-32768.pt").write_bytes(b"a hot-vocabulary map of 32768 ids (simulated)")
+    hot = directory.parent / "qwen-synthetic-32768.pt"
+    with zipfile.ZipFile(hot, "w") as archive:
+        archive.writestr("qwen-synthetic-32768/data.pkl", pickle.dumps(list(range(32768)), protocol=2))
     manifest = directory.parent / "qwen-synthetic.manifest.json"  # under the weights directory the operator names
     write_manifest(manifest_from_directory(directory), manifest)
     text = PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "1"\n'
@@ -201,7 +206,9 @@ def lever_profile(tmp_path) -> Path:
                         f"  source: file://{directory}\n  manifest: {manifest}", 1)
     text = text.replace("  config: manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json",
                         f"  config: {directory}/config.json", 1)
-    return write_profile(tmp_path, text + "tune:\n  vocab_sizes: [32768, 65536]\n", "proven-trap.yaml")
+    return write_profile(tmp_path, text + f"tune:\n  vocab_sizes: [32768, 65536]\n  token_maps:\n    - file: {hot}\n"
+                                          f"      sha256: \"{hashlib.sha256(hot.read_bytes()).hexdigest()}\"\n",
+                         "proven-trap.yaml")
 
 
 def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend(simhost, tmp_path):
@@ -212,7 +219,7 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     the same mechanism (tune/axes.py); its candidates and model are tested without a host (test_tune_axes.py,
     test_tune_vocab.py). About 155 s (the tune 140 s of it); the vocab axis adds about 14 s (run beside the
     nospec/attention test in one session: 155 s against 142 s; unpaired runs 154-178 s against 150 s; 2026-12-02,
-    2 shared cores)."""
+    2 shared cores). The map is a release part (tune.token_maps): `releases.py` lists it, 2.9-7.5 s more."""
     from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
 
     profile = lever_profile(tmp_path)
@@ -223,6 +230,9 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
         result = simhost.deploy(profile=profile)
         assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
         deployed = time.monotonic() - started
+        listed = time.monotonic()
+        shipped = simhost.pyinfra("releases.py", "--data", f"profile={profile}")
+        listed = time.monotonic() - listed
         before = snapshot(simhost)
         started = time.monotonic()
         result = simhost.pyinfra("tune.py", "--data", f"profile={profile}", *FAST, "--data",
@@ -237,7 +247,8 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     document = json.loads(simhost.sh(f"cat {STORE}/releases/{before['state']['active']}/tune-results.json"))
-    print(f"\nnospec, vocab and attention axes from the proven profile: deploy {deployed:.0f} s, tune {wall:.0f} s "
+    print(f"\nnospec, vocab and attention axes from the proven profile: deploy {deployed:.0f} s, releases.py "
+          f"{listed:.1f} s, tune {wall:.0f} s "
           f"wall, {document['elapsed_s']} s tuning\n" + document["table"] + "\n" + (document.get("by_kind") or ""))
     results = {entry["id"]: entry for entry in document["results"]}
     assert {entry["axis"] for entry in results.values()} == {"baseline", "nospec", "vocab", "attention"}
@@ -245,7 +256,10 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     assert ids[:4] == ["original", "nospec", "vocab-65536", "vocab-32768"], ids
     assert "not built: run `sglang-deploy token-map CORPUS --model DIR --size 65536`" in \
         results["vocab-65536"]["invalid_reason"] and not results["vocab-65536"]["repeats"]
-    assert results["vocab-32768"]["flags"]["--speculative-token-map"].endswith("/qwen-synthetic-32768.pt")
+    digest = hashlib.sha256((tmp_path / "weights" / "qwen-synthetic-32768.pt").read_bytes()).hexdigest()
+    # the map is a release part: shipped to its digest's place, listed by releases.py, verified before each switch
+    assert f"tune maps 32768 sha256:{digest[:12]}" in shipped.stdout + shipped.stderr, shipped.stdout[-2000:]
+    assert results["vocab-32768"]["flags"]["--speculative-token-map"] == f"/srv/models/token-maps/{digest}.pt"
     assert results["vocab-32768"]["decode_score"] > results["original"]["decode_score"]  # the modelled head saving
     assert "SGLang's resolution: --speculative-token-map: 1 candidate(s) 32768" in output
     assert results["nospec"]["decode_score"] < results["original"]["decode_score"]  # MTP 3 with graphs wins

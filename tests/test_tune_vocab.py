@@ -193,3 +193,34 @@ def test_a_file_that_is_not_a_saved_list_falls_back_to_its_name(tmp_path):
     (tmp_path / "m-4096.pt").write_bytes(b"PK\x03\x04 broken")
     assert map_size(str(tmp_path / "m-4096.pt")) == (4096, "name")
     assert map_size(str(tmp_path / "hot.pt"))[0] is None
+
+
+# --- a map SGLang says it ignores ----------------------------------------------------------------------------------
+
+def test_sglangs_ignored_map_line_is_read_from_the_start_log():
+    """The line SGLang 0.5.23's EAGLE worker logs for an EAGLE3 run with a map (eagle_worker_v2.py:328), as the
+    simulator logs it too, is what the host reads (hostside/evidence.py); other start logs read nothing."""
+    from pathlib import Path
+
+    from sglang_deploy.hostside import evidence
+
+    source = Path.home() / ".cache" / "sglang-deploy" / "validators" / "sglang-0.5.23" / "lib" / "python3.11" / \
+        "site-packages" / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py"
+    if source.exists():
+        assert f'"{hardware.EAGLE3_IGNORES_MAP}"' in source.read_text()  # the simulator's line is SGLang's own
+    line = f"[2026-12-02 10:00:00 TP0] WARNING eagle_worker_v2.py:328: {hardware.EAGLE3_IGNORES_MAP}"
+    found = evidence.log_findings(f"INFO starting\n{line}\nINFO ready\n")["token_map_ignored"]
+    assert found == line
+    assert evidence.log_findings("INFO Load token map from /srv/models/token-maps/a.pt\n")["token_map_ignored"] is None
+
+
+def test_a_vocab_candidate_whose_map_sglang_ignores_is_labelled_not_a_gain():
+    fast = [{"decode_tok_s": 60.0, "aggregate_tok_s": 150.0}] * 3
+    line = "WARNING eagle_worker_v2.py:328: ... Ignoring the specified token map."
+    ignored = vocab.label_ignored(tune.Measured(tune.Candidate("vocab-32768", "vocab"), repeats=list(fast)), line)
+    assert not ignored.measured and ignored.repeats == fast  # its speed kept, never taken for the map's gain
+    assert ignored.invalid_reason == f"map ignored by SGLang (its start log: {line})"
+    other = vocab.label_ignored(tune.Measured(tune.Candidate("nospec", "nospec"), repeats=list(fast)), line)
+    assert other.measured  # only a vocab candidate is about the map
+    assert vocab.label_ignored(tune.Measured(tune.Candidate("vocab-32768", "vocab"), repeats=list(fast)),
+                               None).measured

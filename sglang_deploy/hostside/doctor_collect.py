@@ -17,7 +17,7 @@ import sys
 
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
-from .documents import RESOLVED_FILE, TUNE_RESULTS_FILE, DocumentError, GateConfig, GateResult
+from .documents import AB_RESULTS_FILE, RESOLVED_FILE, TUNE_RESULTS_FILE, DocumentError, GateConfig, GateResult
 from .listener import foreign_listener, guard_unit
 from .service import service_status
 from .store import Store, service_name
@@ -87,11 +87,12 @@ def sandbox_view(service, gpus):
     return {"findings": document["findings"], "sandbox": document["sandbox"], "host": document["host"]}
 
 
-def last_tune(store, active):
-    """The active release's last tune (tune-results.json): its stamp and each candidate's id, axis, flags and repeats
-    (the doctor's speculation-slower-than-none reads the `nospec` control against the original)."""
+def last_tune(store, active, name=TUNE_RESULTS_FILE):
+    """The active release's last tune (tune-results.json), or its last A/B (ab-results.json, the same shape): its stamp
+    and each candidate's id, axis, flags and repeats (the doctor's speculation-slower-than-none reads the `nospec`
+    control against the original)."""
     try:
-        document = json.loads(store.read(os.path.join(store.release_dir(active), TUNE_RESULTS_FILE)) or "null")
+        document = json.loads(store.read(os.path.join(store.release_dir(active), name)) or "null")
     except ValueError:
         return None
     if not isinstance(document, dict):
@@ -172,6 +173,7 @@ def main():
     report["offered_drafts"] = [{"source": entry.get("source"), "bytes": entry.get("bytes")}
                                 for entry in (meta.offered_drafts if meta else []) if isinstance(entry, dict)]
     report["last_tune"] = last_tune(store, active) if active else None
+    report["last_ab"] = last_tune(store, active, AB_RESULTS_FILE) if active else None
     report["clock_reasons"] = clock_reasons()
     report["card_memory_mib"] = card_memory_mib()
     resolved = {}

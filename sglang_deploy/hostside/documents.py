@@ -29,6 +29,7 @@ PROFILE_FILE = "profile.json"  # the validated profile, as the controller read i
 RESOLVED_FILE = "resolved.json"  # SGLang's own resolution of the unit's command line (sglang_deploy.resolution)
 DOCTOR_FILE = "doctor.json"  # the doctor's report for the active release (doctor.py)
 TUNE_RESULTS_FILE = "tune-results.json"  # the tune's table of candidates (tune.py)
+AB_RESULTS_FILE = "ab-results.json"  # the doctor's A/B on request (doctor_ab.py), in the tune's shape
 WATCH_HISTORY_FILE = "watch.jsonl"  # the perf watch's measurements (hostside/watch.py)
 PACKAGES_FILE = "packages.json"  # the venv's packages and their hashes, copied in at stage time
 
@@ -197,6 +198,8 @@ class ReleaseMeta(Document):
     weights: dict | None = None  # None: weights not managed (no snapshot to verify)
     draft: dict | None = None  # None: no separate draft model
     offered_drafts: list = field(default_factory=list)
+    token_map: dict | None = None  # speculative.token_map: {sha256, path, size, file}; None: no map shipped
+    offered_token_maps: list = field(default_factory=list)  # tune.token_maps, shipped for the tune's vocab axis
     waivers: dict = field(default_factory=dict)
     preflight: str | None = None  # "passed", "skipped (skip_preflight)"; None: from before the preflight
     node: NodeMark | None = None  # a multi-node server: this host's rank in it; None: one host

@@ -24,6 +24,8 @@ CUSTOM_ALL_REDUCE_FALLBACK = re.compile(
 # pcie_ipc_ar.py:227-230.
 PCIE_IPC_FALLBACK = re.compile(r"Setup FlashInfer PCIe-IPC allreduce failed[^\n]*|SGLANG_ENABLE_PCIE_IPC_ALLREDUCE is "
                                r"set but this FlashInfer build has no pcie_ipc_comm[^\n]*")
+# speculative/eagle_worker_v2.py:328: an EAGLE3 draft does not read --speculative-token-map (its own head is small).
+TOKEN_MAP_IGNORED = re.compile(r"[^\n]*Ignoring the specified token map\.?")
 # decode_cuda_graph_runner.py:602-604; the scheduler dies (scheduler.py:6372), the launcher kills itself.
 GRAPH_CAPTURE_FAILED = re.compile(r"Capture cuda graph failed[^\n]*")
 
@@ -93,9 +95,11 @@ def log_findings(journal):
     fallback = CUSTOM_ALL_REDUCE_FALLBACK.search(journal or "")
     capture = GRAPH_CAPTURE_FAILED.search(journal or "")
     pcie_ipc = PCIE_IPC_FALLBACK.search(journal or "")
+    ignored = TOKEN_MAP_IGNORED.search(journal or "")
     return {"custom_all_reduce_fallback": fallback.group(0) if fallback else None,
             "graph_capture_failed": capture.group(0) if capture else None,
-            "pcie_ipc_fallback": pcie_ipc.group(0) if pcie_ipc else None}
+            "pcie_ipc_fallback": pcie_ipc.group(0) if pcie_ipc else None,
+            "token_map_ignored": ignored.group(0).strip() if ignored else None}
 
 
 def allreduce_path(server_info: dict, environ: dict, log_findings: dict | None) -> dict:

@@ -277,6 +277,8 @@ class Session:
                                         meta.exec_start), status["cmdline"], expect, findings, costly)
         # the all-reduce path the server reports (a custom all-reduce that fell back is named, not assumed)
         self.allreduce = evidence.redact(evidence.allreduce_path(server_info, environ, findings), [api_key])
+        # a token map SGLang says it ignores (EAGLE3): the candidate is labelled, not measured as a gain
+        self.map_ignored = evidence.redact(findings.get("token_map_ignored"), [api_key])
         return evidence.redact(problems, [api_key])
 
     def measure_item(self, item):
@@ -298,9 +300,10 @@ class Session:
                               duration_s=round(time.monotonic() - started, 1))
                 return result
             self.log(f"candidate {item.get('id')}: ready after {restart_s} s")
-        self.allreduce = None
+        self.allreduce = self.map_ignored = None
         problems = self.config_check(release_id)
         result["allreduce"] = self.allreduce
+        result["map_ignored"] = self.map_ignored
         if problems:
             self.log(f"candidate {item.get('id')}: the running server differs from the release: {problems[0]}")
             result.update(error="the running server differs from the release", config_problems=problems,

@@ -15,6 +15,7 @@ from pydantic import field_validator, model_validator
 
 from .. import safety
 from ..hardening import DIRECTIVES
+from .parts import TokenMapPart
 
 # Flags the tool derives from other sections; a profile must not set them under sglang.flags.
 DERIVED_FLAGS = {
@@ -418,6 +419,13 @@ class TuneSection(Strict):
                     "<model>-<N>.pt) must be a file the verified snapshot's manifest lists; a size with no such map "
                     "is listed as not built. Empty: every map the snapshots' manifests list.")
 
+    token_maps: list[TokenMapPart] = Field(
+        default_factory=list,
+        description="Token maps the tune's `vocab` axis may try, each shipped with the release like "
+                    "speculative.token_map (verified on the host, kept while a retained release names it); a size "
+                    "of tune.vocab_sizes is a candidate when one of these (or a file a verified snapshot's manifest "
+                    "lists) holds that many ids.")
+
     @field_validator("vocab_sizes")
     @classmethod
     def distinct_sizes(cls, value: list[int]) -> list[int]:
@@ -431,3 +439,7 @@ class SpeculativeSection(Strict):
     draft: DraftSection | None = Field(
         None, description="A draft model as part of the release (DFLASH, EAGLE3, STANDALONE); NEXTN drafts with the "
                           "checkpoint's own MTP heads and takes none.")
+    token_map: TokenMapPart | None = Field(
+        None, description="A hot-vocabulary draft head as part of the release: the tool ships the map, checks its "
+                          "digest on the host before the switch and derives --speculative-token-map; SGLang's "
+                          "resolution decides where it applies (EAGLE/NEXTN, not EAGLE3).")

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import edit as tune_edit, search as tune
+from .vocab import label_ignored
 from ..gate import RESULTS_DIR, gate_config
 from ..hostside import documents
 from ..hostside.documents import GateConfig, ReleaseMeta
@@ -290,7 +291,10 @@ class HostSession:
                                  allreduce=result.get("allreduce"))
         if result.get("config_problems"):
             measured.error = "effective config differs: " + result["config_problems"][0]
-        if measured.measured:
+        measured = label_ignored(measured, result.get("map_ignored"))
+        if measured.invalid_reason:
+            self.say(f"    {candidate.id}: {measured.invalid_reason}")
+        elif measured.measured:
             baseline = self.reference()
             vs = (f", {(measured.decode / baseline.decode - 1) * 100:+.1f} % vs original"
                   if baseline and baseline.decode else "")

@@ -1,13 +1,16 @@
 """The tune's `vocab` axis: a hot-vocabulary draft head (FR-Spec), SGLang's --speculative-token-map set to a map of
 N token ids for each size the profile offers (`tune.vocab_sizes`).
 
-A map is a candidate only when it is a file a verified snapshot's manifest lists (the rule token-map-verified: the
-host checks its sha256 before the switch); its size is read from the file where the controller has it (a file://
+A map is a candidate only when the profile ships it as a release part (tune.token_maps or speculative.token_map,
+token_map_part.py) or it is a file a verified snapshot's manifest lists (the rule token-map-verified): either way the
+host checks its sha256 before the switch; its size is read from the file where the controller has it (a file://
 snapshot) and otherwise from its name, `<model>-<N>.pt` as `sglang-deploy token-map` names it
 (sim/token_map_file.py). A size with no such map is a row of the table, "not built", with the command that builds it.
 Whether the map applies is SGLang's answer: the resolution of the profile's command line with the flag set may
-refuse it (its error) or drop it (its resolved speculative_token_map differs); at run time SGLang's EAGLE3 and
-DFLASH workers ignore it (eagle_worker_v2.init_token_map), which the measurement shows.
+refuse it (its error) or drop it (its resolved speculative_token_map differs); at run time SGLang's EAGLE3 worker
+ignores it and says so in its start log (eagle_worker_v2.py:328, "Ignoring the specified token map"): the host reads
+that line (hostside/evidence.py) and such a candidate is labelled "map ignored by SGLang", never a gain
+(label_ignored). A DFLASH drafter never reads a map and says nothing: the measurement shows it.
 """
 
 from __future__ import annotations
@@ -20,8 +23,8 @@ AXIS = "vocab"
 
 
 def build_hint(size: int) -> str:
-    return (f"not built: run `sglang-deploy token-map CORPUS --model DIR --size {size}`, put the map in the weights "
-            "directory and freeze its manifest again (`sglang-deploy manifest`)")
+    return (f"not built: run `sglang-deploy token-map CORPUS --model DIR --size {size}` and offer the map in "
+            "tune.token_maps (its file and sha256)")
 
 
 @dataclass
@@ -39,12 +42,18 @@ class VocabOffer:
 
 
 def snapshot_maps(profile) -> dict:
-    """size -> host path of each token map a verified snapshot's manifest lists (a .pt file whose size its content
+    """size -> host path of each token map the profile ships as a release part (speculative.token_map,
+    tune.token_maps: token_map_part.py) or a verified snapshot's manifest lists (a .pt file whose size its content
     or its name gives)."""
     from ..sim.token_map_file import size_from_file, size_from_name
     from ..token_map import verified_snapshots
+    from ..token_map_part import shipped
 
     found = {}
+    for part in shipped(profile):
+        size = part.size()
+        if size:
+            found.setdefault(size, part.host_path)
     for weights in verified_snapshots(profile):
         local = getattr(weights.source, "local_dir", None)
         for entry in weights.manifest.get("files") or []:
@@ -70,7 +79,9 @@ def offer(profile, flags: dict, ask) -> VocabOffer:
         return result  # no draft head without speculation
     maps = snapshot_maps(profile)
     sizes = list(profile.tune.vocab_sizes) or sorted(maps)
-    current = flags.get(FLAG)
+    from ..token_map_part import map_flag
+
+    current = flags.get(FLAG) or map_flag(profile)  # the profile's own map (speculative.token_map): the original
     for size in sizes:
         path = maps.get(size)
         if path is None:
@@ -107,3 +118,13 @@ def not_candidates(offered: VocabOffer | None) -> list:
 
     return [Measured(Candidate(candidate_id(size), AXIS), valid=False, invalid_reason=why)
             for size, why in (offered.invalid if offered else {}).items()]
+
+
+def label_ignored(measured, line: str | None):
+    """A vocab candidate whose server's start log says SGLang ignores the map (its EAGLE3 worker): labelled "map
+    ignored by SGLang" and not valid, so its speed (kept in its repeats) is never taken for the map's gain."""
+    if not line or measured.candidate.axis != AXIS:
+        return measured
+    measured.valid = False
+    measured.invalid_reason = f"map ignored by SGLang (its start log: {line})"
+    return measured

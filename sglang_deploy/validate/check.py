@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import drafter, flag_table, gpu_facts, resolution, token_map, validator_env
+from .. import drafter, flag_table, gpu_facts, resolution, token_map, token_map_part, validator_env
 from ..flags import server_args
 from ..profile import Profile
 from ..rules import WAIVABLE
@@ -160,7 +160,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     identity = flag_identity_problems(profile, tuple(probe["actions"]))
     problems = identity + parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
     problems += code_and_weights_problems(profile, tuple(probe["actions"]))
-    problems += token_map.problems(profile)
+    problems += token_map.problems(profile) + token_map_part.problems(profile)
     if not identity:
         problems += derived_values_problems(profile, argv, port, node)
     problems += speculative_problems(profile, probe["algorithms"])

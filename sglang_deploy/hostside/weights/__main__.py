@@ -8,6 +8,8 @@
     /srv/models/.sglang-deploy/verified/<key>.json  per snapshot: size, mtime and sha256 of every file as last
                                                      hashed; a file whose size and mtime are unchanged is not
                                                      hashed again
+    /srv/models/token-maps/<sha256>.pt              a token map the deploy shipped (token_map_part.py), named by its
+                                                     digest; the switch re-hashes it (manifest.map_problem)
 
 Commands (JSON on stdout, progress on stderr):
   status   --manifest M --dir D                     verified or not, without hashing anything
@@ -18,9 +20,10 @@ Commands (JSON on stdout, progress on stderr):
                                                     verify, then rename into place
   promote  --manifest M --dir D                     the staging directory (filled by the controller's push) is
                                                     verified and renamed into place
-  prune                                             drop snapshots (made by this tool) that no retained release
-                                                    of any service points at, verified over PRUNE_GRACE_S ago;
-                                                    skipped while a fetch, promote or verify runs
+  prune                                             drop snapshots (made by this tool) and token maps that no
+                                                    retained release of any service points at, verified (or
+                                                    shipped) over PRUNE_GRACE_S ago; skipped while a fetch,
+                                                    promote or verify runs
 
 fetch, promote and verify hold /srv/models/.sglang-deploy/lock shared, prune holds it exclusive without waiting:
 a prune never removes a snapshot being fetched, and the grace period covers a deploy between its fetch and the

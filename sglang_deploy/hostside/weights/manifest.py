@@ -21,6 +21,10 @@ REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 PATH_PART = re.compile(r"[A-Za-z0-9._+-]{1,200}")
 # ReleaseMeta's fields (documents.py) of the snapshots a release serves; the flags that name them: prune.py
 SNAPSHOT_KEYS = ("weights", "draft")
+# Token maps (--speculative-token-map), a release part of their own: content-addressed, <sha256>.pt
+MAPS_DIR = os.path.join(MODELS_ROOT, "token-maps")
+MAP_FLAG = "--speculative-token-map"
+MAP_NAME = re.compile(r"([0-9a-f]{64})\.pt")
 
 
 class WeightsError(Exception):
@@ -225,6 +229,33 @@ def release_problem(meta):
         problem = snapshot_problem(getattr(meta, key), "weights" if key == "weights" else "draft model")
         if problem:
             return problem
+    return map_problem(meta.exec_start)
+
+
+def map_path(sha256, maps_dir=None):
+    """Where a token map of this digest lives on the host."""
+    return os.path.join(maps_dir or MAPS_DIR, f"{sha256}.pt")
+
+
+def map_problem(argv, maps_dir=None):
+    """Before a switch: a --speculative-token-map the release's command line names under the maps directory must be
+    there with the sha256 its name says (hashed each time: a map is a few hundred KB). None when fine or unmanaged."""
+    argv = list(argv or [])
+    maps_dir = maps_dir or MAPS_DIR
+    for index, arg in enumerate(argv[:-1]):
+        if arg != MAP_FLAG or os.path.dirname(argv[index + 1]) != maps_dir:
+            continue
+        path = argv[index + 1]
+        match = MAP_NAME.fullmatch(os.path.basename(path))
+        if not match:
+            return f"the release's token map {path} is not named <sha256>.pt: not a map the deploy shipped"
+        try:
+            actual = sha256_file(path)
+        except OSError:
+            return f"the release's token map {path} is not on the host (pruned?); deploy it again"
+        if actual != match.group(1):
+            return (f"the release's token map {path} has sha256 {actual}, not the {match.group(1)} it was shipped "
+                    "with: it changed on the host; deploy it again")
     return None
 
 

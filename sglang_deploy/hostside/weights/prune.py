@@ -15,15 +15,16 @@ import time
 from .. import store
 from . import manifest as weights_manifest
 from ..documents import DocumentError, ReleaseMeta
-from .manifest import SNAPSHOT_KEYS, TOOL_DIR, log, read_json
+from .manifest import MAP_FLAG, MAP_NAME, SNAPSHOT_KEYS, TOOL_DIR, log, read_json
 
-SNAPSHOT_FLAGS = ("--model-path", "--speculative-draft-model-path")
+SNAPSHOT_FLAGS = ("--model-path", "--speculative-draft-model-path", MAP_FLAG)
 PRUNE_GRACE_S = 3600  # a snapshot verified this recently is kept even if no release records it yet
 
 
 def referenced_snapshots(store_root=None):
     """Snapshot paths that retained releases of any service point at: their weights, their draft model, the
-    drafters their profile offers the tune (meta.json offered_drafts)."""
+    drafters their profile offers the tune (meta.json offered_drafts), and their token maps (token_map,
+    offered_token_maps, and a --speculative-token-map on a tune's temporary command line)."""
     store_root = store_root or store.STORE_ROOT
     used = set()
     for service in os.listdir(store_root) if os.path.isdir(store_root) else []:
@@ -34,7 +35,8 @@ def referenced_snapshots(store_root=None):
             except FileNotFoundError:  # not a complete release (meta.json is written last)
                 continue
             argv = meta.exec_start
-            offered = [entry.get("path") for entry in meta.offered_drafts if isinstance(entry, dict)]
+            offered = [entry.get("path") for entry in [*meta.offered_drafts, *meta.offered_token_maps, meta.token_map]
+                       if isinstance(entry, dict)]
             for path in [(getattr(meta, key) or {}).get("path") for key in SNAPSHOT_KEYS] + offered + [
                     argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in SNAPSHOT_FLAGS]:
                 if path:
@@ -68,11 +70,14 @@ def prune(models_root=None, store_root=None, grace_s=PRUNE_GRACE_S):
     """Remove snapshots this tool made (they have a verification record) that no retained release uses and that
     were verified over grace_s ago; nothing while another command holds the weights' lock."""
     models_root = models_root or weights_manifest.MODELS_ROOT
-    if not os.path.isdir(os.path.join(models_root, TOOL_DIR, "verified")):  # no managed weights on this host
+    if not any(os.path.isdir(os.path.join(models_root, *part)) for part in ((TOOL_DIR, "verified"), ("token-maps",))):
+        # no managed weights or maps on this host
         return {"ok": True, "removed": [], "kept": []}
     try:
         with models_lock(models_root, exclusive=True):
-            return prune_locked(models_root, store_root, grace_s)
+            result = prune_locked(models_root, store_root, grace_s)
+            maps = prune_maps(os.path.join(models_root, "token-maps"), referenced_snapshots(store_root), grace_s)
+            return {**result, "removed": result["removed"] + maps["removed"], "kept": result["kept"] + maps["kept"]}
     except BlockingIOError:
         log("weights prune skipped: a fetch, promote or verify is running")
         return {"ok": True, "skipped": "locked", "removed": [], "kept": []}
@@ -120,3 +125,27 @@ def prune_locked(models_root, store_root, grace_s):
         os.remove(os.path.join(records_dir, name))
         removed.append(directory)
     return {"ok": True, "removed": removed, "kept": kept}
+
+
+def maps_to_remove(ages, used, maps_dir, grace_s):
+    """The token maps (name -> seconds since written, in the maps directory) that no retained release names and
+    that were shipped over grace_s ago; a file not named <sha256>.pt is not the tool's and stays."""
+    return sorted(name for name, age in ages.items() if MAP_NAME.fullmatch(name)
+                  and os.path.join(maps_dir, name) not in used and age >= grace_s)
+
+
+def prune_maps(maps_dir, used, grace_s, now=None):
+    """Remove the content-addressed token maps that no retained release uses (maps_to_remove)."""
+    if not os.path.isdir(maps_dir):
+        return {"removed": [], "kept": []}
+    now = now or time.time()
+    ages = {}
+    for name in os.listdir(maps_dir):
+        path = os.path.join(maps_dir, name)
+        if stat.S_ISREG(os.lstat(path).st_mode):
+            ages[name] = now - os.lstat(path).st_mtime
+    doomed = maps_to_remove(ages, used, maps_dir, grace_s)
+    for name in doomed:
+        os.remove(os.path.join(maps_dir, name))
+    return {"removed": [os.path.join(maps_dir, n) for n in doomed],
+            "kept": [os.path.join(maps_dir, n) for n in sorted(set(ages) - set(doomed)) if MAP_NAME.fullmatch(n)]}
