@@ -17,6 +17,7 @@ from pyinfra.facts.files import FileContents
 from roles import multinode, release, stages
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
+from roles.target import of_release
 from sglang_deploy.hostside.documents import RESOLVED_FILE, ReleaseMeta, StoreState
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.plan import lock_refusal
@@ -74,8 +75,8 @@ def prepare(rollback: Rollback) -> stages.Candidate:
     release.show_changes(service=rollback.service, unit=unit, env=env)
     meta = rollback.meta
     return stages.Candidate(service=rollback.service, release_id=rollback.target, unit=unit, env=env,
-                            simulated=meta.simulated, venv=meta.venv, exec_start=meta.exec_start, resolved=None,
-                            nnodes=meta.node.nnodes if meta.node else 1)
+                            target=of_release(meta, host_settings().sim_server), venv=meta.venv,
+                            exec_start=meta.exec_start, resolved=None, nnodes=meta.node.nnodes if meta.node else 1)
 
 
 def preflight(rollback: Rollback, candidate: stages.Candidate) -> None:
