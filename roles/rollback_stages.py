@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from pyinfra import host, inventory, logger
 from pyinfra.facts.files import FileContents
 
-from roles import multinode, release, stages
+from roles import multinode, release, stages, target as variant
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
-from roles.target import of_release
 from sglang_deploy.hostside.documents import RESOLVED_FILE, ReleaseMeta, StoreState
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.plan import lock_refusal
@@ -75,7 +74,7 @@ def prepare(rollback: Rollback) -> stages.Candidate:
     release.show_changes(service=rollback.service, unit=unit, env=env)
     meta = rollback.meta
     return stages.Candidate(service=rollback.service, release_id=rollback.target, unit=unit, env=env,
-                            target=of_release(meta, host_settings().sim_server), venv=meta.venv,
+                            target=variant.of_release(meta, host_settings().sim_server), venv=meta.venv,
                             exec_start=meta.exec_start, resolved=None, nnodes=meta.node.nnodes if meta.node else 1)
 
 
