@@ -12,7 +12,9 @@ from fakehost import fixture_fact, run_role
 from roles import simulator, stages, target
 from roles.facts import DeployState
 from roles.target import RealGpuHost, SimulatedHost
+from sglang_deploy.layout import venv_path
 from sglang_deploy.plan import Plan
+from sglang_deploy.release_plan import Decision
 from sglang_deploy.profile import load_profile
 from sglang_deploy.settings import HostSettings
 
@@ -116,6 +118,7 @@ def test_the_deploys_plan_carries_the_variant_chosen_once(key_file, data, chosen
     def role():
         found["plan"] = stages.plan()
         found["facts"] = stages.facts(found["plan"], stages.snapshots(found["plan"]))
+        stages.preflight(found["plan"], Decision(release_id="0001-aaaaaaaa", is_new=True, switch=True, reason="t"))
 
     ops = run_role(role, facts={"GpuHost": A6000X2, DeployState: lambda **kwargs: found.setdefault("asked", kwargs)},
                    data={"profile": str(PROVEN), "api_key_file": str(key_file), **data})
@@ -123,6 +126,10 @@ def test_the_deploys_plan_carries_the_variant_chosen_once(key_file, data, chosen
     assert ("GpuHost" in [name for name, _ in ops.asked]) is asked_gpus
     assert found["asked"]["manifests"][1:] == chosen.manifests(PROFILE)  # the simulator's, on the simulated host
     assert (found["asked"]["weights"] != ()) is chosen.simulated  # the synthetic checkpoint, on the simulated host
+    preflight = ops.named("Preflight of release").text  # the variant's python and options
+    python = chosen.interpreter(venv_path(PROFILE))
+    assert f"--python {python} " in preflight and python.startswith("/opt/sglang-sim/") is chosen.simulated
+    assert ("--simulated --step-timeout 10" in preflight) is chosen.simulated
 
 
 def variant_mentions(source: str) -> list[str]:
