@@ -13,11 +13,10 @@ from pyinfra.operations import python, server
 
 from pyinfra.facts.files import Sha256File
 
-from roles import release, secrets
-from roles.facts import GpuHost, ReleaseStore
+from roles import release, secrets, target
+from roles.facts import ReleaseStore
 from roles.release import switch_command
 from roles.settings import host_settings, sudo
-from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.hostside.store import content_hash
 from sglang_deploy.layout import ServiceLayout
 from sglang_deploy.plan import PlanError, plan_for_host
@@ -56,8 +55,8 @@ def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
         other = inventory.get_host(name)
         try:
             data = host_settings_of(data)
-            detected = None if data.simulated else detected_hardware(other.get_fact(GpuHost))
-            theirs = plan_for_host(data, detected=detected, groups=groups, host_name=name)
+            theirs = plan_for_host(data, detected=target.of(data).detected_hardware(other), groups=groups,
+                                   host_name=name)
         except PlanError as error:
             raise DeployError(f"{host.name}: node {name} of this server cannot be planned, so this node is not "
                               f"changed either.\n{error}") from None

@@ -157,16 +157,15 @@ def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list
     return argv, expected
 
 
-def preflight_command(service: str, release_id: str, python: str, gpus: int, simulated: bool,
+def preflight_command(service: str, release_id: str, python: str, gpus: int, variant_args=(),
                       container_id=None, resolve: bool = True, fresh: bool = False) -> str:
+    """variant_args: the host variant's options (roles/target.py preflight_args: the simulated host's)."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     args = ["--service", service, "--unit", f"{directory}/sglang.service", "--env", f"{directory}/sglang.env",
             "--python", python, "--gpus", str(gpus), "--json", f"{PREFLIGHT_DIR}/{service}.json",
             "--expected", f"{directory}/expected.json"]
     args += ["--argv-json", f"{directory}/argv.json"] if resolve else []
-    args += ["--no-gpu"] if simulated and not resolve else []  # a stand-in's torch import: the stack step, left out
-    args += ["--simulated"] * simulated + (["--container-id", str(container_id)] if container_id else [])
-    args += ["--step-timeout", "10"] * simulated  # the GPU stand-in's all-reduce takes milliseconds, NCCL's seconds
+    args += [*variant_args] + (["--container-id", str(container_id)] if container_id else [])
     args += ["--fresh"] * fresh  # a rollback: never an acceptance cached in the service user's directory
     return f"{host_program('preflight', *args)}; rc=$?; rm -rf {shlex.quote(directory)}; exit $rc"
 
@@ -186,9 +185,9 @@ def _preflight_report(service):
 
 
 @deploy("Release: preflight")
-def preflight(service: str, release_id: str, unit: str, env: str, interpreter: str, gpus: int, simulated: bool,
-              exec_start: list[str], resolved: dict | None, container_id=None, resolve: bool = True,
-              fresh: bool = False):
+def preflight(service: str, release_id: str, unit: str, env: str, interpreter: str, gpus: int,
+              variant_args: list[str], exec_start: list[str], resolved: dict | None, container_id=None,
+              resolve: bool = True, fresh: bool = False):
     """Before the switch touches anything running: the release's server checks on the host, under the release's
     own unit properties (hostside/preflight/runner.py). A failure stops the deploy here, before the store changes."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
@@ -207,16 +206,9 @@ def preflight(service: str, release_id: str, unit: str, env: str, interpreter: s
                       + ("SGLang's resolution, " if resolve else "") + "torch, P2P/NCCL, Triton (as the service, "
                       "under its unit's sandbox)",
                  commands=[" && ".join(write) + " && { " + preflight_command(service, release_id, interpreter, gpus,
-                                                                             simulated, container_id, resolve,
+                                                                             variant_args, container_id, resolve,
                                                                              fresh) + "; }"])
     python.call(name="Preflight report", function=_preflight_report, service=service)
-
-
-def preflight_interpreter(simulated: bool, venv: str) -> str:
-    """The python the release's server runs in: the venv's, or on a simulated host its SGLang install's."""
-    from roles.simulator import SGLANG_PYTHON
-
-    return SGLANG_PYTHON if simulated else f"{venv}/bin/python"
 
 
 def preflight_gpus(resolved: dict | None, nnodes: int = 1) -> int:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pyinfra import host, inventory, logger
 from pyinfra.facts.files import FileContents
 
-from roles import multinode, release, stages
+from roles import multinode, release, stages, target as variant
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
 from sglang_deploy.hostside.documents import RESOLVED_FILE, ReleaseMeta, StoreState
@@ -74,8 +74,8 @@ def prepare(rollback: Rollback) -> stages.Candidate:
     release.show_changes(service=rollback.service, unit=unit, env=env)
     meta = rollback.meta
     return stages.Candidate(service=rollback.service, release_id=rollback.target, unit=unit, env=env,
-                            simulated=meta.simulated, venv=meta.venv, exec_start=meta.exec_start, resolved=None,
-                            nnodes=meta.node.nnodes if meta.node else 1)
+                            target=variant.of_release(meta, host_settings().sim_server), venv=meta.venv,
+                            exec_start=meta.exec_start, resolved=None, nnodes=meta.node.nnodes if meta.node else 1)
 
 
 def preflight(rollback: Rollback, candidate: stages.Candidate) -> None:

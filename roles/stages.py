@@ -6,8 +6,9 @@ preflight -> stage -> switch -> prune -> watch.
 Everything up to the refusals only reads: a bad profile, bad host data or a host that must not be touched
 stops the deploy there with "nothing was changed". What a stage decides comes from sglang_deploy/ (pure,
 tested without a host: plan.py, release_plan.py, plan.refusals); a stage queues pyinfra operations through
-the roles. A multi-node server and the simulated host are each handled in one place: `decide` and
-`switch` (roles/multinode.py), `prepare_host` and `announce` (roles/simulator.py).
+the roles. A multi-node server is handled in `decide` and `switch` (roles/multinode.py). A GPU host and the
+simulated host differ only through the plan's target (roles/target.py), chosen once in `plan`: no stage branches
+on `simulated` (tests/test_roles_target.py holds it so).
 """
 
 from __future__ import annotations
@@ -17,18 +18,17 @@ from dataclasses import dataclass
 from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 
-from roles import multinode, provision, release, secrets as secrets_role, service_user, simulator, watch as watch_role
+from roles import multinode, release, secrets as secrets_role, service_user, target, watch as watch_role
 from roles import weights as weights_role
-from roles.facts import DeployState, GpuHost
+from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
 from sglang_deploy.gate import gate_config
-from sglang_deploy.hostfacts import detected_hardware
 from sglang_deploy.layout import ServiceLayout, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers
 from sglang_deploy.render import render_watch, watch_paths
-from sglang_deploy.roofline import release_gpu, release_inputs
+from sglang_deploy.roofline import release_inputs
 from sglang_deploy.settings import DeployArgs
 from sglang_deploy.switch_options import SwitchOptions
 from sglang_deploy.token_map_part import shipped as shipped_maps
@@ -45,11 +45,13 @@ def groups() -> dict:
 
 def plan() -> Plan:
     """The profile checked by SGLang's own resolution under this host's GPUs, and the unit rendered: before any
-    change. A real host reports its GPU count and interconnect; the rules use those, not a guess."""
+    change. A real host reports its GPU count and interconnect; the rules use those, not a guess. The host's
+    variant (a GPU host or the simulated one, roles/target.py) is chosen here, once, and travels in the plan."""
     settings = host_settings()
-    detected = None if settings.simulated else detected_hardware(host.get_fact(GpuHost))
+    variant = target.of(settings)
     try:
-        return plan_for_host(settings, detected=detected, groups=groups(), host_name=host.name)
+        return plan_for_host(settings, detected=variant.detected_hardware(host), groups=groups(), host_name=host.name,
+                             target=variant)
     except PlanError as error:
         raise DeployError(f"{host.name}: {NOTHING_CHANGED}\n{error}") from None
 
@@ -69,10 +71,10 @@ class Snapshots:
 
 
 def snapshots(plan: Plan) -> Snapshots:
-    """The profile's pinned source, or (a simulated host, a profile without one) the synthetic checkpoint; the
-    draft (speculative.draft) and tune.drafters, each snapshot once."""
+    """The profile's pinned source, or the target's fallback for a profile without one (the simulated host's
+    synthetic checkpoint); the draft (speculative.draft) and tune.drafters, each snapshot once."""
     profile = plan.profile
-    weights = profile_weights(profile) or (simulator.synthetic_weights(profile) if plan.simulated else None)
+    weights = profile_weights(profile) or plan.target.fallback_weights(profile)
     draft = draft_weights(profile)
     offered = []
     for snapshot in offered_weights(profile):
@@ -89,11 +91,10 @@ def facts(plan: Plan, snaps: Snapshots) -> dict:
     """Everything the deploy decides from, in one round trip (roles.facts.DeployState)."""
     profile, service = plan.profile, plan.profile.service.name
     layout = ServiceLayout(service)
-    sim = simulator.simulator_shipment(profile, host_settings().sim_server) if plan.simulated else None
     weights, draft = snaps.weights, snaps.draft
     return host.get_fact(
         DeployState, service=service,
-        manifests=(release.program_shipment().manifest,) + ((sim.manifest,) if sim else ()),
+        manifests=(release.program_shipment().manifest, *plan.target.manifests(profile)),
         paths=(profile.watch.textfile_dir,), user=profile.service.user,
         files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
         timers=(f"{service}-watch.timer",),
@@ -122,9 +123,9 @@ def stop(refused: list[str]) -> None:
 
 
 def announce(plan: Plan, facts: dict) -> None:
-    profile, settings = plan.profile, host_settings()
-    if plan.simulated:
-        logger.warning(f"[{host.name}] {simulator.banner(profile, settings.sim_server)}")
+    profile = plan.profile
+    for announcement in plan.target.announcements(profile):
+        logger.warning(f"[{host.name}] {announcement}")
     logger.info(f"[{host.name}] profile {profile.name}: SGLang {profile.sglang.version}, "
                 f"{profile.model.served_name} on port {plan.port}")
     if plan.node is not None:
@@ -140,21 +141,14 @@ def announce(plan: Plan, facts: dict) -> None:
 
 
 def prepare_host(plan: Plan, facts: dict) -> list:
-    """Real hosts: driver, CUDA, NCCL and the venv; every host: the service user, the host package; the simulated
-    host: its simulator. Returns the simulator's operations (a changed simulator restarts the server)."""
-    profile, settings = plan.profile, host_settings()
+    """Every host: the service user, the host package; then the target's own preparation (a real host: driver,
+    CUDA, NCCL and the venv; the simulated host: its simulator). Returns the operations whose change restarts the
+    server (a changed simulator)."""
+    profile = plan.profile
     state_dir = ServiceLayout(profile.service.name).state_dir
     if not service_user.in_place(facts["user"], profile.service.user, state_dir):  # first: the venv's checks run as it
         service_user.install(user=profile.service.user, home=state_dir)
-    if not plan.simulated and settings.provision:
-        provision.nvidia_stack(mode=settings.provision_mode, python=f"{venv_path(profile)}/bin/python",
-                               user=profile.service.user)
-        provision.python_env(profile=profile, mode=settings.provision_mode)
-    runtime_ops = []
-    if plan.simulated:
-        sim = simulator.simulator_shipment(profile, settings.sim_server)
-        runtime_ops = simulator.install(profile=profile, installed_digest=facts["manifests"].get(sim.manifest),
-                                        sim_server=settings.sim_server)
+    runtime_ops = plan.target.prepare(profile, host_settings(), facts)
     release.install_programs(installed_digest=facts["manifests"][release.program_shipment().manifest] or "")
     return runtime_ops
 
@@ -203,7 +197,7 @@ def preflight(plan: Plan, decision: Decision) -> None:
         logger.warning(f"[{host.name}] skip_preflight: the release is switched to WITHOUT its preflight (recorded)")
         return
     check_release(Candidate(service=plan.profile.service.name, release_id=decision.release_id,
-                            unit=plan.rendered.unit, env=plan.rendered.env, simulated=plan.simulated,
+                            unit=plan.rendered.unit, env=plan.rendered.env, target=plan.target,
                             venv=venv_path(plan.profile), exec_start=plan.rendered.exec_start,
                             resolved=(plan.resolution or {}).get("resolved"),
                             nnodes=plan.node.nnodes if plan.node is not None else 1))
@@ -217,7 +211,7 @@ class Candidate:
     release_id: str
     unit: str
     env: str
-    simulated: bool
+    target: target.Target  # the host's variant: the preflight's interpreter and its options
     venv: str
     exec_start: list
     resolved: dict | None  # SGLang's resolution of its command line (resolved.json)
@@ -229,9 +223,9 @@ def check_release(candidate: Candidate, fresh: bool = False) -> None:
     fresh: resolve again, trusting no acceptance cached in the service user's directory (a rollback)."""
     settings = host_settings()
     release.preflight(service=candidate.service, release_id=candidate.release_id, unit=candidate.unit,
-                      env=candidate.env, simulated=candidate.simulated,
+                      env=candidate.env, variant_args=candidate.target.preflight_args(settings.preflight_stack),
                       gpus=release.preflight_gpus(candidate.resolved, candidate.nnodes),
-                      interpreter=release.preflight_interpreter(candidate.simulated, candidate.venv),
+                      interpreter=candidate.target.interpreter(candidate.venv),
                       exec_start=candidate.exec_start, resolved=candidate.resolved,
                       container_id=settings.container_id, resolve=settings.preflight_stack, fresh=fresh)
 
@@ -243,7 +237,7 @@ def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
     if not decision.is_new:
         return
-    gpu = release_gpu(plan.simulated, plan.rendered.environment, None if plan.simulated else host.get_fact(GpuHost))
+    gpu = plan.target.gpu(plan.rendered.environment, host)
     release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit, env=plan.rendered.env,
                   profile_json=profile_snapshot(plan), gate_config=gate_config(plan), resolution=plan.resolution,
                   meta=build_meta(plan, decision.release_id, weights=snaps.weights, draft=snaps.draft,

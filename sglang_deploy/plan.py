@@ -36,6 +36,14 @@ class Plan:
     hardware_notes: tuple[str, ...] = ()
     resolution: dict | None = None  # what SGLang resolves for the unit's command line (resolution.py)
     node: object = None  # multinode.Node of a multi-node profile (nodes > 1), else None
+    # The GPU-or-simulated variant the deploy's stages call (roles/target.py), chosen once from the same settings'
+    # `simulated`; None for a plan no stage runs (provision, tune, the router, tests).
+    target: object = None
+
+    def __post_init__(self):
+        if self.target is not None and self.target.simulated != self.simulated:
+            raise ValueError(f"the plan's target is simulated={self.target.simulated}, its settings "
+                             f"simulated={self.simulated}")
 
     @property
     def probe_url(self) -> str:
@@ -147,9 +155,10 @@ def gpu_model_for_host(settings: HostSettings, detected: dict | None) -> tuple:
 
 
 def plan_for_host(data, detected: dict | None = None, need_key: bool = True, groups: dict | None = None,
-                  host_name: str | None = None) -> Plan:
+                  host_name: str | None = None, target=None) -> Plan:
     """need_key=False: for provisioning only (the API key is not needed to install the venv). groups and
-    host_name: the inventory's groups ((name, data) lists) and this host, for a multi-node profile."""
+    host_name: the inventory's groups ((name, data) lists) and this host, for a multi-node profile. target: the
+    deploy's GPU-or-simulated variant (roles/target.py), carried by the plan for the stages."""
     settings = host_settings(data)
     profile_path = settings.profile
     if not profile_path:
@@ -189,7 +198,7 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
         raise PlanError(f"{path}: cannot render the unit: {error}") from None
     return Plan(profile=profile, rendered=rendered, port=port, simulated=settings.simulated,
                 skipped_rules=tuple(report.skipped), hardware_notes=tuple(notes), resolution=report.resolution,
-                node=node)
+                node=node, target=target)
 
 
 def host_problems(plan: Plan, account: dict | None, unit_report: dict | None, ssh_user: str | None = None) -> list[str]:

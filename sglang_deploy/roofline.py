@@ -5,21 +5,25 @@ from .hostside.documents import Roofline
 from .hostside.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_bytes, roofline  # noqa: F401
 
 
-def release_gpu(simulated: bool, environment: dict, gpu_facts: dict | None) -> str | None:
-    """The GPU whose bandwidth bounds decode: nvidia-smi's first GPU (the GpuHost fact) on a real host, the
-    hardware model's (SGLANG_SIM_MACHINE, sim/data/) on a simulated one; None when unknown."""
-    if simulated:
-        import re
+def model_gpu(environment: dict) -> str | None:
+    """The GPU whose bandwidth bounds decode on a simulated host: the hardware model's (SGLANG_SIM_MACHINE,
+    sim/data/); None when unknown."""
+    import re
 
-        from .sim.hardware import load_data
+    from .sim.hardware import load_data
 
-        name = str(environment.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
-        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-            return None
-        try:
-            return load_data(name)["gpu"]
-        except (OSError, ValueError, KeyError):
-            return None
+    name = str(environment.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        return None
+    try:
+        return load_data(name)["gpu"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def reported_gpu(gpu_facts: dict | None) -> str | None:
+    """The GPU whose bandwidth bounds decode on a real host: nvidia-smi's first GPU (the GpuHost fact); None when
+    unknown."""
     return ((gpu_facts or {}).get("gpus") or [{}])[0].get("name")
 
 

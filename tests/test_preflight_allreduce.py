@@ -162,5 +162,7 @@ def test_a_probe_hung_in_the_all_reduce_names_the_iommu_fix():
 
 
 def test_a_simulated_host_gets_a_short_step_timeout_a_real_one_the_default():
-    assert "--step-timeout 10" in preflight_command("sglang", "0003-abc", "/p", 2, simulated=True)
-    assert "--step-timeout" not in preflight_command("sglang", "0003-abc", "/p", 2, simulated=False)
+    from roles.target import RealGpuHost, SimulatedHost
+
+    assert "--step-timeout 10" in preflight_command("sglang", "0003-abc", "/p", 2, SimulatedHost().preflight_args(True))
+    assert "--step-timeout" not in preflight_command("sglang", "0003-abc", "/p", 2, RealGpuHost().preflight_args(True))

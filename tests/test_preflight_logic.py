@@ -186,7 +186,7 @@ def test_the_preflight_inputs_are_sglangs_argv_and_the_compared_fields():
                   "/opt/v/bin/sglang", "serve", "--model-path", "/srv/m", "--tp-size", "2"]
     argv, expected = preflight_inputs(exec_start, {"tp_size": 2, "host": "x", "page_size": 1})
     assert argv == ["--model-path", "/srv/m", "--tp-size", "2"] and expected == {"tp_size": 2, "page_size": 1}
-    command = preflight_command("sglang", "0003-abc", "/opt/v/bin/python", 2, simulated=False, container_id=129)
+    command = preflight_command("sglang", "0003-abc", "/opt/v/bin/python", 2, container_id=129)
     assert "--container-id 129" in command and "rm -rf /run/sglang-deploy/preflight/sglang-0003-abc" in command
     assert command.endswith("exit $rc")
 

@@ -1,4 +1,4 @@
-"""roles/release.py without a host: the preflight's GPU count and interpreter, the switch's command line, and the
+"""roles/release.py without a host: the preflight's GPU count, the switch's command line, and the
 commands of the host-programs, stage, switch and prune operations for a fake host's facts."""
 
 import json
@@ -11,7 +11,6 @@ from conftest import gate_document, release_meta
 from fakehost import run_role
 from sglang_deploy.switch_options import SwitchOptions
 from roles import release
-from roles.simulator import SGLANG_PYTHON
 from sglang_deploy.release_plan import controller_identity
 from sglang_deploy.roofline import release_inputs
 
@@ -28,11 +27,6 @@ from sglang_deploy.roofline import release_inputs
 ])
 def test_preflight_gpus(resolved, nnodes, gpus):
     assert release.preflight_gpus(resolved, nnodes) == gpus
-
-
-def test_preflight_interpreter():
-    assert release.preflight_interpreter(False, "/opt/sglang-deploy/venvs/v1") == "/opt/sglang-deploy/venvs/v1/bin/python"
-    assert release.preflight_interpreter(True, "/opt/sglang-deploy/venvs/v1") == SGLANG_PYTHON
 
 
 DEPLOY = SwitchOptions(service="sglang", release_id="r2", probe_url="http://127.0.0.1:30000", timeout=600,
@@ -114,7 +108,7 @@ def test_prune():
 def test_preflight_inputs_travel_base64_and_are_removed_by_the_same_command():
     unit, env = "[Service]\nExecStart=/opt/v/bin/sglang serve --tp-size 2\n", "NCCL_CUMEM_ENABLE=0\n"
     ops = run_role(release.preflight, service="sglang", release_id="r2", unit=unit, env=env,
-                   interpreter="/opt/v/bin/python", gpus=2, simulated=False,
+                   interpreter="/opt/v/bin/python", gpus=2, variant_args=[],
                    exec_start=["/opt/v/bin/sglang", "serve", "--tp-size", "2"], resolved={"tp_size": 2})
     (command,) = ops[0].commands
     directory = "/run/sglang-deploy/preflight/sglang-r2"

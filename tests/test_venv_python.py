@@ -125,7 +125,7 @@ def test_the_facts_verb_the_weights_fetch_the_preflight_and_the_doctor_never_sta
     commands = [facts_module.VenvTorch().command(python=python, user="sglang"),
                 facts_module.VenvState().command(venv=VENV),
                 facts_module.WeightsStatus().command("/srv/models/m.json", "/srv/models/m", python=hub),
-                preflight_command("sglang", "0001-abc", python, 2, simulated=False),  # --python: run under User=
+                preflight_command("sglang", "0001-abc", python, 2),  # --python: run under User=
                 shlex.join(probe_command(python, "sglang", "/var/lib/sglang", {}, False))]
     assert [u for c in commands for u in unsafe_starts([c])] == []
     assert "hub_python" in HostSettings.model_fields and HostSettings.model_fields["hub_python"].default is None

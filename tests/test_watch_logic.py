@@ -294,12 +294,12 @@ def test_a_hostile_checkpoint_leaves_the_roofline_out_not_the_measurement(tmp_pa
 
 
 def test_the_gpu_that_bounds_decode():
-    from sglang_deploy.roofline import release_gpu, release_inputs
+    from sglang_deploy.roofline import model_gpu, release_inputs, reported_gpu
 
-    assert release_gpu(True, {}, None) == "NVIDIA RTX A6000"  # the simulator's hardware model
-    assert release_gpu(True, {"SGLANG_SIM_MACHINE": "../../etc/passwd"}, None) is None
-    assert release_gpu(False, {}, {"gpus": [{"name": "NVIDIA H200"}, {"name": "NVIDIA H200"}]}) == "NVIDIA H200"
-    assert release_gpu(False, {}, {"gpus": []}) is None
+    assert model_gpu({}) == "NVIDIA RTX A6000"  # the simulator's hardware model
+    assert model_gpu({"SGLANG_SIM_MACHINE": "../../etc/passwd"}) is None
+    assert reported_gpu({"gpus": [{"name": "NVIDIA H200"}, {"name": "NVIDIA H200"}]}) == "NVIDIA H200"
+    assert reported_gpu({"gpus": []}) is None
     unknown = release_inputs({"tp_size": 1}, "/m", "Some GPU")
     assert unknown.bandwidth_gbs is None and unknown.bandwidth_source == "unknown GPU 'Some GPU'"
     assert release_inputs({"tp_size": 2, "speculative_algorithm": None, "speculative_num_steps": 3}, "/m",
