@@ -187,10 +187,10 @@ def test_the_doctor_reports_what_this_container_does_not_enforce(nested):
     assert "NOT enforced here: " in output and "DevicePolicy=closed" in output and "LimitMEMLOCK=infinity" in output
 
 
-def test_the_driver_step_installs_user_space_at_the_host_modules_version(nested):
+def test_the_driver_step_installs_the_host_modules_user_space_and_follows_its_upgrade(nested):
     """Provisioning's driver step in the unprivileged container, against tests/aptrepo.py's repository with the real
-    packages' relations (following a host driver upgrade: tests/test_provision_sim.py). Last on this host: the
-    packages replace the GPU stand-ins (nvidia-smi, libcuda.so.1) that its simulated server and the preflight use."""
+    packages' relations. Last on this host: the packages replace the GPU stand-ins (nvidia-smi, libcuda.so.1) that its
+    simulated server and the preflight use."""
     repo = AptRepo(nested.host.state_dir / "apt")  # under the host's state directory: a data file a deploy may name
     repo.publish(provisioning_packages())
     # The container has a network namespace of its own: it reaches this machine at its veth's far end.
@@ -207,9 +207,17 @@ def test_the_driver_step_installs_user_space_at_the_host_modules_version(nested)
         assert result.returncode == 0, output[-3000:]
         assert "in a lxc container: user-space driver missing -> 580.65.06" in output and "(simulated first)" in output
         assert installed_versions(nested.sh, *DRIVER_SIBLINGS) == {name: "580.65.06-1" for name in DRIVER_SIBLINGS}
-        assert nested.sh("ls /usr/lib/*/libcuda.so.5*").strip().endswith("libcuda.so.580.65.06")
         assert nested.sh(f"cat {DRIVER_PIN}") == ("Package: src:nvidia-graphics-drivers\nPin: version 580.65.06-*\n"
                                                   "Pin-Priority: 1001\n\n")
+        # the host's driver is upgraded: the next provisioning brings the container's user space along
+        nested.host.set_kernel_module("580.95.05")
+        result = nested.pyinfra("provision.py", "--data", "skip_python_env=true", *data)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-3000:]
+        assert "user-space driver 580.65.06 -> 580.95.05" in output, output[-3000:]
+        assert installed_versions(nested.sh, *DRIVER_SIBLINGS) == {name: "580.95.05-1" for name in DRIVER_SIBLINGS}
+        assert nested.sh("ls /usr/lib/*/libcuda.so.5*").strip().endswith("libcuda.so.580.95.05")
+        assert "Pin: version 580.95.05-*" in nested.sh(f"cat {DRIVER_PIN}")
     finally:
         repo.close()
 
