@@ -125,6 +125,12 @@ class LxcHost(SimHost):
         return f"10.{self.network}.0.2"
 
     @property
+    def gateway(self) -> str:
+        """This machine's end of the container's veth: where the container reaches a service of this machine (its
+        own loopback is not this machine's)."""
+        return f"10.{self.network}.0.1"
+
+    @property
     def veth(self) -> str:
         return f"vsgl{self.ssh_port}"
 
@@ -191,6 +197,15 @@ class LxcHost(SimHost):
                 lines.append(f"lxc.mount.entry = {node} dev/{node.name} none bind,create=file 0 0")
         self.config.write_text("\n".join(lines) + "\n")
 
+    def nsenter(self) -> list[str]:
+        """As container root, in its user, mount and pid namespaces (lxc-info's pid is its systemd itself). This
+        machine's root in its mount namespace alone gets "mount: ...: must be superuser to use mount" from the
+        container's util-linux; container root may mount a tmpfs there, as root in a Proxmox CT may."""
+        pid = self.pid()
+        if not pid:
+            raise SimHostError("the container's systemd is not running")
+        return ["nsenter", "-t", str(pid), "-U", "-m", "-p"]
+
     def pid(self) -> int | None:
         result = subprocess.run(["lxc-info", "-n", self.machine, "-P", str(self.state_dir), "-p", "-H"],
                                 capture_output=True, text=True)
@@ -224,7 +239,7 @@ class LxcHost(SimHost):
                                  "-d"], capture_output=True, text=True)
         if result.returncode != 0:
             raise SimHostError(f"lxc-start failed: {result.stderr.strip()[-800:]}; see {self.state_dir / 'lxc.log'}")
-        subprocess.run(["ip", "addr", "replace", f"10.{self.network}.0.1/24", "dev", self.veth], check=True)
+        subprocess.run(["ip", "addr", "replace", f"{self.gateway}/24", "dev", self.veth], check=True)
         subprocess.run(["ip", "link", "set", self.veth, "up"], check=True)
         deadline = time.monotonic() + timeout
         state = ""

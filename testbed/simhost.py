@@ -342,16 +342,19 @@ class SimHost:
     def set_kernel_module(self, version: str | None) -> None:
         """The NVIDIA kernel module the container sees in /proc/driver/nvidia/version: in an LXC container,
         the Proxmox host's. A tmpfs over /proc/driver in the container's mount namespace (None: no module)."""
-        init = subprocess.run(["pgrep", "-P", str(self.pid()), "-x", "systemd"], capture_output=True, text=True)
-        if init.returncode != 0:
-            raise SimHostError("the container's systemd is not running")
         script = ("mountpoint -q /proc/driver || mount -t tmpfs -o mode=755,size=64k sglang-deploy-fake /proc/driver; "
                   + ("mkdir -p /proc/driver/nvidia && cat > /proc/driver/nvidia/version" if version is not None
                      else "rm -rf /proc/driver/nvidia"))
         text = (f"NVRM version: NVIDIA UNIX x86_64 Kernel Module  {version}  Tue Sep 23 09:55:41 UTC 2025\n"
                 "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n") if version is not None else ""
-        subprocess.run(["nsenter", "-t", init.stdout.split()[0], "-m", "sh", "-c", script],
-                       input=text, text=True, check=True)
+        subprocess.run([*self.nsenter(), "sh", "-c", script], input=text, text=True, check=True)
+
+    def nsenter(self) -> list[str]:
+        """A command prefix: root in the container's mount namespace (its systemd's, nspawn's child)."""
+        init = subprocess.run(["pgrep", "-P", str(self.pid()), "-x", "systemd"], capture_output=True, text=True)
+        if init.returncode != 0:
+            raise SimHostError("the container's systemd is not running")
+        return ["nsenter", "-t", init.stdout.split()[0], "-m"]
 
     def ssh_data(self) -> dict:
         """pyinfra host data to reach the container over SSH."""

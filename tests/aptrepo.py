@@ -27,6 +27,7 @@ import threading
 from dataclasses import dataclass, field
 from email.utils import formatdate
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from sglang_deploy.provision import REPO_ARCH
 
@@ -147,6 +148,28 @@ def build_deb(package: Package, out: Path) -> Path:
     return deb
 
 
+# The driver's packages the provisioning tests check: the step's (libcuda1 libnvidia-ml1 nvidia-smi) and the siblings
+# their exact-version relations pull in, all of one source package.
+DRIVER_SIBLINGS = ("libcuda1", "libnvidia-ml1", "nvidia-smi", "nvidia-alternative", "libnvidia-ptxjitcompiler1",
+                   "libnvidia-pkcs11-openssl3", "nvidia-legacy-check")
+# What provisioning writes to keep them there (roles/provision.py, sglang_deploy/provision.py).
+HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
+DRIVER_PIN = "/etc/apt/preferences.d/sglang-deploy-driver"
+
+
+def provisioning_packages() -> list[Package]:
+    """What the provisioning tests' repository holds at first: the driver at 580.65.06 and, newest, 580.95.05 (so that
+    installing the older one needs the source pin), CUDA 13.0's toolkit, NCCL 2.28.3, the toolchain's stand-ins."""
+    return [*driver_packages("580.65.06"), *driver_packages("580.95.05", template="new"),
+            cuda_toolkit_package("13.0", "13.0.88"), nccl_package("2.28.3", "13.0"), *toolchain_packages()]
+
+
+def installed_versions(sh, *packages: str) -> dict[str, str]:
+    """{package: version} of those installed on a host; sh runs a command there and returns its output."""
+    out = sh("dpkg-query -W -f='${Package} ${Version} ${db:Status-Status}\\n' " + " ".join(packages) + " 2>/dev/null; true")
+    return {line.split()[0]: line.split()[1] for line in out.splitlines() if line.endswith(" installed")}
+
+
 class AptRepo:
     """Build, sign and serve the repository; add packages later (a "new upstream release") with publish()."""
 
@@ -191,12 +214,19 @@ class AptRepo:
         for build in self.pool.glob("build-*"):
             subprocess.run(["rm", "-rf", str(build)], check=True)
 
-    def serve(self) -> str:
-        """The server's root URL; the repository is at ROOT/<path>/."""
+    def serve(self, address: str = "127.0.0.1") -> str:
+        """The server's root URL; the repository is at ROOT/<path>/. address: where a host reaches this machine
+        (a container of its own network namespace: this machine's end of its veth)."""
         handler = functools.partial(QuietHandler, directory=str(self.root))
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server = http.server.ThreadingHTTPServer((address, 0), handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return f"http://127.0.0.1:{self.server.server_address[1]}/"
+        return f"http://{address}:{self.server.server_address[1]}/"
+
+    def host_data(self, url: str) -> dict[str, str]:
+        """The host data that point the driver step at this repository served at URL (the role fills {distro} and
+        {arch} from the host, as in group_data/all.py's defaults; the key is a controller file, as air-gapped)."""
+        return {"cuda_repo_url": url + "{distro}/{arch}/", "cuda_repo_key_url": str(self.key_file),
+                "cuda_repo_origin": urlsplit(url).hostname}
 
     def close(self) -> None:
         if self.server:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from aptrepo import DRIVER_PIN, DRIVER_SIBLINGS, AptRepo, installed_versions, provisioning_packages
 from conftest import BASE_SSH_PORT, PROVEN, TEST_MACHINE, SimHostSession, proven_with, simhost_available
 
 pytestmark = pytest.mark.simhost
@@ -184,6 +185,41 @@ def test_the_doctor_reports_what_this_container_does_not_enforce(nested):
     assert result.returncode == 0, output[-3000:]
     assert "host: unprivileged container (uid map 0 100000 65536); nesting (a fresh /proc for a unit): yes" in output
     assert "NOT enforced here: " in output and "DevicePolicy=closed" in output and "LimitMEMLOCK=infinity" in output
+
+
+def test_the_driver_step_installs_the_host_modules_user_space_and_follows_its_upgrade(nested):
+    """Provisioning's driver step in the unprivileged container, against tests/aptrepo.py's repository with the real
+    packages' relations. Last on this host: the packages replace the GPU stand-ins (nvidia-smi, libcuda.so.1) that its
+    simulated server and the preflight use."""
+    repo = AptRepo(nested.host.state_dir / "apt")  # under the host's state directory: a data file a deploy may name
+    repo.publish(provisioning_packages())
+    # The container has a network namespace of its own: it reaches this machine at its veth's far end.
+    url = repo.serve(nested.host.gateway)
+    data = [arg for key, value in repo.host_data(url).items() for arg in ("--data", f"{key}={value}")]
+    try:
+        nested.sh("mv /etc/apt/sources.list /etc/apt/sources.list.disabled")  # only the test repository
+        # the Proxmox host's module is older than the repository's newest (580.95.05): installed only through the
+        # source pin (without it: "libcuda1 : Depends: nvidia-alternative (= 580.65.06-1) but 580.95.05-1 is to be
+        # installed", tests/test_driver_apt.py)
+        nested.host.set_kernel_module("580.65.06")
+        result = nested.pyinfra("provision.py", "--data", "skip_python_env=true", *data)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-3000:]
+        assert "in a lxc container: user-space driver missing -> 580.65.06" in output and "(simulated first)" in output
+        assert installed_versions(nested.sh, *DRIVER_SIBLINGS) == {name: "580.65.06-1" for name in DRIVER_SIBLINGS}
+        assert nested.sh(f"cat {DRIVER_PIN}") == ("Package: src:nvidia-graphics-drivers\nPin: version 580.65.06-*\n"
+                                                  "Pin-Priority: 1001\n\n")
+        # the host's driver is upgraded: the next provisioning brings the container's user space along
+        nested.host.set_kernel_module("580.95.05")
+        result = nested.pyinfra("provision.py", "--data", "skip_python_env=true", *data)
+        output = result.stdout + result.stderr
+        assert result.returncode == 0, output[-3000:]
+        assert "user-space driver 580.65.06 -> 580.95.05" in output, output[-3000:]
+        assert installed_versions(nested.sh, *DRIVER_SIBLINGS) == {name: "580.95.05-1" for name in DRIVER_SIBLINGS}
+        assert nested.sh("ls /usr/lib/*/libcuda.so.5*").strip().endswith("libcuda.so.580.95.05")
+        assert "Pin: version 580.95.05-*" in nested.sh(f"cat {DRIVER_PIN}")
+    finally:
+        repo.close()
 
 
 def test_facts_print_the_proxmox_configuration(unnested):

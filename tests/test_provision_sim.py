@@ -19,13 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from aptrepo import AptRepo, cuda_toolkit_package, driver_packages, nccl_package, toolchain_packages
+from aptrepo import (DRIVER_PIN, DRIVER_SIBLINGS, HOLDS, AptRepo, driver_packages, installed_versions, nccl_package,
+                     provisioning_packages)
 from conftest import CONTROLLER, PROVEN, REPO, TEST_BARE_MACHINE, TEST_BARE_SSH_PORT, simhost_available
 
 pytestmark = pytest.mark.simhost
-
-HOLDS = "/etc/apt/preferences.d/sglang-deploy-holds"
-DRIVER_PIN = "/etc/apt/preferences.d/sglang-deploy-driver"
 
 
 class BareHost:
@@ -43,9 +41,7 @@ class BareHost:
             **self.host.ssh_data(),
             "profile": str(PROVEN),
             "api_key_file": str(key),
-            # As the defaults in group_data/all.py: {distro}/{arch} are filled from the host (debian12/x86_64).
-            "cuda_repo_url": url + "{distro}/{arch}/", "cuda_repo_key_url": str(repo.key_file),
-            "cuda_repo_origin": "127.0.0.1",
+            **repo.host_data(url),
         }
         self.inventory.write_text(f"bare = [('ct129-bare', {data!r})]\n")
 
@@ -62,8 +58,7 @@ class BareHost:
         return result.stdout
 
     def installed(self, *packages: str) -> dict[str, str]:
-        out = self.sh("dpkg-query -W -f='${Package} ${Version} ${db:Status-Status}\\n' " + " ".join(packages) + " 2>/dev/null; true")
-        return {line.split()[0]: line.split()[1] for line in out.splitlines() if line.endswith(" installed")}
+        return installed_versions(self.sh, *packages)
 
     def dpkg_log_lines(self) -> int:
         return int(self.sh("cat /var/log/dpkg.log 2>/dev/null | wc -l").strip())
@@ -89,8 +84,7 @@ def bare(tmp_path_factory):
     repo = AptRepo(directory / "apt")
     # The driver's packages carry the real relations (tests/fixtures/apt/): libcuda1 (= V) needs nvidia-alternative (= V)
     # and the rest of its source at V, so installing anything but the repository's newest build needs the source pin.
-    repo.publish([*driver_packages("580.65.06"), *driver_packages("580.95.05", template="new"),
-                  cuda_toolkit_package("13.0", "13.0.88"), nccl_package("2.28.3", "13.0"), *toolchain_packages()])
+    repo.publish(provisioning_packages())
     host = BareHost(directory / "host", repo, repo.serve())
     host.repo = repo
     host.host.up(fresh=True)
@@ -146,8 +140,7 @@ def test_nccl_pin_bump_upgrades(bare):
 def test_user_space_follows_the_host_kernel_module(bare):
     """The Proxmox host's module changes: the container's libraries, and every package of their source, must match it
     exactly, whatever the packaging revision, up or down, newest in the repository or not."""
-    siblings = ("libcuda1", "libnvidia-ml1", "nvidia-smi", "nvidia-alternative", "libnvidia-ptxjitcompiler1",
-                "libnvidia-pkcs11-openssl3", "nvidia-legacy-check")
+    siblings = DRIVER_SIBLINGS
     bare.repo.publish(driver_packages("580.82.07", revision="2"))
     bare.host.set_kernel_module("580.82.07")  # older than the repository's newest (580.95.05)
     result = bare.provision("nccl_version=2.28.9")
