@@ -27,6 +27,7 @@ from sglang_deploy.doctor import diagnose, format_report
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
+from sglang_deploy.hostside.reports import DoctorReport
 from sglang_deploy.hostside.store import RELEASE_ID
 from sglang_deploy.layout import host_program
 from sglang_deploy.layout import STORE_ROOT
@@ -70,8 +71,8 @@ def run_doctor():
     errors = [printable(error) for error in collected["errors"]]
     for line in (format_report(result) + ("\n" + "\n".join(errors) if errors else "")).splitlines():
         logger.info(f"    {line}")
-    host.put_file(StringIO(json.dumps(result, indent=1) + "\n"),
-                  f"{STORE_ROOT}/{service}/releases/{collected['active']}/doctor.json")
+    report = DoctorReport.from_dict(result)  # its fields as the perf watch and the tune read them
+    host.put_file(StringIO(report.dump()), f"{STORE_ROOT}/{service}/releases/{collected['active']}/{report.FILE}")
     saved = save_result(host.name, result, kind="doctor")
     logger.info(f"    saved with the release (doctor.json) and in {saved}")
 

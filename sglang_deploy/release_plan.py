@@ -15,7 +15,7 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .hostside.documents import ReleaseMeta
+from .hostside.documents import ReleaseMeta, SnapshotMark
 from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
 from .hostside.weights.manifest import snapshot_change
 from .layout import venv_path
@@ -190,7 +190,11 @@ def weights_label(meta: dict) -> str:
 def weights_change(release: dict, active: dict, key: str = "weights") -> str | None:
     """'weights: <active's> -> <release's>' when the two serve other weights (source or manifest); key "draft":
     'draft: A -> B' for their draft models (hostside/weights/manifest.py snapshot_change compares)."""
-    change = snapshot_change(release.get(key), active.get(key), "(unmanaged)" if key == "weights" else "(none)")
+    def mark(record):  # the state command's listing carries each release's meta.json as it is on the host
+        return SnapshotMark.from_dict(record, f"release {release.get('id')}'s {key}") if record else None
+
+    change = snapshot_change(mark(release.get(key)), mark(active.get(key)),
+                             "(unmanaged)" if key == "weights" else "(none)")
     return f"{key}: {change[0]} -> {change[1]}" if change else None
 
 

@@ -71,6 +71,15 @@ def release_meta(**fields):
     return ReleaseMeta.from_dict({**written, **fields}, "a test's meta.json")
 
 
+def snapshot_mark(**fields):
+    """A weights snapshot as meta.json records it (hostside/documents.SnapshotMark; weights.Weights.meta), with
+    `fields` changed: a dict, as the release's meta.json holds it."""
+    written = {"source": "hf://org/m@" + "a" * 40, "revision": "a" * 40, "manifest_sha256": "1" * 64,
+               "manifest": "/opt/sglang-deploy/manifests/m.json", "path": "/srv/models/org--m/" + "a" * 40,
+               "bytes": 1000, "files": 2}
+    return {**written, **fields}
+
+
 def gate_document(**settings):
     """A complete gate-config.json (hostside/documents.GateConfig): the profile's default gate section with
     `settings` changed, and plain expectations."""

@@ -6,19 +6,20 @@ import types
 
 import pytest
 
-from conftest import release_meta
+from conftest import release_meta, snapshot_mark
 from sglang_deploy.hostside import store as store_module, switch
-from sglang_deploy.hostside.documents import StoreState
+from sglang_deploy.hostside.documents import SnapshotMark, StoreState
 
-A = {"source": "hf://org/m@" + "a" * 40, "manifest_sha256": "1" * 64}
-B = {"source": "hf://org/m@" + "b" * 40, "manifest_sha256": "2" * 64}
+A = snapshot_mark(source="hf://org/m@" + "a" * 40, manifest_sha256="1" * 64)
+B = snapshot_mark(source="hf://org/m@" + "b" * 40, manifest_sha256="2" * 64)
 
 
 def test_the_baseline_note_names_a_weights_change():
-    assert switch.baseline_weights_note(A, dict(A)) is None and switch.baseline_weights_note(None, None) is None
-    assert switch.baseline_weights_note(B, A) == (f"the weights changed: {A['source']} (manifest 111111111111) -> "
-                                                  f"{B['source']} (manifest 222222222222)")
-    assert switch.baseline_weights_note(A, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
+    a, b = SnapshotMark.from_dict(A), SnapshotMark.from_dict(B)  # meta.json's weights, as the switch reads them
+    assert switch.baseline_weights_note(a, a.but()) is None and switch.baseline_weights_note(None, None) is None
+    assert switch.baseline_weights_note(b, a) == (f"the weights changed: {a.source} (manifest 111111111111) -> "
+                                                  f"{b.source} (manifest 222222222222)")
+    assert switch.baseline_weights_note(a, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import PROVEN, gate_document, proven_with, release_meta
 from sglang_deploy.hostside.documents import Roofline, StoreState
 from sglang_deploy.hostside import watch
+from sglang_deploy.hostside.reports import DoctorReport
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import RenderError, parse_unit, render_watch, unquote_exec
 
@@ -257,8 +258,10 @@ def test_decode_over_the_roofline_is_exported(tmp_path, monkeypatch):
     assert values[("sglang_deploy_watch_roofline_fraction", labels)] == entry["roofline_fraction"]
     assert values[("sglang_deploy_watch_roofline_tokens_per_second", labels)] == entry["roofline_tok_s"]
     # The doctor's GPU probe measured 600 GB/s for this release: it replaces the datasheet's figure.
-    (directory / "doctor.json").write_text(json.dumps({"roofline": {
-        "bandwidth_gbs": 600.0, "bandwidth_source": "measured (probe, read-only reduction)"}}))
+    bound = {**roofline(summarize(model), 2, 3, 3.0, 600, 200.0), "bandwidth_source": "measured (probe, read-only reduction)"}
+    (directory / "doctor.json").write_text(DoctorReport.from_dict({"roofline": bound, "suspects": [], "notes": [],
+                                                                   "simulated": True, "release": "0001-aaaaaaaa",
+                                                                   "errors": []}).dump())
     assert watch.run(watch_args(tmp_path)) == 0
     entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
     assert entry["roofline_fraction"] == pytest.approx(200.0 * 0.0045005 / 600 / 3.0, rel=1e-3)

@@ -2,7 +2,7 @@
 
 Layout (``/var/lib/sglang-deploy/<service>/``):
   releases/<id>/      sglang.service, sglang.env (0600), profile.json, meta.json (written last = complete)
-  state.json          {"active", "last_good", "auto_rollbacks_in_row", "switching"}
+  state.json          documents.StoreState: active, last good, automatic rollbacks in a row, a switch under way
   lock                flock held by whoever changes the service (switch, prune, the perf watch);
                       lock.json says who holds it
 
@@ -388,7 +388,7 @@ def cmd_prune(args):
 
 def prune_locked(store, args):
     state = store.state()
-    protected = {state.active, state.last_good, (state.switching or {}).get("to")}
+    protected = {state.active, state.last_good, state.switching and state.switching.to}
     by_use = sorted(store.ids(), key=lambda release_id: last_used(store.meta(release_id)))
     removed = releases_to_prune(by_use, args.keep, protected)
     for release_id in removed:

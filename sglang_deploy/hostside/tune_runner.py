@@ -16,7 +16,8 @@ import time
 
 from . import evidence, gate, output_check
 from .client import read_api_key
-from .documents import PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome
+from .documents import (PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome,
+                        Switching)
 from .listener import foreign_listener
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
@@ -244,9 +245,8 @@ class Session:
         return release_id
 
     def switch_to(self, release_id, start_timeout=None):
-        self.store.save_state(self.store.state().but(switching={
-            "to": release_id, "from": self.original, "since": now(),
-            "reason": f"tune session {self.args.session} (temporary)"}))
+        self.store.save_state(self.store.state().but(switching=Switching(
+            to=release_id, previous=self.original, since=now(), reason=f"tune session {self.args.session} (temporary)")))
         self.current = release_id
         self.save_status(current=release_id)
         meta = self.store.meta(release_id)

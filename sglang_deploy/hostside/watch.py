@@ -34,7 +34,8 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
-from .documents import DOCTOR_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
+from .documents import WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
+from .reports import DoctorReport
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_healthy
 from .service import systemctl
@@ -280,12 +281,11 @@ def release_roofline(release_dir, model_path):
             checkpoint = None
     measured = None
     try:  # the doctor's probe measured this host's bandwidth: better than the datasheet's
-        with open(os.path.join(release_dir, DOCTOR_FILE)) as f:
-            bound = json.load(f).get("roofline") or {}
-        if str(bound.get("bandwidth_source", "")).startswith("measured") and bound.get("bandwidth_gbs"):
-            measured = (float(bound["bandwidth_gbs"]), bound["bandwidth_source"])
-    except (OSError, ValueError, AttributeError, TypeError):
+        measured = DoctorReport.load(release_dir).measured_bandwidth()
+    except FileNotFoundError:  # the doctor never ran for this release
         pass
+    except (OSError, DocumentError) as error:
+        log(f"{error}: the datasheet's bandwidth instead")
     return inputs, checkpoint, measured, draft
 
 

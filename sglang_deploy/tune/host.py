@@ -225,11 +225,11 @@ class HostSession:
 
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
         meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(
-            tune={"session": self.session, "temporary": True, "candidate": candidate.id})
+            tune=documents.TuneMark(session=self.session, temporary=True, candidate=candidate.id))
         files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
                  documents.PROFILE_FILE: profile_snapshot(plan),
                  GateConfig.FILE: gate_config(plan).dump(),
-                 documents.RESOLVED_FILE: json.dumps(plan.resolution, indent=1, sort_keys=True) + "\n",
+                 documents.RESOLVED_FILE: documents.Resolution.from_dict(plan.resolution).dump(),
                  ReleaseMeta.FILE: meta.dump()}
         return {"release_id": release_id, "files": files}, None
 

@@ -34,8 +34,8 @@ def referenced_snapshots(store_root=None):
             except FileNotFoundError:  # not a complete release (meta.json is written last)
                 continue
             argv = meta.exec_start
-            offered = [entry.get("path") for entry in meta.offered_drafts if isinstance(entry, dict)]
-            for path in [(getattr(meta, key) or {}).get("path") for key in SNAPSHOT_KEYS] + offered + [
+            snapshots = [getattr(meta, key) for key in SNAPSHOT_KEYS] + meta.offered_drafts
+            for path in [snapshot.path for snapshot in snapshots if snapshot] + [
                     argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in SNAPSHOT_FLAGS]:
                 if path:
                     used.add(os.path.abspath(path))

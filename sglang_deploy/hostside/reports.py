@@ -1,0 +1,118 @@
+"""The reports a release keeps beside its documents: the doctor's (doctor.json) and the tune's (tune-results.json).
+
+Typed like the store's documents (documents.py: the strict reader naming the document and the field, the format
+version, the defaults only where releases already on hosts lack a field). The controller writes them (doctor.py,
+tune/controller.py) through the class, so a field renamed in the writer fails at the write; the host reads them
+(the perf watch, the doctor's collector) by attribute. Standard library only: shipped to the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from .documents import DOCTOR_FILE, TUNE_RESULTS_FILE, Document
+
+
+# --- the doctor's report: releases/<id>/doctor.json ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class DoctorBound(Document):
+    """The bandwidth roofline the doctor computed (hostside/roofline.roofline, with where the bandwidth came from):
+    the perf watch prefers a measured bandwidth to the datasheet's."""
+    verify_gb_per_gpu: float
+    draft_step_gb_per_gpu: float
+    cycle_gb_per_gpu: float
+    cycle_ms_at_roofline: float
+    tau: float
+    steps: int
+    bandwidth_gbs: float
+    roofline_tok_s: float
+    at_75pct_mbu_tok_s: float
+    bandwidth_source: str  # "measured (probe, ...)" or "datasheet (<gpu>)"
+    draft_model: bool = False  # a separate draft model's pass counted; reports from before DFLASH: none
+    measured_tok_s: float | None = None  # None: no measurement to compare
+    mbu: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.bandwidth_source.startswith("measured")
+
+
+@dataclass(frozen=True)
+class DoctorReport(Document):
+    """What the perf doctor found for a release (sglang_deploy/doctor.diagnose, and doctor.py's release, errors,
+    probe and sandbox): the perf watch reads its roofline, the tune orders its axes by its suspects."""
+    FILE: ClassVar[str] = DOCTOR_FILE
+    roofline: DoctorBound | None  # None: no checkpoint or no bandwidth to bound by
+    suspects: list  # doctor.Suspect as dicts, ranked
+    notes: list
+    simulated: bool
+    release: str
+    errors: list
+    # Defaults: reports written before these parts existed (2026-11-30 to 12-01) found none of them.
+    opportunities: list = field(default_factory=list)
+    allreduce: dict | None = None  # the all-reduce path (doctor_levers.allreduce_path)
+    memory: dict | None = None  # the memory budget per GPU; None: not computed
+    probe: dict | None = None  # the GPU probe's answer; None: not asked (--probe)
+    sandbox: dict | None = None  # the preflight's view without its GPU steps
+
+    def measured_bandwidth(self):
+        """(GB/s, source) when the doctor's probe measured this host's bandwidth, else None."""
+        bound = self.roofline
+        return (bound.bandwidth_gbs, bound.bandwidth_source) if bound and bound.measured and bound.bandwidth_gbs \
+            else None
+
+
+# --- the tune's results: releases/<id>/tune-results.json ---------------------------------------------------
+
+@dataclass(frozen=True)
+class TuneEntry(Document):
+    """One measured candidate (tune/search.Measured.to_json; Measured.from_json reads it back for a resumed tune)."""
+    id: str
+    axis: str
+    flags: dict
+    env: dict
+    valid: bool
+    repeats: list  # each repeat's medians (tune_runner.summarize)
+    duration_s: int | float
+    # Defaults: results saved before these parts existed read as "none recorded".
+    draft: dict | None = None  # a drafter candidate's speculative.draft
+    by_kind: dict = field(default_factory=dict)
+    invalid_reason: str | None = None
+    error: str | None = None
+    restart_s: int | float | None = None
+    release_id: str | None = None
+    decode_score: int | float | None = None
+    aggregate_score: int | float | None = None
+    tau: int | float | None = None
+    decode_spread_pct: int | float | None = None
+    aggregate_spread_pct: int | float | None = None
+    allreduce: dict | None = None
+
+
+@dataclass(frozen=True)
+class TuneResults(Document):
+    """A tune of the active release (tune/controller.py document, written after each candidate and at the end):
+    a later tune reuses its measurements under the same settings (tune/results.py), the doctor reads its control
+    candidates (hostside/doctor_collect.last_tune)."""
+    FILE: ClassVar[str] = TUNE_RESULTS_FILE
+    host: str
+    service: str
+    profile: str
+    original: str  # the release tuned
+    session: str
+    stamp: str
+    signature: str  # the measurement settings (tune/results.settings_signature)
+    settings: dict
+    elapsed_s: int | float
+    results: list[TuneEntry]
+    stopped: str | None = None  # why the search stopped early; None: it did not
+    unreached: list = field(default_factory=list)
+    confirmation: dict | None = None  # the winner measured again beside the original
+    winner: str | None = None  # its id; None: none (yet)
+    # Written at the end only (report): a document saved after each candidate has none of these.
+    restore: dict | None = None
+    tuned_profile: str | None = None
+    table: str | None = None
+    by_kind: str | None = None
