@@ -23,7 +23,7 @@ from pyinfra.operations import python
 
 from roles import release
 from roles.facts import GpuHost
-from sglang_deploy.doctor import diagnose, format_report
+from sglang_deploy.doctor import diagnose, format_report, with_collection
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
@@ -62,12 +62,11 @@ def run_doctor():
                        "offered_drafts": collected.get("offered_drafts"),
                        "card_memory_mib": collected.get("card_memory_mib"),
                        "last_tune": collected.get("last_tune"), "release": collected["active"]})
-    result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
-                  sandbox=collected.get("sandbox"))
+    result = with_collection(result, collected)
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
     if uvm_warning(gpu_facts):
         logger.warning(f"[{host.name}] {uvm_warning(gpu_facts)}")
-        result.setdefault("errors", []).append(uvm_warning(gpu_facts))
+        result["errors"].append(uvm_warning(gpu_facts))
     errors = [printable(error) for error in collected["errors"]]
     for line in (format_report(result) + ("\n" + "\n".join(errors) if errors else "")).splitlines():
         logger.info(f"    {line}")

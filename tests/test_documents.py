@@ -214,3 +214,145 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
     assert (refused.readiness, refused.gate) == (None, None)
     from sglang_deploy.hostside import switch
     assert switch.describe(refused) == "switch refused: 3 automatic rollbacks"
+
+
+# --- the reports a release keeps: doctor.json and tune-results.json (hostside/reports.py) -------------------
+
+def doctor_report(tmp_path, **gate):
+    """What doctor.py saves: the diagnosis of a checkpoint with a measured decode, with the collector's parts."""
+    from sglang_deploy.doctor import diagnose, with_collection
+    from sglang_deploy.hostside.safetensors_headers import summarize
+    from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
+
+    write_qwen_like(tmp_path)
+    result = diagnose({"server_info": {"tp_size": 2}, "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}],
+                       "gate": {"decode_tok_s": {"median": 50.0}, **gate}, "checkpoint": summarize(tmp_path)})
+    return with_collection(result, {"active": "0001-aaaaaaaa", "errors": [], "probe": None, "sandbox": None})
+
+
+def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
+    """diagnose and with_collection spell the fields DoctorReport holds, roofline() those of its bound: a key renamed
+    in the doctor fails here (and, strict, when doctor.py writes it), never as a bandwidth the watch reads as none."""
+    from sglang_deploy.hostside.reports import DoctorBound, DoctorReport
+
+    written = doctor_report(tmp_path)
+    assert set(written) == DoctorReport.field_names()
+    assert set(written["roofline"]) == DoctorBound.field_names()  # a measured decode: measured_tok_s and mbu too
+    report = DoctorReport.from_dict(written)
+    assert DoctorReport.loads(report.dump()) == report and report.roofline.tau == written["roofline"]["tau"]
+    assert report.measured_bandwidth() is None  # the datasheet's: the watch keeps its own
+    measured = report.but(roofline=report.roofline.but(bandwidth_source="measured (probe, read-only reduction)"))
+    assert measured.measured_bandwidth() == (768, "measured (probe, read-only reduction)")
+
+
+def test_the_tune_writes_exactly_the_entries_fields():
+    """tune/search.Measured.to_json spells the fields TuneEntry holds (the runner's document: test_tune_logic)."""
+    from sglang_deploy.hostside.reports import TuneEntry
+    from sglang_deploy.tune import search
+
+    measured = search.Measured(search.BASELINE, repeats=[{"decode_tok_s": 50.0, "aggregate_tok_s": 120.0}] * 3)
+    assert set(measured.to_json()) == TuneEntry.field_names()
+    entry = TuneEntry.from_dict(measured.to_json())
+    assert search.Measured.from_json(entry.to_dict()).decode == measured.decode
+
+
+ENTRY = {"id": "original", "axis": "baseline", "flags": {}, "env": {}, "valid": True, "repeats": [], "duration_s": 0}
+TUNE = {"host": "ct129", "service": "sglang", "profile": "p.yaml", "original": "0001-aaaaaaaa", "session": "s1",
+        "stamp": "20261130T000000Z", "signature": "{}", "settings": {}, "elapsed_s": 1.0, "results": [ENTRY]}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"roofline": None, "suspects": [], "notes": [], "simulated": True, "errors": []},
+     "doctor.json: required field 'release' is missing"),
+    ({"roofline": {"bandwidth_gbs": 600.0, "bandwidth_source": "measured"}, "suspects": [], "notes": [],
+      "simulated": True, "release": "0001-aaaaaaaa", "errors": []},
+     "doctor.json roofline: required field 'verify_gb_per_gpu' is missing"),
+    ({"roofline": None, "suspects": [], "notes": [], "simulated": True, "release": "r", "errors": [], "memmory": {}},
+     "doctor.json: unknown field 'memmory'"),
+])
+def test_the_doctor_report_reader_names_the_field(data, message):
+    from sglang_deploy.hostside.reports import DoctorReport
+
+    with pytest.raises(DocumentError) as error:
+        DoctorReport.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+@pytest.mark.parametrize("data, message", [
+    (without(TUNE, "signature"), "tune-results.json: required field 'signature' is missing"),
+    ({**TUNE, "results": [{**ENTRY, "valid": "yes"}]},
+     "tune-results.json results[0]: field 'valid' is 'yes'; accepted: bool"),
+    ({**TUNE, "results": [without(ENTRY, "axis")]}, "tune-results.json results[0]: required field 'axis' is missing"),
+    ({**TUNE, "results": [{**ENTRY, "decode": 50.0}]}, "tune-results.json results[0]: unknown field 'decode'"),
+    ({**TUNE, "results": {}}, "tune-results.json: field 'results' is {}; accepted: list[TuneEntry]"),
+])
+def test_the_tune_results_reader_names_the_field(data, message):
+    from sglang_deploy.hostside.reports import TuneResults
+
+    with pytest.raises(DocumentError) as error:
+        TuneResults.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_reports_already_on_hosts_read_with_the_safe_defaults():
+    """A doctor.json from before the opportunities, the all-reduce path and the memory budget, and a tune's results
+    saved after a candidate (no report yet) and from before the drafter and the classes."""
+    from sglang_deploy.hostside.reports import DoctorReport, TuneResults
+
+    old = DoctorReport.from_dict({"roofline": None, "suspects": [], "notes": [], "simulated": False,
+                                  "release": "0001-aaaaaaaa", "errors": []})
+    assert (old.opportunities, old.allreduce, old.memory, old.measured_bandwidth()) == ([], None, None, None)
+    saved = TuneResults.from_dict(TUNE)
+    assert (saved.winner, saved.restore, saved.results[0].draft, saved.results[0].by_kind) == (None, None, None, {})
+    assert json.loads(saved.dump())["results"][0]["id"] == "original"
+
+
+# --- the snapshots, the switch under way, the resolution and the profile's service --------------------------
+
+SNAPSHOT = {"source": "hf://org/m@" + "a" * 40, "revision": "a" * 40, "manifest_sha256": "1" * 64,
+            "manifest": "/m.json", "path": "/srv/models/org--m/" + "a" * 40, "bytes": 10, "files": 2}
+
+
+@pytest.mark.parametrize("document, data, message", [
+    (ReleaseMeta, {**META, "weights": without(SNAPSHOT, "manifest_sha256")},
+     "meta.json weights: required field 'manifest_sha256' is missing"),
+    (ReleaseMeta, {**META, "offered_drafts": [SNAPSHOT, {**SNAPSHOT, "pth": "/x"}]},
+     "meta.json offered_drafts[1]: unknown field 'pth'"),
+    (ReleaseMeta, {**META, "tune": {"session": "s1", "temporary": "yes", "candidate": "c"}},
+     "meta.json tune: field 'temporary' is 'yes'; accepted: bool"),
+    (StoreState, {"switching": {"to": "0002-bbbbbbbb", "since": "t"}}, "state.json switching: required field 'from'"),
+    (StoreState, {"switching": {"to": "0002-bbbbbbbb", "from": None, "since": "t", "previous": None}},
+     "state.json switching: unknown field 'previous'"),
+])
+def test_the_parts_of_meta_and_state_name_the_field(document, data, message):
+    with pytest.raises(DocumentError) as error:
+        document.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_a_switch_under_way_reads_and_writes_its_from_key():
+    """state.json spells the release active before as "from" (switch.py since 2026-11-30): read as `previous`."""
+    from sglang_deploy.hostside.documents import Switching
+
+    left = {"to": "0002-bbbbbbbb", "from": "0001-aaaaaaaa", "since": "t", "reason": "deploy"}
+    state = StoreState.from_dict({"active": "0001-aaaaaaaa", "switching": left})
+    assert state.switching == Switching(to="0002-bbbbbbbb", previous="0001-aaaaaaaa", since="t", reason="deploy")
+    assert json.loads(state.dump())["switching"] == left
+
+
+def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(tmp_path):
+    """resolved.json as sglang_deploy.resolution makes it, profile.json as release_plan.profile_snapshot does, and
+    the profile's service section and the host's ProfileService hold the same fields."""
+    from sglang_deploy.hostside.documents import ProfileService, ProfileSnapshot, Resolution
+    from sglang_deploy.plan import plan_for_host
+    from sglang_deploy.profile.sections import ServiceSection
+    from sglang_deploy.release_plan import profile_snapshot
+
+    assert set(ServiceSection.model_fields) == ProfileService.field_names()
+    plan = plan_for_host({"profile": str(PROVEN), "gpus": 2})
+    resolution = Resolution.from_dict(plan.resolution)
+    assert set(plan.resolution) == Resolution.field_names() and resolution.parallel_gpus() == 2
+    profile = ProfileSnapshot.loads(profile_snapshot(plan))
+    assert profile.service.user == plan.profile.service.user and not hasattr(profile, "model")
+    with pytest.raises(DocumentError, match="profile.json service: unknown field 'usr'"):
+        ProfileSnapshot.from_dict({"service": {**plan.profile.service.model_dump(mode="json"), "usr": "x"}})

@@ -65,12 +65,12 @@ class Document:
         name = source or cls.FILE or cls.__name__
         if not isinstance(data, dict):
             raise DocumentError(f"{name}: not a JSON object ({type(data).__name__})")
-        data = {next((a for a, k in cls.KEYS.items() if k == key), key): value for key, value in data.items()}
+        data = dict(data)
         version = data.pop("format", 1) if cls.FILE else 1  # a part of a document has no format of its own
         if type(version) is not int or version < 1 or version > cls.FORMAT:
             raise DocumentError(f"{name}: format {version!r} is not one this sglang-deploy reads (1 to {cls.FORMAT});"
                                 " deploy with the tool that wrote it, or a newer one")
-        known = {f.name: f for f in dataclasses.fields(cls)}
+        known = {cls.KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}  # by the key in the file
         unknown = sorted(set(data) - set(known) - cls.RETIRED)
         if cls.OTHERS:  # the parts the host does not read (their validator is the controller's): left out
             data, unknown = {key: value for key, value in data.items() if key in known}, []
@@ -82,7 +82,7 @@ class Document:
                 if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
                     raise DocumentError(f"{name}: required field {key!r} is missing")
                 continue
-            values[key] = _typed(name, key, spec.type, data[key])
+            values[spec.name] = _typed(name, key, spec.type, data[key])
         return cls(**values)
 
     def to_dict(self) -> dict:
