@@ -356,3 +356,98 @@ def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(
     assert profile.service.user == plan.profile.service.user and not hasattr(profile, "model")
     with pytest.raises(DocumentError, match="profile.json service: unknown field 'usr'"):
         ProfileSnapshot.from_dict({"service": {**plan.profile.service.model_dump(mode="json"), "usr": "x"}})
+
+
+# --- no string-key read of a store document comes back --------------------------------------------------------
+
+def string_key_reads(source: str) -> list[str]:
+    """"line: code" for each string-literal subscript or .get("...") of json.load(s) of a store document: a call
+    whose argument names a document's file (its name, a *_FILE constant, a Document's FILE, the store's state_path),
+    directly or through a local name (a path, an open handle, a text read from it) in the same function."""
+    import ast
+
+    from sglang_deploy.hostside import documents, reports  # noqa: F401 - reports registers its documents
+
+    files = {cls.FILE for cls in documents._DOCUMENTS.values() if cls.FILE} | {
+        value for name, value in vars(documents).items() if name.endswith("_FILE")}
+    names = {name for name in vars(documents) if name.endswith("_FILE")} | {"FILE", "state_path"}
+    tree = ast.parse(source)
+
+    def names_document(node, tainted):
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and any(
+                    sub.value == f or sub.value.endswith("/" + f) for f in files):
+                return True
+            if (isinstance(sub, ast.Name) and (sub.id in names or sub.id in tainted)) or (
+                    isinstance(sub, ast.Attribute) and sub.attr in names):
+                return True
+        return False
+
+    def loads_document(node, tainted):
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "json" and names_document(ast.Tuple(elts=node.args), tainted))
+
+    found = []
+    for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        tainted, loaded = set(), set()
+        for node in sorted((n for n in ast.walk(function) if hasattr(n, "lineno")),
+                           key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(node, (ast.With, ast.AsyncWith)):
+                tainted |= {item.optional_vars.id for item in node.items if isinstance(item.optional_vars, ast.Name)
+                            and names_document(item.context_expr, tainted)}
+            elif isinstance(node, ast.Assign):  # x = ..., or ok, stdout, _ = remote.run(["cat", <document>])
+                assigned = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                if any(loads_document(n, tainted) for n in ast.walk(node.value)):
+                    loaded |= assigned
+                elif names_document(node.value, tainted):
+                    tainted |= assigned
+            subject, key = None, None
+            if isinstance(node, ast.Subscript):
+                subject, key = node.value, node.slice
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                  and node.args):
+                subject, key = node.func.value, node.args[0]
+            if subject is not None and isinstance(key, ast.Constant) and isinstance(key.value, str) and (
+                    loads_document(subject, tainted) or (isinstance(subject, ast.Name) and subject.id in loaded)):
+                found.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+PLANTED = [  # each a store document read by key, as the host read them before documents.py (and the doctor's user)
+    'def f(store, active):\n    with open(os.path.join(store.release_dir(active), "profile.json")) as f:\n'
+    '        return json.load(f)["service"]["user"]\n',
+    'def f(release_dir):\n    with open(os.path.join(release_dir, DOCTOR_FILE)) as f:\n'
+    '        bound = json.load(f).get("roofline") or {}\n',
+    'def f(text_of, directory):\n    text = text_of(f"{directory}/{RESOLVED_FILE}")\n'
+    '    resolution = json.loads(text or "{}")\n    return resolution.get("resolved")\n',
+    'def f(store):\n    state = json.loads(store.read(store.state_path))\n    return state["active"]\n',
+    'def f(self):\n    ok, stdout, _ = self.remote.run(["cat", f"{root}/{DOCTOR_FILE}"])\n'
+    '    doctor = json.loads(stdout) if ok else None\n    return doctor.get("suspects")\n',
+    'def f(path):\n    with open(path + "/" + ReleaseMeta.FILE) as handle:\n        meta = json.load(handle)\n'
+    '    return meta["weights"]\n',
+]
+
+
+@pytest.mark.parametrize("source", PLANTED)
+def test_the_scan_finds_a_planted_string_key_read(source):
+    assert string_key_reads(source), source
+
+
+def test_the_scan_leaves_json_that_is_not_a_store_document():
+    """The bench's and the probe's answers are JSON over a pipe or HTTP, not release-store documents."""
+    assert string_key_reads('def f(body):\n    return json.loads(body)["meta_info"]["completion_tokens"]\n') == []
+    assert string_key_reads('def f(args):\n    with open(args.expected) as h:\n        return json.load(h)["x"]\n') == []
+
+
+def test_no_module_reads_a_store_document_by_string_key():
+    """The host's modules, the roles, the verbs and the controller read the store's documents through their classes
+    (hostside/documents.py, reports.py): a module that reads one with json and a string key fails here."""
+    from conftest import REPO
+
+    modules = [path for path in sorted((REPO / "sglang_deploy").rglob("*.py")) + sorted((REPO / "roles").glob("*.py"))
+               + sorted(REPO.glob("*.py")) if path.name not in ("documents.py", "reports.py")]
+    assert len(modules) > 100
+    found = {str(path.relative_to(REPO)): reads for path in modules
+             if (reads := string_key_reads(path.read_text()))}
+    assert found == {}
