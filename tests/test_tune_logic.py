@@ -1,5 +1,6 @@
 """Tune's pure parts: candidates, profile edits, robust scores, the choice, and the search against the sim's model."""
 
+import dataclasses
 import json
 import random
 import time
@@ -180,7 +181,7 @@ def test_a_knob_that_wins_by_noise_is_not_built_upon():
 
 class RecordingRemote:
     def __init__(self):
-        self.commands, self.puts = [], []
+        self.commands, self.puts, self.texts = [], [], []
 
     def run(self, command):
         self.commands.append(command)
@@ -188,6 +189,7 @@ class RecordingRemote:
 
     def put(self, text, path):
         self.puts.append(path)
+        self.texts.append(text)
 
 
 @pytest.fixture
@@ -261,6 +263,23 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
     assert again.resumed and again.decode == 51 and runner.remote.puts == []
 
 
+def test_the_queued_candidate_is_the_item_the_hosts_session_reads(runner):
+    """run_item writes queue/<seq>.json as hostside/reports.TuneItem; the host's session reads its measurement from
+    it (a field renamed on either side fails the write or this read)."""
+    from sglang_deploy.hostside import tune_runner
+    from sglang_deploy.hostside.reports import TuneItem
+    from sglang_deploy.tune import controller as tune_run
+
+    runner.settings = dataclasses.replace(runner.settings, budget_s=3600)
+    with pytest.raises(tune_run.TuneError, match="could not queue candidate original"):  # the stand-in host refuses mv
+        runner.run_item(tune.BASELINE, {"release_id": "0001-aaaaaaaa", "files": None}, restart=True)
+    item = TuneItem.loads(runner.remote.texts[-1], runner.remote.puts[-1])
+    assert (item.seq, item.id, item.release_id, item.restart, item.files) == (1, "original", "0001-aaaaaaaa", True, None)
+    assert item.settings.samples == runner.settings.samples and 60 <= item.start_timeout_s <= 1800
+    command = tune_runner.bench_command("http://127.0.0.1:30000", "/s", item.settings, item.settings.warmup)
+    assert command[command.index("--samples") + 1] == str(runner.settings.samples)
+
+
 def test_a_noise_level_gain_changes_nothing():
     base = measured("original", 39.0, 127, "baseline")
     knob = measured("nccl-proto-ll", 39.5, 129, "nccl")
@@ -281,10 +300,11 @@ def test_a_gain_inside_the_spreads_changes_nothing():
 
 def test_host_session_helpers():
     from sglang_deploy.hostside import tune_runner, tune_session
+    from sglang_deploy.hostside.reports import TuneMeasure
 
     assert tune_runner.heartbeat_stale(100.0, 131.0, 30) and not tune_runner.heartbeat_stale(100.0, 129.0, 30)
-    command = tune_runner.bench_command("http://127.0.0.1:30000", "/etc/s.yaml", {
-        "samples": 6, "max_new_tokens": 128, "concurrency": 4, "aggregate_rounds": 1}, warmup=0)
+    command = tune_runner.bench_command("http://127.0.0.1:30000", "/etc/s.yaml", TuneMeasure(
+        repeats=3, samples=6, max_new_tokens=128, concurrency=4, aggregate_rounds=1, warmup=1), warmup=0)
     assert command[1:3] == ["-m", "sglang_deploy.hostside.bench"] and command[command.index("--samples") + 1] == "6"
     assert command[command.index("--warmup") + 1] == "0" and command[command.index("--aggregate-rounds") + 1] == "1"
     summary = tune_runner.repeat_summary({"decode_tok_s": {"median": 50.0}, "aggregate_tok_s": {"median": 150.0},

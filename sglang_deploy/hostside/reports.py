@@ -116,3 +116,30 @@ class TuneResults(Document):
     tuned_profile: str | None = None
     table: str | None = None
     by_kind: str | None = None
+
+
+# --- a tune session's queue: <store>/tune/<session>/queue/<seq>.json ---------------------------------------
+
+@dataclass(frozen=True)
+class TuneMeasure(Document):
+    """How each candidate is measured (tune/controller.Settings.measurement): written whole by the controller."""
+    repeats: int
+    samples: int
+    max_new_tokens: int
+    concurrency: int
+    aggregate_rounds: int
+    warmup: int
+
+
+@dataclass(frozen=True)
+class TuneItem(Document):
+    """A candidate the controller queued for the host's session (tune/host.py run_item; hostside/tune_runner.py
+    stages, switches and measures it). Written and read within one session by one checkout: every field is written."""
+    FILE: ClassVar[str] = "queue/<seq>.json"
+    seq: int
+    id: str  # the candidate's id
+    release_id: str  # a retained release, or a temporary one staged from files
+    restart: bool  # restart although it is the release running
+    settings: TuneMeasure
+    files: dict | None  # a temporary release's files by name (meta.json among them); None: retained
+    start_timeout_s: int | float  # the budget's share: a candidate that hangs at start must not outlive it

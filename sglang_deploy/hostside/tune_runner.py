@@ -18,6 +18,7 @@ from . import evidence, gate, output_check
 from .client import read_api_key
 from .documents import (PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome,
                         Switching)
+from .reports import TuneItem
 from .listener import foreign_listener
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
@@ -39,11 +40,12 @@ def heartbeat_stale(last_beat, now, heartbeat_s):
 
 
 def bench_command(probe_url, secrets_path, settings, warmup):
-    """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round."""
+    """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round.
+    settings: the queued item's TuneMeasure (reports.py)."""
     return [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
-            "--samples", str(settings["samples"]), "--warmup", str(warmup),
-            "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"]),
-            "--aggregate-rounds", str(settings.get("aggregate_rounds", 1))]
+            "--samples", str(settings.samples), "--warmup", str(warmup),
+            "--max-new-tokens", str(settings.max_new_tokens), "--concurrency", str(settings.concurrency),
+            "--aggregate-rounds", str(settings.aggregate_rounds)]
 
 
 def by_kind(samples):
@@ -214,15 +216,15 @@ class Session:
             close = read_json(self.paths.close)
             pending = sorted(name for name in os.listdir(self.paths.queue) if name.endswith(".json"))
             if pending:
-                name = pending[0]
-                item = read_json(os.path.join(self.paths.queue, name))
-                os.unlink(os.path.join(self.paths.queue, name))
-                if not isinstance(item, dict):
-                    continue
-                self.save_status(state="running", item=item.get("seq"))
+                path = os.path.join(self.paths.queue, pending[0])
+                with open(path) as handle:
+                    text = handle.read()
+                os.unlink(path)
+                item = TuneItem.loads(text, path)  # unreadable: the session fails, naming the field; original back
+                self.save_status(state="running", item=item.seq)
                 result = self.measure_item(item)
-                write_json(os.path.join(self.paths.results, f"{int(item['seq']):04d}.json"), result)
-                self.status["done"].append(item["seq"])
+                write_json(os.path.join(self.paths.results, f"{item.seq:04d}.json"), result)
+                self.status["done"].append(item.seq)
                 self.save_status(state="ready", item=None)
                 continue
             if close is not None:
@@ -230,7 +232,7 @@ class Session:
             time.sleep(0.2)
 
     def stage(self, item):
-        release_id = item["release_id"]
+        release_id = item.release_id
         if not RELEASE_ID.match(release_id):
             raise ValueError(f"not a release id: {release_id!r}")
         if release_id in self.store.ids():
@@ -238,7 +240,7 @@ class Session:
         directory = self.store.release_dir(release_id)
         os.makedirs(directory, exist_ok=True)
         self.created.append(release_id)
-        files = item["files"]
+        files = item.files
         for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), (PROFILE_FILE, 0o644),
                            (GateConfig.FILE, 0o644), (RESOLVED_FILE, 0o644), (ReleaseMeta.FILE, 0o644)):
             atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
@@ -281,28 +283,27 @@ class Session:
 
     def measure_item(self, item):
         started = time.monotonic()
-        settings = item["settings"]
-        result = {"seq": item["seq"], "id": item.get("id"), "release_id": item["release_id"], "ok": False,
-                  "at": now()}
-        release_id = self.stage(item) if item["release_id"] != self.original else self.original
+        settings = item.settings
+        result = {"seq": item.seq, "id": item.id, "release_id": item.release_id, "ok": False, "at": now()}
+        release_id = self.stage(item) if item.release_id != self.original else self.original
         restart_s = None
-        if release_id != self.current or item.get("restart"):
-            self.log(f"candidate {item.get('id')}: switching to temporary release {release_id}")
-            ready = self.switch_to(release_id, item.get("start_timeout_s")) if release_id != self.original \
+        if release_id != self.current or item.restart:
+            self.log(f"candidate {item.id}: switching to temporary release {release_id}")
+            ready = self.switch_to(release_id, item.start_timeout_s) if release_id != self.original \
                 else self.back_to_original()
             restart_s = ready.get("elapsed_s")
             result["readiness"] = {k: ready.get(k) for k in ("ready", "stage", "detail", "elapsed_s")}
             if not ready["ready"]:
-                self.log(f"candidate {item.get('id')}: not ready at stage {ready['stage']}: {ready.get('detail')}")
+                self.log(f"candidate {item.id}: not ready at stage {ready['stage']}: {ready.get('detail')}")
                 result.update(error=f"not ready at stage {ready['stage']}: {ready.get('detail')}",
                               duration_s=round(time.monotonic() - started, 1))
                 return result
-            self.log(f"candidate {item.get('id')}: ready after {restart_s} s")
+            self.log(f"candidate {item.id}: ready after {restart_s} s")
         self.allreduce = None
         problems = self.config_check(release_id)
         result["allreduce"] = self.allreduce
         if problems:
-            self.log(f"candidate {item.get('id')}: the running server differs from the release: {problems[0]}")
+            self.log(f"candidate {item.id}: the running server differs from the release: {problems[0]}")
             result.update(error="the running server differs from the release", config_problems=problems,
                           duration_s=round(time.monotonic() - started, 1))
             return result
@@ -314,19 +315,19 @@ class Session:
         result["output"] = {key: output[key] for key in ("verdict", "known_right", "total", "degenerate",
                                                          "prompts_digest")}
         if output["verdict"] == "fail":
-            self.log(f"candidate {item.get('id')}: output check FAILED: {output['reasons'][0]}")
+            self.log(f"candidate {item.id}: output check FAILED: {output['reasons'][0]}")
             result.update(error=f"output check failed: {output['reasons'][0]}",
                           duration_s=round(time.monotonic() - started, 1))
             return result
-        self.log(f"candidate {item.get('id')}: output check {output['verdict']}: {output['known_right']} of "
+        self.log(f"candidate {item.id}: output check {output['verdict']}: {output['known_right']} of "
                  f"{output['total']} known answers right")
         repeats = []
-        for index in range(int(settings["repeats"])):
-            warmup = int(settings.get("warmup", 1)) if index == 0 else 0
+        for index in range(settings.repeats):
+            warmup = settings.warmup if index == 0 else 0
             command = bench_command(probe_url, self.store.secrets_path, settings, warmup)
             with open(self.paths.log, "a") as progress:
                 done = subprocess.run(command, stdout=subprocess.PIPE, stderr=progress, text=True, cwd=PACKAGE_PARENT,
-                                      timeout=120 + (settings["samples"] + 2) * (60 + settings["max_new_tokens"]))
+                                      timeout=120 + (settings.samples + 2) * (60 + settings.max_new_tokens))
             try:
                 measurement = json.loads(done.stdout) if done.returncode == 0 else {
                     "errors": [f"bench.py exited with {done.returncode}"]}
@@ -335,9 +336,9 @@ class Session:
             summary = repeat_summary(measurement)
             repeats.append(summary)
             decode, aggregate = summary["decode_tok_s"], summary["aggregate_tok_s"]
-            self.log(f"candidate {item.get('id')}: repeat {index + 1}/{settings['repeats']}: "
+            self.log(f"candidate {item.id}: repeat {index + 1}/{settings.repeats}: "
                      + (f"{decode:.1f} tok/s single stream" if decode else "no decode rate")
-                     + (f", {aggregate:.1f} tok/s at concurrency {settings['concurrency']}" if aggregate else "")
+                     + (f", {aggregate:.1f} tok/s at concurrency {settings.concurrency}" if aggregate else "")
                      + (f", errors: {summary['errors'][0]}" if summary["errors"] else ""))
         result.update(ok=all(r["decode_tok_s"] for r in repeats), repeats=repeats, restart_s=restart_s,
                       simulated=bool(meta.simulated),

@@ -17,6 +17,7 @@ from . import edit as tune_edit, search as tune
 from ..gate import RESULTS_DIR, gate_config
 from ..hostside import documents
 from ..hostside.documents import GateConfig, ReleaseMeta
+from ..hostside.reports import TuneItem
 from ..hostside.store import content_hash, next_release_id
 from ..layout import host_program
 from ..plan import PlanError, plan_for_host
@@ -256,11 +257,12 @@ class HostSession:
         self.seq += 1
         seq = self.seq
         # A candidate that hangs at start must not outlive the budget (the profile's start timeout may be 30 min).
-        document = {"seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
-                    "settings": self.settings.measurement(), "files": item.get("files"),
-                    "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))}
+        document = TuneItem.from_dict({  # the fields the host's session reads (hostside/reports.py)
+            "seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
+            "settings": self.settings.measurement(), "files": item.get("files"),
+            "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))})
         queue = f"{STORE_ROOT}/{self.service}/tune/{self.session}/queue"
-        self.remote.put(json.dumps(document), f"{queue}/{seq:04d}.tmp")
+        self.remote.put(document.dump(), f"{queue}/{seq:04d}.tmp")
         ok, _, stderr = self.remote.run(shlex.join(["mv", f"{queue}/{seq:04d}.tmp", f"{queue}/{seq:04d}.json"]))
         if not ok:
             raise TuneError(f"could not queue candidate {candidate.id}: {stderr}")
