@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -311,6 +312,33 @@ def test_host_session_helpers():
                                            "accept_length": {"median": 3.2}, "samples": [{"decode_tok_s": 50.0}]})
     assert (summary["decode_tok_s"], summary["aggregate_tok_s"], summary["accept_length"]) == (50.0, 150.0, 3.2)
     assert tune_session.SESSION_ID.fullmatch("20261130222606") and not tune_session.SESSION_ID.fullmatch("../x")
+
+
+def test_the_sessions_files_are_its_typed_documents(tmp_path, monkeypatch, capsys):
+    """session.json (TuneStatus) as the host's session writes it, read by close; close (TuneClose) as close writes
+    it, read by the watchdog; an ended session's restore (TuneRestore) decides close's exit code."""
+    from types import SimpleNamespace
+
+    from sglang_deploy.hostside import store as store_module, tune_runner, tune_session
+
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    args = SimpleNamespace(service="sglang", session="s1", abort=True, why="interrupted on the controller", wait_s=5)
+    paths = tune_runner.Paths("sglang", "s1")
+    os.makedirs(paths.root)
+    session = tune_runner.Session(args)
+    session.original = session.current = "0001-aaaaaaaa"
+    session.save_status(state="ready", original="0001-aaaaaaaa", done=[1])
+    assert tune_runner.read_status(paths.status).done == [1]
+    session.restore()  # nothing else was installed: no restart, nothing to remove
+    session.save_status(state="aborted")
+    assert tune_session.cmd_close(args) == 0
+    closed = json.loads(capsys.readouterr().out)
+    assert (closed["state"], closed["restore"]) == ("aborted", {"needed": False, "ready": True, "stage": None,
+                                                                 "detail": None, "elapsed_s": None, "removed": []})
+    close = tune_runner.read_close(paths)
+    assert (close.abort, close.why) == (True, "interrupted on the controller")
+    session.save_status(restore=session.status.restore.but(needed=True, ready=False, detail="timeout"))
+    assert tune_session.cmd_close(args) == 3  # the original did not come back
 
 
 # --- the drafter axis ---------------------------------------------------------------------------------

@@ -143,3 +143,50 @@ class TuneItem(Document):
     settings: TuneMeasure
     files: dict | None  # a temporary release's files by name (meta.json among them); None: retained
     start_timeout_s: int | float  # the budget's share: a candidate that hangs at start must not outlive it
+
+
+# --- a tune session's own files: session.json and close (<store>/tune/<session>/) --------------------------
+
+@dataclass(frozen=True)
+class TuneRestore(Document):
+    """What the session's end did (tune_runner.Session.restore): the original release back, temporaries removed."""
+    needed: bool  # something else was installed
+    ready: bool  # the original is running (or never left)
+    stage: str | None = None  # the readiness stage reached; None: no restart
+    detail: str | None = None  # why not ready
+    elapsed_s: int | float | None = None
+    removed: list = field(default_factory=list)  # the temporary releases removed
+
+
+@dataclass(frozen=True)
+class TuneStatus(Document):
+    """The session's state (tune_runner.Session.save_status), read by its open, poll and close commands
+    (tune_session.py), a later session's clean-up, and the controller (tune/host.py)."""
+    FILE: ClassVar[str] = "session.json"
+    session: str
+    service: str
+    state: str  # starting, ready, running, closed, aborted, failed
+    pid: int
+    started: str
+    updated: str | None = None
+    original: str | None = None  # the release restored at the end; None: not known yet
+    current: str | None = None  # the release running now
+    message: str | None = None
+    done: list = field(default_factory=list)  # the queue items measured (seq)
+    item: int | None = None  # the item being measured
+    start_estimate_s: int | float | None = None  # the last switch's readiness time, when it was to the original
+    probe_url: str | None = None
+    restore: TuneRestore | None = None  # None: the session has not ended
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("closed", "aborted", "failed")
+
+
+@dataclass(frozen=True)
+class TuneClose(Document):
+    """The controller's request to end the session (tune_session.py close): the watchdog reads it."""
+    FILE: ClassVar[str] = "close"
+    abort: bool  # restore now, before the queue is done
+    at: str
+    why: str | None = None

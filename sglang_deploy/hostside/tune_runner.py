@@ -18,8 +18,8 @@ from . import evidence, gate, output_check
 from .client import read_api_key
 from .documents import (PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome,
                         Switching)
-from .reports import TuneItem
 from .listener import foreign_listener
+from .reports import TuneClose, TuneItem, TuneRestore, TuneStatus
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
 from .switch import activate
@@ -92,6 +92,24 @@ def read_json(path, default=None):
         return default
 
 
+def read_close(paths):
+    """The controller's close request (TuneClose), or None: none yet, or one torn mid-write (read again next time)."""
+    try:
+        return TuneClose.load(paths.root)
+    except (FileNotFoundError, ValueError):  # DocumentError included: the controller's tool wrote it, same version
+        return None
+
+
+def read_status(path):
+    """A session's session.json (TuneStatus), or None: not written yet, or not readable as one."""
+    try:
+        with open(path) as f:
+            text = f.read()
+        return TuneStatus.loads(text, path)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def write_json(path, document):
     atomic_write(path, json.dumps(document, indent=1) + "\n", 0o600)
 
@@ -101,9 +119,8 @@ class Session:
         self.args = args
         self.paths = Paths(args.service, args.session)
         self.store = self.paths.store
-        self.status = {"session": args.session, "service": args.service, "state": "starting", "pid": os.getpid(),
-                       "started": now(), "original": None, "current": None, "message": None,
-                       "done": [], "restore": None}
+        self.status = TuneStatus(session=args.session, service=args.service, state="starting", pid=os.getpid(),
+                                 started=now())
         self.restoring = False
         self.created = []  # temporary release directories this session staged
         self.current = None
@@ -118,8 +135,8 @@ class Session:
         print(f"[tune] {message}", file=sys.stderr, flush=True)
 
     def save_status(self, **changes):
-        self.status.update(changes, updated=now())
-        write_json(self.paths.status, self.status)
+        self.status = self.status.but(**changes, updated=now())
+        atomic_write(self.paths.status, self.status.dump(), 0o600)
 
     # the watchdog: a stale heartbeat or an abort request interrupts whatever the main thread does
     def watchdog(self):
@@ -131,9 +148,9 @@ class Session:
                 beat = 0
             if heartbeat_stale(beat, time.time(), self.args.heartbeat_s):
                 reason = f"no poll from the controller for {self.args.heartbeat_s:.0f} s (SSH connection lost?)"
-            close = read_json(self.paths.close)
-            if isinstance(close, dict) and close.get("abort"):
-                reason = f"aborted by the controller ({close.get('why') or 'interrupted'})"
+            close = read_close(self.paths)
+            if close is not None and close.abort:
+                reason = f"aborted by the controller ({close.why or 'interrupted'})"
             if reason:
                 self.abort_reason = reason
                 os.kill(os.getpid(), signal.SIGUSR1)
@@ -153,7 +170,9 @@ class Session:
         if not active or active not in self.store.ids():
             return None, "no active release to return to: deploy first"
         if state.switching:
-            return None, f"a switch was interrupted ({state.switching}): deploy first, so the host converges"
+            switching = state.switching
+            return None, (f"a switch was interrupted (to {switching.to} from {switching.previous}, since "
+                          f"{switching.since}): deploy first, so the host converges")
         meta = self.store.meta(active)
         unit, env = self.store.read(self.store.unit_path), self.store.read(self.store.env_path)
         installed = content_hash(unit, env) if unit is not None and env is not None else None
@@ -213,7 +232,7 @@ class Session:
 
     def loop(self):
         while True:
-            close = read_json(self.paths.close)
+            close = read_close(self.paths)
             pending = sorted(name for name in os.listdir(self.paths.queue) if name.endswith(".json"))
             if pending:
                 path = os.path.join(self.paths.queue, pending[0])
@@ -224,8 +243,7 @@ class Session:
                 self.save_status(state="running", item=item.seq)
                 result = self.measure_item(item)
                 write_json(os.path.join(self.paths.results, f"{item.seq:04d}.json"), result)
-                self.status["done"].append(item.seq)
-                self.save_status(state="ready", item=None)
+                self.save_status(state="ready", item=None, done=[*self.status.done, item.seq])
                 continue
             if close is not None:
                 return
@@ -356,22 +374,21 @@ class Session:
 
     def restore(self):
         """The original release back, if anything else was installed; temporary releases removed."""
-        restore = {"needed": self.current not in (None, self.original)}
+        needed = self.current not in (None, self.original)
+        restore = TuneRestore(needed=needed, ready=not needed)
         try:
-            if restore["needed"]:
+            if needed:
                 self.log(f"restoring the original release {self.original}")
                 ready = self.back_to_original()
-                restore.update(ready=ready.get("ready"), stage=ready.get("stage"), detail=ready.get("detail"),
-                               elapsed_s=ready.get("elapsed_s"))
+                restore = restore.but(ready=bool(ready.get("ready")), stage=ready.get("stage"),
+                                      detail=ready.get("detail"), elapsed_s=ready.get("elapsed_s"))
                 self.log(f"original release {self.original} " + ("is running again" if ready.get("ready")
                                                                   else f"FAILED to start: {ready.get('detail')}"))
-            else:
-                restore["ready"] = True
             for release_id in self.created:
                 if release_id != self.original:
                     shutil.rmtree(self.store.release_dir(release_id), ignore_errors=True)
-            restore["removed"] = list(self.created)
+            restore = restore.but(removed=list(self.created))
         except Exception as error:  # noqa: BLE001
-            restore.update(ready=False, detail=f"{type(error).__name__}: {error}")
+            restore = restore.but(ready=False, detail=f"{type(error).__name__}: {error}")
             self.log(f"restoring FAILED: {type(error).__name__}: {error}")
         self.save_status(restore=restore, current=self.current)
