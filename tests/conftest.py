@@ -80,6 +80,14 @@ def snapshot_mark(**fields):
     return {**written, **fields}
 
 
+def watch_entry(**fields):
+    """One perf-watch run (hostside/reports.WatchEntry) as the watch stamps it, with `fields` changed."""
+    from sglang_deploy.hostside.reports import WatchEntry
+
+    return WatchEntry.from_dict({"status": "ok", "at": "2026-12-01T00:00:00+00:00", "unix": 0,
+                                 "release": "0001-aaaaaaaa", **fields}, "a test's watch entry")
+
+
 def gate_document(**settings):
     """A complete gate-config.json (hostside/documents.GateConfig): the profile's default gate section with
     `settings` changed, and plain expectations."""

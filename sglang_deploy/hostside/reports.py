@@ -1,4 +1,5 @@
-"""The reports a release keeps beside its documents: the doctor's (doctor.json) and the tune's (tune-results.json).
+"""The reports a release keeps beside its documents: the doctor's (doctor.json), the tune's (tune-results.json) and
+the perf watch's history (watch.jsonl); and the files of a tune session (its queue, session.json, close).
 
 Typed like the store's documents (documents.py: the strict reader naming the document and the field, the format
 version, the defaults only where releases already on hosts lack a field). The controller writes them (doctor.py,
@@ -8,10 +9,11 @@ tune/controller.py) through the class, so a field renamed in the writer fails at
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .documents import DOCTOR_FILE, TUNE_RESULTS_FILE, Document
+from .documents import DOCTOR_FILE, TUNE_RESULTS_FILE, WATCH_HISTORY_FILE, Document
 
 
 # --- the doctor's report: releases/<id>/doctor.json ----------------------------------------------------------
@@ -190,3 +192,59 @@ class TuneClose(Document):
     abort: bool  # restore now, before the queue is done
     at: str
     why: str | None = None
+
+
+# --- the perf watch's history: releases/<id>/watch.jsonl, one entry a line -----------------------------------
+
+@dataclass(frozen=True)
+class WatchOutput(Document):
+    """The short output check of a watch run (hostside/output_check.run, its verdict and counts)."""
+    verdict: str  # pass, fail, inconclusive
+    reasons: list
+    inconclusive: list
+    known_right: int
+    total: int
+    degenerate: int  # answers that repeat or ramble
+
+
+@dataclass(frozen=True)
+class WatchEntry(Document):
+    """One run of the perf watch (hostside/watch.py): a measurement, a skipped run, a restart or a withheld one.
+    The watch reads its own history back (the drift streak, the day's restarts, the last success for the
+    metrics); `hostside.store history` lists it (history.py)."""
+    FILE: ClassVar[str] = WATCH_HISTORY_FILE
+    status: str  # ok, error; busy, no-listener, no-metrics (skipped); restarted, restart-failed, capped
+    at: str
+    unix: int | float  # the restarts of the last day are counted by it
+    release: str
+    event: str = "measure"  # measure, after-restart, restart, restart-withheld; the first entries had none
+    detail: str | None = None  # why skipped, restarted or withheld
+    running: int | float | None = None  # the requests running when a run was skipped as busy
+    samples: int | None = None  # measured: the samples, their medians
+    decode_tok_s: int | float | None = None
+    accept_length: int | float | None = None
+    ttft_s: int | float | None = None
+    errors: list = field(default_factory=list)
+    output: WatchOutput | None = None  # the short output check; None: not run
+    drift: list = field(default_factory=list)  # why this measurement drifts; empty: it does not
+    roofline_tok_s: int | float | None = None  # the bound at the measured acceptance; None: an input is missing
+    roofline_fraction: int | float | None = None
+    bandwidth_source: str | None = None
+
+    @classmethod
+    def lines(cls, text, source):
+        """The entries of a watch.jsonl text; a torn line (not JSON) is skipped, an object that is not an entry is a
+        DocumentError naming source:line."""
+        entries = []
+        for number, line in enumerate((text or "").splitlines(), 1):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            entries.append(cls.from_dict(data, f"{source}:{number}"))
+        return entries
+
+    def line(self) -> str:
+        """The entry's JSONL line: the fields it has (a line carries no format; WatchEntry reads format 1)."""
+        return json.dumps({key: value for key, value in self.to_dict().items() if value not in (None, [])},
+                          sort_keys=True) + "\n"

@@ -12,8 +12,8 @@ Layout (``/var/lib/sglang-deploy/<service>/``):
                                                       drop old releases (never the active or last good one)
                                                       and virtualenvs no retained release points at
 
-Every command prints JSON on stdout. Standard library only; it imports only service.py and documents.py of its
-package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
+Every command prints JSON on stdout. Standard library only; it imports only service.py, documents.py and reports.py
+of its package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
 inline_host), and the controller imports its paths and pure helpers, so the host's paths are written here once.
 """
 
@@ -27,8 +27,8 @@ import re
 import shutil
 import sys
 
-from .documents import (WATCH_HISTORY_FILE, DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta,
-                        StoreState)
+from .documents import DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta, StoreState
+from .reports import WatchEntry
 from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
@@ -198,19 +198,6 @@ class Store:
             return None
 
 
-def json_lines(text):
-    """The JSON objects of a JSONL text (a release's watch.jsonl); a torn or foreign line is skipped."""
-    entries = []
-    for line in (text or "").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            entries.append(entry)
-    return entries
-
-
 def atomic_write(path, content, mode):
     """Write, fsync, rename, then fsync the directory: the rename survives a power loss."""
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -360,7 +347,12 @@ def cmd_history(args):
         except (OSError, DocumentError) as error:  # a listing: the release's floors are shown as unknown, and why
             log(f"release {release_id}: no floors shown: {error}")
             settings = None
-        watch = json_lines(store.read(os.path.join(directory, WATCH_HISTORY_FILE)))
+        path = os.path.join(directory, WatchEntry.FILE)
+        try:
+            watch = [json.loads(entry.line()) for entry in WatchEntry.lines(store.read(path), path)]
+        except DocumentError as error:  # a listing: shown without the watch's history, and why
+            log(f"release {release_id}: no watch history shown: {error}")
+            watch = []
         out.append({"id": release_id, "created": meta.created, "history": meta.history,
                     "verdict": meta.verdict, "exec_start": meta.exec_start,
                     "environment": {name: "(masked)" if secret_name(name) else value for name, value in
