@@ -16,7 +16,7 @@ from pyinfra.facts.files import FileContents
 from roles import multinode, release, stages
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
-from sglang_deploy.hostside.documents import DocumentError, ReleaseMeta, Resolution, StoreState
+from sglang_deploy.hostside.documents import DocumentError, ReleaseMeta, Resolution
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.plan import lock_refusal
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of
@@ -50,10 +50,9 @@ def target() -> Rollback:
         release_id = rollback_target(store, of(RollbackArgs).release)
     except ValueError as error:
         stages.stop([str(error)])
-    metas = {r["id"]: ReleaseMeta.from_dict(r, f"{host.name}: release {r['id']}'s meta.json") for r in store["releases"]}
-    active = StoreState.from_dict(store["state"], f"{host.name}: the store's state.json").active
-    return Rollback(service=service, target=release_id, meta=metas[release_id], active=active,
-                    active_meta=metas.get(active))
+    active = store.state.active
+    return Rollback(service=service, target=release_id, meta=store.release(release_id), active=active,
+                    active_meta=store.release(active))
 
 
 def announce(rollback: Rollback) -> None:

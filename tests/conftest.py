@@ -80,6 +80,21 @@ def snapshot_mark(**fields):
     return {**written, **fields}
 
 
+def store_report(*releases, active=None, last_good=None, consistent=True, lock=None, inconsistent=(), running=None,
+                 **fields):
+    """The ReleaseStore fact (hostside/documents.StoreReport) of a host retaining `releases` (each the fields of a
+    release_meta, or a ReleaseMeta), as `hostside.store state` reports it."""
+    from sglang_deploy.hostside.documents import ReleaseMeta, StoreReport
+
+    return StoreReport.from_dict({
+        "service": "sglang", "state": {"active": active, "last_good": last_good},
+        "releases": [r.to_dict() if isinstance(r, ReleaseMeta) else release_meta(**r).to_dict() for r in releases],
+        "lock": lock, "installed_hash": None, "consistent": consistent, "inconsistent": list(inconsistent),
+        "problems": [], "running": {"active_state": "active", "sub_state": "running", "result": "success",
+                                    "main_pid": 100, "cmdline": None, "started_monotonic_us": "1", **(running or {})},
+        **fields}, "a test's store state")
+
+
 def watch_entry(**fields):
     """One perf-watch run (hostside/reports.WatchEntry) as the watch stamps it, with `fields` changed."""
     from sglang_deploy.hostside.reports import WatchEntry

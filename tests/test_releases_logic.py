@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import PROVEN, proven_with
+from conftest import PROVEN, proven_with, release_meta, store_report
 from sglang_deploy.hostside.service import cmdline_matches, env_file_values, environment_drift
 from sglang_deploy.hostside.store import (content_hash, flag_differences, last_used, next_release_id,
                                           releases_to_prune, secret_name)
@@ -23,9 +23,7 @@ def plan_of(path):
     return plan_for_host({"profile": str(path), "gpus": 2, "gpu_topology": "pcie"})
 
 
-def store_with(*releases, active=None, last_good=None, consistent=True):
-    return {"releases": list(releases), "state": {"active": active, "last_good": last_good},
-            "consistent": consistent, "lock": None}
+store_with = store_report  # the ReleaseStore fact: each release as its meta.json fields
 
 
 def test_release_ids_are_ordered_sequence_plus_hash():
@@ -39,8 +37,8 @@ def test_content_hash_covers_unit_and_env_only():
 
 
 def test_last_used_prefers_the_latest_activation():
-    assert last_used(used("2026-11-05T00:00:00+00:00")) == "2026-11-05T00:00:00+00:00"
-    assert last_used({"created": "2026-11-01T00:00:00+00:00"}) == "2026-11-01T00:00:00+00:00"
+    assert last_used(release_meta(**used("2026-11-05T00:00:00+00:00"))) == "2026-11-05T00:00:00+00:00"
+    assert last_used(release_meta(created="2026-11-01T00:00:00+00:00")) == "2026-11-01T00:00:00+00:00"
 
 
 def test_prune_keeps_newest_and_protected():
@@ -138,8 +136,8 @@ def test_decide_names_why_the_host_is_inconsistent():
     plan = plan_of(PROVEN)
     first = decide(plan, store_with())
     stored = build_meta(plan, first.release_id).to_dict()
-    store = store_with(stored, active=first.release_id, consistent=False)
-    store["inconsistent"] = ["the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"]
+    store = store_with(stored, active=first.release_id, consistent=False, inconsistent=[
+        "the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"])
     decision = decide(plan, store)
     assert decision.switch and decision.release_id == first.release_id
     assert decision.reason.endswith("differs from the release's in NCCL_CUMEM_ENABLE")
@@ -154,7 +152,7 @@ def test_secret_names_by_convention_only():
 
 def test_the_nodes_of_a_server_restart_together():
     def node(active, consistent=True):
-        return Peer({"state": {"active": active}, "consistent": consistent}, "d")
+        return Peer(store_report(active=active, consistent=consistent), "d")
 
     mine = Decision("0003-abcdef12", False, False, "unchanged")
     same = node("0003-abcdef12")
@@ -182,8 +180,8 @@ def test_one_release_id_names_the_release_on_every_node():
     sid = server[:8]
 
     def node(digest, *ids, active, other_content=()):
-        return {"releases": [{"id": i, "content_hash": "0" * 64 if i in other_content else digest} for i in ids],
-                "state": {"active": active, "last_good": None}, "consistent": True, "lock": None}
+        return store_report(*[{"id": i, "content_hash": "0" * 64 if i in other_content else digest} for i in ids],
+                            active=active)
 
     # Both retain the release and run it: unchanged.
     a, b = node(a_digest, f"0003-{sid}", active=f"0003-{sid}"), node(b_digest, f"0003-{sid}", active=f"0003-{sid}")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROVEN, REPO, release_meta, snapshot_mark, write_profile
+from conftest import PROVEN, REPO, release_meta, snapshot_mark, store_report, write_profile
 from hubstub import Hub
 from sglang_deploy.hostside.weights import fetch as host_fetch
 from sglang_deploy.hostside.weights import manifest as host_manifest
@@ -373,9 +373,10 @@ def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path
 def test_the_listing_shows_a_weights_change():
     a = snapshot_mark(source="hf://o/n@" + "a" * 40, revision="a" * 40, manifest_sha256="1" * 64)
     b = snapshot_mark(source="hf://o/n@" + "b" * 40, revision="b" * 40, manifest_sha256="2" * 64)
-    store = {"state": {"active": "0002-bbbbbbbb"}, "releases": [
+    store = store_report(
         {"id": "0001-aaaaaaaa", "weights": a, "exec_start": ["s", "--model-path", "/srv/models/o--n/" + "a" * 40]},
-        {"id": "0002-bbbbbbbb", "weights": b, "exec_start": ["s", "--model-path", "/srv/models/o--n/" + "b" * 40]}]}
+        {"id": "0002-bbbbbbbb", "weights": b, "exec_start": ["s", "--model-path", "/srv/models/o--n/" + "b" * 40]},
+        active="0002-bbbbbbbb")
     lines = listing(store)
     old = next(line for line in lines if "0001-aaaaaaaa" in line)
     assert "aaaaaaaaaaaa" in old and f"weights: hf://o/n@{'b' * 40} (manifest 222222222222) -> hf://o/n@{'a' * 40}" in old

@@ -277,6 +277,36 @@ class StoreState(Document):
     switching: Switching | None = None  # while a switch runs; left behind by a crash
 
 
+@dataclass(frozen=True)
+class ServiceRun(Document):
+    """The unit as systemd runs it (service.service_status)."""
+    active_state: str | None
+    sub_state: str | None
+    result: str | None
+    main_pid: int  # 0: no process
+    cmdline: list | None  # None: no process, or unreadable
+    started_monotonic_us: str | int | None
+
+
+@dataclass(frozen=True)
+class StoreReport(Document):
+    """`hostside.store state` (store.cmd_state): the ReleaseStore fact the controller decides by (release_plan,
+    plan.lock_refusal, fleet, the stages, the rollback, the tune). The inline program is this checkout's."""
+    service: str
+    state: StoreState
+    releases: list[ReleaseMeta]  # oldest first
+    lock: LockInfo | None  # None: not held
+    installed_hash: str | None  # the installed unit's and environment's content hash; None: none installed
+    running: ServiceRun
+    consistent: bool  # the host runs its active release as it declares
+    inconsistent: list  # why not, each a sentence
+    problems: list  # store files set aside, drifts that a restart would not change
+
+    def release(self, release_id):
+        """The retained release's meta (ReleaseMeta), or None."""
+        return next((meta for meta in self.releases if meta.id == release_id), None)
+
+
 # --- the bound on decode: releases/<id>/roofline.json ---------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ import re
 import shutil
 import sys
 
-from .documents import DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta, StoreState
+from .documents import (DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta, ServiceRun, StoreReport,
+                        StoreState)
 from .reports import WatchEntry
 from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
@@ -50,13 +51,10 @@ def next_release_id(existing_ids, digest: str) -> str:
     return f"{sequence + 1:04d}-{digest[:8]}"
 
 
-def last_used(meta) -> str:
-    """When a release last became active (a redeploy reuses an old release), else when it was created.
-    meta: a ReleaseMeta, or its dict as the state command reports it (the controller's release listing)."""
-    history, created = ((meta.history, meta.created) if isinstance(meta, ReleaseMeta)
-                        else (meta.get("history") or [], meta.get("created")))
-    activations = [e["at"] for e in history if e.get("event", "").startswith("activated")]
-    return max(activations + [created or ""])
+def last_used(meta: ReleaseMeta) -> str:
+    """When a release last became active (a redeploy reuses an old release), else when it was created."""
+    activations = [e["at"] for e in meta.history if e.get("event", "").startswith("activated")]
+    return max(activations + [meta.created])
 
 
 def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
@@ -320,10 +318,9 @@ def cmd_state(args):
         (f"the server process's environment differs from the release's in {', '.join(drift or [])}", drift),
     ) if off]
     lock = lock_holder(store)
-    emit({"service": args.service, "state": state.to_dict(), "releases": [meta.to_dict() for meta in metas],
-          "lock": lock and lock.to_dict(),
-          "installed_hash": installed, "running": running, "consistent": not inconsistent,
-          "inconsistent": inconsistent, "problems": store.problems})
+    emit(StoreReport(service=args.service, state=state, releases=metas, lock=lock, installed_hash=installed,
+                     running=ServiceRun.from_dict(running, "the service's status"), consistent=not inconsistent,
+                     inconsistent=inconsistent, problems=store.problems).to_dict())
     return 0
 
 

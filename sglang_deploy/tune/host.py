@@ -119,24 +119,26 @@ class HostSession:
         self.profile_text = Path(self.profile.source).read_text()
         configure()
         _, stdout = self.sh("store", "state", "--service", self.service)
-        store = json.loads(stdout)
-        active = store["state"].get("active")
-        if store.get("lock"):
-            holder = store["lock"]
-            raise TuneError(f"the release store is locked by {holder.get('owner')} (since {holder.get('since')}); "
+        try:
+            store = documents.StoreReport.loads(stdout, "the release store's state (hostside.store state)")
+        except documents.DocumentError as error:
+            raise TuneError(f"{error}; nothing was changed") from None
+        active = store.state.active
+        if store.lock:
+            raise TuneError(f"the release store is locked by {store.lock.owner} (since {store.lock.since}); "
                             "nothing was changed")
-        active_meta = next((r for r in store["releases"] if r["id"] == active), None)
+        active_meta = store.release(active)
         if not active_meta:
             raise TuneError(f"no active release of {self.service}: deploy {self.profile.source} first")
-        if active_meta.get("content_hash") != content_hash(plan.rendered.unit, plan.rendered.env):
+        if active_meta.content_hash != content_hash(plan.rendered.unit, plan.rendered.env):
             raise TuneError(f"the active release {active} was not deployed from {self.profile.source} (its unit or "
                             f"environment differ): {self.verb} starts from the running profile; deploy it first, or "
                             f"pass --data profile=<the profile of {active}>")
-        if not store.get("consistent"):
+        if not store.consistent:
             raise TuneError(f"the host is not consistent with its active release {active}: deploy first")
         self.active, self.store = active, store
-        self.release_ids = [r["id"] for r in store["releases"]]
-        self.by_hash = {r.get("content_hash"): r["id"] for r in store["releases"]}
+        self.release_ids = [r.id for r in store.releases]
+        self.by_hash = {r.content_hash: r.id for r in store.releases}
         self.stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.work = self.results_dir / f"{self.verb}-{active}-{self.stamp}"
         (self.work / "candidates").mkdir(parents=True, exist_ok=True)
