@@ -147,12 +147,14 @@ def dflash_profile(tmp_path: Path, draft_dir: Path, name: str = "dflash.yaml", t
 # 0.1 GB) for the rest, which restart servers dozens of times. At most FRONTEND_SLOTS real front ends run at once
 # across the workers (a lock file per slot), so that the suite fits the CI machine's 24 GB. The suite is CPU-bound on
 # 2 cores and the front end's starts were its largest cost: what only SGLang's own front end can show (its
-# processes, its resolution, its auth, a refused start, the key in its journal) is one module of 4 starts.
+# processes, its resolution, its auth, a refused start, the key in its journal) is one module of 2 starts.
 SGLANG_FRONTEND_MODULES = {"test_frontend_sim.py"}
 # The preflight's steps that import SGLang's stack (hostside/preflight/runner.py: the resolution, ~6 s of CPU and 0.9 GB per
 # new command line, and torch) run in these modules; elsewhere `--data preflight_stack=false` leaves them out (the
-# controller's check resolved the same command line with the same SGLang install moments before).
-PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_weights_sim.py", "test_lxc_sim.py"}
+# controller's check resolved the same command line with the same SGLang install moments before). The host's resolution
+# reading a pushed checkpoint's config.json runs in test_frontend_sim; test_weights_sim's snapshots carry the same
+# synthetic config (its 3-4 resolutions were about 35 CPU-s of CI for no other reading).
+PREFLIGHT_STACK_MODULES = {"test_frontend_sim.py", "test_lxc_sim.py"}
 FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
 
 
@@ -238,7 +240,7 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # Longest first, so the long ones start at once and the short ones fill the gaps (a module or one test,
 # module::name). The figures: each module's time on its worker in a warm CI run on 6 workers, 2026-12-02
 # (SGLANG_DEPLOY_TEST_TIMELINE); every module not named takes a few seconds.
-LONGEST_FIRST = ["test_frontend_sim.py",  # 4 starts of SGLang's own front end, in one chain (about 360 s)
+LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, in one chain
                  # the gate's measuring tests (170-230 s, mostly real-time waits) beside the CPU-heavy chains
                  "test_gate_sim.py::test_seed_incident_is_refused_then_forced_and_the_proven_release_passes_again",
                  "test_gate_sim.py::test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor",
@@ -251,7 +253,7 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 4 starts of SGLang's own front end, 
                  # (LOCAL_FRONTEND_MODULES)
                  "test_outside_clients.py", "test_output_check.py::test_sglangs_own_front_end_returns_the_modelled_answers",
                  "test_frontends.py",
-                 "test_hostile_input_sim.py", "test_weights_sim.py", "test_releases_sim.py::test_retention_after_seven_deploys",
+                 "test_hostile_input_sim.py", "test_weights_sim.py", "test_releases_sim.py::test_retention_after_four_deploys_keeping_two",
                  "test_provision_sim.py", "test_deploy_sim.py",
                  "test_gate_sim.py",  # the rest of it: 25-40 s each, refused before any measurement
                  "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py"]

@@ -102,6 +102,13 @@ def test_same_status_and_no_field_sglang_lacks(answers, index):
         assert not_in_reference(parse(model_text), parse(real_text), SEQUENCE[index][0]) == []
 
 
+def test_a_wrong_key_or_none_is_refused_by_both(answers):
+    """What SGLang's own benchmark client sees as "not ready" without the key (its ready check asks /v1/models)."""
+    for path, body, key in (("/v1/models", None, "sk-wrong"), ("/generate", GENERATE, None)):
+        index = SEQUENCE.index((path, body, key))
+        assert answers["sglang"][index][0] == answers["model"][index][0] == 401, (path, key, answers["sglang"][index])
+
+
 def test_the_fields_the_tool_reads_are_in_both(answers):
     """Every path of the conformance table, whole (nested phases included), in SGLang's answer and in the model-only
     simulator's: none is dropped because the reference lacks it (a field the tool reads that real SGLang does not

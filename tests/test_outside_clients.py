@@ -78,7 +78,3 @@ def test_sglangs_own_benchmark_client(server, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     record = json.loads(output.read_text().splitlines()[-1])
     assert record["completed"] == 4 and record["output_throughput"] > 0 and record["accept_length"] > 1
-    # Without the key SGLang's client never sees the server ready.
-    refused = subprocess.run(command, env={**env, "OPENAI_API_KEY": "sk-wrong"}, capture_output=True, text=True,
-                             timeout=300, cwd=tmp_path)
-    assert refused.returncode != 0 and "not ready" in refused.stdout + refused.stderr

@@ -233,13 +233,16 @@ def test_killed_controller_does_not_stop_the_switch_and_a_concurrent_deploy_is_r
     assert store["consistent"] and release_of(store, store["state"]["active"])["profile"] == "slow"
 
 
-def test_retention_after_seven_deploys(simhost, tmp_path):
+def test_retention_after_four_deploys_keeping_two(simhost, tmp_path):
+    """keep_releases=2 (the default keeps 5; the prune's choice itself is test_releases_logic's): after four new
+    releases the last two are kept, the two before them are gone, and the last good one is never dropped."""
     ids = [deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16",
-                                          f"--max-running-requests: {n}", f"keep{n}.yaml")) for n in range(3, 10)]
+                                          f"--max-running-requests: {n}", f"keep{n}.yaml"), "--data", "keep_releases=2")
+           for n in range(3, 7)]
     store = state(simhost)
     retained = [r["id"] for r in store["releases"]]
-    assert set(ids[-5:]) <= set(retained) and not set(ids[:2]) & set(retained)
-    assert store["state"]["last_good"] in retained and len(retained) <= 6
+    assert set(ids[-2:]) <= set(retained) and not set(ids[:2]) & set(retained)
+    assert store["state"]["last_good"] in retained and len(retained) <= 3
 
 
 def test_a_server_that_exits_0_is_restarted(simhost, tmp_path):

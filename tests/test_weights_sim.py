@@ -50,8 +50,8 @@ def hub(tmp_path_factory):
     """Two revisions of the synthetic checkpoint; B differs in config.json."""
     base = tmp_path_factory.mktemp("weights")
     checkpoint = base / "checkpoint"
-    # the checkpoint's real config.json and a tokenizer: the host's preflight resolves the release with SGLang,
-    # whose ModelConfig reads it (a stub config without model_type is refused there, as SGLang would refuse it)
+    # the checkpoint's real config.json and a tokenizer: SGLang's ModelConfig reads it (a stub config without
+    # model_type is refused, as SGLang would refuse it)
     write_checkpoint(str(checkpoint), header_only=True, config=load_model_config(load_profile(PROVEN).model.config))
     hub = Hub().start()
     revision_a = hub.add_directory(REPO_ID, checkpoint)
