@@ -9,7 +9,7 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
-from sglang_deploy.hostside.documents import StoreReport
+from sglang_deploy.hostside.reports import StoreReport
 
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)

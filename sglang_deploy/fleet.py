@@ -72,7 +72,7 @@ def plan_batches(groups: dict[str, list[str]], everyone: list[str], canary_group
 def last_deployed(meta) -> str:
     """When a release (ReleaseMeta) was last deployed (created, or a redeploy of its configuration reused it); a
     rollback that brought it back does not count, so the release a failed deploy tried stays the newest."""
-    events = [e.get("at") or "" for e in meta.history if "rollback" not in str(e.get("event", ""))]
+    events = [e.at for e in meta.history if "rollback" not in e.event]
     return max(events + [meta.created])
 
 
@@ -80,7 +80,7 @@ def host_summary(store) -> dict:
     """One host's row from its release store (`hostside.store state`): the active release with its verdict and
     gate, the newest retained release when it is not the active one (a failed deploy rolled back), and the
     running process (pid, start time) that tells an untouched host from a restarted one."""
-    releases = store.releases  # store: the ReleaseStore fact (hostside/documents.StoreReport)
+    releases = store.releases  # store: the ReleaseStore fact (hostside/reports.StoreReport)
     active = store.release(store.state.active)
     newest = max(releases, key=lambda r: (last_deployed(r), r.id)) if releases else None
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .hostside.documents import ReleaseMeta, StoreReport
+from .hostside.documents import ReleaseMeta
+from .hostside.reports import StoreReport
 from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
 from .hostside.weights.manifest import snapshot_change
 from .layout import venv_path

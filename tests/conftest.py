@@ -82,9 +82,10 @@ def snapshot_mark(**fields):
 
 def store_report(*releases, active=None, last_good=None, consistent=True, lock=None, inconsistent=(), running=None,
                  **fields):
-    """The ReleaseStore fact (hostside/documents.StoreReport) of a host retaining `releases` (each the fields of a
+    """The ReleaseStore fact (hostside/reports.StoreReport) of a host retaining `releases` (each the fields of a
     release_meta, or a ReleaseMeta), as `hostside.store state` reports it."""
-    from sglang_deploy.hostside.documents import ReleaseMeta, StoreReport
+    from sglang_deploy.hostside.documents import ReleaseMeta
+    from sglang_deploy.hostside.reports import StoreReport
 
     return StoreReport.from_dict({
         "service": "sglang", "state": {"active": active, "last_good": last_good},

@@ -73,7 +73,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
                                  on_inconclusive="keep", owner="test")
     assert switch.switch_locked(store, args) == 0
     assert store.meta("0003-cccccccc").verdict == "bad"
-    assert store.meta("0003-cccccccc").history[-1]["event"] == "marked bad (rollback (rank 0 failed))"
+    assert store.meta("0003-cccccccc").history[-1].event == "marked bad (rollback (rank 0 failed))"
     state = store.state()
     assert state.active == "0002-bbbbbbbb" and state.last_good == last_good
     assert moved == [("0003-cccccccc", "0002-bbbbbbbb", "rollback")]

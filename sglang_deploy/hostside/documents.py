@@ -247,11 +247,17 @@ class ReleaseMeta(Document):
     verdict: str | None = None  # good, bad, inconclusive; None: unverified
     verdict_by: str | None = None  # gate, skip_gate, readiness, rank 0
     gate: GateMark | None = None  # the last gate's verdict; None: never gated
-    history: list = field(default_factory=list)  # [{"at", "event"}]: activations, failures, restarts
+    history: list[HistoryEvent] = field(default_factory=list)  # activations, failures, restarts
 
     def with_event(self, at, event, **changes):
         """This meta with one more history entry (and the changes)."""
-        return self.but(history=[*self.history, {"at": at, "event": event}], **changes)
+        return self.but(history=[*self.history, HistoryEvent(at=at, event=event)], **changes)
+
+
+@dataclass(frozen=True)
+class HistoryEvent(Document):
+    at: str
+    event: str  # "activated (deploy)", "marked bad (rollback)", "restarted by the watch (...)", ...
 
 
 # --- the store's state: <store root>/state.json ----------------------------------------------------------
@@ -275,36 +281,6 @@ class StoreState(Document):
     last_good: str | None = None
     auto_rollbacks_in_row: int = 0
     switching: Switching | None = None  # while a switch runs; left behind by a crash
-
-
-@dataclass(frozen=True)
-class ServiceRun(Document):
-    """The unit as systemd runs it (service.service_status)."""
-    active_state: str | None
-    sub_state: str | None
-    result: str | None
-    main_pid: int  # 0: no process
-    cmdline: list | None  # None: no process, or unreadable
-    started_monotonic_us: str | int | None
-
-
-@dataclass(frozen=True)
-class StoreReport(Document):
-    """`hostside.store state` (store.cmd_state): the ReleaseStore fact the controller decides by (release_plan,
-    plan.lock_refusal, fleet, the stages, the rollback, the tune). The inline program is this checkout's."""
-    service: str
-    state: StoreState
-    releases: list[ReleaseMeta]  # oldest first
-    lock: LockInfo | None  # None: not held
-    installed_hash: str | None  # the installed unit's and environment's content hash; None: none installed
-    running: ServiceRun
-    consistent: bool  # the host runs its active release as it declares
-    inconsistent: list  # why not, each a sentence
-    problems: list  # store files set aside, drifts that a restart would not change
-
-    def release(self, release_id):
-        """The retained release's meta (ReleaseMeta), or None."""
-        return next((meta for meta in self.releases if meta.id == release_id), None)
 
 
 # --- the bound on decode: releases/<id>/roofline.json ---------------------------------------------------------

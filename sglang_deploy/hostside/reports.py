@@ -1,5 +1,6 @@
 """The reports a release keeps beside its documents: the doctor's (doctor.json), the tune's (tune-results.json) and
-the perf watch's history (watch.jsonl); and the files of a tune session (its queue, session.json, close).
+the perf watch's history (watch.jsonl); the files of a tune session (its queue, session.json, close); and the store's
+state as `hostside.store state` reports it (the controller's ReleaseStore fact).
 
 Typed like the store's documents (documents.py: the strict reader naming the document and the field, the format
 version, the defaults only where releases already on hosts lack a field). The controller writes them (doctor.py,
@@ -14,6 +15,38 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .documents import DOCTOR_FILE, TUNE_RESULTS_FILE, WATCH_HISTORY_FILE, Document
+
+
+# --- the store's state as the state command reports it (hostside.store state) ------------------------------
+
+@dataclass(frozen=True)
+class ServiceRun(Document):
+    """The unit as systemd runs it (service.service_status)."""
+    active_state: str | None
+    sub_state: str | None
+    result: str | None
+    main_pid: int  # 0: no process
+    cmdline: list | None  # None: no process, or unreadable
+    started_monotonic_us: str | int | None
+
+
+@dataclass(frozen=True)
+class StoreReport(Document):
+    """`hostside.store state` (store.cmd_state): the ReleaseStore fact the controller decides by (release_plan,
+    plan.lock_refusal, fleet, the stages, the rollback, the tune). The inline program is this checkout's."""
+    service: str
+    state: StoreState
+    releases: list[ReleaseMeta]  # oldest first
+    lock: LockInfo | None  # None: not held
+    installed_hash: str | None  # the installed unit's and environment's content hash; None: none installed
+    running: ServiceRun
+    consistent: bool  # the host runs its active release as it declares
+    inconsistent: list  # why not, each a sentence
+    problems: list  # store files set aside, drifts that a restart would not change
+
+    def release(self, release_id):
+        """The retained release's meta (ReleaseMeta), or None."""
+        return next((meta for meta in self.releases if meta.id == release_id), None)
 
 
 # --- the doctor's report: releases/<id>/doctor.json ----------------------------------------------------------

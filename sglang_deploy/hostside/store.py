@@ -27,9 +27,8 @@ import re
 import shutil
 import sys
 
-from .documents import (DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta, ServiceRun, StoreReport,
-                        StoreState)
-from .reports import WatchEntry
+from .documents import DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta, StoreState
+from .reports import ServiceRun, StoreReport, WatchEntry
 from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
@@ -53,7 +52,7 @@ def next_release_id(existing_ids, digest: str) -> str:
 
 def last_used(meta: ReleaseMeta) -> str:
     """When a release last became active (a redeploy reuses an old release), else when it was created."""
-    activations = [e["at"] for e in meta.history if e.get("event", "").startswith("activated")]
+    activations = [e.at for e in meta.history if e.event.startswith("activated")]
     return max(activations + [meta.created])
 
 
@@ -350,7 +349,7 @@ def cmd_history(args):
         except DocumentError as error:  # a listing: shown without the watch's history, and why
             log(f"release {release_id}: no watch history shown: {error}")
             watch = []
-        out.append({"id": release_id, "created": meta.created, "history": meta.history,
+        out.append({"id": release_id, "created": meta.created, "history": [e.to_dict() for e in meta.history],
                     "verdict": meta.verdict, "exec_start": meta.exec_start,
                     "environment": {name: "(masked)" if secret_name(name) else value for name, value in
                                     env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},

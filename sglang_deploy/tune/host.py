@@ -17,7 +17,7 @@ from . import edit as tune_edit, search as tune
 from ..gate import RESULTS_DIR, gate_config
 from ..hostside import documents
 from ..hostside.documents import GateConfig, ReleaseMeta
-from ..hostside.reports import TuneItem
+from ..hostside.reports import StoreReport, TuneItem
 from ..hostside.store import content_hash, next_release_id
 from ..layout import host_program
 from ..plan import PlanError, plan_for_host
@@ -120,7 +120,7 @@ class HostSession:
         configure()
         _, stdout = self.sh("store", "state", "--service", self.service)
         try:
-            store = documents.StoreReport.loads(stdout, "the release store's state (hostside.store state)")
+            store = StoreReport.loads(stdout, "the release store's state (hostside.store state)")
         except documents.DocumentError as error:
             raise TuneError(f"{error}; nothing was changed") from None
         active = store.state.active
