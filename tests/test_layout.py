@@ -37,3 +37,22 @@ def test_every_line_says_what_the_file_is():
     block = (REPO / "docs" / "layout.md").read_text().split("<!-- layout:begin -->\n```\n", 1)[1].split("```", 1)[0]
     bare = [line for line in block.splitlines() if not line.strip().endswith("/") and len(line.split()) < 2]
     assert bare == []
+
+
+def test_every_test_the_docs_name_exists():
+    """The reference pages cite tests as evidence (`test_module::test_name`): a renamed or removed test must not stay
+    cited (docs/conformance.md cited a name that no longer existed)."""
+    import ast
+    import re
+
+    cited = {(page.name, module, name) for page in (REPO / "docs").glob("*.md")
+             for module, name in re.findall(r"\b(test_\w+)::(test_\w+)", page.read_text())}
+    assert cited, "no citation found: the pattern is wrong"
+    missing = []
+    for page, module, name in sorted(cited):
+        path = REPO / "tests" / f"{module}.py"
+        names = {node.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.FunctionDef)} \
+            if path.exists() else set()
+        if name not in names:
+            missing.append(f"docs/{page}: {module}::{name}")
+    assert missing == []

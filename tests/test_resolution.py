@@ -63,31 +63,6 @@ def test_the_profiles_environment_is_an_input_of_the_resolution(tmp_path):
     assert accepted.resolution["resolved"]["grpc_port"] == 50051  # what the unit's environment makes SGLang serve
 
 
-def test_the_controllers_own_environment_is_never_an_input(tmp_path, monkeypatch):
-    """The operator's shell may hold SGLANG_* variables: neither the probe server started under them nor the request
-    sees them, so the proven profile's verdict and resolution are those of its own environment."""
-    from pathlib import Path
-
-    from sglang_deploy import probe_client, resolution, validator_env
-    from sglang_deploy.validate import model_config_problems, server_args
-
-    profile = load_profile(PROVEN)
-    argv = server_args(profile, 30999, None)
-    request = {"argvs": [argv], "algorithms": ["NEXTN"],
-               "resolve": resolution.request(argv, model_config_problems(profile)[1], gpu_facts.model("a6000"), 2,
-                                             environment=profile.env_values())}
-    facts = request["resolve"]["gpu_facts"]
-    monkeypatch.setenv("SGLANG_GRPC_PORT", "70000")  # refused if SGLang saw it (the test above)
-    monkeypatch.setenv("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "1")
-    private = probe_client.socket_path(Path("/environment-check"), ["0.5.23", facts, *validator_env._probe_identity()])
-    try:
-        answer = probe_client.answer(private, lambda: validator_env._server_command("0.5.23", facts), request)
-    finally:
-        probe_client.stop_all(Path("/environment-check"))
-    assert answer["resolution"]["error"] is None, answer["resolution"]["error"]
-    assert answer["resolution"]["resolved"]["grpc_port"] is None
-
-
 def test_a_setting_the_host_has_the_module_for_is_not_refused(tmp_path):
     """--mamba-backend flashinfer imports flashinfer.mamba while resolving (mamba_hook.py); flashinfer_python is a
     pinned dependency of sglang, so the host has it and so does the validator env."""
@@ -170,10 +145,11 @@ def test_the_plan_resolves_under_the_hosts_gpu():
         gpu_model_for_host(host_settings({"gpu_model": "v100"}), None)
 
 
-def test_the_shared_probe_answers_each_request_as_if_it_were_the_first(tmp_path):
-    """The probe server (probe_client.py) answers in forks of one process that imported SGLang and resolved a
-    warm-up request: a server warmed up with a refused command line (--language-model-only) gives the same answer
-    for the proven one as the shared server, steps and log included."""
+@pytest.fixture(scope="module")
+def private_probe(tmp_path_factory):
+    """A probe server of its own (probe_client.py), started while the controller's shell holds SGLANG_* variables
+    SGLang would act on, and warmed up with a command line SGLang refuses (--language-model-only); then asked for the
+    proven profile. One start of SGLang (about 12 CPU-s) for the two tests below."""
     from pathlib import Path
 
     from sglang_deploy import probe_client, resolution, validator_env
@@ -183,23 +159,43 @@ def test_the_shared_probe_answers_each_request_as_if_it_were_the_first(tmp_path)
 
     def request(path):
         profile = load_profile(path)
-        config = model_config_problems(profile)[1]
         argv = server_args(profile, 30999, None)
-        return {"argvs": [argv], "algorithms": ["NEXTN"], "resolve": resolution.request(argv, config, gpu, 2)}
+        return {"argvs": [argv], "algorithms": ["NEXTN"],
+                "resolve": resolution.request(argv, model_config_problems(profile)[1], gpu, 2,
+                                              environment=profile.env_values())}
 
-    refused = request(proven_with(tmp_path, "    --enable-metrics: true ",
+    directory = tmp_path_factory.mktemp("profiles")
+    refused = request(proven_with(directory, "    --enable-metrics: true ",
                                   "    --language-model-only: true\n    --enable-metrics: true "))
     proven = request(PROVEN)
     facts = proven["resolve"]["gpu_facts"]
-    identity = ["0.5.23", facts, *validator_env._probe_identity()]
-    private = probe_client.socket_path(Path("/isolation-check"), identity)
-    try:
-        first = probe_client.answer(private, lambda: validator_env._server_command("0.5.23", facts), refused)
-        assert first["resolution"]["error"], "the warm-up was expected to be refused"
-        after_refusal = probe_client.answer(private, lambda: pytest.fail("started twice"), proven)
-    finally:
-        probe_client.stop_all(Path("/isolation-check"))
+    private = probe_client.socket_path(Path("/isolation-check"), ["0.5.23", facts, *validator_env._probe_identity()])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SGLANG_GRPC_PORT", "70000")  # refused if SGLang saw it (the test above)
+        patch.setenv("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "1")
+        try:
+            first = probe_client.answer(private, lambda: validator_env._server_command("0.5.23", facts), refused)
+            after_refusal = probe_client.answer(private, lambda: pytest.fail("started twice"), proven)
+        finally:
+            probe_client.stop_all(Path("/isolation-check"))
     shared = validator_env.run_probe("0.5.23", proven["argvs"], proven["algorithms"], resolve=proven["resolve"])
+    return {"first": first, "after_refusal": after_refusal, "shared": shared}
+
+
+def test_the_controllers_own_environment_is_never_an_input(private_probe):
+    """The operator's shell may hold SGLANG_* variables: neither the probe server started under them nor the request
+    sees them, so the proven profile's verdict and resolution are those of its own environment."""
+    answer = private_probe["after_refusal"]
+    assert answer["resolution"]["error"] is None, answer["resolution"]["error"]
+    assert answer["resolution"]["resolved"]["grpc_port"] is None
+
+
+def test_the_shared_probe_answers_each_request_as_if_it_were_the_first(private_probe):
+    """The probe server answers in forks of one process that imported SGLang and resolved a warm-up request: a
+    server warmed up with a refused command line (--language-model-only) gives the same answer for the proven one as
+    the shared server, steps and log included."""
+    assert private_probe["first"]["resolution"]["error"], "the warm-up was expected to be refused"
+    after_refusal, shared = private_probe["after_refusal"], private_probe["shared"]
     assert after_refusal["resolution"]["error"] is None
     assert after_refusal["resolution"] == shared["resolution"]
     assert after_refusal["results"] == shared["results"]
