@@ -28,10 +28,11 @@ from pyinfra.operations import python
 
 from roles import release
 from roles.facts import GpuHost
-from sglang_deploy.doctor import diagnose, format_report
+from sglang_deploy.doctor import diagnose, format_report, with_collection
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
+from sglang_deploy.hostside.reports import DoctorReport
 from sglang_deploy.hostside.store import RELEASE_ID
 from sglang_deploy.layout import host_program
 from sglang_deploy.layout import STORE_ROOT
@@ -68,17 +69,16 @@ def run_doctor():
                        "card_memory_mib": collected.get("card_memory_mib"),
                        "last_tune": collected.get("last_tune"), "last_ab": collected.get("last_ab"),
                        "release": collected["active"]})
-    result.update(release=collected["active"], errors=collected["errors"], probe=collected.get("probe"),
-                  sandbox=collected.get("sandbox"))
+    result = with_collection(result, collected)
     logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
     if uvm_warning(gpu_facts):
         logger.warning(f"[{host.name}] {uvm_warning(gpu_facts)}")
-        result.setdefault("errors", []).append(uvm_warning(gpu_facts))
+        result["errors"].append(uvm_warning(gpu_facts))
     errors = [printable(error) for error in collected["errors"]]
     for line in (format_report(result) + ("\n" + "\n".join(errors) if errors else "")).splitlines():
         logger.info(f"    {line}")
-    host.put_file(StringIO(json.dumps(result, indent=1) + "\n"),
-                  f"{STORE_ROOT}/{service}/releases/{collected['active']}/doctor.json")
+    report = DoctorReport.from_dict(result)  # its fields as the perf watch and the tune read them
+    host.put_file(StringIO(report.dump()), f"{STORE_ROOT}/{service}/releases/{collected['active']}/{report.FILE}")
     saved = save_result(host.name, result, kind="doctor")
     logger.info(f"    saved with the release (doctor.json) and in {saved}")
 

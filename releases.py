@@ -23,9 +23,9 @@ from sglang_deploy.release_plan import listing, service_of
 service = service_of(host_settings())
 store = host.get_fact(ReleaseStore, service=service)
 logger.info(f"[{host.name}] releases of {service}.service"
-            + ("" if store["consistent"] else "  (WARNING: the host is not consistent with its active release: "
-                                                 + "; ".join(store.get("inconsistent") or ["?"]) + ")"))
-for problem in store.get("problems") or []:
+            + ("" if store.consistent else "  (WARNING: the host is not consistent with its active release: "
+                                               + "; ".join(store.inconsistent or ["?"]) + ")"))
+for problem in store.problems:
     logger.warning(f"[{host.name}] {problem}")
 for line in listing(store):
     logger.info(f"    {line}")

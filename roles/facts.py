@@ -9,6 +9,8 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
+from sglang_deploy.hostside.reports import StoreReport
+
 HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)
 
@@ -102,7 +104,7 @@ class ReleaseStore(FactBase):
         return inline_store("state", service)
 
     def process(self, output):
-        return json.loads("\n".join(output))
+        return StoreReport.loads("\n".join(output), "the release store's state (hostside.store state)")
 
 
 class ReleaseHistory(FactBase):
@@ -167,7 +169,7 @@ class DeployState(FactBase):
         text = {key: "\n".join(value).strip() for key, value in sections.items()}
         return {
             "simulated": text.get("simulated") == "yes",
-            "store": json.loads(text["store"]),
+            "store": StoreReport.loads(text["store"], "the release store's state (hostside.store state)"),
             "manifests": {key[len("manifest "):]: value or None for key, value in text.items()
                           if key.startswith("manifest ")},
             "paths": {key[len("path "):]: value == "yes" for key, value in text.items() if key.startswith("path ")},

@@ -68,7 +68,7 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
     managed_file(name=f"{release_id}/sglang.env (0600)", dest=f"{directory}/sglang.env", content=env, mode=600,
                  diff=False)
     for name, content in ((documents.PROFILE_FILE, profile_json), (GateConfig.FILE, gate_config.dump()),
-                          (documents.RESOLVED_FILE, json.dumps(resolution, indent=1, sort_keys=True) + "\n"),
+                          (documents.RESOLVED_FILE, documents.Resolution.from_dict(resolution).dump()),
                           (Roofline.FILE, roofline.dump() if roofline else None)):
         if content is not None:
             managed_file(name=f"{release_id}/{name}", dest=f"{directory}/{name}", content=content, mode=644, diff=False)

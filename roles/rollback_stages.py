@@ -8,7 +8,6 @@ rollback there with the deploy's words (stages.stop, plan.lock_refusal). The pre
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
 
 from pyinfra import host, inventory, logger
@@ -17,7 +16,7 @@ from pyinfra.facts.files import FileContents
 from roles import multinode, release, stages, target as variant
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
-from sglang_deploy.hostside.documents import RESOLVED_FILE, ReleaseMeta, StoreState
+from sglang_deploy.hostside.documents import DocumentError, ReleaseMeta, Resolution
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.plan import lock_refusal
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of
@@ -51,10 +50,9 @@ def target() -> Rollback:
         release_id = rollback_target(store, of(RollbackArgs).release)
     except ValueError as error:
         stages.stop([str(error)])
-    metas = {r["id"]: ReleaseMeta.from_dict(r, f"{host.name}: release {r['id']}'s meta.json") for r in store["releases"]}
-    active = StoreState.from_dict(store["state"], f"{host.name}: the store's state.json").active
-    return Rollback(service=service, target=release_id, meta=metas[release_id], active=active,
-                    active_meta=metas.get(active))
+    active = store.state.active
+    return Rollback(service=service, target=release_id, meta=store.release(release_id), active=active,
+                    active_meta=store.release(active))
 
 
 def announce(rollback: Rollback) -> None:
@@ -85,8 +83,13 @@ def preflight(rollback: Rollback, candidate: stages.Candidate) -> None:
     if of(RollbackArgs).skip_preflight:
         logger.warning(f"[{host.name}] skip_preflight: restarting on {rollback.target} WITHOUT its preflight")
         return
-    resolution = json.loads(text_of(f"{release_dir(rollback.service, rollback.target)}/{RESOLVED_FILE}") or "{}")
-    stages.check_release(dataclasses.replace(candidate, resolved=resolution.get("resolved")), fresh=True)
+    path = f"{release_dir(rollback.service, rollback.target)}/{Resolution.FILE}"
+    text = text_of(path)
+    try:  # no resolved.json (a release from before it): no resolved fields to compare
+        resolved = Resolution.loads(text, f"{host.name}: {path}").resolved if text else None
+    except DocumentError as error:
+        stages.stop([f"rollback to {rollback.target}: {error}"])
+    stages.check_release(dataclasses.replace(candidate, resolved=resolved), fresh=True)
 
 
 def switch(rollback: Rollback) -> None:

@@ -134,7 +134,7 @@ def announce(plan: Plan, facts: dict) -> None:
         logger.info(f"[{host.name}] {note}")
     for skipped in plan.skipped_rules:
         logger.warning(f"[{host.name}] rule skipped: {skipped}")
-    for problem in facts["store"].get("problems") or []:
+    for problem in facts["store"].problems:
         logger.warning(f"[{host.name}] {problem}")
     if of(DeployArgs).skip_gate:
         logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
@@ -246,11 +246,11 @@ def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:
                   roofline=release_inputs(plan.resolution["resolved"], plan.profile.model.path, gpu))
 
 
-def start_timeout(plan: Plan, store: dict) -> int:
+def start_timeout(plan: Plan, store) -> int:
     """A host that never ran a good release starts cold: weights, every JIT kernel and the graph captures with
     empty caches. Its first start gets at least FIRST_START_TIMEOUT_S (later starts reuse the persisted caches)."""
     timeout = plan.profile.service.start_timeout_s
-    if not store["state"].get("last_good") and timeout < FIRST_START_TIMEOUT_S:
+    if not store.state.last_good and timeout < FIRST_START_TIMEOUT_S:
         logger.info(f"[{host.name}] first start on this host (empty JIT and graph caches): readiness waits up to "
                     f"{FIRST_START_TIMEOUT_S} s instead of the profile's {timeout} s")
         return FIRST_START_TIMEOUT_S
@@ -270,7 +270,7 @@ def switch(plan: Plan, decision: Decision, facts: dict) -> None:
         release.switch(options=options)
     else:
         multinode.switch_server(options, plan.node, groups()[host_settings().node_group],
-                                previous=facts["store"]["state"].get("active"))
+                                previous=facts["store"].state.active)
 
 
 def prune(plan: Plan) -> None:

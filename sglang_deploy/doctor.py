@@ -222,6 +222,13 @@ def diagnose(report: dict) -> dict:
             "simulated": is_simulated(server_info)}
 
 
+def with_collection(result: dict, collected: dict) -> dict:
+    """The diagnosis with what the host's collector (hostside/doctor_collect.py) adds to the saved report: the
+    release, the collector's errors, the GPU probe and the sandbox view (hostside/reports.DoctorReport's fields)."""
+    return {**result, "release": collected["active"], "errors": collected["errors"],
+            "probe": collected.get("probe"), "sandbox": collected.get("sandbox")}
+
+
 def lever_findings(report: dict, server_info: dict, bound: dict | None, gpu_name: str | None) -> dict:
     """doctor_levers.py's findings: suspects (speculation slower than none, fp8 KV on Ampere), opportunities (a
     token map), notes (the all-reduce path and the KV/attention in use), and the PCIe-IPC arm added to the

@@ -50,8 +50,11 @@ def verdict(active: tune.Measured, nospec: tune.Measured, objective: tune.Object
 def host_document(stamp: str, release: str, active: tune.Measured, nospec: tune.Measured) -> dict:
     """The A/B as the release keeps it (ab-results.json): a tune's results document with the active release as the
     original and the nospec control, so the doctor reads it as it reads the last tune."""
-    return {"kind": "ab", "stamp": stamp, "original": release,
-            "results": [{**active.to_json(), "id": tune.BASELINE.id, "axis": "baseline"}, nospec.to_json()]}
+    from .hostside.reports import ABResults, TuneEntry
+
+    return ABResults(kind="ab", stamp=stamp, original=release, results=[
+        TuneEntry.from_dict({**active.to_json(), "id": tune.BASELINE.id, "axis": "baseline"}),
+        TuneEntry.from_dict(nospec.to_json())]).to_dict()
 
 
 def table(active: tune.Measured, nospec: tune.Measured) -> str:
@@ -116,7 +119,9 @@ class SpecAB(HostSession):
                     "active_result": active.to_json(), "nospec_result": nospec.to_json()}
         path = save_result(self.host_name, document, kind="ab", results_dir=self.results_dir.parent)
         # beside the release, in the tune's shape: a later `doctor.py` names the suspect from it (doctor_collect)
-        self.remote.put(json.dumps(host_document(self.stamp, self.active, active, nospec), indent=1) + "\n",
+        from .hostside.reports import ABResults
+
+        self.remote.put(ABResults.from_dict(host_document(self.stamp, self.active, active, nospec)).dump(),
                         f"{STORE_ROOT}/{self.service}/releases/{self.active}/{documents.AB_RESULTS_FILE}")
         self.say(f"saved in {path} (and releases/{self.active}/{documents.AB_RESULTS_FILE} on the host)")
         return document

@@ -69,36 +69,30 @@ def plan_batches(groups: dict[str, list[str]], everyone: list[str], canary_group
     return [list(canary)] + [rest[i:i + size] for i in range(0, len(rest), size)]
 
 
-def last_deployed(meta: dict) -> str:
-    """When a release was last deployed (created, or a redeploy of its configuration reused it); a rollback
-    that brought it back does not count, so the release a failed deploy tried stays the newest."""
-    events = [e.get("at") or "" for e in meta.get("history") or []
-              if "rollback" not in str(e.get("event", ""))]
-    return max(events + [meta.get("created") or ""])
+def last_deployed(meta) -> str:
+    """When a release (ReleaseMeta) was last deployed (created, or a redeploy of its configuration reused it); a
+    rollback that brought it back does not count, so the release a failed deploy tried stays the newest."""
+    events = [e.at for e in meta.history if "rollback" not in e.event]
+    return max(events + [meta.created])
 
 
-def host_summary(store: dict) -> dict:
+def host_summary(store) -> dict:
     """One host's row from its release store (`hostside.store state`): the active release with its verdict and
     gate, the newest retained release when it is not the active one (a failed deploy rolled back), and the
     running process (pid, start time) that tells an untouched host from a restarted one."""
-    state = store.get("state") or {}
-    releases = store.get("releases") or []
-    by_id = {r["id"]: r for r in releases}
-    active = by_id.get(state.get("active"))
-    newest = max(releases, key=lambda r: (last_deployed(r), r["id"])) if releases else None
-    running = store.get("running") or {}
+    releases = store.releases  # store: the ReleaseStore fact (hostside/reports.StoreReport)
+    active = store.release(store.state.active)
+    newest = max(releases, key=lambda r: (last_deployed(r), r.id)) if releases else None
 
     def describe(meta):
         if not meta:
             return None
-        gate = meta.get("gate") or {}
-        return {"id": meta["id"], "verdict": meta.get("verdict") or "unverified",
-                "verdict_by": meta.get("verdict_by"), "gate": gate.get("summary") or gate.get("verdict"),
-                "profile": meta.get("profile")}
+        return {"id": meta.id, "verdict": meta.verdict or "unverified", "verdict_by": meta.verdict_by,
+                "gate": meta.gate and (meta.gate.summary or meta.gate.verdict), "profile": meta.profile}
     return {"active": describe(active), "newest": describe(newest) if newest is not active else None,
-            "last_good": state.get("last_good"), "consistent": bool(store.get("consistent")),
-            "main_pid": running.get("main_pid"), "started_us": running.get("started_monotonic_us"),
-            "releases": [r["id"] for r in releases], "lock": bool(store.get("lock"))}
+            "last_good": store.state.last_good, "consistent": store.consistent,
+            "main_pid": store.running.main_pid, "started_us": store.running.started_monotonic_us,
+            "releases": [r.id for r in releases], "lock": store.lock is not None}
 
 
 def summary_lines(rows: dict[str, dict]) -> list[str]:

@@ -241,10 +241,7 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
     return refused + lock_refusal(facts["store"])
 
 
-def lock_refusal(store: dict) -> list[str]:
+def lock_refusal(store) -> list[str]:
     """The refusal of any change (a deploy, a rollback) while another holds the store's lock: one sentence
-    (hostside/documents.LockInfo.refusal), or none. store: the ReleaseStore fact (hostside/store.py state)."""
-    from .hostside.documents import LockInfo
-
-    holder = store["lock"]
-    return [LockInfo.from_dict(holder, "the store's lock holder").refusal()] if holder else []
+    (hostside/documents.LockInfo.refusal), or none. store: the ReleaseStore fact (hostside/reports.StoreReport)."""
+    return [store.lock.refusal()] if store.lock else []

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .hostside.documents import ReleaseMeta
+from .hostside.reports import StoreReport
 from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
 from .hostside.weights.manifest import snapshot_change
 from .layout import venv_path
@@ -100,7 +101,7 @@ def profile_snapshot(plan: Plan) -> str:
 class Peer:
     """Another node of a multi-node server as this node's deploy sees it: its store (the ReleaseStore fact) and
     the content digest of its render (its own plan, made here from its host data)."""
-    store: dict
+    store: StoreReport
     digest: str
     restart: bool = False  # its secrets' content changes: it restarts although its release does not
 
@@ -111,7 +112,7 @@ def server_digest(digests_by_rank) -> str:
     return content_hash("\n".join(digests_by_rank), "multi-node")
 
 
-def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[str, Peer] | None = None,
+def decide(plan: Plan, store: StoreReport, restart_needed: bool = False, peers: dict[str, Peer] | None = None,
            server: str | None = None) -> Decision:
     """New release when the content differs from every retained one; switch when anything is off.
 
@@ -122,16 +123,16 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[st
     numbered past the releases of every node. Nodes whose histories differ converge on one id, with one
     restart."""
     digest = content_hash(plan.rendered.unit, plan.rendered.env)
-    releases = store.get("releases", [])
-    active = store.get("state", {}).get("active")
-    same = [r["id"] for r in releases if r.get("content_hash") == digest
-            and (server is None or r["id"].split("-", 1)[-1] == server[:8])]
-    known = [r["id"] for r in releases]
+    releases = store.releases
+    active = store.state.active
+    same = [r.id for r in releases if r.content_hash == digest
+            and (server is None or r.id.split("-", 1)[-1] == server[:8])]
+    known = [r.id for r in releases]
     for peer in (peers or {}).values():
-        theirs = peer.store.get("releases", [])
-        same = [i for i in same if any(r["id"] == i and r.get("content_hash") == peer.digest for r in theirs)]
-        known += [r["id"] for r in theirs]
-    everywhere = all((peer.store.get("state") or {}).get("active") == active for peer in (peers or {}).values())
+        theirs = peer.store.releases
+        same = [i for i in same if any(r.id == i and r.content_hash == peer.digest for r in theirs)]
+        known += [r.id for r in theirs]
+    everywhere = all(peer.store.state.active == active for peer in (peers or {}).values())
     if active in same and everywhere:
         release_id, is_new = active, False
     elif same:
@@ -140,9 +141,9 @@ def decide(plan: Plan, store: dict, restart_needed: bool = False, peers: dict[st
         release_id, is_new = next_release_id(known, server or digest), True
     if release_id != active:
         reason = "new release" if is_new else f"switch to retained release {release_id}"
-    elif not store.get("consistent", False):
+    elif not store.consistent:
         reason = ("host not consistent with its active release: "
-                  + ("; ".join(store.get("inconsistent") or []) or "interrupted switch, or service not running as declared"))
+                  + ("; ".join(store.inconsistent) or "interrupted switch, or service not running as declared"))
     elif restart_needed:
         reason = "secrets or server program changed: restart"
     else:
@@ -156,9 +157,8 @@ def with_peers(decision: Decision, peers: dict[str, Peer]) -> Decision:
     if decision.switch:
         return decision
     for name, peer in peers.items():
-        store = peer.store
-        active = (store.get("state") or {}).get("active") or ""
-        why = ("is not consistent with its active release" if not store.get("consistent")
+        active = peer.store.state.active or ""
+        why = ("is not consistent with its active release" if not peer.store.consistent
                else f"runs {active or 'nothing'}" if active != decision.release_id
                else "restarts for its changed secrets" if peer.restart else None)
         if why:
@@ -167,70 +167,66 @@ def with_peers(decision: Decision, peers: dict[str, Peer]) -> Decision:
     return decision
 
 
-def rollback_target(store: dict, requested: str | None = None) -> str:
+def rollback_target(store: StoreReport, requested: str | None = None) -> str:
     """The requested retained release, else the most recently used good release other than the active one."""
-    releases = store.get("releases", [])
-    ids = [r["id"] for r in releases]
-    active = store.get("state", {}).get("active")
+    releases = store.releases
+    ids = [r.id for r in releases]
+    active = store.state.active
     if requested:
         if requested not in ids:
             raise ValueError(f"release {requested} is not retained on the host; retained: {', '.join(ids) or 'none'}")
         return requested
-    good = [r["id"] for r in releases if r.get("verdict") == "good" and r["id"] != active]
+    good = [r.id for r in releases if r.verdict == "good" and r.id != active]
     if not good:
         raise ValueError("no good release to roll back to (retained: " + (", ".join(
-            f"{r['id']} {r.get('verdict') or 'unverified'}" for r in releases) or "none") + ")")
-    by_id = {r["id"]: r for r in releases}
+            f"{r.id} {r.verdict or 'unverified'}" for r in releases) or "none") + ")")
+    by_id = {r.id: r for r in releases}
     return max(good, key=lambda release_id: last_used(by_id[release_id]))
 
 
-def weights_label(meta: dict) -> str:
-    weights = meta.get("weights") or {}
-    revision = weights.get("revision")
+def weights_label(meta: ReleaseMeta) -> str:
+    revision = meta.weights and meta.weights.revision
     if not revision:
         return "-"
     return revision[:12] if not revision.startswith("sha256:") else revision[:19]
 
 
-def weights_change(release: dict, active: dict, key: str = "weights") -> str | None:
+def weights_change(release: ReleaseMeta, active: ReleaseMeta, key: str = "weights") -> str | None:
     """'weights: <active's> -> <release's>' when the two serve other weights (source or manifest); key "draft":
     'draft: A -> B' for their draft models (hostside/weights/manifest.py snapshot_change compares)."""
-    change = snapshot_change(release.get(key), active.get(key), "(unmanaged)" if key == "weights" else "(none)")
+    change = snapshot_change(getattr(release, key), getattr(active, key), "(unmanaged)" if key == "weights" else "(none)")
     return f"{key}: {change[0]} -> {change[1]}" if change else None
 
 
-def map_label(meta: dict) -> str:
+def map_label(meta) -> str:
     """The token maps a release ships (token_map_part.py): 'map 32768 sha256:5f0c1e2d3a4b', then the tune's."""
     def one(entry):
-        return f"{entry.get('size') or '?'} sha256:{str(entry.get('sha256') or '?')[:12]}"
+        return f"{entry.size or '?'} sha256:{entry.sha256[:12]}"
 
-    parts = [f"map {one(meta['token_map'])}"] if isinstance(meta.get("token_map"), dict) else []
-    offered = [one(entry) for entry in meta.get("offered_token_maps") or [] if isinstance(entry, dict)]
-    if offered:
-        parts.append("tune maps " + ", ".join(offered))
+    parts = [f"map {one(meta.token_map)}"] if meta.token_map else []
+    if meta.offered_token_maps:
+        parts.append("tune maps " + ", ".join(one(entry) for entry in meta.offered_token_maps))
     return "; ".join(parts)
 
 
-def listing(store: dict) -> list[str]:
+def listing(store: StoreReport) -> list[str]:
     """One line per retained release, newest first: id, time, SGLang, verdict, gate, flags vs active."""
-    state = store.get("state", {})
-    releases = store.get("releases", [])
-    active = next((r for r in releases if r["id"] == state.get("active")), None)
+    state = store.state
+    active = store.release(state.active)
     lines = [f"{'':2}{'release':14} {'created':25} {'sglang':8} {'weights':12} {'profile':28} {'verdict':9} {'gate':28} "
              "flags vs active"]
-    for release in reversed(releases):
-        marks = ("*" if release["id"] == state.get("active") else " ") + ("g" if release["id"] == state.get("last_good") else " ")
-        gate = release.get("gate") or {}
-        gate_text = gate.get("summary") or (gate.get("verdict") or "-")
-        diffs = flag_differences(release.get("exec_start"), active.get("exec_start")) if active else []
+    for release in reversed(store.releases):
+        marks = ("*" if release.id == state.active else " ") + ("g" if release.id == state.last_good else " ")
+        gate_text = (release.gate.summary or release.gate.verdict) if release.gate else "-"
+        diffs = flag_differences(release.exec_start, active.exec_start) if active else []
         changes = [change for change in (weights_change(release, active, key) for key in ("weights", "draft"))
                    if change] if active else []
         if changes:
             diffs = changes + [d for d in diffs if not d.startswith(("--model-path:", "--speculative-draft-model-path:"))]
-        waived = f" WAIVED: {','.join(sorted(release['waivers']))}" if release.get("waivers") else ""
+        waived = f" WAIVED: {','.join(sorted(release.waivers))}" if release.waivers else ""
         maps = f"  [{map_label(release)}]" if map_label(release) else ""
-        lines.append(f"{marks}{release['id']:14} {release.get('created', '?'):25} {release.get('sglang_version', '?'):8} {weights_label(release):12} "
-                     f"{release.get('profile', '?')[:28]:28} {release.get('verdict') or 'unverified':9} {gate_text[:28]:28} "
+        lines.append(f"{marks}{release.id:14} {release.created:25} {release.sglang_version:8} {weights_label(release):12} "
+                     f"{release.profile[:28]:28} {release.verdict or 'unverified':9} {gate_text[:28]:28} "
                      f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}{maps}{waived}")
     lines.append("(* active, g last good)")
     return lines

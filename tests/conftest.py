@@ -71,6 +71,39 @@ def release_meta(**fields):
     return ReleaseMeta.from_dict({**written, **fields}, "a test's meta.json")
 
 
+def snapshot_mark(**fields):
+    """A weights snapshot as meta.json records it (hostside/documents.SnapshotMark; weights.Weights.meta), with
+    `fields` changed: a dict, as the release's meta.json holds it."""
+    written = {"source": "hf://org/m@" + "a" * 40, "revision": "a" * 40, "manifest_sha256": "1" * 64,
+               "manifest": "/opt/sglang-deploy/manifests/m.json", "path": "/srv/models/org--m/" + "a" * 40,
+               "bytes": 1000, "files": 2}
+    return {**written, **fields}
+
+
+def store_report(*releases, active=None, last_good=None, consistent=True, lock=None, inconsistent=(), running=None,
+                 **fields):
+    """The ReleaseStore fact (hostside/reports.StoreReport) of a host retaining `releases` (each the fields of a
+    release_meta, or a ReleaseMeta), as `hostside.store state` reports it."""
+    from sglang_deploy.hostside.documents import ReleaseMeta
+    from sglang_deploy.hostside.reports import StoreReport
+
+    return StoreReport.from_dict({
+        "service": "sglang", "state": {"active": active, "last_good": last_good},
+        "releases": [r.to_dict() if isinstance(r, ReleaseMeta) else release_meta(**r).to_dict() for r in releases],
+        "lock": lock, "installed_hash": None, "consistent": consistent, "inconsistent": list(inconsistent),
+        "problems": [], "running": {"active_state": "active", "sub_state": "running", "result": "success",
+                                    "main_pid": 100, "cmdline": None, "started_monotonic_us": "1", **(running or {})},
+        **fields}, "a test's store state")
+
+
+def watch_entry(**fields):
+    """One perf-watch run (hostside/reports.WatchEntry) as the watch stamps it, with `fields` changed."""
+    from sglang_deploy.hostside.reports import WatchEntry
+
+    return WatchEntry.from_dict({"status": "ok", "at": "2026-12-01T00:00:00+00:00", "unix": 0,
+                                 "release": "0001-aaaaaaaa", **fields}, "a test's watch entry")
+
+
 def gate_document(**settings):
     """A complete gate-config.json (hostside/documents.GateConfig): the profile's default gate section with
     `settings` changed, and plain expectations."""

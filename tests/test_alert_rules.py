@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from conftest import REPO, watch_entry
 from sglang_deploy.hostside import watch
 
 RULES = REPO / "dashboards" / "sglang-deploy.rules.yml"
@@ -31,8 +31,9 @@ def promtool() -> str:
 def series(release: str, decode: float, accept: float, output: str, ran_at: str) -> list[dict]:
     """promtool input series for every sample the watch writes for one release; `ran_at`: the expanding notation
     of the last run's timestamp (a constant: the watch stopped; 0+60x...: it keeps running)."""
-    history = [{"status": "ok", "decode_tok_s": decode, "accept_length": accept, "ttft_s": 0.2, "unix": 0,
-                "output": {"verdict": output, "known_right": 8 if output == "pass" else 5}}]
+    history = [watch_entry(status="ok", decode_tok_s=decode, accept_length=accept, ttft_s=0.2, unix=0,
+                           output={"verdict": output, "reasons": [], "inconclusive": [],
+                                   "known_right": 8 if output == "pass" else 5, "total": 8, "degenerate": 0})]
     out = []
     for line in watch.textfile("sglang", release, history, "pass", 0, FLOORS).splitlines():
         match = SAMPLE.match(line)

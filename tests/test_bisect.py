@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import INCIDENT, PROVEN, write_profile
+from conftest import INCIDENT, PROVEN, store_report, write_profile
 from sglang_deploy import bisect_release
 from sglang_deploy.tune import search as tune
 from sglang_deploy.profile import load_profile
@@ -193,9 +193,9 @@ class FakeStore:
     def run(self, command):
         self.commands.append(command)
         if "store state" in command or " state --service" in command:
-            return True, json.dumps({"state": {"active": "0001-aaaaaaaa"}, "lock": None, "consistent": True,
-                                     "releases": [{"id": "0001-aaaaaaaa", "content_hash": self.digest},
-                                                  {"id": "0002-bbbbbbbb", "content_hash": "other"}]}), ""
+            return True, json.dumps(store_report({"id": "0001-aaaaaaaa", "content_hash": self.digest},
+                                                 {"id": "0002-bbbbbbbb", "content_hash": "other"},
+                                                 active="0001-aaaaaaaa").to_dict()), ""
         if command.startswith("cat ") and command.endswith("profile.json") and self.refused_profile is not None:
             return True, json.dumps(self.refused_profile), ""
         return False, "", "no such file"

@@ -8,7 +8,7 @@ import re
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import REPO
+from conftest import REPO, watch_entry
 from sglang_deploy.hostside import watch
 
 DASHBOARD = REPO / "dashboards" / "sglang-deploy.json"
@@ -45,10 +45,10 @@ def queries(dashboard: dict) -> list[str]:
 
 def watch_metrics() -> set[str]:
     """Every gauge the watch writes, from a history that fills them all."""
-    history = [{"status": "ok", "decode_tok_s": 55.0, "accept_length": 3.3, "ttft_s": 0.03, "unix": 1.0,
-                "roofline_tok_s": 141.0, "roofline_fraction": 0.39, "drift": ["x"]},
-               {"event": "restart", "status": "restarted", "unix": 2.0},
-               {"event": "restart-withheld", "status": "capped", "unix": 3.0}]
+    history = [watch_entry(status="ok", decode_tok_s=55.0, accept_length=3.3, ttft_s=0.03, unix=1.0,
+                           roofline_tok_s=141.0, roofline_fraction=0.39, drift=["x"]),
+               watch_entry(event="restart", status="restarted", unix=2.0),
+               watch_entry(event="restart-withheld", status="capped", unix=3.0)]
     text = watch.textfile("sglang", "0001-aaaaaaaa", history, "pass", 4.0)
     return {family.name for family in text_string_to_metric_families(text)}
 

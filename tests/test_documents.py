@@ -214,3 +214,240 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
     assert (refused.readiness, refused.gate) == (None, None)
     from sglang_deploy.hostside import switch
     assert switch.describe(refused) == "switch refused: 3 automatic rollbacks"
+
+
+# --- the reports a release keeps: doctor.json and tune-results.json (hostside/reports.py) -------------------
+
+def doctor_report(tmp_path, **gate):
+    """What doctor.py saves: the diagnosis of a checkpoint with a measured decode, with the collector's parts."""
+    from sglang_deploy.doctor import diagnose, with_collection
+    from sglang_deploy.hostside.safetensors_headers import summarize
+    from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
+
+    write_qwen_like(tmp_path)
+    result = diagnose({"server_info": {"tp_size": 2}, "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}],
+                       "gate": {"decode_tok_s": {"median": 50.0}, **gate}, "checkpoint": summarize(tmp_path)})
+    return with_collection(result, {"active": "0001-aaaaaaaa", "errors": [], "probe": None, "sandbox": None})
+
+
+def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
+    """diagnose and with_collection spell the fields DoctorReport holds, roofline() those of its bound: a key renamed
+    in the doctor fails here (and, strict, when doctor.py writes it), never as a bandwidth the watch reads as none."""
+    from sglang_deploy.hostside.reports import DoctorBound, DoctorReport
+
+    written = doctor_report(tmp_path)
+    assert set(written) == DoctorReport.field_names()
+    assert set(written["roofline"]) == DoctorBound.field_names()  # a measured decode: measured_tok_s and mbu too
+    report = DoctorReport.from_dict(written)
+    assert DoctorReport.loads(report.dump()) == report and report.roofline.tau == written["roofline"]["tau"]
+    assert report.measured_bandwidth() is None  # the datasheet's: the watch keeps its own
+    measured = report.but(roofline=report.roofline.but(bandwidth_source="measured (probe, read-only reduction)"))
+    assert measured.measured_bandwidth() == (768, "measured (probe, read-only reduction)")
+
+
+def test_the_tune_writes_exactly_the_entries_fields():
+    """tune/search.Measured.to_json spells the fields TuneEntry holds (the runner's document: test_tune_logic)."""
+    from sglang_deploy.hostside.reports import TuneEntry
+    from sglang_deploy.tune import search
+
+    measured = search.Measured(search.BASELINE, repeats=[{"decode_tok_s": 50.0, "aggregate_tok_s": 120.0}] * 3)
+    assert set(measured.to_json()) == TuneEntry.field_names()
+    entry = TuneEntry.from_dict(measured.to_json())
+    assert search.Measured.from_json(entry.to_dict()).decode == measured.decode
+
+
+ENTRY = {"id": "original", "axis": "baseline", "flags": {}, "env": {}, "valid": True, "repeats": [], "duration_s": 0}
+TUNE = {"host": "ct129", "service": "sglang", "profile": "p.yaml", "original": "0001-aaaaaaaa", "session": "s1",
+        "stamp": "20261130T000000Z", "signature": "{}", "settings": {}, "elapsed_s": 1.0, "results": [ENTRY]}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"roofline": None, "suspects": [], "notes": [], "simulated": True, "errors": []},
+     "doctor.json: required field 'release' is missing"),
+    ({"roofline": {"bandwidth_gbs": 600.0, "bandwidth_source": "measured"}, "suspects": [], "notes": [],
+      "simulated": True, "release": "0001-aaaaaaaa", "errors": []},
+     "doctor.json roofline: required field 'verify_gb_per_gpu' is missing"),
+    ({"roofline": None, "suspects": [], "notes": [], "simulated": True, "release": "r", "errors": [], "memmory": {}},
+     "doctor.json: unknown field 'memmory'"),
+])
+def test_the_doctor_report_reader_names_the_field(data, message):
+    from sglang_deploy.hostside.reports import DoctorReport
+
+    with pytest.raises(DocumentError) as error:
+        DoctorReport.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+@pytest.mark.parametrize("data, message", [
+    (without(TUNE, "signature"), "tune-results.json: required field 'signature' is missing"),
+    ({**TUNE, "results": [{**ENTRY, "valid": "yes"}]},
+     "tune-results.json results[0]: field 'valid' is 'yes'; accepted: bool"),
+    ({**TUNE, "results": [without(ENTRY, "axis")]}, "tune-results.json results[0]: required field 'axis' is missing"),
+    ({**TUNE, "results": [{**ENTRY, "decode": 50.0}]}, "tune-results.json results[0]: unknown field 'decode'"),
+    ({**TUNE, "results": {}}, "tune-results.json: field 'results' is {}; accepted: list[TuneEntry]"),
+])
+def test_the_tune_results_reader_names_the_field(data, message):
+    from sglang_deploy.hostside.reports import TuneResults
+
+    with pytest.raises(DocumentError) as error:
+        TuneResults.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_reports_already_on_hosts_read_with_the_safe_defaults():
+    """A doctor.json from before the opportunities, the all-reduce path and the memory budget, and a tune's results
+    saved after a candidate (no report yet) and from before the drafter and the classes."""
+    from sglang_deploy.hostside.reports import DoctorReport, TuneResults
+
+    old = DoctorReport.from_dict({"roofline": None, "suspects": [], "notes": [], "simulated": False,
+                                  "release": "0001-aaaaaaaa", "errors": []})
+    assert (old.opportunities, old.allreduce, old.memory, old.measured_bandwidth()) == ([], None, None, None)
+    saved = TuneResults.from_dict(TUNE)
+    assert (saved.winner, saved.restore, saved.results[0].draft, saved.results[0].by_kind) == (None, None, None, {})
+    assert json.loads(saved.dump())["results"][0]["id"] == "original"
+
+
+# --- the snapshots, the switch under way, the resolution and the profile's service --------------------------
+
+SNAPSHOT = {"source": "hf://org/m@" + "a" * 40, "revision": "a" * 40, "manifest_sha256": "1" * 64,
+            "manifest": "/m.json", "path": "/srv/models/org--m/" + "a" * 40, "bytes": 10, "files": 2}
+
+
+@pytest.mark.parametrize("document, data, message", [
+    (ReleaseMeta, {**META, "weights": without(SNAPSHOT, "manifest_sha256")},
+     "meta.json weights: required field 'manifest_sha256' is missing"),
+    (ReleaseMeta, {**META, "offered_drafts": [SNAPSHOT, {**SNAPSHOT, "pth": "/x"}]},
+     "meta.json offered_drafts[1]: unknown field 'pth'"),
+    (ReleaseMeta, {**META, "tune": {"session": "s1", "temporary": "yes", "candidate": "c"}},
+     "meta.json tune: field 'temporary' is 'yes'; accepted: bool"),
+    (StoreState, {"switching": {"to": "0002-bbbbbbbb", "since": "t"}}, "state.json switching: required field 'from'"),
+    (StoreState, {"switching": {"to": "0002-bbbbbbbb", "from": None, "since": "t", "previous": None}},
+     "state.json switching: unknown field 'previous'"),
+])
+def test_the_parts_of_meta_and_state_name_the_field(document, data, message):
+    with pytest.raises(DocumentError) as error:
+        document.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_a_switch_under_way_reads_and_writes_its_from_key():
+    """state.json spells the release active before as "from" (switch.py since 2026-11-30): read as `previous`."""
+    from sglang_deploy.hostside.documents import Switching
+
+    left = {"to": "0002-bbbbbbbb", "from": "0001-aaaaaaaa", "since": "t", "reason": "deploy"}
+    state = StoreState.from_dict({"active": "0001-aaaaaaaa", "switching": left})
+    assert state.switching == Switching(to="0002-bbbbbbbb", previous="0001-aaaaaaaa", since="t", reason="deploy")
+    assert json.loads(state.dump())["switching"] == left
+
+
+def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(tmp_path):
+    """resolved.json as sglang_deploy.resolution makes it, profile.json as release_plan.profile_snapshot does, and
+    the profile's service section and the host's ProfileService hold the same fields."""
+    from sglang_deploy.hostside.documents import ProfileService, ProfileSnapshot, Resolution
+    from sglang_deploy.plan import plan_for_host
+    from sglang_deploy.profile.sections import ServiceSection
+    from sglang_deploy.release_plan import profile_snapshot
+
+    assert set(ServiceSection.model_fields) == ProfileService.field_names()
+    plan = plan_for_host({"profile": str(PROVEN), "gpus": 2})
+    resolution = Resolution.from_dict(plan.resolution)
+    assert set(plan.resolution) == Resolution.field_names() and resolution.parallel_gpus() == 2
+    profile = ProfileSnapshot.loads(profile_snapshot(plan))
+    assert profile.service.user == plan.profile.service.user and not hasattr(profile, "model")
+    with pytest.raises(DocumentError, match="profile.json service: unknown field 'usr'"):
+        ProfileSnapshot.from_dict({"service": {**plan.profile.service.model_dump(mode="json"), "usr": "x"}})
+
+
+# --- no string-key read of a store document comes back --------------------------------------------------------
+
+def string_key_reads(source: str) -> list[str]:
+    """"line: code" for each string-literal subscript or .get("...") of json.load(s) of a store document: a call
+    whose argument names a document's file (its name, a *_FILE constant, a Document's FILE, the store's state_path),
+    directly or through a local name (a path, an open handle, a text read from it) in the same function."""
+    import ast
+
+    from sglang_deploy.hostside import documents, reports  # noqa: F401 - reports registers its documents
+
+    files = {cls.FILE for cls in documents._DOCUMENTS.values() if cls.FILE} | {
+        value for name, value in vars(documents).items() if name.endswith("_FILE")}
+    names = {name for name in vars(documents) if name.endswith("_FILE")} | {"FILE", "state_path"}
+    tree = ast.parse(source)
+
+    def names_document(node, tainted):
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and any(
+                    sub.value == f or sub.value.endswith("/" + f) for f in files):
+                return True
+            if (isinstance(sub, ast.Name) and (sub.id in names or sub.id in tainted)) or (
+                    isinstance(sub, ast.Attribute) and sub.attr in names):
+                return True
+        return False
+
+    def loads_document(node, tainted):
+        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "json" and names_document(ast.Tuple(elts=node.args), tainted))
+
+    found = []
+    for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        tainted, loaded = set(), set()
+        for node in sorted((n for n in ast.walk(function) if hasattr(n, "lineno")),
+                           key=lambda n: (n.lineno, n.col_offset)):
+            if isinstance(node, (ast.With, ast.AsyncWith)):
+                tainted |= {item.optional_vars.id for item in node.items if isinstance(item.optional_vars, ast.Name)
+                            and names_document(item.context_expr, tainted)}
+            elif isinstance(node, ast.Assign):  # x = ..., or ok, stdout, _ = remote.run(["cat", <document>])
+                assigned = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                if any(loads_document(n, tainted) for n in ast.walk(node.value)):
+                    loaded |= assigned
+                elif names_document(node.value, tainted):
+                    tainted |= assigned
+            subject, key = None, None
+            if isinstance(node, ast.Subscript):
+                subject, key = node.value, node.slice
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                  and node.args):
+                subject, key = node.func.value, node.args[0]
+            if subject is not None and isinstance(key, ast.Constant) and isinstance(key.value, str) and (
+                    loads_document(subject, tainted) or (isinstance(subject, ast.Name) and subject.id in loaded)):
+                found.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
+    return found
+
+
+PLANTED = [  # each a store document read by key, as the host read them before documents.py (and the doctor's user)
+    'def f(store, active):\n    with open(os.path.join(store.release_dir(active), "profile.json")) as f:\n'
+    '        return json.load(f)["service"]["user"]\n',
+    'def f(release_dir):\n    with open(os.path.join(release_dir, DOCTOR_FILE)) as f:\n'
+    '        bound = json.load(f).get("roofline") or {}\n',
+    'def f(text_of, directory):\n    text = text_of(f"{directory}/{RESOLVED_FILE}")\n'
+    '    resolution = json.loads(text or "{}")\n    return resolution.get("resolved")\n',
+    'def f(store):\n    state = json.loads(store.read(store.state_path))\n    return state["active"]\n',
+    'def f(self):\n    ok, stdout, _ = self.remote.run(["cat", f"{root}/{DOCTOR_FILE}"])\n'
+    '    doctor = json.loads(stdout) if ok else None\n    return doctor.get("suspects")\n',
+    'def f(path):\n    with open(path + "/" + ReleaseMeta.FILE) as handle:\n        meta = json.load(handle)\n'
+    '    return meta["weights"]\n',
+]
+
+
+@pytest.mark.parametrize("source", PLANTED)
+def test_the_scan_finds_a_planted_string_key_read(source):
+    assert string_key_reads(source), source
+
+
+def test_the_scan_leaves_json_that_is_not_a_store_document():
+    """The bench's and the probe's answers are JSON over a pipe or HTTP, not release-store documents."""
+    assert string_key_reads('def f(body):\n    return json.loads(body)["meta_info"]["completion_tokens"]\n') == []
+    assert string_key_reads('def f(args):\n    with open(args.expected) as h:\n        return json.load(h)["x"]\n') == []
+
+
+def test_no_module_reads_a_store_document_by_string_key():
+    """The host's modules, the roles, the verbs and the controller read the store's documents through their classes
+    (hostside/documents.py, reports.py): a module that reads one with json and a string key fails here."""
+    from conftest import REPO
+
+    modules = [path for path in sorted((REPO / "sglang_deploy").rglob("*.py")) + sorted((REPO / "roles").glob("*.py"))
+               + sorted(REPO.glob("*.py")) if path.name not in ("documents.py", "reports.py")]
+    assert len(modules) > 100
+    found = {str(path.relative_to(REPO)): reads for path in modules
+             if (reads := string_key_reads(path.read_text()))}
+    assert found == {}

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import DFLASH, PROVEN, dflash_profile, proven_with, release_meta, synthetic_draft, write_profile
+from conftest import DFLASH, PROVEN, dflash_profile, proven_with, release_meta, snapshot_mark, synthetic_draft, write_profile
 from sglang_deploy import drafter
 from sglang_deploy.flags import server_args
 from sglang_deploy.hostside import roofline, safetensors_headers
@@ -193,11 +193,13 @@ def test_the_simulator_models_dflash_by_content(draft_dir):
 
 
 def test_the_listing_and_prune_know_the_draft(tmp_path, draft_dir):
-    release = {"draft": {"source": "file:///srv/drafters/b", "manifest_sha256": "b" * 64, "path": "/srv/models/x/b"}}
-    active = {"draft": {"source": "file:///srv/drafters/a", "manifest_sha256": "a" * 64}}
-    assert weights_change(release, active, "draft") == ("draft: file:///srv/drafters/a (manifest aaaaaaaaaaaa) -> "
-                                                        "file:///srv/drafters/b (manifest bbbbbbbbbbbb)")
-    assert weights_change(release, {}, "draft").startswith("draft: (none) -> ")
+    release = {"draft": snapshot_mark(source="file:///srv/drafters/b", revision=None, manifest_sha256="b" * 64,
+                                      path="/srv/models/x/b")}
+    active = {"draft": snapshot_mark(source="file:///srv/drafters/a", revision=None, manifest_sha256="a" * 64)}
+    mine, theirs = release_meta(**release), release_meta(**active)
+    assert weights_change(mine, theirs, "draft") == ("draft: file:///srv/drafters/a (manifest aaaaaaaaaaaa) -> "
+                                                     "file:///srv/drafters/b (manifest bbbbbbbbbbbb)")
+    assert weights_change(mine, release_meta(), "draft").startswith("draft: (none) -> ")
     store = tmp_path / "store" / "sglang" / "releases" / "r1"
     store.mkdir(parents=True)
     (store / "meta.json").write_text(release_meta(**release, exec_start=[

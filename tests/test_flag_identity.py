@@ -4,7 +4,7 @@ parser (full) and its exported table (light)."""
 
 import pytest
 
-from conftest import proven_with
+from conftest import proven_with, store_report
 from test_validate import check
 
 
@@ -169,9 +169,9 @@ def test_a_waiver_is_shown_in_the_unit_and_the_release_listing(tmp_path):
     path.write_text(path.read_text() + '\nwaivers:\n  flag-runs-code: "the eval harness sends processors"\n')
     unit = render(load_profile(path), api_key="k" * 24).unit
     assert "# WAIVED by the profile: flag-runs-code: the eval harness sends processors" in unit
-    store = {"state": {"active": "0002-bbbbbbbb"}, "releases": [
-        {"id": "0001-aaaaaaaa", "exec_start": ["x"]},
-        {"id": "0002-bbbbbbbb", "exec_start": ["x"], "waivers": {"flag-runs-code": "the eval harness"}}]}
+    store = store_report({"id": "0001-aaaaaaaa", "exec_start": ["x"]},
+                         {"id": "0002-bbbbbbbb", "exec_start": ["x"], "waivers": {"flag-runs-code": "the eval harness"}},
+                         active="0002-bbbbbbbb")
     lines = listing(store)
     assert "WAIVED: flag-runs-code" in next(line for line in lines if "0002-bbbbbbbb" in line)
     assert "WAIVED" not in next(line for line in lines if "0001-aaaaaaaa" in line)

@@ -2,6 +2,8 @@
 
 import pytest
 
+from conftest import store_report
+
 from sglang_deploy.fleet import FleetError, batch_size_of, host_change, host_summary, inventory_groups, \
     plan_batches, summary_lines
 
@@ -52,13 +54,13 @@ def test_inventory_groups_are_read_as_pyinfra_reads_them(tmp_path):
 
 
 def store(active, releases, pid=100, started="5"):
-    return {"state": {"active": active, "last_good": active}, "consistent": True, "lock": None,
-            "running": {"main_pid": pid, "started_monotonic_us": started}, "releases": releases}
+    return store_report(*releases, active=active, last_good=active,
+                        running={"main_pid": pid, "started_monotonic_us": started})
 
 
 def release(id_, verdict, created, gate=None, events=()):
-    return {"id": id_, "verdict": verdict, "created": created, "gate": gate, "profile": "p",
-            "history": [{"at": at, "event": event} for at, event in events]}
+    return {"id": id_, "verdict": verdict, "created": created, "gate": gate and {**gate, "at": created},
+            "profile": "p", "history": [{"at": at, "event": event} for at, event in events]}
 
 
 BASE = release("0001-aaaa", "good", "t1", events=[("t1", "activated (deploy)")])

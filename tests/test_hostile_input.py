@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROVEN, proven_with, write_profile
+from conftest import PROVEN, proven_with, store_report, write_profile
 from sglang_deploy.plan import PlanError, Plan, host_settings, host_problems, resolve_api_key
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import RenderError, check_unit_structure, render, unit_value
@@ -428,7 +428,7 @@ def deploy_facts(simulated=True, lock=None):
     """The parts of roles.facts.DeployState that plan.refusals reads."""
     own = {"passwd": "sglang:x:998:998:sglang-deploy service user:/var/lib/sglang:/usr/sbin/nologin"}
     unit = {"files": {"/etc/systemd/system/sglang.service": True}, "directories": {"/var/lib/sglang": "sglang"}}
-    return {"account": own, "units": unit, "simulated": simulated, "store": {"lock": lock}}
+    return {"account": own, "units": unit, "simulated": simulated, "store": store_report(lock=lock)}
 
 
 REFUSAL_CASES = [

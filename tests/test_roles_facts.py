@@ -26,7 +26,8 @@ FACTS = sorted(name for name, value in vars(facts).items()
 
 
 def as_json(value):
-    return json.loads(json.dumps(value))
+    """A fact's value as JSON: a typed document (hostside/documents.py: the release store's state) as its fields."""
+    return json.loads(json.dumps(value, default=lambda document: document.to_dict()))
 
 
 def test_every_fact_has_fixtures():

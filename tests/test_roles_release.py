@@ -70,9 +70,12 @@ def test_host_programs_are_sent_only_when_the_hosts_manifest_differs():
     assert f"echo {ship.digest} > /opt/sglang-deploy/lib/.manifest" in unpack.commands[1]
 
 
+RESOLUTION = {"sglang_version": "0.5.23", "argv": ["sglang", "serve", "--tp-size", "2"], "resolved": {"tp_size": 2}}
+
+
 def test_stage_writes_meta_json_last_and_the_environment_0600():
     ops = run_role(release.stage, service="sglang", release_id="r2", unit="[Unit]\n", env="A=1\n", profile_json="{}",
-                   gate_config=gate_document(), resolution={"tp_size": 2}, meta=release_meta(venv="/opt/v"),
+                   gate_config=gate_document(), resolution=RESOLUTION, meta=release_meta(venv="/opt/v"),
                    roofline=release_inputs({"tp_size": 2}, "/m", "x"))
     directory = "/var/lib/sglang-deploy/sglang/releases/r2"
     assert [name.split(" | ")[1] for name in ops.names] == [
@@ -87,7 +90,7 @@ def test_stage_writes_meta_json_last_and_the_environment_0600():
 
 def test_stage_without_venv_or_roofline():
     ops = run_role(release.stage, service="sglang", release_id="r2", unit="", env="", profile_json="{}",
-                   gate_config=gate_document(), resolution={}, meta=release_meta(venv=""))
+                   gate_config=gate_document(), resolution=RESOLUTION, meta=release_meta(venv=""))
     assert not [name for name in ops.names if "packages.json" in name or "roofline.json" in name]
 
 

@@ -8,7 +8,7 @@ import pytest
 from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FileContents
 
-from conftest import PROVEN
+from conftest import PROVEN, store_report
 from fakehost import FactsBy, run_role
 from roles import rollback_stages, stages
 from roles.facts import DeployState, ReleaseStore
@@ -41,10 +41,8 @@ def deployed(data):
 
 def store_of(plan, lock=None, verdicts=("good", None)):
     """The ReleaseStore fact of a host where OLD (the plan's release) ran and NEW is active."""
-    releases = [build_meta(plan, release_id).but(verdict=verdict).to_dict()
-                for release_id, verdict in zip((OLD, NEW), verdicts)]
-    return {"state": {"active": NEW, "last_good": OLD, "auto_rollbacks_in_row": 0, "switching": None},
-            "releases": releases, "lock": lock, "problems": []}
+    releases = [build_meta(plan, release_id).but(verdict=verdict) for release_id, verdict in zip((OLD, NEW), verdicts)]
+    return store_report(*releases, active=NEW, last_good=OLD, lock=lock)
 
 
 def rolled_back(data, plan, store, **extra):

@@ -9,7 +9,7 @@ the host's files and the running server after a real refused deploy.
 import pytest
 from pyinfra.api.exceptions import DeployError
 
-from conftest import PROVEN, proven_with
+from conftest import PROVEN, proven_with, store_report
 from fakehost import run_role
 from roles import stages
 from roles.facts import DeployState
@@ -20,7 +20,7 @@ PASSWD_ALICE = "alice:x:1000:1000:Alice:/home/alice:/bin/bash"
 def deploy_state(simulated=True, lock=None, passwd=None, units=None) -> dict:
     """A DeployState fact (roles/facts.py) of a simulated host that never had a release."""
     return {"simulated": simulated, "manifests": {}, "paths": {}, "files": {}, "timers": {}, "user": None,
-            "store": {"state": {}, "releases": [], "lock": lock, "problems": []},
+            "store": store_report(lock=lock),
             "account": {"passwd": passwd, "uid_min": 1000}, "units": units or {"files": {}, "directories": {}},
             "weights": {"verified": False, "hub_client": False}, "draft": None, "offered": []}
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from conftest import store_report
 from sglang_deploy import gate, rollout
 from sglang_deploy.cli import main
 from sglang_deploy.fleet import host_summary
@@ -68,7 +69,8 @@ class Fleet:
             return 1 if set(self.bad) & set(hosts) else 0
         summary = next(item.split("=", 1)[1] for item in data if item.startswith("fleet_summary="))
         with open(summary, "w") as f:
-            json.dump({h: host_summary(self.stores[h]) for h in hosts}, f)
+            json.dump({h: host_summary(store_report(*self.stores[h]["releases"], **self.stores[h]["state"],
+                                                    running=self.stores[h]["running"])) for h in hosts}, f)
         return 0
 
 

@@ -6,19 +6,20 @@ import types
 
 import pytest
 
-from conftest import release_meta
+from conftest import release_meta, snapshot_mark
 from sglang_deploy.hostside import store as store_module, switch
-from sglang_deploy.hostside.documents import StoreState
+from sglang_deploy.hostside.documents import SnapshotMark, StoreState
 
-A = {"source": "hf://org/m@" + "a" * 40, "manifest_sha256": "1" * 64}
-B = {"source": "hf://org/m@" + "b" * 40, "manifest_sha256": "2" * 64}
+A = snapshot_mark(source="hf://org/m@" + "a" * 40, manifest_sha256="1" * 64)
+B = snapshot_mark(source="hf://org/m@" + "b" * 40, manifest_sha256="2" * 64)
 
 
 def test_the_baseline_note_names_a_weights_change():
-    assert switch.baseline_weights_note(A, dict(A)) is None and switch.baseline_weights_note(None, None) is None
-    assert switch.baseline_weights_note(B, A) == (f"the weights changed: {A['source']} (manifest 111111111111) -> "
-                                                  f"{B['source']} (manifest 222222222222)")
-    assert switch.baseline_weights_note(A, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
+    a, b = SnapshotMark.from_dict(A), SnapshotMark.from_dict(B)  # meta.json's weights, as the switch reads them
+    assert switch.baseline_weights_note(a, a.but()) is None and switch.baseline_weights_note(None, None) is None
+    assert switch.baseline_weights_note(b, a) == (f"the weights changed: {a.source} (manifest 111111111111) -> "
+                                                  f"{b.source} (manifest 222222222222)")
+    assert switch.baseline_weights_note(a, None).startswith("the weights changed: unmanaged weights -> hf://org/m@")
 
 
 @pytest.fixture
@@ -72,7 +73,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
                                  on_inconclusive="keep", owner="test")
     assert switch.switch_locked(store, args) == 0
     assert store.meta("0003-cccccccc").verdict == "bad"
-    assert store.meta("0003-cccccccc").history[-1]["event"] == "marked bad (rollback (rank 0 failed))"
+    assert store.meta("0003-cccccccc").history[-1].event == "marked bad (rollback (rank 0 failed))"
     state = store.state()
     assert state.active == "0002-bbbbbbbb" and state.last_good == last_good
     assert moved == [("0003-cccccccc", "0002-bbbbbbbb", "rollback")]

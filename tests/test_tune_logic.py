@@ -1,6 +1,8 @@
 """Tune's pure parts: candidates, profile edits, robust scores, the choice, and the search against the sim's model."""
 
+import dataclasses
 import json
+import os
 import random
 import time
 from pathlib import Path
@@ -180,7 +182,7 @@ def test_a_knob_that_wins_by_noise_is_not_built_upon():
 
 class RecordingRemote:
     def __init__(self):
-        self.commands, self.puts = [], []
+        self.commands, self.puts, self.texts = [], [], []
 
     def run(self, command):
         self.commands.append(command)
@@ -188,6 +190,7 @@ class RecordingRemote:
 
     def put(self, text, path):
         self.puts.append(path)
+        self.texts.append(text)
 
 
 @pytest.fixture
@@ -250,6 +253,8 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
     candidate = tune.spec_candidate(flags_of(INCIDENT), 3, 1)
     done = tune.Measured(candidate, repeats=[{"decode_tok_s": 51, "aggregate_tok_s": 140}] * 3, duration_s=20)
     runner.all_results = [done]
+    from sglang_deploy.hostside.reports import TuneResults  # the runner's document and report() spell its fields
+    assert set(runner.document()) | {"restore", "tuned_profile", "table", "by_kind"} == TuneResults.field_names()
     path = runner.results_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(runner.document()))
@@ -257,6 +262,23 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
     runner.saved = runner.load_saved()
     again = runner.measure(candidate)
     assert again.resumed and again.decode == 51 and runner.remote.puts == []
+
+
+def test_the_queued_candidate_is_the_item_the_hosts_session_reads(runner):
+    """run_item writes queue/<seq>.json as hostside/reports.TuneItem; the host's session reads its measurement from
+    it (a field renamed on either side fails the write or this read)."""
+    from sglang_deploy.hostside import tune_runner
+    from sglang_deploy.hostside.reports import TuneItem
+    from sglang_deploy.tune import controller as tune_run
+
+    runner.settings = dataclasses.replace(runner.settings, budget_s=3600)
+    with pytest.raises(tune_run.TuneError, match="could not queue candidate original"):  # the stand-in host refuses mv
+        runner.run_item(tune.BASELINE, {"release_id": "0001-aaaaaaaa", "files": None}, restart=True)
+    item = TuneItem.loads(runner.remote.texts[-1], runner.remote.puts[-1])
+    assert (item.seq, item.id, item.release_id, item.restart, item.files) == (1, "original", "0001-aaaaaaaa", True, None)
+    assert item.settings.samples == runner.settings.samples and 60 <= item.start_timeout_s <= 1800
+    command = tune_runner.bench_command("http://127.0.0.1:30000", "/s", item.settings, item.settings.warmup)
+    assert command[command.index("--samples") + 1] == str(runner.settings.samples)
 
 
 def test_a_noise_level_gain_changes_nothing():
@@ -279,16 +301,44 @@ def test_a_gain_inside_the_spreads_changes_nothing():
 
 def test_host_session_helpers():
     from sglang_deploy.hostside import tune_runner, tune_session
+    from sglang_deploy.hostside.reports import TuneMeasure
 
     assert tune_runner.heartbeat_stale(100.0, 131.0, 30) and not tune_runner.heartbeat_stale(100.0, 129.0, 30)
-    command = tune_runner.bench_command("http://127.0.0.1:30000", "/etc/s.yaml", {
-        "samples": 6, "max_new_tokens": 128, "concurrency": 4, "aggregate_rounds": 1}, warmup=0)
+    command = tune_runner.bench_command("http://127.0.0.1:30000", "/etc/s.yaml", TuneMeasure(
+        repeats=3, samples=6, max_new_tokens=128, concurrency=4, aggregate_rounds=1, warmup=1), warmup=0)
     assert command[1:3] == ["-m", "sglang_deploy.hostside.bench"] and command[command.index("--samples") + 1] == "6"
     assert command[command.index("--warmup") + 1] == "0" and command[command.index("--aggregate-rounds") + 1] == "1"
     summary = tune_runner.repeat_summary({"decode_tok_s": {"median": 50.0}, "aggregate_tok_s": {"median": 150.0},
                                            "accept_length": {"median": 3.2}, "samples": [{"decode_tok_s": 50.0}]})
     assert (summary["decode_tok_s"], summary["aggregate_tok_s"], summary["accept_length"]) == (50.0, 150.0, 3.2)
     assert tune_session.SESSION_ID.fullmatch("20261130222606") and not tune_session.SESSION_ID.fullmatch("../x")
+
+
+def test_the_sessions_files_are_its_typed_documents(tmp_path, monkeypatch, capsys):
+    """session.json (TuneStatus) as the host's session writes it, read by close; close (TuneClose) as close writes
+    it, read by the watchdog; an ended session's restore (TuneRestore) decides close's exit code."""
+    from types import SimpleNamespace
+
+    from sglang_deploy.hostside import store as store_module, tune_runner, tune_session
+
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    args = SimpleNamespace(service="sglang", session="s1", abort=True, why="interrupted on the controller", wait_s=5)
+    paths = tune_runner.Paths("sglang", "s1")
+    os.makedirs(paths.root)
+    session = tune_runner.Session(args)
+    session.original = session.current = "0001-aaaaaaaa"
+    session.save_status(state="ready", original="0001-aaaaaaaa", done=[1])
+    assert tune_runner.read_status(paths.status).done == [1]
+    session.restore()  # nothing else was installed: no restart, nothing to remove
+    session.save_status(state="aborted")
+    assert tune_session.cmd_close(args) == 0
+    closed = json.loads(capsys.readouterr().out)
+    assert (closed["state"], closed["restore"]) == ("aborted", {"needed": False, "ready": True, "stage": None,
+                                                                 "detail": None, "elapsed_s": None, "removed": []})
+    close = tune_runner.read_close(paths)
+    assert (close.abort, close.why) == (True, "interrupted on the controller")
+    session.save_status(restore=session.status.restore.but(needed=True, ready=False, detail="timeout"))
+    assert tune_session.cmd_close(args) == 3  # the original did not come back
 
 
 # --- the drafter axis ---------------------------------------------------------------------------------

@@ -5,9 +5,10 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PROVEN, gate_document, proven_with, release_meta
-from sglang_deploy.hostside.documents import Roofline, StoreState
+from conftest import PROVEN, gate_document, proven_with, release_meta, watch_entry
+from sglang_deploy.hostside.documents import DocumentError, Roofline, StoreState
 from sglang_deploy.hostside import watch
+from sglang_deploy.hostside.reports import DoctorReport
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import RenderError, parse_unit, render_watch, unquote_exec
 
@@ -31,10 +32,10 @@ def test_drift_reasons_and_streak():
     assert len(watch.drift_reasons({"accept_length": 1.2, "decode_tok_s": 40}, 2.0, 60)) == 2
     assert watch.drift_reasons({"accept_length": 3.0, "decode_tok_s": 70}, 2.0, 60) == []
     assert watch.drift_reasons({"accept_length": None, "decode_tok_s": 70}, None, None) == []
-    ok, drift = {"status": "ok", "drift": []}, {"status": "ok", "drift": ["x"]}
-    busy = {"status": "busy"}
+    ok, drift = watch_entry(status="ok", drift=[]), watch_entry(status="ok", drift=["x"])
+    busy = watch_entry(status="busy")
     assert watch.drift_streak([drift, ok, drift, busy, drift]) == 2  # a skipped run neither counts nor breaks
-    assert watch.drift_streak([drift, drift, {"event": "restart", "status": "restarted"}, drift]) == 1
+    assert watch.drift_streak([drift, drift, watch_entry(event="restart", status="restarted"), drift]) == 1
     assert watch.drift_streak([]) == 0
 
 
@@ -48,8 +49,8 @@ def parsed(text):
 
 
 def test_textfile_keeps_the_last_success_after_a_skipped_run():
-    history = [{"status": "ok", "decode_tok_s": 71.5, "accept_length": 3.1, "ttft_s": 0.21, "unix": 1000.0},
-               {"status": "busy", "unix": 2000.0}]
+    history = [watch_entry(status="ok", decode_tok_s=71.5, accept_length=3.1, ttft_s=0.21, unix=1000.0),
+               watch_entry(status="busy", unix=2000.0)]
     text = watch.textfile("sglang", "0002-abcdef12", history, "pass", 2000.0)
     assert "# TYPE sglang_deploy_watch_decode_tokens_per_second gauge" in text
     values = parsed(text)
@@ -128,11 +129,15 @@ def test_a_timer_value_cannot_add_a_directive():
 
 def test_history_file_keeps_the_last_lines(tmp_path):
     path = str(tmp_path / "watch.jsonl")
-    watch.save_history(path, [{"n": i} for i in range(30)], 10)
-    assert [e["n"] for e in watch.read_history(path)] == list(range(20, 30))
+    watch.save_history(path, [watch_entry(unix=i) for i in range(30)], 10)
+    assert [e.unix for e in watch.read_history(path)] == list(range(20, 30))
     with open(path, "a") as f:
         f.write("{torn line\n")
     assert len(watch.read_history(path)) == 10  # a torn line is skipped, not fatal
+    with open(path, "a") as f:  # an entry that is not one: named, with its line
+        f.write(json.dumps({**json.loads(watch_entry().line()), "decode": 50.0}) + "\n")
+    with pytest.raises(DocumentError, match=f"{path}:12: unknown field 'decode'"):
+        watch.read_history(path)
 
 
 def fake_release(tmp_path, monkeypatch, config=None, measurement=None):
@@ -169,7 +174,7 @@ def test_record_mode_does_not_restart(tmp_path, monkeypatch):
     args = watch_args(tmp_path)
     assert watch.run(args) == 0 and watch.run(args) == 0
     entries = watch.read_history(str(directory / "watch.jsonl"))
-    assert [len(e["drift"]) for e in entries] == [2, 2] and calls == []
+    assert [len(e.drift) for e in entries] == [2, 2] and calls == []
     assert 'sglang_deploy_watch_drift_streak{service="sglang",release="0001-aaaaaaaa"} 2.0' in \
         (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
 
@@ -191,8 +196,8 @@ def test_wrong_answers_at_full_speed_are_drift(tmp_path, monkeypatch):
     args = watch_args(tmp_path, output_prompts=3, on_drift="restart")
     assert watch.run(args) == 0
     [entry, restart] = watch.read_history(str(directory / "watch.jsonl"))
-    assert asked == [3] and entry["drift"] == ["output: 2 of 3 known answers wrong: arith: no 391"]
-    assert restart["event"] == "restart" and calls == [("restart", "sglang.service")]
+    assert asked == [3] and entry.drift == ["output: 2 of 3 known answers wrong: arith: no 391"]
+    assert restart.event == "restart" and calls == [("restart", "sglang.service")]
     text = (tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text()
     assert 'sglang_deploy_watch_output_ok{service="sglang",release="0001-aaaaaaaa",verdict="fail"} 0.0' in text
     assert 'sglang_deploy_watch_output_known_right{service="sglang",release="0001-aaaaaaaa"} 1.0' in text
@@ -204,7 +209,8 @@ def test_restarts_are_capped_per_day_and_the_withheld_one_is_recorded(tmp_path, 
     import time
 
     directory = fake_release(tmp_path, monkeypatch)
-    old = {"event": "restart", "status": "restarted", "unix": time.time() - 2 * 86400, "at": "old"}
+    old = {"event": "restart", "status": "restarted", "unix": time.time() - 2 * 86400, "at": "old",
+           "release": "0001-aaaaaaaa"}
     (directory / "watch.jsonl").write_text(json.dumps(old) + "\n")
     calls = []
     monkeypatch.setattr(watch, "systemctl", lambda *a: calls.append(a) or type("R", (), {"returncode": 0})())
@@ -214,11 +220,11 @@ def test_restarts_are_capped_per_day_and_the_withheld_one_is_recorded(tmp_path, 
     for _ in range(4):
         assert watch.run(args) == 0
     assert calls == [("restart", "sglang.service")] * 2
-    events = [e["event"] for e in watch.read_history(str(directory / "watch.jsonl"))]
+    events = [e.event for e in watch.read_history(str(directory / "watch.jsonl"))]
     assert events == ["restart"] + ["measure", "restart", "after-restart"] * 2 + ["measure", "restart-withheld"] * 2
     withheld = watch.read_history(str(directory / "watch.jsonl"))[-1]
-    assert withheld["status"] == "capped" and "2 restarts in the last 24 h reached --max-restarts-per-day 2" in \
-        withheld["detail"]
+    assert withheld.status == "capped" and "2 restarts in the last 24 h reached --max-restarts-per-day 2" in \
+        withheld.detail
     journal = capsys.readouterr().out
     assert journal.count("<4>restarting sglang.service: drift") == 2
     assert journal.count("<4>NOT restarting sglang.service") == 2
@@ -249,20 +255,22 @@ def test_decode_over_the_roofline_is_exported(tmp_path, monkeypatch):
     assert watch.run(watch_args(tmp_path)) == 0
     entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
     expected = roofline(summarize(model), 2, 3, 3.0, 768, 200.0)
-    assert entry["roofline_tok_s"] == pytest.approx(expected["roofline_tok_s"], rel=1e-3)
-    assert entry["roofline_fraction"] == pytest.approx(200.0 * 0.0045005 / 768 / 3.0, rel=1e-3)
-    assert entry["bandwidth_source"] == "datasheet (NVIDIA RTX A6000)"
+    assert entry.roofline_tok_s == pytest.approx(expected["roofline_tok_s"], rel=1e-3)
+    assert entry.roofline_fraction == pytest.approx(200.0 * 0.0045005 / 768 / 3.0, rel=1e-3)
+    assert entry.bandwidth_source == "datasheet (NVIDIA RTX A6000)"
     values = parsed((tmp_path / "textfile" / "sglang-deploy-sglang.prom").read_text())
     labels = (("release", "0001-aaaaaaaa"), ("service", "sglang"))
-    assert values[("sglang_deploy_watch_roofline_fraction", labels)] == entry["roofline_fraction"]
-    assert values[("sglang_deploy_watch_roofline_tokens_per_second", labels)] == entry["roofline_tok_s"]
+    assert values[("sglang_deploy_watch_roofline_fraction", labels)] == entry.roofline_fraction
+    assert values[("sglang_deploy_watch_roofline_tokens_per_second", labels)] == entry.roofline_tok_s
     # The doctor's GPU probe measured 600 GB/s for this release: it replaces the datasheet's figure.
-    (directory / "doctor.json").write_text(json.dumps({"roofline": {
-        "bandwidth_gbs": 600.0, "bandwidth_source": "measured (probe, read-only reduction)"}}))
+    bound = {**roofline(summarize(model), 2, 3, 3.0, 600, 200.0), "bandwidth_source": "measured (probe, read-only reduction)"}
+    (directory / "doctor.json").write_text(DoctorReport.from_dict({"roofline": bound, "suspects": [], "notes": [],
+                                                                   "simulated": True, "release": "0001-aaaaaaaa",
+                                                                   "errors": []}).dump())
     assert watch.run(watch_args(tmp_path)) == 0
     entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
-    assert entry["roofline_fraction"] == pytest.approx(200.0 * 0.0045005 / 600 / 3.0, rel=1e-3)
-    assert entry["bandwidth_source"].startswith("measured")
+    assert entry.roofline_fraction == pytest.approx(200.0 * 0.0045005 / 600 / 3.0, rel=1e-3)
+    assert entry.bandwidth_source.startswith("measured")
 
 
 def test_no_roofline_without_its_inputs(tmp_path):
@@ -290,7 +298,7 @@ def test_a_hostile_checkpoint_leaves_the_roofline_out_not_the_measurement(tmp_pa
     (directory / "roofline.json").write_text(release_inputs({"tp_size": 2}, str(model), "RTX A6000").dump())
     assert watch.run(watch_args(tmp_path)) == 0
     entry = watch.read_history(str(directory / "watch.jsonl"))[-1]
-    assert entry["decode_tok_s"] == 50.0 and "roofline_fraction" not in entry
+    assert entry.decode_tok_s == 50.0 and entry.roofline_fraction is None
 
 
 def test_the_gpu_that_bounds_decode():

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import PROVEN, REPO, release_meta, write_profile
+from conftest import PROVEN, REPO, release_meta, snapshot_mark, store_report, write_profile
 from hubstub import Hub
 from sglang_deploy.hostside.weights import fetch as host_fetch
 from sglang_deploy.hostside.weights import manifest as host_manifest
@@ -337,8 +337,8 @@ def test_the_switch_refuses_weights_that_are_missing_or_changed(models, checkpoi
     directory, manifest = place(models, checkpoint)
     manifest_file = tmp_path / "m.json"
     write_manifest(manifest, manifest_file)
-    weights = {"path": str(directory), "manifest": str(manifest_file),
-               "manifest_sha256": host_manifest.manifest_hash(manifest)}
+    weights = snapshot_mark(path=str(directory), manifest=str(manifest_file),
+                            manifest_sha256=host_manifest.manifest_hash(manifest))
     meta = release_meta(weights=weights)
     assert host_manifest.release_problem(meta) is None and host_manifest.release_problem(release_meta()) is None
     (directory / "config.json").write_text("{}")
@@ -354,7 +354,7 @@ def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path
     foreign = models / "someone-else" / "model"
     foreign.mkdir(parents=True)
     store = tmp_path / "store"
-    for release_id, meta in (("0001-aaaaaaaa", release_meta(weights={"path": str(kept)})),
+    for release_id, meta in (("0001-aaaaaaaa", release_meta(weights=snapshot_mark(path=str(kept)))),
                              ("0002-bbbbbbbb", release_meta(exec_start=["x", "serve", "--model-path", str(legacy)]))):
         (store / "sglang" / "releases" / release_id).mkdir(parents=True)
         (store / "sglang" / "releases" / release_id / "meta.json").write_text(meta.dump())
@@ -371,11 +371,12 @@ def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path
 
 
 def test_the_listing_shows_a_weights_change():
-    a = {"source": "hf://o/n@" + "a" * 40, "revision": "a" * 40, "manifest_sha256": "1" * 64}
-    b = {"source": "hf://o/n@" + "b" * 40, "revision": "b" * 40, "manifest_sha256": "2" * 64}
-    store = {"state": {"active": "0002-bbbbbbbb"}, "releases": [
+    a = snapshot_mark(source="hf://o/n@" + "a" * 40, revision="a" * 40, manifest_sha256="1" * 64)
+    b = snapshot_mark(source="hf://o/n@" + "b" * 40, revision="b" * 40, manifest_sha256="2" * 64)
+    store = store_report(
         {"id": "0001-aaaaaaaa", "weights": a, "exec_start": ["s", "--model-path", "/srv/models/o--n/" + "a" * 40]},
-        {"id": "0002-bbbbbbbb", "weights": b, "exec_start": ["s", "--model-path", "/srv/models/o--n/" + "b" * 40]}]}
+        {"id": "0002-bbbbbbbb", "weights": b, "exec_start": ["s", "--model-path", "/srv/models/o--n/" + "b" * 40]},
+        active="0002-bbbbbbbb")
     lines = listing(store)
     old = next(line for line in lines if "0001-aaaaaaaa" in line)
     assert "aaaaaaaaaaaa" in old and f"weights: hf://o/n@{'b' * 40} (manifest 222222222222) -> hf://o/n@{'a' * 40}" in old

@@ -17,7 +17,8 @@ import sys
 
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
-from .documents import AB_RESULTS_FILE, RESOLVED_FILE, TUNE_RESULTS_FILE, DocumentError, GateConfig, GateResult
+from .documents import DocumentError, GateConfig, GateResult, ProfileSnapshot, Resolution
+from .reports import ABResults, TuneResults
 from .listener import foreign_listener, guard_unit
 from .service import service_status
 from .store import Store, service_name
@@ -87,20 +88,31 @@ def sandbox_view(service, gpus):
     return {"findings": document["findings"], "sandbox": document["sandbox"], "host": document["host"]}
 
 
-def last_tune(store, active, name=TUNE_RESULTS_FILE):
-    """The active release's last tune (tune-results.json), or its last A/B (ab-results.json, the same shape): its stamp
-    and each candidate's id, axis, flags and repeats (the doctor's speculation-slower-than-none reads the `nospec`
-    control against the original)."""
+def last_tune(store, active, errors, document=TuneResults):
+    """The active release's last tune (tune-results.json), or (document=ABResults) its last A/B (ab-results.json):
+    its stamp and each candidate's id, axis, flags and repeats (the doctor's speculation-slower-than-none reads the
+    `nospec` control against the original). None: none, or one that cannot be read (said in errors)."""
     try:
-        document = json.loads(store.read(os.path.join(store.release_dir(active), name)) or "null")
-    except ValueError:
+        tune = document.load(store.release_dir(active))
+    except FileNotFoundError:
         return None
-    if not isinstance(document, dict):
+    except (OSError, DocumentError) as error:
+        errors.append(str(error))
         return None
-    keep = ("id", "axis", "flags", "valid", "error", "repeats")
-    return {"stamp": document.get("stamp"), "original": document.get("original"),
-            "results": [{key: entry.get(key) for key in keep} for entry in document.get("results") or []
-                        if isinstance(entry, dict)]}
+    return {"stamp": tune.stamp, "original": tune.original,
+            "results": [{"id": entry.id, "axis": entry.axis, "flags": entry.flags, "valid": entry.valid,
+                         "error": entry.error, "repeats": entry.repeats} for entry in tune.results]}
+
+
+def release_part(document, store, active, errors):
+    """A document of the active release (Resolution, ProfileSnapshot), or None: not there, or unreadable (said)."""
+    try:
+        return document.load(store.release_dir(active)) if active else None
+    except FileNotFoundError:
+        return None
+    except (OSError, DocumentError) as error:
+        errors.append(str(error))
+        return None
 
 
 def main():
@@ -156,7 +168,7 @@ def main():
         report["errors"].append(f"/server_info: {error}")
     # The release's verified weights snapshot (hostside/weights/), else the release's own model.path (root's
     # gate-config.json): never a path the server reports, which root would then read.
-    model_path = ((meta and meta.weights) or {}).get("path") or (expect and expect.model_path)
+    model_path = (meta and meta.weights and meta.weights.path) or (expect and expect.model_path)
     report["checkpoint_path"] = model_path
     try:
         report["checkpoint"] = safetensors_headers.summarize(model_path) if model_path else None
@@ -164,32 +176,24 @@ def main():
         report["checkpoint"] = None
         report["errors"].append(f"checkpoint {model_path}: {error}")
     # A separate draft model (DFLASH): its bytes are read every cycle too; its verified snapshot, as for the weights.
-    draft_path = ((meta and meta.draft) or {}).get("path")
+    draft_path = meta and meta.draft and meta.draft.path
     try:
         report["draft_checkpoint"] = safetensors_headers.summarize(draft_path) if draft_path else None
     except (OSError, ValueError, KeyError, TypeError) as error:  # a malformed header, as for the checkpoint
         report["draft_checkpoint"] = None
         report["errors"].append(f"draft model {draft_path}: {error}")
-    report["offered_drafts"] = [{"source": entry.get("source"), "bytes": entry.get("bytes")}
-                                for entry in (meta.offered_drafts if meta else []) if isinstance(entry, dict)]
-    report["last_tune"] = last_tune(store, active) if active else None
-    report["last_ab"] = last_tune(store, active, AB_RESULTS_FILE) if active else None
+    report["offered_drafts"] = [{"source": entry.source, "bytes": entry.bytes}
+                                for entry in (meta.offered_drafts if meta else [])]
+    report["last_tune"] = last_tune(store, active, report["errors"]) if active else None
+    report["last_ab"] = last_tune(store, active, report["errors"], ABResults) if active else None
     report["clock_reasons"] = clock_reasons()
     report["card_memory_mib"] = card_memory_mib()
-    resolved = {}
-    try:
-        resolved = json.loads(store.read(os.path.join(store.release_dir(active), RESOLVED_FILE)) or "{}").get(
-            "resolved") or {} if active else {}
-    except ValueError:
-        pass
-    report["sandbox"] = sandbox_view(args.service, int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1))
+    resolution = release_part(Resolution, store, active, report["errors"])
+    report["sandbox"] = sandbox_view(args.service, resolution.parallel_gpus() if resolution else 1)
     if args.probe:
         python = os.path.join(meta.venv if meta else "", "bin", "python")
-        try:
-            with open(os.path.join(store.release_dir(active), "profile.json")) as f:
-                user = json.load(f)["service"]["user"]
-        except (OSError, ValueError, KeyError, TypeError):
-            user = "sglang"
+        profile = release_part(ProfileSnapshot, store, active, report["errors"])
+        user = profile.service.user if profile else "sglang"
         nccl = probe_nccl_env(store.read(os.path.join(store.release_dir(active), "sglang.env")))
         command = probe_command(python, user, f"/var/lib/{args.service}", nccl, args.probe_force)
         result = subprocess.run(command, capture_output=True, text=True) if os.path.exists(python) else None

@@ -37,6 +37,9 @@ _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), 
           "None": (type(None),)}
 
 
+_DOCUMENTS = {}  # every Document subclass by name (Document.__init_subclass__)
+
+
 class DocumentError(ValueError):
     """A store document that cannot be read as its type: the message names the document (and field)."""
 
@@ -46,6 +49,12 @@ class Document:
     FILE: ClassVar[str] = ""
     FORMAT: ClassVar[int] = 1
     RETIRED: ClassVar[frozenset] = frozenset()
+    OTHERS: ClassVar[bool] = False  # True: fields other than these are another reader's, dropped (ProfileSnapshot)
+    KEYS: ClassVar[dict] = {}  # attribute -> its key in the file, where the key is not a Python name ("from")
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        _DOCUMENTS[cls.__name__] = cls  # a field annotated with a document's name reads as that document
 
     @classmethod
     def field_names(cls) -> set:
@@ -62,8 +71,10 @@ class Document:
         if type(version) is not int or version < 1 or version > cls.FORMAT:
             raise DocumentError(f"{name}: format {version!r} is not one this sglang-deploy reads (1 to {cls.FORMAT});"
                                 " deploy with the tool that wrote it, or a newer one")
-        known = {f.name: f for f in dataclasses.fields(cls)}
+        known = {cls.KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}  # by the key in the file
         unknown = sorted(set(data) - set(known) - cls.RETIRED)
+        if cls.OTHERS:  # the parts the host does not read (their validator is the controller's): left out
+            data, unknown = {key: value for key, value in data.items() if key in known}, []
         if unknown:
             raise DocumentError(f"{name}: unknown field {unknown[0]!r} ({cls.__name__} has: {', '.join(sorted(known))})")
         values = {}
@@ -72,11 +83,11 @@ class Document:
                 if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
                     raise DocumentError(f"{name}: required field {key!r} is missing")
                 continue
-            values[key] = _typed(name, key, spec.type, data[key])
+            values[spec.name] = _typed(name, key, spec.type, data[key])
         return cls(**values)
 
     def to_dict(self) -> dict:
-        return {key: value.to_dict() if isinstance(value, Document) else value
+        return {self.KEYS.get(key, key): _plain(value)
                 for key, value in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))}
 
     def dump(self) -> str:
@@ -103,10 +114,20 @@ class Document:
         return dataclasses.replace(self, **changes)
 
 
+def _plain(value):
+    if isinstance(value, Document):
+        return value.to_dict()
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    return value
+
+
 def _typed(name, key, annotation, value):
-    """value, checked against the field's annotation ("float | None", "GateSettings", ...)."""
+    """value, checked against the field's annotation ("float | None", "GateSettings", "list[SnapshotMark]", ...)."""
     kinds = [part.strip() for part in str(annotation).split("|")]
     for kind in kinds:
+        if kind.startswith("list[") and isinstance(value, list):  # a list of documents: each one read as it
+            return [_typed(name, f"{key}[{index}]", kind[5:-1], item) for index, item in enumerate(value)]
         document = _DOCUMENTS.get(kind)
         if document is not None and isinstance(value, dict):
             return document.from_dict(value, f"{name} {key}")
@@ -173,6 +194,37 @@ class NodeMark(Document):
     dist_init_addr: str  # rank 0's rendezvous, host:port
 
 
+@dataclass(frozen=True)
+class SnapshotMark(Document):
+    """A verified weights snapshot in a release's meta.json (its weights, its draft, each of its offered_drafts):
+    sglang_deploy/weights.Weights.meta writes it; the switch, the doctor and the weights' prune read it."""
+    source: str  # hf://org/name@revision or file://directory
+    revision: str | None  # None: a local directory
+    manifest_sha256: str
+    manifest: str  # the frozen manifest's path on the host
+    path: str  # the snapshot's directory on the host
+    bytes: int
+    files: int
+
+
+@dataclass(frozen=True)
+class TokenMapMark(Document):
+    """A token map a release ships (meta.json's token_map, each of offered_token_maps): token_map_part.MapPart.meta
+    writes it; the switch's check, the weights' prune and the listing read it."""
+    sha256: str
+    path: str  # on the host: /srv/models/token-maps/<sha256>.pt
+    size: int | None  # token ids in the map (None: not read from the file)
+    file: str  # the controller's file name
+
+
+@dataclass(frozen=True)
+class TuneMark(Document):
+    """A tune's temporary release in meta.json (tune/host.py stage_files): never marked good, removed at the end."""
+    session: str
+    temporary: bool
+    candidate: str  # the candidate's id
+
+
 # --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) -------------
 
 @dataclass(frozen=True)
@@ -195,27 +247,44 @@ class ReleaseMeta(Document):
     start_timeout_s: int | float
     # Defaults below: releases written before the field existed (2026-11-30 to 12-01) mean exactly this.
     auth: str | None = None  # None: from the command line (store.release_auth)
-    weights: dict | None = None  # None: weights not managed (no snapshot to verify)
-    draft: dict | None = None  # None: no separate draft model
-    offered_drafts: list = field(default_factory=list)
-    token_map: dict | None = None  # speculative.token_map: {sha256, path, size, file}; None: no map shipped
-    offered_token_maps: list = field(default_factory=list)  # tune.token_maps, shipped for the tune's vocab axis
+    weights: SnapshotMark | None = None  # None: weights not managed (no snapshot to verify)
+    draft: SnapshotMark | None = None  # None: no separate draft model
+    offered_drafts: list[SnapshotMark] = field(default_factory=list)  # tune.drafters: kept by the weights' prune
+    token_map: TokenMapMark | None = None  # speculative.token_map, shipped content-addressed; None: no map
+    offered_token_maps: list[TokenMapMark] = field(default_factory=list)  # tune.token_maps, for the vocab axis
     waivers: dict = field(default_factory=dict)
     preflight: str | None = None  # "passed", "skipped (skip_preflight)"; None: from before the preflight
     node: NodeMark | None = None  # a multi-node server: this host's rank in it; None: one host
     serves_http: bool = True  # False: a multi-node rank > 0 (no HTTP server of its own)
-    tune: dict | None = None  # a tune's temporary candidate: session, temporary, candidate
+    tune: TuneMark | None = None  # a tune's temporary candidate; None: a deploy's release
     verdict: str | None = None  # good, bad, inconclusive; None: unverified
     verdict_by: str | None = None  # gate, skip_gate, readiness, rank 0
     gate: GateMark | None = None  # the last gate's verdict; None: never gated
-    history: list = field(default_factory=list)  # [{"at", "event"}]: activations, failures, restarts
+    history: list[HistoryEvent] = field(default_factory=list)  # activations, failures, restarts
 
     def with_event(self, at, event, **changes):
         """This meta with one more history entry (and the changes)."""
-        return self.but(history=[*self.history, {"at": at, "event": event}], **changes)
+        return self.but(history=[*self.history, HistoryEvent(at=at, event=event)], **changes)
+
+
+@dataclass(frozen=True)
+class HistoryEvent(Document):
+    at: str
+    event: str  # "activated (deploy)", "marked bad (rollback)", "restarted by the watch (...)", ...
 
 
 # --- the store's state: <store root>/state.json ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Switching(Document):
+    """A switch under way in state.json (hostside/switch.py, tune_runner.switch_to): left behind, it names the
+    interrupted switch, and the release it was installing stays out of prune's reach."""
+    KEYS: ClassVar[dict] = {"previous": "from"}
+    to: str
+    previous: str | None  # the release active before ("from" in the file)
+    since: str
+    reason: str | None = None  # deploy, rollback, tune session ...
+
 
 @dataclass(frozen=True)
 class StoreState(Document):
@@ -224,7 +293,7 @@ class StoreState(Document):
     active: str | None = None
     last_good: str | None = None
     auto_rollbacks_in_row: int = 0
-    switching: dict | None = None  # {"to", "from", "since", "reason"} while a switch runs; left by a crash
+    switching: Switching | None = None  # while a switch runs; left behind by a crash
 
 
 # --- the bound on decode: releases/<id>/roofline.json ---------------------------------------------------------
@@ -324,5 +393,47 @@ class SwitchOutcome(Document):
     verdict: str | None = None  # its verdict after a successful switch
 
 
-_DOCUMENTS = {cls.__name__: cls for cls in (GateSettings, GateExpect, GateConfig, ReleaseMeta, StoreState, Roofline,
-                                                LockInfo, GateResult, GateMark, NodeMark, Readiness, SwitchOutcome)}
+# --- what a release ships beside its unit: resolved.json and profile.json ----------------------------------
+
+@dataclass(frozen=True)
+class Resolution(Document):
+    """SGLang's own resolution of the unit's command line (sglang_deploy/resolution.document): the doctor reads the
+    parallelism, the rollback's preflight the resolved fields it compares."""
+    FILE: ClassVar[str] = RESOLVED_FILE
+    sglang_version: str
+    argv: list
+    resolved: dict | None  # ServerArgs after resolve_once(); None: SGLang refused the command line (error)
+    steps: list = field(default_factory=list)  # Defaults: what releases from before a field existed mean
+    step: str | None = None  # the step that refused; None: none did
+    error: str | None = None
+    log: list = field(default_factory=list)
+    full: bool = True  # SGLang's whole resolution ran (not its option table alone)
+    skipped: list = field(default_factory=list)
+    gpu: dict | None = None  # the GPU facts it resolved for: {"model", "count"}
+    model_config: str | None = None  # the checkpoint's config.json it read
+
+    def parallel_gpus(self) -> int:
+        """GPUs one server uses: tp x pp (1 when SGLang refused the command line)."""
+        resolved = self.resolved or {}
+        return int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1)
+
+
+@dataclass(frozen=True)
+class ProfileService(Document):
+    """The profile's service section (sglang_deploy/profile/sections.py ServiceSection, the validator)."""
+    name: str
+    user: str
+    host: str
+    port: int
+    start_timeout_s: int
+    auth: str | None = None  # None: a profile from before 2026-11-30 20:00 (the command line says: store.release_auth)
+    relax: list = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ProfileSnapshot(Document):
+    """profile.json, the validated profile as the controller read it (release_plan.profile_snapshot). The host reads
+    its service section; the other sections are the controller's (its pydantic model validates them)."""
+    FILE: ClassVar[str] = PROFILE_FILE
+    OTHERS: ClassVar[bool] = True
+    service: ProfileService

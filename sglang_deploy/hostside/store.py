@@ -2,7 +2,7 @@
 
 Layout (``/var/lib/sglang-deploy/<service>/``):
   releases/<id>/      sglang.service, sglang.env (0600), profile.json, meta.json (written last = complete)
-  state.json          {"active", "last_good", "auto_rollbacks_in_row", "switching"}
+  state.json          documents.StoreState: active, last good, automatic rollbacks in a row, a switch under way
   lock                flock held by whoever changes the service (switch, prune, the perf watch);
                       lock.json says who holds it
 
@@ -12,8 +12,8 @@ Layout (``/var/lib/sglang-deploy/<service>/``):
                                                       drop old releases (never the active or last good one)
                                                       and virtualenvs no retained release points at
 
-Every command prints JSON on stdout. Standard library only; it imports only service.py and documents.py of its
-package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
+Every command prints JSON on stdout. Standard library only; it imports only service.py, documents.py and reports.py
+of its package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
 inline_host), and the controller imports its paths and pure helpers, so the host's paths are written here once.
 """
 
@@ -27,8 +27,8 @@ import re
 import shutil
 import sys
 
-from .documents import (WATCH_HISTORY_FILE, DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta,
-                        StoreState)
+from .documents import DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta, StoreState
+from .reports import ServiceRun, StoreReport, WatchEntry
 from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
@@ -50,13 +50,10 @@ def next_release_id(existing_ids, digest: str) -> str:
     return f"{sequence + 1:04d}-{digest[:8]}"
 
 
-def last_used(meta) -> str:
-    """When a release last became active (a redeploy reuses an old release), else when it was created.
-    meta: a ReleaseMeta, or its dict as the state command reports it (the controller's release listing)."""
-    history, created = ((meta.history, meta.created) if isinstance(meta, ReleaseMeta)
-                        else (meta.get("history") or [], meta.get("created")))
-    activations = [e["at"] for e in history if e.get("event", "").startswith("activated")]
-    return max(activations + [created or ""])
+def last_used(meta: ReleaseMeta) -> str:
+    """When a release last became active (a redeploy reuses an old release), else when it was created."""
+    activations = [e.at for e in meta.history if e.event.startswith("activated")]
+    return max(activations + [meta.created])
 
 
 def releases_to_prune(ids_least_recent_first, keep: int, protected) -> list:
@@ -198,19 +195,6 @@ class Store:
             return None
 
 
-def json_lines(text):
-    """The JSON objects of a JSONL text (a release's watch.jsonl); a torn or foreign line is skipped."""
-    entries = []
-    for line in (text or "").splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict):
-            entries.append(entry)
-    return entries
-
-
 def atomic_write(path, content, mode):
     """Write, fsync, rename, then fsync the directory: the rename survives a power loss."""
     tmp = f"{path}.tmp-{os.getpid()}"
@@ -333,10 +317,9 @@ def cmd_state(args):
         (f"the server process's environment differs from the release's in {', '.join(drift or [])}", drift),
     ) if off]
     lock = lock_holder(store)
-    emit({"service": args.service, "state": state.to_dict(), "releases": [meta.to_dict() for meta in metas],
-          "lock": lock and lock.to_dict(),
-          "installed_hash": installed, "running": running, "consistent": not inconsistent,
-          "inconsistent": inconsistent, "problems": store.problems})
+    emit(StoreReport(service=args.service, state=state, releases=metas, lock=lock, installed_hash=installed,
+                     running=ServiceRun.from_dict(running, "the service's status"), consistent=not inconsistent,
+                     inconsistent=inconsistent, problems=store.problems).to_dict())
     return 0
 
 
@@ -360,8 +343,13 @@ def cmd_history(args):
         except (OSError, DocumentError) as error:  # a listing: the release's floors are shown as unknown, and why
             log(f"release {release_id}: no floors shown: {error}")
             settings = None
-        watch = json_lines(store.read(os.path.join(directory, WATCH_HISTORY_FILE)))
-        out.append({"id": release_id, "created": meta.created, "history": meta.history,
+        path = os.path.join(directory, WatchEntry.FILE)
+        try:
+            watch = [json.loads(entry.line()) for entry in WatchEntry.lines(store.read(path), path)]
+        except DocumentError as error:  # a listing: shown without the watch's history, and why
+            log(f"release {release_id}: no watch history shown: {error}")
+            watch = []
+        out.append({"id": release_id, "created": meta.created, "history": [e.to_dict() for e in meta.history],
                     "verdict": meta.verdict, "exec_start": meta.exec_start,
                     "environment": {name: "(masked)" if secret_name(name) else value for name, value in
                                     env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},
@@ -388,7 +376,7 @@ def cmd_prune(args):
 
 def prune_locked(store, args):
     state = store.state()
-    protected = {state.active, state.last_good, (state.switching or {}).get("to")}
+    protected = {state.active, state.last_good, state.switching and state.switching.to}
     by_use = sorted(store.ids(), key=lambda release_id: last_used(store.meta(release_id)))
     removed = releases_to_prune(by_use, args.keep, protected)
     for release_id in removed:

@@ -16,7 +16,7 @@ import sys
 
 from . import evidence, forensics, gate
 from .weights import manifest as weights_manifest
-from .documents import Document, DocumentError, GateConfig, GateMark, GateResult, SwitchOutcome
+from .documents import Document, DocumentError, GateConfig, GateMark, GateResult, SwitchOutcome, Switching
 from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
@@ -136,7 +136,7 @@ def switch_locked(store, args):
             return 2
         log(f"{store.service}.service stopped for the switch to {args.release} (the nodes restart together)")
         return 0
-    state = state.but(switching={"to": args.release, "from": previous, "since": now(), "reason": args.reason})
+    state = state.but(switching=Switching(to=args.release, previous=previous, since=now(), reason=args.reason))
     store.save_state(state)
     change = auth_change(store.meta(previous) if previous in store.ids() else None, meta)
     if change:

@@ -16,8 +16,10 @@ import time
 
 from . import evidence, gate, output_check
 from .client import read_api_key
-from .documents import PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome
+from .documents import (PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome,
+                        Switching)
 from .listener import foreign_listener
+from .reports import TuneClose, TuneItem, TuneRestore, TuneStatus
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
 from .switch import activate
@@ -38,11 +40,12 @@ def heartbeat_stale(last_beat, now, heartbeat_s):
 
 
 def bench_command(probe_url, secrets_path, settings, warmup):
-    """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round."""
+    """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round.
+    settings: the queued item's TuneMeasure (reports.py)."""
     return [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
-            "--samples", str(settings["samples"]), "--warmup", str(warmup),
-            "--max-new-tokens", str(settings["max_new_tokens"]), "--concurrency", str(settings["concurrency"]),
-            "--aggregate-rounds", str(settings.get("aggregate_rounds", 1))]
+            "--samples", str(settings.samples), "--warmup", str(warmup),
+            "--max-new-tokens", str(settings.max_new_tokens), "--concurrency", str(settings.concurrency),
+            "--aggregate-rounds", str(settings.aggregate_rounds)]
 
 
 def by_kind(samples):
@@ -89,6 +92,24 @@ def read_json(path, default=None):
         return default
 
 
+def read_close(paths):
+    """The controller's close request (TuneClose), or None: none yet, or one torn mid-write (read again next time)."""
+    try:
+        return TuneClose.load(paths.root)
+    except (FileNotFoundError, ValueError):  # DocumentError included: the controller's tool wrote it, same version
+        return None
+
+
+def read_status(path):
+    """A session's session.json (TuneStatus), or None: not written yet, or not readable as one."""
+    try:
+        with open(path) as f:
+            text = f.read()
+        return TuneStatus.loads(text, path)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
 def write_json(path, document):
     atomic_write(path, json.dumps(document, indent=1) + "\n", 0o600)
 
@@ -98,9 +119,8 @@ class Session:
         self.args = args
         self.paths = Paths(args.service, args.session)
         self.store = self.paths.store
-        self.status = {"session": args.session, "service": args.service, "state": "starting", "pid": os.getpid(),
-                       "started": now(), "original": None, "current": None, "message": None,
-                       "done": [], "restore": None}
+        self.status = TuneStatus(session=args.session, service=args.service, state="starting", pid=os.getpid(),
+                                 started=now())
         self.restoring = False
         self.created = []  # temporary release directories this session staged
         self.current = None
@@ -115,8 +135,8 @@ class Session:
         print(f"[tune] {message}", file=sys.stderr, flush=True)
 
     def save_status(self, **changes):
-        self.status.update(changes, updated=now())
-        write_json(self.paths.status, self.status)
+        self.status = self.status.but(**changes, updated=now())
+        atomic_write(self.paths.status, self.status.dump(), 0o600)
 
     # the watchdog: a stale heartbeat or an abort request interrupts whatever the main thread does
     def watchdog(self):
@@ -128,9 +148,9 @@ class Session:
                 beat = 0
             if heartbeat_stale(beat, time.time(), self.args.heartbeat_s):
                 reason = f"no poll from the controller for {self.args.heartbeat_s:.0f} s (SSH connection lost?)"
-            close = read_json(self.paths.close)
-            if isinstance(close, dict) and close.get("abort"):
-                reason = f"aborted by the controller ({close.get('why') or 'interrupted'})"
+            close = read_close(self.paths)
+            if close is not None and close.abort:
+                reason = f"aborted by the controller ({close.why or 'interrupted'})"
             if reason:
                 self.abort_reason = reason
                 os.kill(os.getpid(), signal.SIGUSR1)
@@ -150,7 +170,9 @@ class Session:
         if not active or active not in self.store.ids():
             return None, "no active release to return to: deploy first"
         if state.switching:
-            return None, f"a switch was interrupted ({state.switching}): deploy first, so the host converges"
+            switching = state.switching
+            return None, (f"a switch was interrupted (to {switching.to} from {switching.previous}, since "
+                          f"{switching.since}): deploy first, so the host converges")
         meta = self.store.meta(active)
         unit, env = self.store.read(self.store.unit_path), self.store.read(self.store.env_path)
         installed = content_hash(unit, env) if unit is not None and env is not None else None
@@ -210,26 +232,25 @@ class Session:
 
     def loop(self):
         while True:
-            close = read_json(self.paths.close)
+            close = read_close(self.paths)
             pending = sorted(name for name in os.listdir(self.paths.queue) if name.endswith(".json"))
             if pending:
-                name = pending[0]
-                item = read_json(os.path.join(self.paths.queue, name))
-                os.unlink(os.path.join(self.paths.queue, name))
-                if not isinstance(item, dict):
-                    continue
-                self.save_status(state="running", item=item.get("seq"))
+                path = os.path.join(self.paths.queue, pending[0])
+                with open(path) as handle:
+                    text = handle.read()
+                os.unlink(path)
+                item = TuneItem.loads(text, path)  # unreadable: the session fails, naming the field; original back
+                self.save_status(state="running", item=item.seq)
                 result = self.measure_item(item)
-                write_json(os.path.join(self.paths.results, f"{int(item['seq']):04d}.json"), result)
-                self.status["done"].append(item["seq"])
-                self.save_status(state="ready", item=None)
+                write_json(os.path.join(self.paths.results, f"{item.seq:04d}.json"), result)
+                self.save_status(state="ready", item=None, done=[*self.status.done, item.seq])
                 continue
             if close is not None:
                 return
             time.sleep(0.2)
 
     def stage(self, item):
-        release_id = item["release_id"]
+        release_id = item.release_id
         if not RELEASE_ID.match(release_id):
             raise ValueError(f"not a release id: {release_id!r}")
         if release_id in self.store.ids():
@@ -237,16 +258,15 @@ class Session:
         directory = self.store.release_dir(release_id)
         os.makedirs(directory, exist_ok=True)
         self.created.append(release_id)
-        files = item["files"]
+        files = item.files
         for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), (PROFILE_FILE, 0o644),
                            (GateConfig.FILE, 0o644), (RESOLVED_FILE, 0o644), (ReleaseMeta.FILE, 0o644)):
             atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
         return release_id
 
     def switch_to(self, release_id, start_timeout=None):
-        self.store.save_state(self.store.state().but(switching={
-            "to": release_id, "from": self.original, "since": now(),
-            "reason": f"tune session {self.args.session} (temporary)"}))
+        self.store.save_state(self.store.state().but(switching=Switching(
+            to=release_id, previous=self.original, since=now(), reason=f"tune session {self.args.session} (temporary)")))
         self.current = release_id
         self.save_status(current=release_id)
         meta = self.store.meta(release_id)
@@ -283,29 +303,28 @@ class Session:
 
     def measure_item(self, item):
         started = time.monotonic()
-        settings = item["settings"]
-        result = {"seq": item["seq"], "id": item.get("id"), "release_id": item["release_id"], "ok": False,
-                  "at": now()}
-        release_id = self.stage(item) if item["release_id"] != self.original else self.original
+        settings = item.settings
+        result = {"seq": item.seq, "id": item.id, "release_id": item.release_id, "ok": False, "at": now()}
+        release_id = self.stage(item) if item.release_id != self.original else self.original
         restart_s = None
-        if release_id != self.current or item.get("restart"):
-            self.log(f"candidate {item.get('id')}: switching to temporary release {release_id}")
-            ready = self.switch_to(release_id, item.get("start_timeout_s")) if release_id != self.original \
+        if release_id != self.current or item.restart:
+            self.log(f"candidate {item.id}: switching to temporary release {release_id}")
+            ready = self.switch_to(release_id, item.start_timeout_s) if release_id != self.original \
                 else self.back_to_original()
             restart_s = ready.get("elapsed_s")
             result["readiness"] = {k: ready.get(k) for k in ("ready", "stage", "detail", "elapsed_s")}
             if not ready["ready"]:
-                self.log(f"candidate {item.get('id')}: not ready at stage {ready['stage']}: {ready.get('detail')}")
+                self.log(f"candidate {item.id}: not ready at stage {ready['stage']}: {ready.get('detail')}")
                 result.update(error=f"not ready at stage {ready['stage']}: {ready.get('detail')}",
                               duration_s=round(time.monotonic() - started, 1))
                 return result
-            self.log(f"candidate {item.get('id')}: ready after {restart_s} s")
+            self.log(f"candidate {item.id}: ready after {restart_s} s")
         self.allreduce = self.map_ignored = None
         problems = self.config_check(release_id)
         result["allreduce"] = self.allreduce
         result["map_ignored"] = self.map_ignored
         if problems:
-            self.log(f"candidate {item.get('id')}: the running server differs from the release: {problems[0]}")
+            self.log(f"candidate {item.id}: the running server differs from the release: {problems[0]}")
             result.update(error="the running server differs from the release", config_problems=problems,
                           duration_s=round(time.monotonic() - started, 1))
             return result
@@ -317,19 +336,19 @@ class Session:
         result["output"] = {key: output[key] for key in ("verdict", "known_right", "total", "degenerate",
                                                          "prompts_digest")}
         if output["verdict"] == "fail":
-            self.log(f"candidate {item.get('id')}: output check FAILED: {output['reasons'][0]}")
+            self.log(f"candidate {item.id}: output check FAILED: {output['reasons'][0]}")
             result.update(error=f"output check failed: {output['reasons'][0]}",
                           duration_s=round(time.monotonic() - started, 1))
             return result
-        self.log(f"candidate {item.get('id')}: output check {output['verdict']}: {output['known_right']} of "
+        self.log(f"candidate {item.id}: output check {output['verdict']}: {output['known_right']} of "
                  f"{output['total']} known answers right")
         repeats = []
-        for index in range(int(settings["repeats"])):
-            warmup = int(settings.get("warmup", 1)) if index == 0 else 0
+        for index in range(settings.repeats):
+            warmup = settings.warmup if index == 0 else 0
             command = bench_command(probe_url, self.store.secrets_path, settings, warmup)
             with open(self.paths.log, "a") as progress:
                 done = subprocess.run(command, stdout=subprocess.PIPE, stderr=progress, text=True, cwd=PACKAGE_PARENT,
-                                      timeout=120 + (settings["samples"] + 2) * (60 + settings["max_new_tokens"]))
+                                      timeout=120 + (settings.samples + 2) * (60 + settings.max_new_tokens))
             try:
                 measurement = json.loads(done.stdout) if done.returncode == 0 else {
                     "errors": [f"bench.py exited with {done.returncode}"]}
@@ -338,9 +357,9 @@ class Session:
             summary = repeat_summary(measurement)
             repeats.append(summary)
             decode, aggregate = summary["decode_tok_s"], summary["aggregate_tok_s"]
-            self.log(f"candidate {item.get('id')}: repeat {index + 1}/{settings['repeats']}: "
+            self.log(f"candidate {item.id}: repeat {index + 1}/{settings.repeats}: "
                      + (f"{decode:.1f} tok/s single stream" if decode else "no decode rate")
-                     + (f", {aggregate:.1f} tok/s at concurrency {settings['concurrency']}" if aggregate else "")
+                     + (f", {aggregate:.1f} tok/s at concurrency {settings.concurrency}" if aggregate else "")
                      + (f", errors: {summary['errors'][0]}" if summary["errors"] else ""))
         result.update(ok=all(r["decode_tok_s"] for r in repeats), repeats=repeats, restart_s=restart_s,
                       simulated=bool(meta.simulated),
@@ -358,22 +377,21 @@ class Session:
 
     def restore(self):
         """The original release back, if anything else was installed; temporary releases removed."""
-        restore = {"needed": self.current not in (None, self.original)}
+        needed = self.current not in (None, self.original)
+        restore = TuneRestore(needed=needed, ready=not needed)
         try:
-            if restore["needed"]:
+            if needed:
                 self.log(f"restoring the original release {self.original}")
                 ready = self.back_to_original()
-                restore.update(ready=ready.get("ready"), stage=ready.get("stage"), detail=ready.get("detail"),
-                               elapsed_s=ready.get("elapsed_s"))
+                restore = restore.but(ready=bool(ready.get("ready")), stage=ready.get("stage"),
+                                      detail=ready.get("detail"), elapsed_s=ready.get("elapsed_s"))
                 self.log(f"original release {self.original} " + ("is running again" if ready.get("ready")
                                                                   else f"FAILED to start: {ready.get('detail')}"))
-            else:
-                restore["ready"] = True
             for release_id in self.created:
                 if release_id != self.original:
                     shutil.rmtree(self.store.release_dir(release_id), ignore_errors=True)
-            restore["removed"] = list(self.created)
+            restore = restore.but(removed=list(self.created))
         except Exception as error:  # noqa: BLE001
-            restore.update(ready=False, detail=f"{type(error).__name__}: {error}")
+            restore = restore.but(ready=False, detail=f"{type(error).__name__}: {error}")
             self.log(f"restoring FAILED: {type(error).__name__}: {error}")
         self.save_status(restore=restore, current=self.current)

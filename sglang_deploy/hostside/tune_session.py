@@ -36,8 +36,9 @@ import sys
 import time
 
 from .listener import guard_unit
-from .store import lock_holder, now, service_name
-from .tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, write_json
+from .reports import TuneClose, TuneStatus
+from .store import atomic_write, lock_holder, now, service_name
+from .tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status
 
 SESSION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
 
@@ -54,8 +55,8 @@ def cmd_open(args):
     parent = os.path.dirname(paths.root)
     for name in os.listdir(parent) if os.path.isdir(parent) else []:  # finished sessions of earlier tunes
         other = os.path.join(parent, name)
-        if SESSION_ID.fullmatch(name) and (read_json(os.path.join(other, "session.json"), {}) or {}).get("state") in (
-                "closed", "aborted", "failed"):
+        ended = read_status(os.path.join(other, TuneStatus.FILE))
+        if SESSION_ID.fullmatch(name) and ended is not None and ended.ended:
             shutil.rmtree(other, ignore_errors=True)
     if os.path.isdir(paths.root):
         shutil.rmtree(paths.root)
@@ -74,12 +75,10 @@ def cmd_open(args):
         return 1
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        status = read_json(paths.status)
-        if status and status.get("state") != "starting":
-            status["unit"] = unit
-            print(json.dumps(status))
-            return 0 if status["state"] == "ready" else (EXIT_LOCKED if "locked" in (status.get("message") or "")
-                                                          else 2)
+        status = read_status(paths.status)
+        if status and status.state != "starting":
+            print(json.dumps({**status.to_dict(), "unit": unit}))
+            return 0 if status.state == "ready" else (EXIT_LOCKED if "locked" in (status.message or "") else 2)
         time.sleep(0.2)
     print(json.dumps({"state": "failed", "message": f"the session did not start within 30 s (journalctl -u {unit})"}))
     return 1
@@ -101,7 +100,8 @@ def cmd_poll(args):
             offset = f.tell()
     except FileNotFoundError:
         pass
-    print(json.dumps({"status": read_json(paths.status, {"state": "missing"}), "results": results, "log": log_text,
+    status = read_status(paths.status)
+    print(json.dumps({"status": status.to_dict() if status else {"state": "missing"}, "results": results, "log": log_text,
                       "log_offset": offset}))
     return 0
 
@@ -111,16 +111,17 @@ def cmd_close(args):
     if not os.path.isdir(paths.root):
         print(json.dumps({"state": "missing"}))
         return 0
-    write_json(paths.close, {"abort": args.abort, "why": args.why, "at": now()})
+    atomic_write(paths.close, TuneClose(abort=args.abort, why=args.why, at=now()).dump(), 0o600)
     deadline = time.monotonic() + args.wait_s
     while time.monotonic() < deadline:
         os.utime(paths.heartbeat) if os.path.exists(paths.heartbeat) else None
-        status = read_json(paths.status, {})
-        if status.get("state") in ("closed", "aborted", "failed"):
-            print(json.dumps(status))
-            return 0 if (status.get("restore") or {}).get("ready", True) else 3
+        status = read_status(paths.status)
+        if status is not None and status.ended:
+            print(json.dumps(status.to_dict()))
+            return 0 if status.restore is None or status.restore.ready else 3
         time.sleep(0.3)
-    print(json.dumps(read_json(paths.status, {"state": "missing"})))
+    status = read_status(paths.status)
+    print(json.dumps(status.to_dict() if status else {"state": "missing"}))
     return 1
 
 

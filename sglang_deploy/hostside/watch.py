@@ -34,11 +34,12 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
-from .documents import DOCTOR_FILE, WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
+from .documents import WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
+from .reports import DoctorReport, WatchEntry
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_healthy
 from .service import systemctl
-from .store import Lock, Locked, Store, atomic_write, json_lines, now, service_name
+from .store import Lock, Locked, Store, atomic_write, now, service_name
 
 METRIC_PREFIX = "sglang_deploy_watch"
 WARNING = 4  # syslog priority of drift and restart lines in the journal
@@ -69,12 +70,12 @@ def drift_streak(history):
     """Drifting measurements in a row at the end of the history; skipped runs neither count nor break it,
     a restart or a measurement without drift ends it."""
     streak = 0
-    for entry in reversed(history):
-        if entry.get("event") == "restart":
+    for entry in reversed(history):  # WatchEntry (reports.py)
+        if entry.event == "restart":
             break
-        if entry.get("status") != "ok":
+        if entry.status != "ok":
             continue
-        if not entry.get("drift"):
+        if not entry.drift:
             break
         streak += 1
     return streak
@@ -104,7 +105,7 @@ DAY_S = 86400
 
 def restarts_within(history, now, window_s=DAY_S):
     """Restarts the watch made (or tried) in the last window_s seconds of this release's history."""
-    return sum(1 for e in history if e.get("event") == "restart" and now - float(e.get("unix") or 0) < window_s)
+    return sum(1 for e in history if e.event == "restart" and now - float(e.unix) < window_s)
 
 
 def bounded(lines, keep):
@@ -121,8 +122,8 @@ def textfile(service, release_id, history, verdict, now, floors=None):
     ({"decode": tok/s, "accept": tau}, the floors drift is judged by) as gauges the alert rules compare with
     (dashboards/sglang-deploy.rules.yml)."""
     labels = f'service="{_label(service)}",release="{_label(release_id)}"'
-    last_ok = next((e for e in reversed(history) if e.get("status") == "ok"), None)
-    last = history[-1] if history else {}
+    last_ok = next((e for e in reversed(history) if e.status == "ok"), None)  # WatchEntry (reports.py)
+    last = history[-1] if history else None
     lines = []
 
     def gauge(name, help_text, value, extra=""):
@@ -134,35 +135,35 @@ def textfile(service, release_id, history, verdict, now, floors=None):
 
     if last_ok:
         gauge("decode_tokens_per_second", "Single-stream decode tokens/s, median of the last successful run.",
-              last_ok.get("decode_tok_s"))
+              last_ok.decode_tok_s)
         gauge("accept_length", "Speculative acceptance length (tau), median of the last successful run.",
-              last_ok.get("accept_length"))
-        gauge("ttft_seconds", "Time to first token, median of the last successful run.", last_ok.get("ttft_s"))
+              last_ok.accept_length)
+        gauge("ttft_seconds", "Time to first token, median of the last successful run.", last_ok.ttft_s)
         gauge("roofline_tokens_per_second", "Bandwidth roofline of decode at the measured acceptance length "
-              "(checkpoint bytes per cycle over the GPU's memory bandwidth).", last_ok.get("roofline_tok_s"))
+              "(checkpoint bytes per cycle over the GPU's memory bandwidth).", last_ok.roofline_tok_s)
         gauge("roofline_fraction", "Decode tokens/s over the roofline (memory-bandwidth utilisation, 0-1).",
-              last_ok.get("roofline_fraction"))
-        gauge("last_success_timestamp_seconds", "Unix time of the last successful measurement.", last_ok.get("unix"))
-    gauge("last_run_timestamp_seconds", "Unix time of the last run (measured or skipped).", last.get("unix", now))
+              last_ok.roofline_fraction)
+        gauge("last_success_timestamp_seconds", "Unix time of the last successful measurement.", last_ok.unix)
+    gauge("last_run_timestamp_seconds", "Unix time of the last run (measured or skipped).", last.unix if last else now)
     gauge("last_run_ok", "1 when the last run measured, 0 when it was skipped or failed.",
-          1 if last.get("status") == "ok" else 0, f',status="{_label(last.get("status", "none"))}"')
-    output = (last_ok or {}).get("output")
+          1 if last and last.status == "ok" else 0, f',status="{_label(last.status if last else "none")}"')
+    output = last_ok and last_ok.output
     if output:
         gauge("output_ok", "1 when the last run's short output check passed (known answers right, nothing degenerate).",
-              1 if output.get("verdict") == "pass" else 0, f',verdict="{_label(output.get("verdict"))}"')
+              1 if output.verdict == "pass" else 0, f',verdict="{_label(output.verdict)}"')
         gauge("output_known_right", "Known answers right in the last run's short output check.",
-              output.get("known_right"))
+              output.known_right)
     gauge("decode_floor_tokens_per_second", "The gate's min_decode_tok_s, the floor drift is judged by.",
           (floors or {}).get("decode"))
     gauge("accept_length_floor", "The acceptance length floor drift is judged by (gate min_accept_length or "
           "--drift-min-accept-length).", (floors or {}).get("accept"))
     gauge("drift_streak", "Drifting measurements in a row.", drift_streak(history))
     gauge("restarts", "Restarts by the watch recorded in this release's history.",
-          sum(1 for e in history if e.get("event") == "restart"))
+          sum(1 for e in history if e.event == "restart"))
     gauge("restarts_last_day", "Restarts by the watch in the last 24 h (capped by --max-restarts-per-day).",
           restarts_within(history, now))
     gauge("restarts_withheld", "Drift restarts withheld because the day's cap was reached (recorded instead).",
-          sum(1 for e in history if e.get("event") == "restart-withheld"))
+          sum(1 for e in history if e.event == "restart-withheld"))
     gauge("gate_verdict", "The release's gate verdict at its switch (1 = pass), as a label.",
           1 if verdict == "pass" else 0, f',verdict="{_label(verdict or "none")}"')
     return "\n".join(lines) + "\n"
@@ -244,15 +245,16 @@ def write_textfile(directory, service, content):
 
 
 def read_history(path):
+    """The release's watch.jsonl (reports.WatchEntry.lines; a DocumentError names the file's line)."""
     try:
         with open(path) as f:
-            return json_lines(f.read())
+            return WatchEntry.lines(f.read(), path)
     except FileNotFoundError:
         return []
 
 
 def save_history(path, entries, keep):
-    atomic_write(path, "".join(json.dumps(e, sort_keys=True) + "\n" for e in bounded(entries, keep)), 0o644)
+    atomic_write(path, "".join(entry.line() for entry in bounded(entries, keep)), 0o644)
 
 
 def release_roofline(release_dir, model_path):
@@ -280,12 +282,11 @@ def release_roofline(release_dir, model_path):
             checkpoint = None
     measured = None
     try:  # the doctor's probe measured this host's bandwidth: better than the datasheet's
-        with open(os.path.join(release_dir, DOCTOR_FILE)) as f:
-            bound = json.load(f).get("roofline") or {}
-        if str(bound.get("bandwidth_source", "")).startswith("measured") and bound.get("bandwidth_gbs"):
-            measured = (float(bound["bandwidth_gbs"]), bound["bandwidth_source"])
-    except (OSError, ValueError, AttributeError, TypeError):
+        measured = DoctorReport.load(release_dir).measured_bandwidth()
+    except FileNotFoundError:  # the doctor never ran for this release
         pass
+    except (OSError, DocumentError) as error:
+        log(f"{error}: the datasheet's bandwidth instead")
     return inputs, checkpoint, measured, draft
 
 
@@ -346,14 +347,18 @@ def run(args):
     min_decode = settings and settings.min_decode_tok_s
     bound_cache = {}
     history_path = os.path.join(store.release_dir(release_id), WATCH_HISTORY_FILE)
-    history = read_history(history_path)
+    try:
+        history = read_history(history_path)
+    except DocumentError as error:  # its restart cap counts the history: nothing measured, nothing restarted
+        log(f"{error}: the watch's history is not one it reads; move the file aside to start a new one", WARNING)
+        return 2
     api_key = read_api_key(store.secrets_path)
 
     def record(entry):
-        entry = evidence.redact(stamp(entry, release_id), [api_key])
+        entry = WatchEntry.from_dict(evidence.redact(stamp(entry, release_id), [api_key]), "the watch's entry")
         history.append(entry)
         save_history(history_path, history, args.history_lines)
-        log(json.dumps(entry, sort_keys=True))
+        log(entry.line().strip())
         return entry
 
     def measured(label):
@@ -378,8 +383,8 @@ def run(args):
     else:
         entry = measured("measure")
         streak = drift_streak(history)
-        if entry.get("drift"):
-            log(f"DRIFT ({streak} in a row, acting at {args.drift_runs}): " + "; ".join(entry["drift"]), WARNING)
+        if entry.drift:
+            log(f"DRIFT ({streak} in a row, acting at {args.drift_runs}): " + "; ".join(entry.drift), WARNING)
         done_today = restarts_within(history, time.time())
         if streak >= args.drift_runs and args.on_drift == "restart" and done_today >= args.max_restarts_per_day:
             reason = (f"drift {streak} times in a row, but {done_today} restarts in the last 24 h reached "
@@ -387,7 +392,7 @@ def run(args):
             log(f"NOT restarting {args.service}.service: {reason}", WARNING)
             record({"event": "restart-withheld", "status": "capped", "detail": reason})
         elif streak >= args.drift_runs and args.on_drift == "restart":
-            reason = f"drift {streak} times in a row: " + "; ".join(entry["drift"])
+            reason = f"drift {streak} times in a row: " + "; ".join(entry.drift)
             log(f"restarting {args.service}.service: {reason}", WARNING)
             code = systemctl("restart", f"{args.service}.service").returncode
             ready = code == 0 and wait_healthy(probe_url, float(meta.start_timeout_s or 1800))

@@ -10,7 +10,6 @@ host, under the lock).
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,8 @@ from . import search as tune
 from ..settings import SettingsError, TuneArgs, origin
 from ..settings_types import int_list
 from ..hostside import documents
+from ..hostside.documents import DocumentError
+from ..hostside.reports import DoctorReport, TuneResults
 from ..release_plan import STORE_ROOT
 from .host import HostSession, Overlay, TuneError, allow_candidates  # noqa: F401 - the verb's and tests' names
 
@@ -102,9 +103,10 @@ class Runner(HostSession):
         """The doctor's report for the active release (doctor.json), whose estimates order the axes."""
         ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
                                                            + documents.DOCTOR_FILE]))
-        try:
-            return json.loads(stdout) if ok and stdout.strip() else None
-        except ValueError:
+        try:  # read as the doctor wrote it (hostside/reports.DoctorReport); an unreadable one orders nothing
+            return DoctorReport.loads(stdout).to_dict() if ok and stdout.strip() else None
+        except DocumentError as error:
+            self.say(f"the doctor's report is not used: {error}")
             return None
 
     def confirm(self, winner):
@@ -231,7 +233,7 @@ class Runner(HostSession):
         self.all_results.append(measured)
         path = self.results_path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.document(), indent=1) + "\n")
+        path.write_text(TuneResults.from_dict(self.document()).dump())
 
     # --- the report -------------------------------------------------------------------------------
     def report(self, winner: tune.Measured | None, closed: dict) -> dict:
@@ -266,10 +268,11 @@ class Runner(HostSession):
         document["table"] = text
         document["by_kind"] = kinds
         path = self.results_path()
-        path.write_text(json.dumps(document, indent=1) + "\n")
+        text = TuneResults.from_dict(document).dump()  # the fields the doctor and a later tune read, checked
+        path.write_text(text)
         (self.work / "table.txt").write_text(text + ("\n" + front if front else "") + ("\n" + kinds if kinds else "")
                                              + "\n")
-        self.remote.put(json.dumps(document, indent=1) + "\n",
+        self.remote.put(text,
                         f"{STORE_ROOT}/{self.service}/releases/{self.active}/{documents.TUNE_RESULTS_FILE}")
         plot = tune_report.steps_plot(results, self.original_flags, self.work / "steps.png")
         self.say(f"results: {path} (and releases/{self.active}/tune-results.json on the host); table: "

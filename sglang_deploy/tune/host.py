@@ -18,6 +18,7 @@ from .vocab import label_ignored
 from ..gate import RESULTS_DIR, gate_config
 from ..hostside import documents
 from ..hostside.documents import GateConfig, ReleaseMeta
+from ..hostside.reports import StoreReport, TuneItem
 from ..hostside.store import content_hash, next_release_id
 from ..layout import host_program
 from ..plan import PlanError, plan_for_host
@@ -119,24 +120,26 @@ class HostSession:
         self.profile_text = Path(self.profile.source).read_text()
         configure()
         _, stdout = self.sh("store", "state", "--service", self.service)
-        store = json.loads(stdout)
-        active = store["state"].get("active")
-        if store.get("lock"):
-            holder = store["lock"]
-            raise TuneError(f"the release store is locked by {holder.get('owner')} (since {holder.get('since')}); "
+        try:
+            store = StoreReport.loads(stdout, "the release store's state (hostside.store state)")
+        except documents.DocumentError as error:
+            raise TuneError(f"{error}; nothing was changed") from None
+        active = store.state.active
+        if store.lock:
+            raise TuneError(f"the release store is locked by {store.lock.owner} (since {store.lock.since}); "
                             "nothing was changed")
-        active_meta = next((r for r in store["releases"] if r["id"] == active), None)
+        active_meta = store.release(active)
         if not active_meta:
             raise TuneError(f"no active release of {self.service}: deploy {self.profile.source} first")
-        if active_meta.get("content_hash") != content_hash(plan.rendered.unit, plan.rendered.env):
+        if active_meta.content_hash != content_hash(plan.rendered.unit, plan.rendered.env):
             raise TuneError(f"the active release {active} was not deployed from {self.profile.source} (its unit or "
                             f"environment differ): {self.verb} starts from the running profile; deploy it first, or "
                             f"pass --data profile=<the profile of {active}>")
-        if not store.get("consistent"):
+        if not store.consistent:
             raise TuneError(f"the host is not consistent with its active release {active}: deploy first")
         self.active, self.store = active, store
-        self.release_ids = [r["id"] for r in store["releases"]]
-        self.by_hash = {r.get("content_hash"): r["id"] for r in store["releases"]}
+        self.release_ids = [r.id for r in store.releases]
+        self.by_hash = {r.content_hash: r.id for r in store.releases}
         self.stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
         self.work = self.results_dir / f"{self.verb}-{active}-{self.stamp}"
         (self.work / "candidates").mkdir(parents=True, exist_ok=True)
@@ -226,11 +229,11 @@ class HostSession:
 
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
         meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(
-            tune={"session": self.session, "temporary": True, "candidate": candidate.id})
+            tune=documents.TuneMark(session=self.session, temporary=True, candidate=candidate.id))
         files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
                  documents.PROFILE_FILE: profile_snapshot(plan),
                  GateConfig.FILE: gate_config(plan).dump(),
-                 documents.RESOLVED_FILE: json.dumps(plan.resolution, indent=1, sort_keys=True) + "\n",
+                 documents.RESOLVED_FILE: documents.Resolution.from_dict(plan.resolution).dump(),
                  ReleaseMeta.FILE: meta.dump()}
         return {"release_id": release_id, "files": files}, None
 
@@ -257,11 +260,12 @@ class HostSession:
         self.seq += 1
         seq = self.seq
         # A candidate that hangs at start must not outlive the budget (the profile's start timeout may be 30 min).
-        document = {"seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
-                    "settings": self.settings.measurement(), "files": item.get("files"),
-                    "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))}
+        document = TuneItem.from_dict({  # the fields the host's session reads (hostside/reports.py)
+            "seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
+            "settings": self.settings.measurement(), "files": item.get("files"),
+            "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))})
         queue = f"{STORE_ROOT}/{self.service}/tune/{self.session}/queue"
-        self.remote.put(json.dumps(document), f"{queue}/{seq:04d}.tmp")
+        self.remote.put(document.dump(), f"{queue}/{seq:04d}.tmp")
         ok, _, stderr = self.remote.run(shlex.join(["mv", f"{queue}/{seq:04d}.tmp", f"{queue}/{seq:04d}.json"]))
         if not ok:
             raise TuneError(f"could not queue candidate {candidate.id}: {stderr}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+from ..hostside.documents import DocumentError
+from ..hostside.reports import TuneResults
 from .search import Candidate, Measured
 
 
@@ -29,13 +31,13 @@ def saved_results(texts: list[str], signature: str, original: str) -> dict[str, 
     saved = {}
     for text in texts:
         try:
-            document = json.loads(text)
-        except ValueError:
+            document = TuneResults.loads(text)
+        except DocumentError:
             continue
-        if document.get("signature") != signature or document.get("original") != original:
+        if document.signature != signature or document.original != original:
             continue
-        for entry in document.get("results") or []:
-            measured = Measured.from_json(entry)
+        for entry in document.results:
+            measured = Measured.from_json(entry.to_dict())
             if measured.measured or not measured.valid:
                 saved.setdefault(candidate_key(measured.candidate), measured)
     return saved

@@ -89,13 +89,13 @@ def manifest_hash(manifest):
 
 def snapshot_change(mine, theirs, unmanaged):
     """(their label, my label) when two releases' snapshot records (meta.json `weights` or `draft`; None or {}: not
-    managed, labelled `unmanaged`) name other weights (another source or manifest), else None. The one comparison
+    managed, labelled `unmanaged`; documents.SnapshotMark) name other weights (another source or manifest), else None. The one comparison
     behind the gate's baseline note (switch.baseline_weights_note) and the listing (release_plan.weights_change)."""
     def key(w):
-        return (w or {}).get("source"), (w or {}).get("manifest_sha256")
+        return (w.source, w.manifest_sha256) if w else (None, None)
 
     def label(w):
-        return f"{w.get('source')} (manifest {str(w.get('manifest_sha256', ''))[:12]})" if w else unmanaged
+        return f"{w.source} (manifest {w.manifest_sha256[:12]})" if w else unmanaged
 
     return None if key(mine) == key(theirs) else (label(theirs), label(mine))
 
@@ -260,16 +260,17 @@ def map_problem(argv, maps_dir=None):
 
 
 def snapshot_problem(weights, what):
+    """weights: the release's SnapshotMark (documents.py), or None: not managed."""
     if not weights:
         return None
-    manifest = read_json(weights.get("manifest") or "")
-    if manifest is None or check_manifest(manifest) or manifest_hash(manifest) != weights.get("manifest_sha256"):
-        return f"the manifest {weights.get('manifest')} of the release's {what} is missing or not the recorded one"
-    if not os.path.isdir(weights["path"]):
-        return f"the release's {what} {weights['path']} are not on the host (pruned?); deploy them again"
-    problems, _ = verify(weights["path"], manifest, quick=True)
+    manifest = read_json(weights.manifest)
+    if manifest is None or check_manifest(manifest) or manifest_hash(manifest) != weights.manifest_sha256:
+        return f"the manifest {weights.manifest} of the release's {what} is missing or not the recorded one"
+    if not os.path.isdir(weights.path):
+        return f"the release's {what} {weights.path} are not on the host (pruned?); deploy them again"
+    problems, _ = verify(weights.path, manifest, quick=True)
     if problems:
-        return f"the release's {what} in {weights['path']} changed since they were verified: " + "; ".join(problems)
+        return f"the release's {what} in {weights.path} changed since they were verified: " + "; ".join(problems)
     return None
 
 

@@ -35,9 +35,9 @@ def referenced_snapshots(store_root=None):
             except FileNotFoundError:  # not a complete release (meta.json is written last)
                 continue
             argv = meta.exec_start
-            offered = [entry.get("path") for entry in [*meta.offered_drafts, *meta.offered_token_maps, meta.token_map]
-                       if isinstance(entry, dict)]
-            for path in [(getattr(meta, key) or {}).get("path") for key in SNAPSHOT_KEYS] + offered + [
+            parts = [getattr(meta, key) for key in SNAPSHOT_KEYS] + meta.offered_drafts + [
+                meta.token_map, *meta.offered_token_maps]
+            for path in [part.path for part in parts if part] + [
                     argv[i + 1] for i, arg in enumerate(argv[:-1]) if arg in SNAPSHOT_FLAGS]:
                 if path:
                     used.add(os.path.abspath(path))

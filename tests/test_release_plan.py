@@ -1,13 +1,12 @@
-"""Release decisions without a host: ids, retention, flag differences, what to switch to."""
+"""The release plan (sglang_deploy/release_plan.py) without a host: what to switch to, one id on every node, what to
+roll back to, the listing, the service a verb addresses."""
 
 from types import SimpleNamespace
 
 import pytest
 
-from conftest import PROVEN, proven_with
-from sglang_deploy.hostside.service import cmdline_matches, env_file_values, environment_drift
-from sglang_deploy.hostside.store import (content_hash, flag_differences, last_used, next_release_id,
-                                          releases_to_prune, secret_name)
+from conftest import PROVEN, proven_with, store_report
+from sglang_deploy.hostside.store import content_hash
 from sglang_deploy.plan import plan_for_host
 from sglang_deploy.release_plan import (Decision, Peer, build_meta, decide, listing, rollback_target, server_digest,
                                          with_peers)
@@ -23,44 +22,7 @@ def plan_of(path):
     return plan_for_host({"profile": str(path), "gpus": 2, "gpu_topology": "pcie"})
 
 
-def store_with(*releases, active=None, last_good=None, consistent=True):
-    return {"releases": list(releases), "state": {"active": active, "last_good": last_good},
-            "consistent": consistent, "lock": None}
-
-
-def test_release_ids_are_ordered_sequence_plus_hash():
-    assert next_release_id([], "abcdef0123") == "0001-abcdef01"
-    assert next_release_id(["0001-aaaaaaaa", "0009-bbbbbbbb", "junk"], "c" * 64) == "0010-cccccccc"
-
-
-def test_content_hash_covers_unit_and_env_only():
-    assert content_hash("u", "e") != content_hash("u", "e2") != content_hash("u2", "e")
-    assert content_hash("ab", "c") != content_hash("a", "bc")
-
-
-def test_last_used_prefers_the_latest_activation():
-    assert last_used(used("2026-11-05T00:00:00+00:00")) == "2026-11-05T00:00:00+00:00"
-    assert last_used({"created": "2026-11-01T00:00:00+00:00"}) == "2026-11-01T00:00:00+00:00"
-
-
-def test_prune_keeps_newest_and_protected():
-    ids = [f"{i:04d}-aaaaaaaa" for i in range(1, 8)]
-    assert releases_to_prune(ids, 5, {"0001-aaaaaaaa"}) == ["0002-aaaaaaaa"]
-    assert releases_to_prune(ids, 5, set()) == ids[:2]
-
-
-def test_flag_differences():
-    base = ["/v/bin/sglang", "serve", "--tp-size", "2", "--speculative-num-steps", "3", "--enable-metrics"]
-    other = ["/v/bin/sglang", "serve", "--tp-size", "2", "--speculative-num-steps", "1"]
-    assert flag_differences(other, base) == ["--enable-metrics: on -> (absent)", "--speculative-num-steps: 3 -> 1"]
-    assert flag_differences(base, base) == []
-
-
-def test_cmdline_match_allows_the_script_interpreter():
-    argv = ["/v/bin/sglang", "serve", "--port", "1"]
-    assert cmdline_matches(argv, argv)
-    assert cmdline_matches(["/v/bin/python3", *argv], argv)
-    assert not cmdline_matches(["/v/bin/python3", *argv[:-1], "2"], argv)
+store_with = store_report  # the ReleaseStore fact: each release as its meta.json fields
 
 
 def test_decide_new_unchanged_and_inconsistent():
@@ -112,49 +74,20 @@ def test_listing_marks_active_and_shows_flag_differences():
     assert lines[2].startswith("*g0001-aaaaaaaa") and "(active)" in lines[2]
 
 
-def test_environment_file_values_and_the_process_drift_names_only():
-    text = plan_of(PROVEN).rendered.env
-    declared = env_file_values(text + "# a comment\nQUOTED=\"a b\"\n")
-    assert declared["NCCL_CUMEM_ENABLE"] == "0" and declared["QUOTED"] == "a b" and "# a comment" not in declared
-    import subprocess
-
-    environ = {"NCCL_CUMEM_ENABLE": "0", "SGLANG_X": "a b"}
-    import sys
-
-    process = subprocess.Popen([sys.executable, "-c", "import time; print('started', flush=True); time.sleep(30)"],
-                               env=environ, stdout=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout.readline() == "started\n"  # running, past exec: /proc/PID/environ is its own
-        assert environment_drift(process.pid, environ) == []
-        drift = environment_drift(process.pid, {"NCCL_CUMEM_ENABLE": "1", "SGLANG_X": "a b", "NCCL_ALGO": "Ring"})
-        assert drift == ["NCCL_CUMEM_ENABLE", "NCCL_ALGO"]  # names, never values
-    finally:
-        process.kill()
-        process.wait()
-    assert environment_drift(2 ** 22 + 1, environ) is None  # no such process: nothing to compare
-
-
 def test_decide_names_why_the_host_is_inconsistent():
     plan = plan_of(PROVEN)
     first = decide(plan, store_with())
     stored = build_meta(plan, first.release_id).to_dict()
-    store = store_with(stored, active=first.release_id, consistent=False)
-    store["inconsistent"] = ["the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"]
+    store = store_with(stored, active=first.release_id, consistent=False, inconsistent=[
+        "the server process's environment differs from the release's in NCCL_CUMEM_ENABLE"])
     decision = decide(plan, store)
     assert decision.switch and decision.release_id == first.release_id
     assert decision.reason.endswith("differs from the release's in NCCL_CUMEM_ENABLE")
 
 
-def test_secret_names_by_convention_only():
-    assert all(secret_name(n) for n in ("HF_TOKEN", "SGLANG_API_KEY", "AWS_SECRET_ACCESS_KEY", "NCCL_PASSWORD",
-                                        "X_CREDENTIALS", "TOKEN"))
-    assert not any(secret_name(n) for n in ("HF_TOKEN_PATH", "SGLANG_MAX_NEW_TOKENS_LIMIT", "SGLANG_INIT_NEW_TOKEN_RATIO",
-                                            "HF_HUB_DISABLE_IMPLICIT_TOKEN", "NCCL_CUMEM_ENABLE"))
-
-
 def test_the_nodes_of_a_server_restart_together():
     def node(active, consistent=True):
-        return Peer({"state": {"active": active}, "consistent": consistent}, "d")
+        return Peer(store_report(active=active, consistent=consistent), "d")
 
     mine = Decision("0003-abcdef12", False, False, "unchanged")
     same = node("0003-abcdef12")
@@ -182,8 +115,8 @@ def test_one_release_id_names_the_release_on_every_node():
     sid = server[:8]
 
     def node(digest, *ids, active, other_content=()):
-        return {"releases": [{"id": i, "content_hash": "0" * 64 if i in other_content else digest} for i in ids],
-                "state": {"active": active, "last_good": None}, "consistent": True, "lock": None}
+        return store_report(*[{"id": i, "content_hash": "0" * 64 if i in other_content else digest} for i in ids],
+                            active=active)
 
     # Both retain the release and run it: unchanged.
     a, b = node(a_digest, f"0003-{sid}", active=f"0003-{sid}"), node(b_digest, f"0003-{sid}", active=f"0003-{sid}")

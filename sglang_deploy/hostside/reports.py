@@ -1,0 +1,295 @@
+"""The reports a release keeps beside its documents: the doctor's (doctor.json), the tune's (tune-results.json) and
+the perf watch's history (watch.jsonl); the files of a tune session (its queue, session.json, close); and the store's
+state as `hostside.store state` reports it (the controller's ReleaseStore fact).
+
+Typed like the store's documents (documents.py: the strict reader naming the document and the field, the format
+version, the defaults only where releases already on hosts lack a field). The controller writes them (doctor.py,
+tune/controller.py) through the class, so a field renamed in the writer fails at the write; the host reads them
+(the perf watch, the doctor's collector) by attribute. Standard library only: shipped to the host.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from .documents import AB_RESULTS_FILE, DOCTOR_FILE, TUNE_RESULTS_FILE, WATCH_HISTORY_FILE, Document
+
+
+# --- the store's state as the state command reports it (hostside.store state) ------------------------------
+
+@dataclass(frozen=True)
+class ServiceRun(Document):
+    """The unit as systemd runs it (service.service_status)."""
+    active_state: str | None
+    sub_state: str | None
+    result: str | None
+    main_pid: int  # 0: no process
+    cmdline: list | None  # None: no process, or unreadable
+    started_monotonic_us: str | int | None
+
+
+@dataclass(frozen=True)
+class StoreReport(Document):
+    """`hostside.store state` (store.cmd_state): the ReleaseStore fact the controller decides by (release_plan,
+    plan.lock_refusal, fleet, the stages, the rollback, the tune). The inline program is this checkout's."""
+    service: str
+    state: StoreState
+    releases: list[ReleaseMeta]  # oldest first
+    lock: LockInfo | None  # None: not held
+    installed_hash: str | None  # the installed unit's and environment's content hash; None: none installed
+    running: ServiceRun
+    consistent: bool  # the host runs its active release as it declares
+    inconsistent: list  # why not, each a sentence
+    problems: list  # store files set aside, drifts that a restart would not change
+
+    def release(self, release_id):
+        """The retained release's meta (ReleaseMeta), or None."""
+        return next((meta for meta in self.releases if meta.id == release_id), None)
+
+
+# --- the doctor's report: releases/<id>/doctor.json ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class DoctorBound(Document):
+    """The bandwidth roofline the doctor computed (hostside/roofline.roofline, with where the bandwidth came from):
+    the perf watch prefers a measured bandwidth to the datasheet's."""
+    verify_gb_per_gpu: float
+    draft_step_gb_per_gpu: float
+    cycle_gb_per_gpu: float
+    cycle_ms_at_roofline: float
+    tau: float
+    steps: int
+    bandwidth_gbs: float
+    roofline_tok_s: float
+    at_75pct_mbu_tok_s: float
+    bandwidth_source: str  # "measured (probe, ...)" or "datasheet (<gpu>)"
+    draft_model: bool = False  # a separate draft model's pass counted; reports from before DFLASH: none
+    measured_tok_s: float | None = None  # None: no measurement to compare
+    mbu: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        return self.bandwidth_source.startswith("measured")
+
+
+@dataclass(frozen=True)
+class DoctorReport(Document):
+    """What the perf doctor found for a release (sglang_deploy/doctor.diagnose, and doctor.py's release, errors,
+    probe and sandbox): the perf watch reads its roofline, the tune orders its axes by its suspects."""
+    FILE: ClassVar[str] = DOCTOR_FILE
+    roofline: DoctorBound | None  # None: no checkpoint or no bandwidth to bound by
+    suspects: list  # doctor.Suspect as dicts, ranked
+    notes: list
+    simulated: bool
+    release: str
+    errors: list
+    # Defaults: reports written before these parts existed (2026-11-30 to 12-01) found none of them.
+    opportunities: list = field(default_factory=list)
+    allreduce: dict | None = None  # the all-reduce path (doctor_levers.allreduce_path)
+    memory: dict | None = None  # the memory budget per GPU; None: not computed
+    probe: dict | None = None  # the GPU probe's answer; None: not asked (--probe)
+    sandbox: dict | None = None  # the preflight's view without its GPU steps
+
+    def measured_bandwidth(self):
+        """(GB/s, source) when the doctor's probe measured this host's bandwidth, else None."""
+        bound = self.roofline
+        return (bound.bandwidth_gbs, bound.bandwidth_source) if bound and bound.measured and bound.bandwidth_gbs \
+            else None
+
+
+# --- the tune's results: releases/<id>/tune-results.json ---------------------------------------------------
+
+@dataclass(frozen=True)
+class TuneEntry(Document):
+    """One measured candidate (tune/search.Measured.to_json; Measured.from_json reads it back for a resumed tune)."""
+    id: str
+    axis: str
+    flags: dict
+    env: dict
+    valid: bool
+    repeats: list  # each repeat's medians (tune_runner.summarize)
+    duration_s: int | float
+    # Defaults: results saved before these parts existed read as "none recorded".
+    draft: dict | None = None  # a drafter candidate's speculative.draft
+    by_kind: dict = field(default_factory=dict)
+    invalid_reason: str | None = None
+    error: str | None = None
+    restart_s: int | float | None = None
+    release_id: str | None = None
+    decode_score: int | float | None = None
+    aggregate_score: int | float | None = None
+    tau: int | float | None = None
+    decode_spread_pct: int | float | None = None
+    aggregate_spread_pct: int | float | None = None
+    allreduce: dict | None = None
+
+
+@dataclass(frozen=True)
+class ABResults(Document):
+    """The doctor's A/B on request, kept beside the active release (sglang_deploy/doctor_ab.host_document): the
+    active release as the original and its no-speculation control, in the tune's entries, so a later doctor reads it
+    as it reads the last tune (hostside/doctor_collect.last_tune)."""
+    FILE: ClassVar[str] = AB_RESULTS_FILE
+    kind: str  # "ab"
+    stamp: str
+    original: str  # the active release measured
+    results: list[TuneEntry]
+
+
+@dataclass(frozen=True)
+class TuneResults(Document):
+    """A tune of the active release (tune/controller.py document, written after each candidate and at the end):
+    a later tune reuses its measurements under the same settings (tune/results.py), the doctor reads its control
+    candidates (hostside/doctor_collect.last_tune)."""
+    FILE: ClassVar[str] = TUNE_RESULTS_FILE
+    host: str
+    service: str
+    profile: str
+    original: str  # the release tuned
+    session: str
+    stamp: str
+    signature: str  # the measurement settings (tune/results.settings_signature)
+    settings: dict
+    elapsed_s: int | float
+    results: list[TuneEntry]
+    stopped: str | None = None  # why the search stopped early; None: it did not
+    unreached: list = field(default_factory=list)
+    confirmation: dict | None = None  # the winner measured again beside the original
+    winner: str | None = None  # its id; None: none (yet)
+    # Written at the end only (report): a document saved after each candidate has none of these.
+    restore: dict | None = None
+    tuned_profile: str | None = None
+    table: str | None = None
+    by_kind: str | None = None
+
+
+# --- a tune session's queue: <store>/tune/<session>/queue/<seq>.json ---------------------------------------
+
+@dataclass(frozen=True)
+class TuneMeasure(Document):
+    """How each candidate is measured (tune/controller.Settings.measurement): written whole by the controller."""
+    repeats: int
+    samples: int
+    max_new_tokens: int
+    concurrency: int
+    aggregate_rounds: int
+    warmup: int
+
+
+@dataclass(frozen=True)
+class TuneItem(Document):
+    """A candidate the controller queued for the host's session (tune/host.py run_item; hostside/tune_runner.py
+    stages, switches and measures it). Written and read within one session by one checkout: every field is written."""
+    FILE: ClassVar[str] = "queue/<seq>.json"
+    seq: int
+    id: str  # the candidate's id
+    release_id: str  # a retained release, or a temporary one staged from files
+    restart: bool  # restart although it is the release running
+    settings: TuneMeasure
+    files: dict | None  # a temporary release's files by name (meta.json among them); None: retained
+    start_timeout_s: int | float  # the budget's share: a candidate that hangs at start must not outlive it
+
+
+# --- a tune session's own files: session.json and close (<store>/tune/<session>/) --------------------------
+
+@dataclass(frozen=True)
+class TuneRestore(Document):
+    """What the session's end did (tune_runner.Session.restore): the original release back, temporaries removed."""
+    needed: bool  # something else was installed
+    ready: bool  # the original is running (or never left)
+    stage: str | None = None  # the readiness stage reached; None: no restart
+    detail: str | None = None  # why not ready
+    elapsed_s: int | float | None = None
+    removed: list = field(default_factory=list)  # the temporary releases removed
+
+
+@dataclass(frozen=True)
+class TuneStatus(Document):
+    """The session's state (tune_runner.Session.save_status), read by its open, poll and close commands
+    (tune_session.py), a later session's clean-up, and the controller (tune/host.py)."""
+    FILE: ClassVar[str] = "session.json"
+    session: str
+    service: str
+    state: str  # starting, ready, running, closed, aborted, failed
+    pid: int
+    started: str
+    updated: str | None = None
+    original: str | None = None  # the release restored at the end; None: not known yet
+    current: str | None = None  # the release running now
+    message: str | None = None
+    done: list = field(default_factory=list)  # the queue items measured (seq)
+    item: int | None = None  # the item being measured
+    start_estimate_s: int | float | None = None  # the last switch's readiness time, when it was to the original
+    probe_url: str | None = None
+    restore: TuneRestore | None = None  # None: the session has not ended
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ("closed", "aborted", "failed")
+
+
+@dataclass(frozen=True)
+class TuneClose(Document):
+    """The controller's request to end the session (tune_session.py close): the watchdog reads it."""
+    FILE: ClassVar[str] = "close"
+    abort: bool  # restore now, before the queue is done
+    at: str
+    why: str | None = None
+
+
+# --- the perf watch's history: releases/<id>/watch.jsonl, one entry a line -----------------------------------
+
+@dataclass(frozen=True)
+class WatchOutput(Document):
+    """The short output check of a watch run (hostside/output_check.run, its verdict and counts)."""
+    verdict: str  # pass, fail, inconclusive
+    reasons: list
+    inconclusive: list
+    known_right: int
+    total: int
+    degenerate: int  # answers that repeat or ramble
+
+
+@dataclass(frozen=True)
+class WatchEntry(Document):
+    """One run of the perf watch (hostside/watch.py): a measurement, a skipped run, a restart or a withheld one.
+    The watch reads its own history back (the drift streak, the day's restarts, the last success for the
+    metrics); `hostside.store history` lists it (history.py)."""
+    FILE: ClassVar[str] = WATCH_HISTORY_FILE
+    status: str  # ok, error; busy, no-listener, no-metrics (skipped); restarted, restart-failed, capped
+    at: str
+    unix: int | float  # the restarts of the last day are counted by it
+    release: str
+    event: str = "measure"  # measure, after-restart, restart, restart-withheld; the first entries had none
+    detail: str | None = None  # why skipped, restarted or withheld
+    running: int | float | None = None  # the requests running when a run was skipped as busy
+    samples: int | None = None  # measured: the samples, their medians
+    decode_tok_s: int | float | None = None
+    accept_length: int | float | None = None
+    ttft_s: int | float | None = None
+    errors: list = field(default_factory=list)
+    output: WatchOutput | None = None  # the short output check; None: not run
+    drift: list = field(default_factory=list)  # why this measurement drifts; empty: it does not
+    roofline_tok_s: int | float | None = None  # the bound at the measured acceptance; None: an input is missing
+    roofline_fraction: int | float | None = None
+    bandwidth_source: str | None = None
+
+    @classmethod
+    def lines(cls, text, source):
+        """The entries of a watch.jsonl text; a torn line (not JSON) is skipped, an object that is not an entry is a
+        DocumentError naming source:line."""
+        entries = []
+        for number, line in enumerate((text or "").splitlines(), 1):
+            try:
+                data = json.loads(line)
+            except ValueError:
+                continue
+            entries.append(cls.from_dict(data, f"{source}:{number}"))
+        return entries
+
+    def line(self) -> str:
+        """The entry's JSONL line: the fields it has (a line carries no format; WatchEntry reads format 1)."""
+        return json.dumps({key: value for key, value in self.to_dict().items() if value not in (None, [])},
+                          sort_keys=True) + "\n"
