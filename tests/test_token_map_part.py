@@ -184,11 +184,14 @@ def test_prune_removes_only_unused_maps_on_disk(tmp_path):
 # --- what the release records and shows; the role --------------------------------------------------------------
 
 def test_releases_py_shows_the_map_and_the_tunes_maps():
-    release = {**META, "token_map": {"sha256": DIGEST, "size": 32768},
-               "offered_token_maps": [{"sha256": "b" * 64, "size": 65536}]}
+    from conftest import store_report
+    from sglang_deploy.hostside.documents import ReleaseMeta
+
+    release = ReleaseMeta.from_dict({**META, "token_map": {"sha256": DIGEST, "path": "/m/a.pt", "size": 32768},
+                                     "offered_token_maps": [{"sha256": "b" * 64, "path": "/m/b.pt", "size": 65536}]})
     assert map_label(release) == f"map 32768 sha256:{DIGEST[:12]}; tune maps 65536 sha256:{'b' * 12}"
-    assert map_label(META) == ""
-    lines = listing({"state": {"active": "0001-aaaaaaaa"}, "releases": [release]})
+    assert map_label(ReleaseMeta.from_dict(META)) == ""
+    lines = listing(store_report(release, active="0001-aaaaaaaa"))
     assert lines[1].endswith(f"(active)  [map 32768 sha256:{DIGEST[:12]}; tune maps 65536 sha256:{'b' * 12}]")
 
 
@@ -214,5 +217,5 @@ def test_the_plan_serves_the_map_and_the_release_records_it(tmp_path, map_file, 
     assert argv[argv.index("--speculative-token-map") + 1] == f"/srv/models/token-maps/{DIGEST}.pt"
     assert plan.resolution["resolved"]["speculative_token_map"] == f"/srv/models/token-maps/{DIGEST}.pt"
     meta = build_meta(plan, "0001-aaaaaaaa")
-    assert meta.token_map == {"sha256": DIGEST, "path": f"/srv/models/token-maps/{DIGEST}.pt", "size": 32768,
-                              "file": "qwen-32768.pt"} and meta.offered_token_maps == []
+    assert meta.token_map.to_dict() == {"sha256": DIGEST, "path": f"/srv/models/token-maps/{DIGEST}.pt",
+                                        "size": 32768, "file": "qwen-32768.pt"} and meta.offered_token_maps == []

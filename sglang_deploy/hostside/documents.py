@@ -213,8 +213,8 @@ class TokenMapMark(Document):
     writes it; the switch's check, the weights' prune and the listing read it."""
     sha256: str
     path: str  # on the host: /srv/models/token-maps/<sha256>.pt
-    size: int | None  # token ids in the map (None: not read from the file)
-    file: str  # the controller's file name
+    size: int | None = None  # token ids in the map (None: not recorded)
+    file: str | None = None  # the controller's file name (None: not recorded)
 
 
 @dataclass(frozen=True)
