@@ -87,6 +87,8 @@ def test_with_nesting_the_proven_profile_deploys_and_passes_the_gate(nested, tmp
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-4000:]
     assert "preflight passed in" in output and "sandbox ok, devices ok" in output
+    # the one module whose host runs the preflight's SGLang resolution (conftest PREFLIGHT_STACK_MODULES)
+    assert "resolution ok" in output, output[-4000:]
     assert "GATE PASS" in output
     store = store_state(nested)
     assert store["state"]["active"] and store["consistent"]
