@@ -64,19 +64,37 @@ def host_modules(module: str) -> list[str]:
     return sorted(found)
 
 
-def inline_host(module: str, *args: str) -> str:
-    """Run this checkout's hostside/<module>.py on the host without uploading anything (base64 on stdin): the
-    program carries the module and the host modules it imports (host_modules), so a fact works before the host
-    package was installed and always matches this checkout's version of it."""
+def inline_program(module: str) -> str:
+    """The program inline_host runs, base64-encoded: it carries hostside/<module>.py and the host modules it imports
+    (host_modules)."""
     sources = {name: (HOSTSIDE / f"{name}.py").read_text() for name in ["__init__", *host_modules(module)]}
     payload = base64.b64encode(zlib.compress(json.dumps(sources).encode(), 9)).decode()
-    program = base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
-    return f"echo {program} | base64 -d | python3 - {shlex.join(args)}"
+    return base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
+
+
+def inline_host(module: str, *args: str, program_var: str | None = None) -> str:
+    """Run this checkout's hostside/<module>.py on the host without uploading anything (base64 on stdin): the
+    program carries the module and the host modules it imports (host_modules), so a fact works before the host
+    package was installed and always matches this checkout's version of it. program_var: a shell variable that
+    already holds the decoded program (program_assignment), for a command that runs one module several times: each
+    copy is tens of KB, and the host's shell gets the whole command as one argument, which Linux caps at 128 KiB
+    (MAX_ARG_STRLEN)."""
+    if program_var:
+        return f'python3 -c "${program_var}" {shlex.join(args)}'
+    return f"echo {inline_program(module)} | base64 -d | python3 - {shlex.join(args)}"
+
+
+def program_assignment(variable: str, module: str) -> str:
+    """Decode hostside/<module>.py's inline program once into a shell variable (inline_host program_var=)."""
+    return f"{variable}=$(echo {inline_program(module)} | base64 -d)"
 
 
 def inline_store(subcommand: str, service: str) -> str:
     """`hostside.store <subcommand> --service S` on the host, sent inline (inline_host)."""
     return inline_host("store", subcommand, "--service", service)
+
+
+WEIGHTS_PROGRAM = "SGLANG_DEPLOY_WEIGHTS_PROGRAM"  # DeployState: the shell variable holding the weights' program
 
 
 def split_sections(output) -> dict:
@@ -156,12 +174,12 @@ class DeployState(FactBase):
             checks.append(f"echo '@@user'; getent passwd {quoted}; id -nG {quoted} 2>/dev/null; echo")
             checks.append(f"echo '@@account'; {ServiceAccount().command(user)}")
             checks.append(f"echo '@@units'; {UnitOwnership().command(service)}")
-        if weights:
-            checks.append(WeightsStatus().command(*weights))
-        if draft:
-            checks.append(WeightsStatus().command(*draft, section="draft"))
-        for index, (manifest, directory) in enumerate(offered):  # the drafters the profile offers the tune
-            checks.append(WeightsStatus().command(manifest, directory, section=f"offered{index}"))
+        snapshots = ([(weights, "weights")] if weights else []) + ([(draft, "draft")] if draft else []) + [
+            ((manifest, directory), f"offered{index}") for index, (manifest, directory) in enumerate(offered)]
+        if snapshots:  # the weights' host program once, for every snapshot checked (the drafters the tune is offered)
+            checks.append(program_assignment(WEIGHTS_PROGRAM, "weights"))
+        for snapshot, section in snapshots:
+            checks.append(WeightsStatus().command(*snapshot, section=section, program_var=WEIGHTS_PROGRAM))
         return "; ".join(checks)
 
     def process(self, output):
@@ -371,9 +389,10 @@ class WeightsStatus(FactBase):
 
     requires_command = "python3"
 
-    def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights") -> str:
+    def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights",
+                program_var: str | None = None) -> str:
         checks = [f"echo '@@{section}_status'; if test -f {shlex.quote(manifest)}; then "
-                  f"{inline_host('weights', 'status', '--manifest', manifest, '--dir', directory)}; "
+                  f"{inline_host('weights', 'status', '--manifest', manifest, '--dir', directory, program_var=program_var)}; "
                   "else echo '{\"verified\": false}'; fi"]
         if python:
             checks.append(f"echo '@@{section}_hub'; {shlex.quote(python)} -c 'import huggingface_hub; "

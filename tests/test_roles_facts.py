@@ -52,3 +52,37 @@ def test_fact(path):
         return
     value = fact.process(output, **case.get("process_arg", {})) if output else fact.default()
     assert as_json(value) == case["fact"]
+
+
+def test_the_deploy_state_command_fits_one_argument_and_runs_the_weights_program_once(tmp_path):
+    """The host's shell gets DeployState's command as one argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN):
+    with a drafter offered it once grew past that and the fact failed ("Argument list too long") before the deploy
+    did anything. The weights' host program is carried once, however many snapshots it checks; run here by a real
+    shell, it verifies each snapshot."""
+    import subprocess
+
+    from sglang_deploy.weights import manifest_from_directory, write_manifest
+
+    snapshots = []
+    for index in range(4):
+        directory = tmp_path / f"snapshot{index}"
+        directory.mkdir()
+        (directory / "config.json").write_text(f'{{"index": {index}}}')
+        manifest = tmp_path / f"snapshot{index}.json"
+        write_manifest(manifest_from_directory(directory), manifest)
+        snapshots.append((str(manifest), str(directory)))
+    fact = facts.DeployState()
+    command = fact.command(service="sglang", weights=(*snapshots[0], None), draft=(*snapshots[1], None),
+                           offered=tuple(snapshots[2:]))
+    assert len(command.encode()) < 128 * 1024 * 3 // 4, len(command)  # a quarter left for growth
+    assert command.count(facts.inline_program("weights")) == 1
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120,
+                            env={**__import__("os").environ, "SGLANG_DEPLOY_MODELS": str(tmp_path)})  # the models root
+    sections = facts.split_sections(result.stdout.splitlines())
+    # the program answered for each snapshot (never recorded as verified here: no fetch or push verified it)
+    answers = [json.loads("\n".join(sections[f"{name}_status"]))
+               for name in ("weights", "draft", "offered0", "offered1")]
+    assert [answer["path"] for answer in answers] == [directory for _, directory in snapshots], \
+        result.stdout[-2000:] + result.stderr[-2000:]
+    value = fact.process(result.stdout.splitlines())
+    assert value["weights"] == {"verified": False, "hub_client": None} and len(value["offered"]) == 2
