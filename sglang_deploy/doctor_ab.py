@@ -87,14 +87,17 @@ class SpecAB(HostSession):
         if candidate is None:
             raise TuneError(f"the active release {self.active} does not speculate (no --speculative-algorithm): "
                             "nothing to compare; nothing was changed")
-        item, problem = self.stage_files(candidate)
-        if item is None:
+        problem = self.candidate_problem(candidate)  # refused before the session takes the lock
+        if problem:
             raise TuneError(f"the release without speculation is not valid here: {problem}; nothing was changed")
         self.say(f"A/B: the active release {self.active} against itself without speculation "
                  f"({', '.join(name for name, _ in candidate.flags)} removed), {self.settings.repeats} repeats x "
                  f"{self.settings.samples} samples x {self.settings.max_new_tokens} tokens each")
 
         def measure():
+            item, problem = self.stage_files(candidate)  # in the session: its meta.json names it (TuneMark)
+            if item is None:
+                raise TuneError(f"the release without speculation is not valid here: {problem}")
             try:
                 active = self.one(tune.Candidate("active", "ab"), self.active)
                 return active, self.one(candidate, item["release_id"], item["files"])

@@ -87,10 +87,15 @@ def test_the_ab_measures_the_active_release_then_the_temporary_one(tmp_path, mon
 
     def run_item(candidate, item, restart):
         asked.append((candidate.id, item["release_id"], sorted(item["files"] or {})))
+        if item["files"]:  # the temporary release's meta.json reads on the host, naming the session that staged it
+            from sglang_deploy.hostside.documents import ReleaseMeta
+
+            meta = ReleaseMeta.loads(item["files"]["meta.json"])
+            assert meta.tune.session == ab.session and meta.tune.temporary, meta.tune
         return measured(candidate.id, {"active": 32.7}.get(candidate.id, 57.0), release=item["release_id"])
     monkeypatch.setattr(ab, "run_item", run_item)
-    monkeypatch.setattr(ab, "in_session", lambda body: (setattr(ab, "started", 0.0) or body(),
-                                                        {"restore": {"needed": True, "ready": True}}))
+    monkeypatch.setattr(ab, "in_session", lambda body: (setattr(ab, "started", 0.0) or setattr(ab, "session", "s1")
+                                                        or body(), {"restore": {"needed": True, "ready": True}}))
     document = ab.run()
     assert asked[0] == ("active", "0001-aaaaaaaa", [])
     nospec_id, temporary, files = asked[1]

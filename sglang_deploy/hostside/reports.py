@@ -290,6 +290,10 @@ class WatchEntry(Document):
         return entries
 
     def line(self) -> str:
-        """The entry's JSONL line: the fields it has (a line carries no format; WatchEntry reads format 1)."""
-        return json.dumps({key: value for key, value in self.to_dict().items() if value not in (None, [])},
+        """The entry's JSONL line: the fields it has (a line carries no format; WatchEntry reads format 1). A
+        measurement keeps its `drift` and `errors` lists even when empty ("measured: no drift"), as the watch wrote
+        them before the entry was typed; a skipped run leaves them out."""
+        measured = self.samples is not None
+        return json.dumps({key: value for key, value in self.to_dict().items()
+                           if value is not None and (value != [] or measured and key in ("drift", "errors"))},
                           sort_keys=True) + "\n"

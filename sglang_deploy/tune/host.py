@@ -209,16 +209,27 @@ class HostSession:
         """The candidate's profile: the running profile's text with its changes (comments kept)."""
         return tune_edit.apply_changes(self.profile_text, candidate)
 
-    def stage_files(self, candidate: tune.Candidate):
-        """Validate the candidate (SGLang's parser, its resolution, the rules) and render its release."""
+    def candidate_plan(self, candidate: tune.Candidate):
+        """Validate the candidate (SGLang's parser, its resolution, the rules): (its plan, None) or (None, why not)."""
         text = self.candidate_text(candidate)
         path = self.work / "candidates" / f"{candidate.id.replace('+', '_')}.yaml"
         path.write_text(text)
         try:
-            plan = plan_for_host(Overlay(self.data, profile=str(path)), detected=self.detected)
+            return plan_for_host(Overlay(self.data, profile=str(path)), detected=self.detected), None
         except PlanError as error:
             lines = [line.replace(str(path), path.name) for line in str(error).splitlines() if line.strip()]
             return None, " | ".join(lines[1:3] or lines[:1])
+
+    def candidate_problem(self, candidate: tune.Candidate) -> str | None:
+        """Why the candidate is not valid here (candidate_plan), without staging anything; None: it is."""
+        return self.candidate_plan(candidate)[1]
+
+    def stage_files(self, candidate: tune.Candidate):
+        """Validate the candidate and render its release, a temporary one of this session (its meta.json's tune
+        part names the session: stage inside in_session)."""
+        plan, problem = self.candidate_plan(candidate)
+        if plan is None:
+            return None, problem
         digest = content_hash(plan.rendered.unit, plan.rendered.env)
         if digest in self.by_hash:
             return {"release_id": self.by_hash[digest], "files": None}, None
