@@ -94,7 +94,7 @@ def inline_store(subcommand: str, service: str) -> str:
     return inline_host("store", subcommand, "--service", service)
 
 
-WEIGHTS_PROGRAM = "SGLANG_DEPLOY_WEIGHTS_PROGRAM"  # DeployState: the shell variable holding the weights' program
+WEIGHTS_PROGRAM = "sglang_deploy_weights_program"  # DeployState: a shell variable (not exported), the weights' program
 
 
 def split_sections(output) -> dict:
