@@ -234,7 +234,7 @@ def test_killed_controller_does_not_stop_the_switch_and_a_concurrent_deploy_is_r
 
 
 def test_retention_after_four_deploys_keeping_two(simhost, tmp_path):
-    """keep_releases=2 (the default keeps 5; the prune's choice itself is test_releases_logic's): after four new
+    """keep_releases=2 (the default keeps 5; the prune's choice itself is test_store's): after four new
     releases the last two are kept, the two before them are gone, and the last good one is never dropped."""
     ids = [deploy_ok(simhost, proven_with(tmp_path, "--max-running-requests: 16",
                                           f"--max-running-requests: {n}", f"keep{n}.yaml"), "--data", "keep_releases=2")
