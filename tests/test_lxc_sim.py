@@ -191,7 +191,8 @@ def test_the_doctor_reports_what_this_container_does_not_enforce(nested):
 
 def test_the_driver_step_installs_the_host_modules_user_space_and_follows_its_upgrade(nested):
     """Provisioning's driver step in the unprivileged container, against tests/aptrepo.py's repository with the real
-    packages' relations. Last on this host: the packages replace the GPU stand-ins (nvidia-smi, libcuda.so.1) that its
+    packages' relations: the host module's exact version installed, a version the repository lacks refused before
+    any change, a host driver upgrade followed. Last on this host: the packages replace the GPU stand-ins (nvidia-smi, libcuda.so.1) that its
     simulated server and the preflight use."""
     repo = AptRepo(nested.host.state_dir / "apt")  # under the host's state directory: a data file a deploy may name
     repo.publish(provisioning_packages())
@@ -211,6 +212,14 @@ def test_the_driver_step_installs_the_host_modules_user_space_and_follows_its_up
         assert installed_versions(nested.sh, *DRIVER_SIBLINGS) == {name: "580.65.06-1" for name in DRIVER_SIBLINGS}
         assert nested.sh(f"cat {DRIVER_PIN}") == ("Package: src:nvidia-graphics-drivers\nPin: version 580.65.06-*\n"
                                                   "Pin-Priority: 1001\n\n")
+        # a host module the repository lacks: refused, naming both versions, before anything changes
+        nested.host.set_kernel_module("580.126.01")
+        before = nested.sh("dpkg-query -W")
+        result = nested.pyinfra("provision.py", "--data", "skip_python_env=true", *data)
+        output = result.stdout + result.stderr
+        assert result.returncode != 0 and "libcuda1 580.126.01-* is not in the repository" in output \
+            and "the kernel module is 580.126.01, user space here is 580.65.06" in output, output[-3000:]
+        assert nested.sh("dpkg-query -W") == before and "Pin: version 580.65.06-*" in nested.sh(f"cat {DRIVER_PIN}")
         # the host's driver is upgraded: the next provisioning brings the container's user space along
         nested.host.set_kernel_module("580.95.05")
         result = nested.pyinfra("provision.py", "--data", "skip_python_env=true", *data)
