@@ -270,5 +270,10 @@ def test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend
     assert trap and all("output check failed" in (entry["error"] or "") for entry in trap), trap
     assert all("not ready" in (entry["error"] or "") for entry in attention if "wave" in entry["id"])  # at start
     winner = results[document["winner"]]
-    assert winner["flags"].get("--attention-backend") == "fa3", document["table"]
+    confirmation = document.get("confirmation") or {}
+    if confirmation.get("confirmed") is False:  # the discipline: a re-measurement too noisy on a loaded machine
+        assert "noisy" in confirmation["why"] and document["winner"] == "original", document["table"]
+    else:
+        assert winner["flags"].get("--attention-backend") == "fa3", document["table"]
+    assert winner["flags"].get("--attention-backend") != "triton"  # the fast garbage backend, never
     assert document["elapsed_s"] <= 900 and snapshot(simhost) == before
