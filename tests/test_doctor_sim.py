@@ -27,6 +27,13 @@ def top_suspect(output: str) -> str | None:
     return None
 
 
+def short_session(simhost, *data, timeout):
+    """doctor.py's measuring sessions (bisect=, ab=) at the smallest sizes: the verdict's path, not its statistics."""
+    result = simhost.pyinfra("doctor.py", "--data", f"profile={PROVEN}", *data, "--data", "tune_samples=1",
+                             "--data", "tune_max_new_tokens=16", "--data", "tune_heartbeat_s=90", timeout=timeout)
+    return result, result.stdout + result.stderr
+
+
 def deploy(simhost, profile):
     result = simhost.deploy(profile=profile)
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
@@ -66,10 +73,7 @@ def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost
     proven = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
     before = sorted(simhost.sh(f"ls {STORE}/releases").split())
     started = time.monotonic()
-    result = simhost.pyinfra("doctor.py", "--data", f"profile={PROVEN}", "--data", f"bisect={incident}",
-                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=16",
-                             "--data", "tune_heartbeat_s=90", timeout=400)
-    output = result.stdout + result.stderr
+    result, output = short_session(simhost, "--data", f"bisect={incident}", timeout=400)
     print(output, f"bisect: {time.monotonic() - started:.0f} s")
     assert result.returncode == 0, output[-3000:]
     assert re.search(r"VERDICT: the change that costs the speed: speculation \(--speculative-num-draft-tokens: 4 -> 2, "
@@ -88,10 +92,7 @@ def test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it(simhost
     # the A/B on request, on the same host at the same sample sizes: the proven MTP 3 against itself without
     # speculation (a temporary release under the lock), and the host as before again
     started = time.monotonic()
-    result = simhost.pyinfra("doctor.py", "--data", f"profile={PROVEN}", "--data", "ab=nospec",
-                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=16",
-                             "--data", "tune_heartbeat_s=90", timeout=300)
-    output = result.stdout + result.stderr
+    result, output = short_session(simhost, "--data", "ab=nospec", timeout=300)
     print(output, f"A/B: {time.monotonic() - started:.0f} s")
     assert result.returncode == 0, output[-3000:]
     assert re.search(r"VERDICT: speculation pays: [0-9.]+ tok/s \(spread [0-9.]+ %, tau [0-9.]+\) with speculation, "
