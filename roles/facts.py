@@ -5,13 +5,12 @@ import shlex
 import json
 import re
 import zlib
-from pathlib import Path
 
 from pyinfra.api import FactBase
 
 from sglang_deploy.hostside.reports import StoreReport
+from sglang_deploy.layout import HOSTSIDE, host_package, host_program
 
-HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)
 
 # Runs on the host (python3, standard library): the host package's modules carried in the program itself, imported
@@ -72,29 +71,23 @@ def inline_program(module: str) -> str:
     return base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
 
 
-def inline_host(module: str, *args: str, program_var: str | None = None) -> str:
-    """Run this checkout's hostside/<module>.py on the host without uploading anything (base64 on stdin): the
-    program carries the module and the host modules it imports (host_modules), so a fact works before the host
-    package was installed and always matches this checkout's version of it. program_var: a shell variable that
-    already holds the decoded program (program_assignment), for a command that runs one module several times: each
-    copy is tens of KB, and the host's shell gets the whole command as one argument, which Linux caps at 128 KiB
-    (MAX_ARG_STRLEN)."""
-    if program_var:
-        return f'python3 -c "${program_var}" {shlex.join(args)}'
-    return f"echo {inline_program(module)} | base64 -d | python3 - {shlex.join(args)}"
-
-
-def program_assignment(variable: str, module: str) -> str:
-    """Decode hostside/<module>.py's inline program once into a shell variable (inline_host program_var=)."""
-    return f"{variable}=$(echo {inline_program(module)} | base64 -d)"
+def inline_host(module: str, *args: str) -> str:
+    """Run this checkout's hostside/<module>.py on the host. Where the host package installed on the host is this
+    checkout's (HOST_LIB/.manifest holds its digest), its compiled modules run (`python3 -m hostside.<module>` from
+    HOST_LIB, as host_program); otherwise the program goes inline without uploading anything (base64 on stdin),
+    carrying the module and the host modules it imports (host_modules), so a fact works before the host package was
+    installed and always runs this checkout's version of it. Carried modules are compiled from source in each run
+    (about 0.1 s a program here), installed ones are not. The host's shell gets a fact's whole command as one
+    argument, which Linux caps at 128 KiB (MAX_ARG_STRLEN): one carried program per command."""
+    package = host_package()
+    carried = f"echo {inline_program(module)} | base64 -d | python3 - {shlex.join(args)}"
+    return (f'if [ "$(cat {package.manifest} 2>/dev/null)" = {package.digest} ]; then ({host_program(module, *args)}); '
+            f"else {carried}; fi")
 
 
 def inline_store(subcommand: str, service: str) -> str:
     """`hostside.store <subcommand> --service S` on the host, sent inline (inline_host)."""
     return inline_host("store", subcommand, "--service", service)
-
-
-WEIGHTS_PROGRAM = "sglang_deploy_weights_program"  # DeployState: a shell variable (not exported), the weights' program
 
 
 def split_sections(output) -> dict:
@@ -139,9 +132,10 @@ class ReleaseHistory(FactBase):
 
 
 class DeployState(FactBase):
-    """Everything a deploy decides from, in one round trip: the simulated-host marker, the release
-    store (`hostside.store state`, sent inline), the hashes of shipped archives, paths that must exist, files'
-    modes and hashes, and timers' enablement and state (`systemctl is-enabled`, `is-active`)."""
+    """Everything a deploy decides from, in one round trip: the simulated-host marker, the release store's state and
+    each snapshot's status (one host program, hostside/deploy_facts.py, through inline_host), the hashes of shipped
+    archives, paths that must exist, files' modes and hashes, and timers' enablement and state
+    (`systemctl is-enabled`, `is-active`)."""
 
     requires_command = "python3"
 
@@ -155,8 +149,12 @@ class DeployState(FactBase):
 
         from sglang_deploy.layout import SIMULATED_MARKER
 
+        snapshots = ([(weights, "weights")] if weights else []) + ([(draft, "draft")] if draft else []) + [
+            ((manifest, directory), f"offered{index}") for index, (manifest, directory) in enumerate(offered)]
+        # the store and every snapshot's status in one host program (hostside/deploy_facts.py): one python start
+        snapshot_args = [word for snapshot, section in snapshots for word in ("--snapshot", section, *snapshot[:2])]
         checks = [f"echo '@@simulated'; test -e {SIMULATED_MARKER} && echo yes; echo",
-                  f"echo '@@store'; {inline_store('state', service)}"]
+                  inline_host("deploy_facts", "--service", service, *snapshot_args)]
         for manifest in manifests:
             checks.append(f"echo '@@manifest {manifest}'; cat {shlex.quote(manifest)} 2>/dev/null; echo")
         for path in paths:
@@ -174,12 +172,9 @@ class DeployState(FactBase):
             checks.append(f"echo '@@user'; getent passwd {quoted}; id -nG {quoted} 2>/dev/null; echo")
             checks.append(f"echo '@@account'; {ServiceAccount().command(user)}")
             checks.append(f"echo '@@units'; {UnitOwnership().command(service)}")
-        snapshots = ([(weights, "weights")] if weights else []) + ([(draft, "draft")] if draft else []) + [
-            ((manifest, directory), f"offered{index}") for index, (manifest, directory) in enumerate(offered)]
-        if snapshots:  # the weights' host program once, for every snapshot checked (the drafters the tune is offered)
-            checks.append(program_assignment(WEIGHTS_PROGRAM, "weights"))
-        for snapshot, section in snapshots:
-            checks.append(WeightsStatus().command(*snapshot, section=section, program_var=WEIGHTS_PROGRAM))
+        for snapshot, section in snapshots:  # a hub client's version, where a snapshot is fetched with one
+            if len(snapshot) > 2 and snapshot[2]:
+                checks.append(WeightsStatus.hub_check(snapshot[2], section))
         return "; ".join(checks)
 
     def process(self, output):
@@ -389,15 +384,19 @@ class WeightsStatus(FactBase):
 
     requires_command = "python3"
 
-    def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights",
-                program_var: str | None = None) -> str:
+    def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights") -> str:
         checks = [f"echo '@@{section}_status'; if test -f {shlex.quote(manifest)}; then "
-                  f"{inline_host('weights', 'status', '--manifest', manifest, '--dir', directory, program_var=program_var)}; "
+                  f"{inline_host('weights', 'status', '--manifest', manifest, '--dir', directory)}; "
                   "else echo '{\"verified\": false}'; fi"]
         if python:
-            checks.append(f"echo '@@{section}_hub'; {shlex.quote(python)} -c 'import huggingface_hub; "
-                          f"print(huggingface_hub.__version__)' 2>/dev/null; echo")
+            checks.append(WeightsStatus.hub_check(python, section))
         return "; ".join(checks)
+
+    @staticmethod
+    def hub_check(python: str, section: str) -> str:
+        """The hub client's version as `python` imports it (an empty section: none)."""
+        return (f"echo '@@{section}_hub'; {shlex.quote(python)} -c 'import huggingface_hub; "
+                f"print(huggingface_hub.__version__)' 2>/dev/null; echo")
 
     def process(self, output, section: str = "weights"):
         sections = split_sections(output)

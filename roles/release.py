@@ -24,16 +24,15 @@ from sglang_deploy.hostside import documents
 from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.documents import DocumentError, GateConfig, ReleaseMeta, Roofline, SwitchOutcome
 from sglang_deploy.hostside.gate import table as gate_table
-from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_program
+from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_package, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
 
-HOSTSIDE = Path(__file__).resolve().parent.parent / "sglang_deploy" / "hostside"
 
 
 def program_shipment() -> shipment.Shipment:
     """The host package (sglang_deploy/hostside: every module, standard library only) for HOST_LIB/hostside."""
-    return shipment.build("programs", HOST_LIB, f"{HOST_LIB}/.manifest", shipment.tree(HOSTSIDE, HOST_PACKAGE))
+    return host_package()
 
 
 @deploy("Release: host programs")
@@ -47,10 +46,13 @@ def install_programs(installed_digest: str | None = None):
         return
     files.put(name=f"Host package archive ({ship.digest[:12]})",
               src=BytesIO(ship.data), dest=ship.upload_path, mode=600, create_remote_dir=True)
-    # A new package replaces the old one whole (a module removed here must not linger there).
+    # A new package replaces the old one whole (a module removed here must not linger there). Its bytecode is
+    # written once here, so that neither the facts nor the host programs compile it in each run; a module the
+    # host's python cannot compile fails where it runs, as before (the bytecode is only a cache).
     server.shell(name=f"Unpack the host package into {HOST_LIB}/{HOST_PACKAGE}",
                  commands=[shlex.join(["rm", "-rf", f"{HOST_LIB}/{HOST_PACKAGE}"]),
-                           shipment.unpack_command(ship)])
+                           shipment.unpack_command(ship),
+                           f"python3 -m compileall -q {shlex.quote(f'{HOST_LIB}/{HOST_PACKAGE}')} >/dev/null || true"])
 
 
 @deploy("Release: stage")

@@ -96,7 +96,9 @@ def facts(plan: Plan, snaps: Snapshots) -> dict:
         DeployState, service=service,
         manifests=(release.program_shipment().manifest, *plan.target.manifests(profile)),
         paths=(profile.watch.textfile_dir,), user=profile.service.user,
-        files=(layout.config_dir, layout.secrets_path, *watch_paths(service)),
+        files=(layout.config_dir, layout.secrets_path, *watch_paths(service), weights_role.MANIFESTS_DIR,
+               *(w.host_manifest for w in (weights, draft, *snaps.offered) if w),
+               *(part.host_path for part in shipped_maps(profile))),
         timers=(f"{service}-watch.timer",),
         weights=(weights.host_manifest, weights.path, snaps.hub_python) if weights else (),
         draft=(draft.host_manifest, draft.path, None if weights else snaps.hub_python) if draft else (),
@@ -163,9 +165,10 @@ def weights(plan: Plan, facts: dict, snaps: Snapshots) -> None:
     for snapshot, status in pairs:
         weights_role.ensure(weights=snapshot, verified=status["verified"], python=snaps.hub_python,
                             endpoint=settings.hf_endpoint, local_dir=snapshot.source.local_dir,
-                            token_file=settings.hf_token_file)
+                            token_file=settings.hf_token_file,
+                            manifest_found=weights_role.manifest_in_place(facts["files"], snapshot))
     for part in shipped_maps(plan.profile):  # each checked against its digest by the check, again before the switch
-        weights_role.token_map(part=part)
+        weights_role.token_map(part=part, found=facts["files"].get(part.host_path))
 
 
 def secrets(plan: Plan, facts: dict, runtime_ops: list) -> bool:

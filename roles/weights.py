@@ -34,8 +34,22 @@ HUB_VENV = "/opt/sglang-deploy/hub-client"
 HUB_WHEELS = "/opt/sglang-deploy/hub-client-wheels"
 
 
+MANIFESTS_DIR = f"{MODELS_ROOT}/{TOOL_DIR}/manifests"
+
+
 def manifest_text(weights: Weights) -> str:
     return weights.manifest_file.read_text()
+
+
+def manifest_in_place(found_files: dict, weights: Weights) -> bool:
+    """Whether the manifests directory and this snapshot's manifest are on the host as `ensure` would write them
+    (mode, owner, group and, for the file, the content's sha256, as the DeployState fact found them): then nothing
+    is uploaded, and a no-op redeploy spends no round trip on them."""
+    import hashlib
+
+    return (found_files.get(MANIFESTS_DIR, [])[:3] == ["755", "root", "root"]
+            and found_files.get(weights.host_manifest, []) == [
+                "644", "root", "root", hashlib.sha256(manifest_text(weights).encode()).hexdigest()])
 
 
 @deploy("Weights: huggingface_hub client (small venv)")
@@ -81,14 +95,15 @@ def _fetch_live(command: str):
 
 @deploy("Weights")
 def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint: str | None = None,
-           local_dir: str | None = None, token_file: str | None = None):
-    """Upload the manifest; when the snapshot is not verified in place: fetch (hf) or push (local_dir), verify,
-    rename into place. `verified` is the WeightsStatus fact (read before any change)."""
-    files.directory(name=f"{MODELS_ROOT}/{TOOL_DIR}/manifests", path=f"{MODELS_ROOT}/{TOOL_DIR}/manifests", mode=755,
-                    present=True)
-    files.put(name=f"Weights manifest sha256:{weights.digest[:12]} ({len(weights.manifest['files'])} files, "
-                   f"{human(weights.total_bytes)})",
-              src=BytesIO(manifest_text(weights).encode()), dest=weights.host_manifest, mode=644)
+           local_dir: str | None = None, token_file: str | None = None, manifest_found: bool = False):
+    """Upload the manifest (unless manifest_found: manifest_in_place); when the snapshot is not verified in place:
+    fetch (hf) or push (local_dir), verify, rename into place. `verified` is the WeightsStatus fact (read before any
+    change)."""
+    if not manifest_found:
+        files.directory(name=MANIFESTS_DIR, path=MANIFESTS_DIR, mode=755, present=True)
+        files.put(name=f"Weights manifest sha256:{weights.digest[:12]} ({len(weights.manifest['files'])} files, "
+                       f"{human(weights.total_bytes)})",
+                  src=BytesIO(manifest_text(weights).encode()), dest=weights.host_manifest, mode=644)
     if verified:
         host.log(f"weights {weights.source.text}: {weights.path} verified, unchanged", logger.info)
         return
@@ -110,8 +125,12 @@ def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint
 
 
 @deploy("Token map")
-def token_map(part: MapPart):
+def token_map(part: MapPart, found: list | None = None):
     """A token map the profile ships (token_map_part.py) at its content-addressed place (pyinfra sends it only when
-    the host's copy differs); the host checks its sha256 before every switch (manifest.map_problem)."""
+    the host's copy differs); the host checks its sha256 before every switch (manifest.map_problem). found: the
+    file's mode, owner, group and sha256 as the DeployState fact read them; a map already there as it would be
+    written costs no round trip."""
+    if found == ["644", "root", "root", part.sha256]:
+        return
     files.put(name=f"token map {part.file.name} -> {part.host_path} (sha256:{part.sha256[:12]})", src=str(part.file),
               dest=part.host_path, mode=644, create_remote_dir=True)

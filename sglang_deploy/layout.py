@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 # The host's paths are written once, in the host modules that own them (store.py, service.py: stdlib only).
@@ -16,6 +18,17 @@ if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on b
     from .profile import Profile
 
 HOST_PACKAGE = "hostside"  # sglang_deploy/hostside, installed as HOST_LIB/hostside
+HOSTSIDE = Path(__file__).resolve().parent / HOST_PACKAGE
+
+
+@functools.cache
+def host_package():
+    """The host package (sglang_deploy/hostside: every module, standard library only) as one archive for
+    HOST_LIB/hostside, named by its hash (HOST_LIB/.manifest on the host). Built once per process: the facts and the
+    install both need its digest."""
+    from . import shipment
+
+    return shipment.build("programs", HOST_LIB, f"{HOST_LIB}/.manifest", shipment.tree(HOSTSIDE, HOST_PACKAGE))
 
 
 def host_program_argv(module: str, *args: str, python: str = "/usr/bin/python3") -> list[str]:

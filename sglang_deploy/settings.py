@@ -70,7 +70,7 @@ class Settings(BaseModel):
     """A group of host data keys. Subclasses declare fields; `Field(alias=...)` is the host data key when the
     attribute's name is shorter."""
 
-    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True, defer_build=True)
     title: ClassVar[str] = ""
 
     @classmethod

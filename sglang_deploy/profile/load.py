@@ -124,8 +124,7 @@ def load_profile(path: Path | str) -> Profile:
             if isinstance(event, yaml.AliasEvent):
                 raise ProfileError(path, [f"{source}:{event.start_mark.line + 1}: YAML alias *{event.anchor}: aliases "
                                           "are not accepted in a profile; write the value out where it is used"])
-        node = yaml.compose(text, Loader=UniqueKeyLoader)
-        data = yaml.load(text, Loader=UniqueKeyLoader)
+        node, data = compose_and_load(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f"{mark.line + 1}" if mark else "1"
@@ -133,7 +132,7 @@ def load_profile(path: Path | str) -> Profile:
         raise ProfileError(path, [f"{source}:{line}: invalid YAML: {problem}"]) from None
     if not isinstance(data, dict):
         raise ProfileError(path, [f"{source}:1: the profile must be a YAML mapping with model, sglang, ... sections"])
-    lines = line_index(node) if node is not None else {}
+    lines = text_lines(text, node) if node is not None else {}
     problems = control_problems(source, data, lines)
     stem_problem = safety.control_message(path.stem)
     if stem_problem or "%" in path.stem:
@@ -151,10 +150,35 @@ def load_profile(path: Path | str) -> Profile:
     return profile.model_copy(update={"name": path.stem, "source": source})
 
 
+def compose_and_load(text: str):
+    """The document's node tree (for line numbers) and its data from one parse (yaml.compose then yaml.load would
+    parse it twice)."""
+    loader = UniqueKeyLoader(text)
+    try:
+        node = loader.get_single_node()
+        return node, (loader.construct_document(node) if node is not None else None)
+    finally:
+        loader.dispose()
+
+
+_LINES: dict[str, dict] = {}  # text_lines: a profile's text -> its line index
+
+
+def text_lines(text: str, node: yaml.Node | None = None) -> dict:
+    """line_index of a profile's text (its node tree when the caller already composed it), made once per text
+    however many fields ask for their line (a deploy asks for several after loading)."""
+    if text not in _LINES:
+        if node is None:
+            node = yaml.compose(text, Loader=UniqueKeyLoader)
+        if len(_LINES) >= 16:
+            _LINES.clear()
+        _LINES[text] = line_index(node) if node is not None else {}
+    return _LINES[text]
+
+
 def line_of(path: Path | str, field_path: tuple) -> int:
     """Line of a field in a profile file (for rule errors raised after loading); 1 when unknown."""
-    text = Path(path).read_text()
-    lines = line_index(yaml.compose(text, Loader=UniqueKeyLoader))
+    lines = text_lines(Path(path).read_text())
     while field_path and field_path not in lines:
         field_path = field_path[:-1]
     return lines.get(field_path, 1)

@@ -40,22 +40,13 @@ import os
 import sys
 import time
 
-from . import manifest as weights_manifest
 from .fetch import fetch, promote
-from .manifest import REPO_PART, REVISION, WeightsError, is_verified, load_manifest_file, log, verify
+from .manifest import (REPO_PART, REVISION, WeightsError, is_verified, load_manifest_file, log, snapshot_dir,
+                       verify)
 from .prune import models_lock, prune
 
 EXIT_MISMATCH = 1
 EXIT_NO_SPACE = 5
-
-
-def snapshot_dir(value):
-    """argparse type: a directory under the models root, <org>--<name>/<revision>."""
-    path = os.path.abspath(value)
-    root = os.path.abspath(weights_manifest.MODELS_ROOT)
-    if not path.startswith(root + "/") or ".." in value.split("/"):
-        raise argparse.ArgumentTypeError(f"{value!r} is not under {root}")
-    return path
 
 
 def main(argv=None):

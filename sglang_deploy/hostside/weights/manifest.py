@@ -5,13 +5,13 @@ MODELS_ROOT and the tool's directory under it are written here once (fetch.py, p
 controller read them from here). Standard library only; no imports from its package.
 """
 
+import argparse
 import hashlib
 import json
 import os
 import re
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 MODELS_ROOT = os.environ.get("SGLANG_DEPLOY_MODELS", "/srv/models")
 TOOL_DIR = ".sglang-deploy"
@@ -122,6 +122,15 @@ def human(size):
         size /= 1000.0
 
 
+def snapshot_dir(value):
+    """argparse type: a directory under the models root, <org>--<name>/<revision>."""
+    path = os.path.abspath(value)
+    root = os.path.abspath(MODELS_ROOT)
+    if not path.startswith(root + "/") or ".." in value.split("/"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not under {root}")
+    return path
+
+
 def log(message):
     print(f"weights: {message}", file=sys.stderr, flush=True)
 
@@ -185,9 +194,12 @@ def verify(directory, manifest, rehash=False, quick=False, extra_ok=()):
             continue
         to_hash.append((entry, path, st))
     # hashlib releases the GIL on large blocks: several files hash at once, one per core (at most 8).
-    workers = max(1, min(8, os.cpu_count() or 1, len(to_hash)))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        digests = list(pool.map(lambda item: sha256_file(item[1]), to_hash))
+    digests = []
+    if to_hash:  # a status check (every deploy's fact) hashes nothing and imports no thread pool
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, min(8, os.cpu_count() or 1, len(to_hash)))) as pool:
+            digests = list(pool.map(lambda item: sha256_file(item[1]), to_hash))
     for (entry, path, st), digest in zip(to_hash, digests):
         name = entry["path"]
         hashed_bytes += st.st_size
