@@ -14,7 +14,7 @@ compared with the active (good) release, deployed from host data `profile`: each
 a variable, the drafter, the weights) is measured alone as a temporary release in the tune's host session (the lock
 held, the active release restored), and the change that costs the speed is named with its figures.
 
-`ab=nospec`: the short A/B on request (sglang_deploy/doctor_ab.py). The active release against the same release
+`ab=nospec`: the short A/B on request (sglang_deploy/doctor/ab.py). The active release against the same release
 without speculation, a temporary release in the same host session; speculation slower than none is named from it,
 with both speeds and spreads and the profile edit that tests it.
 """
@@ -28,7 +28,7 @@ from pyinfra.operations import python
 
 from roles import release
 from roles.facts import GpuHost
-from sglang_deploy.doctor import diagnose, format_report, with_collection
+from sglang_deploy.doctor.diagnosis import diagnose, format_report, with_collection
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
@@ -85,7 +85,7 @@ def run_doctor():
 
 def run_session(kind, what):
     """A measurement in the tune's host session: the regression bisect (bisect_run.Bisect) or the A/B on request
-    (doctor_ab.SpecAB)."""
+    (doctor/ab.py SpecAB)."""
     from roles.ops import HostRemote
     from sglang_deploy.hostfacts import detected_hardware
     from sglang_deploy.tune.host import TuneError
@@ -109,7 +109,7 @@ if bisect:
 
     python.call(name=f"Regression bisect of {bisect}", function=run_session, kind=Bisect, what=bisect)
 elif ab:
-    from sglang_deploy.doctor_ab import SpecAB
+    from sglang_deploy.doctor.ab import SpecAB
 
     python.call(name=f"A/B: the active release against {ab}", function=run_session, kind=SpecAB, what=ab)
 else:

@@ -31,7 +31,7 @@ from sglang_deploy.render import render_watch, watch_paths
 from sglang_deploy.roofline import release_inputs
 from sglang_deploy.settings import DeployArgs
 from sglang_deploy.switch_options import SwitchOptions
-from sglang_deploy.token_map_part import shipped as shipped_maps
+from sglang_deploy.token_map.part import shipped as shipped_maps
 from sglang_deploy.weights import Weights, profile_weights
 
 FIRST_START_TIMEOUT_S = 3600  # a cold first start on CT129: weights, FlashInfer/Triton JIT for sm_86, graph capture

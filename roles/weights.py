@@ -27,7 +27,7 @@ from sglang_deploy.hostside.weights.fetch import staging_dir
 from sglang_deploy.hostside.weights.manifest import MODELS_ROOT, TOOL_DIR, human
 from sglang_deploy.layout import host_program
 from sglang_deploy.provision import with_proxy
-from sglang_deploy.token_map_part import MapPart
+from sglang_deploy.token_map.part import MapPart
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
 
 HUB_VENV = "/opt/sglang-deploy/hub-client"
@@ -126,7 +126,7 @@ def ensure(weights: Weights, verified: bool, python: str | None = None, endpoint
 
 @deploy("Token map")
 def token_map(part: MapPart, found: list | None = None):
-    """A token map the profile ships (token_map_part.py) at its content-addressed place (pyinfra sends it only when
+    """A token map the profile ships (token_map/part.py) at its content-addressed place (pyinfra sends it only when
     the host's copy differs); the host checks its sha256 before every switch (manifest.map_problem). found: the
     file's mode, owner, group and sha256 as the DeployState fact read them; a map already there as it would be
     written costs no round trip."""

@@ -130,10 +130,10 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_token_map(args: argparse.Namespace) -> int:
-    """Build the hot-vocabulary map SGLang's --speculative-token-map reads (token_map.py), with its frozen digest."""
+    """Build the hot-vocabulary map SGLang's --speculative-token-map reads (token_map/file.py), with its frozen digest."""
     import os
 
-    from .token_map import DEFAULT_DIR, TokenMapError, build
+    from .token_map.file import DEFAULT_DIR, TokenMapError, build
     from .weights import REPO_ROOT
 
     model_dir = Path(args.model)

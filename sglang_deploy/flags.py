@@ -35,7 +35,7 @@ def server_args(profile: Profile, port: int | None = None, node=None) -> list[st
     """Everything after the launcher: the derived flags first (a multi-node host's --nnodes, --node-rank and
     --dist-init-addr among them, a draft model's verified snapshot, a shipped token map), then sglang.flags as written."""
     from .drafter import draft_path
-    from .token_map_part import map_flag
+    from .token_map.part import map_flag
 
     draft, token_map = draft_path(profile), map_flag(profile)
     return [

@@ -57,7 +57,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
                offered=()) -> ReleaseMeta:
     from datetime import datetime, timezone
 
-    from .token_map_part import offered_maps, served as served_map
+    from .token_map.part import offered_maps, served as served_map
 
     profile = plan.profile
     return ReleaseMeta.from_dict({
@@ -78,7 +78,7 @@ def build_meta(plan: Plan, release_id: str, weights=None, preflight: str | None 
         "weights": weights.meta() if weights else None,
         "draft": draft.meta() if draft else None,  # the draft model (speculative.draft), verified like the weights
         "offered_drafts": [w.meta() for w in offered],  # tune.drafters: on the host for the tune, kept by prune
-        # the token maps the deploy ships (token_map_part.py), verified on the host before the switch, kept by prune
+        # the token maps the deploy ships (token_map/part.py), verified on the host before the switch, kept by prune
         "token_map": served_map(profile).meta() if served_map(profile) else None,
         "offered_token_maps": [part.meta() for part in offered_maps(profile)],
         "waivers": dict(profile.waivers),  # rule -> reason: each rule the profile switched off, shown by the listing
@@ -199,7 +199,7 @@ def weights_change(release: ReleaseMeta, active: ReleaseMeta, key: str = "weight
 
 
 def map_label(meta) -> str:
-    """The token maps a release ships (token_map_part.py): 'map 32768 sha256:5f0c1e2d3a4b', then the tune's."""
+    """The token maps a release ships (token_map/part.py): 'map 32768 sha256:5f0c1e2d3a4b', then the tune's."""
     def one(entry):
         return f"{entry.size or '?'} sha256:{entry.sha256[:12]}"
 

@@ -1,11 +1,11 @@
-"""The doctor's A/B on request (`doctor.py --data ab=nospec`, doctor_ab.py) without a host: the verdict from the
+"""The doctor's A/B on request (`doctor.py --data ab=nospec`, doctor/ab.py) without a host: the verdict from the
 two measurements, the same under the simulator's planted graph fault, the session's order (the active release,
 then the temporary one without speculation), and its refusals before anything reaches the host."""
 
 import pytest
 
 from conftest import PROVEN, write_profile
-from sglang_deploy import doctor_ab
+from sglang_deploy.doctor import ab as doctor_ab
 from sglang_deploy.tune import search as tune
 from test_bisect import FakeStore
 from test_doctor_levers import repeats
@@ -110,7 +110,7 @@ def test_the_ab_measures_the_active_release_then_the_temporary_one(tmp_path, mon
 def test_a_later_doctor_names_the_suspect_from_the_ab_kept_with_the_release(tmp_path):
     """ab-results.json (the tune's shape, doctor_collect.last_tune reads it) makes the plain doctor report name
     speculation slower than none, saying it comes from the A/B; a healthy A/B names nothing."""
-    from sglang_deploy.doctor import diagnose
+    from sglang_deploy.doctor.diagnosis import diagnose
     from sglang_deploy.hostside.safetensors_headers import summarize
     from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
     from test_doctor_levers import A6000

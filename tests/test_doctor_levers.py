@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import doctor_levers
-from sglang_deploy.doctor import diagnose, format_report
+from sglang_deploy.doctor import levers as doctor_levers
+from sglang_deploy.doctor.diagnosis import diagnose, format_report
 from sglang_deploy.hostside import evidence
 from sglang_deploy.hostside.safetensors_headers import summarize
 from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like

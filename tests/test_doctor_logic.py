@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sglang_deploy.doctor import diagnose, format_report, suspects_from
+from sglang_deploy.doctor.diagnosis import diagnose, format_report, suspects_from
 from sglang_deploy.hostside.safetensors_headers import summarize
 from sglang_deploy.roofline import roofline
 from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
@@ -145,7 +145,7 @@ def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
 
 def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower():
     """startup_available is what is still free after start (a few GB), not the card: the card comes from nvidia-smi."""
-    from sglang_deploy.doctor import format_report, memory_budget
+    from sglang_deploy.doctor.diagnosis import format_report, memory_budget
 
     server_info = {"mem_fraction_static": 0.88, "tp_size": 2, "internal_states": [{"memory_usage": {
         "weight": 13.75, "kvcache": 25.8, "startup_available": 4.62,

@@ -220,7 +220,7 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
 
 def doctor_report(tmp_path, **gate):
     """What doctor.py saves: the diagnosis of a checkpoint with a measured decode, with the collector's parts."""
-    from sglang_deploy.doctor import diagnose, with_collection
+    from sglang_deploy.doctor.diagnosis import diagnose, with_collection
     from sglang_deploy.hostside.safetensors_headers import summarize
     from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
 

@@ -73,28 +73,6 @@ def test_libcuda_listing_gives_the_user_space_version_without_nvidia_smi():
     assert "no user-space driver libraries" in no_libs["problems"][0]
 
 
-def test_host_facts_feed_the_validation_rules():
-    from sglang_deploy.hostfacts import detected_hardware
-    from sglang_deploy.plan import PlanError, reconcile_hardware
-
-    h200 = {"gpus": parse_gpus(section(0)), "topology": parse_topology(section(2), section(3))}
-    detected = detected_hardware(h200)
-    assert detected == {"gpus": 2, "gpu_topology": "nvlink", "gpu_names": ["NVIDIA H200", "NVIDIA H200"]}
-    # Nothing declared: the host's facts are used (and said so).
-    assert reconcile_hardware({}, detected) == (2, "nvlink", ["gpus 2 from the host's facts",
-                                                            "gpu_topology nvlink from the host's facts"])
-    # Declared and agreeing, or the host cannot tell yet (no GPU visible before the driver): the inventory's.
-    assert reconcile_hardware({"gpus": 2, "gpu_topology": "nvlink"}, detected)[:2] == (2, "nvlink")
-    assert reconcile_hardware({"gpus": 2, "gpu_topology": "pcie"}, detected_hardware({"gpus": []}))[:2] == (2, "pcie")
-    # Declared and contradicted: an error naming both.
-    try:
-        reconcile_hardware({"gpus": 2, "gpu_topology": "pcie"}, detected)
-    except PlanError as error:
-        assert "inventory says gpu_topology pcie but the host reports nvlink" in str(error)
-    else:
-        raise AssertionError("a contradicted topology was accepted")
-
-
 def test_the_containers_cpus_size_the_jit_and_reach_the_env_file():
     """nproc in the CT (its cpuset) -> MAX_JOBS in the service's environment; with nesting the unit's fresh /proc shows
     the Proxmox host's CPUs, which FlashInfer's and torch's JIT would otherwise size themselves by."""

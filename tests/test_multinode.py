@@ -78,7 +78,7 @@ def test_each_rank_renders_its_own_unit():
 
 
 def test_custom_all_reduce_across_nodes_is_neither_a_gate_failure_nor_a_doctor_suspect():
-    from sglang_deploy.doctor import suspects_from
+    from sglang_deploy.doctor.diagnosis import suspects_from
     from sglang_deploy.gate import expectations
     from sglang_deploy.plan import Plan
 

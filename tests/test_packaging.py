@@ -20,7 +20,8 @@ REQUIRED = ["sglang_deploy/templates/sglang.service.j2", "sglang_deploy/template
             "sglang_deploy/hostside/__init__.py", "sglang_deploy/parser_probe.py",
             "sglang_deploy/hostside/weights/__init__.py", "sglang_deploy/hostside/weights/__main__.py",
             "sglang_deploy/hostside/preflight/__main__.py", "sglang_deploy/hostside/preflight/probe.py",
-            "sglang_deploy/validate/__init__.py", "sglang_deploy/tune/controller.py", "sglang_deploy/profile/__init__.py"]
+            "sglang_deploy/validate/__init__.py", "sglang_deploy/tune/controller.py", "sglang_deploy/profile/__init__.py",
+            "sglang_deploy/doctor/diagnosis.py", "sglang_deploy/token_map/build.py"]
 
 
 @pytest.fixture(scope="module")

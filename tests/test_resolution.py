@@ -136,15 +136,6 @@ def test_gpu_models_from_host_facts():
         from_host_gpus([{"name": "NVIDIA RTX A6000"}, {"name": "NVIDIA H200"}])
 
 
-def test_the_plan_resolves_under_the_hosts_gpu():
-    from sglang_deploy.plan import PlanError, gpu_model_for_host, host_settings
-
-    assert gpu_model_for_host(host_settings({}), {"gpu_names": ["NVIDIA H200"] * 2})[0].key == "h200"
-    assert gpu_model_for_host(host_settings({"gpu_model": "h100"}), {"gpu_names": []}) == (gpu_facts.model("h100"), None)
-    with pytest.raises(PlanError, match="gpu_model: unknown GPU model 'v100'"):
-        gpu_model_for_host(host_settings({"gpu_model": "v100"}), None)
-
-
 @pytest.fixture(scope="module")
 def private_probe(tmp_path_factory):
     """A probe server of its own (probe_client.py), started while the controller's shell holds SGLANG_* variables

@@ -14,7 +14,8 @@ from sglang_deploy.settings import (DeployArgs, HostSettings, RollbackArgs, Rout
 
 GROUP_DATA = REPO / "group_data" / "all.py"
 CODE = [*REPO.glob("*.py"), *(REPO / "roles").glob("*.py"), *(REPO / "sglang_deploy").glob("*.py"),
-        *(p for package in ("profile", "tune", "validate") for p in (REPO / "sglang_deploy" / package).glob("*.py"))]
+        *(p for package in ("doctor", "profile", "token_map", "tune", "validate")
+          for p in (REPO / "sglang_deploy" / package).glob("*.py"))]
 # The one place that hands pyinfra's host data to the models, and the one that passes other hosts' data whole.
 READS_HOST_DATA = {"roles/settings.py"}
 KNOWN = {key for model in settings.MODELS for key in model.keys()}

@@ -1,4 +1,4 @@
-"""`sglang-deploy token-map` (sglang_deploy/token_map.py): the hot-vocabulary map SGLang 0.5.23's
+"""`sglang-deploy token-map` (sglang_deploy/token_map/file.py): the hot-vocabulary map SGLang 0.5.23's
 --speculative-token-map reads, read back by SGLang's OWN load_token_map in the validator environment; its frozen
 digest; bad input refused naming the file and line; the check's rule that the served map is a verified file."""
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 
 from conftest import PROVEN, write_profile
-from sglang_deploy import cli, token_map
+from sglang_deploy import cli
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
+from sglang_deploy.token_map import file as token_map
 from sglang_deploy.validate import check_profile
 from sglang_deploy.validator_env import ensure_env, scrubbed_environment
 

@@ -1,4 +1,4 @@
-"""The token map as a release part (token_map_part.py), without a host: the profile's field and its refusals, the
+"""The token map as a release part (token_map/part.py), without a host: the profile's field and its refusals, the
 derived flag, what a release records and `releases.py` shows, the host's digest check before the switch, the prune's
 choice of unused maps, and the role that ships it (on a fake host)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import PROVEN, write_profile
 from fakehost import run_role
-from sglang_deploy import token_map, token_map_part
+from sglang_deploy.token_map import file as token_map, part as token_map_part
 from sglang_deploy.flags import server_args
 from sglang_deploy.hostside.documents import ReleaseMeta
 from sglang_deploy.hostside.weights import manifest as host_manifest

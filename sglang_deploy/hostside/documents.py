@@ -29,7 +29,7 @@ PROFILE_FILE = "profile.json"  # the validated profile, as the controller read i
 RESOLVED_FILE = "resolved.json"  # SGLang's own resolution of the unit's command line (sglang_deploy.resolution)
 DOCTOR_FILE = "doctor.json"  # the doctor's report for the active release (doctor.py)
 TUNE_RESULTS_FILE = "tune-results.json"  # the tune's table of candidates (tune.py)
-AB_RESULTS_FILE = "ab-results.json"  # the doctor's A/B on request (doctor_ab.py), in the tune's shape
+AB_RESULTS_FILE = "ab-results.json"  # the doctor's A/B on request (doctor/ab.py), in the tune's shape
 WATCH_HISTORY_FILE = "watch.jsonl"  # the perf watch's measurements (hostside/watch.py)
 PACKAGES_FILE = "packages.json"  # the venv's packages and their hashes, copied in at stage time
 
@@ -209,7 +209,7 @@ class SnapshotMark(Document):
 
 @dataclass(frozen=True)
 class TokenMapMark(Document):
-    """A token map a release ships (meta.json's token_map, each of offered_token_maps): token_map_part.MapPart.meta
+    """A token map a release ships (meta.json's token_map, each of offered_token_maps): token_map/part.py MapPart.meta
     writes it; the switch's check, the weights' prune and the listing read it."""
     sha256: str
     path: str  # on the host: /srv/models/token-maps/<sha256>.pt

@@ -76,7 +76,7 @@ class DoctorBound(Document):
 
 @dataclass(frozen=True)
 class DoctorReport(Document):
-    """What the perf doctor found for a release (sglang_deploy/doctor.diagnose, and doctor.py's release, errors,
+    """What the perf doctor found for a release (sglang_deploy/doctor/diagnosis.py diagnose, and doctor.py's release, errors,
     probe and sandbox): the perf watch reads its roofline, the tune orders its axes by its suspects."""
     FILE: ClassVar[str] = DOCTOR_FILE
     roofline: DoctorBound | None  # None: no checkpoint or no bandwidth to bound by
@@ -87,7 +87,7 @@ class DoctorReport(Document):
     errors: list
     # Defaults: reports written before these parts existed (2026-11-30 to 12-01) found none of them.
     opportunities: list = field(default_factory=list)
-    allreduce: dict | None = None  # the all-reduce path (doctor_levers.allreduce_path)
+    allreduce: dict | None = None  # the all-reduce path (doctor/levers.py allreduce_path)
     memory: dict | None = None  # the memory budget per GPU; None: not computed
     probe: dict | None = None  # the GPU probe's answer; None: not asked (--probe)
     sandbox: dict | None = None  # the preflight's view without its GPU steps
@@ -128,7 +128,7 @@ class TuneEntry(Document):
 
 @dataclass(frozen=True)
 class ABResults(Document):
-    """The doctor's A/B on request, kept beside the active release (sglang_deploy/doctor_ab.host_document): the
+    """The doctor's A/B on request, kept beside the active release (sglang_deploy/doctor/ab.py host_document): the
     active release as the original and its no-speculation control, in the tune's entries, so a later doctor reads it
     as it reads the last tune (hostside/doctor_collect.last_tune)."""
     FILE: ClassVar[str] = AB_RESULTS_FILE

@@ -1,5 +1,5 @@
 """Release parts a profile names by file and frozen digest, shipped content-addressed to the host: the token map
-(speculative.token_map, tune.token_maps; sglang_deploy/token_map_part.py does the rest)."""
+(speculative.token_map, tune.token_maps; sglang_deploy/token_map/part.py does the rest)."""
 
 from __future__ import annotations
 

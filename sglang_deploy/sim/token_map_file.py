@@ -1,6 +1,6 @@
 """How many token ids a hot-vocabulary map holds (SGLang's --speculative-token-map), read without torch.
 
-`sglang-deploy token-map` writes the file with `torch.save` of a list of ints (token_map_build.py): a zip archive
+`sglang-deploy token-map` writes the file with `torch.save` of a list of ints (token_map/build.py): a zip archive
 whose `<name>/data.pkl` is a plain pickle of the list (no tensors, so no persistent ids). The simulated servers read
 its length from there with a pickle reader that loads no class at all; a file in another format (a saved tensor, an
 old-style torch pickle) falls back to the size in its name, `<model>-<N>.pt` as the token-map command names it, or

@@ -11,7 +11,7 @@ from __future__ import annotations
 from . import search as tune
 
 # Expected gain of each axis on CT129-class hosts, % single-stream decode: the doctor's own estimates (doctor.py and
-# doctor_levers.py gain_pct; sources in ../shared/notes/anchors-refresh-4.md). nospec is the control: always first.
+# doctor/levers.py gain_pct; sources in ../shared/notes/anchors-refresh-4.md). nospec is the control: always first.
 EXPECTED_GAIN_PCT = {"spec": 30.0,  # weak-speculation: the incident's 1 -> 3 steps, ~40 -> ~52 tok/s
                      "drafter": 37.0,  # a DFlash-class drafter over MTP: peers +30-45 %
                      "kv": 15.0,  # fp8-kv-on-ampere: peers up to +32 % with FlashAttention, SGLang's unmeasured

@@ -2,7 +2,7 @@
 N token ids for each size the profile offers (`tune.vocab_sizes`).
 
 A map is a candidate only when the profile ships it as a release part (tune.token_maps or speculative.token_map,
-token_map_part.py) or it is a file a verified snapshot's manifest lists (the rule token-map-verified): either way the
+token_map/part.py) or it is a file a verified snapshot's manifest lists (the rule token-map-verified): either way the
 host checks its sha256 before the switch; its size is read from the file where the controller has it (a file://
 snapshot) and otherwise from its name, `<model>-<N>.pt` as `sglang-deploy token-map` names it
 (sim/token_map_file.py). A size with no such map is a row of the table, "not built", with the command that builds it.
@@ -43,11 +43,11 @@ class VocabOffer:
 
 def snapshot_maps(profile) -> dict:
     """size -> host path of each token map the profile ships as a release part (speculative.token_map,
-    tune.token_maps: token_map_part.py) or a verified snapshot's manifest lists (a .pt file whose size its content
+    tune.token_maps: token_map/part.py) or a verified snapshot's manifest lists (a .pt file whose size its content
     or its name gives)."""
     from ..sim.token_map_file import size_from_file, size_from_name
-    from ..token_map import verified_snapshots
-    from ..token_map_part import shipped
+    from ..token_map.file import verified_snapshots
+    from ..token_map.part import shipped
 
     found = {}
     for part in shipped(profile):
@@ -79,7 +79,7 @@ def offer(profile, flags: dict, ask) -> VocabOffer:
         return result  # no draft head without speculation
     maps = snapshot_maps(profile)
     sizes = list(profile.tune.vocab_sizes) or sorted(maps)
-    from ..token_map_part import map_flag
+    from ..token_map.part import map_flag
 
     current = flags.get(FLAG) or map_flag(profile)  # the profile's own map (speculative.token_map): the original
     for size in sizes:

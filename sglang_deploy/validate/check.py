@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .. import drafter, flag_table, gpu_facts, resolution, token_map, token_map_part, validator_env
+from .. import drafter, flag_table, gpu_facts, resolution, validator_env
+from ..token_map import file as token_map, part as token_map_part
 from ..flags import server_args
 from ..profile import Profile
 from ..rules import WAIVABLE

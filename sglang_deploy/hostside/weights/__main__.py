@@ -8,7 +8,7 @@
     /srv/models/.sglang-deploy/verified/<key>.json  per snapshot: size, mtime and sha256 of every file as last
                                                      hashed; a file whose size and mtime are unchanged is not
                                                      hashed again
-    /srv/models/token-maps/<sha256>.pt              a token map the deploy shipped (token_map_part.py), named by its
+    /srv/models/token-maps/<sha256>.pt              a token map the deploy shipped (token_map/part.py), named by its
                                                      digest; the switch re-hashes it (manifest.map_problem)
 
 Commands (JSON on stdout, progress on stderr):

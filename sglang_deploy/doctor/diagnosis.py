@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from . import doctor_levers
-from .hostside.client import is_simulated, printable
-from .hostside.gate import decode_backend, decode_graphs_captured
-from .roofline import datasheet_bandwidth, roofline, separate_draft
-from .rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
+from . import levers as doctor_levers
+from ..hostside.client import is_simulated, printable
+from ..hostside.gate import decode_backend, decode_graphs_captured
+from ..roofline import datasheet_bandwidth, roofline, separate_draft
+from ..rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 
 # The P2P knobs get their own suspect (p2p-unavailable); the rest are reported as debugging knobs.
 NCCL_DEBUG_KNOBS = tuple(k for k in VALIDATED_KNOBS if k not in ("NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL"))
@@ -230,7 +230,7 @@ def with_collection(result: dict, collected: dict) -> dict:
 
 
 def lever_findings(report: dict, server_info: dict, bound: dict | None, gpu_name: str | None) -> dict:
-    """doctor_levers.py's findings: suspects (speculation slower than none, fp8 KV on Ampere), opportunities (a
+    """levers.py's findings: suspects (speculation slower than none, fp8 KV on Ampere), opportunities (a
     token map), notes (the all-reduce path and the KV/attention in use), and the PCIe-IPC arm added to the
     custom-all-reduce suspect's fix."""
     environ = report.get("environ") or {}
@@ -342,7 +342,7 @@ def format_report(result: dict) -> str:
 def sandbox_lines(view: dict | None) -> list[str]:
     """The host and sandbox section: what the unit declares next to what this host enforces, and the preflight's
     findings that are not ok (devices, shm, toolchain)."""
-    from .hostside.preflight.findings import sandbox_report
+    from ..hostside.preflight.findings import sandbox_report
 
     if not view:
         return []

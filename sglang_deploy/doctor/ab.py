@@ -4,7 +4,7 @@ The active release (deployed from host data `profile`) against the same release 
 `nospec` candidate, tune/axes.py), measured in the tune's host session like the regression bisect (bisect_run.py):
 the lock held, the candidate a temporary release, the active release restored and the temporary one removed at the
 end. The measurement settings are the tune's (tune_repeats, tune_samples, tune_max_new_tokens, tune_budget_s).
-`verdict` (pure) names speculation slower than none (doctor_levers.nospec_suspect) with both speeds and spreads and
+`verdict` (pure) names speculation slower than none (levers.py nospec_suspect) with both speeds and spreads and
 the profile edit that tests it. Output: the table, the verdict, and results/<host>/<release>-ab-<time>.json.
 """
 
@@ -13,15 +13,15 @@ from __future__ import annotations
 import json
 from dataclasses import asdict
 
-from .bisect_run import Bisect
-from .doctor_levers import nospec_suspect
-from .gate import save_result
-from .hostside import documents
-from .release_plan import STORE_ROOT
-from .tune import search as tune
-from .tune.axes import nospec_candidate
-from .tune.controller import settings_from
-from .tune.host import HostSession, TuneError
+from ..bisect_run import Bisect
+from .levers import nospec_suspect
+from ..gate import save_result
+from ..hostside import documents
+from ..release_plan import STORE_ROOT
+from ..tune import search as tune
+from ..tune.axes import nospec_candidate
+from ..tune.controller import settings_from
+from ..tune.host import HostSession, TuneError
 
 ARMS = ("nospec",)
 
@@ -50,7 +50,7 @@ def verdict(active: tune.Measured, nospec: tune.Measured, objective: tune.Object
 def host_document(stamp: str, release: str, active: tune.Measured, nospec: tune.Measured) -> dict:
     """The A/B as the release keeps it (ab-results.json): a tune's results document with the active release as the
     original and the nospec control, so the doctor reads it as it reads the last tune."""
-    from .hostside.reports import ABResults, TuneEntry
+    from ..hostside.reports import ABResults, TuneEntry
 
     return ABResults(kind="ab", stamp=stamp, original=release, results=[
         TuneEntry.from_dict({**active.to_json(), "id": tune.BASELINE.id, "axis": "baseline"}),
@@ -122,7 +122,7 @@ class SpecAB(HostSession):
                     "active_result": active.to_json(), "nospec_result": nospec.to_json()}
         path = save_result(self.host_name, document, kind="ab", results_dir=self.results_dir.parent)
         # beside the release, in the tune's shape: a later `doctor.py` names the suspect from it (doctor_collect)
-        from .hostside.reports import ABResults
+        from ..hostside.reports import ABResults
 
         self.remote.put(ABResults.from_dict(host_document(self.stamp, self.active, active, nospec)).dump(),
                         f"{STORE_ROOT}/{self.service}/releases/{self.active}/{documents.AB_RESULTS_FILE}")

@@ -6,10 +6,10 @@ prompt corpus with the model's own tokenizer, frozen with a sha256 digest, and c
 SGLang's `load_token_map` (srt/speculative/spec_utils.py) `torch.load`s the file (weights_only) and makes an int64
 tensor of it; the EAGLE/NEXTN draft worker (eagle_worker_v2.py `init_token_map`, `init_lm_head`) then computes the
 draft's logits over those ids only. The ids are the N most frequent ones in the tokenisation of CORPUS by DIR's
-tokenizer (counted in SGLang's validator environment, which has torch and transformers: token_map_build.py).
+tokenizer (counted in SGLang's validator environment, which has torch and transformers: build.py).
 
 The served file must be one the host verifies before the switch: a map the profile ships as a release part
-(speculative.token_map or tune.token_maps, token_map_part.py), or a file inside a verified snapshot (model.source or
+(speculative.token_map or tune.token_maps, part.py), or a file inside a verified snapshot (model.source or
 speculative.draft), listed in its manifest (whose sha256 the host checks). SGLang downloads a missing path from the
 Hub under its directory's name (load_token_map), so a path outside a verified snapshot would serve anything.
 """
@@ -22,12 +22,12 @@ import os
 import subprocess
 from pathlib import Path
 
-from .validate.problem import Problem, flag_field, remove_or_waive
+from ..validate.problem import Problem, flag_field, remove_or_waive
 
 FLAG = "--speculative-token-map"
-BUILD_SCRIPT = Path(__file__).with_name("token_map_build.py")
+BUILD_SCRIPT = Path(__file__).with_name("build.py")
 MAX_CORPUS_BYTES = 256 << 20
-DEFAULT_DIR = Path(__file__).resolve().parent.parent / "manifests" / "token-maps"
+DEFAULT_DIR = Path(__file__).resolve().parents[2] / "manifests" / "token-maps"
 
 
 class TokenMapError(ValueError):
@@ -105,7 +105,7 @@ def verify(path: Path) -> str:
 def build(corpus: Path, model_dir: Path, size: int, output: Path, version: str = "0.5.23") -> dict:
     """Tokenise the corpus with the model directory's tokenizer (in SGLang <version>'s validator environment), save
     the `size` most frequent ids where SGLang's load_token_map reads them, and freeze the digest."""
-    from .validator_env import ensure_env, scrubbed_environment
+    from ..validator_env import ensure_env, scrubbed_environment
 
     if size < 1:
         raise TokenMapError(f"--size {size}: accepted: a positive number of token ids")
@@ -138,8 +138,8 @@ def build(corpus: Path, model_dir: Path, size: int, output: Path, version: str =
 
 def verified_snapshots(profile) -> list:
     """The verified snapshots of the profile: its weights and its draft model (each with its manifest)."""
-    from .drafter import draft_weights
-    from .weights import WeightsSourceError, profile_weights
+    from ..drafter import draft_weights
+    from ..weights import WeightsSourceError, profile_weights
 
     out = []
     for get in (profile_weights, draft_weights):
@@ -159,10 +159,10 @@ def problems(profile) -> list[Problem]:
     if value is None or value is False:
         return []
     text = str(value)
-    from .token_map_part import shipped_paths
+    from .part import shipped_paths
 
     if text in shipped_paths(profile):
-        return []  # a map the profile ships (token_map_part.py): its digest is checked on the host
+        return []  # a map the profile ships (part.py): its digest is checked on the host
     snapshots = verified_snapshots(profile)
     for weights in snapshots:
         root = weights.path.rstrip("/") + "/"

@@ -2,7 +2,7 @@
 the draft step's share of the cycle and what a hot-vocabulary token map would save, the KV dtype and attention
 backend on Ampere. Each with its evidence and the profile edit or tune command that tests it. Pure: the inputs
 are what hostside/doctor_collect.py gathers (server_info, environment, SGLang's own log lines, the active
-release's tune-results.json, the checkpoint's bytes); doctor.py ranks and prints them.
+release's tune-results.json, the checkpoint's bytes); diagnosis.py ranks and prints them.
 
 Figures: ../shared/notes/anchors-refresh-4.md (club-3090's bf16 KV + FlashAttention against fp8 KV + FlashInfer,
 +32 % decode on 2x3090; vllm#35387's MTP 3 at 32.7 tok/s against 57 without speculation after a graph downgrade;
@@ -11,10 +11,10 @@ custom all-reduce on a P2P pair +7 to +12.5 %).
 
 from __future__ import annotations
 
-from .tune import search as tune
-from .hostside.evidence import allreduce_path  # noqa: F401 - the doctor's name for it
-from .roofline import separate_draft
-from .tune.axes import PCIE_IPC_WORLD_SIZES
+from ..tune import search as tune
+from ..hostside.evidence import allreduce_path  # noqa: F401 - the doctor's name for it
+from ..roofline import separate_draft
+from ..tune.axes import PCIE_IPC_WORLD_SIZES
 
 # sm_80 / sm_86 / sm_87 cards by name (nvidia-smi's): no FP8 tensor cores, FlashAttention 3 needs sm_90.
 AMPERE = ("A6000", "A5000", "A4500", "A4000", "A2000", "A100", "A800", "A40", "A30", "A16", "A10", " A2",
@@ -24,7 +24,7 @@ TOKEN_MAP_ALGORITHMS = ("NEXTN", "EAGLE")  # eagle_worker_v2.init_lm_head; EAGLE
 
 
 def _suspect(**fields):
-    from .doctor import Suspect
+    from .diagnosis import Suspect
 
     return Suspect(**fields)
 
@@ -61,7 +61,7 @@ def nospec_suspect(nospec: tune.Measured, original: tune.Measured, source: str,
                    objective: tune.Objective = tune.Objective(), more: str = ""):
     """The release without speculation faster than the release by more than both measurements' noise
     (tune.clear_gain): the suspect, with both speeds and spreads; None otherwise. `source` says which measurement
-    (the last tune, or the doctor's A/B: doctor_ab.py)."""
+    (the last tune, or the doctor's A/B: ab.py)."""
     if not (nospec.measured and original.measured) or not tune.clear_gain(nospec, original, objective):
         return None
     gain = (nospec.median_decode / original.median_decode - 1) * 100

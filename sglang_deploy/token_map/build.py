@@ -2,10 +2,10 @@
 tokenizer and torch.save the N most frequent as the list SGLang's `load_token_map` reads
 (srt/speculative/spec_utils.py, 0.5.23: `torch.load(path, weights_only=True)`, then `torch.tensor(..., int64)`).
 
-    python token_map_build.py < {"model_dir": DIR, "texts": [...], "size": N, "output": PATH}
+    python build.py < {"model_dir": DIR, "texts": [...], "size": N, "output": PATH}
 
 Prints one JSON line: {"ok": true, "tokens": total ids counted, "distinct": distinct ids, "vocab_size": V} or
-{"ok": false, "error": "..."}. Started by sglang_deploy/token_map.py; nothing else imports it.
+{"ok": false, "error": "..."}. Started by sglang_deploy/token_map/file.py; nothing else imports it.
 """
 
 import collections

@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostside.weights.manifest import map_path
-from .validate.problem import Problem
+from ..hostside.weights.manifest import map_path
+from ..validate.problem import Problem
 
 FLAG = "--speculative-token-map"
 
@@ -38,7 +38,7 @@ class MapPart:
 
     def size(self) -> int | None:
         """The number of token ids (the torch.save'd list, else the file's name <model>-<N>.pt)."""
-        from .sim.token_map_file import map_size
+        from ..sim.token_map_file import map_size
 
         return map_size(str(self.file))[0]
 
@@ -48,7 +48,7 @@ class MapPart:
 
 
 def _part(entry, field: tuple) -> MapPart:
-    from .weights import resolve_manifest_path
+    from ..weights import resolve_manifest_path
 
     return MapPart(entry.file, resolve_manifest_path(entry.file), entry.sha256, field)
 
@@ -90,8 +90,8 @@ def served(profile) -> MapPart | None:
 
 def part_problem(part: MapPart) -> str | None:
     """The controller's file against its frozen digest: readable, inside the accepted directories, the same bytes."""
-    from .token_map import sha256_file
-    from .weights import manifest_path_problem
+    from .file import sha256_file
+    from ..weights import manifest_path_problem
 
     problem = manifest_path_problem(part.written)
     if problem:
@@ -109,7 +109,7 @@ def part_problem(part: MapPart) -> str | None:
 def problems(profile) -> list[Problem]:
     """Each shipped map against its digest, and the release map against a --speculative-token-map in sglang.flags
     (two sources of one flag)."""
-    from .validate.problem import flag_field
+    from ..validate.problem import flag_field
 
     found = []
     for part in ([release_map(profile)] if release_map(profile) else []) + offered_maps(profile):
