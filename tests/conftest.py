@@ -238,7 +238,8 @@ class SimHostSession:
 # Parallel runs (scripts/test: pytest-xdist with --dist loadfile --no-loadscope-reorder). A module's tests stay
 # together, in order, on one worker (and its simulated host), except in the modules below: each of their tests
 # starts by deploying the release it needs, so they are handed out one by one to whichever worker is free.
-INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py", "test_drafter_sim.py"}
+INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_sim.py", "test_drafter_sim.py",
+                     "test_tune_sim.py"}
 # Longest first, so the long ones start at once and the short ones fill the gaps (a module or one test,
 # module::name). The figures: each module's time on its worker in a warm CI run on 6 workers, 2026-12-02
 # (SGLANG_DEPLOY_TEST_TIMELINE); every module not named takes a few seconds.
@@ -246,7 +247,13 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  # the gate's measuring tests (170-230 s, mostly real-time waits) beside the CPU-heavy chains
                  "test_gate_sim.py::test_seed_incident_is_refused_then_forced_and_the_proven_release_passes_again",
                  "test_gate_sim.py::test_hidden_slowdown_is_caught_by_the_comparison_not_the_floor",
-                 "test_tune_sim.py", "test_fleet_sim.py",  # about 250 s each
+                 # the tune's three long runs (105-170 s each, mostly real-time waits): in one chain they were the
+                 # suite's critical path (521 s on one worker, 2026-12-04)
+                 "test_tune_sim.py::test_the_graphs_and_nccl_axes_run_every_candidate_through_the_switch",
+                 "test_tune_sim.py::test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend",
+                 "test_fleet_sim.py",  # about 250 s
+                 "test_tune_sim.py::test_tune_from_the_incident_finds_the_optimum_within_its_budget",
+                 "test_doctor_sim.py::test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it",  # 120 s
                  "test_gate_sim.py::test_a_faster_release_that_answers_garbage_never_passes",  # about 110 s
                  "test_watch_sim.py", "test_sim.py",  # 170-190 s
                  "test_drafter_sim.py",  # two tests, 80-100 s each
@@ -258,7 +265,7 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_hostile_input_sim.py", "test_weights_sim.py", "test_releases_sim.py::test_retention_after_four_deploys_keeping_two",
                  "test_provision_sim.py", "test_deploy_sim.py",
                  "test_gate_sim.py",  # the rest of it: 25-40 s each, refused before any measurement
-                 "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py"]
+                 "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py", "test_tune_sim.py"]
 
 
 def pytest_collection_modifyitems(config, items):

@@ -30,11 +30,12 @@ SHORTEST = ["--data", "tune_samples=1", "--data", "tune_max_new_tokens=16"]
 STORE = "/var/lib/sglang-deploy/sglang"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def incident(simhost, tmp_path_factory):
     """The incident's 1-step profile (1 s simulated start), deployed without the gate (which refuses it). Its
     4-step variant, the simulator's fastest, answers garbage (SGLANG_SIM_FAULT_OUTPUT_AT_STEPS): the tune must never
-    adopt it."""
+    adopt it. Deployed for each test (a no-op where it is already active): the module's tests are handed out one by
+    one to whichever worker is free (conftest.INDEPENDENT_TESTS), after whatever that worker's host ran."""
     text = INCIDENT.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "1"\n'
                                         '  SGLANG_SIM_FAULT_OUTPUT: garbage\n  SGLANG_SIM_FAULT_OUTPUT_AT_STEPS: "4"\n', 1)
     profile = write_profile(tmp_path_factory.mktemp("tune"), text, "incident-fast.yaml")
