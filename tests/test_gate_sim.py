@@ -11,12 +11,9 @@ from test_releases_sim import state
 pytestmark = pytest.mark.simhost
 
 
-def gated_baseline(simhost, tmp_path, note, samples=None):
-    """A fresh release of the proven profile that passes the gate (its measurement is the baseline; samples: a
-    smaller gate where only its output check's answers are the baseline)."""
+def gated_baseline(simhost, tmp_path, note):
+    """A fresh release of the proven profile that passes the gate (its measurement is the baseline)."""
     profile = proven_with(tmp_path, "environment:\n", f'environment:\n  SGLANG_SIM_NOTE: "{note}"\n', f"{note}.yaml")
-    if samples:
-        profile.write_text(profile.read_text().replace("  samples: 8 ", f"  samples: {samples} ", 1))
     result = simhost.deploy(profile=profile, gate=True)
     output = result.stdout + result.stderr
     assert result.returncode == 0 and "GATE PASS" in output, output[-4000:]
@@ -156,7 +153,9 @@ def test_declared_nccl_variable_missing_from_the_process(simhost, tmp_path):
 
 def test_a_faster_release_that_answers_garbage_never_passes(simhost, tmp_path):
     """sgl-project/sglang#37111: HTTP 200, faster, repeated `!`. The output check fails it before any measurement."""
-    good, _ = gated_baseline(simhost, tmp_path, "garbage-baseline", samples=3)  # refused before any measurement
+    # the full gate: with 3 samples, a comparison with the baseline another test left on this worker's host was
+    # inconclusive under load (ratio 0.974, 90 % interval 0.912-1.040, 2026-12-04)
+    good, _ = gated_baseline(simhost, tmp_path, "garbage-baseline")
     garbage = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_FAULT_OUTPUT: garbage\n'
                           '  SGLANG_SIM_SLOWDOWN_PCT: "-15"\n', "garbage.yaml")
     result = simhost.deploy(profile=garbage, gate=True)
