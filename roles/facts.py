@@ -151,10 +151,13 @@ class DeployState(FactBase):
 
         snapshots = ([(weights, "weights")] if weights else []) + ([(draft, "draft")] if draft else []) + [
             ((manifest, directory), f"offered{index}") for index, (manifest, directory) in enumerate(offered)]
-        # the store and every snapshot's status in one host program (hostside/deploy_facts.py): one python start
+        # The store and every snapshot's status in one host program (hostside/deploy_facts.py: one python start),
+        # run beside the shell's checks (about 60 ms and 40 ms on the simulated host) into a private temporary file
+        # that is printed and removed at the end.
         snapshot_args = [word for snapshot, section in snapshots for word in ("--snapshot", section, *snapshot[:2])]
-        checks = [f"echo '@@simulated'; test -e {SIMULATED_MARKER} && echo yes; echo",
-                  inline_host("deploy_facts", "--service", service, *snapshot_args)]
+        background = (f'answers=$(mktemp) || exit 1; ({inline_host("deploy_facts", "--service", service, *snapshot_args)})'
+                      ' > "$answers" &')
+        checks = [f"echo '@@simulated'; test -e {SIMULATED_MARKER} && echo yes; echo"]
         for manifest in manifests:
             checks.append(f"echo '@@manifest {manifest}'; cat {shlex.quote(manifest)} 2>/dev/null; echo")
         for path in paths:
@@ -175,7 +178,8 @@ class DeployState(FactBase):
         for snapshot, section in snapshots:  # a hub client's version, where a snapshot is fetched with one
             if len(snapshot) > 2 and snapshot[2]:
                 checks.append(WeightsStatus.hub_check(snapshot[2], section))
-        return "; ".join(checks)
+        checks.append('wait; cat "$answers"; rm -f "$answers"')
+        return f"{background} " + "; ".join(checks)
 
     def process(self, output):
         sections = split_sections(output)
