@@ -154,3 +154,37 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     assert inline.returncode == installed.returncode == 0, inline.stderr + installed.stderr
     assert json.loads(inline.stdout) == json.loads(installed.stdout)
     assert json.loads(inline.stdout)["releases"][0]["id"] == "0001-0123abcd"
+
+
+def test_a_fact_runs_the_installed_package_only_when_it_is_this_checkouts(tmp_path):
+    """inline_host runs the installed host package (compiled once, no source compiled per run) when HOST_LIB/.manifest
+    holds this checkout's digest, and carries the program otherwise. Here HOST_LIB is a directory of the test's own,
+    holding the package unpacked from the same archive the deploy ships, with one planted line that tells which copy
+    answered."""
+    import io
+    import tarfile
+
+    from roles.facts import inline_host
+    from sglang_deploy.layout import HOST_LIB, host_package
+
+    package = host_package()
+    lib = tmp_path / "lib"
+    with tarfile.open(fileobj=io.BytesIO(package.data)) as archive:
+        archive.extractall(lib, filter="data")
+    store_py = lib / "hostside" / "store.py"
+    store_py.write_text(store_py.read_text().replace('if __name__ == "__main__":',
+                                                     'print("installed copy")\nif __name__ == "__main__":'))
+    (tmp_path / "sglang").mkdir()
+    command = inline_host("store", "state", "--service", "sglang").replace(HOST_LIB, str(lib))
+    env = dict(os.environ, SGLANG_DEPLOY_STORE=str(tmp_path))
+
+    def answer(manifest: str) -> str:
+        (lib / ".manifest").write_text(manifest)
+        result = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert answer(package.digest + "\n").startswith("installed copy")
+    for other in ("0" * 64 + "\n", ""):  # another version installed, or a manifest without a digest
+        carried = answer(other)
+        assert "installed copy" not in carried and json.loads(carried)["service"] == "sglang"
