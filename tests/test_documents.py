@@ -227,7 +227,13 @@ def doctor_report(tmp_path, **gate):
     write_qwen_like(tmp_path)
     result = diagnose({"server_info": {"tp_size": 2}, "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}],
                        "gate": {"decode_tok_s": {"median": 50.0}, **gate}, "checkpoint": summarize(tmp_path)})
-    return with_collection(result, {"active": "0001-aaaaaaaa", "errors": [], "probe": None, "sandbox": None})
+    from types import SimpleNamespace
+
+    from sglang_deploy.hostside.outputs import SandboxView
+
+    # the collector's parts of the report (outputs.DoctorCollection's: tests/test_outputs.py)
+    collected = SimpleNamespace(active="0001-aaaaaaaa", errors=[], probe=None, sandbox=SandboxView())
+    return with_collection(result, collected)
 
 
 def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):

@@ -2,13 +2,15 @@
 controller spell each field once, and a field renamed on either side is an error naming the answer and the field,
 never a value read as None."""
 
+import ast
 import json
 import types
 
 import pytest
 
+from conftest import REPO
 from sglang_deploy.hostside.documents import DocumentError
-from sglang_deploy.hostside.outputs import PreflightFinding, PreflightReport
+from sglang_deploy.hostside.outputs import DoctorCollection, PreflightFinding, PreflightReport, SandboxView
 
 
 def renamed(data, old, new):
@@ -80,3 +82,63 @@ def test_the_deploy_reads_the_preflight_report_by_attribute(monkeypatch):
     answer.stdout = json.dumps(renamed(REPORT, "findings", "results"))
     with pytest.raises(DeployError, match="report cannot be read: .*unknown field 'results'"):
         release._preflight_report("sglang")
+
+
+# --- the doctor's collection ------------------------------------------------------------------------------------
+
+def collector_fields() -> set:
+    """The keys hostside/doctor_collect.main puts in its report (its dict literal and each report["..."] = ...)."""
+    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "doctor_collect.py").read_text())
+    main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+    keys = set()
+    for node in ast.walk(main):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "report" \
+                and isinstance(node.value, ast.Dict):
+            keys |= {key.value for key in node.value.keys}
+        for target in getattr(node, "targets", []):
+            if isinstance(target, ast.Subscript) and getattr(target.value, "id", None) == "report":
+                keys.add(target.slice.value)
+    return keys
+
+
+def collection(**changes):
+    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": {}, "gate": {"decode_tok_s": {"median": 50.0}},
+              "environ": {}, "log_findings": {}, "costly_env": [], "server_info": {"tp_size": 2},
+              "checkpoint_path": "/m", "checkpoint": None, "draft_checkpoint": None, "offered_drafts": [],
+              "last_tune": None, "last_ab": None, "clock_reasons": {"0": "0x0"}, "card_memory_mib": [49140],
+              "sandbox": {"findings": [], "sandbox": [], "host": {}}}
+    return {**fields, **changes}
+
+
+def test_the_doctor_collector_writes_exactly_the_collections_fields():
+    """A key renamed in doctor_collect.main fails here (and, strict, when the collector prints it)."""
+    assert collector_fields() == DoctorCollection.field_names()
+    assert set(collection()) == DoctorCollection.field_names() - {"gate_source", "probe"}  # only when so
+
+
+@pytest.mark.parametrize("data, message", [
+    (renamed(collection(), "active", "active_release"), "hostside.doctor_collect's output: unknown field "
+                                                        "'active_release'"),
+    ({key: value for key, value in collection().items() if key != "server_info"},
+     "hostside.doctor_collect's output: required field 'server_info' is missing"),
+    (collection(sandbox={"findings": [{"step": "shm", "status": "fail", "detail": "x", "fixx": None}]}),
+     "hostside.doctor_collect's output sandbox findings[0]: unknown field 'fixx'"),
+])
+def test_the_doctor_collection_reader_names_the_field(data, message):
+    with pytest.raises(DocumentError) as error:
+        DoctorCollection.loads(json.dumps(data))
+    assert str(error.value).startswith(message), error.value
+
+
+def test_the_doctor_reads_the_collection_by_attribute():
+    """with_collection (doctor/diagnosis.py) takes the release, the errors, the probe and the sandbox view from the
+    typed collection; the sandbox section of the report reads the view through SandboxView."""
+    from sglang_deploy.doctor.diagnosis import sandbox_lines, with_collection
+
+    collected = DoctorCollection.loads(json.dumps(collection(errors=["x"], sandbox={"error": "no view: y"})))
+    result = with_collection({"suspects": []}, collected)
+    assert (result["release"], result["errors"], result["probe"]) == ("0001-aaaaaaaa", ["x"], None)
+    assert sandbox_lines(result["sandbox"]) == ["sandbox: no view: y"]
+    with pytest.raises(DocumentError, match="doctor.json sandbox: unknown field 'sandbx'"):
+        sandbox_lines({"sandbx": []})
+    assert SandboxView.from_dict({"error": "e"}).findings == []

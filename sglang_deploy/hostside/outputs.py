@@ -15,10 +15,16 @@ Standard library only: shipped to the host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .documents import Document
+
+
+def line(answer: Document) -> str:
+    """The answer as one JSON line with its format: what a program prints for a reader of its output's last line."""
+    return json.dumps({"format": answer.FORMAT, **answer.to_dict()})
 
 
 # --- the preflight's report: /run/sglang-deploy/preflight/<service>.json (hostside/preflight/runner.py) ----------
@@ -46,3 +52,40 @@ class PreflightReport(Document):
 
     def warnings(self) -> list:
         return [item for item in self.findings if item.status == "warn"]
+
+
+# --- the doctor's collection: hostside.doctor_collect's stdout ---------------------------------------------------
+
+@dataclass(frozen=True)
+class SandboxView(Document):
+    """The active release's preflight without its GPU steps (doctor_collect.sandbox_view); or why not (error)."""
+    findings: list[PreflightFinding] = field(default_factory=list)
+    sandbox: list = field(default_factory=list)
+    host: dict | None = None
+    error: str | None = None  # the view could not be taken: why (and nothing else)
+
+
+@dataclass(frozen=True)
+class DoctorCollection(Document):
+    """What the doctor's collector gathers on the host (hostside/doctor_collect.py), redacted; doctor.py diagnoses it
+    (sglang_deploy/doctor/diagnosis.py diagnose, with_collection)."""
+    FILE: ClassVar[str] = "hostside.doctor_collect's output"
+    active: str | None  # the active release; None: none
+    errors: list  # what could not be read, each a sentence
+    meta: dict  # the active release's meta.json ({}: none)
+    gate: dict | None  # the measurement (the gate's, or the collector's own); None: none
+    environ: dict  # the server process's environment
+    log_findings: dict  # SGLang's own log lines (evidence.log_findings)
+    costly_env: list  # costly variables the release did not declare (evidence.costly_undeclared)
+    server_info: dict  # /server_info ({}: unreadable, said in errors)
+    checkpoint_path: str | None
+    checkpoint: dict | None  # the checkpoint's bytes by role (safetensors_headers.summarize)
+    draft_checkpoint: dict | None
+    offered_drafts: list  # {"source", "bytes"} of each offered drafter
+    last_tune: dict | None  # the active release's last tune (doctor_collect.last_tune)
+    last_ab: dict | None  # its last A/B
+    clock_reasons: dict  # each GPU's clock-limit reasons, by index (a string once through JSON)
+    card_memory_mib: list
+    sandbox: SandboxView
+    gate_source: str | None = None  # the collector measured (no gate result): how; None: the gate's
+    probe: dict | None = None  # the GPU probe's answer; None: not asked (--probe)
