@@ -128,7 +128,9 @@ class ReleaseHistory(FactBase):
         return inline_store("history", service)
 
     def process(self, output):
-        return json.loads("\n".join(output))
+        from sglang_deploy.hostside.outputs import StoreHistory  # not on a deploy's path
+
+        return StoreHistory.loads("\n".join(output), "the release store's history (hostside.store history)")
 
 
 class DeployState(FactBase):

@@ -8,9 +8,12 @@ import types
 
 import pytest
 
-from conftest import REPO
-from sglang_deploy.hostside.documents import DocumentError
-from sglang_deploy.hostside.outputs import DoctorCollection, PreflightFinding, PreflightReport, SandboxView
+from conftest import REPO, gate_document, release_meta
+from sglang_deploy.hostside import store as store_module
+from sglang_deploy.hostside.documents import DocumentError, GateResult
+from sglang_deploy.hostside.outputs import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
+                                            StoreHistory)
+from sglang_deploy.hostside.reports import WatchEntry
 
 
 def renamed(data, old, new):
@@ -142,3 +145,50 @@ def test_the_doctor_reads_the_collection_by_attribute():
     with pytest.raises(DocumentError, match="doctor.json sandbox: unknown field 'sandbx'"):
         sandbox_lines({"sandbx": []})
     assert SandboxView.from_dict({"error": "e"}).findings == []
+
+
+# --- the store's history ----------------------------------------------------------------------------------------
+
+def test_the_store_writes_its_history_through_the_class(tmp_path, monkeypatch, capsys):
+    """hostside.store history on a store with a gated, watched release: StoreHistory reads it by attribute."""
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
+    directory.mkdir(parents=True)
+    (directory / "gate-config.json").write_text(gate_document(min_decode_tok_s=45).dump())
+    (directory / "gate-result.json").write_text(GateResult.from_dict({
+        "verdict": "pass", "reasons": [], "inconclusive": [], "rows": [], "config_problems": [],
+        "measurement": {"decode_tok_s": {"median": 50.0}, "accept_length": {"median": 3.1}}}).dump())
+    (directory / "sglang.env").write_text("SGLANG_API_KEY=sk-secret\nNCCL_ALGO=Ring\n")
+    (directory / WatchEntry.FILE).write_text(WatchEntry(status="busy", at="2026-11-01T01:00:00+00:00", unix=1.0,
+                                                        release="0001-aaaaaaaa", running=3).line())
+    (directory / "meta.json").write_text(release_meta(gate={"verdict": "pass", "summary": "pass", "at": "t"}).dump())
+    assert store_module.main(["history", "--service", "sglang"]) == 0
+    history = StoreHistory.loads(capsys.readouterr().out)
+    release = history.release("0001-aaaaaaaa")
+    assert (release.gate.decode_tok_s, release.gate.accept_length, release.gate.ttft_s, release.gate.at) == (
+        50.0, 3.1, None, "t")
+    assert release.floors.decode_tok_s == 45 and release.watch[0].running == 3
+    assert release.environment == {"SGLANG_API_KEY": "(masked)", "NCCL_ALGO": "Ring"}
+
+
+HISTORY_RELEASE = {"id": "0001-aaaaaaaa", "created": "t", "history": [], "verdict": None, "exec_start": [],
+                   "environment": {}, "floors": {"decode_tok_s": None, "accept_length": None},
+                   "gate": {"verdict": "pass", "at": None, "decode_tok_s": 1.0, "accept_length": None, "ttft_s": None},
+                   "watch": []}
+
+
+@pytest.mark.parametrize("release, service, message", [
+    (renamed(HISTORY_RELEASE, "floors", "floor"), "sglang", "releases[0]: unknown field 'floor'"),
+    ({**HISTORY_RELEASE, "gate": renamed(HISTORY_RELEASE["gate"], "decode_tok_s", "decode")}, "sglang",
+     "releases[0] gate: unknown field 'decode'"),
+    ({**HISTORY_RELEASE, "watch": [{"status": "ok", "at": "t", "unix": 1, "release": "r", "tok_s": 1.0}]}, "sglang",
+     "releases[0] watch[0]: unknown field 'tok_s'"),
+    (HISTORY_RELEASE, None, ": required field 'service' is missing"),
+])
+def test_the_history_reader_names_the_field(release, service, message):
+    assert StoreHistory.from_dict({"service": "sglang", "state": {}, "releases": [HISTORY_RELEASE]})
+    data = {**({"service": service} if service else {}), "state": {}, "releases": [release]}
+    with pytest.raises(DocumentError) as error:
+        StoreHistory.loads(json.dumps(data))
+    assert str(error.value).startswith("hostside.store history's output" + (" " if message[0] != ":" else "")
+                                       + message), error.value

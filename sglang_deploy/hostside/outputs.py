@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .documents import Document
+from .documents import Document, HistoryEvent, StoreState
+from .reports import WatchEntry
 
 
 def line(answer: Document) -> str:
@@ -89,3 +90,49 @@ class DoctorCollection(Document):
     sandbox: SandboxView
     gate_source: str | None = None  # the collector measured (no gate result): how; None: the gate's
     probe: dict | None = None  # the GPU probe's answer; None: not asked (--probe)
+
+
+# --- the store's history: hostside.store history's stdout (roles/facts.ReleaseHistory, history.py) --------------
+
+@dataclass(frozen=True)
+class HistoryFloors(Document):
+    """The release's gate floors (GateSettings); None: none, or the gate config unreadable."""
+    decode_tok_s: int | float | None
+    accept_length: int | float | None
+
+
+@dataclass(frozen=True)
+class HistoryGate(Document):
+    """The release's gate result, its medians."""
+    verdict: str
+    at: str | None  # meta.json's gate mark; None: none
+    decode_tok_s: int | float | None
+    accept_length: int | float | None
+    ttft_s: int | float | None
+
+
+@dataclass(frozen=True)
+class HistoryRelease(Document):
+    """One retained release in the history (store.cmd_history)."""
+    id: str
+    created: str
+    history: list[HistoryEvent]
+    verdict: str | None
+    exec_start: list
+    environment: dict  # the release's environment file, secrets masked
+    floors: HistoryFloors
+    gate: HistoryGate | None  # None: no gate result
+    watch: list[WatchEntry]  # the perf watch's last entries
+
+
+@dataclass(frozen=True)
+class StoreHistory(Document):
+    """`hostside.store history`: every retained release's switches, gate medians and perf-watch entries, oldest
+    first (sglang_deploy/history.py draws it)."""
+    FILE: ClassVar[str] = "hostside.store history's output"
+    service: str
+    state: StoreState
+    releases: list[HistoryRelease]
+
+    def release(self, release_id):
+        return next((release for release in self.releases if release.id == release_id), None)
