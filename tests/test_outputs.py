@@ -4,6 +4,7 @@ never a value read as None."""
 
 import ast
 import json
+import os
 import types
 
 import pytest
@@ -192,3 +193,103 @@ def test_the_history_reader_names_the_field(release, service, message):
         StoreHistory.loads(json.dumps(data))
     assert str(error.value).startswith("hostside.store history's output" + (" " if message[0] != ":" else "")
                                        + message), error.value
+
+
+# --- the tune session's answers ---------------------------------------------------------------------------------
+
+def measure_item_fields() -> set:
+    """The keys tune_runner.Session.measure_item puts in its result: its dict literal, result["..."] = ... and
+    result.update(...)'s keywords."""
+    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "tune_runner.py").read_text())
+    method = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "measure_item")
+    keys = set()
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "result" \
+                and isinstance(node.value, ast.Dict):
+            keys |= {key.value for key in node.value.keys}
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript) \
+                and getattr(node.targets[0].value, "id", None) == "result":
+            keys.add(node.targets[0].slice.value)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "update" \
+                and getattr(node.func.value, "id", None) == "result":
+            keys |= {keyword.arg for keyword in node.keywords}
+    return keys
+
+
+def test_the_tune_runner_writes_exactly_the_item_results_fields():
+    """A key renamed in measure_item fails here (and, strict, when the session writes the result)."""
+    from sglang_deploy.hostside.outputs import TuneItemResult
+
+    assert measure_item_fields() == TuneItemResult.field_names()
+
+
+def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
+    """tune_session poll: the status, the log and the results, read back by the controller's TunePoll."""
+    from sglang_deploy.hostside import tune_runner, tune_session
+    from sglang_deploy.hostside.outputs import TunePoll
+
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    paths = tune_runner.Paths("sglang", "s1")
+    os.makedirs(paths.results)
+    tune_runner.write_json(os.path.join(paths.results, "0003.json"), {
+        "seq": 3, "id": "steps-1", "release_id": "0002-bbbbbbbb", "ok": True, "at": "t", "duration_s": 9.5,
+        "repeats": [{"decode_tok_s": 50.0}]})
+    with open(paths.log, "w") as log:
+        log.write("candidate steps-1: ready after 3 s\n")
+    args = types.SimpleNamespace(service="sglang", session="s1", log_offset=0, results_from=0)
+    assert tune_session.cmd_poll(args) == 0
+    poll = TunePoll.loads(capsys.readouterr().out)
+    assert (poll.status.state, poll.log_offset, poll.result(3).repeats, poll.result(4)) == (
+        "missing", len("candidate steps-1: ready after 3 s\n"), [{"decode_tok_s": 50.0}], None)
+    tune_runner.write_json(os.path.join(paths.results, "0004.json"), {"seq": 4, "id": "x", "okay": True})
+    assert tune_session.cmd_poll(args) == 0
+    assert "0004.json: unknown field 'okay'" in TunePoll.loads(capsys.readouterr().out).unreadable[0]
+
+
+class Answers:
+    """A remote whose tune_session commands answer `text`."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def run(self, command):
+        return True, self.text, ""
+
+
+@pytest.mark.parametrize("text, outcome", [
+    ("", None),  # no answer: polled again
+    ('{"status": {"state": "missing", "message": null, "status": null}, "log": "", "log_offset": 0, "results": '
+     '[], "unread": []}', "tune_session poll's answer: unknown field 'unread'"),
+    ('{"status": {"state": "missing", "message": null, "status": null}, "log": "", "results": []}',
+     "tune_session poll's answer: required field 'log_offset' is missing"),
+])
+def test_the_controller_reads_poll_by_attribute_and_names_a_renamed_field(text, outcome):
+    from sglang_deploy.tune.host import HostSession, TuneError
+
+    session = HostSession("h", {}, Answers(text), lambda line: None)
+    session.service, session.session = "sglang", "s1"
+    if outcome is None:
+        assert session.session_cmd("poll") is None
+        return
+    with pytest.raises(TuneError) as error:
+        session.session_cmd("poll")
+    assert str(error.value).startswith(outcome), error.value
+
+
+def test_close_reads_its_answer_by_attribute_and_says_a_renamed_field():
+    """close never raises (it runs in the session's finally): an answer it cannot read is state "unreadable",
+    whose message names the field; a readable one gives the restore."""
+    from sglang_deploy.tune.host import HostSession
+
+    said = []
+    session = HostSession("h", {}, Answers('{"state": "closed", "message": null, "status": null, "unt": null}'),
+                          said.append)
+    session.service, session.session, session.active = "sglang", "s1", "0001-aaaaaaaa"
+    closed = session.close(abort=False)
+    assert closed.state == "unreadable" and closed.restore is None
+    assert any("unknown field 'unt'" in line for line in said), said
+    session.remote = Answers('{"state": "closed", "message": null, "status": {"session": "s1", "service": "sglang", '
+                             '"state": "closed", "pid": 1, "started": "t", "restore": {"needed": true, "ready": true, '
+                             '"elapsed_s": 12.0}}}')
+    closed = session.close(abort=False)
+    assert closed.restore.elapsed_s == 12.0 and "original release 0001-aaaaaaaa running again after 12.0 s" in said

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .documents import Document, HistoryEvent, StoreState
-from .reports import WatchEntry
+from .reports import TuneStatus, WatchEntry
 
 
 def line(answer: Document) -> str:
@@ -136,3 +136,57 @@ class StoreHistory(Document):
 
     def release(self, release_id):
         return next((release for release in self.releases if release.id == release_id), None)
+
+
+# --- the tune session's answers: hostside.tune_session's stdout, its last line (sglang_deploy/tune/host.py) -------
+
+@dataclass(frozen=True)
+class TuneItemResult(Document):
+    """A measured queue item (tune_runner.Session.measure_item: <store>/tune/<session>/results/<seq>.json), as poll
+    passes it on. Every path writes the first six fields; the others say how far the item got."""
+    FILE: ClassVar[str] = "results/<seq>.json"
+    seq: int
+    id: str  # the candidate's id
+    release_id: str
+    ok: bool  # every repeat measured a decode rate
+    at: str
+    duration_s: int | float
+    readiness: dict | None = None  # the switch's readiness ({ready, stage, detail, elapsed_s}); None: no restart
+    error: str | None = None  # why not measured
+    allreduce: dict | None = None  # the all-reduce path the server reports; None: not checked (never ready)
+    map_ignored: str | None = None  # SGLang's line saying it ignores the token map; None: none
+    config_problems: list = field(default_factory=list)  # the running server against the release
+    output: dict | None = None  # the output check's verdict and counts; None: not run
+    repeats: list = field(default_factory=list)  # each repeat's medians (tune_runner.repeat_summary)
+    restart_s: int | float | None = None
+    simulated: bool | None = None  # measured a simulated server; None: not measured
+
+
+@dataclass(frozen=True)
+class TuneSession(Document):
+    """`tune_session open` and `close`: the session's status, or why there is none (state failed: open could not
+    start it; missing: no such session)."""
+    FILE: ClassVar[str] = "hostside.tune_session's answer"
+    state: str  # the session's state (TuneStatus.state), or failed, missing
+    message: str | None  # why (the status's message, or why no session)
+    status: TuneStatus | None  # None: no session.json
+    unit: str | None = None  # open: the session's transient unit
+
+    @property
+    def restore(self):
+        """What the session's end did (reports.TuneRestore), or None: not ended, or no session."""
+        return self.status.restore if self.status else None
+
+
+@dataclass(frozen=True)
+class TunePoll(Document):
+    """`tune_session poll`: the session's status, its log from --log-offset, and the results from --results-from."""
+    FILE: ClassVar[str] = "hostside.tune_session poll's answer"
+    status: TuneSession  # the session's status (state missing: none)
+    log: str
+    log_offset: int
+    results: list[TuneItemResult]
+    unreadable: list = field(default_factory=list)  # result files that could not be read, each naming the field
+
+    def result(self, seq):
+        return next((result for result in self.results if result.seq == seq), None)
