@@ -5,6 +5,7 @@ never a value read as None."""
 import ast
 import json
 import os
+import subprocess
 import types
 
 import pytest
@@ -13,7 +14,7 @@ from conftest import REPO, gate_document, release_meta
 from sglang_deploy.hostside import store as store_module
 from sglang_deploy.hostside.documents import DocumentError, GateResult
 from sglang_deploy.hostside.outputs import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
-                                            StoreHistory)
+                                            StoreHistory, VenvHooks)
 from sglang_deploy.hostside.reports import WatchEntry
 
 
@@ -293,3 +294,58 @@ def test_close_reads_its_answer_by_attribute_and_says_a_renamed_field():
                              '"elapsed_s": 12.0}}}')
     closed = session.close(abort=False)
     assert closed.restore.elapsed_s == 12.0 and "original release 0001-aaaaaaaa running again after 12.0 s" in said
+
+
+# --- the venv's hooks -------------------------------------------------------------------------------------------
+
+def test_the_venv_hooks_answer_has_the_readers_fields(tmp_path):
+    """venv_hooks prints read()'s dict itself (it also runs alone, `python3 -I -c <its source>`): its keys are
+    VenvHooks', and the fact (roles/facts.VenvState) reads a renamed one as unreadable, naming it, never as a venv
+    without SGLang (which the install would remove)."""
+    from roles.facts import VenvState
+    from sglang_deploy.hostside import venv_hooks
+
+    assert set(venv_hooks.read(str(tmp_path))) == VenvHooks.field_names()
+    answer = json.dumps({"sglang": "0.5.23", "site": "/v/lib/python3.11/site-packages", "problems": []})
+    assert VenvState().process(["", answer]) == {"sglang": "0.5.23", "problems": []}
+    state = VenvState().process([json.dumps({"version": "0.5.23", "site": None, "problems": []})])
+    assert state["sglang"] is None and "unknown field 'version'" in state["unreadable"]
+    assert VenvState().process(["Traceback (most recent call last):"])["unreadable"].startswith("Traceback")
+
+
+def test_a_fact_program_still_runs_alone():
+    """provision.hooks_command runs venv_hooks.py without its package: it must not need outputs.py to answer."""
+    from sglang_deploy.provision import HOOKS_PROGRAM
+
+    result = subprocess.run(["python3", "-I", "-c", HOOKS_PROGRAM.read_text(), "--venv", "/nonexistent"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and VenvHooks.loads(result.stdout).problems == [], result.stderr
+
+
+# --- the weights' error line ------------------------------------------------------------------------------------
+
+def test_the_weights_error_line_is_read_by_attribute(monkeypatch, capsys):
+    """hostside.weights prints WeightsFailure when it refuses; _fetch_live reads its error, a renamed field named,
+    and a last line that is no error line (progress) falls back to stderr as before."""
+    from pyinfra.api.exceptions import OperationError
+
+    from roles import weights as weights_role
+    from sglang_deploy.hostside.outputs import WeightsFailure
+    from sglang_deploy.hostside.weights import __main__ as weights_main
+    from sglang_deploy.hostside.weights.manifest import MODELS_ROOT
+
+    # status reads only (no lock, nothing written): a manifest that is not there is its refusal
+    assert weights_main.main(["status", "--manifest", "/nonexistent.json", "--dir", f"{MODELS_ROOT}/o--m/x"]) != 0
+    failure = WeightsFailure.loads(capsys.readouterr().out.splitlines()[-1])
+    assert failure.ok is False and failure.error
+    for stdout, reason in ((['{"ok": false, "error": "not enough disk"}'], "weights: not enough disk"),
+                           (['{"ok": false, "eror": "x"}'],
+                            "weights: hostside.weights' error line: unknown field 'eror'"),
+                           (["fetched 3 of 9 files"], "weights: disk full")):
+        answer = types.SimpleNamespace(stdout_lines=stdout, stderr_lines=["disk full"])
+        monkeypatch.setattr(weights_role, "host",
+                            types.SimpleNamespace(run_shell_command=lambda *a, answer=answer, **k: (False, answer)))
+        monkeypatch.setattr(weights_role, "sudo", lambda: False)
+        with pytest.raises(OperationError) as error:
+            weights_role._fetch_live("true")
+        assert str(error.value).startswith(reason), error.value

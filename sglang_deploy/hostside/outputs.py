@@ -190,3 +190,27 @@ class TunePoll(Document):
 
     def result(self, seq):
         return next((result for result in self.results if result.seq == seq), None)
+
+
+# --- the weights' failure: hostside.weights' last line when it fails (roles/weights.py _fetch_live) --------------
+
+@dataclass(frozen=True)
+class WeightsFailure(Document):
+    """What `hostside.weights fetch|promote|verify|status` prints last when it refuses (weights/__main__.main)."""
+    FILE: ClassVar[str] = "hostside.weights' error line"
+    ok: bool  # False
+    error: str  # why, naming the file or the disk
+
+
+# --- the venv's startup hooks: hostside.venv_hooks's stdout (roles/facts.VenvState) ------------------------------
+
+@dataclass(frozen=True)
+class VenvHooks(Document):
+    """A release venv read from outside (hostside/venv_hooks.read). venv_hooks.py also runs alone (provision.py
+    hooks_command: `python3 -I -c <its source>`, no package), so it prints read()'s dict itself; the test of its
+    fields (tests/test_outputs.py) keeps the two spellings one."""
+    FILE: ClassVar[str] = "hostside.venv_hooks's output"
+    sglang: str | None  # the installed SGLang's version; None: none
+    site: str | None  # its site-packages; None: no venv there
+    problems: list  # each refused startup hook, a sentence
+
