@@ -19,7 +19,6 @@ without speculation, a temporary release in the same host session; speculation s
 with both speeds and spreads and the profile edit that tests it.
 """
 
-import json
 from io import StringIO
 
 from pyinfra import host, logger
@@ -32,6 +31,8 @@ from sglang_deploy.doctor.diagnosis import diagnose, format_report, with_collect
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
+from sglang_deploy.hostside.documents import DocumentError
+from sglang_deploy.hostside.outputs import DoctorCollection
 from sglang_deploy.hostside.reports import DoctorReport
 from sglang_deploy.hostside.store import RELEASE_ID
 from sglang_deploy.layout import host_program
@@ -52,33 +53,36 @@ def run_doctor():
     ok, output = host.run_shell_command(command, _sudo=sudo())
     if not ok:
         raise DeployError(f"collecting the doctor's inputs failed:\n{output.stderr}")
-    collected = json.loads(output.stdout)
-    if not collected.get("active"):
+    try:  # the collector's answer through its class: a field renamed on either side is named here
+        collected = DoctorCollection.loads(output.stdout, "hostside.doctor_collect's output")
+    except DocumentError as error:
+        raise DeployError(f"{host.name}: {error}; nothing was written") from None
+    if not collected.active:
         raise DeployError(f"{host.name}: no active release of {service} to examine")
-    if not RELEASE_ID.match(str(collected["active"])):  # it names the upload path below
-        raise DeployError(f"{host.name}: the host reports the active release as {printable(collected['active'])!r}, "
+    if not RELEASE_ID.match(collected.active):  # it names the upload path below
+        raise DeployError(f"{host.name}: the host reports the active release as {printable(collected.active)!r}, "
                           "not a release id (NNNN-xxxxxxxx): nothing is written")
-    gpus = [dict(gpu, clocks_event_reasons=collected["clock_reasons"].get(str(gpu["index"]))) for gpu in gpu_facts["gpus"]]
-    server_info = collected["server_info"]
-    result = diagnose({"server_info": server_info, "environ": collected["environ"], "topology": gpu_facts["topology"],
-                       "gpus": gpus, "gate": collected["gate"], "probe": collected.get("probe"),
-                       "checkpoint": collected["checkpoint"], "simulated_gpu": ((server_info.get("internal_states") or [{}])[0] or {}).get("simulated_gpu"),
-                       "log_findings": collected.get("log_findings"), "costly_env": collected.get("costly_env"),
-                       "draft_checkpoint": collected.get("draft_checkpoint"),
-                       "offered_drafts": collected.get("offered_drafts"),
-                       "card_memory_mib": collected.get("card_memory_mib"),
-                       "last_tune": collected.get("last_tune"), "last_ab": collected.get("last_ab"),
-                       "release": collected["active"]})
+    gpus = [dict(gpu, clocks_event_reasons=collected.clock_reasons.get(str(gpu["index"]))) for gpu in gpu_facts["gpus"]]
+    server_info = collected.server_info
+    result = diagnose({"server_info": server_info, "environ": collected.environ, "topology": gpu_facts["topology"],
+                       "gpus": gpus, "gate": collected.gate, "probe": collected.probe,
+                       "checkpoint": collected.checkpoint, "simulated_gpu": ((server_info.get("internal_states") or [{}])[0] or {}).get("simulated_gpu"),
+                       "log_findings": collected.log_findings, "costly_env": collected.costly_env,
+                       "draft_checkpoint": collected.draft_checkpoint,
+                       "offered_drafts": collected.offered_drafts,
+                       "card_memory_mib": collected.card_memory_mib,
+                       "last_tune": collected.last_tune, "last_ab": collected.last_ab,
+                       "release": collected.active})
     result = with_collection(result, collected)
-    logger.info(f"[{host.name}] perf doctor, release {collected['active']} of {service}:")
+    logger.info(f"[{host.name}] perf doctor, release {collected.active} of {service}:")
     if uvm_warning(gpu_facts):
         logger.warning(f"[{host.name}] {uvm_warning(gpu_facts)}")
         result["errors"].append(uvm_warning(gpu_facts))
-    errors = [printable(error) for error in collected["errors"]]
+    errors = [printable(error) for error in collected.errors]
     for line in (format_report(result) + ("\n" + "\n".join(errors) if errors else "")).splitlines():
         logger.info(f"    {line}")
     report = DoctorReport.from_dict(result)  # its fields as the perf watch and the tune read them
-    host.put_file(StringIO(report.dump()), f"{STORE_ROOT}/{service}/releases/{collected['active']}/{report.FILE}")
+    host.put_file(StringIO(report.dump()), f"{STORE_ROOT}/{service}/releases/{collected.active}/{report.FILE}")
     saved = save_result(host.name, result, kind="doctor")
     logger.info(f"    saved with the release (doctor.json) and in {saved}")
 

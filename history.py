@@ -9,8 +9,6 @@ floors, the decode roofline), written to results/<host>/history.{txt,html,json,p
 Reads only; changes nothing on the host.
 """
 
-import json
-
 from pyinfra import host, logger
 
 from roles.facts import ReleaseHistory
@@ -25,10 +23,10 @@ document = host.get_fact(ReleaseHistory, service=service)
 directory = RESULTS_DIR / host.name
 directory.mkdir(parents=True, exist_ok=True)
 text = history.table(document)
-(directory / "history.json").write_text(json.dumps(document, indent=1, default=str) + "\n")
+(directory / "history.json").write_text(document.dump())
 (directory / "history.txt").write_text(text + "\n")
 (directory / "history.html").write_text(history.page(document, host.name, history.floors(document)))
-logger.info(f"[{host.name}] history of {service}.service ({len(document.get('releases', []))} releases)")
+logger.info(f"[{host.name}] history of {service}.service ({len(document.releases)} releases)")
 for line in text.splitlines():
     logger.info(f"    {line}")
 try:

@@ -128,7 +128,9 @@ class ReleaseHistory(FactBase):
         return inline_store("history", service)
 
     def process(self, output):
-        return json.loads("\n".join(output))
+        from sglang_deploy.hostside.outputs import StoreHistory  # not on a deploy's path
+
+        return StoreHistory.loads("\n".join(output), "the release store's history (hostside.store history)")
 
 
 class DeployState(FactBase):
@@ -324,13 +326,15 @@ class VenvState(FactBase):
         return f"{inline_host('venv_hooks', '--venv', venv, '--waived')} 2>/dev/null || true"
 
     def process(self, output):
+        from sglang_deploy.hostside.documents import DocumentError
+        from sglang_deploy.hostside.outputs import VenvHooks
+
         try:
-            found = json.loads(output[-1]) if output else None
-        except ValueError:
-            found = None
-        if not isinstance(found, dict):  # the reader failed: never taken for "no venv" (the install removes one)
-            return {"sglang": None, "problems": [], "unreadable": (output or ["no output"])[-1][:200]}
-        return {"sglang": found.get("sglang"), "problems": list(found.get("problems") or [])}
+            found = VenvHooks.loads(output[-1] if output else "", "hostside.venv_hooks's output")
+        except DocumentError as error:  # the reader failed: never taken for "no venv" (the install removes one)
+            said = (output or ["no output"])[-1][:200] if "not JSON" in str(error) else str(error)  # or the field
+            return {"sglang": None, "problems": [], "unreadable": said}
+        return {"sglang": found.sglang, "problems": list(found.problems)}
 
 
 class ServiceAccount(FactBase):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, python, server
 
@@ -173,17 +174,23 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
 
 
 def _preflight_report(service):
-    ok, output = host.run_shell_command(shlex.join(["cat", f"{PREFLIGHT_DIR}/{service}.json"]),
-                                        _sudo=sudo())
+    """The passed preflight's warnings and steps (hostside/outputs.PreflightReport); a report that cannot be read as
+    one is a DeployError naming the field (the preflight itself passed: its exit status decided)."""
+    from sglang_deploy.hostside.outputs import PreflightReport
+
+    path = f"{PREFLIGHT_DIR}/{service}.json"
+    ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
     if not ok:
         return
-    document = json.loads(output.stdout)
-    for item in document["findings"]:
-        if item["status"] in ("warn",):
-            host.log(f"preflight {item['step']}: {item['detail']}" + (f" (fix: {item['fix']})" if item["fix"] else ""),
-                     logger.warning)
-    host.log(f"preflight passed in {document['seconds']} s: "
-             + ", ".join(f"{f['step']} {f['status']}" for f in document["findings"]), logger.info)
+    try:
+        document = PreflightReport.loads(output.stdout, path)
+    except DocumentError as error:
+        raise DeployError(f"{host.name}: the preflight passed, but its report cannot be read: {error}") from None
+    for item in document.warnings():
+        host.log(f"preflight {item.step}: {item.detail}" + (f" (fix: {item.fix})" if item.fix else ""),
+                 logger.warning)
+    host.log(f"preflight passed in {document.seconds} s: "
+             + ", ".join(f"{f.step} {f.status}" for f in document.findings), logger.info)
 
 
 @deploy("Release: preflight")

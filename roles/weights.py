@@ -11,7 +11,6 @@ A mismatch names the file and stops the deploy: nothing is staged or switched.
 - token maps (speculative.token_map, tune.token_maps): pushed to /srv/models/token-maps/<sha256>.pt.
 """
 
-import json
 import shlex
 from io import BytesIO
 from pathlib import Path
@@ -86,10 +85,15 @@ def _fetch_live(command: str):
     lines, every few seconds, show on the controller during the transfer, not only when it fails)."""
     ok, output = host.run_shell_command(command, print_output=True, _sudo=sudo())
     if not ok:
+        from sglang_deploy.hostside.documents import DocumentError
+        from sglang_deploy.hostside.outputs import WeightsFailure
+
+        lines = output.stdout_lines
         try:
-            reason = json.loads(output.stdout_lines[-1])["error"]
-        except (IndexError, ValueError, KeyError, TypeError):
-            reason = "; ".join(output.stderr_lines[-3:]) or "no output"
+            reason = WeightsFailure.loads(lines[-1] if lines else "", "hostside.weights' error line").error
+        except DocumentError as error:  # no error line (a progress line last): its stderr; else the field, named
+            not_json = str(error).startswith("hostside.weights' error line: not JSON")
+            reason = ("; ".join(output.stderr_lines[-3:]) or "no output") if not_json else str(error)
         raise OperationError(f"weights: {reason}")
 
 

@@ -103,7 +103,7 @@ class Bisect(HostSession):
         for line in text.splitlines():
             self.say(f"    {line}")
         self.say(f"VERDICT: {verdict['text']}")
-        restore = closed.get("restore") or {}
+        restore = closed.restore.to_dict() if closed.restore else {}  # outputs.TuneSession
         document = {"kind": "bisect", "release": self.release, "good": self.active, "host": self.host_name,
                     "verdict": verdict, "table": text, "ignored": ignored, "restore": restore,
                     "settings": self.settings.measurement(), "elapsed_s": round(self.elapsed(), 1),

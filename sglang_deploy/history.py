@@ -1,11 +1,13 @@
 """The release history as a table and a picture (history.py): gate results and perf-watch samples of every
-retained release, over time, with the release switches marked. Pure functions; no external assets."""
+retained release, over time, with the release switches marked. Pure functions of the store's history
+(hostside/outputs.StoreHistory, read through its attributes); no external assets."""
 
 from __future__ import annotations
 
 import datetime
 import html
 
+from .hostside.outputs import StoreHistory
 from .hostside.store import environment_differences, flag_differences
 
 SERIES = (("decode_tok_s", "decode tok/s (1 stream)", "#1f77b4"), ("accept_length", "acceptance length τ", "#d62728"))
@@ -19,40 +21,38 @@ def _time(text):
     return value if value.tzinfo else value.replace(tzinfo=datetime.timezone.utc)
 
 
-def points(document: dict) -> list[dict]:
+def points(document: StoreHistory) -> list[dict]:
     """One row per measurement, oldest first: source gate|watch, release, time, decode, tau, ttft, status."""
     rows = []
-    for release in document.get("releases", []):
-        gate = release.get("gate")
-        if gate and _time(gate.get("at")):
-            rows.append({"at": _time(gate["at"]), "release": release["id"], "source": "gate",
-                         "status": gate.get("verdict") or "-", "decode_tok_s": gate.get("decode_tok_s"),
-                         "accept_length": gate.get("accept_length"), "ttft_s": gate.get("ttft_s"),
-                         "roofline_tok_s": None})
-        for entry in release.get("watch", []):
-            if not _time(entry.get("at")):
+    for release in document.releases:
+        gate = release.gate
+        if gate and _time(gate.at):
+            rows.append({"at": _time(gate.at), "release": release.id, "source": "gate",
+                         "status": gate.verdict or "-", "decode_tok_s": gate.decode_tok_s,
+                         "accept_length": gate.accept_length, "ttft_s": gate.ttft_s, "roofline_tok_s": None})
+        for entry in release.watch:
+            if not _time(entry.at):
                 continue
-            rows.append({"at": _time(entry["at"]), "release": release["id"],
-                         "source": "watch" if entry.get("event", "measure") == "measure" else entry["event"],
-                         "status": entry.get("status", "-") + (" DRIFT" if entry.get("drift") else ""),
-                         "decode_tok_s": entry.get("decode_tok_s"), "accept_length": entry.get("accept_length"),
-                         "ttft_s": entry.get("ttft_s"), "roofline_tok_s": entry.get("roofline_tok_s"),
-                         "drift": bool(entry.get("drift"))})
+            rows.append({"at": _time(entry.at), "release": release.id,
+                         "source": "watch" if entry.event == "measure" else entry.event,
+                         "status": (entry.status or "-") + (" DRIFT" if entry.drift else ""),
+                         "decode_tok_s": entry.decode_tok_s, "accept_length": entry.accept_length,
+                         "ttft_s": entry.ttft_s, "roofline_tok_s": entry.roofline_tok_s, "drift": bool(entry.drift)})
     return sorted(rows, key=lambda row: row["at"])
 
 
-def switches(document: dict) -> list[dict]:
+def switches(document: StoreHistory) -> list[dict]:
     """Each time a release became active or the watch restarted it: {at, release, event, restart, flags},
     oldest first; flags: the command-line flags, then the environment variables, that differ from the release
     active before (activations)."""
     out = []
-    argv = {release["id"]: release.get("exec_start") for release in document.get("releases", [])}
-    env = {release["id"]: release.get("environment") for release in document.get("releases", [])}
-    for release in document.get("releases", []):
-        for event in release.get("history", []):
-            if str(event.get("event", "")).startswith(("activated", "restarted by the watch")) and _time(event.get("at")):
-                out.append({"at": _time(event["at"]), "release": release["id"], "event": event["event"],
-                            "restart": str(event["event"]).startswith("restarted")})
+    argv = {release.id: release.exec_start for release in document.releases}
+    env = {release.id: release.environment for release in document.releases}
+    for release in document.releases:
+        for event in release.history:
+            if event.event.startswith(("activated", "restarted by the watch")) and _time(event.at):
+                out.append({"at": _time(event.at), "release": release.id, "event": event.event,
+                            "restart": event.event.startswith("restarted")})
     out.sort(key=lambda item: item["at"])
     previous = None
     for item in out:
@@ -67,18 +67,17 @@ def switches(document: dict) -> list[dict]:
     return out
 
 
-def floors(document: dict) -> dict:
+def floors(document: StoreHistory) -> dict:
     """The active release's gate floors (decode_tok_s, accept_length), drawn as dashed lines."""
-    active = (document.get("state") or {}).get("active")
-    release = next((r for r in document.get("releases", []) if r["id"] == active), None)
-    return {key: value for key, value in ((release or {}).get("floors") or {}).items() if value}
+    release = document.release(document.state.active)
+    return {key: value for key, value in (release.floors.to_dict() if release else {}).items() if value}
 
 
 def _fmt(value, digits=1):
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def table(document: dict) -> str:
+def table(document: StoreHistory) -> str:
     header = f"{'time (UTC)':20} {'release':14} {'source':14} {'status':16} {'tok/s':>7} {'tau':>5} {'TTFT ms':>8}"
     lines = [header, "-" * len(header)]
     marks = switches(document)
@@ -159,28 +158,28 @@ def _chart(rows, marks, key, label, color, floor=None, width=900, height=260):
     return "\n".join(svg)
 
 
-def release_list(document: dict) -> str:
+def release_list(document: StoreHistory) -> str:
     """Every retained release, measured or not (a release that failed to start has no point to draw)."""
-    active = (document.get("state") or {}).get("active")
+    active = document.state.active
     lines = []
-    for release in document.get("releases", []):
-        gate = release.get("gate") or {}
-        measured = (f"gate {gate.get('verdict')} {_fmt(gate.get('decode_tok_s'))} tok/s tau {_fmt(gate.get('accept_length'), 2)}"
-                    if gate.get("verdict") else "never measured by the gate")
-        lines.append(f"{'*' if release['id'] == active else ' '} {release['id']:14} {release.get('created') or '?':26} "
-                     f"{release.get('verdict') or 'unverified':13} {measured}; {len(release.get('watch') or [])} watch entries")
+    for release in document.releases:
+        gate = release.gate
+        measured = (f"gate {gate.verdict} {_fmt(gate.decode_tok_s)} tok/s tau {_fmt(gate.accept_length, 2)}"
+                    if gate and gate.verdict else "never measured by the gate")
+        lines.append(f"{'*' if release.id == active else ' '} {release.id:14} {release.created or '?':26} "
+                     f"{release.verdict or 'unverified':13} {measured}; {len(release.watch)} watch entries")
     return "\n".join(lines)
 
 
-def page(document: dict, host_name: str, floors: dict | None = None) -> str:
+def page(document: StoreHistory, host_name: str, floors: dict | None = None) -> str:
     """A self-contained HTML page: two inline SVG charts and the table (no scripts, styles or fonts from outside)."""
     floors = floors or {}
     rows, marks = points(document), switches(document)
     charts = "\n".join(_chart(rows, marks, key, label, color, floors.get(key)) for key, label, color in SERIES)
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>{html.escape(host_name)}: "
-            f"{html.escape(document.get('service', ''))} history</title></head>\n<body style=\"font-family: sans-serif\">\n"
-            f"<h1>{html.escape(host_name)}: {html.escape(document.get('service', ''))}.service, release history</h1>\n"
-            f"<p>Active release: {html.escape(str((document.get('state') or {}).get('active')))}. Squares: the gate at "
+            f"{html.escape(document.service)} history</title></head>\n<body style=\"font-family: sans-serif\">\n"
+            f"<h1>{html.escape(host_name)}: {html.escape(document.service)}.service, release history</h1>\n"
+            f"<p>Active release: {html.escape(str(document.state.active))}. Squares: the gate at "
             f"a switch; dots: the perf watch; dashed green lines: release switches and watch restarts.</p>\n"
             f"{charts}\n<pre>{html.escape(table(document))}</pre>\n"
             f"<h2>Retained releases</h2>\n<pre>{html.escape(release_list(document))}</pre>\n</body></html>\n")

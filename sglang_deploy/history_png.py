@@ -34,7 +34,7 @@ def _short(flags: list[str], limit: int = 2, width: int = 48) -> str:
     return "\n".join(shown + ([f"+{len(flags) - limit} more"] if len(flags) > limit else []))
 
 
-def picture(document: dict, path: Path, host_name: str) -> dict:
+def picture(document, path: Path, host_name: str) -> dict:
     """Write the PNG to `path`; returns {path, points, switches: [label] (switches, restarts, withheld restarts),
     floors, roofline_points, series}."""
     plt = _pyplot()
@@ -42,8 +42,7 @@ def picture(document: dict, path: Path, host_name: str) -> dict:
 
     rows, marks, floors = points(document), switches(document), gate_floors(document)
     fig, (decode_ax, tau_ax) = plt.subplots(2, 1, figsize=(11, 7), sharex=True, dpi=100)
-    service = document.get("service", "")
-    fig.suptitle(f"{host_name}: {service}.service, release history (active {(document.get('state') or {}).get('active')})")
+    fig.suptitle(f"{host_name}: {document.service}.service, release history (active {document.state.active})")
     drawn = {"points": 0, "roofline_points": 0, "switches": [], "floors": {}, "series": []}
     for ax, (key, label, color) in zip((decode_ax, tau_ax), SERIES):
         data = [row for row in rows if row.get(key) is not None]

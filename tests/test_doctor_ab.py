@@ -79,6 +79,15 @@ def session(tmp_path, monkeypatch, profile=PROVEN):
     return doctor_ab.SpecAB("host", data, remote, lambda line: None, "nospec", results_dir=tmp_path), remote
 
 
+def closed_session():
+    """close's answer (outputs.TuneSession) of a session that restarted the original, and it came back."""
+    from sglang_deploy.hostside.outputs import TuneSession
+
+    return TuneSession.from_dict({"state": "closed", "message": None, "status": {
+        "session": "s1", "service": "sglang", "state": "closed", "pid": 1, "started": "t",
+        "restore": {"needed": True, "ready": True}}})
+
+
 def test_the_ab_measures_the_active_release_then_the_temporary_one(tmp_path, monkeypatch):
     ab, remote = session(tmp_path, monkeypatch)
     said = []
@@ -95,7 +104,7 @@ def test_the_ab_measures_the_active_release_then_the_temporary_one(tmp_path, mon
         return measured(candidate.id, {"active": 32.7}.get(candidate.id, 57.0), release=item["release_id"])
     monkeypatch.setattr(ab, "run_item", run_item)
     monkeypatch.setattr(ab, "in_session", lambda body: (setattr(ab, "started", 0.0) or setattr(ab, "session", "s1")
-                                                        or body(), {"restore": {"needed": True, "ready": True}}))
+                                                        or body(), closed_session()))
     document = ab.run()
     assert asked[0] == ("active", "0001-aaaaaaaa", [])
     nospec_id, temporary, files = asked[1]

@@ -227,7 +227,13 @@ def doctor_report(tmp_path, **gate):
     write_qwen_like(tmp_path)
     result = diagnose({"server_info": {"tp_size": 2}, "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}],
                        "gate": {"decode_tok_s": {"median": 50.0}, **gate}, "checkpoint": summarize(tmp_path)})
-    return with_collection(result, {"active": "0001-aaaaaaaa", "errors": [], "probe": None, "sandbox": None})
+    from types import SimpleNamespace
+
+    from sglang_deploy.hostside.outputs import SandboxView
+
+    # the collector's parts of the report (outputs.DoctorCollection's: tests/test_outputs.py)
+    collected = SimpleNamespace(active="0001-aaaaaaaa", errors=[], probe=None, sandbox=SandboxView())
+    return with_collection(result, collected)
 
 
 def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
@@ -360,13 +366,36 @@ def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(
 
 # --- no string-key read of a store document comes back --------------------------------------------------------
 
-def string_key_reads(source: str) -> list[str]:
-    """"line: code" for each string-literal subscript or .get("...") of json.load(s) of a store document: a call
-    whose argument names a document's file (its name, a *_FILE constant, a Document's FILE, the store's state_path),
-    directly or through a local name (a path, an open handle, a text read from it) in the same function."""
+# The host programs whose answers are typed (hostside/outputs.py), as the controller runs them: host_program,
+# inline_host, inline_store or a TuneHost's sh with the program (or the store's subcommand) first; PREFLIGHT_DIR
+# holds the preflight's report.
+OUTPUT_PROGRAMS = {"doctor_collect", "venv_hooks", "preflight", "history", "tune_session"}
+OUTPUT_RUNNERS = {"host_program", "inline_host", "inline_store", "sh"}
+
+
+def names_output(node) -> bool:
+    """node runs a host program whose answer is typed, or names the preflight's report."""
     import ast
 
-    from sglang_deploy.hostside import documents, reports  # noqa: F401 - reports registers its documents
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call) and sub.args and isinstance(sub.args[0], ast.Constant) \
+                and sub.args[0].value in OUTPUT_PROGRAMS and (getattr(sub.func, "id", None) in OUTPUT_RUNNERS
+                                                              or getattr(sub.func, "attr", None) in OUTPUT_RUNNERS):
+            return True
+        if isinstance(sub, ast.Name) and sub.id == "PREFLIGHT_DIR":
+            return True
+    return False
+
+
+def string_key_reads(source: str) -> list[str]:
+    """"line: code" for each string-literal subscript or .get("...") of json.load(s) of a store document or of a
+    host program's typed answer: a call whose argument names a document's file (its name, a *_FILE constant, a
+    Document's FILE, the store's state_path) or runs a program of OUTPUT_PROGRAMS, directly or through a local name
+    (a path, an open handle, a text read from it, a command and its output) in the same function; in a fact whose
+    command runs one, its process's `output`."""
+    import ast
+
+    from sglang_deploy.hostside import documents, outputs, reports  # noqa: F401 - they register their documents
 
     files = {cls.FILE for cls in documents._DOCUMENTS.values() if cls.FILE} | {
         value for name, value in vars(documents).items() if name.endswith("_FILE")}
@@ -374,6 +403,8 @@ def string_key_reads(source: str) -> list[str]:
     tree = ast.parse(source)
 
     def names_document(node, tainted):
+        if names_output(node):
+            return True
         for sub in ast.walk(node):
             if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and any(
                     sub.value == f or sub.value.endswith("/" + f) for f in files):
@@ -383,6 +414,9 @@ def string_key_reads(source: str) -> list[str]:
                 return True
         return False
 
+    fact_outputs = {id(method) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef) and names_output(cls)
+                    for method in cls.body if isinstance(method, ast.FunctionDef) and method.name == "process"}
+
     def loads_document(node, tainted):
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                 and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
@@ -390,7 +424,7 @@ def string_key_reads(source: str) -> list[str]:
 
     found = []
     for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
-        tainted, loaded = set(), set()
+        tainted, loaded = ({"output"} if id(function) in fact_outputs else set()), set()
         for node in sorted((n for n in ast.walk(function) if hasattr(n, "lineno")),
                            key=lambda n: (n.lineno, n.col_offset)):
             if isinstance(node, (ast.With, ast.AsyncWith)):
@@ -426,6 +460,15 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     '    doctor = json.loads(stdout) if ok else None\n    return doctor.get("suspects")\n',
     'def f(path):\n    with open(path + "/" + ReleaseMeta.FILE) as handle:\n        meta = json.load(handle)\n'
     '    return meta["weights"]\n',
+    # the host programs' answers, as the controller read them before hostside/outputs.py
+    'def f(service):\n    ok, output = host.run_shell_command(host_program("doctor_collect", "--service", service))\n'
+    '    collected = json.loads(output.stdout)\n    if not collected.get("active"):\n        raise DeployError()\n',
+    'def f(service):\n    ok, output = host.run_shell_command(shlex.join(["cat", f"{PREFLIGHT_DIR}/{service}.json"]))\n'
+    '    document = json.loads(output.stdout)\n    return [item["step"] for item in document["findings"]]\n',
+    'class ReleaseHistory(FactBase):\n    def command(self, service):\n        return inline_store("history", service)\n'
+    '    def process(self, output):\n        return json.loads("\\n".join(output))["releases"]\n',
+    'class VenvState(FactBase):\n    def command(self, venv):\n        return inline_host("venv_hooks", "--venv", venv)\n'
+    '    def process(self, output):\n        found = json.loads(output[-1])\n        return found.get("sglang")\n',
 ]
 
 
@@ -438,11 +481,14 @@ def test_the_scan_leaves_json_that_is_not_a_store_document():
     """The bench's and the probe's answers are JSON over a pipe or HTTP, not release-store documents."""
     assert string_key_reads('def f(body):\n    return json.loads(body)["meta_info"]["completion_tokens"]\n') == []
     assert string_key_reads('def f(args):\n    with open(args.expected) as h:\n        return json.load(h)["x"]\n') == []
+    assert string_key_reads('class VenvTorch(FactBase):\n    def command(self, python):\n        return python\n'
+                            '    def process(self, output):\n        return json.loads(output[-1])["torch"]\n') == []
 
 
 def test_no_module_reads_a_store_document_by_string_key():
-    """The host's modules, the roles, the verbs and the controller read the store's documents through their classes
-    (hostside/documents.py, reports.py): a module that reads one with json and a string key fails here."""
+    """The host's modules, the roles, the verbs and the controller read the store's documents and the host programs'
+    typed answers through their classes (hostside/documents.py, reports.py, outputs.py): a module that reads one
+    with json and a string key fails here."""
     from conftest import REPO
 
     modules = [path for path in sorted((REPO / "sglang_deploy").rglob("*.py")) + sorted((REPO / "roles").glob("*.py"))

@@ -8,7 +8,7 @@ import pytest
 
 from browser import dump_dom, screenshot
 from sglang_deploy import history
-from test_history_logic import DOCUMENT
+from test_history_logic import DOCUMENT, typed
 
 SVG = "{http://www.w3.org/2000/svg}"
 
@@ -30,7 +30,7 @@ def test_chromium_shows_both_charts_with_points_switches_and_floors(tmp_path):
     for entry in document["releases"][1]["watch"]:
         entry["roofline_tok_s"] = round(139 * entry["accept_length"] / 3.25, 1)
     page = tmp_path / "history.html"
-    page.write_text(history.page(document, "ct129", history.floors(document)))
+    page.write_text(history.page(typed(document), "ct129", history.floors(typed(document))))
     dom, charts = shown(page)
     assert [series for series, _ in charts] == ["decode_tok_s", "accept_length"]
     assert [len(root.findall(f"{SVG}path[@class='roofline']")) for _, root in charts] == [1, 0]
@@ -59,7 +59,7 @@ def test_chromium_shows_both_charts_with_points_switches_and_floors(tmp_path):
 
 def test_chromium_shows_the_empty_page(tmp_path):
     page = tmp_path / "empty.html"
-    page.write_text(history.page({"service": "sglang", "releases": []}, "h"))
+    page.write_text(history.page(typed({"service": "sglang", "releases": []}), "h"))
     dom, charts = shown(page)
     assert len(charts) == 2 and dom.count("no measurements") == 2
     assert not any(root.findall(f"{SVG}circle") for _, root in charts)
@@ -72,6 +72,6 @@ def test_a_hostile_release_id_stays_text(tmp_path, hostile):
          "gate": {"verdict": "pass", "at": "2026-11-01T10:01:00+00:00", "decode_tok_s": 52.0, "accept_length": 3.2,
                   "ttft_s": 0.03}, "floors": {}, "watch": []}]}
     page = tmp_path / "hostile.html"
-    page.write_text(history.page(document, "h"))
+    page.write_text(history.page(typed(document), "h"))
     dom, charts = shown(page)
     assert "<script>" not in dom and "<img" not in dom and len(charts) == 2

@@ -7,6 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from sglang_deploy import history
+from sglang_deploy.hostside.outputs import StoreHistory
 
 DOCUMENT = {
     "service": "sglang", "state": {"active": "0002-bbbbbbbb"},
@@ -29,8 +30,19 @@ DOCUMENT = {
 }
 
 
+def typed(document):
+    """A test's document as `hostside.store history` prints it (outputs.StoreHistory): what it leaves out filled
+    with the values of a release that has none (no created time, no floors, watch entries without a unix time)."""
+    releases = [{"created": "2026-10-31T00:00:00+00:00", "verdict": None, "exec_start": [], "environment": {},
+                 "history": [], "gate": None, **release,
+                 "floors": {"decode_tok_s": None, "accept_length": None, **release.get("floors", {})},
+                 "watch": [{"unix": 0, "release": release["id"], **entry} for entry in release.get("watch", [])]}
+                for release in document["releases"]]
+    return StoreHistory.from_dict({"state": {}, **document, "releases": releases})
+
+
 def test_table_orders_measurements_and_marks_switches():
-    text = history.table(DOCUMENT)
+    text = history.table(typed(DOCUMENT))
     lines = text.splitlines()
     assert lines[2] == "2026-11-01 10:00:00  --> 0001-aaaaaaaa activated (deploy)"
     assert "ok DRIFT" in text and "busy" in text and "after-restart" in text
@@ -40,7 +52,7 @@ def test_table_orders_measurements_and_marks_switches():
 
 
 def test_page_is_self_contained_and_draws_both_series():
-    page = history.page(DOCUMENT, "ct129", history.floors(DOCUMENT))
+    page = history.page(typed(DOCUMENT), "ct129", history.floors(typed(DOCUMENT)))
     assert not re.search(r"(src|href)=|<script|<link|@import|url\(", page)
     body = page.split("<body", 1)[1].split("<pre>")[0]
     svgs = re.findall(r"<svg.*?</svg>", body, re.S)
@@ -56,7 +68,7 @@ def test_page_is_self_contained_and_draws_both_series():
 
 
 def test_no_measurements_still_renders():
-    page = history.page({"service": "sglang", "releases": []}, "h")
+    page = history.page(typed({"service": "sglang", "releases": []}), "h")
     assert page.count("no measurements") == 2
 
 
@@ -65,19 +77,19 @@ def test_switches_carry_the_flags_that_changed():
     document["releases"][0]["exec_start"] = ["python", "-m", "sglang.launch_server", "--speculative-num-steps", "3"]
     document["releases"][1]["exec_start"] = ["python", "-m", "sglang.launch_server", "--speculative-num-steps", "1",
                                              "--enable-metrics"]
-    marks = history.switches(document)
+    marks = history.switches(typed(document))
     assert [(m["release"], m["restart"], m["flags"]) for m in marks] == [
         ("0001-aaaaaaaa", False, []),
         ("0002-bbbbbbbb", False, ["--enable-metrics: (absent) -> on", "--speculative-num-steps: 3 -> 1"]),
         ("0002-bbbbbbbb", True, [])]
     assert "--> 0002-bbbbbbbb activated (deploy) [--enable-metrics: (absent) -> on; --speculative-num-steps: 3 -> 1]" \
-        in history.table(document)
+        in history.table(typed(document))
     document["releases"][1]["exec_start"] = document["releases"][0]["exec_start"]
-    assert history.switches(document)[1]["flags"] == ["(same flags)"]
+    assert history.switches(typed(document))[1]["flags"] == ["(same flags)"]
     # An environment-only change is labelled too (releases from the store's history carry their environment).
     document["releases"][0]["environment"] = {"NCCL_CUMEM_ENABLE": "0", "NCCL_ALGO": "Ring"}
     document["releases"][1]["environment"] = {"NCCL_CUMEM_ENABLE": "0", "NCCL_PROTO": "Simple"}
-    assert history.switches(document)[1]["flags"] == ["env NCCL_ALGO: Ring -> (absent)",
+    assert history.switches(typed(document))[1]["flags"] == ["env NCCL_ALGO: Ring -> (absent)",
                                                       "env NCCL_PROTO: (absent) -> Simple"]
 
 
@@ -94,7 +106,7 @@ def test_png_draws_points_switches_floors_and_the_roofline(tmp_path):
         entry["roofline_tok_s"] = 139 * entry["accept_length"] / 3.25
     document["releases"][1]["watch"].append({"at": "2026-11-02T23:00:00+00:00", "event": "restart-withheld",
                                               "status": "capped"})
-    drawn = picture(document, tmp_path / "out" / "history.png", "ct129")
+    drawn = picture(typed(document), tmp_path / "out" / "history.png", "ct129")
     # 2 gate + 3 watch (the busy run has no value) per chart, the after-restart one included
     assert drawn["points"] == 10 and drawn["roofline_points"] == 2
     assert drawn["switches"] == ["0001-aaaaaaaa", "0002-bbbbbbbb\n--speculative-num-steps: 3 -> 1", "restart",
@@ -113,7 +125,7 @@ def test_png_without_measurements(tmp_path):
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
     from sglang_deploy.history_png import picture
 
-    drawn = picture({"service": "sglang", "releases": []}, tmp_path / "h.png", "h")
+    drawn = picture(typed({"service": "sglang", "releases": []}), tmp_path / "h.png", "h")
     assert drawn["points"] == 0 and (tmp_path / "h.png").stat().st_size > 1000
 
 
@@ -122,7 +134,7 @@ def test_the_page_names_every_retained_release_even_one_never_measured():
     document["releases"].insert(0, {"id": "0000-cccccccc", "created": "2026-10-31T09:00:00+00:00", "verdict": "bad",
                                     "history": [{"at": "2026-10-31T09:01:00+00:00", "event": "failed to start: x"}],
                                     "gate": None, "watch": []})
-    page = history.page(document, "host")
+    page = history.page(typed(document), "host")
     listed = page.split("<h2>Retained releases</h2>", 1)[1]
     assert all(release["id"] in listed for release in document["releases"])
     assert re.search(r"0000-cccccccc .* bad +never measured by the gate; 0 watch entries", listed)

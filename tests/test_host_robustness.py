@@ -139,7 +139,7 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     nothing installed yet); its answer is the installed package's, `python3 -m hostside.<module>` from HOST_LIB."""
     from roles.facts import host_modules, inline_host
 
-    assert host_modules("store") == ["documents", "reports", "service", "store"]
+    assert host_modules("store") == ["documents", "outputs", "reports", "service", "store"]  # outputs: its history
     assert {"weights/__init__", "weights/__main__", "weights/fetch", "weights/manifest", "weights/prune"} <= \
         set(host_modules("weights"))  # a sub-package: run as its __main__, with the modules it imports
     carried = subprocess.run(["sh", "-c", inline_host("weights", "--help")], cwd=tmp_path, capture_output=True, text=True)
@@ -153,7 +153,9 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
                                cwd=PACKAGE_PARENT, env=env, capture_output=True, text=True)
     assert inline.returncode == installed.returncode == 0, inline.stderr + installed.stderr
     assert json.loads(inline.stdout) == json.loads(installed.stdout)
-    assert json.loads(inline.stdout)["releases"][0]["id"] == "0001-0123abcd"
+    from sglang_deploy.hostside.outputs import StoreHistory
+
+    assert StoreHistory.loads(inline.stdout).releases[0].id == "0001-0123abcd"
 
 
 def test_a_fact_runs_the_installed_package_only_when_it_is_this_checkouts(tmp_path):

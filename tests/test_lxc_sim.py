@@ -107,11 +107,13 @@ def test_the_running_services_sandbox_matches_the_report(nested):
     assert "1048576" not in limits and "unlimited" not in limits  # clamped by the container
     nested.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.preflight --service sglang --active --no-gpu --gpus 2 "
               "--json /tmp/report.json --quiet")
-    document = json.loads(nested.sh("cat /tmp/report.json"))
-    enforced = {row[0]: row[2] for row in document["sandbox"]}
+    from sglang_deploy.hostside.outputs import PreflightReport
+
+    document = PreflightReport.loads(nested.sh("cat /tmp/report.json"), "/tmp/report.json")
+    enforced = {row[0]: row[2] for row in document.sandbox}
     assert enforced["ProtectSystem"] and enforced["ProtectHome"] and enforced["ProtectKernelTunables"]
     assert enforced["DevicePolicy"] is False and enforced["LimitNOFILE"] is False and enforced["LimitMEMLOCK"] is False
-    assert document["host"] == {"uid_map": ["0", "100000", "65536"], "unprivileged": True, "nesting": True}
+    assert document.host == {"uid_map": ["0", "100000", "65536"], "unprivileged": True, "nesting": True}
 
 
 def test_0660_nodes_and_a_hung_all_reduce_are_refused_before_the_switch_and_the_release_keeps_serving(nested,

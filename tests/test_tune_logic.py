@@ -332,9 +332,11 @@ def test_the_sessions_files_are_its_typed_documents(tmp_path, monkeypatch, capsy
     session.restore()  # nothing else was installed: no restart, nothing to remove
     session.save_status(state="aborted")
     assert tune_session.cmd_close(args) == 0
-    closed = json.loads(capsys.readouterr().out)
-    assert (closed["state"], closed["restore"]) == ("aborted", {"needed": False, "ready": True, "stage": None,
-                                                                 "detail": None, "elapsed_s": None, "removed": []})
+    from sglang_deploy.hostside.outputs import TuneSession
+
+    closed = TuneSession.loads(capsys.readouterr().out)  # close's answer, as the controller reads it
+    assert (closed.state, closed.restore.to_dict()) == ("aborted", {"needed": False, "ready": True, "stage": None,
+                                                                     "detail": None, "elapsed_s": None, "removed": []})
     close = tune_runner.read_close(paths)
     assert (close.abort, close.why) == (True, "interrupted on the controller")
     session.save_status(restore=session.status.restore.but(needed=True, ready=False, detail="timeout"))

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import shlex
 import subprocess
 
@@ -249,4 +248,6 @@ def test_the_fact_reads_the_version_and_the_hooks_from_outside_the_venv(tmp_path
     state = facts_module.VenvState().process(output)
     assert state["sglang"] == "0.5.23" and [p.split(": ")[0] for p in state["problems"]] == [str(site / "zz.pth")]
     assert not (venv / "bin").exists()
-    assert json.loads(output[-1])["site"] == str(site)
+    from sglang_deploy.hostside.outputs import VenvHooks
+
+    assert VenvHooks.loads(output[-1]).site == str(site)

@@ -11,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import proven_with
 from sglang_deploy.history import points as history_points
+from sglang_deploy.hostside.outputs import StoreHistory
 from test_deploy_sim import grand_total
 
 pytestmark = pytest.mark.simhost
@@ -186,7 +187,7 @@ def test_history_verb_writes_the_table_and_the_page(watched):
     directory = REPO / "results" / "ct129-sim"
     text, page = (directory / "history.txt").read_text(), (directory / "history.html").read_text()
     first = json.loads(simhost.sh(f"cat {STORE}/state.json"))["active"]
-    releases = [entry["id"] for entry in json.loads((directory / "history.json").read_text())["releases"]]
+    releases = [release.id for release in StoreHistory.loads((directory / "history.json").read_text()).releases]
     assert len(releases) >= 2 and first in releases
     assert "after-restart" in text and "ok DRIFT" in text and "restarted by the watch" in text
     assert "restart-withheld capped" in text
@@ -198,7 +199,7 @@ def test_history_verb_writes_the_table_and_the_page(watched):
     # The PNG: every measurement a point, both releases' switches and the restart marked, the roofline drawn.
     png = directory / "history.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and "history.png: " in result.stdout + result.stderr
-    document = json.loads((directory / "history.json").read_text())
+    document = StoreHistory.loads((directory / "history.json").read_text())
     measured = [row for row in history_points(document) if row["decode_tok_s"] is not None]
     drawn = re.search(r"history.png: (\d+) points, (\d+) switches and restarts, (\d+) roofline points",
                       result.stdout + result.stderr)

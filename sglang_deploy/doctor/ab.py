@@ -117,7 +117,7 @@ class SpecAB(HostSession):
             for key, label in (("evidence", "seen"), ("expected_gain", "expected gain"), ("fix", "fix")):
                 self.say(f"   {label}: {suspect[key]}")
         document = {"kind": "ab", "arm": self.arm, "release": self.active, "host": self.host_name,
-                    "verdict": found, "table": text, "restore": closed.get("restore") or {},
+                    "verdict": found, "table": text, "restore": closed.restore.to_dict() if closed.restore else {},
                     "settings": self.settings.measurement(), "elapsed_s": round(self.elapsed(), 1),
                     "active_result": active.to_json(), "nospec_result": nospec.to_json()}
         path = save_result(self.host_name, document, kind="ab", results_dir=self.results_dir.parent)

@@ -222,11 +222,12 @@ def diagnose(report: dict) -> dict:
             "simulated": is_simulated(server_info)}
 
 
-def with_collection(result: dict, collected: dict) -> dict:
-    """The diagnosis with what the host's collector (hostside/doctor_collect.py) adds to the saved report: the
-    release, the collector's errors, the GPU probe and the sandbox view (hostside/reports.DoctorReport's fields)."""
-    return {**result, "release": collected["active"], "errors": collected["errors"],
-            "probe": collected.get("probe"), "sandbox": collected.get("sandbox")}
+def with_collection(result: dict, collected) -> dict:
+    """The diagnosis with what the host's collector (hostside/doctor_collect.py, its outputs.DoctorCollection) adds to
+    the saved report: the release, the collector's errors, the GPU probe and the sandbox view
+    (hostside/reports.DoctorReport's fields)."""
+    return {**result, "release": collected.active, "errors": list(collected.errors), "probe": collected.probe,
+            "sandbox": collected.sandbox.to_dict()}
 
 
 def lever_findings(report: dict, server_info: dict, bound: dict | None, gpu_name: str | None) -> dict:
@@ -344,13 +345,16 @@ def sandbox_lines(view: dict | None) -> list[str]:
     findings that are not ok (devices, shm, toolchain)."""
     from ..hostside.preflight.findings import sandbox_report
 
+    from ..hostside.outputs import SandboxView
+
     if not view:
         return []
-    if view.get("error"):
-        return [f"sandbox: {view['error']}"]
-    lines = sandbox_report([tuple(row) for row in view.get("sandbox") or []], view.get("host")).splitlines()
-    for item in view.get("findings") or []:
-        if item["status"] in ("fail", "warn"):
-            lines.append(f"{item['step']}: {item['status'].upper()}: {item['detail']}"
-                         + (f" (fix: {item['fix']})" if item.get("fix") else ""))
+    view = SandboxView.from_dict(view, "doctor.json sandbox")  # a report's part: strict, naming the field
+    if view.error:
+        return [f"sandbox: {view.error}"]
+    lines = sandbox_report([tuple(row) for row in view.sandbox], view.host).splitlines()
+    for item in view.findings:
+        if item.status in ("fail", "warn"):
+            lines.append(f"{item.step}: {item.status.upper()}: {item.detail}"
+                         + (f" (fix: {item.fix})" if item.fix else ""))
     return lines

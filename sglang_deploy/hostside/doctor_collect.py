@@ -20,6 +20,7 @@ from .client import get_json, read_api_key
 from .documents import DocumentError, GateConfig, GateResult, ProfileSnapshot, Resolution
 from .reports import ABResults, TuneResults
 from .listener import foreign_listener, guard_unit
+from .outputs import DoctorCollection, PreflightReport, SandboxView, line
 from .service import service_status
 from .store import Store, service_name
 
@@ -82,10 +83,10 @@ def sandbox_view(service, gpus):
                     "--gpus", str(gpus), "--json", out, "--quiet"], cwd=here, capture_output=True, text=True, timeout=300)
     try:
         with open(out) as handle:
-            document = json.load(handle)
-    except (OSError, ValueError) as error:
-        return {"error": f"the sandbox view could not be taken: {error}"}
-    return {"findings": document["findings"], "sandbox": document["sandbox"], "host": document["host"]}
+            document = PreflightReport.loads(handle.read(), out)
+    except (OSError, DocumentError) as error:  # DocumentError: not JSON, or a field missing or misspelt (named)
+        return SandboxView(error=f"the sandbox view could not be taken: {error}")
+    return SandboxView(findings=document.findings, sandbox=document.sandbox, host=document.host)
 
 
 def last_tune(store, active, errors, document=TuneResults):
@@ -189,7 +190,7 @@ def main():
     report["clock_reasons"] = clock_reasons()
     report["card_memory_mib"] = card_memory_mib()
     resolution = release_part(Resolution, store, active, report["errors"])
-    report["sandbox"] = sandbox_view(args.service, resolution.parallel_gpus() if resolution else 1)
+    report["sandbox"] = sandbox_view(args.service, resolution.parallel_gpus() if resolution else 1).to_dict()
     if args.probe:
         python = os.path.join(meta.venv if meta else "", "bin", "python")
         profile = release_part(ProfileSnapshot, store, active, report["errors"])
@@ -201,7 +202,8 @@ def main():
             report["probe"] = json.loads(result.stdout) if result else {"error": f"{python} not found"}
         except ValueError:
             report["probe"] = {"error": (result.stderr or "no output")[-500:]}
-    print(json.dumps(evidence.redact(report, [api_key])))  # /server_info carries the key and launch command
+    # /server_info carries the key and launch command; through the class: a field misspelt here fails at the write
+    print(line(DoctorCollection.from_dict(evidence.redact(report, [api_key]))))
     return 0
 
 

@@ -14,7 +14,8 @@ Layout (``/var/lib/sglang-deploy/<service>/``):
 
 Every command prints JSON on stdout. Standard library only; it imports only service.py, documents.py and reports.py
 of its package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
-inline_host), and the controller imports its paths and pure helpers, so the host's paths are written here once.
+inline_host; outputs.py goes with them, imported by the history command alone, so the state command's import stays
+as small), and the controller imports its paths and pure helpers, so the host's paths are written here once.
 """
 
 import argparse
@@ -324,7 +325,10 @@ def cmd_state(args):
 
 
 def cmd_history(args):
-    """Every retained release's switches, gate result (medians) and perf-watch history, oldest first."""
+    """Every retained release's switches, gate result (medians) and perf-watch history, oldest first
+    (outputs.StoreHistory)."""
+    from .outputs import HistoryFloors, HistoryGate, HistoryRelease, StoreHistory  # not on the state's path
+
     store = Store(args.service)
     out = []
     for release_id in store.ids():
@@ -345,21 +349,23 @@ def cmd_history(args):
             settings = None
         path = os.path.join(directory, WatchEntry.FILE)
         try:
-            watch = [json.loads(entry.line()) for entry in WatchEntry.lines(store.read(path), path)]
+            watch = WatchEntry.lines(store.read(path), path)
         except DocumentError as error:  # a listing: shown without the watch's history, and why
             log(f"release {release_id}: no watch history shown: {error}")
             watch = []
-        out.append({"id": release_id, "created": meta.created, "history": [e.to_dict() for e in meta.history],
-                    "verdict": meta.verdict, "exec_start": meta.exec_start,
-                    "environment": {name: "(masked)" if secret_name(name) else value for name, value in
-                                    env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},
-                    "floors": {"decode_tok_s": settings and settings.min_decode_tok_s,
-                               "accept_length": settings and settings.min_accept_length},
-                    "gate": {"verdict": gate.verdict, "at": meta.gate and meta.gate.at,
+        out.append(HistoryRelease(
+            id=release_id, created=meta.created, history=meta.history, verdict=meta.verdict, exec_start=meta.exec_start,
+            environment={name: "(masked)" if secret_name(name) else value for name, value in
+                         env_file_values(store.read(os.path.join(directory, "sglang.env"))).items()},
+            floors=HistoryFloors(decode_tok_s=settings and settings.min_decode_tok_s,
+                                 accept_length=settings and settings.min_accept_length),
+            gate=HistoryGate(verdict=gate.verdict, at=meta.gate and meta.gate.at,
                              **{key: (measurement.get(key) or {}).get("median")
-                                for key in ("decode_tok_s", "accept_length", "ttft_s")}} if gate else None,
-                    "watch": watch[-args.limit:]})
-    emit({"service": args.service, "state": store.state().to_dict(), "releases": out})
+                                for key in ("decode_tok_s", "accept_length", "ttft_s")}) if gate else None,
+            watch=watch[-args.limit:]))
+    # the strict reader on the way out too: a value of the wrong type fails here, naming the field
+    history = StoreHistory.from_dict(StoreHistory(service=args.service, state=store.state(), releases=out).to_dict())
+    emit({"format": history.FORMAT, **history.to_dict()})
     return 0
 
 

@@ -19,6 +19,7 @@ from .client import read_api_key
 from .documents import (PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome,
                         Switching)
 from .listener import foreign_listener
+from .outputs import TuneItemResult
 from .reports import TuneClose, TuneItem, TuneRestore, TuneStatus
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
@@ -241,8 +242,8 @@ class Session:
                 os.unlink(path)
                 item = TuneItem.loads(text, path)  # unreadable: the session fails, naming the field; original back
                 self.save_status(state="running", item=item.seq)
-                result = self.measure_item(item)
-                write_json(os.path.join(self.paths.results, f"{item.seq:04d}.json"), result)
+                result = TuneItemResult.from_dict(self.measure_item(item), f"candidate {item.id}'s result")
+                write_json(os.path.join(self.paths.results, f"{item.seq:04d}.json"), result.to_dict())
                 self.save_status(state="ready", item=None, done=[*self.status.done, item.seq])
                 continue
             if close is not None:

@@ -27,7 +27,6 @@ This module is the command line (open, poll, close); `run` is tune_runner.Sessio
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -35,7 +34,9 @@ import subprocess
 import sys
 import time
 
+from .documents import DocumentError
 from .listener import guard_unit
+from .outputs import TuneItemResult, TunePoll, TuneSession, line
 from .reports import TuneClose, TuneStatus
 from .store import atomic_write, lock_holder, now, service_name
 from .tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status
@@ -49,8 +50,8 @@ def cmd_open(args):
     paths = Paths(args.service, args.session)
     holder = lock_holder(paths.store)
     if holder:
-        print(json.dumps({"state": "failed", "message": f"the release store is locked by {holder.owner} "
-                                                       f"(pid {holder.pid}, since {holder.since})"}))
+        print(line(TuneSession(state="failed", status=None, message=f"the release store is locked by {holder.owner} "
+                                                                     f"(pid {holder.pid}, since {holder.since})")))
         return EXIT_LOCKED
     parent = os.path.dirname(paths.root)
     for name in os.listdir(parent) if os.path.isdir(parent) else []:  # finished sessions of earlier tunes
@@ -71,27 +72,32 @@ def cmd_open(args):
                "--owner", args.owner]
     started = subprocess.run(command, capture_output=True, text=True)
     if started.returncode != 0:
-        print(json.dumps({"state": "failed", "message": f"systemd-run failed: {started.stderr.strip()}"}))
+        print(line(TuneSession(state="failed", status=None, message=f"systemd-run failed: {started.stderr.strip()}")))
         return 1
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         status = read_status(paths.status)
         if status and status.state != "starting":
-            print(json.dumps({**status.to_dict(), "unit": unit}))
+            print(line(answer(status, unit=unit)))
             return 0 if status.state == "ready" else (EXIT_LOCKED if "locked" in (status.message or "") else 2)
         time.sleep(0.2)
-    print(json.dumps({"state": "failed", "message": f"the session did not start within 30 s (journalctl -u {unit})"}))
+    print(line(TuneSession(state="failed", status=None,
+                           message=f"the session did not start within 30 s (journalctl -u {unit})")))
     return 1
 
 
 def cmd_poll(args):
     paths = Paths(args.service, args.session)
     os.utime(paths.heartbeat) if os.path.exists(paths.heartbeat) else None
-    results = {}
+    results, unreadable = [], []
     if os.path.isdir(paths.results):
         for name in sorted(os.listdir(paths.results)):
             if name.endswith(".json") and int(name[:-5]) >= args.results_from:
-                results[str(int(name[:-5]))] = read_json(os.path.join(paths.results, name))
+                path = os.path.join(paths.results, name)
+                try:
+                    results.append(TuneItemResult.from_dict(read_json(path), path))
+                except DocumentError as error:  # the session wrote it through the class: said, never skipped
+                    unreadable.append(str(error))
     log_text, offset = "", args.log_offset
     try:
         with open(paths.log) as f:
@@ -101,15 +107,15 @@ def cmd_poll(args):
     except FileNotFoundError:
         pass
     status = read_status(paths.status)
-    print(json.dumps({"status": status.to_dict() if status else {"state": "missing"}, "results": results, "log": log_text,
-                      "log_offset": offset}))
+    print(line(TunePoll(status=answer(status), results=results, log=log_text, log_offset=offset,
+                        unreadable=unreadable)))
     return 0
 
 
 def cmd_close(args):
     paths = Paths(args.service, args.session)
     if not os.path.isdir(paths.root):
-        print(json.dumps({"state": "missing"}))
+        print(line(answer(None)))
         return 0
     atomic_write(paths.close, TuneClose(abort=args.abort, why=args.why, at=now()).dump(), 0o600)
     deadline = time.monotonic() + args.wait_s
@@ -117,12 +123,18 @@ def cmd_close(args):
         os.utime(paths.heartbeat) if os.path.exists(paths.heartbeat) else None
         status = read_status(paths.status)
         if status is not None and status.ended:
-            print(json.dumps(status.to_dict()))
+            print(line(answer(status)))
             return 0 if status.restore is None or status.restore.ready else 3
         time.sleep(0.3)
-    status = read_status(paths.status)
-    print(json.dumps(status.to_dict() if status else {"state": "missing"}))
+    print(line(answer(read_status(paths.status))))
     return 1
+
+
+def answer(status, unit=None):
+    """open's and close's answer (outputs.TuneSession) for a session's status; None: no session (missing)."""
+    if status is None:
+        return TuneSession(state="missing", message="no session.json", status=None, unit=unit)
+    return TuneSession(state=status.state, message=status.message, status=status, unit=unit)
 
 
 def session_id(value):

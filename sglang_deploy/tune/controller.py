@@ -236,7 +236,7 @@ class Runner(HostSession):
         path.write_text(TuneResults.from_dict(self.document()).dump())
 
     # --- the report -------------------------------------------------------------------------------
-    def report(self, winner: tune.Measured | None, closed: dict) -> dict:
+    def report(self, winner: tune.Measured | None, closed) -> dict:
         baseline = self.search.baseline
         results = self.all_results
         text = tune_report.table(results, baseline, winner, self.settings.objective, self.original_flags)
@@ -254,7 +254,7 @@ class Runner(HostSession):
         if self.search.stopped:
             self.say(f"search stopped early: {self.search.stopped}")
         document = self.document(winner)
-        document["restore"] = closed.get("restore")
+        document["restore"] = closed.restore.to_dict() if closed.restore else None  # outputs.TuneSession
         tuned_path = None
         if winner is not None and baseline is not None and winner is not baseline and winner.candidate.flags + \
                 winner.candidate.env:

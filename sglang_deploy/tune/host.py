@@ -6,7 +6,6 @@ there, the budget. Shared by the tune (controller.py: the search and its report)
 
 from __future__ import annotations
 
-import json
 import shlex
 import signal
 import time
@@ -17,7 +16,8 @@ from . import edit as tune_edit, search as tune
 from .vocab import label_ignored
 from ..gate import RESULTS_DIR, gate_config
 from ..hostside import documents
-from ..hostside.documents import GateConfig, ReleaseMeta
+from ..hostside.documents import DocumentError, GateConfig, ReleaseMeta
+from ..hostside.outputs import TunePoll, TuneSession
 from ..hostside.reports import StoreReport, TuneItem
 from ..hostside.store import content_hash, next_release_id
 from ..layout import host_program
@@ -98,12 +98,22 @@ class HostSession:
         return ok, stdout
 
     def session_cmd(self, command, *extra, check=True):
+        """The session command's answer, its output's last line: poll's a TunePoll (None: no answer, an empty or torn
+        output: polled again), open's and close's a TuneSession (state "unreadable" when there is none, or it
+        cannot be read as one: the message says why, naming the field). A poll answer that is JSON but not a
+        TunePoll is a TuneError naming the field."""
         ok, stdout = self.sh("tune_session", command, "--service", self.service, "--session", self.session, *extra,
                              check=check)
+        answer, source = (TunePoll if command == "poll" else TuneSession), f"tune_session {command}'s answer"
         try:
-            return json.loads(stdout.strip().splitlines()[-1]) if stdout.strip() else {}
-        except ValueError:
-            return {"state": "unreadable", "message": stdout[-500:]}
+            return answer.loads(stdout.strip().splitlines()[-1] if stdout.strip() else "", source)
+        except DocumentError as error:
+            torn = str(error).startswith(f"{source}: not JSON")
+            if command == "poll" and torn:
+                return None
+            if command == "poll":
+                raise TuneError(str(error)) from None
+            return TuneSession(state="unreadable", message=stdout[-500:] if torn else str(error), status=None)
 
 
     # --- the start: the profile, the store, the session -------------------------------------------
@@ -159,11 +169,11 @@ class HostSession:
         try:
             opened = self.session_cmd("open", "--heartbeat-s", str(self.settings.heartbeat_s), "--owner",
                                       f"sglang-deploy {self.verb} {self.session}", check=False)
-            if opened.get("state") != "ready":
-                raise TuneError(f"the {self.verb} session did not start: {opened.get('message')}")
-            self.restart_estimate = opened.get("start_estimate_s")
+            if opened.state != "ready":
+                raise TuneError(f"the {self.verb} session did not start: {opened.message}")
+            self.restart_estimate = opened.status.start_estimate_s if opened.status else None
             self.say(f"{self.verb} session {self.session} holds the release lock on the host (unit "
-                     f"{opened.get('unit')}); the original release is restored at the end, on Ctrl-C, or when this "
+                     f"{opened.unit}); the original release is restored at the end, on Ctrl-C, or when this "
                      f"controller stops polling for {self.settings.heartbeat_s:.0f} s")
             result = body()
             outcome = "done"
@@ -175,34 +185,40 @@ class HostSession:
     def on_sigint(self, *_):
         self.interrupted = True
 
-    def close(self, abort: bool) -> dict:
+    def close(self, abort: bool) -> TuneSession:
+        """The session's closing answer (its restore: TuneSession.restore); state "none" when no session was opened."""
         if not self.session:
-            return {}
+            return TuneSession(state="none", message="no session was opened", status=None)
         self.say("closing the tune session: " + ("ABORT, " if abort else "") + f"restoring release {self.active}")
         status = self.session_cmd("close", *(["--abort", "--why", "interrupted on the controller"] if abort else []),
                                   check=False)
         self.drain_log()
-        restore = status.get("restore") or {}
-        if restore.get("needed"):
-            self.say(f"original release {self.active} " + ("running again" if restore.get("ready") else
-                                                            f"FAILED TO START: {restore.get('detail')}")
-                     + (f" after {restore.get('elapsed_s')} s" if restore.get("elapsed_s") else ""))
-        elif status.get("state") in ("closed", "aborted"):
+        restore = status.restore
+        if restore and restore.needed:
+            self.say(f"original release {self.active} " + ("running again" if restore.ready else
+                                                            f"FAILED TO START: {restore.detail}")
+                     + (f" after {restore.elapsed_s} s" if restore.elapsed_s else ""))
+        elif status.state in ("closed", "aborted"):
             self.say(f"original release {self.active} was never stopped")
         else:
-            self.say(f"tune session state: {status.get('state')}: {status.get('message')}")
+            self.say(f"tune session state: {status.state}: {status.message}")
         return status
 
     def drain_log(self):
-        document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", "999999",
-                                    check=False)
+        try:
+            document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", "999999",
+                                        check=False)
+        except TuneError as error:  # while closing: said, the close's own answer decides
+            self.say(f"the session's log could not be read: {error}")
+            return
         self.show_log(document)
 
-    def show_log(self, document):
-        text = document.get("log") or ""
-        for line in text.splitlines():
+    def show_log(self, document: TunePoll | None):
+        if document is None:  # no answer this time
+            return
+        for line in document.log.splitlines():
             self.say(f"    host: {line}")
-        self.log_offset = document.get("log_offset", self.log_offset)
+        self.log_offset = document.log_offset
 
     # --- one candidate ----------------------------------------------------------------------------
     def candidate_text(self, candidate: tune.Candidate) -> str:
@@ -291,22 +307,23 @@ class HostSession:
             document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", str(seq),
                                         check=False)
             self.show_log(document)
-            result = (document.get("results") or {}).get(str(seq))
+            if document is not None and document.unreadable:
+                raise TuneError(f"the tune session's result could not be read: {document.unreadable[0]}")
+            result = document.result(seq) if document is not None else None
             if result:
                 break
-            status = document.get("status") or {}
-            if status.get("state") in ("aborted", "failed", "closed", "missing"):
-                raise TuneError(f"the tune session ended: {status.get('state')}: {status.get('message')}")
+            status = document.status if document is not None else None
+            if status is not None and status.state in ("aborted", "failed", "closed", "missing"):
+                raise TuneError(f"the tune session ended: {status.state}: {status.message}")
             time.sleep(POLL_S)
-        duration = result.get("duration_s") or 0.0
+        duration = result.duration_s or 0.0
         self.durations.append(duration)
-        measured = tune.Measured(candidate, error=None if result.get("ok") else (result.get("error") or "failed"),
-                                 repeats=result.get("repeats") or [], duration_s=duration,
-                                 restart_s=result.get("restart_s"), release_id=item["release_id"],
-                                 allreduce=result.get("allreduce"))
-        if result.get("config_problems"):
-            measured.error = "effective config differs: " + result["config_problems"][0]
-        measured = label_ignored(measured, result.get("map_ignored"))
+        measured = tune.Measured(candidate, error=None if result.ok else (result.error or "failed"),
+                                 repeats=result.repeats, duration_s=duration, restart_s=result.restart_s,
+                                 release_id=item["release_id"], allreduce=result.allreduce)
+        if result.config_problems:
+            measured.error = "effective config differs: " + result.config_problems[0]
+        measured = label_ignored(measured, result.map_ignored)
         if measured.invalid_reason:
             self.say(f"    {candidate.id}: {measured.invalid_reason}")
         elif measured.measured:

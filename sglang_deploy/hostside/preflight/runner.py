@@ -44,6 +44,7 @@ from ..evidence import journal
 from .findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
                                  namespace_failure, report, sandbox_enforcement, timed_out, unprivileged)
 from .probe import read_text
+from ..outputs import PreflightReport
 from ..store import SIMULATED_MARKER
 
 
@@ -214,11 +215,11 @@ def run(args):
         # systemd-run --pipe was killed, its transient unit was not: stop it, and say which step hung.
         subprocess.run(["systemctl", "stop", f"{unit}.service"], capture_output=True, timeout=120, check=False)
         findings = [timed_out(unit, args.timeout, expired.stderr)]
-        document = {"findings": findings, "seconds": round(time.perf_counter() - started, 2), "facts": None,
-                    "ok": False, "host": host_facts(), "sandbox": []}
+        document = PreflightReport.from_dict({"findings": findings, "seconds": round(time.perf_counter() - started, 2),
+                                              "facts": None, "ok": False, "host": host_facts(), "sandbox": []})
         if args.json:
             with open(args.json, "w") as handle:
-                json.dump(document, handle, indent=1)
+                handle.write(document.dump())
         print(report(findings, time.perf_counter() - started), file=sys.stderr, flush=True)
         return 1
     video = None
@@ -249,11 +250,12 @@ def run(args):
         findings = diagnose(facts, args.gpus, args.simulated, video, args.container_id, expected)
     seconds = time.perf_counter() - started
     host = host_facts()
-    document = {"findings": findings, "seconds": round(seconds, 2), "facts": facts, "ok": not failed(findings),
-                "host": host, "sandbox": sandbox_enforcement(facts, unit_text) if facts else []}
-    if args.json:
+    document = PreflightReport.from_dict({"findings": findings, "seconds": round(seconds, 2), "facts": facts,
+                                          "ok": not failed(findings), "host": host,
+                                          "sandbox": sandbox_enforcement(facts, unit_text) if facts else []})
+    if args.json:  # through the class: a finding or field misspelt here fails at the write, naming it
         with open(args.json, "w") as handle:
-            json.dump(document, handle, indent=1)
+            handle.write(document.dump())
     if not (args.quiet and not failed(findings)):
         print(report(findings, seconds), file=sys.stderr if failed(findings) else sys.stdout, flush=True)
     return 1 if failed(findings) else 0

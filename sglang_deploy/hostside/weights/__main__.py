@@ -76,7 +76,9 @@ def main(argv=None):
             return run_locked(args)
     except WeightsError as error:
         log(f"ERROR {error}")
-        print(json.dumps({"ok": False, "error": str(error)}))
+        from ..outputs import WeightsFailure, line  # only on a failure: its documents cost every run an import
+
+        print(line(WeightsFailure(ok=False, error=str(error))))
         return EXIT_NO_SPACE if "not enough disk" in str(error) else EXIT_MISMATCH
 
 

@@ -1,0 +1,351 @@
+"""What host programs answer the controller (hostside/outputs.py): the writer on the host and the reader on the
+controller spell each field once, and a field renamed on either side is an error naming the answer and the field,
+never a value read as None."""
+
+import ast
+import json
+import os
+import subprocess
+import types
+
+import pytest
+
+from conftest import REPO, gate_document, release_meta
+from sglang_deploy.hostside import store as store_module
+from sglang_deploy.hostside.documents import DocumentError, GateResult
+from sglang_deploy.hostside.outputs import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
+                                            StoreHistory, VenvHooks)
+from sglang_deploy.hostside.reports import WatchEntry
+
+
+def renamed(data, old, new):
+    return {(new if key == old else key): value for key, value in data.items()}
+
+
+# --- the preflight's report -----------------------------------------------------------------------------------
+
+def test_the_preflight_writes_its_report_through_the_class(tmp_path, monkeypatch):
+    """The runner's --json on its normal path (the probe's facts judged): every field PreflightReport holds and
+    findings.finding's fields are PreflightFinding's; the controller reads it back by attribute."""
+    import subprocess as real
+
+    from sglang_deploy.hostside.preflight import findings, runner
+    from test_preflight_logic import FACTS, GOLDEN_UNIT
+
+    assert set(findings.finding("sandbox", "ok", "set up")) == PreflightFinding.field_names()
+    unit, env = tmp_path / "sglang.service", tmp_path / "sglang.env"
+    unit.write_text(GOLDEN_UNIT)
+    env.write_text("")
+
+    def fake_run(command, **kwargs):
+        if command[0] == "systemd-run" and "--pipe" in command:
+            return real.CompletedProcess(command, 0, json.dumps(FACTS) + "\n", "")
+        return real.CompletedProcess(command, 1, "", "")
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    runner.main(["--unit", str(unit), "--env", str(env), "--python", "/usr/bin/python3", "--gpus", "2",
+                 "--json", str(tmp_path / "out.json"), "--quiet"])
+    text = (tmp_path / "out.json").read_text()
+    assert set(json.loads(text)) - {"format"} == PreflightReport.field_names()
+    report = PreflightReport.loads(text, "out.json")
+    assert report.findings[0].step == "sandbox" and report.facts["user"] == "sglang"
+    assert report.ok == (not [item for item in report.findings if item.status == "fail"])
+
+
+REPORT = {"findings": [{"step": "shm", "status": "warn", "detail": "64 MiB", "fix": "mount a larger /dev/shm"}],
+          "seconds": 1.5, "facts": None, "ok": True, "host": {}, "sandbox": []}
+
+
+@pytest.mark.parametrize("data, message", [
+    (renamed(REPORT, "seconds", "duration_s"), "preflight/<service>.json: unknown field 'duration_s'"),
+    ({**REPORT, "findings": [renamed(REPORT["findings"][0], "fix", "remedy")]},
+     "preflight/<service>.json findings[0]: unknown field 'remedy'"),
+    ({**REPORT, "findings": [{"step": "shm", "status": "warn", "detail": "64 MiB"}]},
+     "preflight/<service>.json findings[0]: required field 'fix' is missing"),
+    ({**REPORT, "ok": "yes"}, "preflight/<service>.json: field 'ok' is 'yes'; accepted: bool"),
+])
+def test_the_preflight_report_reader_names_the_field(data, message):
+    with pytest.raises(DocumentError) as error:
+        PreflightReport.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_the_deploy_reads_the_preflight_report_by_attribute(monkeypatch):
+    """roles/release.py _preflight_report: the warnings and the steps; a renamed field is a DeployError naming it
+    (it read the key as None, or raised a KeyError, before)."""
+    from pyinfra.api.exceptions import DeployError
+
+    from roles import release
+
+    logged = []
+    answer = types.SimpleNamespace(stdout=json.dumps(REPORT))
+    monkeypatch.setattr(release, "host", types.SimpleNamespace(
+        name="h", run_shell_command=lambda command, **kwargs: (True, answer), log=lambda text, *a: logged.append(text)))
+    monkeypatch.setattr(release, "sudo", lambda: False)
+    release._preflight_report("sglang")
+    assert logged == ["preflight shm: 64 MiB (fix: mount a larger /dev/shm)", "preflight passed in 1.5 s: shm warn"]
+    answer.stdout = json.dumps(renamed(REPORT, "findings", "results"))
+    with pytest.raises(DeployError, match="report cannot be read: .*unknown field 'results'"):
+        release._preflight_report("sglang")
+
+
+# --- the doctor's collection ------------------------------------------------------------------------------------
+
+def collector_fields() -> set:
+    """The keys hostside/doctor_collect.main puts in its report (its dict literal and each report["..."] = ...)."""
+    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "doctor_collect.py").read_text())
+    main = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "main")
+    keys = set()
+    for node in ast.walk(main):
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name) and node.targets[0].id == "report" \
+                and isinstance(node.value, ast.Dict):
+            keys |= {key.value for key in node.value.keys}
+        for target in getattr(node, "targets", []):
+            if isinstance(target, ast.Subscript) and getattr(target.value, "id", None) == "report":
+                keys.add(target.slice.value)
+    return keys
+
+
+def collection(**changes):
+    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": {}, "gate": {"decode_tok_s": {"median": 50.0}},
+              "environ": {}, "log_findings": {}, "costly_env": [], "server_info": {"tp_size": 2},
+              "checkpoint_path": "/m", "checkpoint": None, "draft_checkpoint": None, "offered_drafts": [],
+              "last_tune": None, "last_ab": None, "clock_reasons": {"0": "0x0"}, "card_memory_mib": [49140],
+              "sandbox": {"findings": [], "sandbox": [], "host": {}}}
+    return {**fields, **changes}
+
+
+def test_the_doctor_collector_writes_exactly_the_collections_fields():
+    """A key renamed in doctor_collect.main fails here (and, strict, when the collector prints it)."""
+    assert collector_fields() == DoctorCollection.field_names()
+    assert set(collection()) == DoctorCollection.field_names() - {"gate_source", "probe"}  # only when so
+
+
+@pytest.mark.parametrize("data, message", [
+    (renamed(collection(), "active", "active_release"), "hostside.doctor_collect's output: unknown field "
+                                                        "'active_release'"),
+    ({key: value for key, value in collection().items() if key != "server_info"},
+     "hostside.doctor_collect's output: required field 'server_info' is missing"),
+    (collection(sandbox={"findings": [{"step": "shm", "status": "fail", "detail": "x", "fixx": None}]}),
+     "hostside.doctor_collect's output sandbox findings[0]: unknown field 'fixx'"),
+])
+def test_the_doctor_collection_reader_names_the_field(data, message):
+    with pytest.raises(DocumentError) as error:
+        DoctorCollection.loads(json.dumps(data))
+    assert str(error.value).startswith(message), error.value
+
+
+def test_the_doctor_reads_the_collection_by_attribute():
+    """with_collection (doctor/diagnosis.py) takes the release, the errors, the probe and the sandbox view from the
+    typed collection; the sandbox section of the report reads the view through SandboxView."""
+    from sglang_deploy.doctor.diagnosis import sandbox_lines, with_collection
+
+    collected = DoctorCollection.loads(json.dumps(collection(errors=["x"], sandbox={"error": "no view: y"})))
+    result = with_collection({"suspects": []}, collected)
+    assert (result["release"], result["errors"], result["probe"]) == ("0001-aaaaaaaa", ["x"], None)
+    assert sandbox_lines(result["sandbox"]) == ["sandbox: no view: y"]
+    with pytest.raises(DocumentError, match="doctor.json sandbox: unknown field 'sandbx'"):
+        sandbox_lines({"sandbx": []})
+    assert SandboxView.from_dict({"error": "e"}).findings == []
+
+
+# --- the store's history ----------------------------------------------------------------------------------------
+
+def test_the_store_writes_its_history_through_the_class(tmp_path, monkeypatch, capsys):
+    """hostside.store history on a store with a gated, watched release: StoreHistory reads it by attribute."""
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
+    directory.mkdir(parents=True)
+    (directory / "gate-config.json").write_text(gate_document(min_decode_tok_s=45).dump())
+    (directory / "gate-result.json").write_text(GateResult.from_dict({
+        "verdict": "pass", "reasons": [], "inconclusive": [], "rows": [], "config_problems": [],
+        "measurement": {"decode_tok_s": {"median": 50.0}, "accept_length": {"median": 3.1}}}).dump())
+    (directory / "sglang.env").write_text("SGLANG_API_KEY=sk-secret\nNCCL_ALGO=Ring\n")
+    (directory / WatchEntry.FILE).write_text(WatchEntry(status="busy", at="2026-11-01T01:00:00+00:00", unix=1.0,
+                                                        release="0001-aaaaaaaa", running=3).line())
+    (directory / "meta.json").write_text(release_meta(gate={"verdict": "pass", "summary": "pass", "at": "t"}).dump())
+    assert store_module.main(["history", "--service", "sglang"]) == 0
+    history = StoreHistory.loads(capsys.readouterr().out)
+    release = history.release("0001-aaaaaaaa")
+    assert (release.gate.decode_tok_s, release.gate.accept_length, release.gate.ttft_s, release.gate.at) == (
+        50.0, 3.1, None, "t")
+    assert release.floors.decode_tok_s == 45 and release.watch[0].running == 3
+    assert release.environment == {"SGLANG_API_KEY": "(masked)", "NCCL_ALGO": "Ring"}
+
+
+HISTORY_RELEASE = {"id": "0001-aaaaaaaa", "created": "t", "history": [], "verdict": None, "exec_start": [],
+                   "environment": {}, "floors": {"decode_tok_s": None, "accept_length": None},
+                   "gate": {"verdict": "pass", "at": None, "decode_tok_s": 1.0, "accept_length": None, "ttft_s": None},
+                   "watch": []}
+
+
+@pytest.mark.parametrize("release, service, message", [
+    (renamed(HISTORY_RELEASE, "floors", "floor"), "sglang", "releases[0]: unknown field 'floor'"),
+    ({**HISTORY_RELEASE, "gate": renamed(HISTORY_RELEASE["gate"], "decode_tok_s", "decode")}, "sglang",
+     "releases[0] gate: unknown field 'decode'"),
+    ({**HISTORY_RELEASE, "watch": [{"status": "ok", "at": "t", "unix": 1, "release": "r", "tok_s": 1.0}]}, "sglang",
+     "releases[0] watch[0]: unknown field 'tok_s'"),
+    (HISTORY_RELEASE, None, ": required field 'service' is missing"),
+])
+def test_the_history_reader_names_the_field(release, service, message):
+    assert StoreHistory.from_dict({"service": "sglang", "state": {}, "releases": [HISTORY_RELEASE]})
+    data = {**({"service": service} if service else {}), "state": {}, "releases": [release]}
+    with pytest.raises(DocumentError) as error:
+        StoreHistory.loads(json.dumps(data))
+    assert str(error.value).startswith("hostside.store history's output" + (" " if message[0] != ":" else "")
+                                       + message), error.value
+
+
+# --- the tune session's answers ---------------------------------------------------------------------------------
+
+def measure_item_fields() -> set:
+    """The keys tune_runner.Session.measure_item puts in its result: its dict literal, result["..."] = ... and
+    result.update(...)'s keywords."""
+    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "tune_runner.py").read_text())
+    method = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "measure_item")
+    keys = set()
+    for node in ast.walk(method):
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "result" \
+                and isinstance(node.value, ast.Dict):
+            keys |= {key.value for key in node.value.keys}
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript) \
+                and getattr(node.targets[0].value, "id", None) == "result":
+            keys.add(node.targets[0].slice.value)
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "update" \
+                and getattr(node.func.value, "id", None) == "result":
+            keys |= {keyword.arg for keyword in node.keywords}
+    return keys
+
+
+def test_the_tune_runner_writes_exactly_the_item_results_fields():
+    """A key renamed in measure_item fails here (and, strict, when the session writes the result)."""
+    from sglang_deploy.hostside.outputs import TuneItemResult
+
+    assert measure_item_fields() == TuneItemResult.field_names()
+
+
+def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
+    """tune_session poll: the status, the log and the results, read back by the controller's TunePoll."""
+    from sglang_deploy.hostside import tune_runner, tune_session
+    from sglang_deploy.hostside.outputs import TunePoll
+
+    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    paths = tune_runner.Paths("sglang", "s1")
+    os.makedirs(paths.results)
+    tune_runner.write_json(os.path.join(paths.results, "0003.json"), {
+        "seq": 3, "id": "steps-1", "release_id": "0002-bbbbbbbb", "ok": True, "at": "t", "duration_s": 9.5,
+        "repeats": [{"decode_tok_s": 50.0}]})
+    with open(paths.log, "w") as log:
+        log.write("candidate steps-1: ready after 3 s\n")
+    args = types.SimpleNamespace(service="sglang", session="s1", log_offset=0, results_from=0)
+    assert tune_session.cmd_poll(args) == 0
+    poll = TunePoll.loads(capsys.readouterr().out)
+    assert (poll.status.state, poll.log_offset, poll.result(3).repeats, poll.result(4)) == (
+        "missing", len("candidate steps-1: ready after 3 s\n"), [{"decode_tok_s": 50.0}], None)
+    tune_runner.write_json(os.path.join(paths.results, "0004.json"), {"seq": 4, "id": "x", "okay": True})
+    assert tune_session.cmd_poll(args) == 0
+    assert "0004.json: unknown field 'okay'" in TunePoll.loads(capsys.readouterr().out).unreadable[0]
+
+
+class Answers:
+    """A remote whose tune_session commands answer `text`."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def run(self, command):
+        return True, self.text, ""
+
+
+@pytest.mark.parametrize("text, outcome", [
+    ("", None),  # no answer: polled again
+    ('{"status": {"state": "missing", "message": null, "status": null}, "log": "", "log_offset": 0, "results": '
+     '[], "unread": []}', "tune_session poll's answer: unknown field 'unread'"),
+    ('{"status": {"state": "missing", "message": null, "status": null}, "log": "", "results": []}',
+     "tune_session poll's answer: required field 'log_offset' is missing"),
+])
+def test_the_controller_reads_poll_by_attribute_and_names_a_renamed_field(text, outcome):
+    from sglang_deploy.tune.host import HostSession, TuneError
+
+    session = HostSession("h", {}, Answers(text), lambda line: None)
+    session.service, session.session = "sglang", "s1"
+    if outcome is None:
+        assert session.session_cmd("poll") is None
+        return
+    with pytest.raises(TuneError) as error:
+        session.session_cmd("poll")
+    assert str(error.value).startswith(outcome), error.value
+
+
+def test_close_reads_its_answer_by_attribute_and_says_a_renamed_field():
+    """close never raises (it runs in the session's finally): an answer it cannot read is state "unreadable",
+    whose message names the field; a readable one gives the restore."""
+    from sglang_deploy.tune.host import HostSession
+
+    said = []
+    session = HostSession("h", {}, Answers('{"state": "closed", "message": null, "status": null, "unt": null}'),
+                          said.append)
+    session.service, session.session, session.active = "sglang", "s1", "0001-aaaaaaaa"
+    closed = session.close(abort=False)
+    assert closed.state == "unreadable" and closed.restore is None
+    assert any("unknown field 'unt'" in line for line in said), said
+    session.remote = Answers('{"state": "closed", "message": null, "status": {"session": "s1", "service": "sglang", '
+                             '"state": "closed", "pid": 1, "started": "t", "restore": {"needed": true, "ready": true, '
+                             '"elapsed_s": 12.0}}}')
+    closed = session.close(abort=False)
+    assert closed.restore.elapsed_s == 12.0 and "original release 0001-aaaaaaaa running again after 12.0 s" in said
+
+
+# --- the venv's hooks -------------------------------------------------------------------------------------------
+
+def test_the_venv_hooks_answer_has_the_readers_fields(tmp_path):
+    """venv_hooks prints read()'s dict itself (it also runs alone, `python3 -I -c <its source>`): its keys are
+    VenvHooks', and the fact (roles/facts.VenvState) reads a renamed one as unreadable, naming it, never as a venv
+    without SGLang (which the install would remove)."""
+    from roles.facts import VenvState
+    from sglang_deploy.hostside import venv_hooks
+
+    assert set(venv_hooks.read(str(tmp_path))) == VenvHooks.field_names()
+    answer = json.dumps({"sglang": "0.5.23", "site": "/v/lib/python3.11/site-packages", "problems": []})
+    assert VenvState().process(["", answer]) == {"sglang": "0.5.23", "problems": []}
+    state = VenvState().process([json.dumps({"version": "0.5.23", "site": None, "problems": []})])
+    assert state["sglang"] is None and "unknown field 'version'" in state["unreadable"]
+    assert VenvState().process(["Traceback (most recent call last):"])["unreadable"].startswith("Traceback")
+
+
+def test_a_fact_program_still_runs_alone():
+    """provision.hooks_command runs venv_hooks.py without its package: it must not need outputs.py to answer."""
+    from sglang_deploy.provision import HOOKS_PROGRAM
+
+    result = subprocess.run(["python3", "-I", "-c", HOOKS_PROGRAM.read_text(), "--venv", "/nonexistent"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0 and VenvHooks.loads(result.stdout).problems == [], result.stderr
+
+
+# --- the weights' error line ------------------------------------------------------------------------------------
+
+def test_the_weights_error_line_is_read_by_attribute(monkeypatch, capsys):
+    """hostside.weights prints WeightsFailure when it refuses; _fetch_live reads its error, a renamed field named,
+    and a last line that is no error line (progress) falls back to stderr as before."""
+    from pyinfra.api.exceptions import OperationError
+
+    from roles import weights as weights_role
+    from sglang_deploy.hostside.outputs import WeightsFailure
+    from sglang_deploy.hostside.weights import __main__ as weights_main
+    from sglang_deploy.hostside.weights.manifest import MODELS_ROOT
+
+    # status reads only (no lock, nothing written): a manifest that is not there is its refusal
+    assert weights_main.main(["status", "--manifest", "/nonexistent.json", "--dir", f"{MODELS_ROOT}/o--m/x"]) != 0
+    failure = WeightsFailure.loads(capsys.readouterr().out.splitlines()[-1])
+    assert failure.ok is False and failure.error
+    for stdout, reason in ((['{"ok": false, "error": "not enough disk"}'], "weights: not enough disk"),
+                           (['{"ok": false, "eror": "x"}'],
+                            "weights: hostside.weights' error line: unknown field 'eror'"),
+                           (["fetched 3 of 9 files"], "weights: disk full")):
+        answer = types.SimpleNamespace(stdout_lines=stdout, stderr_lines=["disk full"])
+        monkeypatch.setattr(weights_role, "host",
+                            types.SimpleNamespace(run_shell_command=lambda *a, answer=answer, **k: (False, answer)))
+        monkeypatch.setattr(weights_role, "sudo", lambda: False)
+        with pytest.raises(OperationError) as error:
+            weights_role._fetch_live("true")
+        assert str(error.value).startswith(reason), error.value
