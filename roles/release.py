@@ -9,7 +9,6 @@ import base64
 import json
 import shlex
 from io import BytesIO
-from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
@@ -30,17 +29,11 @@ from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
 
 
-
-def program_shipment() -> shipment.Shipment:
-    """The host package (sglang_deploy/hostside: every module, standard library only) for HOST_LIB/hostside."""
-    return host_package()
-
-
 @deploy("Release: host programs")
 def install_programs(installed_digest: str | None = None):
     """Upload the host programs as one archive when its hash differs from the host's `.manifest`
     (installed_digest: what the deploy's DeployState fact read; None reads it here)."""
-    ship = program_shipment()
+    ship = host_package()
     if installed_digest is None:
         installed_digest = "\n".join(host.get_fact(FileContents, path=ship.manifest) or []).strip()
     if installed_digest == ship.digest:

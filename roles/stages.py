@@ -24,7 +24,7 @@ from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
 from sglang_deploy.gate import gate_config
-from sglang_deploy.layout import ServiceLayout, venv_path
+from sglang_deploy.layout import ServiceLayout, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers
 from sglang_deploy.render import render_watch, watch_paths
@@ -94,7 +94,7 @@ def facts(plan: Plan, snaps: Snapshots) -> dict:
     weights, draft = snaps.weights, snaps.draft
     return host.get_fact(
         DeployState, service=service,
-        manifests=(release.program_shipment().manifest, *plan.target.manifests(profile)),
+        manifests=(host_package().manifest, *plan.target.manifests(profile)),
         paths=(profile.watch.textfile_dir,), user=profile.service.user,
         files=(layout.config_dir, layout.secrets_path, *watch_paths(service), weights_role.MANIFESTS_DIR,
                *(w.host_manifest for w in (weights, draft, *snaps.offered) if w),
@@ -151,7 +151,7 @@ def prepare_host(plan: Plan, facts: dict) -> list:
     if not service_user.in_place(facts["user"], profile.service.user, state_dir):  # first: the venv's checks run as it
         service_user.install(user=profile.service.user, home=state_dir)
     runtime_ops = plan.target.prepare(profile, host_settings(), facts)
-    release.install_programs(installed_digest=facts["manifests"][release.program_shipment().manifest] or "")
+    release.install_programs(installed_digest=facts["manifests"][host_package().manifest] or "")
     return runtime_ops
 
 

@@ -11,6 +11,7 @@ from conftest import gate_document, release_meta
 from fakehost import run_role
 from sglang_deploy.switch_options import SwitchOptions
 from roles import release
+from sglang_deploy.layout import host_package
 from sglang_deploy.release_plan import controller_identity
 from sglang_deploy.roofline import release_inputs
 
@@ -58,7 +59,7 @@ def test_switch_command_options():
 # --- operations: facts in, commands out --------------------------------------------------------------------
 
 def test_host_programs_are_sent_only_when_the_hosts_manifest_differs():
-    ship = release.program_shipment()
+    ship = host_package()
     assert run_role(release.install_programs, installed_digest=ship.digest) == []
     # without the DeployState's answer the role reads the manifest itself
     assert run_role(release.install_programs, facts={FileContents: [ship.digest]}) == []

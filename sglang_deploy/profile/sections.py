@@ -4,7 +4,6 @@ Each field says what it accepts and refuses a value that would reach a unit, a s
 (safety.py); unknown keys are errors. The whole profile and its loading are in load.py.
 """
 
-
 import math
 import re
 from typing import Annotated, Any, Literal, Union
