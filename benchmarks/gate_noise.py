@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 from sglang_deploy.flags import flag_args  # noqa: E402
 from sglang_deploy.hostside.documents import GateSettings  # noqa: E402
 from sglang_deploy.hostside.gate import evaluate  # noqa: E402
+from sglang_deploy.hostside.measurement import Measurement  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 from testbed.local_sim import LocalSim, stub_model_dir  # noqa: E402
 
@@ -135,7 +136,8 @@ def main():
         else:
             pairs = [(measured[f"{key}-{i}"], measured[f"base-{i}"]) for i in range(args.trials)]
         settings = GateSettings.from_dict(SETTINGS)
-        results = [evaluate(candidate, settings, baseline) for candidate, baseline in pairs]
+        results = [evaluate(Measurement.from_dict(candidate), settings, Measurement.from_dict(baseline))
+                   for candidate, baseline in pairs]
         verdicts = [r["verdict"] for r in results]
         ratios = [r["comparison"]["ratio"] for r in results if r["comparison"]]
         widths = [(r["comparison"]["high"] - r["comparison"]["low"]) / 2 * 100 for r in results if r["comparison"]]

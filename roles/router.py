@@ -4,7 +4,6 @@ Installed or restarted only when something differs from what the host has (the w
 the unit, the key); then the router must report every worker healthy (hostside/router_check.py).
 """
 
-import json
 import shlex
 from functools import lru_cache
 from io import StringIO
@@ -19,6 +18,7 @@ from roles.ops import managed_file
 from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.gate import gate_settings, save_result
+from sglang_deploy.hostside.documents import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_program
 from sglang_deploy.router import (ROUTER_CONFIG_DIR, ROUTER_KEY_PATH, ROUTER_LIB, ROUTER_SERVICE, ROUTER_UNIT_PATH,
                                   ROUTER_VENV, ROUTER_VERSION, gate_verdict)
@@ -71,10 +71,15 @@ def gate_through_router(check_url, workers, gate):
     ok, output = host.run_shell_command(command, _sudo=sudo())
     if not ok:
         raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
-    measurement = json.loads(output.stdout)
+    from sglang_deploy.hostside.measurement import SOURCE, Measurement
+
+    try:  # the bench's answer through its class: a field renamed on either side is named here
+        measurement = Measurement.loads(output.stdout, SOURCE)
+    except DocumentError as error:
+        raise OperationError(f"the gate's client through the router answered unreadably: {error}") from None
     verdict = gate_verdict(measurement, gate_settings(gate), len(workers))
     saved = save_result(host.name, {"release": "router", "router": check_url, "workers": workers,
-                                    "gate": verdict, "measurement": measurement}, kind="router-gate")
+                                    "gate": verdict, "measurement": measurement.to_dict()}, kind="router-gate")
     host.log(f"gate through the router over {len(workers)} workers: {verdict['verdict'].upper()}: decode "
              f"{verdict['decode_tok_s'] or 0:.1f} tok/s single stream, tau {verdict['accept_length'] or 0:.2f}, "
              f"aggregate {verdict['aggregate_tok_s'] or 0:.1f} tok/s at {gate.concurrency * len(workers)} streams "

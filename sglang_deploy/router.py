@@ -199,16 +199,15 @@ def wheelhouse(python_version: str, machine: str, cache_root=None):
     return target
 
 
-def gate_verdict(measurement: dict, floors: GateSettings, workers: int) -> dict:
+def gate_verdict(measurement, floors: GateSettings, workers: int) -> dict:
     """The fleet's gate measured through the router: the workers' own floors on single-stream decode and
     acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/gate.below_floor), request
     errors fail it; the aggregate over the workers is reported. /server_info is not proxied by the router: its
-    error does not count."""
+    error does not count. measurement: the bench's (hostside/measurement.Measurement)."""
     from .hostside.gate import below_floor
 
-    errors = [e for e in measurement.get("errors") or [] if not e.startswith("/server_info")]
-    decode = (measurement.get("decode_tok_s") or {}).get("median")
-    tau = (measurement.get("accept_length") or {}).get("median")
+    errors = [e for e in measurement.errors if not e.startswith("/server_info")]
+    decode, tau = measurement.decode_median, measurement.tau_median
     reasons = [f"{len(errors)} request error(s): {errors[0]}"] if errors else []
     if decode is None:
         reasons.append("no single-stream sample completed through the router")
@@ -216,7 +215,7 @@ def gate_verdict(measurement: dict, floors: GateSettings, workers: int) -> dict:
         reasons.append(f"decode {decode:.1f} tok/s through the router is below the floor {floors.min_decode_tok_s:g}")
     if below_floor(tau, floors.min_accept_length):
         reasons.append(f"acceptance length {tau:.2f} through the router is below {floors.min_accept_length:g}")
-    aggregate = (measurement.get("aggregate_tok_s") or {}).get("median")
+    aggregate = measurement.aggregate_median
     return {"verdict": "fail" if reasons else "pass", "reasons": reasons, "workers": workers,
             "decode_tok_s": decode, "accept_length": tau, "aggregate_tok_s": aggregate,
             "aggregate_per_worker_tok_s": round(aggregate / workers, 1) if aggregate and workers else None}

@@ -119,6 +119,23 @@ DFLASH = PROFILES / "qwen3.6-27b-dflash-2xa6000.yaml"
 DFLASH_CONFIG = REPO / "manifests" / "local--qwen3.6-27b-dflash.config.reconstructed.json"
 
 
+def bench_measurement(rates=(52.0,), taus=None, errors=(), kinds=None, aggregates=(), concurrency=4, **fields):
+    """The bench client's answer (hostside/measurement.Measurement) as bench.py builds it: one sample per decode
+    rate (tau 3.2 each unless given, kinds cycling prose/code/chat), the summaries by bench.summary, `fields`
+    changed."""
+    from sglang_deploy.hostside import bench
+    from sglang_deploy.hostside.measurement import BenchConfig, Sample
+
+    taus = list(taus) if taus is not None else [3.2] * len(rates)
+    kinds = kinds or [bench.PROMPTS[index % len(bench.PROMPTS)][0] for index in range(len(rates))]
+    samples = [Sample(kind=kind, completion_tokens=256, e2e_s=5.0, ttft_s=0.1, decode_tok_s=rate, accept_length=tau,
+                      server_e2e_s=None) for kind, rate, tau in zip(kinds, rates, taus)]
+    config = BenchConfig(samples=len(rates), warmup=1, max_new_tokens=256, concurrency=concurrency, aggregate_rounds=2)
+    measured = bench.measurement("http://127.0.0.1:30000", {"version": "0.5.23"}, config, samples, list(aggregates),
+                                 list(errors), 12.5)
+    return measured.but(**fields)
+
+
 def synthetic_draft(directory: Path, **config_changes) -> Path:
     """A DFlash draft checkpoint with the committed profile's (reconstructed) config, header-only safetensors."""
     from sglang_deploy.sim.synthetic_checkpoint import write_draft

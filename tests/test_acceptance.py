@@ -7,8 +7,10 @@ import threading
 
 import pytest
 
+from conftest import bench_measurement
 from sglang_deploy.hostside import acceptance, gate
 from sglang_deploy.hostside.documents import GateResult
+from sglang_deploy.hostside.measurement import Sample
 from sglang_deploy.sim import hardware
 from sglang_deploy.sim.engine import Engine
 
@@ -34,19 +36,24 @@ def test_a_drop_at_one_position_is_named():
     assert acceptance.drop(few) is None
 
 
+def sample(kind, histogram):
+    """One of the bench's samples (hostside/measurement.Sample) with this histogram."""
+    return Sample(kind=kind, completion_tokens=256, e2e_s=5.0, ttft_s=0.1, decode_tok_s=50.0, accept_length=3.0,
+                  server_e2e_s=None, correct_drafts_histogram=histogram)
+
+
 def test_the_gate_table_shows_acceptance_per_position_and_class():
-    samples = [{"kind": "prose", "correct_drafts_histogram": DROPPING},
-               {"kind": "code", "correct_drafts_histogram": [0, 0, 10, 10, 80]}]
+    samples = [sample("prose", DROPPING), sample("code", [0, 0, 10, 10, 80])]
     summary = acceptance.summary(samples)
     assert summary["all"]["histogram"] == [10, 10, 80, 15, 85]
     assert summary["prose"]["drop"]["position"] == 3 and summary["code"]["drop"] is None
     result = GateResult(verdict="pass", reasons=[], inconclusive=[], rows=[], config_problems=[],
-                        measurement={"acceptance": summary})
+                        measurement=bench_measurement([50.0, 52.0], acceptance=summary))
     text = gate.table(result)
     assert "acceptance per draft position (prose, 100 verify steps): 1: 90% 2: 80% 3: 10% 4:  5%" in text
     assert "DROP at draft position 3 (prose): accepted in 12 % of the 80 verify steps" in text
     assert "DROP" not in "\n".join(line for line in text.splitlines() if "(code" in line)
-    assert acceptance.summary([{"kind": "prose", "correct_drafts_histogram": None}]) is None  # no speculation
+    assert acceptance.summary([sample("prose", None)]) is None  # no speculation
 
 
 def test_the_simulators_engine_keeps_sglangs_invariants():

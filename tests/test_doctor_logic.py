@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from conftest import bench_measurement
 from sglang_deploy.doctor.diagnosis import diagnose, format_report, suspects_from
 from sglang_deploy.hostside.safetensors_headers import summarize
 from sglang_deploy.roofline import roofline
@@ -64,7 +65,7 @@ PROVEN_INFO = {"tp_size": 2, "speculative_algorithm": "EAGLE", "speculative_num_
                "internal_states": [{"avg_spec_accept_length": 3.2, "effective_max_running_requests_per_dp": 16,
                                     "memory_usage": {"graph": {"target_verify": 0.4}}}]}
 PCIE = {"interconnect": "pcie", "p2p_read_ok": True, "p2p_read_statuses": ["OK"]}
-GATE = {"accept_length": {"median": 3.2}, "decode_tok_s": {"median": 52.0}, "config": {"concurrency": 4}}
+GATE = bench_measurement([52.0], [3.2], concurrency=4)  # the bench's answer (hostside/measurement.py)
 
 
 def top(info=PROVEN_INFO, environ=None, topology=PCIE, gpus=(), gate=GATE, log_findings=None, costly_env=()):
@@ -117,7 +118,7 @@ def test_environment_defects_and_ranking():
 def test_hardware_defects():
     assert top(topology={**PCIE, "p2p_read_ok": False, "p2p_read_statuses": ["CNS"]}) == ["p2p-unavailable"]
     assert top(gpus=[{"index": 1, "pcie.link.width.current": 8, "pcie.link.gen.max": 4}]) == ["pcie-link"]
-    assert top(gate={**GATE, "accept_length": {"median": 2.1}}) == ["low-acceptance"]
+    assert top(gate=bench_measurement([52.0], [2.1])) == ["low-acceptance"]
 
 
 def test_report_with_roofline_and_no_suspect(tmp_path):
@@ -191,7 +192,7 @@ def test_a_release_running_a_drafter_counts_its_bytes_and_gets_no_drafter_opport
     write_draft(str(tmp_path / "draft"), json_module.loads(DFLASH_CONFIG.read_text()), header_only=True)
     info = {**PROVEN_INFO, "speculative_algorithm": "DFLASH", "speculative_num_steps": 1,
             "speculative_num_draft_tokens": 16, "speculative_draft_model_path": "/srv/models/local--d/x"}
-    base = {"server_info": info, "environ": {}, "topology": PCIE, "gate": {**GATE, "accept_length": {"median": 4.2}},
+    base = {"server_info": info, "environ": {}, "topology": PCIE, "gate": bench_measurement([52.0], [4.2]),
             "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "checkpoint": summarize(str(tmp_path / "target"))}
     result = diagnose({**base, "draft_checkpoint": summarize(str(tmp_path / "draft"))})
     assert result["opportunities"] == [] and result["suspects"] == []  # steps 1 is DFLASH's, not weak speculation

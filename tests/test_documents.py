@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import PROVEN, gate_document, release_meta
+from conftest import PROVEN, bench_measurement, gate_document, release_meta
 from sglang_deploy.hostside import store as store_module
 from sglang_deploy.hostside.documents import (DocumentError, GateConfig, GateExpect, GateSettings, ReleaseMeta,
                                               StoreState)
@@ -139,7 +139,7 @@ def test_the_lock_refusal_is_one_sentence_for_the_switch_the_deploy_and_the_roll
 
 READY = {"ready": True, "stage": "generate", "elapsed_s": 12.5, "auth": "api-key"}
 GATE = {"verdict": "pass", "reasons": [], "inconclusive": [], "rows": [], "config_problems": [],
-        "measurement": {"decode_tok_s": {"median": 50.0}}, "simulated": True, "duration_s": 3.2}
+        "measurement": bench_measurement([50.0]).to_dict(), "simulated": True, "duration_s": 3.2}
 OUTCOME = {"release": "0002-bbbbbbbb", "ok": True, "exit_code": 0, "finished": "2026-12-02T09:00:00+00:00",
            "previous": "0001-aaaaaaaa", "reason": "deploy", "readiness": READY, "auth": "api-key", "gate": GATE,
            "active": "0002-bbbbbbbb", "verdict": "good"}
@@ -169,7 +169,7 @@ def test_the_gate_writes_exactly_the_results_fields(monkeypatch):
     from sglang_deploy.hostside import gate
     from sglang_deploy.hostside.documents import GateResult
 
-    evaluated = gate.evaluate({"decode_tok_s": {"median": 50.0}}, GateSettings.from_dict(SETTINGS))
+    evaluated = gate.evaluate(bench_measurement([50.0]), GateSettings.from_dict(SETTINGS))
     added = {"measurement", "output", "config_problems", "simulated", "duration_s"}  # gate.run
     assert set(evaluated) | added | {"baseline_release", "baseline"} == GateResult.field_names()
     result = GateResult.from_dict({**evaluated, "config_problems": []})
@@ -193,22 +193,54 @@ def test_the_switch_writes_its_outcome_typed_and_refuses_a_misspelt_field(tmp_pa
     gate = switch.GateResult.from_dict(GATE)
     assert switch.finish(store, {**without(without(OUTCOME, "exit_code"), "finished"), "gate": gate}, 0) == 0
     outcome = SwitchOutcome.load(store.root)
-    assert (outcome.readiness.elapsed_s, outcome.gate.measurement, outcome.rolled_back_to) == (12.5, GATE["measurement"],
-                                                                                              None)
+    assert (outcome.readiness.elapsed_s, outcome.gate.measurement.to_dict(), outcome.rolled_back_to) == (
+        12.5, GATE["measurement"], None)
     assert "release 0002-bbbbbbbb is active (good; ready after 12.5 s" in switch.describe(outcome)
     with pytest.raises(DocumentError, match="the switch's outcome: unknown field 'rolled_back_too'"):
         switch.finish(store, {"release": "0002-bbbbbbbb", "ok": False, "rolled_back_too": None}, 1)
 
 
+# The bench's measurement as the first gate stored it (bench.py of 2026-11-30): no acceptance, no histograms.
+FIRST_MEASUREMENT = {
+    "url": "http://127.0.0.1:30000", "simulated": True, "sglang_version": "0.5.23",
+    "config": {"samples": 2, "warmup": 1, "max_new_tokens": 256, "concurrency": 4, "aggregate_rounds": 2},
+    "samples": [{"completion_tokens": 256, "e2e_s": 5.3, "ttft_s": 0.2, "decode_tok_s": 49.0, "accept_length": 3.1,
+                 "server_e2e_s": 5.2, "kind": "prose"},
+                {"completion_tokens": 256, "e2e_s": 5.1, "ttft_s": 0.1, "decode_tok_s": 51.0, "accept_length": None,
+                 "server_e2e_s": None, "kind": "code"}],
+    "decode_tok_s": {"median": 50.0, "min": 49.0, "max": 51.0, "n": 2, "values": [49.0, 51.0], "spread_pct": 4.0,
+                     "cv_pct": 2.0},
+    "ttft_s": {"median": 0.15, "min": 0.1, "max": 0.2, "n": 2, "values": [0.2, 0.1], "spread_pct": 66.7,
+               "cv_pct": 33.3},
+    "accept_length": {"median": 3.1, "min": 3.1, "max": 3.1, "n": 1, "values": [3.1], "spread_pct": 0.0,
+                      "cv_pct": 0.0},
+    "aggregate_tok_s": None, "errors": [], "duration_s": 14.2}
+
+
 def test_gate_results_and_outcomes_already_on_hosts_read():
-    """A gate-result.json as the first gate wrote it (no format, no output check, no baseline) and a refused switch's
-    last_switch.json (no readiness): the fields added since read as their safe defaults."""
+    """A gate-result.json as the first gate wrote it (no format, no output check, no baseline, its measurement
+    without acceptance) and a refused switch's last_switch.json (no readiness): the fields added since read as their
+    safe defaults. A failed run stored as its errors alone (before 2026-12-04) reads as a failed measurement."""
+    from sglang_deploy.hostside import gate
     from sglang_deploy.hostside.documents import GateResult, SwitchOutcome
 
     first = {key: GATE[key] for key in ("verdict", "reasons", "inconclusive", "rows", "config_problems",
-                                        "measurement", "simulated", "duration_s")}
-    result = GateResult.from_dict({**first, "comparison": None})
+                                        "simulated", "duration_s")}
+    result = GateResult.from_dict({**first, "measurement": FIRST_MEASUREMENT, "comparison": None})
     assert (result.output, result.baseline_release, result.baseline) == (None, None, None)
+    measured = result.measurement
+    assert (measured.decode_median, measured.acceptance, measured.samples[1].correct_drafts_histogram) == (
+        50.0, None, None)
+    # the next gate compares with it: the stored samples pair with a new measurement's
+    compared = gate.evaluate(bench_measurement([50.0, 52.0], kinds=["prose", "code"]), GateSettings.from_dict(SETTINGS),
+                             measured)
+    assert compared["comparison"]["pairs"] == 2 and compared["rows"][0]["previous"] == 50.0
+    failed = GateResult.from_dict({**first, "verdict": "inconclusive",
+                                   "measurement": {"errors": ["the bench client exited with 1"]}}).measurement
+    assert (failed.errors, failed.samples, failed.decode_median, failed.config) == (
+        ["the bench client exited with 1"], [], None, None)
+    assert GateResult.loads(GateResult.from_dict({**first, "measurement": failed.to_dict()}).dump()).measurement == \
+        failed
     refused = SwitchOutcome.from_dict({"release": "0002-bbbbbbbb", "ok": False, "error": "3 automatic rollbacks",
                                        "exit_code": 2, "finished": "2026-11-30T10:00:00+00:00"})
     assert (refused.readiness, refused.gate) == (None, None)
@@ -226,7 +258,7 @@ def doctor_report(tmp_path, **gate):
 
     write_qwen_like(tmp_path)
     result = diagnose({"server_info": {"tp_size": 2}, "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}],
-                       "gate": {"decode_tok_s": {"median": 50.0}, **gate}, "checkpoint": summarize(tmp_path)})
+                       "gate": bench_measurement([50.0], **gate), "checkpoint": summarize(tmp_path)})
     from types import SimpleNamespace
 
     from sglang_deploy.hostside.outputs import SandboxView

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from conftest import INCIDENT, PROVEN, release_meta
+from conftest import INCIDENT, PROVEN, bench_measurement, release_meta
 from sglang_deploy.gate import expectations, gate_config
 from sglang_deploy.hostside.documents import GateExpect, GateResult, GateSettings
 from sglang_deploy.hostside.gate import config_problems, evaluate, ratio_interval, table
@@ -24,15 +24,8 @@ KINDS = ["prose", "code", "chat", "prose", "code"]
 
 
 def measurement(rates, taus=None, errors=()):
-    taus = taus or [3.2] * len(rates)
-    samples = [{"kind": k, "decode_tok_s": r, "accept_length": t} for k, r, t in zip(KINDS, rates, taus)]
-
-    def summary(values):
-        ordered = sorted(values)
-        median = ordered[len(values) // 2]
-        return {"median": median, "min": ordered[0], "max": ordered[-1], "spread_pct": (ordered[-1] - ordered[0]) / median * 100}
-    return {"samples": samples, "decode_tok_s": summary(rates), "accept_length": summary(taus), "errors": list(errors),
-            "config": {"concurrency": 4}}
+    """The bench's answer with these decode rates (and taus): no TTFT or aggregate rows."""
+    return bench_measurement(rates, taus, errors, kinds=KINDS, ttft_s=None)
 
 
 BASE = [49.0, 55.0, 52.0, 49.5, 54.5]  # per-prompt differences are deterministic

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import release_meta
+from conftest import bench_measurement, release_meta
+from sglang_deploy.hostside.documents import GateResult
 from sglang_deploy.hostside import client, listener, store as store_module, switch
 
 PACKAGE_PARENT = Path(switch.__file__).resolve().parent.parent
@@ -139,13 +140,17 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     nothing installed yet); its answer is the installed package's, `python3 -m hostside.<module>` from HOST_LIB."""
     from roles.facts import host_modules, inline_host
 
-    assert host_modules("store") == ["documents", "outputs", "reports", "service", "store"]  # outputs: its history
+    assert host_modules("store") == ["documents", "measurement", "outputs", "reports", "service", "store"]  # outputs:
+    # its history; measurement: a gate result's, imported when read (documents.LATER)
     assert {"weights/__init__", "weights/__main__", "weights/fetch", "weights/manifest", "weights/prune"} <= \
         set(host_modules("weights"))  # a sub-package: run as its __main__, with the modules it imports
     carried = subprocess.run(["sh", "-c", inline_host("weights", "--help")], cwd=tmp_path, capture_output=True, text=True)
     assert carried.returncode == 0 and "verify" in carried.stdout, carried.stderr
     (tmp_path / "sglang" / "releases" / "0001-0123abcd").mkdir(parents=True)
     (tmp_path / "sglang" / "releases" / "0001-0123abcd" / "meta.json").write_text(release_meta().dump())
+    (tmp_path / "sglang" / "releases" / "0001-0123abcd" / "gate-result.json").write_text(GateResult(  # its measurement:
+        verdict="pass", reasons=[], inconclusive=[], rows=[], config_problems=[],  # a module imported when read
+        measurement=bench_measurement([50.0, 52.0, 51.0])).dump())
     env = dict(os.environ, SGLANG_DEPLOY_STORE=str(tmp_path))
     inline = subprocess.run(["sh", "-c", inline_host("store", "history", "--service", "sglang")], cwd=tmp_path,
                             env=env, capture_output=True, text=True)
@@ -156,6 +161,7 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     from sglang_deploy.hostside.outputs import StoreHistory
 
     assert StoreHistory.loads(inline.stdout).releases[0].id == "0001-0123abcd"
+    assert StoreHistory.loads(inline.stdout).releases[0].gate.decode_tok_s == 51.0
 
 
 def test_a_fact_runs_the_installed_package_only_when_it_is_this_checkouts(tmp_path):

@@ -10,7 +10,7 @@ import types
 
 import pytest
 
-from conftest import REPO, gate_document, release_meta
+from conftest import REPO, bench_measurement, gate_document, release_meta
 from sglang_deploy.hostside import store as store_module
 from sglang_deploy.hostside.documents import DocumentError, GateResult
 from sglang_deploy.hostside.outputs import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
@@ -107,7 +107,7 @@ def collector_fields() -> set:
 
 
 def collection(**changes):
-    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": {}, "gate": {"decode_tok_s": {"median": 50.0}},
+    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": {}, "gate": bench_measurement([50.0]).to_dict(),
               "environ": {}, "log_findings": {}, "costly_env": [], "server_info": {"tp_size": 2},
               "checkpoint_path": "/m", "checkpoint": None, "draft_checkpoint": None, "offered_drafts": [],
               "last_tune": None, "last_ab": None, "clock_reasons": {"0": "0x0"}, "card_memory_mib": [49140],
@@ -128,6 +128,8 @@ def test_the_doctor_collector_writes_exactly_the_collections_fields():
      "hostside.doctor_collect's output: required field 'server_info' is missing"),
     (collection(sandbox={"findings": [{"step": "shm", "status": "fail", "detail": "x", "fixx": None}]}),
      "hostside.doctor_collect's output sandbox findings[0]: unknown field 'fixx'"),
+    (collection(gate=renamed(bench_measurement([50.0]).to_dict(), "ttft_s", "ttft")),
+     "hostside.doctor_collect's output gate: unknown field 'ttft'"),
 ])
 def test_the_doctor_collection_reader_names_the_field(data, message):
     with pytest.raises(DocumentError) as error:
@@ -159,7 +161,7 @@ def test_the_store_writes_its_history_through_the_class(tmp_path, monkeypatch, c
     (directory / "gate-config.json").write_text(gate_document(min_decode_tok_s=45).dump())
     (directory / "gate-result.json").write_text(GateResult.from_dict({
         "verdict": "pass", "reasons": [], "inconclusive": [], "rows": [], "config_problems": [],
-        "measurement": {"decode_tok_s": {"median": 50.0}, "accept_length": {"median": 3.1}}}).dump())
+        "measurement": bench_measurement([50.0], [3.1], ttft_s=None).to_dict()}).dump())
     (directory / "sglang.env").write_text("SGLANG_API_KEY=sk-secret\nNCCL_ALGO=Ring\n")
     (directory / WatchEntry.FILE).write_text(WatchEntry(status="busy", at="2026-11-01T01:00:00+00:00", unix=1.0,
                                                         release="0001-aaaaaaaa", running=3).line())
@@ -349,3 +351,144 @@ def test_the_weights_error_line_is_read_by_attribute(monkeypatch, capsys):
         with pytest.raises(OperationError) as error:
             weights_role._fetch_live("true")
         assert str(error.value).startswith(reason), error.value
+
+
+# --- the bench's measurement ------------------------------------------------------------------------------------
+
+class Stream:
+    """A streaming /generate answer: server-sent events, one readline each."""
+
+    def __init__(self, events):
+        self.lines = [f"data: {json.dumps(event)}\n".encode() for event in events] + [b"data: [DONE]\n"]
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def readline(self, limit=-1):
+        return self.lines.pop(0) if self.lines else b""
+
+
+def test_the_bench_writes_its_measurement_through_the_class(monkeypatch, capsys):
+    """bench.main on its normal path (a server streaming two chunks per request): every field Measurement, Sample,
+    Summary and BenchConfig hold is written, and the gate's reader reads it back by attribute."""
+    from sglang_deploy.hostside import bench
+    from sglang_deploy.hostside.measurement import BenchConfig, Measurement, Sample, Summary
+
+    def stream(request, timeout):
+        return Stream([{"meta_info": {"completion_tokens": 1}},
+                       {"meta_info": {"completion_tokens": 32, "finish_reason": {"type": "length"},
+                                      "spec_accept_length": 3.1, "spec_correct_drafts_histogram": [1, 2, 3, 4],
+                                      "e2e_latency": 0.5}}])
+
+    monkeypatch.setattr(bench, "urlopen", stream)
+    monkeypatch.setattr(bench.Client, "get_json", lambda self, path: {"version": "0.5.23"})
+    monkeypatch.setattr("sys.argv", ["bench", "--url", "http://127.0.0.1:30000", "--samples", "3", "--warmup", "1",
+                                     "--max-new-tokens", "32", "--concurrency", "2", "--aggregate-rounds", "1"])
+    assert bench.main() == 0
+    text = capsys.readouterr().out
+    data = json.loads(text)
+    assert set(data) - {"format"} == Measurement.field_names()
+    assert set(data["samples"][0]) == Sample.field_names() and set(data["config"]) == BenchConfig.field_names()
+    assert set(data["decode_tok_s"]) == set(data["aggregate_tok_s"]) == Summary.field_names()
+    measured = Measurement.loads(text)
+    assert (measured.samples[0].kind, measured.samples[1].kind, measured.tau_median, measured.concurrency,
+            measured.errors, measured.simulated) == ("prose", "code", 3.1, 2, [], False)
+    assert measured.decode_median > 0 and measured.aggregate_median > 0 and measured.acceptance["all"]["histogram"]
+
+
+def measured(**changes):
+    """The bench's answer as JSON fields (two samples, an aggregate round), `changes` made."""
+    return {**bench_measurement([50.0, 52.0], aggregates=[150.0]).to_dict(), **changes}
+
+
+@pytest.mark.parametrize("data, message", [
+    (renamed(measured(), "decode_tok_s", "decode"), "hostside.bench's measurement: unknown field 'decode'"),
+    ({key: value for key, value in measured().items() if key != "duration_s"},
+     "hostside.bench's measurement: required field 'duration_s' is missing"),
+    (measured(decode_tok_s=renamed(measured()["decode_tok_s"], "median", "p50")),
+     "hostside.bench's measurement decode_tok_s: unknown field 'p50'"),
+    (measured(samples=[renamed(measured()["samples"][0], "kind", "class")]),
+     "hostside.bench's measurement samples[0]: unknown field 'class'"),
+    (measured(config=renamed(measured()["config"], "concurrency", "streams")),
+     "hostside.bench's measurement config: unknown field 'streams'"),
+    (measured(errors=None), "hostside.bench's measurement: field 'errors' is None; accepted: list"),
+    ({"errors": "timed out"}, "hostside.bench's measurement: required field 'url' is missing"),  # no failed run's
+])
+def test_the_measurement_reader_names_the_field(data, message):
+    from sglang_deploy.hostside.measurement import Measurement
+
+    with pytest.raises(DocumentError) as error:
+        Measurement.loads(json.dumps(data))
+    assert str(error.value).startswith(message), error.value
+
+
+def test_a_stored_measurement_with_a_renamed_field_is_no_baseline():
+    """gate-result.json keeps the measurement the next gate compares with: a renamed field there is a DocumentError
+    naming the file and the field (switch.run_gate then says the release is no baseline), never a baseline whose
+    median reads as None."""
+    result = {"verdict": "pass", "reasons": [], "inconclusive": [], "rows": [], "config_problems": []}
+    assert GateResult.from_dict({**result, "measurement": measured()}).measurement.decode_median == 51.0
+    with pytest.raises(DocumentError, match="gate-result.json measurement: unknown field 'accept'"):
+        GateResult.loads(json.dumps({**result, "measurement": renamed(measured(), "accept_length", "accept")}))
+
+
+def test_the_gate_reads_the_bench_through_the_class(monkeypatch):
+    """measure_builtin: the bench's answer by attribute; a renamed field, an exit status or a timeout is a failed
+    measurement naming why, and the gate is inconclusive saying so (a renamed field read as no sample before)."""
+    from sglang_deploy.hostside import gate
+    from sglang_deploy.hostside.documents import GateSettings
+
+    answers = []
+    monkeypatch.setattr(gate.subprocess, "run", lambda command, **kwargs: answers.pop(0))
+    answers.append(subprocess.CompletedProcess([], 0, json.dumps(measured()), None))
+    assert gate.measure_builtin("http://127.0.0.1:30000", "/k", 2, 1, 256, 4).decode_median == 51.0
+    answers.append(subprocess.CompletedProcess([], 0, json.dumps(renamed(measured(), "samples", "sample")), None))
+    failed = gate.measure_builtin("http://127.0.0.1:30000", "/k", 2, 1, 256, 4)
+    assert failed.errors == ["the bench client's answer cannot be read: hostside.bench's measurement: unknown field "
+                             "'sample' (Measurement has: " + ", ".join(sorted(failed.field_names())) + ")"]
+    settings = GateSettings(min_decode_tok_s=45, min_accept_length=2.8, max_regression_pct=10, samples=2, warmup=1,
+                            max_new_tokens=256, concurrency=4, on_inconclusive="rollback")
+    verdict = gate.evaluate(failed, settings)
+    assert verdict["verdict"] == "fail" and "unknown field 'sample'" in verdict["inconclusive"][0]
+    answers.append(subprocess.CompletedProcess([], 2, "", None))
+    exited = gate.measure_builtin("http://127.0.0.1:30000", "/k", 2, 1, 256, 4)
+    assert (exited.errors, exited.url, exited.config.samples) == (["the bench client exited with 2"],
+                                                                  "http://127.0.0.1:30000", 2)
+    assert GateResult.loads(GateResult(verdict="inconclusive", reasons=[], inconclusive=[], rows=[], config_problems=[],
+                                       measurement=exited).dump()).measurement == exited
+
+
+def test_the_watch_and_the_switch_read_the_measurement_by_attribute(monkeypatch):
+    from sglang_deploy.hostside import switch, watch
+
+    monkeypatch.setattr(watch.gate, "measure_builtin", lambda *args, **kwargs: bench_measurement([50.0, 52.0]))
+    assert watch.measure("http://127.0.0.1:30000", "/k", 256, 2) == {
+        "samples": 2, "decode_tok_s": 51.0, "accept_length": 3.2, "ttft_s": 0.1, "status": "ok"}
+    failed = bench_measurement([]).failed(["sample 1: timed out"])
+    monkeypatch.setattr(watch.gate, "measure_builtin", lambda *args, **kwargs: failed)
+    assert watch.measure("http://127.0.0.1:30000", "/k", 256, 2) == {
+        "samples": 0, "decode_tok_s": None, "accept_length": None, "ttft_s": None, "status": "error",
+        "errors": ["sample 1: timed out"]}
+    result = GateResult(verdict="pass", reasons=[], inconclusive=[], rows=[], config_problems=[],
+                        measurement=bench_measurement([50.0, 52.0]))
+    assert switch.gate_summary(result) == "pass 51.0 tok/s tau 3.20"
+    assert switch.gate_summary(result.but(verdict="fail", measurement=None)) == "fail"
+
+
+def test_the_router_gate_reads_the_bench_by_attribute_and_names_a_renamed_field(monkeypatch):
+    from pyinfra.api.exceptions import OperationError
+
+    from roles import router as router_role
+    from sglang_deploy.profile.sections import GateSection
+
+    answer = types.SimpleNamespace(stdout=json.dumps(renamed(measured(), "errors", "failures")), stderr="")
+    monkeypatch.setattr(router_role, "host", types.SimpleNamespace(name="r", run_shell_command=lambda *a, **k: (
+        True, answer)))
+    monkeypatch.setattr(router_role, "sudo", lambda: False)
+    with pytest.raises(OperationError, match="answered unreadably: hostside.bench's measurement: unknown field "
+                                             "'failures'"):
+        router_role.gate_through_router("http://127.0.0.1:30000", ["http://w1"], GateSection(min_decode_tok_s=45,
+                                                                                            min_accept_length=2.8))

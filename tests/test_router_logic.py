@@ -2,6 +2,7 @@
 
 import pytest
 
+from conftest import bench_measurement
 from sglang_deploy.router import ROUTER_VERSION, RouterError, RouterSettings, command_line, render_unit, settings, \
     worker_url
 
@@ -59,15 +60,15 @@ def test_the_fleet_gate_through_the_router_applies_the_workers_floors():
     from sglang_deploy.router import gate_verdict
 
     floors = gate_settings(GateSection(min_decode_tok_s=45, min_accept_length=2.8))
-    good = {"decode_tok_s": {"median": 51.0}, "accept_length": {"median": 3.2}, "aggregate_tok_s": {"median": 450.0},
-            "errors": ["/server_info: HTTP Error 404: Not Found"]}  # the router does not proxy /server_info
+    good = bench_measurement([51.0], [3.2], aggregates=[450.0],  # the router does not proxy /server_info
+                             errors=["/server_info: HTTP Error 404: Not Found"])
     assert gate_verdict(good, floors, 3) == {
         "verdict": "pass", "reasons": [], "workers": 3, "decode_tok_s": 51.0, "accept_length": 3.2,
         "aggregate_tok_s": 450.0, "aggregate_per_worker_tok_s": 150.0}
-    slow = dict(good, decode_tok_s={"median": 30.0}, accept_length={"median": 1.1}, errors=["sample 2: timed out"])
+    slow = bench_measurement([30.0], [1.1], aggregates=[450.0], errors=["sample 2: timed out"])
     verdict = gate_verdict(slow, floors, 3)
     assert verdict["verdict"] == "fail" and len(verdict["reasons"]) == 3
-    assert gate_verdict(dict(good, decode_tok_s={}), floors, 3)["reasons"] == [
+    assert gate_verdict(good.but(decode_tok_s=None), floors, 3)["reasons"] == [
         "no single-stream sample completed through the router"]
 
 

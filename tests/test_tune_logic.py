@@ -5,10 +5,12 @@ import json
 import os
 import random
 import time
+import types
 from pathlib import Path
 
 import pytest
 
+from conftest import bench_measurement
 from sglang_deploy.tune import edit as tune_edit, report as tune_report, search as tune
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
@@ -308,9 +310,17 @@ def test_host_session_helpers():
         repeats=3, samples=6, max_new_tokens=128, concurrency=4, aggregate_rounds=1, warmup=1), warmup=0)
     assert command[1:3] == ["-m", "sglang_deploy.hostside.bench"] and command[command.index("--samples") + 1] == "6"
     assert command[command.index("--warmup") + 1] == "0" and command[command.index("--aggregate-rounds") + 1] == "1"
-    summary = tune_runner.repeat_summary({"decode_tok_s": {"median": 50.0}, "aggregate_tok_s": {"median": 150.0},
-                                           "accept_length": {"median": 3.2}, "samples": [{"decode_tok_s": 50.0}]})
-    assert (summary["decode_tok_s"], summary["aggregate_tok_s"], summary["accept_length"]) == (50.0, 150.0, 3.2)
+    summary = tune_runner.repeat_summary(bench_measurement([50.0], [3.2], kinds=["code"], aggregates=[150.0]))
+    assert (summary["decode_tok_s"], summary["aggregate_tok_s"], summary["accept_length"], summary["samples"],
+            summary["by_kind"]) == (50.0, 150.0, 3.2, [50.0], {"code": 50.0})
+    # the bench's answer through its class: a renamed field, an exit or no JSON is a repeat without a rate, naming why
+    done = types.SimpleNamespace(returncode=0, stdout=json.dumps({**bench_measurement([50.0]).to_dict(), "decode": 1}))
+    unread = tune_runner.repeat_summary(tune_runner.bench_measurement(done))
+    assert unread["decode_tok_s"] is None and unread["errors"][0].startswith(
+        "bench.py's answer cannot be read: hostside.bench's measurement: unknown field 'decode'")
+    for returncode, stdout, error in ((3, "", "bench.py exited with 3"), (0, "Traceback", "bench.py's answer cannot")):
+        failed = tune_runner.bench_measurement(types.SimpleNamespace(returncode=returncode, stdout=stdout))
+        assert failed.errors[0].startswith(error) and failed.samples == [] and failed.decode_median is None
     assert tune_session.SESSION_ID.fullmatch("20261130222606") and not tune_session.SESSION_ID.fullmatch("../x")
 
 

@@ -46,9 +46,10 @@ def _tp(server_info: dict) -> int:
     return int(server_info.get("tp_size") or 1)
 
 
-def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate: dict | None,
-                  probe: dict | None, log_findings: dict | None = None, costly_env=()) -> list[Suspect]:
-    """server_info: /server_info (SGLang's resolved values); log_findings and costly_env: hostside/evidence.py."""
+def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate, probe: dict | None,
+                  log_findings: dict | None = None, costly_env=()) -> list[Suspect]:
+    """server_info: /server_info (SGLang's resolved values); gate: the last measurement (hostside/measurement.py
+    Measurement, or None); log_findings and costly_env: hostside/evidence.py."""
     found: list[Suspect] = []
     log_findings = log_findings or {}
     tp = _tp(server_info)
@@ -143,7 +144,7 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             f"{algorithm} with {steps} step(s), {server_info.get('speculative_num_draft_tokens')} draft tokens",
             "+25-35 % (the incident: 1 step ~40 tok/s, 3 steps ~52 tok/s)", 30.0,
             f"--speculative-num-steps {PROVEN_STEPS} --speculative-num-draft-tokens {PROVEN_STEPS + 1}"))
-    tau = ((gate or {}).get("accept_length") or {}).get("median")  # measured on the prompt mix, not a probe
+    tau = gate and gate.tau_median  # measured on the prompt mix, not a probe
     if algorithm and steps >= PROVEN_STEPS and tau and tau < PROVEN_TAU:
         found.append(Suspect(
             "low-acceptance", "acceptance length is low for the prompt mix",
@@ -152,7 +153,7 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             "check that the MTP heads loaded (draft weights), the chat template, and sampling (temperature 0 "
             "accepts most); compare tau on the gate's prompt mix"))
     # Batch limits
-    concurrency = ((gate or {}).get("config") or {}).get("concurrency")
+    concurrency = gate and gate.concurrency
     # Effective values: the scheduler's batch limit and the resolved decode graph batch limit.
     running = ((server_info.get("internal_states") or [{}])[0].get("effective_max_running_requests_per_dp")
                or server_info.get("max_running_requests"))
@@ -184,7 +185,8 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
 
 
 def diagnose(report: dict) -> dict:
-    """report: {server_info, environ, topology, gpus, gate, probe, checkpoint, simulated_gpu}."""
+    """report: {server_info, environ, topology, gpus, gate, probe, checkpoint, simulated_gpu}; gate: a
+    hostside/measurement.Measurement, or None."""
     server_info = report.get("server_info") or {}
     gate = report.get("gate")
     suspects = suspects_from(server_info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
@@ -198,8 +200,8 @@ def diagnose(report: dict) -> dict:
         bandwidth, source = datasheet_bandwidth(gpu_name), f"datasheet ({gpu_name})"
     algorithm = server_info.get("speculative_algorithm")
     steps = int(server_info.get("speculative_num_steps") or 0) if algorithm else 0
-    tau = ((gate or {}).get("accept_length") or {}).get("median") or (1.0 if not algorithm else 3.25)
-    measured = ((gate or {}).get("decode_tok_s") or {}).get("median")
+    tau = (gate and gate.tau_median) or (1.0 if not algorithm else 3.25)
+    measured = gate and gate.decode_median
     bound = None
     if report.get("checkpoint") and bandwidth:
         bound = roofline(report["checkpoint"], _tp(server_info), steps, tau, bandwidth, measured,
@@ -207,7 +209,7 @@ def diagnose(report: dict) -> dict:
         bound["bandwidth_source"] = source
     notes = []
     drafter = drafter_suspect(server_info, report.get("checkpoint"), tau, bandwidth, report.get("offered_drafts"),
-                              measured) if bound and (gate or {}).get("accept_length") else None
+                              measured) if bound and gate and gate.accept_length else None
     levers = lever_findings(report, server_info, bound, gpu_name)
     suspects = sorted(suspects + levers["suspects"], key=Suspect.rank_key)
     if bound and bound.get("mbu") is not None and bound["mbu"] < 0.5 and not suspects:

@@ -56,15 +56,15 @@ def drop(histogram: list[int]) -> dict | None:
     return None
 
 
-def summary(samples: list[dict]) -> dict | None:
-    """From the bench's samples (each with `kind` and `correct_drafts_histogram`): the histogram, the rate per
-    position and a drop, over all samples and per content class; None without any histogram."""
-    if not any(s.get("correct_drafts_histogram") for s in samples):
+def summary(samples: list) -> dict | None:
+    """From the bench's samples (measurement.Sample: its kind and correct_drafts_histogram): the histogram, the rate
+    per position and a drop, over all samples and per content class; None without any histogram."""
+    if not any(s.correct_drafts_histogram for s in samples):
         return None
-    kinds = sorted({s.get("kind") or "all" for s in samples})
+    kinds = sorted({s.kind or "all" for s in samples})
     out = {}
     for kind in ["all", *kinds]:
-        histogram = merged(s.get("correct_drafts_histogram") for s in samples if kind == "all" or s.get("kind") == kind)
+        histogram = merged(s.correct_drafts_histogram for s in samples if kind == "all" or s.kind == kind)
         if sum(histogram):
             out[kind] = {"histogram": histogram, "per_position": per_position(histogram), "drop": drop(histogram)}
     return out

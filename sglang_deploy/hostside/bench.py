@@ -23,6 +23,7 @@ import urllib.request
 from . import acceptance
 from .client import MAX_BODY_BYTES, headers, is_simulated, printable, read_api_key, read_bounded, urlopen
 from .listener import guard_unit
+from .measurement import BenchConfig, Measurement, Sample, Summary
 
 PROMPTS = [
     ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "
@@ -58,8 +59,8 @@ class Client:
         with urlopen(request, self.timeout) as response:
             return json.loads(read_bounded(response))
 
-    def generate(self, prompt, max_new_tokens):
-        """One streaming request; returns the sample measured on this client's clock."""
+    def generate(self, prompt, max_new_tokens, kind):
+        """One streaming request; returns the Sample measured on this client's clock (kind: the prompt's class)."""
         body = json.dumps({"text": prompt, "stream": True, "sampling_params": {
             "max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}).encode()
         request = urllib.request.Request(self.url + "/generate", data=body, headers=self.headers)
@@ -110,27 +111,47 @@ class Client:
         if last is None or last <= first or last_tokens <= first_tokens:
             raise RuntimeError(f"the stream carried its {tokens} tokens in one chunk: no decode rate can be measured "
                                "(a --stream-interval as large as max_new_tokens?)")
-        return {
-            "completion_tokens": tokens,
-            "e2e_s": end - start,
-            "ttft_s": first - start,
-            "decode_tok_s": (last_tokens - first_tokens) / (last - first),
-            "accept_length": meta.get("spec_accept_length"),
-            "correct_drafts_histogram": meta.get("spec_correct_drafts_histogram"),  # acceptance.py reads it
-            "server_e2e_s": meta.get("e2e_latency"),
-        }
+        return Sample(
+            kind=kind,
+            completion_tokens=tokens,
+            e2e_s=end - start,
+            ttft_s=first - start,
+            decode_tok_s=(last_tokens - first_tokens) / (last - first),
+            accept_length=meta.get("spec_accept_length"),
+            correct_drafts_histogram=meta.get("spec_correct_drafts_histogram"),  # acceptance.py reads it
+            server_e2e_s=meta.get("e2e_latency"),
+        )
 
 
 def summary(values):
+    """The Summary of one metric over the samples; None: no value."""
     values = [v for v in values if v is not None]
     if not values:
         return None
     median = statistics.median(values)
-    return {
-        "median": median, "min": min(values), "max": max(values), "n": len(values), "values": values,
-        "spread_pct": (max(values) - min(values)) / median * 100 if median else 0.0,
-        "cv_pct": statistics.pstdev(values) / statistics.mean(values) * 100 if len(values) > 1 and statistics.mean(values) else 0.0,
-    }
+    return Summary(
+        median=median, min=min(values), max=max(values), n=len(values), values=values,
+        spread_pct=(max(values) - min(values)) / median * 100 if median else 0.0,
+        cv_pct=statistics.pstdev(values) / statistics.mean(values) * 100 if len(values) > 1 and statistics.mean(values) else 0.0,
+    )
+
+
+def measurement(url, server_info, config, samples, aggregates, errors, duration_s):
+    """The bench's answer, through its class (a field renamed here fails at the write)."""
+    return Measurement(
+        url=url,
+        simulated=is_simulated(server_info),
+        sglang_version=server_info.get("version"),
+        config=config,
+        samples=samples,
+        decode_tok_s=summary([s.decode_tok_s for s in samples]),
+        ttft_s=summary([s.ttft_s for s in samples]),
+        accept_length=summary([s.accept_length for s in samples]),
+        acceptance=acceptance.summary(samples),
+        aggregate_tok_s=summary(aggregates),
+        errors=errors,
+        duration_s=duration_s,
+    )
 
 
 def aggregate_round(client, concurrency, max_new_tokens, offset, errors):
@@ -139,7 +160,7 @@ def aggregate_round(client, concurrency, max_new_tokens, offset, errors):
     def worker(i):
         kind, prompt = PROMPTS[(offset + i) % len(PROMPTS)]
         try:
-            results[i] = client.generate(prompt, max_new_tokens)
+            results[i] = client.generate(prompt, max_new_tokens, kind)
         except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
             errors.append(f"aggregate stream {i}: {printable(error)}")
 
@@ -151,7 +172,7 @@ def aggregate_round(client, concurrency, max_new_tokens, offset, errors):
         thread.join()
     wall = time.perf_counter() - start
     done = [r for r in results if r]
-    return sum(r["completion_tokens"] for r in done) / wall if done and len(done) == concurrency else None
+    return sum(r.completion_tokens for r in done) / wall if done and len(done) == concurrency else None
 
 
 def progress(message):
@@ -188,7 +209,7 @@ def main():
     for i in range(args.warmup):
         progress(f"warmup {i + 1}/{args.warmup}")
         try:
-            client.generate(PROMPTS[i % len(PROMPTS)][1], min(64, args.max_new_tokens))
+            client.generate(PROMPTS[i % len(PROMPTS)][1], min(64, args.max_new_tokens), PROMPTS[i % len(PROMPTS)][0])
         except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
             errors.append(f"warmup {i + 1}: {printable(error)}")
 
@@ -196,16 +217,15 @@ def main():
     for i in range(args.samples):
         kind, prompt = PROMPTS[i % len(PROMPTS)]
         try:
-            sample = client.generate(prompt, args.max_new_tokens)
+            sample = client.generate(prompt, args.max_new_tokens, kind)
         except (urllib.error.URLError, OSError, RuntimeError, ValueError) as error:
             errors.append(f"sample {i + 1}: {printable(error)}")
             progress(f"sample {i + 1}/{args.samples} ({kind}): error {printable(error)}")
             continue
-        sample["kind"] = kind
         samples.append(sample)
-        tau = sample["accept_length"]
-        progress(f"sample {i + 1}/{args.samples} ({kind}): {sample['decode_tok_s']:.1f} tok/s, "
-                 f"TTFT {sample['ttft_s'] * 1000:.0f} ms" + (f", tau {tau:.2f}" if tau else ""))
+        tau = sample.accept_length
+        progress(f"sample {i + 1}/{args.samples} ({kind}): {sample.decode_tok_s:.1f} tok/s, "
+                 f"TTFT {sample.ttft_s * 1000:.0f} ms" + (f", tau {tau:.2f}" if tau else ""))
 
     aggregates = []
     if args.concurrency > 1:
@@ -215,21 +235,10 @@ def main():
             progress(f"aggregate {r + 1}/{args.aggregate_rounds} at concurrency {args.concurrency}: "
                      + (f"{value:.1f} tok/s" if value else "failed"))
 
-    print(json.dumps({
-        "url": args.url,
-        "simulated": is_simulated(server_info),
-        "sglang_version": server_info.get("version"),
-        "config": {"samples": args.samples, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
-                   "concurrency": args.concurrency, "aggregate_rounds": args.aggregate_rounds},
-        "samples": samples,
-        "decode_tok_s": summary([s["decode_tok_s"] for s in samples]),
-        "ttft_s": summary([s["ttft_s"] for s in samples]),
-        "accept_length": summary([s["accept_length"] for s in samples]),
-        "acceptance": acceptance.summary(samples),
-        "aggregate_tok_s": summary(aggregates),
-        "errors": errors,
-        "duration_s": time.perf_counter() - started,
-    }, indent=1))
+    config = BenchConfig(samples=args.samples, warmup=args.warmup, max_new_tokens=args.max_new_tokens,
+                         concurrency=args.concurrency, aggregate_rounds=args.aggregate_rounds)
+    print(measurement(args.url, server_info, config, samples, aggregates, errors, time.perf_counter() - started).dump(),
+          end="")
     return 0
 
 

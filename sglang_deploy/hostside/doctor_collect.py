@@ -131,7 +131,8 @@ def main():
     report["gate"] = None
     if active:
         try:
-            report["gate"] = GateResult.load(store.release_dir(active)).measurement
+            measured = GateResult.load(store.release_dir(active)).measurement
+            report["gate"] = measured.to_dict() if measured else None
         except FileNotFoundError:  # no gate ran for it
             pass
         except (OSError, DocumentError) as error:  # reported; the doctor measures on its own below
@@ -143,7 +144,7 @@ def main():
     if report["gate"] is None and meta and not stranger:
         # No gate ran for this release (skip_gate): take a short measurement of our own for tau and MBU.
         report["gate"] = gate.measure_builtin(probe_url, store.secrets_path, samples=3, warmup=1, max_new_tokens=192,
-                                              concurrency=1)
+                                              concurrency=1).to_dict()
         report["gate_source"] = "doctor (3 x 192 tokens; the release has no gate result)"
     status = service_status(args.service)
     api_key = read_api_key(store.secrets_path)

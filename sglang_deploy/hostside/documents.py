@@ -22,7 +22,10 @@ import dataclasses
 import json
 import os
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
+
+if TYPE_CHECKING:  # imported through LATER, only where one is read; named here so that roles/facts.host_modules
+    from .measurement import Measurement  # carries it with this module (a store history read inline reads one)
 
 # The files of a release (releases/<id>/) and of the service's store root that are not typed below: named once.
 PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
@@ -38,6 +41,9 @@ _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), 
 
 
 _DOCUMENTS = {}  # every Document subclass by name (Document.__init_subclass__)
+# Documents of their own module, imported only when a field of their type is read (each frozen dataclass costs import
+# time, and this module is imported by every no-op deploy): the name -> the module that defines it.
+LATER = {"Measurement": ".measurement"}
 
 
 class DocumentError(ValueError):
@@ -129,6 +135,10 @@ def _typed(name, key, annotation, value):
         if kind.startswith("list[") and isinstance(value, list):  # a list of documents: each one read as it
             return [_typed(name, f"{key}[{index}]", kind[5:-1], item) for index, item in enumerate(value)]
         document = _DOCUMENTS.get(kind)
+        if document is None and kind in LATER and isinstance(value, dict):
+            from importlib import import_module
+            import_module(LATER[kind], __package__)  # registers it
+            document = _DOCUMENTS[kind]
         if document is not None and isinstance(value, dict):
             return document.from_dict(value, f"{name} {key}")
         accepted = _TYPES.get(kind, ())
@@ -343,7 +353,7 @@ class GateResult(Document):
     rows: list  # the table's rows: {"metric", "value", "spread_pct", "threshold", "previous", "verdict"}
     config_problems: list  # the running server against the release (gate.config_problems)
     comparison: dict | None = None  # the paired comparison with the baseline (gate.compare); None: none made
-    measurement: dict | None = None  # the bench client's (hostside/bench.py); None: not measured
+    measurement: Measurement | None = None  # the bench client's (hostside/measurement.py); None: not measured
     output: dict | None = None  # the output check's (hostside/output_check.py); None: not checked
     simulated: bool | None = None  # measured a simulated server; None: the gate could not run
     duration_s: int | float | None = None

@@ -8,7 +8,6 @@ Verdicts: pass (the release is marked good), fail (rolled back), inconclusive (t
 tell, or request errors; the profile's gate.on_inconclusive decides).
 """
 
-import json
 import math
 import os
 import statistics
@@ -19,7 +18,7 @@ import urllib.error
 
 from . import acceptance, client, output_check
 from .client import get_json, is_simulated, printable
-from .documents import GateResult
+from .documents import DocumentError, GateResult
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -93,11 +92,11 @@ def config_problems(server_info, environ, cmdline_ok, cmdline, expect, findings=
 # --- statistics --------------------------------------------------------------------------------------
 
 def paired_ratios(samples, baseline_samples):
-    """new/old decode rate for samples at the same position (same prompt) in both runs."""
+    """new/old decode rate for samples (measurement.Sample) at the same position (same prompt) in both runs."""
     ratios = []
     for new, old in zip(samples, baseline_samples):
-        if new.get("kind") == old.get("kind") and old.get("decode_tok_s") and new.get("decode_tok_s"):
-            ratios.append(new["decode_tok_s"] / old["decode_tok_s"])
+        if new.kind == old.kind and old.decode_tok_s and new.decode_tok_s:
+            ratios.append(new.decode_tok_s / old.decode_tok_s)
     return ratios
 
 
@@ -187,20 +186,18 @@ def below_floor(value, floor):
 
 def evaluate(measurement, settings, baseline=None):
     """Floors, then the comparison with the baseline: a measurement on the same host that passed its gate.
-    settings: the release's GateSettings (documents.py).
+    measurement, baseline: measurement.Measurement; settings: the release's GateSettings (documents.py).
 
     Without a baseline the verdict rests on the floors. The comparison is one-sided (see compare): it
     fails a release that is slower, passes one that is as fast or faster, and is inconclusive only when
     its interval straddles the regression threshold.
     """
     rows, reasons, inconclusive = [], [], []
-    decode = measurement.get("decode_tok_s") or {}
-    tau = measurement.get("accept_length") or {}
-    if measurement.get("errors"):
-        inconclusive.append(f"{len(measurement['errors'])} request error(s): {measurement['errors'][0]}")
+    decode, tau = measurement.decode_tok_s, measurement.accept_length
+    if measurement.errors:
+        inconclusive.append(f"{len(measurement.errors)} request error(s): {measurement.errors[0]}")
     if not decode:
         inconclusive.append("no successful sample")
-    previous = (baseline or {}).get("decode_tok_s") or {}
 
     def row(metric, value, spread, threshold, prev, verdict):
         rows.append({"metric": metric, "value": value, "spread_pct": spread, "threshold": threshold,
@@ -208,35 +205,34 @@ def evaluate(measurement, settings, baseline=None):
 
     floor = settings.min_decode_tok_s
     if decode:
-        ok = not below_floor(decode["median"], floor)
-        row("decode tok/s (1 stream, median)", decode["median"], decode.get("spread_pct"),
-            f">= {floor}" if floor else None, previous.get("median"), "pass" if ok else "FAIL")
+        ok = not below_floor(decode.median, floor)
+        row("decode tok/s (1 stream, median)", decode.median, decode.spread_pct,
+            f">= {floor}" if floor else None, baseline and baseline.decode_median, "pass" if ok else "FAIL")
         if not ok:
-            reasons.append(f"single-stream decode {decode['median']:.1f} tok/s is below the floor {floor}")
+            reasons.append(f"single-stream decode {decode.median:.1f} tok/s is below the floor {floor}")
     floor_tau = settings.min_accept_length
     if tau:
-        ok = not below_floor(tau["median"], floor_tau)
-        row("acceptance length tau (median)", tau["median"], tau.get("spread_pct"),
-            f">= {floor_tau}" if floor_tau else None, ((baseline or {}).get("accept_length") or {}).get("median"),
-            "pass" if ok else "FAIL")
+        ok = not below_floor(tau.median, floor_tau)
+        row("acceptance length tau (median)", tau.median, tau.spread_pct,
+            f">= {floor_tau}" if floor_tau else None, baseline and baseline.tau_median, "pass" if ok else "FAIL")
         if not ok:
-            reasons.append(f"acceptance length {tau['median']:.2f} is below the floor {floor_tau}")
+            reasons.append(f"acceptance length {tau.median:.2f} is below the floor {floor_tau}")
     elif floor_tau:
         row("acceptance length tau (median)", None, None, f">= {floor_tau}", None, "FAIL")
         reasons.append("no acceptance length reported (speculative decoding is off?)")
-    ttft = measurement.get("ttft_s") or {}
+    ttft = measurement.ttft_s
     if ttft:
-        row("time to first token s (median)", ttft["median"], ttft.get("spread_pct"), None,
-            ((baseline or {}).get("ttft_s") or {}).get("median"), "info")
-    aggregate = measurement.get("aggregate_tok_s") or {}
+        row("time to first token s (median)", ttft.median, ttft.spread_pct, None, baseline and baseline.ttft_median,
+            "info")
+    aggregate = measurement.aggregate_tok_s
     if aggregate:
-        row(f"aggregate tok/s (concurrency {measurement.get('config', {}).get('concurrency')})", aggregate["median"],
-            aggregate.get("spread_pct"), None, ((baseline or {}).get("aggregate_tok_s") or {}).get("median"), "info")
+        row(f"aggregate tok/s (concurrency {measurement.concurrency})", aggregate.median, aggregate.spread_pct, None,
+            baseline and baseline.aggregate_median, "info")
 
     tolerance = settings.max_regression_pct / 100
     comparison = None
     if baseline and decode:
-        ratios = paired_ratios(measurement.get("samples", []), baseline.get("samples", []))
+        ratios = paired_ratios(measurement.samples, baseline.samples)
         if len(ratios) >= 2:
             verdict, comparison, message = compare(ratios, tolerance)
             if verdict == "FAIL":
@@ -287,7 +283,7 @@ def table(result):
         lines.append(f"baseline: {result.baseline['note']}")
     if result.comparison and result.comparison.get("message"):
         lines.append(f"comparison: {result.comparison['message']}")
-    lines += acceptance.lines((result.measurement or {}).get("acceptance"))  # per draft position
+    lines += acceptance.lines(result.measurement and result.measurement.acceptance)  # per draft position
     lines.append(f"GATE {result.verdict.upper()}" + (": " + "; ".join(result.reasons + result.inconclusive)
                                                      if result.reasons or result.inconclusive else ""))
     return "\n".join(printable(line) for line in lines)  # server text: no escapes, no forged lines
@@ -296,7 +292,10 @@ def table(result):
 # --- running on the host -------------------------------------------------------------------------------
 
 def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, concurrency):
-    """The bench client's measurement (the gate's with its GateSettings; the watch's and the doctor's shorter)."""
+    """The bench client's measurement (the gate's with its GateSettings; the watch's and the doctor's shorter): a
+    Measurement; Measurement.failed, naming why, when the bench ran out of time, failed or answered unreadably."""
+    from .measurement import SOURCE, BenchConfig, Measurement  # here: the controller imports this module too
+
     command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
                "--samples", str(samples), "--warmup", str(warmup),
                "--max-new-tokens", str(max_new_tokens), "--concurrency", str(concurrency)]
@@ -305,13 +304,23 @@ def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, co
     # An overall deadline: every request at its own deadline (bench.py: 60 s + 1 s per token), plus start-up.
     requests = warmup + samples + 2
     deadline = 120 + requests * (60 + max_new_tokens)
+    config = BenchConfig(samples=samples, warmup=warmup, max_new_tokens=max_new_tokens, concurrency=concurrency,
+                         aggregate_rounds=2)  # bench.py's default
+
+    def failed(error):
+        return Measurement.failed([error], probe_url, config, round(time.monotonic() - started, 1))
+
+    started = time.monotonic()
     try:
         result = subprocess.run(command, stdout=subprocess.PIPE, text=True, timeout=deadline, cwd=PACKAGE_PARENT)  # progress: stderr
     except subprocess.TimeoutExpired:
-        return {"errors": [f"the measurement exceeded the gate's deadline of {deadline} s"]}
+        return failed(f"the measurement exceeded the gate's deadline of {deadline} s")
     if result.returncode != 0:
-        return {"errors": [f"the bench client exited with {result.returncode}"]}
-    return json.loads(result.stdout)
+        return failed(f"the bench client exited with {result.returncode}")
+    try:  # through its class: a field renamed on either side is named here, never read as "no sample"
+        return Measurement.loads(result.stdout, SOURCE)
+    except DocumentError as error:
+        return failed(f"the bench client's answer cannot be read: {error}")
 
 
 def output_rows(output):
@@ -363,7 +372,7 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
             measurement = measure_builtin(probe_url, secrets_path, settings.samples, settings.warmup,
                                           settings.max_new_tokens, settings.concurrency)
             result = evaluate(measurement, settings, baseline)
-            result["measurement"] = measurement
+            result["measurement"] = measurement.to_dict()
             result["rows"] = output_rows(output) + result["rows"]
             result["inconclusive"] = output["inconclusive"] + result["inconclusive"]
             if result["verdict"] == "pass" and result["inconclusive"]:

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from .documents import Document, HistoryEvent, StoreState
 from .reports import TuneStatus, WatchEntry
+
+if TYPE_CHECKING:  # read through documents.LATER
+    from .measurement import Measurement
 
 
 def line(answer: Document) -> str:
@@ -74,7 +77,7 @@ class DoctorCollection(Document):
     active: str | None  # the active release; None: none
     errors: list  # what could not be read, each a sentence
     meta: dict  # the active release's meta.json ({}: none)
-    gate: dict | None  # the measurement (the gate's, or the collector's own); None: none
+    gate: Measurement | None  # the measurement (the gate's, or the collector's own); None: none (documents.LATER)
     environ: dict  # the server process's environment
     log_findings: dict  # SGLang's own log lines (evidence.log_findings)
     costly_env: list  # costly variables the release did not declare (evidence.costly_undeclared)

@@ -341,7 +341,7 @@ def cmd_history(args):
         except (OSError, DocumentError) as error:  # a listing: shown without its gate result, and why
             log(f"release {release_id}: no gate result shown: {error}")
             gate = None
-        measurement = (gate and gate.measurement) or {}
+        measurement = gate and gate.measurement  # a Measurement; None: no gate result, or not measured
         try:
             settings = GateConfig.load(directory).settings
         except (OSError, DocumentError) as error:  # a listing: the release's floors are shown as unknown, and why
@@ -360,8 +360,9 @@ def cmd_history(args):
             floors=HistoryFloors(decode_tok_s=settings and settings.min_decode_tok_s,
                                  accept_length=settings and settings.min_accept_length),
             gate=HistoryGate(verdict=gate.verdict, at=meta.gate and meta.gate.at,
-                             **{key: (measurement.get(key) or {}).get("median")
-                                for key in ("decode_tok_s", "accept_length", "ttft_s")}) if gate else None,
+                             decode_tok_s=measurement.decode_median if measurement else None,
+                             accept_length=measurement.tau_median if measurement else None,
+                             ttft_s=measurement.ttft_median if measurement else None) if gate else None,
             watch=watch[-args.limit:]))
     # the strict reader on the way out too: a value of the wrong type fails here, naming the field
     history = StoreHistory.from_dict(StoreHistory(service=args.service, state=store.state(), releases=out).to_dict())

@@ -321,13 +321,13 @@ def run_gate(store, args, meta, state):
 
 
 def gate_summary(result):
-    measurement = result.measurement or {}
-    decode, tau = measurement.get("decode_tok_s"), measurement.get("accept_length")
+    measurement = result.measurement  # a Measurement; None: not measured
+    decode, tau = (measurement.decode_median, measurement.tau_median) if measurement else (None, None)
     parts = [result.verdict]
-    if decode:
-        parts.append(f"{decode['median']:.1f} tok/s")
-    if tau:
-        parts.append(f"tau {tau['median']:.2f}")
+    if decode is not None:
+        parts.append(f"{decode:.1f} tok/s")
+    if tau is not None:
+        parts.append(f"tau {tau:.2f}")
     return " ".join(parts)
 
 

@@ -50,25 +50,37 @@ def bench_command(probe_url, secrets_path, settings, warmup):
 
 
 def by_kind(samples):
-    """Median decode tok/s per content class of the prompt mix (acceptance, and so a drafter's gain, depends on it)."""
+    """Median decode tok/s per content class of the prompt mix (acceptance, and so a drafter's gain, depends on it).
+    samples: measurement.Sample."""
     kinds = {}
     for sample in samples:
-        if sample.get("kind") and sample.get("decode_tok_s"):
-            kinds.setdefault(sample["kind"], []).append(sample["decode_tok_s"])
+        if sample.kind and sample.decode_tok_s:
+            kinds.setdefault(sample.kind, []).append(sample.decode_tok_s)
     return {kind: sorted(values)[len(values) // 2] if len(values) % 2 else
             sum(sorted(values)[len(values) // 2 - 1:len(values) // 2 + 1]) / 2 for kind, values in kinds.items()}
 
 
 def repeat_summary(measurement):
-    """One repeat reduced to the numbers the controller scores (medians over the repeat's samples)."""
-    def median(key):
-        block = measurement.get(key) or {}
-        return block.get("median")
-    return {"decode_tok_s": median("decode_tok_s"), "aggregate_tok_s": median("aggregate_tok_s"),
-            "accept_length": median("accept_length"), "ttft_s": median("ttft_s"),
-            "samples": [s.get("decode_tok_s") for s in measurement.get("samples") or []],
-            "by_kind": by_kind(measurement.get("samples") or []),
-            "errors": measurement.get("errors") or [], "duration_s": measurement.get("duration_s")}
+    """One repeat (a measurement.Measurement) reduced to the numbers the controller scores (medians over the
+    repeat's samples)."""
+    return {"decode_tok_s": measurement.decode_median, "aggregate_tok_s": measurement.aggregate_median,
+            "accept_length": measurement.tau_median, "ttft_s": measurement.ttft_median,
+            "samples": [s.decode_tok_s for s in measurement.samples],
+            "by_kind": by_kind(measurement.samples),
+            "errors": measurement.errors, "duration_s": measurement.duration_s}
+
+
+def bench_measurement(done):
+    """A repeat's measurement from the bench's completed process: its answer through the class, or
+    Measurement.failed naming why there is none (an exit status, or the answer and the field it cannot read)."""
+    from .measurement import SOURCE, Measurement
+
+    if done.returncode != 0:
+        return Measurement.failed([f"bench.py exited with {done.returncode}"])
+    try:
+        return Measurement.loads(done.stdout, SOURCE)
+    except DocumentError as error:
+        return Measurement.failed([f"bench.py's answer cannot be read: {error}"])
 
 
 # --- files ----------------------------------------------------------------------------------------
@@ -350,12 +362,7 @@ class Session:
             with open(self.paths.log, "a") as progress:
                 done = subprocess.run(command, stdout=subprocess.PIPE, stderr=progress, text=True, cwd=PACKAGE_PARENT,
                                       timeout=120 + (settings.samples + 2) * (60 + settings.max_new_tokens))
-            try:
-                measurement = json.loads(done.stdout) if done.returncode == 0 else {
-                    "errors": [f"bench.py exited with {done.returncode}"]}
-            except ValueError:
-                measurement = {"errors": ["bench.py printed no JSON"]}
-            summary = repeat_summary(measurement)
+            summary = repeat_summary(bench_measurement(done))
             repeats.append(summary)
             decode, aggregate = summary["decode_tok_s"], summary["aggregate_tok_s"]
             self.log(f"candidate {item.id}: repeat {index + 1}/{settings.repeats}: "

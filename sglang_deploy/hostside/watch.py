@@ -311,10 +311,9 @@ def measure(probe_url, secrets_path, max_new_tokens, samples):
     """samples single-stream requests of the gate's prompts, max_new_tokens each (the release's gate's)."""
     measurement = gate.measure_builtin(probe_url, secrets_path, samples=samples, warmup=1,
                                        max_new_tokens=max_new_tokens, concurrency=1)
-    entry = {"samples": len(measurement.get("samples") or [])}
-    for key in ("decode_tok_s", "accept_length", "ttft_s"):
-        entry[key] = (measurement.get(key) or {}).get("median")
-    errors = measurement.get("errors") or []
+    entry = {"samples": len(measurement.samples), "decode_tok_s": measurement.decode_median,
+             "accept_length": measurement.tau_median, "ttft_s": measurement.ttft_median}
+    errors = measurement.errors
     entry["status"] = "ok" if entry["decode_tok_s"] is not None and not errors else "error"
     if errors:
         entry["errors"] = errors[:3]
