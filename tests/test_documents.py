@@ -398,11 +398,18 @@ def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(
 
 # --- no string-key read of a store document comes back --------------------------------------------------------
 
-# The host programs whose answers are typed (hostside/outputs.py), as the controller runs them: host_program,
-# inline_host, inline_store or a TuneHost's sh with the program (or the store's subcommand) first; PREFLIGHT_DIR
-# holds the preflight's report.
-OUTPUT_PROGRAMS = {"doctor_collect", "venv_hooks", "preflight", "history", "tune_session"}
+# The host programs whose answers are typed (hostside/outputs.py, measurement.py), as the controller runs them:
+# host_program, inline_host, inline_store or a TuneHost's sh with the program (or the store's subcommand) first;
+# PREFLIGHT_DIR holds the preflight's report. The bench is also run as `-m <package>.bench` (gate.measure_builtin,
+# tune_runner.bench_command).
+OUTPUT_PROGRAMS = {"doctor_collect", "venv_hooks", "preflight", "history", "tune_session", "bench"}
 OUTPUT_RUNNERS = {"host_program", "inline_host", "inline_store", "sh"}
+# Calls that answer the bench's measurement, and the attribute that holds a stored one (GateResult.measurement): a
+# string key read of what they give is a read of the measurement by key.
+MEASURED = {"measure_builtin"}
+# A function's argument of one of these names is the bench's measurement (gate.evaluate's, tune_runner.repeat_summary's,
+# router.gate_verdict's; the doctor's suspects_from and diagnose call it gate).
+MEASUREMENT_ARGUMENTS = {"measurement", "gate"}
 
 
 def names_output(node) -> bool:
@@ -416,6 +423,10 @@ def names_output(node) -> bool:
             return True
         if isinstance(sub, ast.Name) and sub.id == "PREFLIGHT_DIR":
             return True
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.endswith(".bench"):
+            return True  # [python, "-m", f"{__package__}.bench", ...]
+        if isinstance(sub, ast.Call) and getattr(sub.func, "id", getattr(sub.func, "attr", None)) == "bench_command":
+            return True
     return False
 
 
@@ -424,7 +435,9 @@ def string_key_reads(source: str) -> list[str]:
     host program's typed answer: a call whose argument names a document's file (its name, a *_FILE constant, a
     Document's FILE, the store's state_path) or runs a program of OUTPUT_PROGRAMS, directly or through a local name
     (a path, an open handle, a text read from it, a command and its output) in the same function; in a fact whose
-    command runs one, its process's `output`."""
+    command runs one, its process's `output`. And of the bench's measurement: what a MEASURED call returns, a
+    `.measurement` attribute (not a method called), directly, in an expression (`x.measurement or {}`), or through
+    a local name, and an argument of MEASUREMENT_ARGUMENTS."""
     import ast
 
     from sglang_deploy.hostside import documents, outputs, reports  # noqa: F401 - they register their documents
@@ -448,22 +461,39 @@ def string_key_reads(source: str) -> list[str]:
 
     fact_outputs = {id(method) for cls in ast.walk(tree) if isinstance(cls, ast.ClassDef) and names_output(cls)
                     for method in cls.body if isinstance(method, ast.FunctionDef) and method.name == "process"}
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+
+    def measured(node):
+        """node is the bench's measurement: a MEASURED call's answer or a stored one's attribute."""
+        if isinstance(node, ast.Call):
+            return getattr(node.func, "id", getattr(node.func, "attr", None)) in MEASURED
+        return isinstance(node, ast.Attribute) and node.attr == "measurement" and id(node) not in called
 
     def loads_document(node, tainted):
-        return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "json" and names_document(ast.Tuple(elts=node.args), tainted))
+        return measured(node) or (
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
+            and node.func.value.id == "json" and names_document(ast.Tuple(elts=node.args), tainted))
+
+    def of_a_document(subject, tainted):
+        """subject is a loaded document: the call itself, a name it was assigned to, or an expression around one
+        (`(x.measurement or {})`, `stored[i].measurement if i else None`), not a call's answer."""
+        return any(loads_document(node, tainted) or (isinstance(node, ast.Name) and node.id in loaded)
+                   for node in ast.walk(subject) if not isinstance(subject, ast.Call) or node is subject)
 
     found = []
     for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
         tainted, loaded = ({"output"} if id(function) in fact_outputs else set()), set()
+        arguments = function.args.posonlyargs + function.args.args + function.args.kwonlyargs
+        loaded |= {argument.arg for argument in arguments if argument.arg in MEASUREMENT_ARGUMENTS}
         for node in sorted((n for n in ast.walk(function) if hasattr(n, "lineno")),
                            key=lambda n: (n.lineno, n.col_offset)):
             if isinstance(node, (ast.With, ast.AsyncWith)):
                 tainted |= {item.optional_vars.id for item in node.items if isinstance(item.optional_vars, ast.Name)
                             and names_document(item.context_expr, tainted)}
             elif isinstance(node, ast.Assign):  # x = ..., or ok, stdout, _ = remote.run(["cat", <document>])
-                assigned = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+                assigned = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)
+                            and not isinstance(t, (ast.Subscript, ast.Attribute))}  # x["k"] = doc: x is no doc
                 if any(loads_document(n, tainted) for n in ast.walk(node.value)):
                     loaded |= assigned
                 elif names_document(node.value, tainted):
@@ -474,8 +504,8 @@ def string_key_reads(source: str) -> list[str]:
             elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
                   and node.args):
                 subject, key = node.func.value, node.args[0]
-            if subject is not None and isinstance(key, ast.Constant) and isinstance(key.value, str) and (
-                    loads_document(subject, tainted) or (isinstance(subject, ast.Name) and subject.id in loaded)):
+            if subject is not None and isinstance(key, ast.Constant) and isinstance(key.value, str) and \
+                    of_a_document(subject, tainted):
                 found.append(f"{node.lineno}: {ast.get_source_segment(source, node)}")
     return found
 
@@ -501,6 +531,23 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     '    def process(self, output):\n        return json.loads("\\n".join(output))["releases"]\n',
     'class VenvState(FactBase):\n    def command(self, venv):\n        return inline_host("venv_hooks", "--venv", venv)\n'
     '    def process(self, output):\n        found = json.loads(output[-1])\n        return found.get("sglang")\n',
+    # the bench's measurement, as the gate, the tune, the router, the watch and the switch read it before
+    # hostside/measurement.py
+    'def measure_builtin(probe_url):\n    command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url]\n'
+    '    result = subprocess.run(command, stdout=subprocess.PIPE)\n    return json.loads(result.stdout)["samples"]\n',
+    'def f(self, done):\n    command = bench_command(url, path, settings, 0)\n    done = subprocess.run(command)\n'
+    '    measurement = json.loads(done.stdout)\n    return measurement.get("decode_tok_s")\n',
+    'def gate_through_router(check_url):\n    ok, output = host.run_shell_command(host_program("bench", "--url", check_url))\n'
+    '    measurement = json.loads(output.stdout)\n    return (measurement.get("decode_tok_s") or {}).get("median")\n',
+    'def measure(probe_url):\n    measurement = gate.measure_builtin(probe_url, "/k", samples=3)\n'
+    '    return measurement.get("errors") or []\n',
+    'def gate_summary(result):\n    measurement = result.measurement or {}\n    return measurement.get("decode_tok_s")\n',
+    'def table(result):\n    return acceptance.lines((result.measurement or {}).get("acceptance"))\n',
+    'def run_gate(stored, release):\n    baseline = stored[release].measurement if release else None\n'
+    '    return baseline["samples"]\n',
+    'def evaluate(measurement, settings, baseline=None):\n    decode = measurement.get("decode_tok_s") or {}\n',
+    'def repeat_summary(measurement):\n    return [s.get("decode_tok_s") for s in measurement["samples"]]\n',
+    'def suspects_from(server_info, gate):\n    return ((gate or {}).get("accept_length") or {}).get("median")\n',
 ]
 
 
@@ -515,6 +562,8 @@ def test_the_scan_leaves_json_that_is_not_a_store_document():
     assert string_key_reads('def f(args):\n    with open(args.expected) as h:\n        return json.load(h)["x"]\n') == []
     assert string_key_reads('class VenvTorch(FactBase):\n    def command(self, python):\n        return python\n'
                             '    def process(self, output):\n        return json.loads(output[-1])["torch"]\n') == []
+    # the tune's measurement settings are a method's answer, not the bench's measurement
+    assert string_key_reads('def f(self):\n    return self.settings.measurement()["samples"]\n') == []
 
 
 def test_no_module_reads_a_store_document_by_string_key():
