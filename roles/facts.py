@@ -393,9 +393,10 @@ class WeightsStatus(FactBase):
     requires_command = "python3"
 
     def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights") -> str:
+        missing = json.dumps({"verified": False, "path": directory})  # weights/status.SnapshotStatus, no manifest
         checks = [f"echo '@@{section}_status'; if test -f {shlex.quote(manifest)}; then "
                   f"{inline_host('weights', 'status', '--manifest', manifest, '--dir', directory)}; "
-                  "else echo '{\"verified\": false}'; fi"]
+                  f"else echo {shlex.quote(missing)}; fi"]
         if python:
             checks.append(WeightsStatus.hub_check(python, section))
         return "; ".join(checks)
@@ -407,10 +408,26 @@ class WeightsStatus(FactBase):
                 f"print(huggingface_hub.__version__)' 2>/dev/null; echo")
 
     def process(self, output, section: str = "weights"):
+        """{verified, hub_client}, from the section's last line: weights/status.SnapshotStatus, or the program's
+        refusal (outputs.WeightsFailure: a manifest it cannot read) as not verified with its `error` (the deploy
+        uploads the manifest again). An answer that is neither adds `unreadable`, naming the answer and the field
+        (plan.refusals stops the deploy on it: never taken for "not verified")."""
+        from sglang_deploy.hostside.documents import DocumentError
+        from sglang_deploy.hostside.weights.status import SOURCE, SnapshotStatus
+
         sections = split_sections(output)
-        try:
-            status = json.loads("\n".join(sections.get(f"{section}_status") or []) or "{}")
-        except ValueError:
-            status = {}
-        hub = "\n".join(sections.get(f"{section}_hub") or []).strip()
-        return {"verified": bool(status.get("verified")), "hub_client": hub or None}
+        hub = "\n".join(sections.get(f"{section}_hub") or []).strip() or None
+        lines = [line for line in sections.get(f"{section}_status") or [] if line.strip()]
+        if not lines:
+            return {"verified": False, "hub_client": hub, "unreadable": f"{section}: {SOURCE}: no answer"}
+        try:  # the answer through its class: a field renamed on either side is named here
+            status = SnapshotStatus.loads(lines[-1], f"{section}: {SOURCE}")
+        except DocumentError as error:
+            from sglang_deploy.hostside.outputs import WeightsFailure
+
+            try:
+                refused = WeightsFailure.loads(lines[-1], f"{section}: {WeightsFailure.FILE}")
+            except DocumentError:
+                return {"verified": False, "hub_client": hub, "unreadable": str(error)}
+            return {"verified": False, "hub_client": hub, "error": refused.error}
+        return {"verified": status.verified, "hub_client": hub}

@@ -82,19 +82,28 @@ def fetch_command(weights: Weights, python: str, endpoint: str | None, token_fil
 
 def _fetch_live(command: str):
     """The fetch with its output printed as it arrives (a download of tens of GB takes minutes: its progress
-    lines, every few seconds, show on the controller during the transfer, not only when it fails)."""
-    ok, output = host.run_shell_command(command, print_output=True, _sudo=sudo())
-    if not ok:
-        from sglang_deploy.hostside.documents import DocumentError
-        from sglang_deploy.hostside.outputs import WeightsFailure
+    lines, every few seconds, show on the controller during the transfer, not only when it fails). Its answer, the
+    last line, through its class (outputs.WeightsPlaced, or WeightsFailure when it refuses): a field renamed on
+    either side is named."""
+    from sglang_deploy.hostside.documents import DocumentError
+    from sglang_deploy.hostside.outputs import WeightsFailure, WeightsPlaced
 
-        lines = output.stdout_lines
+    ok, output = host.run_shell_command(command, print_output=True, _sudo=sudo())
+    lines = output.stdout_lines
+    if ok:
         try:
-            reason = WeightsFailure.loads(lines[-1] if lines else "", "hostside.weights' error line").error
-        except DocumentError as error:  # no error line (a progress line last): its stderr; else the field, named
-            not_json = str(error).startswith("hostside.weights' error line: not JSON")
-            reason = ("; ".join(output.stderr_lines[-3:]) or "no output") if not_json else str(error)
-        raise OperationError(f"weights: {reason}")
+            placed = WeightsPlaced.loads(lines[-1] if lines else "", WeightsPlaced.FILE)
+        except DocumentError as error:
+            raise OperationError(f"weights: fetched, but the answer cannot be read: {error}") from None
+        host.log(f"weights: {placed.path} verified" + (" and in place" if placed.changed else ", unchanged"),
+                 logger.info)
+        return
+    try:
+        reason = WeightsFailure.loads(lines[-1] if lines else "", "hostside.weights' error line").error
+    except DocumentError as error:  # no error line (a progress line last): its stderr; else the field, named
+        not_json = str(error).startswith("hostside.weights' error line: not JSON")
+        reason = ("; ".join(output.stderr_lines[-3:]) or "no output") if not_json else str(error)
+    raise OperationError(f"weights: {reason}")
 
 
 @deploy("Weights")

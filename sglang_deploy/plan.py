@@ -226,8 +226,9 @@ def host_problems(plan: Plan, account: dict | None, unit_report: dict | None, ss
 def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: bool = False) -> list[str]:
     """What the host reports (roles.facts.DeployState) that stops a deploy before any change: the service user and
     the unit (host_problems), a simulated host the inventory does not call simulated or the reverse, another
-    deploy holding the store's lock, and a hub_wheelhouse that holds no wheels when the hub client must be
-    installed from it. Empty when the deploy may go on."""
+    deploy holding the store's lock, a hub_wheelhouse that holds no wheels when the hub client must be
+    installed from it, and a weights status the host answered unreadably (roles/facts.WeightsStatus names the
+    field). Empty when the deploy may go on."""
     from .layout import SIMULATED_MARKER
 
     refused = host_problems(plan, facts["account"], facts["units"], ssh_user=settings.ssh_user)
@@ -238,6 +239,9 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
     if needs_hub_client and wheelhouse and not any(Path(wheelhouse).glob("*.whl")):
         refused.append(f"{origin(settings, 'hub_wheelhouse')}: hub_wheelhouse: {wheelhouse!r} is not a directory of "
                        "wheels (huggingface_hub and its dependencies: pip download huggingface_hub==1.33.0 -d DIR)")
+    for status in (facts.get("weights"), facts.get("draft"), *(facts.get("offered") or ())):  # not "unverified"
+        if status and status.get("unreadable"):
+            refused.append(f"the weights' status cannot be read: {status['unreadable']}")
     return refused + lock_refusal(facts["store"])
 
 

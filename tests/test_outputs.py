@@ -492,3 +492,116 @@ def test_the_router_gate_reads_the_bench_by_attribute_and_names_a_renamed_field(
                                              "'failures'"):
         router_role.gate_through_router("http://127.0.0.1:30000", ["http://w1"], GateSection(min_decode_tok_s=45,
                                                                                             min_accept_length=2.8))
+
+
+# --- the weights' answers ---------------------------------------------------------------------------------------
+
+def test_the_weights_status_is_written_through_its_class(tmp_path, capsys):
+    """`weights status` and deploy_facts (one section per snapshot) write SnapshotStatus: its fields exactly, read
+    back by the fact (roles/facts.WeightsStatus) by attribute."""
+    from roles.facts import WeightsStatus
+    from sglang_deploy.hostside import deploy_facts
+    from sglang_deploy.hostside.weights import __main__ as weights_main
+    from sglang_deploy.hostside.weights.manifest import MODELS_ROOT
+    from sglang_deploy.hostside.weights.status import SnapshotStatus
+    from sglang_deploy.weights import manifest_from_directory
+
+    (tmp_path / "config.json").write_text("{}")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(manifest_from_directory(tmp_path)))
+    directory = f"{MODELS_ROOT}/o--m/0123abcd"
+    assert weights_main.main(["status", "--manifest", str(manifest), "--dir", directory]) == 0
+    line = capsys.readouterr().out.strip()
+    assert set(json.loads(line)) - {"format"} == SnapshotStatus.field_names()
+    assert WeightsStatus().process(["@@weights_status", line]) == {"verified": False, "hub_client": None}
+    for status in (deploy_facts.snapshot_status(str(manifest), directory),
+                   deploy_facts.snapshot_status(str(tmp_path / "none.json"), directory),
+                   deploy_facts.snapshot_status(str(tmp_path / "config.json"), directory)):
+        assert SnapshotStatus.loads(status.line()) == status and status.verified is False
+    assert deploy_facts.snapshot_status(str(tmp_path / "config.json"), directory).error
+
+
+@pytest.mark.parametrize("lines, value", [
+    (['{"verified": true, "path": "/d"}'], {"verified": True, "hub_client": None}),
+    (['{"format": 1, "verified": true, "path": "/d", "error": null}', "@@weights_hub", "1.33.0"],
+     {"verified": True, "hub_client": "1.33.0"}),
+    # the program refuses an unreadable manifest: not verified, and why (the deploy uploads it again)
+    (['{"ok": false, "error": "/m.json: not a manifest"}'],
+     {"verified": False, "hub_client": None, "error": "/m.json: not a manifest"}),
+    # a renamed field on either side: said, never "not verified" (it read as not verified before)
+    (['{"verifed": true, "path": "/d"}'], {"verified": False, "hub_client": None, "unreadable": (
+        "weights: hostside.weights status's answer: unknown field 'verifed' (SnapshotStatus has: error, path, "
+        "verified)")}),
+    (['{"verified": "yes", "path": "/d"}'], {"verified": False, "hub_client": None, "unreadable": (
+        "weights: hostside.weights status's answer: field 'verified' is 'yes'; accepted: bool")}),
+    ([], {"verified": False, "hub_client": None, "unreadable": "weights: hostside.weights status's answer: no answer"}),
+])
+def test_the_weights_status_fact_reads_by_attribute_and_names_a_renamed_field(lines, value):
+    from roles.facts import WeightsStatus
+
+    assert WeightsStatus().process(["@@weights_status", *lines]) == value
+
+
+def test_an_unreadable_weights_status_stops_the_deploy_before_any_change(monkeypatch):
+    """plan.refusals: a snapshot's status the fact could not read is a refusal naming it (nothing changed)."""
+    from roles.facts import WeightsStatus
+    from sglang_deploy import plan as plan_module
+
+    unreadable = WeightsStatus().process(["@@draft_status", '{"verified": true, "pth": "/d"}'], section="draft")
+    facts = {"account": None, "units": None, "simulated": False, "store": None, "weights": None, "draft": unreadable,
+             "offered": []}
+    monkeypatch.setattr(plan_module, "host_problems", lambda *args, **kwargs: [])
+    monkeypatch.setattr(plan_module, "lock_refusal", lambda store: [])
+    settings = types.SimpleNamespace(ssh_user="root", hub_wheelhouse=None)
+    assert plan_module.refusals(types.SimpleNamespace(simulated=False), facts, settings) == [
+        "the weights' status cannot be read: draft: hostside.weights status's answer: unknown field 'pth' "
+        "(SnapshotStatus has: error, path, verified)"]
+
+
+@pytest.mark.parametrize("answer, message", [
+    ({"ok": True, "changed": True, "path": "/d", "hashed_files": 3, "hashed_bytes": 9, "files": 3}, None),
+    ({"ok": True, "changed": False, "path": "/d"}, None),
+    ({"ok": True, "changd": True, "path": "/d"}, "unknown field 'changd'"),
+    ({"ok": True, "path": "/d"}, "required field 'changed' is missing"),
+])
+def test_the_weights_verify_placed_and_pruned_answers_name_the_field(answer, message, monkeypatch):
+    """fetch|promote's answer: _fetch_live reads it by attribute on success; a renamed field fails the operation,
+    naming it. verify's and prune's answers are written through WeightsVerified and WeightsPruned."""
+    from pyinfra.api.exceptions import OperationError
+
+    from roles import weights as weights_role
+    from sglang_deploy.hostside.outputs import WeightsPlaced, WeightsPruned, WeightsVerified
+
+    logged = []
+    output = types.SimpleNamespace(stdout_lines=["fetched 3 of 3 files", json.dumps(answer)], stderr_lines=[])
+    monkeypatch.setattr(weights_role, "host", types.SimpleNamespace(
+        run_shell_command=lambda *a, **k: (True, output), log=lambda text, *a: logged.append(text)))
+    monkeypatch.setattr(weights_role, "sudo", lambda: False)
+    if message is None:
+        weights_role._fetch_live("true")
+        assert logged == ["weights: /d verified" + (" and in place" if answer["changed"] else ", unchanged")]
+        assert WeightsPlaced.from_dict(answer).path == "/d"
+    else:
+        with pytest.raises(OperationError) as error:
+            weights_role._fetch_live("true")
+        assert str(error.value).startswith("weights: fetched, but the answer cannot be read: hostside.weights "
+                                           f"fetch|promote's answer: {message}"), error.value
+    assert WeightsVerified(ok=True, problems=[], seconds=0.1, hashed_files=0, hashed_bytes=0, files=3).files == 3
+    with pytest.raises(DocumentError, match="prune's answer: unknown field 'deleted'"):
+        WeightsPruned.from_dict({"ok": True, "deleted": [], "kept": []})
+
+
+def test_the_weights_verify_answer_has_the_readers_fields(tmp_path):
+    """`weights verify` answers WeightsVerified(ok, problems, seconds, **manifest.verify's stats): the stats' keys are
+    its remaining fields (a renamed stat fails at the write)."""
+    from sglang_deploy.hostside.outputs import WeightsVerified
+    from sglang_deploy.hostside.weights import manifest as host_manifest
+    from sglang_deploy.weights import manifest_from_directory
+
+    checkpoint = tmp_path / "checkpoint"
+    checkpoint.mkdir()
+    (checkpoint / "config.json").write_text("{}")
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps(manifest_from_directory(checkpoint)))
+    problems, stats = host_manifest.verify(str(checkpoint), json.loads(manifest.read_text()))
+    assert problems == [] and set(stats) | {"ok", "problems", "seconds"} == WeightsVerified.field_names()

@@ -13,6 +13,7 @@ import pytest
 
 from conftest import PROVEN, REPO, release_meta, snapshot_mark, store_report, write_profile
 from hubstub import Hub
+from sglang_deploy.hostside.outputs import WeightsPlaced, WeightsPruned
 from sglang_deploy.hostside.weights import fetch as host_fetch
 from sglang_deploy.hostside.weights import manifest as host_manifest
 from sglang_deploy.hostside.weights import prune as host_prune
@@ -296,7 +297,8 @@ def place(models: Path, checkpoint: Path, name="local--synthetic/rev") -> tuple[
     for path in checkpoint.iterdir():
         (staging / path.name).write_bytes(path.read_bytes())
     manifest = manifest_from_directory(checkpoint)
-    assert host_fetch.promote(str(directory), manifest)["changed"] is True
+    placed = WeightsPlaced.from_dict(host_fetch.promote(str(directory), manifest))  # `promote`'s answer, strict
+    assert placed.changed is True and placed.files == len(manifest["files"])
     return directory, manifest
 
 
@@ -359,14 +361,14 @@ def test_prune_keeps_snapshots_of_retained_releases(models, checkpoint, tmp_path
         (store / "sglang" / "releases" / release_id).mkdir(parents=True)
         (store / "sglang" / "releases" / release_id / "meta.json").write_text(meta.dump())
     # Just verified: a deploy may be between its fetch and the release that records the snapshot.
-    result = host_prune.prune(str(models), str(store))
-    assert result["removed"] == [] and dropped.is_dir()
+    result = WeightsPruned.from_dict(host_prune.prune(str(models), str(store)))  # `prune`'s answer, strict
+    assert result.removed == [] and result.skipped is None and dropped.is_dir()
     # While a fetch, promote or verify holds the weights' lock, prune waits for nothing and removes nothing.
     with host_prune.models_lock(str(models)):
-        result = host_prune.prune(str(models), str(store), grace_s=0)
-    assert result["skipped"] == "locked" and result["removed"] == [] and dropped.is_dir()
-    result = host_prune.prune(str(models), str(store), grace_s=0)
-    assert result["removed"] == [str(dropped)] and kept.is_dir() and legacy.is_dir() and foreign.is_dir()
+        result = WeightsPruned.from_dict(host_prune.prune(str(models), str(store), grace_s=0))
+    assert result.skipped == "locked" and result.removed == [] and dropped.is_dir()
+    result = WeightsPruned.from_dict(host_prune.prune(str(models), str(store), grace_s=0))
+    assert result.removed == [str(dropped)] and kept.is_dir() and legacy.is_dir() and foreign.is_dir()
     assert not dropped.exists()
 
 

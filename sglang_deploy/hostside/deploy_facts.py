@@ -8,24 +8,25 @@ Reads only: no lock is taken and nothing is written (the fact runs under --dry t
 """
 
 import argparse
-import json
 import os
 import sys
 from types import SimpleNamespace
 
 from .store import cmd_state, service_name
 from .weights.manifest import WeightsError, is_verified, load_manifest_file, snapshot_dir
+from .weights.status import SnapshotStatus
 
 
 
 def snapshot_status(manifest, directory):
-    """`weights status`'s answer for one snapshot: a missing manifest or an unreadable one is not verified."""
+    """`weights status`'s answer for one snapshot (weights/status.SnapshotStatus): a missing manifest or an
+    unreadable one is not verified."""
     if not os.path.isfile(manifest):
-        return {"verified": False, "path": directory}
+        return SnapshotStatus(verified=False, path=directory)
     try:
-        return {"verified": is_verified(directory, load_manifest_file(manifest)), "path": directory}
+        return SnapshotStatus(verified=is_verified(directory, load_manifest_file(manifest)), path=directory)
     except WeightsError as error:
-        return {"verified": False, "path": directory, "error": str(error)}
+        return SnapshotStatus(verified=False, path=directory, error=str(error))
 
 
 def main(argv=None):
@@ -45,7 +46,7 @@ def main(argv=None):
     status = cmd_state(SimpleNamespace(service=args.service))
     sys.stdout.flush()
     for name, manifest, directory in snapshots:
-        print(f"@@{name}_status\n{json.dumps(snapshot_status(manifest, directory))}", flush=True)
+        print(f"@@{name}_status\n{snapshot_status(manifest, directory).line()}", flush=True)
     return status
 
 

@@ -1,5 +1,6 @@
 """What host programs answer the controller, typed once: the preflight's report, the doctor's collection, the store's
-history, the tune session's answers, the weights' error line and the venv's hooks.
+history, the tune session's answers, the weights' answers (verify, fetch|promote, prune, the error line; status:
+weights/status.py) and the venv's hooks (the bench's measurement: measurement.py).
 
 Typed like the store's documents (documents.py: the strict reader naming the answer and the field; "format" in the
 text). The host program builds its answer through the class (a field renamed in the writer fails at the write), the
@@ -203,6 +204,42 @@ class WeightsFailure(Document):
     FILE: ClassVar[str] = "hostside.weights' error line"
     ok: bool  # False
     error: str  # why, naming the file or the disk
+
+
+# --- the weights' answers: hostside.weights verify|fetch|promote|prune's last line (status: weights/status.py) ----
+
+@dataclass(frozen=True)
+class WeightsVerified(Document):
+    """`hostside.weights verify`: every file against the manifest (hashing only what changed)."""
+    FILE: ClassVar[str] = "hostside.weights verify's answer"
+    ok: bool  # no problem
+    problems: list  # each file that does not match, a sentence
+    seconds: int | float
+    hashed_files: int  # manifest.verify's stats: the files hashed (the others unchanged since their record)
+    hashed_bytes: int
+    files: int  # the manifest's
+
+
+@dataclass(frozen=True)
+class WeightsPlaced(Document):
+    """`hostside.weights fetch` and `promote`: the snapshot verified and in place (weights/fetch.py)."""
+    FILE: ClassVar[str] = "hostside.weights fetch|promote's answer"
+    ok: bool  # True (a refusal is WeightsFailure)
+    changed: bool  # renamed into place now; False: it was there already
+    path: str
+    hashed_files: int | None = None  # the verification's stats; None: verified in place, nothing hashed
+    hashed_bytes: int | None = None
+    files: int | None = None
+
+
+@dataclass(frozen=True)
+class WeightsPruned(Document):
+    """`hostside.weights prune` (weights/prune.py): the snapshots and token maps removed and kept."""
+    FILE: ClassVar[str] = "hostside.weights prune's answer"
+    ok: bool
+    removed: list  # paths
+    kept: list
+    skipped: str | None = None  # why nothing was pruned (another weights command holds the lock, ...); None: pruned
 
 
 # --- the venv's startup hooks: hostside.venv_hooks's stdout (roles/facts.VenvState) ------------------------------

@@ -35,7 +35,6 @@ the host's python3.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -44,6 +43,7 @@ from .fetch import fetch, promote
 from .manifest import (REPO_PART, REVISION, WeightsError, is_verified, load_manifest_file, log, snapshot_dir,
                        verify)
 from .prune import models_lock, prune
+from .status import SnapshotStatus
 
 EXIT_MISMATCH = 1
 EXIT_NO_SPACE = 5
@@ -68,7 +68,9 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.command == "prune":
-            print(json.dumps(prune()))
+            from ..outputs import WeightsPruned, line  # here: status runs on every deploy, and documents cost imports
+
+            print(line(WeightsPruned.from_dict(prune(), "the weights' prune")))  # strict: a renamed key fails here
             return 0
         if args.command == "status":  # reads only (a fact runs it, --dry included): no lock, nothing written
             return run_locked(args)
@@ -86,13 +88,15 @@ def run_locked(args):
     """status, verify, fetch, promote: under the weights' lock, shared (prune waits for none of them to run)."""
     manifest = load_manifest_file(args.manifest)
     if args.command == "status":
-        print(json.dumps({"verified": is_verified(args.dir, manifest), "path": args.dir}))
+        print(SnapshotStatus(verified=is_verified(args.dir, manifest), path=args.dir).line())
         return 0
+    from ..outputs import WeightsPlaced, WeightsVerified, line
+
     if args.command == "verify":
         started = time.monotonic()
         problems, stats = verify(args.dir, manifest, rehash=args.rehash)
-        print(json.dumps({"ok": not problems, "problems": problems, "seconds": round(time.monotonic() - started, 3),
-                          **stats}))
+        print(line(WeightsVerified(ok=not problems, problems=problems, seconds=round(time.monotonic() - started, 3),
+                                   **stats)))
         for problem in problems:
             log(f"MISMATCH {problem}")
         return EXIT_MISMATCH if problems else 0
@@ -105,8 +109,9 @@ def run_locked(args):
         result = fetch(args.dir, manifest, args.repo, args.revision, args.python, args.endpoint, args.token_file)
     else:
         result = promote(args.dir, manifest)
-    log(f"{args.dir}: verified" + (" and in place" if result.get("changed") else ", unchanged"))
-    print(json.dumps(result))
+    placed = WeightsPlaced.from_dict(result, "the weights' fetch|promote")  # strict: a renamed key fails here
+    log(f"{args.dir}: verified" + (" and in place" if placed.changed else ", unchanged"))
+    print(line(placed))
     return 0
 
 
