@@ -402,7 +402,8 @@ def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(
 # host_program, inline_host, inline_store or a TuneHost's sh with the program (or the store's subcommand) first;
 # PREFLIGHT_DIR holds the preflight's report. The bench is also run as `-m <package>.bench` (gate.measure_builtin,
 # tune_runner.bench_command).
-OUTPUT_PROGRAMS = {"doctor_collect", "venv_hooks", "preflight", "history", "tune_session", "bench"}
+OUTPUT_PROGRAMS = {"doctor_collect", "venv_hooks", "preflight", "history", "tune_session", "bench", "weights",
+                   "deploy_facts"}
 OUTPUT_RUNNERS = {"host_program", "inline_host", "inline_store", "sh"}
 # Calls that answer the bench's measurement, and the attribute that holds a stored one (GateResult.measurement): a
 # string key read of what they give is a read of the measurement by key.
@@ -548,6 +549,13 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     'def evaluate(measurement, settings, baseline=None):\n    decode = measurement.get("decode_tok_s") or {}\n',
     'def repeat_summary(measurement):\n    return [s.get("decode_tok_s") for s in measurement["samples"]]\n',
     'def suspects_from(server_info, gate):\n    return ((gate or {}).get("accept_length") or {}).get("median")\n',
+    # the weights program's answers, as the fact and a caller read them before weights/status.py
+    'class WeightsStatus(FactBase):\n    def command(self, manifest, directory):\n'
+    '        return inline_host("weights", "status", "--manifest", manifest, "--dir", directory)\n'
+    '    def process(self, output):\n        status = json.loads("\\n".join(output) or "{}")\n'
+    '        return {"verified": bool(status.get("verified"))}\n',
+    'def f(weights):\n    ok, output = host.run_shell_command(host_program("weights", "fetch", "--dir", weights.path))\n'
+    '    return json.loads(output.stdout_lines[-1])["changed"]\n',
 ]
 
 
