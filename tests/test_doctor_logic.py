@@ -133,15 +133,18 @@ def test_report_with_roofline_and_no_suspect(tmp_path):
 
 def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
     """The GPU probe's output as recorded on the lent 2x H200 machine (see docs/measurements.md)."""
-    probe = json.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "h200x2-gpu-probe.json").read_text())
-    assert all(b["read_gbs"] >= 0.85 * 4800 for b in probe["bandwidth"])
-    assert probe["p2p"]["can_access_0_1"] and max(probe["allreduce_default"]["latency_us"].values()) < 20
+    from sglang_deploy.hostside.outputs import GpuProbe
+
+    probe = GpuProbe.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "h200x2-gpu-probe.json")
+                           .read_text())  # as the doctor's collector reads it
+    assert all(b.read_gbs >= 0.85 * 4800 for b in probe.bandwidth)
+    assert probe.p2p.can_access_0_1 and max(probe.allreduce_default.latency_us.values()) < 20
     write_qwen_like(tmp_path)
     result = diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": {"interconnect": "nvlink"},
                        "gpus": [{"name": "NVIDIA H200", "index": 0}], "gate": GATE, "probe": probe,
                        "checkpoint": summarize(tmp_path)})
     assert result["roofline"]["bandwidth_source"].startswith("measured")
-    assert result["roofline"]["bandwidth_gbs"] == min(b["read_gbs"] for b in probe["bandwidth"])
+    assert result["roofline"]["bandwidth_gbs"] == min(b.read_gbs for b in probe.bandwidth)
 
 
 def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower():

@@ -605,3 +605,77 @@ def test_the_weights_verify_answer_has_the_readers_fields(tmp_path):
     manifest.write_text(json.dumps(manifest_from_directory(checkpoint)))
     problems, stats = host_manifest.verify(str(checkpoint), json.loads(manifest.read_text()))
     assert problems == [] and set(stats) | {"ok", "problems", "seconds"} == WeightsVerified.field_names()
+
+
+# --- the GPU probe's answer -------------------------------------------------------------------------------------
+
+def probe_keys() -> dict:
+    """The keys hostside/gpu_probe.py writes (it runs alone, -I, and prints its dicts itself): each function's
+    returned dict literals and its `<name>["..."] = ...` stores, and main's report and error answers."""
+    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "gpu_probe.py").read_text())
+    keys = {}
+    for function in [node for node in tree.body if isinstance(node, ast.FunctionDef)]:
+        found = keys.setdefault(function.name, set())
+        for node in ast.walk(function):
+            if isinstance(node, ast.Dict) and all(isinstance(key, ast.Constant) for key in node.keys):
+                found.add(frozenset(key.value for key in node.keys))
+            if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript) \
+                    and isinstance(node.targets[0].slice, ast.Constant):
+                found.add(frozenset({node.targets[0].slice.value}))
+    return keys
+
+
+def test_the_gpu_probe_writes_exactly_the_answers_fields():
+    """A key renamed in gpu_probe.py fails here; the answer recorded on 2x H200 reads through GpuProbe (test
+    _doctor_logic), and the error answers are GpuProbe's error (with the devices when they are busy)."""
+    from sglang_deploy.hostside.outputs import GpuProbe, ProbeAllreduce, ProbeBandwidth, ProbeDevice, ProbeP2P
+
+    keys = probe_keys()
+    assert keys["bandwidth"] == {frozenset(ProbeBandwidth.field_names())}
+    assert set().union(*keys["p2p"]) == ProbeP2P.field_names()
+    assert keys["allreduce"] == {frozenset(ProbeAllreduce.field_names())}
+    main = set(keys["main"])
+    measured = set().union(*[key for key in main if "error" not in key])  # the report, and each of its devices
+    assert measured == GpuProbe.field_names() - {"error"} | ProbeDevice.field_names()
+    assert {key for key in main if "error" in key} == {frozenset({"error"}), frozenset({"error", "devices"})}
+    assert GpuProbe.from_dict({"error": "torch.cuda is not available"}).bandwidth == []
+
+
+PROBE = json.loads((REPO / "tests" / "fixtures" / "h200x2-gpu-probe.json").read_text())
+
+
+@pytest.mark.parametrize("data, message", [
+    ({key: value for key, value in PROBE.items() if key != "p2p"}, "the GPU probe's answer: required field 'p2p'"),
+    ({**PROBE, "bandwidth": [renamed(PROBE["bandwidth"][0], "read_gbs", "read")]},
+     "the GPU probe's answer bandwidth[0]: unknown field 'read'"),
+    ({**PROBE, "allreduce_default": renamed(PROBE["allreduce_default"], "latency_us", "latency")},
+     "the GPU probe's answer allreduce_default: unknown field 'latency'"),
+])
+def test_the_gpu_probe_reader_names_the_field(data, message):
+    from sglang_deploy.hostside.outputs import GpuProbe
+
+    with pytest.raises(DocumentError) as error:
+        GpuProbe.from_dict(data)
+    assert str(error.value).startswith(message), error.value
+
+
+def test_the_collector_reads_the_probe_through_its_class():
+    """doctor_collect.probe_answer: the probe's answer as GpuProbe's dict, or an error naming why (a renamed field,
+    no JSON: its stderr, no python); the doctor's collection reads it by attribute."""
+    from sglang_deploy.hostside.doctor_collect import probe_answer
+    from sglang_deploy.hostside.outputs import GpuProbe
+
+    def ran(stdout, stderr=""):
+        return subprocess.CompletedProcess([], 0, stdout, stderr)
+
+    assert GpuProbe.from_dict(probe_answer(ran(json.dumps(PROBE)), "/v/bin/python")).read_bandwidth() == min(
+        entry["read_gbs"] for entry in PROBE["bandwidth"])
+    renamed_probe = probe_answer(ran(json.dumps(renamed(PROBE, "nccl", "nccl_version"))), "/v/bin/python")
+    assert renamed_probe["error"].startswith("the GPU probe's answer: unknown field 'nccl_version'")
+    assert probe_answer(ran("", "Traceback: no torch"), "/v/bin/python")["error"] == "Traceback: no torch"
+    assert probe_answer(None, "/v/bin/python")["error"] == "/v/bin/python not found"
+    collected = DoctorCollection.loads(json.dumps(collection(probe=probe_answer(ran(json.dumps(PROBE)), "/p"))))
+    assert collected.probe.p2p.can_access_0_1 is True
+    with pytest.raises(DocumentError, match="output probe p2p: unknown field 'can_access'"):
+        DoctorCollection.loads(json.dumps(collection(probe={**PROBE, "p2p": renamed(PROBE["p2p"], "can_access_0_1",
+                                                                                      "can_access")})))

@@ -46,10 +46,11 @@ def _tp(server_info: dict) -> int:
     return int(server_info.get("tp_size") or 1)
 
 
-def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate, probe: dict | None,
+def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate, probe,
                   log_findings: dict | None = None, costly_env=()) -> list[Suspect]:
     """server_info: /server_info (SGLang's resolved values); gate: the last measurement (hostside/measurement.py
-    Measurement, or None); log_findings and costly_env: hostside/evidence.py."""
+    Measurement, or None); probe: the GPU probe's answer (hostside/outputs.GpuProbe, or None); log_findings and
+    costly_env: hostside/evidence.py."""
     found: list[Suspect] = []
     log_findings = log_findings or {}
     tp = _tp(server_info)
@@ -82,7 +83,7 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
         p2p_off_reason = f"NCCL_P2P_LEVEL={environ.get('NCCL_P2P_LEVEL')} on a {interconnect or 'non-NVLink'} host"
     elif (topology or {}).get("p2p_read_ok") is False:
         p2p_off_reason = f"nvidia-smi topo -p2p r reports {', '.join(topology.get('p2p_read_statuses', []))}"
-    elif probe and probe.get("p2p") and not probe["p2p"].get("can_access_0_1"):
+    elif probe and probe.p2p and not probe.p2p.can_access_0_1:
         p2p_off_reason = "torch.cuda.can_device_access_peer(0, 1) is False"
     if tp > 1 and p2p_off_reason:
         found.append(Suspect(
@@ -121,8 +122,8 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
     knobs = [k for k in NCCL_DEBUG_KNOBS if k in environ and not (k == "NCCL_PROTO" and ll128_reported)]
     if knobs:
         measured = ""
-        if probe and probe.get("allreduce_profile") and probe.get("allreduce_default"):
-            default, forced = probe["allreduce_default"]["latency_us"], probe["allreduce_profile"]["latency_us"]
+        if probe and probe.allreduce_profile and probe.allreduce_default:
+            default, forced = probe.allreduce_default.latency_us, probe.allreduce_profile.latency_us
             measured = "; probe: " + ", ".join(f"{size} {default[size]:.0f} -> {forced[size]:.0f} us" for size in default)
         found.append(Suspect(
             "nccl-debug-knobs", "NCCL debugging knobs are forced",
@@ -186,16 +187,16 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
 
 def diagnose(report: dict) -> dict:
     """report: {server_info, environ, topology, gpus, gate, probe, checkpoint, simulated_gpu}; gate: a
-    hostside/measurement.Measurement, or None."""
+    hostside/measurement.Measurement, or None; probe: a hostside/outputs.GpuProbe, or None."""
     server_info = report.get("server_info") or {}
     gate = report.get("gate")
     suspects = suspects_from(server_info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
                              gate, report.get("probe"), report.get("log_findings"), report.get("costly_env") or ())
     state = (server_info.get("internal_states") or [{}])[0] or {}
     gpu_name = (report.get("gpus") or [{}])[0].get("name") or state.get("simulated_gpu") or report.get("simulated_gpu")
-    probe = report.get("probe") or {}
-    if probe.get("bandwidth"):
-        bandwidth, source = min(b["read_gbs"] for b in probe["bandwidth"]), "measured (probe, read-only reduction)"
+    probe = report.get("probe")  # outputs.GpuProbe, or None
+    if probe and probe.read_bandwidth():
+        bandwidth, source = probe.read_bandwidth(), "measured (probe, read-only reduction)"
     else:
         bandwidth, source = datasheet_bandwidth(gpu_name), f"datasheet ({gpu_name})"
     algorithm = server_info.get("speculative_algorithm")
@@ -228,7 +229,8 @@ def with_collection(result: dict, collected) -> dict:
     """The diagnosis with what the host's collector (hostside/doctor_collect.py, its outputs.DoctorCollection) adds to
     the saved report: the release, the collector's errors, the GPU probe and the sandbox view
     (hostside/reports.DoctorReport's fields)."""
-    return {**result, "release": collected.active, "errors": list(collected.errors), "probe": collected.probe,
+    return {**result, "release": collected.active, "errors": list(collected.errors),
+            "probe": collected.probe.to_dict() if collected.probe else None,
             "sandbox": collected.sandbox.to_dict()}
 
 

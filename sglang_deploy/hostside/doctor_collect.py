@@ -20,7 +20,7 @@ from .client import get_json, read_api_key
 from .documents import DocumentError, GateConfig, GateResult, ProfileSnapshot, Resolution
 from .reports import ABResults, TuneResults
 from .listener import foreign_listener, guard_unit
-from .outputs import DoctorCollection, PreflightReport, SandboxView, line
+from .outputs import DoctorCollection, GpuProbe, PreflightReport, SandboxView, line
 from .service import service_status
 from .store import Store, service_name
 
@@ -71,6 +71,19 @@ def probe_command(python, user, home, nccl, force):
     program = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu_probe.py")
     return (["runuser", "-u", user, "--", "env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={home}",
              python, "-I", program, "--allreduce-env", json.dumps(nccl)] + ["--force"] * force)
+
+
+def probe_answer(result, python):
+    """The GPU probe's answer (outputs.GpuProbe) as a dict: its own, through the class (a field renamed on either
+    side is named in its error), or why there is none (no python; no JSON: its stderr's end)."""
+    if result is None:
+        return GpuProbe(error=f"{python} not found").to_dict()
+    try:
+        return GpuProbe.loads(result.stdout, GpuProbe.FILE).to_dict()
+    except DocumentError as error:
+        if str(error).startswith(f"{GpuProbe.FILE}: not JSON"):
+            return GpuProbe(error=(result.stderr or "no output")[-500:]).to_dict()
+        return GpuProbe(error=str(error)).to_dict()
 
 
 def sandbox_view(service, gpus):
@@ -199,10 +212,7 @@ def main():
         nccl = probe_nccl_env(store.read(os.path.join(store.release_dir(active), "sglang.env")))
         command = probe_command(python, user, f"/var/lib/{args.service}", nccl, args.probe_force)
         result = subprocess.run(command, capture_output=True, text=True) if os.path.exists(python) else None
-        try:
-            report["probe"] = json.loads(result.stdout) if result else {"error": f"{python} not found"}
-        except ValueError:
-            report["probe"] = {"error": (result.stderr or "no output")[-500:]}
+        report["probe"] = probe_answer(result, python)
     # /server_info carries the key and launch command; through the class: a field misspelt here fails at the write
     print(line(DoctorCollection.from_dict(evidence.redact(report, [api_key]))))
     return 0

@@ -1,6 +1,6 @@
-"""What host programs answer the controller, typed once: the preflight's report, the doctor's collection, the store's
-history, the tune session's answers, the weights' answers (verify, fetch|promote, prune, the error line; status:
-weights/status.py) and the venv's hooks (the bench's measurement: measurement.py).
+"""What host programs answer the controller, typed once: the preflight's report, the GPU probe's answer and the
+doctor's collection, the store's history, the tune session's answers, the weights' answers (verify, fetch|promote,
+prune, the error line; status: weights/status.py) and the venv's hooks (the bench's measurement: measurement.py).
 
 Typed like the store's documents (documents.py: the strict reader naming the answer and the field; "format" in the
 text). The host program builds its answer through the class (a field renamed in the writer fails at the write), the
@@ -20,7 +20,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from .documents import Document, HistoryEvent, StoreState
+from .documents import Document, DocumentError, HistoryEvent, StoreState
 from .reports import TuneStatus, WatchEntry
 
 if TYPE_CHECKING:  # read through documents.LATER
@@ -59,6 +59,72 @@ class PreflightReport(Document):
         return [item for item in self.findings if item.status == "warn"]
 
 
+# --- the GPU probe's answer: hostside/gpu_probe.py's stdout (the doctor's --probe) ------------------------------
+
+@dataclass(frozen=True)
+class ProbeDevice(Document):
+    index: int
+    name: str
+    used_gib: int | float  # memory in use when the probe started
+    total_gib: int | float
+
+
+@dataclass(frozen=True)
+class ProbeBandwidth(Document):
+    """One GPU's memory bandwidth (gpu_probe.bandwidth), GB/s."""
+    copy_gbs: int | float
+    triad_gbs: int | float
+    read_gbs: int | float  # a read-only reduction: the roofline's bandwidth
+    buffer_gib: int | float
+
+
+@dataclass(frozen=True)
+class ProbeP2P(Document):
+    """GPU 0 and 1 peer to peer (gpu_probe.p2p)."""
+    can_access_0_1: bool
+    can_access_1_0: bool
+    copy_0_to_1_gbs: int | float
+
+
+@dataclass(frozen=True)
+class ProbeAllreduce(Document):
+    """NCCL all-reduce latency over every GPU (gpu_probe.allreduce), by message size ("10KiB": us)."""
+    world_size: int
+    env: dict  # the NCCL variables it ran with
+    latency_us: dict
+
+
+@dataclass(frozen=True)
+class GpuProbe(Document):
+    """What hostside/gpu_probe.py prints (it runs alone with the release's python, -I: it prints its dict itself;
+    tests/test_outputs.py keeps the two spellings one); doctor_collect reads it through this class. A probe that
+    could not measure says why (error) and nothing else but, when the GPUs were busy, the devices."""
+    FILE: ClassVar[str] = "the GPU probe's answer"
+    MEASURED: ClassVar[tuple] = ("torch", "cuda", "nccl", "devices", "bandwidth", "p2p", "allreduce_default")
+    error: str | None = None  # why nothing was measured; None: measured (every field of MEASURED written)
+    torch: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    devices: list[ProbeDevice] = field(default_factory=list)
+    bandwidth: list[ProbeBandwidth] = field(default_factory=list)
+    p2p: ProbeP2P | None = None  # None: one GPU
+    allreduce_default: ProbeAllreduce | None = None  # None: one GPU
+    allreduce_profile: ProbeAllreduce | None = None  # with the release's NCCL variables; None: none declared
+
+    @classmethod
+    def from_dict(cls, data, source=None):
+        """A measured answer has every field of MEASURED (the probe writes them all): one missing is named."""
+        probe = super().from_dict(data, source)
+        missing = [key for key in cls.MEASURED if key not in data] if probe.error is None else []
+        if missing:
+            raise DocumentError(f"{source or cls.FILE}: required field {missing[0]!r} is missing")
+        return probe
+
+    def read_bandwidth(self):
+        """The slowest GPU's read-only bandwidth, GB/s; None: not measured."""
+        return min(entry.read_gbs for entry in self.bandwidth) if self.bandwidth else None
+
+
 # --- the doctor's collection: hostside.doctor_collect's stdout ---------------------------------------------------
 
 @dataclass(frozen=True)
@@ -93,7 +159,7 @@ class DoctorCollection(Document):
     card_memory_mib: list
     sandbox: SandboxView
     gate_source: str | None = None  # the collector measured (no gate result): how; None: the gate's
-    probe: dict | None = None  # the GPU probe's answer; None: not asked (--probe)
+    probe: GpuProbe | None = None  # the GPU probe's answer; None: not asked (--probe)
 
 
 # --- the store's history: hostside.store history's stdout (roles/facts.ReleaseHistory, history.py) --------------
