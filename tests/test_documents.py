@@ -405,9 +405,10 @@ def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(
 OUTPUT_PROGRAMS = {"doctor_collect", "venv_hooks", "preflight", "history", "tune_session", "bench", "weights",
                    "deploy_facts"}
 OUTPUT_RUNNERS = {"host_program", "inline_host", "inline_store", "sh"}
-# Calls that answer the bench's measurement, and the attribute that holds a stored one (GateResult.measurement): a
-# string key read of what they give is a read of the measurement by key.
+# Calls that answer the bench's measurement, and the attributes that hold a typed answer (GateResult.measurement,
+# DoctorCollection.probe): a string key read of what they give is a read of the answer by key.
 MEASURED = {"measure_builtin"}
+ANSWER_ATTRIBUTES = {"measurement", "probe"}
 # A function's argument of one of these names is the bench's measurement (gate.evaluate's, tune_runner.repeat_summary's,
 # router.gate_verdict's; the doctor's suspects_from and diagnose call it gate).
 MEASUREMENT_ARGUMENTS = {"measurement", "gate"}
@@ -426,7 +427,8 @@ def names_output(node) -> bool:
             return True
         if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.endswith(".bench"):
             return True  # [python, "-m", f"{__package__}.bench", ...]
-        if isinstance(sub, ast.Call) and getattr(sub.func, "id", getattr(sub.func, "attr", None)) == "bench_command":
+        if isinstance(sub, ast.Call) and getattr(sub.func, "id", getattr(sub.func, "attr", None)) in (
+                "bench_command", "probe_command"):  # the bench's, and the GPU probe's (doctor_collect)
             return True
     return False
 
@@ -468,7 +470,7 @@ def string_key_reads(source: str) -> list[str]:
         """node is the bench's measurement: a MEASURED call's answer or a stored one's attribute."""
         if isinstance(node, ast.Call):
             return getattr(node.func, "id", getattr(node.func, "attr", None)) in MEASURED
-        return isinstance(node, ast.Attribute) and node.attr == "measurement" and id(node) not in called
+        return isinstance(node, ast.Attribute) and node.attr in ANSWER_ATTRIBUTES and id(node) not in called
 
     def loads_document(node, tainted):
         return measured(node) or (
@@ -476,11 +478,21 @@ def string_key_reads(source: str) -> list[str]:
             and node.func.attr in ("load", "loads") and isinstance(node.func.value, ast.Name)
             and node.func.value.id == "json" and names_document(ast.Tuple(elts=node.args), tainted))
 
+    def around(node):
+        """node and what it is made of, but not a call's parts (what a call answers is another value), except the
+        subject of x.get(...) (a part of x)."""
+        yield node
+        if not isinstance(node, ast.Call):
+            for child in ast.iter_child_nodes(node):
+                yield from around(child)
+        elif isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            yield from around(node.func.value)
+
     def of_a_document(subject, tainted):
         """subject is a loaded document: the call itself, a name it was assigned to, or an expression around one
         (`(x.measurement or {})`, `stored[i].measurement if i else None`), not a call's answer."""
         return any(loads_document(node, tainted) or (isinstance(node, ast.Name) and node.id in loaded)
-                   for node in ast.walk(subject) if not isinstance(subject, ast.Call) or node is subject)
+                   for node in around(subject))
 
     found = []
     for function in [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
@@ -495,7 +507,7 @@ def string_key_reads(source: str) -> list[str]:
             elif isinstance(node, ast.Assign):  # x = ..., or ok, stdout, _ = remote.run(["cat", <document>])
                 assigned = {n.id for t in node.targets for n in ast.walk(t) if isinstance(n, ast.Name)
                             and not isinstance(t, (ast.Subscript, ast.Attribute))}  # x["k"] = doc: x is no doc
-                if any(loads_document(n, tainted) for n in ast.walk(node.value)):
+                if any(loads_document(n, tainted) for n in around(node.value)):
                     loaded |= assigned
                 elif names_document(node.value, tainted):
                     tainted |= assigned
@@ -556,6 +568,11 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     '        return {"verified": bool(status.get("verified"))}\n',
     'def f(weights):\n    ok, output = host.run_shell_command(host_program("weights", "fetch", "--dir", weights.path))\n'
     '    return json.loads(output.stdout_lines[-1])["changed"]\n',
+    # the GPU probe's answer, read by key on either side before outputs.GpuProbe
+    'def main(python, user):\n    command = probe_command(python, user, "/var/lib/sglang", {}, False)\n'
+    '    result = subprocess.run(command, capture_output=True, text=True)\n'
+    '    return json.loads(result.stdout)["bandwidth"]\n',
+    'def run_doctor(collected):\n    return (collected.probe or {}).get("p2p")\n',
 ]
 
 
