@@ -48,7 +48,7 @@ def test_the_preflight_writes_its_report_through_the_class(tmp_path, monkeypatch
     text = (tmp_path / "out.json").read_text()
     assert set(json.loads(text)) - {"format"} == PreflightReport.field_names()
     report = PreflightReport.loads(text, "out.json")
-    assert report.findings[0].step == "sandbox" and report.facts["user"] == "sglang"
+    assert report.findings[0].step == "sandbox" and report.facts.user == "sglang"
     assert report.ok == (not [item for item in report.findings if item.status == "fail"])
 
 

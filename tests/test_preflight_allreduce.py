@@ -80,7 +80,7 @@ def test_a_rank_that_dies_is_an_error_not_a_hang(spawned, tmp_path):
 
 def result(**changes):
     return {"world": 2, "ok": True, "timed_out": False, "waiting": [], "wrong": {}, "errors": {},
-            "ms": {"4096": 0.05, "4194304": 1.9}, "killed": [], "standin": False, "step_timeout": 120, "fault": None,
+            "ms": {"4096": 0.05, "4194304": 1.9}, "stopped": [], "killed": [], "standin": False, "step_timeout": 120, "fault": None,
             "seconds": 6.1, **changes}
 
 
@@ -125,6 +125,9 @@ def test_the_probe_runs_the_standins_all_reduce_on_a_simulated_host(monkeypatch,
     monkeypatch.setenv("SGLANG_SIM_ALLREDUCE_FAULT", "hang")
     found = preflight_probe.torch_facts(2, simulated=True, step_timeout=1)
     assert found["all_reduce_2p"]["timed_out"] and found["all_reduce_2p"]["standin"]
+    from sglang_deploy.hostside.preflight.probe_answer import PreflightTorch
+
+    assert PreflightTorch.from_dict(found).all_reduce_2p.timed_out  # the writer's answer reads through its class
     assert "step all-reduce" in capsys.readouterr().err
     assert "all_reduce_2p" not in preflight_probe.torch_facts(1, simulated=True)  # one GPU: no peer
 

@@ -26,7 +26,8 @@ FACTS = {
     "toolchain": {"gcc": "/usr/bin/gcc", "g++": "/usr/bin/g++", "python_h": "/usr/include/python3.11/Python.h",
                   "python_h_present": True},
     "sandbox": {"usr_read_only": True, "home_hidden": True, "proc_sys_read_only": True,
-                "device_outside_allow_refused": True, "no_new_privs": True, "seccomp": True, "cap_bounding_empty": True},
+                "device_outside_allow_refused": True, "no_new_privs": True, "seccomp": True, "cap_bounding_empty": True,
+                "uid_map": ["0", "100000", "65536"], "lxc_nesting_mounts": False},
     "caches": {"HOME": None, "TRITON_CACHE_DIR": None, "SGLANG_CACHE_DIR": None},
     "shm_bytes": 32 << 30,
     "resolution": {"error": None, "step": None, "steps": 90,
@@ -37,6 +38,7 @@ FACTS = {
     "torch": {"error": None, "count": 2, "torch": "2.9.1", "free_mib": [48000, 48000], "total_mib": [49140, 49140],
               "p2p": {"0-1": True, "1-0": True}, "all_reduce_ms": 3.1, "all_reduce_ok": True},
     "triton": {"error": None, "seconds": 4.2, "cache_dir": "/var/cache/sglang/triton"},
+    "timings": {"resolution": 2.1, "torch": 6.0, "triton": 4.2}, "seconds": 12.5,
 }
 
 
@@ -242,7 +244,7 @@ def test_no_sglang_code_reads_the_simulators_variables():
 ])
 def test_a_driver_that_does_not_initialise_is_named_and_torchs_count_points_at_it(driver, detail, fix):
     torch = {**FACTS["torch"], "count": 0, "error": None}
-    findings = preflight_findings.diagnose(facts_with(driver=driver, torch=torch), gpus=2)
+    findings = preflight_findings.diagnose(facts_with(driver={"error": None, **driver}, torch=torch), gpus=2)
     by_step = {f["step"]: f for f in failures(findings)}
     assert detail in by_step["driver"]["detail"] and fix in by_step["driver"]["fix"]
     assert "torch sees 0 of 2 GPUs" in by_step["torch"]["detail"] and "driver finding" in by_step["torch"]["fix"]

@@ -43,7 +43,7 @@ _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), 
 _DOCUMENTS = {}  # every Document subclass by name (Document.__init_subclass__)
 # Documents of their own module, imported only when a field of their type is read (each frozen dataclass costs import
 # time, and this module is imported by every no-op deploy): the name -> the module that defines it.
-LATER = {"Measurement": ".measurement"}
+LATER = {"Measurement": ".measurement", "PreflightFacts": ".preflight.probe_answer"}
 
 
 class DocumentError(ValueError):

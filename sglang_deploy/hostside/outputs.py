@@ -46,11 +46,12 @@ class PreflightFinding(Document):
 @dataclass(frozen=True)
 class PreflightReport(Document):
     """The runner's --json (roles/release.py reads it after a deploy's preflight; doctor_collect.sandbox_view after
-    the doctor's)."""
+    the doctor's). Its facts are read through documents.LATER (preflight/probe_answer.py, imported on first read)."""
     FILE: ClassVar[str] = "preflight/<service>.json"
     findings: list[PreflightFinding]
     seconds: int | float
-    facts: dict | None  # the probe's raw facts; None: the probe gave none (a timeout, a sandbox that failed)
+    facts: PreflightFacts | None  # the probe's facts (preflight/probe_answer.py); None: the probe gave none (a
+    # timeout, a sandbox that failed, an answer that could not be read)
     ok: bool  # no finding failed
     host: dict  # the runner's own: uid_map, unprivileged, nesting
     sandbox: list  # the unit's directives against what this host enforces (findings.sandbox_enforcement)

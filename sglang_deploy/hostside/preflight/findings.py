@@ -15,6 +15,16 @@ PROXMOX_DEVICE_HINT = ("on the Proxmox host give the node's passthrough (its `de
 
 # --- the judgement: pure, tested with fixtures (tests/test_preflight_logic.py) ---------------------------
 
+def _typed(answer, name):
+    """The probe's answer (or a part of it) as its class of probe_answer.py: a dict (the tests' fixtures) is read
+    through it. Imported here, not at the top: container.py imports this module for unprivileged() alone."""
+    if not isinstance(answer, dict):
+        return answer
+    from . import probe_answer
+
+    return getattr(probe_answer, name).from_dict(answer)
+
+
 def finding(step, status, detail, fix=None):
     return {"step": step, "status": status, "detail": detail, "fix": fix}
 
@@ -33,14 +43,16 @@ def namespace_failure(journal_line, relaxed, container_id="<CTID>"):
 
 
 def diagnose(facts, gpus, simulated=False, video_gid=None, container_id="<CTID>", expected=None):
-    """facts: probe()'s answer. Returns the findings, one or more per step, in the order of the module docstring."""
+    """facts: probe()'s answer (PreflightFacts; a dict is read through it). Returns the findings, one or more per
+    step, in the order of the module docstring."""
+    facts = _typed(facts, "PreflightFacts")
     out = [finding("sandbox", "ok", "the unit's namespace and sandbox were set up (the probe ran inside them)")]
     denied = []
     gid_text = str(video_gid) if video_gid is not None else "<video gid>"
-    numbered = [n for n in facts["nodes"] if re.fullmatch(r"/dev/nvidia[0-9]+", n["path"])]
-    for node in facts["nodes"]:
-        path = node["path"]
-        if not node["exists"]:
+    numbered = [n for n in facts.nodes if re.fullmatch(r"/dev/nvidia[0-9]+", n.path)]
+    for node in facts.nodes:
+        path = node.path
+        if not node.exists:
             if path == "/dev/nvidia-uvm":
                 out.append(finding("devices", "fail", f"{path} is missing (nvidia-smi works without it, CUDA does not)",
                                    "on the Proxmox host load nvidia-uvm and create its node before the container "
@@ -51,51 +63,51 @@ def diagnose(facts, gpus, simulated=False, video_gid=None, container_id="<CTID>"
                 out.append(finding("devices", "fail", f"{path} is missing in the container",
                                    f"pass it through from the Proxmox host: `devN: {path},mode=0666`"))
             continue
-        if not node.get("char"):
+        if not node.char:
             out.append(finding("devices", "fail", f"{path} is not a character device (an empty placeholder: an "
                                "lxc.mount.entry with optional,create=file whose source was missing at container start)",
                                f"create the node on the Proxmox host before the container starts, or use `devN: {path}`"))
             continue
-        if node.get("open") and node.get("errno") == 13:
+        if node.open and node.errno == 13:
             denied.append(node)
-        elif node.get("open") and node.get("errno") == 1:  # EPERM: not the mode, the cgroup's device filter
-            major, minor = node.get("major"), node.get("minor")
+        elif node.open and node.errno == 1:  # EPERM: not the mode, the cgroup's device filter
+            major, minor = node.major, node.minor
             out.append(finding("devices", "fail", f"{path} ({major}:{minor}): opening it is refused by the "
                                "container's cgroup device filter (EPERM, not a file permission)",
                                f"on the Proxmox host pass it with `pct set {container_id} --devN {path},gid={gid_text}` "
                                "(Proxmox allows the node's current major:minor at every start), or correct the "
                                f"`lxc.cgroup2.devices.allow: c {major}:* rwm` line in /etc/pve/lxc/{container_id}.conf: "
                                f"{major} is this node's major now (nvidia-uvm's changes when the host reboots)"))
-        elif node.get("open"):
-            out.append(finding("devices", "fail", f"{path} ({node.get('major')}:{node.get('minor')}): opening it "
-                               f"fails: {node['open']}", "the node exists but its driver does not answer: is the "
+        elif node.open:
+            out.append(finding("devices", "fail", f"{path} ({node.major}:{node.minor}): opening it "
+                               f"fails: {node.open}", "the node exists but its driver does not answer: is the "
                                "NVIDIA kernel module loaded on the host, with the same major as the node?"))
     if denied:
         first = denied[0]
         out.append(finding("devices", "fail", "the service user {} (groups {}) cannot open {}: permission denied "
-                           "(mode {}, owner {}:{})".format(facts.get("user"), ", ".join(facts.get("groups") or []),
-                                                         ", ".join(n["path"] for n in denied), first.get("mode"),
-                                                         first.get("owner"), first.get("group")),
-                           PROXMOX_DEVICE_HINT.format(ctid=container_id, node=first["path"], gid=gid_text)
-                           + "; one line per node: " + ", ".join(n["path"] for n in denied)))
+                           "(mode {}, owner {}:{})".format(facts.user, ", ".join(facts.groups),
+                                                         ", ".join(n.path for n in denied), first.mode,
+                                                         first.owner, first.group),
+                           PROXMOX_DEVICE_HINT.format(ctid=container_id, node=first.path, gid=gid_text)
+                           + "; one line per node: " + ", ".join(n.path for n in denied)))
     if len(numbered) < gpus:
         out.append(finding("devices", "fail", f"the profile needs {gpus} GPUs; the container has "
                            f"{len(numbered)} /dev/nvidiaN node(s)", "pass every GPU of the TP group through "
                            "(`devN: /dev/nvidiaN,mode=0666` per GPU)"))
     if not any(f["step"] == "devices" for f in out):
-        out.append(finding("devices", "ok", ", ".join(f"{n['path']} {n.get('mode')} {n.get('owner')}:{n.get('group')}"
-                                                      for n in facts["nodes"])))
-    shm = facts.get("shm_bytes") or 0
+        out.append(finding("devices", "ok", ", ".join(f"{n.path} {n.mode} {n.owner}:{n.group}"
+                                                      for n in facts.nodes)))
+    shm = facts.shm_bytes
     if gpus > 1 and shm < SHM_MIN_BYTES:
         out.append(finding("shm", "fail", f"/dev/shm is {shm >> 20} MiB; NCCL between {gpus} ranks needs at least "
                            f"{SHM_MIN_BYTES >> 20} MiB", "give the container a larger /dev/shm (a tmpfs without "
                            "size=, as systemd mounts it, gets half the memory)"))
     else:
         out.append(finding("shm", "ok", f"/dev/shm {shm >> 20} MiB"))
-    tools = facts["toolchain"]
-    missing = [f"{tool} (package {tool})" for tool in ("gcc", "g++") if not tools.get(tool)]
-    if not tools.get("python_h_present"):
-        missing.append(f"{tools.get('python_h')} (package python3-dev)")
+    tools = facts.toolchain
+    missing = [f"{tool} (package {tool})" for tool, path in (("gcc", tools.gcc), ("g++", tools.gxx)) if not path]
+    if not tools.python_h_present:
+        missing.append(f"{tools.python_h} (package python3-dev)")
     if missing:
         status = "warn" if simulated else "fail"
         out.append(finding("toolchain", status, "missing for the first JIT compile (Triton's launcher, FlashInfer, "
@@ -103,49 +115,49 @@ def diagnose(facts, gpus, simulated=False, video_gid=None, container_id="<CTID>"
                            + (" -- simulated host: its server compiles nothing, a real host fails here" if simulated
                               else ""), "apt-get install gcc g++ python3-dev (provisioning installs them)"))
     else:
-        out.append(finding("toolchain", "ok", f"gcc, g++, {tools.get('python_h')}"))
-    broken = {name: problem for name, problem in (facts.get("caches") or {}).items() if problem}
+        out.append(finding("toolchain", "ok", f"gcc, g++, {tools.python_h}"))
+    broken = {name: problem for name, problem in facts.caches.items() if problem}
     if broken:
         out.append(finding("caches", "fail", "not writable by the service: " + "; ".join(broken.values()),
                            "the unit's StateDirectory/CacheDirectory: is the file system read-only or full?"))
     else:
         out.append(finding("caches", "ok", "HOME, TRITON_CACHE_DIR and SGLANG_CACHE_DIR are writable and persist "
                            "across releases (JIT and graph caches)"))
-    out += _resolution_findings(facts.get("resolution"), expected)
-    outside = facts.get("outside") or {}
-    if outside.get("port"):
+    out += _resolution_findings(facts.resolution, expected)
+    outside = facts.outside
+    if outside and outside.port:
         out.append(_port_finding(outside))
-    driver = _driver_finding(facts.get("driver")) if facts.get("driver") else None
+    driver = _driver_finding(facts.driver) if facts.driver else None
     if driver:
         out.append(driver)
-    if "torch" in facts:  # not in the doctor's view (--no-gpu)
-        fraction = ((facts.get("resolution") or {}).get("resolved") or {}).get("mem_fraction_static") \
+    if facts.torch is not None:  # not in the doctor's view (--no-gpu)
+        fraction = (facts.resolution.resolved.get("mem_fraction_static") if facts.resolution else None) \
             or (expected or {}).get("mem_fraction_static")
-        out += _torch_findings(facts["torch"], facts.get("triton"), gpus, simulated,
+        out += _torch_findings(facts.torch, facts.triton, gpus, simulated,
                                driver_failed=bool(driver and driver["status"] == "fail"))
         if not simulated:
-            out += _memory_findings(facts["torch"], fraction, outside)
-    out.append(_limits_finding(facts.get("limits") or {}))
+            out += _memory_findings(facts.torch, fraction, outside)
+    out.append(_limits_finding(facts.limits))
     return out
 
 
 def _resolution_findings(answer, expected):
     if answer is None:
         return []
-    if answer.get("error"):
+    if answer.error:
         return [finding("resolution", "fail", f"SGLang on this host refuses the release's command line at "
-                        f"{answer.get('step')}: {answer['error']}", "change the profile's flags (the controller's "
+                        f"{answer.step}: {answer.error}", "change the profile's flags (the controller's "
                         "check resolves with the GPU model's facts; this host's GPUs differ from them)")]
-    resolved = answer.get("resolved") or {}
+    resolved = answer.resolved
     differ = sorted(key for key, value in (expected or {}).items() if key in resolved and resolved[key] != value)
     if differ:
-        return [finding("resolution", "warn", f"SGLang resolved {answer.get('steps')} steps with the host's GPUs; "
+        return [finding("resolution", "warn", f"SGLang resolved {answer.steps} steps with the host's GPUs; "
                         "these differ from the release's resolved.json: "
                         + ", ".join(f"{k} {expected[k]!r} -> {resolved[k]!r}" for k in differ),
                         "check the host's GPU model (host data gpu_model) so the release is resolved for it")]
-    return [finding("resolution", "ok", f"SGLang's whole resolution ({answer.get('steps')} steps) accepts the "
+    return [finding("resolution", "ok", f"SGLang's whole resolution ({answer.steps} steps) accepts the "
                     "command line with the host's GPUs"
-                    + (f" (the same inputs were resolved at {answer.get('at')})" if answer.get("cached") else ""))]
+                    + (f" (the same inputs were resolved at {answer.at})" if answer.cached else ""))]
 
 
 def timed_out(unit, seconds, stderr):
@@ -177,13 +189,13 @@ def listening(proc_net_tcp, port):
 
 
 def _port_finding(outside):
-    port = outside["port"]
-    if not outside.get("listening"):
+    port = outside.port
+    if not outside.listening:
         return finding("port", "ok", f"port {port} is free")
-    if outside.get("serving"):
+    if outside.serving:
         return finding("port", "ok", f"port {port} is held by the running release (the switch stops it first)")
     return finding("port", "fail", f"port {port}, the release's, is already in use and the service is not running: "
-                   + (outside.get("listener") or "a listener ss does not name"),
+                   + (outside.listener or "a listener ss does not name"),
                    "stop what listens there (a server started by hand?), or give the profile another --port")
 
 
@@ -192,7 +204,7 @@ PROBE_OWN_MIB = 1024  # the probe's CUDA context and tensors, counted in what me
 
 def _memory_findings(found, fraction, outside):
     """GPU memory others hold beyond what mem_fraction_static leaves them: SGLang's start would not fit."""
-    free, total = found.get("free_mib") or [], found.get("total_mib") or []
+    free, total = found.free_mib or [], found.total_mib or []
     if not (free and total and fraction):
         return []
     short = []
@@ -203,10 +215,10 @@ def _memory_findings(found, fraction, outside):
                          f"{int(fraction * total_mib)} MiB, {free_mib} free")
     if not short:
         return [finding("memory", "ok", f"free GPU memory fits mem_fraction_static {fraction}: {free} MiB free")]
-    if outside.get("serving"):
+    if outside and outside.serving:
         return [finding("memory", "info", "; ".join(short) + " (the running release's server holds memory now; the "
                         "switch stops it before this one starts)")]
-    processes = outside.get("gpu_processes")
+    processes = outside.gpu_processes if outside else None
     who = (f"nvidia-smi sees: {'; '.join(processes)}" if processes else
            "nvidia-smi here sees no process using it: another container or the Proxmox host holds it "
            "(nvidia-smi on the Proxmox host lists them all)")
@@ -216,14 +228,14 @@ def _memory_findings(found, fraction, outside):
 
 def _driver_finding(driver):
     """cuInit's CUresult as the service, and the two versions it compares."""
-    kernel, library, code = driver.get("kernel_module"), driver.get("libcuda"), driver.get("cu_init")
+    kernel, library, code = driver.kernel_module, driver.libcuda, driver.cu_init
     versions = f"kernel module {kernel or 'unknown'} (/proc/driver/nvidia/version), libcuda {library or 'unknown'}"
     match = (f"user space must be exactly {kernel or 'the kernel module version'}: run provision.py (in a container it "
              "installs that version's user space; a host driver upgrade is the usual cause there), or on bare metal "
              "reboot after a driver upgrade")
-    if driver.get("error"):
-        return finding("driver", "fail", f"{driver['error']} ({versions})", match)
-    name = driver.get("cu_init_name") or f"CUresult {code}"
+    if driver.error:
+        return finding("driver", "fail", f"{driver.error} ({versions})", match)
+    name = driver.cu_init_name or f"CUresult {code}"
     if code == 803 or (code != 0 and kernel and library and kernel != library):
         return finding("driver", "fail", f"driver/library version mismatch: {versions}; cuInit returns {code} {name}",
                        match)
@@ -241,41 +253,41 @@ def _driver_finding(driver):
 
 def _torch_findings(found, triton, gpus, simulated, driver_failed=False):
     out = []
-    if found.get("error") and "count" not in found:
-        return [finding("torch", "fail", found["error"], "the release's venv: is torch installed for this CUDA?")]
-    count = found.get("count", 0)
+    if found.error and found.count is None:
+        return [finding("torch", "fail", found.error, "the release's venv: is torch installed for this CUDA?")]
+    count = found.count or 0
     if count < gpus:
         out.append(finding("torch", "fail", f"torch sees {count} of {gpus} GPUs as the service user",
                            "the CUDA driver does not initialise: see the driver finding above" if driver_failed else
                            "check the device nodes above (nvidia-uvm above all) and CUDA_VISIBLE_DEVICES"))
-    elif found.get("error"):
-        out.append(finding("torch", "fail", f"a tensor on each GPU failed: {found['error']}",
+    elif found.error:
+        out.append(finding("torch", "fail", f"a tensor on each GPU failed: {found.error}",
                            "see the device nodes; on a host with a running server, the memory it leaves"))
     else:
-        free = found.get("free_mib")
-        out.append(finding("torch", "ok", f"torch {found.get('torch')} sees {count} GPU(s)"
+        free = found.free_mib
+        out.append(finding("torch", "ok", f"torch {found.torch} sees {count} GPU(s)"
                            + (f"; free MiB per GPU {free}" if free else "")
                            + (" (simulated: the GPU stand-in's count)" if simulated else "")))
     if simulated:
         out.append(finding("p2p", "skip", "simulated host: no GPU, no peer access, peer copy or NCCL to try"))
-        if found.get("all_reduce_2p"):
-            out.append(all_reduce_finding(found["all_reduce_2p"]))
+        if found.all_reduce_2p:
+            out.append(all_reduce_finding(found.all_reduce_2p))
         out.append(finding("triton", "skip", "simulated host: no GPU to compile a Triton kernel for"))
         return out
-    if not found.get("error"):
-        no_peer = sorted(pair for pair, ok in (found.get("p2p") or {}).items() if not ok)
+    if not found.error:
+        no_peer = sorted(pair for pair, ok in (found.p2p or {}).items() if not ok)
         if no_peer:
             out.append(finding("p2p", "warn", f"no peer access between GPUs {', '.join(no_peer)}: SGLang's custom "
                                "all-reduce falls back, which the gate counts as a config failure",
                                "fix P2P on the Proxmox host (IOMMU passthrough `iommu=pt`, ACS) or add "
                                "--disable-custom-all-reduce to the profile"))
-        wrong = sorted(pair for pair, ok in (found.get("p2p_copy") or {}).items() if ok is False)
+        wrong = sorted(pair for pair, ok in (found.p2p_copy or {}).items() if ok is False)
         if wrong:
             out.append(finding("p2p", "fail", f"a copy between GPUs {', '.join(wrong)} arrived with wrong data while "
                                "the driver reports peer access: the IOMMU drops peer writes",
                                "set the IOMMU to passthrough on the Proxmox host (`iommu=pt`), or add "
                                "--disable-custom-all-reduce to the profile (slower decode at small batches)"))
-        translating = sorted(f"GPU {gpu}: {kind}" for gpu, kind in (found.get("iommu") or {}).items()
+        translating = sorted(f"GPU {gpu}: {kind}" for gpu, kind in (found.iommu or {}).items()
                              if kind and kind.startswith("DMA"))
         if translating and gpus > 1 and not wrong:
             out.append(finding("p2p", "warn", "the IOMMU translates the GPUs' DMA (" + ", ".join(translating) + "): "
@@ -283,21 +295,21 @@ def _torch_findings(found, triton, gpus, simulated, driver_failed=False):
                                "check passed, a long all-reduce may still hang",
                                "`iommu=pt` on the Proxmox host's kernel command line (the group type then reads "
                                "identity), or --disable-custom-all-reduce in the profile"))
-        if found.get("all_reduce_ok") is False:
+        if found.all_reduce_ok is False:
             out.append(finding("p2p", "fail", "the NCCL all-reduce over the TP GPUs computed a wrong sum",
                                "check NCCL_P2P_DISABLE / the IOMMU setup"))
-        elif "all_reduce_ms" in found:
-            out.append(finding("p2p", "ok", f"NCCL all-reduce over {gpus} GPU(s) in {found['all_reduce_ms']} ms"
+        elif found.all_reduce_ms is not None:
+            out.append(finding("p2p", "ok", f"NCCL all-reduce over {gpus} GPU(s) in {found.all_reduce_ms} ms"
                                + ("" if gpus > 1 else " (one GPU: no peer to reach)")))
-        if found.get("all_reduce_2p"):
-            out.append(all_reduce_finding(found["all_reduce_2p"]))
+        if found.all_reduce_2p:
+            out.append(all_reduce_finding(found.all_reduce_2p))
     if triton is not None:
-        if triton.get("error"):
-            out.append(finding("triton", "fail", f"a Triton kernel does not compile or run: {triton['error']}",
+        if triton.error:
+            out.append(finding("triton", "fail", f"a Triton kernel does not compile or run: {triton.error}",
                                "gcc, g++ and python3-dev (see toolchain), and a writable TRITON_CACHE_DIR"))
         else:
-            out.append(finding("triton", "ok", f"compiled and ran in {triton.get('seconds')} s into "
-                               f"{triton.get('cache_dir')}"))
+            out.append(finding("triton", "ok", f"compiled and ran in {triton.seconds} s into "
+                               f"{triton.cache_dir}"))
     return out
 
 
@@ -310,35 +322,41 @@ P2P_FIX = ("set the IOMMU to passthrough on the Proxmox host: `iommu=pt` on its 
 
 
 def all_reduce_finding(found):
-    """The two-process all-reduce (allreduce.run's answer): ok, wrong data, a hang, or a rank's error."""
-    what = (f"the all-reduce over {found.get('world')} processes, one per GPU as SGLang's TP ranks"
-            + (" (simulated: the GPU stand-in's model of it" + (f", planted fault {found['fault']}" if found.get("fault")
-                                                                 else "") + ")" if found.get("standin") else ""))
-    if found.get("timed_out"):
-        return finding("p2p", "fail", f"{what} did not finish in {found.get('step_timeout'):.0f} s: rank(s) "
-                       f"{', '.join(map(str, found.get('waiting') or []))} still waiting, as a collective hangs when "
+    """The two-process all-reduce (allreduce.run's answer, PreflightAllReduce; a dict is read through it): ok, wrong
+    data, a hang, or a rank's error."""
+    found = _typed(found, "PreflightAllReduce")
+    what = (f"the all-reduce over {found.world} processes, one per GPU as SGLang's TP ranks"
+            + (" (simulated: the GPU stand-in's model of it" + (f", planted fault {found.fault}" if found.fault
+                                                                 else "") + ")" if found.standin else ""))
+    if found.timed_out:
+        return finding("p2p", "fail", f"{what} did not finish in {found.step_timeout:.0f} s: rank(s) "
+                       f"{', '.join(map(str, found.waiting))} still waiting, as a collective hangs when "
                        "peer writes are dropped; its processes were killed"
-                       + (f" (pids {found['unkillable']} did not die: the unit's stop takes them)"
-                          if found.get("unkillable") else ""), P2P_FIX)
-    if found.get("wrong"):
+                       + (f" (pids {found.unkillable} did not die: the unit's stop takes them)"
+                          if found.unkillable else ""), P2P_FIX)
+    if found.wrong:
         return finding("p2p", "fail", f"{what} returned wrong data: " + "; ".join(
-            f"rank {rank}: {count} values differ from the known sum" for rank, count in sorted(found["wrong"].items()))
+            f"rank {rank}: {count} values differ from the known sum" for rank, count in sorted(found.wrong.items()))
             + " (peer writes dropped on the way: a translating IOMMU)", P2P_FIX)
-    if found.get("errors"):
+    if found.errors:
         return finding("p2p", "fail", f"{what} failed: " + "; ".join(
-            f"rank {rank}: {error}" for rank, error in sorted(found["errors"].items())),
+            f"rank {rank}: {error}" for rank, error in sorted(found.errors.items())),
             "NCCL's own message above (NCCL_DEBUG=INFO in the profile's environment names the transport it tried); "
             "if it is peer-to-peer: " + P2P_FIX)
-    timing = ", ".join(f"{int(size) >> 10} KiB {ms} ms" for size, ms in sorted((found.get("ms") or {}).items(),
+    timing = ", ".join(f"{int(size) >> 10} KiB {ms} ms" for size, ms in sorted(found.ms.items(),
                                                                              key=lambda item: int(item[0])))
     return finding("p2p", "ok", f"{what} matched the known sum" + (f" ({timing})" if timing else ""))
 
 
 def _limits_finding(found):
-    nofile, memlock = found.get("nofile", {}), found.get("memlock", {})
-    return finding("limits", "info", f"as the service gets them: nofile {nofile.get('soft')}/{nofile.get('hard')}, "
-                   f"memlock {memlock.get('soft')}/{memlock.get('hard')} (an unprivileged container clamps "
+    nofile, memlock = found.nofile, found.memlock
+    return finding("limits", "info", f"as the service gets them: nofile {_limit(nofile)}, "
+                   f"memlock {_limit(memlock)} (an unprivileged container clamps "
                    "LimitNOFILE/LimitMEMLOCK to its own hard limits, silently)")
+
+
+def _limit(limit):
+    return f"{limit.soft}/{limit.hard}" if limit else "None/None"
 
 
 def unprivileged(uid_map_fields):
@@ -350,31 +368,32 @@ def unprivileged(uid_map_fields):
 
 def sandbox_enforcement(facts, unit_text, host=None):
     """What the unit declares next to what this host enforces, measured from inside the probe's sandbox:
-    [(directive, declared, enforced: True/False/None, how it was measured)]."""
+    [(directive, declared, enforced: True/False/None, how it was measured)]. facts: PreflightFacts (a dict is read
+    through it)."""
+    facts = _typed(facts, "PreflightFacts")
     declared = {}
     for line in unit_text.splitlines():
         if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
             key, value = line.split("=", 1)
             declared.setdefault(key.strip(), value.strip())
-    box = facts.get("sandbox") or {}
-    limit = facts.get("limits") or {}
+    box, limit = facts.sandbox, facts.limits
     rows = []
 
     def row(directive, enforced, how):
         if directive in declared:
             rows.append((directive, declared[directive], enforced, how))
 
-    row("ProtectSystem", box.get("usr_read_only"), "writing to /usr")
-    row("ProtectHome", box.get("home_hidden"), "listing /home")
-    row("ProtectKernelTunables", box.get("proc_sys_read_only"), "writing /proc/sys/kernel/hostname")
-    row("NoNewPrivileges", box.get("no_new_privs"), "NoNewPrivs in /proc/self/status")
-    row("SystemCallFilter", box.get("seccomp"), "Seccomp mode 2 in /proc/self/status")
-    row("CapabilityBoundingSet", box.get("cap_bounding_empty"), "CapBnd in /proc/self/status")
-    row("DevicePolicy", box.get("device_outside_allow_refused"),
+    row("ProtectSystem", box.usr_read_only, "writing to /usr")
+    row("ProtectHome", box.home_hidden, "listing /home")
+    row("ProtectKernelTunables", box.proc_sys_read_only, "writing /proc/sys/kernel/hostname")
+    row("NoNewPrivileges", box.no_new_privs, "NoNewPrivs in /proc/self/status")
+    row("SystemCallFilter", box.seccomp, "Seccomp mode 2 in /proc/self/status")
+    row("CapabilityBoundingSet", box.cap_bounding_empty, "CapBnd in /proc/self/status")
+    row("DevicePolicy", box.device_outside_allow_refused,
         "opening /dev/fuse, outside DeviceAllow (needs BPF device control: CAP_BPF in the init user namespace)"
-        if box.get("device_outside_allow_refused") is not None else "no device outside DeviceAllow to try")
+        if box.device_outside_allow_refused is not None else "no device outside DeviceAllow to try")
     for directive, key in (("LimitNOFILE", "nofile"), ("LimitMEMLOCK", "memlock")):
-        got = (limit.get(key) or {}).get("hard")
+        got = getattr(limit, key).hard if getattr(limit, key) else None
         want = declared.get(directive)
         if want is not None and got is not None:
             same = got == want or (want == "infinity" and got == "unlimited")

@@ -28,7 +28,7 @@ GPU say so and are skipped; the rest runs for real.
     PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated]     (inside the transient unit)
 
 This module is the runner (root, outside the sandbox): the transient unit, its properties, the report.
-probe.py gathers the facts inside the unit, findings.py judges them.
+probe.py gathers the facts inside the unit (read as probe_answer.PreflightFacts), findings.py judges them.
 """
 
 import argparse
@@ -44,6 +44,8 @@ from ..evidence import journal
 from .findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
                                  namespace_failure, report, sandbox_enforcement, timed_out, unprivileged)
 from .probe import read_text
+from .probe_answer import SOURCE, PreflightFacts, PreflightOutside
+from ..documents import DocumentError
 from ..outputs import PreflightReport
 from ..store import SIMULATED_MARKER
 
@@ -163,17 +165,18 @@ def outside_facts(args):
                                               timeout=30).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
             pass
+    port = None
     if args.argv_json:
         try:
             with open(args.argv_json) as handle:
-                found["port"] = argv_port(json.load(handle))
+                port = found["port"] = argv_port(json.load(handle))
         except (OSError, ValueError):
             pass
-    if found["port"]:
-        found["listening"] = listening(read_text("/proc/net/tcp") + read_text("/proc/net/tcp6"), found["port"])
-        if found["listening"]:
+    if port:
+        found["listening"] = held = listening(read_text("/proc/net/tcp") + read_text("/proc/net/tcp6"), port)
+        if held:
             try:
-                found["listener"] = subprocess.run(["ss", "-ltnpH", f"sport = :{found['port']}"], capture_output=True,
+                found["listener"] = subprocess.run(["ss", "-ltnpH", f"sport = :{port}"], capture_output=True,
                                                    text=True, timeout=30).stdout.strip()[:400] or None
             except (OSError, subprocess.TimeoutExpired):
                 pass
@@ -185,7 +188,7 @@ def outside_facts(args):
                 found["gpu_processes"] = [line.strip() for line in result.stdout.splitlines() if line.strip()]
         except (OSError, subprocess.TimeoutExpired):
             pass
-    return found
+    return PreflightOutside.from_dict(found, "the runner's outside facts")
 
 
 def run(args):
@@ -242,15 +245,22 @@ def run(args):
                             f"journalctl -u {unit}.service")]
         facts = None
     else:
-        facts = json.loads(result.stdout.strip().splitlines()[-1])
-        if ((facts.get("torch") or {}).get("all_reduce_2p") or {}).get("timed_out"):
+        try:
+            facts = PreflightFacts.loads(result.stdout.strip().splitlines()[-1], SOURCE)
+        except DocumentError as error:  # the probe and this runner disagree on a field: named, never read as None
+            findings = [finding("probe", "fail", f"the probe's answer cannot be read: {error}",
+                                "the probe and the runner are one release's hostside/: deploy it again")]
+            facts = None
+    if facts is not None:
+        if facts.torch and facts.torch.all_reduce_2p and facts.torch.all_reduce_2p.timed_out:
             # the probe killed its ranks and exited (systemd-run --wait saw the unit end); stopped again all the same
             subprocess.run(["systemctl", "stop", f"{unit}.service"], capture_output=True, timeout=120, check=False)
-        facts["outside"] = outside_facts(args)
+        facts = facts.but(outside=outside_facts(args))
         findings = diagnose(facts, args.gpus, args.simulated, video, args.container_id, expected)
     seconds = time.perf_counter() - started
     host = host_facts()
-    document = PreflightReport.from_dict({"findings": findings, "seconds": round(seconds, 2), "facts": facts,
+    document = PreflightReport.from_dict({"findings": findings, "seconds": round(seconds, 2),
+                                          "facts": facts.to_dict() if facts else None,
                                           "ok": not failed(findings), "host": host,
                                           "sandbox": sandbox_enforcement(facts, unit_text) if facts else []})
     if args.json:  # through the class: a finding or field misspelt here fails at the write, naming it
