@@ -408,7 +408,7 @@ OUTPUT_RUNNERS = {"host_program", "inline_host", "inline_store", "sh"}
 # Calls that answer the bench's measurement, and the attributes that hold a typed answer (GateResult.measurement,
 # DoctorCollection.probe): a string key read of what they give is a read of the answer by key.
 MEASURED = {"measure_builtin"}
-ANSWER_ATTRIBUTES = {"measurement", "probe"}
+ANSWER_ATTRIBUTES = {"measurement", "probe", "facts"}  # facts: PreflightReport.facts
 # A function's argument of one of these names is the bench's measurement (gate.evaluate's, tune_runner.repeat_summary's,
 # router.gate_verdict's; the doctor's suspects_from and diagnose call it gate).
 MEASUREMENT_ARGUMENTS = {"measurement", "gate"}
@@ -425,8 +425,9 @@ def names_output(node) -> bool:
             return True
         if isinstance(sub, ast.Name) and sub.id == "PREFLIGHT_DIR":
             return True
-        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and sub.value.endswith(".bench"):
-            return True  # [python, "-m", f"{__package__}.bench", ...]
+        if isinstance(sub, ast.Constant) and isinstance(sub.value, str) and (sub.value.endswith(".bench")
+                                                                             or sub.value == "probe.py"):
+            return True  # [python, "-m", f"{__package__}.bench", ...]; the preflight's probe, run by path
         if isinstance(sub, ast.Call) and getattr(sub.func, "id", getattr(sub.func, "attr", None)) in (
                 "bench_command", "probe_command"):  # the bench's, and the GPU probe's (doctor_collect)
             return True
@@ -573,6 +574,10 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     '    result = subprocess.run(command, capture_output=True, text=True)\n'
     '    return json.loads(result.stdout)["bandwidth"]\n',
     'def run_doctor(collected):\n    return (collected.probe or {}).get("p2p")\n',
+    # the preflight probe's answer, as the runner and a reader of the report read it before preflight/probe_answer.py
+    'def run(args):\n    argv = [args.python, "-I", os.path.join(HERE, "probe.py")]\n    result = subprocess.run(argv)\n'
+    '    facts = json.loads(result.stdout)\n    return (facts.get("torch") or {}).get("all_reduce_2p")\n',
+    'def f(report):\n    return report.facts["user"]\n',
 ]
 
 
