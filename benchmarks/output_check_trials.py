@@ -51,7 +51,7 @@ def checked(server_class, checkpoint, work, name, fault=None, baseline=None):
 def trial(server_class, checkpoint, work, scenario, index):
     baseline, _ = checked(server_class, checkpoint, work, f"{scenario}-{index}-baseline")
     result, seconds = checked(server_class, checkpoint, work, f"{scenario}-{index}", SCENARIOS[scenario], baseline)
-    return scenario, result["verdict"], seconds, (result["reasons"] + result["inconclusive"])[:1]
+    return scenario, result.verdict, seconds, (result.reasons + result.inconclusive)[:1]
 
 
 def main() -> int:

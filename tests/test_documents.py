@@ -408,7 +408,9 @@ OUTPUT_RUNNERS = {"host_program", "inline_host", "inline_store", "sh"}
 # Calls that answer the bench's measurement, and the attributes that hold a typed answer (GateResult.measurement,
 # DoctorCollection.probe): a string key read of what they give is a read of the answer by key.
 MEASURED = {"measure_builtin"}
-ANSWER_ATTRIBUTES = {"measurement", "probe", "facts"}  # facts: PreflightReport.facts
+# facts: PreflightReport.facts; output: GateResult.output, the output check's (output_result.py)
+ANSWER_ATTRIBUTES = {"measurement", "probe", "facts", "output"}
+ANSWER_MODULES = {"output_check"}  # what output_check.run and evaluate answer is typed (tests/test_output_result.py)
 # A function's argument of one of these names is the bench's measurement (gate.evaluate's, tune_runner.repeat_summary's,
 # router.gate_verdict's; the doctor's suspects_from and diagnose call it gate).
 MEASUREMENT_ARGUMENTS = {"measurement", "gate"}
@@ -470,7 +472,8 @@ def string_key_reads(source: str) -> list[str]:
     def measured(node):
         """node is the bench's measurement: a MEASURED call's answer or a stored one's attribute."""
         if isinstance(node, ast.Call):
-            return getattr(node.func, "id", getattr(node.func, "attr", None)) in MEASURED
+            return getattr(node.func, "id", getattr(node.func, "attr", None)) in MEASURED or \
+                getattr(getattr(node.func, "value", None), "id", None) in ANSWER_MODULES
         return isinstance(node, ast.Attribute) and node.attr in ANSWER_ATTRIBUTES and id(node) not in called
 
     def loads_document(node, tainted):

@@ -30,10 +30,10 @@ def test_the_prompt_set_is_versioned_and_the_simulator_answers_all_of_it():
 
 def test_right_answers_pass_and_every_wrong_one_is_named():
     good = output_check.evaluate(answers(), DOCUMENT, DIGEST)
-    assert good["verdict"] == "pass" and good["known_right"] == 8 and good["degenerate"] == 0
+    assert good.verdict == "pass" and good.known_right == 8 and good.degenerate == 0
     bad = output_check.evaluate(answers(wrong=True), DOCUMENT, DIGEST)
-    assert bad["verdict"] == "fail" and bad["known_right"] == 5
-    assert bad["reasons"] == ["output: 3 of 8 known answers wrong: arith-mul: answered 381, expected 391; copy-code: "
+    assert bad.verdict == "fail" and bad.known_right == 5
+    assert bad.reasons == ["output: 3 of 8 known answers wrong: arith-mul: answered 381, expected 391; copy-code: "
                               "does not contain 'XK7-QP2-M9ZT-44B'; json-sum: JSON values wrong: sum=6 (expected 5)"]
     # the other checks, on answers of the right form with wrong content
     checks = {item["id"]: item["check"] for item in DOCUMENT["prompts"]}
@@ -55,23 +55,23 @@ def test_degenerate_output_fails_even_with_the_right_answer_inside(text, finish,
     recorded = answers()
     recorded["arith-mul"] = (text, finish)
     result = output_check.evaluate(recorded, DOCUMENT, DIGEST)
-    assert result["verdict"] == "fail" and f"arith-mul: {problem}" in " ".join(result["reasons"]), result["reasons"]
+    assert result.verdict == "fail" and f"arith-mul: {problem}" in " ".join(result.reasons), result.reasons
 
 
 def test_agreement_with_the_baseline_is_measured_and_low_agreement_alone_is_inconclusive():
     baseline = output_check.evaluate(answers(), DOCUMENT, DIGEST)
     same = output_check.evaluate(answers(), DOCUMENT, DIGEST, baseline)
-    assert same["agreement"] == 1.0 and same["verdict"] == "pass"
+    assert same.agreement == 1.0 and same.verdict == "pass"
     reworded = answers()
     for name in ("json-city", "code-add", "copy-mixed"):  # right answers, said otherwise
         text, finish = reworded[name]
         reworded[name] = ("Sure: " + text, finish)
     moved = output_check.evaluate(reworded, DOCUMENT, DIGEST, baseline)
-    assert moved["verdict"] == "inconclusive" and moved["agreement"] == 5 / 8
-    assert {row["id"]: row.get("first_divergence") for row in moved["results"]}["json-city"] == 0
-    assert "5 of 8 prompts agree with the baseline release" in moved["inconclusive"][0]
+    assert moved.verdict == "inconclusive" and moved.agreement == 5 / 8
+    assert {row.id: row.first_divergence for row in moved.results}["json-city"] == 0
+    assert "5 of 8 prompts agree with the baseline release" in moved.inconclusive[0]
     other_set = output_check.evaluate(reworded, DOCUMENT, "sha256:another", baseline)
-    assert other_set["agreement"] is None  # another prompt set: nothing to compare
+    assert other_set.agreement is None  # another prompt set: nothing to compare
 
 
 @pytest.fixture(scope="module")
@@ -101,16 +101,16 @@ def clean_baseline(checkpoint, tmp_path_factory):
     ("diverge", "inconclusive", "0 of 8 prompts agree with the baseline release"),
 ])
 def test_the_model_only_simulator(checkpoint, clean_baseline, tmp_path, fault, verdict, expected):
-    assert clean_baseline["verdict"] == "pass"
+    assert clean_baseline.verdict == "pass"
     result = check_on_sim(checkpoint, tmp_path / "sim.log", fault, clean_baseline)
-    assert result["verdict"] == verdict, result["reasons"] + result["inconclusive"]
-    assert expected is None or expected in " ".join(result["reasons"] + result["inconclusive"])
+    assert result.verdict == verdict, result.reasons + result.inconclusive
+    assert expected is None or expected in " ".join(result.reasons + result.inconclusive)
     if fault is None:
-        assert result["agreement"] == 1.0
+        assert result.agreement == 1.0
 
 
 def test_sglangs_own_front_end_returns_the_modelled_answers(local_frontend):
     # the chat template, the tokenizer's byte tokens and the detokenizer are SGLang's: the answers survive them
     result = output_check.run(local_frontend.url, LOCAL_FRONTEND_KEY, LOCAL_FRONTEND_MODEL)
-    assert result["verdict"] == "pass", result["reasons"] + [json.dumps(result["results"])[:2000]]
-    assert {row["finish_reason"] for row in result["results"]} == {"stop"}
+    assert result.verdict == "pass", result.reasons + [result.dump()[:2000]]
+    assert {row.finish_reason for row in result.results} == {"stop"}

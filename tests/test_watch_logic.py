@@ -185,10 +185,13 @@ def test_wrong_answers_at_full_speed_are_drift(tmp_path, monkeypatch):
         "status": "ok", "decode_tok_s": 52.0, "accept_length": 3.2, "ttft_s": 0.03, "samples": 3})
     asked = []
 
+    from sglang_deploy.hostside.output_result import OutputCheck
+
     def output_run(url, api_key, model, baseline=None, limit=None):
         asked.append(limit)
-        return {"verdict": "fail", "reasons": ["output: 2 of 3 known answers wrong: arith: no 391"], "inconclusive": [],
-                "known_right": 1, "total": 3, "degenerate": 0}
+        return OutputCheck(verdict="fail", reasons=["output: 2 of 3 known answers wrong: arith: no 391"],
+                           inconclusive=[], prompts_digest="sha256:x", prompts_version=1, known_right=1, total=3,
+                           degenerate=0, agreement=None, compared=0, results=[])  # output_check.run's answer
 
     monkeypatch.setattr(watch.output_check, "run", output_run)
     calls = []

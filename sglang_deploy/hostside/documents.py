@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:  # imported through LATER, only where one is read; named here so that roles/facts.host_modules
     from .measurement import Measurement  # carries it with this module (a store history read inline reads one)
+    from .output_result import OutputCheck
 
 # The files of a release (releases/<id>/) and of the service's store root that are not typed below: named once.
 PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
@@ -43,7 +44,8 @@ _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), 
 _DOCUMENTS = {}  # every Document subclass by name (Document.__init_subclass__)
 # Documents of their own module, imported only when a field of their type is read (each frozen dataclass costs import
 # time, and this module is imported by every no-op deploy): the name -> the module that defines it.
-LATER = {"Measurement": ".measurement", "PreflightFacts": ".preflight.probe_answer"}
+LATER = {"Measurement": ".measurement", "PreflightFacts": ".preflight.probe_answer", "OutputCheck": ".output_result",
+         "OutputCounts": ".output_result"}
 
 
 class DocumentError(ValueError):
@@ -354,7 +356,7 @@ class GateResult(Document):
     config_problems: list  # the running server against the release (gate.config_problems)
     comparison: dict | None = None  # the paired comparison with the baseline (gate.compare); None: none made
     measurement: Measurement | None = None  # the bench client's (hostside/measurement.py); None: not measured
-    output: dict | None = None  # the output check's (hostside/output_check.py); None: not checked
+    output: OutputCheck | None = None  # the output check's (hostside/output_result.py); None: not checked
     simulated: bool | None = None  # measured a simulated server; None: the gate could not run
     duration_s: int | float | None = None
     baseline_release: str | None = None  # the release compared with; None: the floors alone decided

@@ -324,17 +324,17 @@ def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, co
 
 
 def output_rows(output):
-    """The output check's lines of the gate's table."""
-    rows = [{"metric": f"known answers right (of {output['total']})", "value": output["known_right"],
-             "spread_pct": None, "threshold": f"= {output['total']}", "previous": None,
-             "verdict": "pass" if output["known_right"] == output["total"] else "FAIL"},
-            {"metric": "degenerate outputs", "value": output["degenerate"], "spread_pct": None, "threshold": "= 0",
-             "previous": None, "verdict": "pass" if not output["degenerate"] else "FAIL"}]
-    if output.get("agreement") is not None:
+    """The output check's (an output_result.OutputCheck) lines of the gate's table."""
+    rows = [{"metric": f"known answers right (of {output.total})", "value": output.known_right,
+             "spread_pct": None, "threshold": f"= {output.total}", "previous": None,
+             "verdict": "pass" if output.known_right == output.total else "FAIL"},
+            {"metric": "degenerate outputs", "value": output.degenerate, "spread_pct": None, "threshold": "= 0",
+             "previous": None, "verdict": "pass" if not output.degenerate else "FAIL"}]
+    if output.agreement is not None:
         rows.append({"metric": f"agree with baseline (first {output_check.AGREE_WORDS} words)",
-                     "value": output["agreement"] * 100, "spread_pct": None,
+                     "value": output.agreement * 100, "spread_pct": None,
                      "threshold": f">= {output_check.MIN_AGREEMENT * 100:.0f} %", "previous": None,
-                     "verdict": "pass" if output["agreement"] >= output_check.MIN_AGREEMENT else "inconclusive"})
+                     "verdict": "pass" if output.agreement >= output_check.MIN_AGREEMENT else "inconclusive"})
     return rows
 
 
@@ -365,8 +365,8 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
                   "inconclusive": [], "rows": [], "comparison": None, "measurement": None}
     else:
         output = output_check.run(probe_url, api_key, expect.served_name or "default", baseline_output)
-        if output["verdict"] == "fail":
-            result = {"verdict": "fail", "reasons": output["reasons"], "inconclusive": output["inconclusive"],
+        if output.verdict == "fail":
+            result = {"verdict": "fail", "reasons": output.reasons, "inconclusive": output.inconclusive,
                       "rows": output_rows(output), "comparison": None, "measurement": None}
         else:
             measurement = measure_builtin(probe_url, secrets_path, settings.samples, settings.warmup,
@@ -374,9 +374,9 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
             result = evaluate(measurement, settings, baseline)
             result["measurement"] = measurement.to_dict()
             result["rows"] = output_rows(output) + result["rows"]
-            result["inconclusive"] = output["inconclusive"] + result["inconclusive"]
+            result["inconclusive"] = output.inconclusive + result["inconclusive"]
             if result["verdict"] == "pass" and result["inconclusive"]:
                 result["verdict"] = "inconclusive"
-    return GateResult.from_dict({**result, "output": output, "config_problems": problems,
+    return GateResult.from_dict({**result, "output": output and output.to_dict(), "config_problems": problems,
                                  "simulated": is_simulated(server_info),
                                  "duration_s": round(time.monotonic() - started, 1)}, "the gate's result")

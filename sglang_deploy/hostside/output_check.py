@@ -14,6 +14,8 @@ So the gate first sends a shipped, versioned prompt set (prompts/output-check-v1
   the numerics, so agreement below MIN_AGREEMENT is inconclusive, not a failure, unless an answer is also wrong.
 
 A wrong known answer or degenerate output fails the release ("output: 3 of 8 known answers wrong: ...").
+
+Its answer is an OutputCheck (hostside/output_result.py), built here through the class and read by attribute.
 """
 
 import ast
@@ -24,6 +26,7 @@ import re
 import urllib.error
 
 from .client import http
+from .output_result import OutputCheck, OutputRow
 
 PROMPTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts", "output-check-v1.json")
 SEED = 1234
@@ -127,35 +130,33 @@ def ask(url, api_key, model, item, timeout=120):
 
 
 def evaluate(answers, document, digest, baseline=None):
-    """answers: {id: (text, finish_reason) or an error string}; baseline: a previous result on the same weights."""
-    reference = {row["id"]: row for row in (baseline or {}).get("results", [])} if baseline else {}
-    if baseline and baseline.get("prompts_digest") != digest:
+    """answers: {id: (text, finish_reason) or an error string}; baseline: a previous OutputCheck on the same weights.
+    Returns an OutputCheck (hostside/output_result.py)."""
+    reference = {row.id: row for row in baseline.results} if baseline else {}
+    if baseline and baseline.prompts_digest != digest:
         reference = {}  # another prompt set: nothing to agree with
     results, wrong, degenerate, errors, agreeing, compared = [], [], [], [], 0, 0
     for item in document["prompts"]:
         answer = answers.get(item["id"])
-        row = {"id": item["id"]}
         if isinstance(answer, str) or answer is None:
-            row.update(error=answer or "no answer")
-            errors.append(f"{item['id']}: {row['error']}")
+            row = OutputRow(id=item["id"], error=answer or "no answer")
+            errors.append(f"{item['id']}: {row.error}")
             results.append(row)
             continue
         text, finish = answer
-        row.update(text=text[:2000], finish_reason=finish)
         problem = degenerate_problem(text, finish)
         if problem:
-            row["degenerate"] = problem
             degenerate.append(f"{item['id']}: {problem}")
-        problem = known_answer_problem(item["check"], text)
-        if problem:
-            row["wrong"] = problem
-            wrong.append(f"{item['id']}: {problem}")
-        previous = reference.get(item["id"])
-        if previous and "text" in previous:
+        known = known_answer_problem(item["check"], text)
+        if known:
+            wrong.append(f"{item['id']}: {known}")
+        previous, divergence = reference.get(item["id"]), None
+        if previous and previous.text is not None:
             compared += 1
-            row["first_divergence"] = first_divergence(text.split(), previous["text"].split())
-            agreeing += row["first_divergence"] is None
-        results.append(row)
+            divergence = first_divergence(text.split(), previous.text.split())
+            agreeing += divergence is None
+        results.append(OutputRow(id=item["id"], text=text[:2000], finish_reason=finish, degenerate=problem,
+                                 wrong=known, first_divergence=divergence))
     total = len(document["prompts"])
     reasons, inconclusive = [], []
     if wrong:
@@ -169,14 +170,15 @@ def evaluate(answers, document, digest, baseline=None):
         inconclusive.append(f"output: {agreeing} of {compared} prompts agree with the baseline release over the first "
                             f"{AGREE_WORDS} words (below {MIN_AGREEMENT:.0%}), every known answer right")
     verdict = "fail" if reasons else ("inconclusive" if inconclusive else "pass")
-    return {"verdict": verdict, "reasons": reasons, "inconclusive": inconclusive, "prompts_digest": digest,
-            "prompts_version": document.get("version"), "known_right": total - len(wrong) - len(errors),
-            "total": total, "degenerate": len(degenerate), "agreement": agreement, "compared": compared,
-            "results": results}
+    return OutputCheck(verdict=verdict, reasons=reasons, inconclusive=inconclusive, prompts_digest=digest,
+                       prompts_version=document.get("version"), known_right=total - len(wrong) - len(errors),
+                       total=total, degenerate=len(degenerate), agreement=agreement, compared=compared,
+                       results=results)
 
 
 def run(url, api_key, model, baseline=None, path=PROMPTS_FILE, limit=None):
-    """limit: only the first N prompts (the watch's short check each period)."""
+    """The check of the server at url, an OutputCheck; baseline: a previous one on the same weights, or None;
+    limit: only the first N prompts (the watch's short check each period)."""
     document, digest = load_prompts(path)
     if limit:
         document = {**document, "prompts": document["prompts"][:limit]}

@@ -25,6 +25,7 @@ from .reports import TuneStatus, WatchEntry
 
 if TYPE_CHECKING:  # read through documents.LATER
     from .measurement import Measurement
+    from .output_result import OutputCounts
 
 
 def line(answer: Document) -> str:
@@ -227,7 +228,7 @@ class TuneItemResult(Document):
     allreduce: dict | None = None  # the all-reduce path the server reports; None: not checked (never ready)
     map_ignored: str | None = None  # SGLang's line saying it ignores the token map; None: none
     config_problems: list = field(default_factory=list)  # the running server against the release
-    output: dict | None = None  # the output check's verdict and counts; None: not run
+    output: OutputCounts | None = None  # the output check's verdict and counts (output_result.py); None: not run
     repeats: list = field(default_factory=list)  # each repeat's medians (tune_runner.repeat_summary)
     restart_s: int | float | None = None
     simulated: bool | None = None  # measured a simulated server; None: not measured

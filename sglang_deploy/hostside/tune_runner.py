@@ -346,15 +346,14 @@ class Session:
         # the gate's output check first: a candidate that answers wrong is never measured, so never adopted
         expect = GateConfig.load(self.store.release_dir(release_id)).expect
         output = output_check.run(probe_url, read_api_key(self.store.secrets_path), expect.served_name or "default")
-        result["output"] = {key: output[key] for key in ("verdict", "known_right", "total", "degenerate",
-                                                         "prompts_digest")}
-        if output["verdict"] == "fail":
-            self.log(f"candidate {item.id}: output check FAILED: {output['reasons'][0]}")
-            result.update(error=f"output check failed: {output['reasons'][0]}",
+        result["output"] = output.counts().to_dict()
+        if output.verdict == "fail":
+            self.log(f"candidate {item.id}: output check FAILED: {output.reasons[0]}")
+            result.update(error=f"output check failed: {output.reasons[0]}",
                           duration_s=round(time.monotonic() - started, 1))
             return result
-        self.log(f"candidate {item.id}: output check {output['verdict']}: {output['known_right']} of "
-                 f"{output['total']} known answers right")
+        self.log(f"candidate {item.id}: output check {output.verdict}: {output.known_right} of "
+                 f"{output.total} known answers right")
         repeats = []
         for index in range(settings.repeats):
             warmup = settings.warmup if index == 0 else 0

@@ -35,7 +35,7 @@ import time
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
 from .documents import WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
-from .reports import DoctorReport, WatchEntry
+from .reports import DoctorReport, WatchEntry, WatchOutput
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_healthy
 from .service import systemctl
@@ -366,8 +366,7 @@ def run(args):
         if entry["status"] == "ok" and args.output_prompts:
             check = output_check.run(probe_url, api_key, expect and expect.served_name or "default",
                                      limit=args.output_prompts)
-            entry["output"] = {key: check[key] for key in ("verdict", "reasons", "inconclusive", "known_right",
-                                                           "total", "degenerate")}
+            entry["output"] = {name: getattr(check, name) for name in WatchOutput.field_names()}  # its short form
         if entry["status"] == "ok":
             entry["drift"] = drift_reasons(entry, min_accept, min_decode)
             if "inputs" not in bound_cache:  # once per run (the safetensors headers), only when measured
