@@ -12,7 +12,7 @@ import pytest
 
 from conftest import REPO, bench_measurement, gate_document, release_meta
 from sglang_deploy.hostside import store as store_module
-from sglang_deploy.hostside.documents import DocumentError, GateResult
+from sglang_deploy.hostside.documents import DocumentError, GateResult, line
 from sglang_deploy.hostside.outputs import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
                                             StoreHistory, VenvHooks)
 from sglang_deploy.hostside.reports import WatchEntry
@@ -511,13 +511,13 @@ def test_the_weights_status_is_written_through_its_class(tmp_path, capsys):
     manifest.write_text(json.dumps(manifest_from_directory(tmp_path)))
     directory = f"{MODELS_ROOT}/o--m/0123abcd"
     assert weights_main.main(["status", "--manifest", str(manifest), "--dir", directory]) == 0
-    line = capsys.readouterr().out.strip()
-    assert set(json.loads(line)) - {"format"} == SnapshotStatus.field_names()
-    assert WeightsStatus().process(["@@weights_status", line]) == {"verified": False, "hub_client": None}
+    answer = capsys.readouterr().out.strip()
+    assert set(json.loads(answer)) - {"format"} == SnapshotStatus.field_names()
+    assert WeightsStatus().process(["@@weights_status", answer]) == {"verified": False, "hub_client": None}
     for status in (deploy_facts.snapshot_status(str(manifest), directory),
                    deploy_facts.snapshot_status(str(tmp_path / "none.json"), directory),
                    deploy_facts.snapshot_status(str(tmp_path / "config.json"), directory)):
-        assert SnapshotStatus.loads(status.line()) == status and status.verified is False
+        assert SnapshotStatus.loads(line(status)) == status and status.verified is False
     assert deploy_facts.snapshot_status(str(tmp_path / "config.json"), directory).error
 
 

@@ -12,6 +12,7 @@ import os
 import sys
 from types import SimpleNamespace
 
+from .documents import line
 from .store import cmd_state, service_name
 from .weights.manifest import WeightsError, is_verified, load_manifest_file, snapshot_dir
 from .weights.status import SnapshotStatus
@@ -46,7 +47,7 @@ def main(argv=None):
     status = cmd_state(SimpleNamespace(service=args.service))
     sys.stdout.flush()
     for name, manifest, directory in snapshots:
-        print(f"@@{name}_status\n{snapshot_status(manifest, directory).line()}", flush=True)
+        print(f"@@{name}_status\n{line(snapshot_status(manifest, directory))}", flush=True)
     return status
 
 

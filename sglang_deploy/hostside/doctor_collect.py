@@ -20,7 +20,8 @@ from .client import get_json, read_api_key
 from .documents import DocumentError, GateConfig, GateResult, ProfileSnapshot, Resolution
 from .reports import ABResults, TuneResults
 from .listener import foreign_listener, guard_unit
-from .outputs import DoctorCollection, GpuProbe, PreflightReport, SandboxView, line
+from .documents import line
+from .outputs import DoctorCollection, GpuProbe, PreflightReport, SandboxView
 from .service import service_status
 from .store import Store, service_name
 

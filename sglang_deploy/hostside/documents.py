@@ -122,6 +122,12 @@ class Document:
         return dataclasses.replace(self, **changes)
 
 
+def line(answer: Document) -> str:
+    """The answer as one JSON line with its format: what a host program prints for a reader of its output's last line
+    (outputs.py's answers, weights/status.SnapshotStatus)."""
+    return json.dumps({"format": answer.FORMAT, **answer.to_dict()})
+
+
 def _plain(value):
     if isinstance(value, Document):
         return value.to_dict()

@@ -16,7 +16,6 @@ Standard library only: shipped to the host.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
@@ -26,11 +25,6 @@ from .reports import TuneStatus, WatchEntry
 if TYPE_CHECKING:  # read through documents.LATER
     from .measurement import Measurement
     from .output_result import OutputCounts
-
-
-def line(answer: Document) -> str:
-    """The answer as one JSON line with its format: what a program prints for a reader of its output's last line."""
-    return json.dumps({"format": answer.FORMAT, **answer.to_dict()})
 
 
 # --- the preflight's report: /run/sglang-deploy/preflight/<service>.json (hostside/preflight/runner.py) ----------

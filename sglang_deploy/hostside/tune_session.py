@@ -36,7 +36,8 @@ import time
 
 from .documents import DocumentError
 from .listener import guard_unit
-from .outputs import TuneItemResult, TunePoll, TuneSession, line
+from .documents import line
+from .outputs import TuneItemResult, TunePoll, TuneSession
 from .reports import TuneClose, TuneStatus
 from .store import atomic_write, lock_holder, now, service_name
 from .tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status

@@ -43,6 +43,7 @@ from .fetch import fetch, promote
 from .manifest import (REPO_PART, REVISION, WeightsError, is_verified, load_manifest_file, log, snapshot_dir,
                        verify)
 from .prune import models_lock, prune
+from ..documents import line
 from .status import SnapshotStatus
 
 EXIT_MISMATCH = 1
@@ -68,7 +69,7 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.command == "prune":
-            from ..outputs import WeightsPruned, line  # here: status runs on every deploy, and documents cost imports
+            from ..outputs import WeightsPruned  # here: status runs on every deploy, and documents cost imports
 
             print(line(WeightsPruned.from_dict(prune(), "the weights' prune")))  # strict: a renamed key fails here
             return 0
@@ -78,7 +79,7 @@ def main(argv=None):
             return run_locked(args)
     except WeightsError as error:
         log(f"ERROR {error}")
-        from ..outputs import WeightsFailure, line  # only on a failure: its documents cost every run an import
+        from ..outputs import WeightsFailure  # only on a failure: its documents cost every run an import
 
         print(line(WeightsFailure(ok=False, error=str(error))))
         return EXIT_NO_SPACE if "not enough disk" in str(error) else EXIT_MISMATCH
@@ -88,9 +89,9 @@ def run_locked(args):
     """status, verify, fetch, promote: under the weights' lock, shared (prune waits for none of them to run)."""
     manifest = load_manifest_file(args.manifest)
     if args.command == "status":
-        print(SnapshotStatus(verified=is_verified(args.dir, manifest), path=args.dir).line())
+        print(line(SnapshotStatus(verified=is_verified(args.dir, manifest), path=args.dir)))
         return 0
-    from ..outputs import WeightsPlaced, WeightsVerified, line
+    from ..outputs import WeightsPlaced, WeightsVerified
 
     if args.command == "verify":
         started = time.monotonic()

@@ -12,7 +12,6 @@ import time; the other weights answers are in outputs.py. Standard library only:
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,7 +26,3 @@ class SnapshotStatus(Document):
     verified: bool  # in place and unchanged since verified (sizes and mtimes against the host's record)
     path: str  # the snapshot's directory
     error: str | None = None  # the manifest could not be read (deploy_facts): why; None: read, or no manifest
-
-    def line(self) -> str:
-        """The answer as one JSON line with its format (a fact's section)."""
-        return json.dumps({"format": self.FORMAT, **self.to_dict()})
