@@ -23,7 +23,7 @@ import urllib.request
 from . import acceptance
 from .client import MAX_BODY_BYTES, headers, is_simulated, printable, read_api_key, read_bounded, urlopen
 from .listener import guard_unit
-from .measurement import BenchConfig, Measurement, Sample, Summary
+from .measurement import AGGREGATE_ROUNDS, BenchConfig, Measurement, Sample, Summary
 
 PROMPTS = [
     ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "
@@ -188,7 +188,7 @@ def main():
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--aggregate-rounds", type=int, default=2)
+    parser.add_argument("--aggregate-rounds", type=int, default=AGGREGATE_ROUNDS)
     parser.add_argument("--timeout", type=float, default=300, help="longest silence on a stream (s)")
     parser.add_argument("--request-deadline", type=float, help="longest one request may take (s); default: "
                         "60 s + 1 s per token")

@@ -294,7 +294,8 @@ def table(result):
 def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, concurrency):
     """The bench client's measurement (the gate's with its GateSettings; the watch's and the doctor's shorter): a
     Measurement; Measurement.failed, naming why, when the bench ran out of time, failed or answered unreadably."""
-    from .measurement import SOURCE, BenchConfig, Measurement  # here: the controller imports this module too
+    # here: the controller imports this module too
+    from .measurement import AGGREGATE_ROUNDS, SOURCE, BenchConfig, Measurement
 
     command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
                "--samples", str(samples), "--warmup", str(warmup),
@@ -305,7 +306,7 @@ def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, co
     requests = warmup + samples + 2
     deadline = 120 + requests * (60 + max_new_tokens)
     config = BenchConfig(samples=samples, warmup=warmup, max_new_tokens=max_new_tokens, concurrency=concurrency,
-                         aggregate_rounds=2)  # bench.py's default
+                         aggregate_rounds=AGGREGATE_ROUNDS)
 
     def failed(error):
         return Measurement.failed([error], probe_url, config, round(time.monotonic() - started, 1))
