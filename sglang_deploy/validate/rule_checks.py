@@ -124,11 +124,17 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
     decode = ((resolved or {}).get("cuda_graph_config") or {}).get("decode") or {}
     graph_bs, running = decode.get("max_bs"), (resolved or {}).get("max_running_requests")
     if isinstance(graph_bs, int) and isinstance(running, int) and graph_bs < running:
+        # A warning (check.WARNING_RULES), not a refusal: SGLang's own defaults trip it (graphs to 32 and 48 running
+        # requests under speculation on one A6000), and it only leaves speed on the table.
+        present = [name for name in DECODE_MAX_BS_FLAGS + ("--max-running-requests",) if name in flags]
         problems.append(Problem(
-            "decode-graph-covers-batch", flag_field(_first_present(flags, DECODE_MAX_BS_FLAGS, "--cuda-graph-max-bs-decode")),
+            "decode-graph-covers-batch", flag_field(present[0]) if present else ("sglang", "flags"),
             f"decode CUDA graphs are captured up to batch {graph_bs}, below max-running-requests {running} (as "
-            f"SGLang resolves them): batches above {graph_bs} would decode without CUDA graphs; accepted: "
-            f"--cuda-graph-max-bs-decode {running} or more"))
+            f"SGLang resolves them{'' if present else ' from its own defaults'}): a decode step with more than "
+            f"{graph_bs} running requests runs without CUDA graphs (eager, slower per step: the cost cuda-graphs-on "
+            f"refuses for every batch); single-stream and batches up to {graph_bs} are unaffected; fix: "
+            f"--cuda-graph-max-bs-decode {running} (more graph memory and capture time) or "
+            f"--max-running-requests {graph_bs}"))
     if decode.get("backend") == "disabled":
         flag = _first_present(flags, DECODE_BACKEND_FLAGS, "--cuda-graph-backend-decode")
         problems.append(Problem("cuda-graphs-on", flag_field(flag),
