@@ -19,7 +19,10 @@ RULES = {
     "no-option-as-value": "no flag value that SGLang's parser would read as an option",
     "tool-flags-intact": "the rendered command line parses to the tool's own values",
     "sglang-parser": "the pinned SGLang release's own argument parser accepts the command line",
-    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line",
+    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line (always reported, "
+                         "whatever else is found or waived)",
+    "sglang-start": "the resolved attention backend, KV dtype and draft backend can start on the target's card (SGLang's "
+                    "start-time asserts, draft maps and the kernels its wheels ship: releases/<v>/start-feasibility.json)",
     "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",

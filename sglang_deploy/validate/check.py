@@ -103,6 +103,32 @@ def _refusal_field(profile: Profile, message: str) -> tuple:
     return ("sglang", "flags")
 
 
+def start_problems(profile: Profile, gpu, config: dict | None, resolved: dict | None) -> tuple[list, list]:
+    """What SGLang's start does with the resolved configuration on the target's card (start_feasibility.py, data
+    derived from the release's code and kernel wheels): a combination that cannot start is SGLang's refusal (not
+    waivable: it names SGLang's file:line); one SGLang silently replaces, and one the release's code does not show
+    to start there, are warnings naming what will run."""
+    from .. import start_feasibility
+
+    data = start_feasibility.load(profile.sglang.version) if resolved and gpu is not None else None
+    if data is None:
+        return [], []
+    verdict = start_feasibility.judge(data, tuple(gpu.capability), config, resolved)
+    card = f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
+    fields = [name for name in ("--attention-backend", "--speculative-draft-attention-backend", "--kv-cache-dtype")
+              if name in profile.sglang.flags]
+    where = flag_field(fields[0]) if fields else ("sglang", "flags")
+    runs = ", ".join(f"{role} {value}" for role, value in verdict.runs.items() if value)
+    problems = [Problem("sglang-start", where, f"SGLang {profile.sglang.version} cannot start this on {card} "
+                                               f"({runs}): {reason} [{source}]")
+                for reason, source in verdict.fails]
+    notes = [Problem("sglang-swap", where, f"{message} [{source}]; what runs: {runs}")
+             for message, source in start_feasibility.swaps(data, profile.sglang.flags, resolved)]
+    notes += [Problem("start-not-shown", where, f"{backend}: {why} (start_feasibility.py)")
+              for backend, why in verdict.unshown if not verdict.fails]
+    return problems, notes
+
+
 def model_config_problems(profile: Profile) -> tuple[list[Problem], dict | None]:
     """The checkpoint's config.json, which SGLang's resolution reads (ModelConfig), and its agreement with
     model.architecture."""
@@ -158,6 +184,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
             f"use `sglang-deploy check --full`, or export one (python -m sglang_deploy.flag_table export "
             f"{profile.sglang.version})")
     config_problems: list[Problem] = []
+    config = None
     if table is not None:
         probe = light_probe(table, argv, algorithms)
         answer = {"resolved": None, "error": None}
@@ -197,6 +224,8 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         sglang_refusal.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),
                                       f"SGLang {profile.sglang.version} refuses the command line at "
                                       f"{answer.get('step') or 'resolution'}: {answer['error']}"))
+    start, start_notes = start_problems(profile, gpu, config, answer.get("resolved"))
+    sglang_refusal += start
     rules += model_config_pinned_problems(profile)
     rules += resource_problems(read, gpus, answer["resolved"])
     rules += resolved_class_problems(read, answer["resolved"])  # set through the environment or a config
@@ -207,7 +236,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     problems += [as_written(p, written) for p in rules]
     problems = sglang_refusal + [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     problems = [with_waiver_hint(p) for p in problems]
-    warnings = [p for p in problems if p.rule in WARNING_RULES]
+    warnings = [p for p in problems if p.rule in WARNING_RULES] + start_notes
     problems = [p for p in problems if p.rule not in WARNING_RULES]
     for rule in profile.waivers:
         if rule not in WAIVABLE:
