@@ -165,6 +165,17 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
                                                                        defaults)]
 
 
+def not_read(version: str, name: str) -> str | None:
+    """The registry file of SGLang <version> when the release does not read `name` (start_feasibility's
+    sglang-env.json, derived from sglang/srt/environ.py and the package's sources); None when it does, or unknown."""
+    from ..start_feasibility import env_names
+
+    names = env_names(version)
+    if names is None or name in names["registry"]["names"] or name in names["elsewhere"]:
+        return None
+    return names["registry"]["file"]
+
+
 def environment_problems(profile: Profile) -> list[Problem]:
     """The environment against the allow-list of names and values (env_rules.py)."""
     from .. import env_rules
@@ -190,6 +201,12 @@ def environment_problems(profile: Profile) -> list[Problem]:
             found = env_rules.value_problem(key, env[key], profile.service.name)
             if found:
                 problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
+        elif kind == "unreviewed" and key.startswith("SGLANG_") and not_read(profile.sglang.version, key):
+            problems.append(Problem("env-not-reviewed", env_field(key),
+                                    f"{key} is not read by SGLang {profile.sglang.version}: its env registry "
+                                    f"({not_read(profile.sglang.version, key)}) does not declare it and no module of "
+                                    "its package names it, so setting it changes nothing (a name from another "
+                                    "release or fork?); " + remove_or_waive("env-not-reviewed")))
         elif kind == "unreviewed":
             problems.append(Problem("env-not-reviewed", env_field(key),
                                     f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
