@@ -196,6 +196,23 @@ def kv_factor(eff: Effective, machine: dict) -> float:
     return float((machine.get("kv_cache_dtypes") or {}).get(eff.kv_cache_dtype, 1.0))
 
 
+# flag -> the machine table whose `_assumed` entries say which of its factors nobody measured on that card and engine
+ASSUMED_TABLES = {"--attention-backend": "attention_backends", "--speculative-draft-attention-backend": "attention_backends",
+                  "--kv-cache-dtype": "kv_cache_dtypes"}
+
+
+def assumed_factors(machine: dict, flags: dict) -> str | None:
+    """Which of these flag values the simulator speeds up or slows down only by an assumed factor (the table's
+    `_assumed`: no measurement on that card and engine); None when every factor they touch is measured or 1.0."""
+    found = []
+    for flag, table in ASSUMED_TABLES.items():
+        value = flags.get(flag)
+        why = ((machine.get(table) or {}).get("_assumed") or {}).get(value) if isinstance(value, str) else None
+        if why:
+            found.append(f"{flag} {value} x{(machine.get(table) or {}).get(value)} ({why})")
+    return "; ".join(found) or None
+
+
 def start_problem(eff: Effective, machine: dict) -> str | None:
     """Why the model runner cannot create the attention backend or KV cache on this machine (SGLang fails at start,
     after the resolution accepted the flags): the backends and dtypes the machine's data does not list."""
