@@ -23,7 +23,7 @@ release reads (its env registry, srt/environ.py, and every name its package ment
 `judge` evaluates a resolved configuration against that data; `check` and the tune use it. A pattern the derivation
 no longer finds is an error: a new release is read again, not assumed.
 
-    python -m sglang_deploy.start_feasibility derive-start [VERSION]   # writes the two files
+    python -m sglang_deploy.start_feasibility derive-start VERSION   # writes the two files
 """
 
 from __future__ import annotations
@@ -475,10 +475,10 @@ def swaps(data: dict, flags: dict, resolved: dict) -> list[tuple[str, str]]:
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] != "derive-start":
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
+    if len(argv) != 2 or argv[0] != "derive-start":
+        print("usage: python -m sglang_deploy.start_feasibility derive-start VERSION", file=sys.stderr)
         return 2
-    version = argv[1] if len(argv) > 1 else "0.5.23"
+    version = argv[1]
     try:
         for path in write(version):
             print(f"wrote {path}")

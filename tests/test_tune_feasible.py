@@ -122,3 +122,17 @@ def test_no_committed_profile_claims_an_assumed_gain():
     machine = hardware.load_data("2xa6000-pcie")
     for path in sorted(PROVEN.parent.glob("*.yaml")):
         assert hardware.assumed_factors(machine, load_profile(path).sglang.flags) is None, path
+
+
+@pytest.mark.parametrize("backend, words", [("fa3", "run_mha_fwd<86> for bf16, fp16 only"),
+                                            ("triton", "only from capability 89")])
+def test_the_simulated_a6000_fails_a_combination_each_of_whose_values_runs(backend, words):
+    """The simulator judged one axis at a time and ran fa3 + fp8_e4m3; now the combination fails at start as the
+    A6000 would (start_feasibility.py), while each value alone still runs."""
+    from test_tune_axes import sim_tok_s
+
+    flags = flags_of(PROVEN)
+    assert sim_tok_s({**flags, "--attention-backend": backend})[1] is None
+    assert sim_tok_s({**flags, "--kv-cache-dtype": "fp8_e4m3"})[1] is None
+    _, problem = sim_tok_s({**flags, "--attention-backend": backend, "--kv-cache-dtype": "fp8_e4m3"})
+    assert problem and words in problem and "SIMULATED" in problem

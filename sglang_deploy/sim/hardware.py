@@ -228,6 +228,28 @@ def start_problem(eff: Effective, machine: dict) -> str | None:
     if dtypes and eff.kv_cache_dtype not in dtypes:
         return (f"RuntimeError: --kv-cache-dtype {eff.kv_cache_dtype} cannot run on {machine['gpu']} (sm_86) "
                 f"(SIMULATED: the modelled dtypes are {', '.join(sorted(dtypes))})")
+    return combination_problem(eff, machine)
+
+
+def combination_problem(eff: Effective, machine: dict) -> str | None:
+    """The backend x KV dtype x draft backend combination judged together, as the real card would at start
+    (start_feasibility.py's data for SGLang 0.5.23 on the machine's compute capability): fa3 or triton with
+    fp8_e4m3 KV on sm_86 fails although each value alone runs."""
+    from .. import gpu_facts, start_feasibility
+    from .engine import SGLANG_VERSION  # the simulated host's release
+
+    data = start_feasibility.load(SGLANG_VERSION)
+    known = [gpu for gpu in gpu_facts.KNOWN.values() if gpu.name == machine.get("gpu")]
+    if data is None or not known:
+        return None
+    resolved = {"attention_backend": eff.attention_backend, "kv_cache_dtype": eff.kv_cache_dtype,
+                "speculative_draft_attention_backend": eff.draft_attention_backend,
+                "speculative_algorithm": eff.spec_algorithm if not eff.drafter else None,
+                "speculative_num_steps": eff.spec_steps}
+    verdict = start_feasibility.judge(data, known[0].capability, None, resolved)
+    if verdict.starts is False:
+        reason, source = verdict.fails[0]
+        return f"RuntimeError: {reason} ({source}) (SIMULATED: as SGLang fails at start on this card)"
     return None
 
 
