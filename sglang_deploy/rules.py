@@ -71,7 +71,8 @@ CODE_FLAGS = {
     "enable_custom_logit_processor": "unpickles (dill) a processor that every API request may carry: code from any "
                                      "client, run as the service user",
     "custom_weight_loader": "imports and calls the callables it names (any importable function, e.g. os.system)",
-    "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path)",
+    "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path; "
+                         "with model.source, a verified snapshot, the flag is not refused)",
 }
 # Load formats that read the verified snapshot's files as they are; any other (random weights, another server's,
 # another format) is flag-serves-other-weights.

@@ -235,7 +235,8 @@ def combination_problem(eff: Effective, machine: dict) -> str | None:
     """The backend x KV dtype x draft backend combination judged together, as the real card would at start
     (start_feasibility.py's data for SGLang 0.5.23 on the machine's compute capability): fa3 or triton with
     fp8_e4m3 KV on sm_86 fails although each value alone runs."""
-    from .. import gpu_facts, start_feasibility
+    from sglang_deploy import gpu_facts, start_feasibility  # shipped beside the simulator (roles/simulator.py)
+
     from .engine import SGLANG_VERSION  # the simulated host's release
 
     data = start_feasibility.load(SGLANG_VERSION)
