@@ -118,6 +118,15 @@ def test_sglangs_default_graph_sizes_are_a_warning_with_cost_and_fix(tmp_path):
     assert waived.ok and not waived.warnings
 
 
+def test_a_misspelled_flag_gets_one_message(tmp_path):
+    """--tp-sise is no flag of SGLang: the parser's message names it; no second message about a TP 1 that the
+    tp-matches-gpus rule would have read in place of the misspelled value."""
+    report = check(proven_with(tmp_path, "    --tp-size: 2 ", "    --tp-sise: 2 "))
+    assert [p.rule for p in report.problems] == ["sglang-parser"], report.lines()
+    assert "did you mean --tp-size" in report.lines()[0]
+    assert any("tp-matches-gpus (SGLang's parser refuses" in line for line in report.skipped)
+
+
 @pytest.mark.parametrize("short, full, more", [
     ("    --tp-size: 2 ", "    --tp: 2 ", ""),
     ("    --speculative-algorithm: NEXTN ", "    --speculative-algo: NEXTN ", ""),

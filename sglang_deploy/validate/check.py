@@ -227,7 +227,10 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     start, start_notes = start_problems(profile, gpu, config, answer.get("resolved"))
     sglang_refusal += start
     rules += model_config_pinned_problems(profile)
-    rules += resource_problems(read, gpus, answer["resolved"])
+    # A command line SGLang's parser refuses has no values to hold against the host: a misspelled --tp-size gets its
+    # parser message, not a second one about the TP 1 the rule would read in its place.
+    unparsed = any(p.rule == "sglang-parser" for p in parser_layer)
+    rules += resource_problems(read, None if unparsed else gpus, answer["resolved"])
     rules += resolved_class_problems(read, answer["resolved"])  # set through the environment or a config
     rules += nccl_problems(profile, topology)
     rules += environment_problems(profile)
@@ -245,6 +248,8 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     skipped = []
     if gpus is None:
         skipped.append("tp-matches-gpus (GPU count unknown: pass --gpus N or check against a host)")
+    elif unparsed:
+        skipped.append("tp-matches-gpus (SGLang's parser refuses the command line: fix the flags first)")
     if topology is None:
         skipped.append("nccl-ll128-needs-nvlink, nccl-p2p-level-nvl-needs-nvlink (topology unknown: pass --topology)")
     if table is not None:
