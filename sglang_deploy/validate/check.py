@@ -67,7 +67,8 @@ class Report:
         return [f"warning: {p.format(self.profile)}" for p in self.warnings]
 
 
-LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution, and the reviewed classes of the "
+LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution, sglang-start (what can start on the "
+                 "card, judged on the resolved backends), and the reviewed classes of the "
                  "resolved fields (flag-exposes-service, flag-runs-code for a value set through the environment): "
                  "SGLang's whole resolution (about 90 steps and the start checks, e.g. --language-model-only's "
                  "architecture check, check_server_args, the attention backend, the memory settings) and the rules "
