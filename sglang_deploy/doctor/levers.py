@@ -48,11 +48,11 @@ def speculation_vs_none(last_tune: dict | None, active: str | None, objective: t
         return None
     slower = sorted(m.candidate.id for m in results.values() if m.measured and m.candidate.axis not in ("nospec",)
                     and m.median_decode < nospec.median_decode and m is not original)
-    return nospecSuspect(nospec, original, f"{what} ({last_tune.get('stamp') or 'undated'})", objective,
+    return nospec_suspect(nospec, original, f"{what} ({last_tune.get('stamp') or 'undated'})", objective,
                           f"; {len(slower)} other speculative candidate(s) slower than none too" if slower else "")
 
 
-def nospecSuspect(nospec: tune.Measured, original: tune.Measured, source: str,
+def nospec_suspect(nospec: tune.Measured, original: tune.Measured, source: str,
                    objective: tune.Objective = tune.Objective(), more: str = ""):
     """The release without speculation faster than the release by more than both measurements' noise
     (tune.clear_gain): the suspect, with both speeds and spreads; None otherwise. `source` says which measurement
