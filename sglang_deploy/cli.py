@@ -205,8 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     hot.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory whose tokenizer counts")
     hot.add_argument("--size", required=True, type=int, metavar="N", help="how many of the most frequent ids to keep")
     hot.add_argument("--output", metavar="FILE", help="where to write it (default manifests/token-maps/<model>-<N>.pt)")
-    hot.add_argument("--sglang-version", default="0.5.23", help="whose validator environment counts (torch, "
-                                                                 "transformers)")
+    hot.add_argument("--sglang-version", help="whose validator environment counts (torch, transformers); default: "
+                                              "the newest reviewed release (sglang_deploy/releases/)")
     hot.set_defaults(func=cmd_token_map)
     proxmox = sub.add_parser("proxmox-config", help="print the Proxmox CT configuration a host needs (from its facts)",
                              allow_abbrev=False)

@@ -166,7 +166,7 @@ def environment_problems(profile: Profile) -> list[Problem]:
     problems = []
     env = profile.env_values()
     for key in profile.environment:
-        kind = env_rules.classify(key)
+        kind = env_rules.classify(key, profile.sglang.version)
         if kind == "tool-owned":
             problems.append(Problem("env-tool-owned", env_field(key),
                                     f"{key} is set by the tool (offline start, the service's own JIT caches, the "
@@ -181,14 +181,17 @@ def environment_problems(profile: Profile) -> list[Problem]:
                                     f"{key} makes the server load code or a config from a path or by name; "
                                     + remove_or_waive("env-loads-code")))
         elif kind == "allowed":
-            found = env_rules.value_problem(key, env[key], profile.service.name)
+            found = env_rules.value_problem(key, env[key], profile.service.name, profile.sglang.version)
             if found:
                 problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
         elif kind == "unreviewed":
+            unread = (f"SGLang {profile.sglang.version} does not read it (its registry, srt/environ.py, does not "
+                      "declare it): remove it; " if env_rules.not_read(key, profile.sglang.version) else "")
             problems.append(Problem("env-not-reviewed", env_field(key),
                                     f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
-                                    "hundreds; some open listeners, load code or change what is served); accepted "
-                                    "without a waiver: the names of env_rules.ALLOWED_ENV (docs/refusals.md); "
+                                    f"hundreds; some open listeners, load code or change what is served); {unread}"
+                                    "accepted without a waiver: the names of releases/"
+                                    f"{profile.sglang.version}/environment.json (docs/refusals.md); "
                                     + remove_or_waive("env-not-reviewed")))
     return problems
 

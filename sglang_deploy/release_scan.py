@@ -1,0 +1,120 @@
+"""Static readings of an SGLang release's own source, for `sglang-deploy sglang add` (release_add.py).
+
+Standard library only (ast, re): nothing of SGLang is imported. Three readings:
+- ``env_registry``: the variables SGLang's registry declares (sglang/srt/environ.py, ``class Envs``: ``NAME =
+  EnvBool(default)`` ...), each with its type, default and file:line;
+- ``requires_dist``: the wheel's own requirements (its METADATA ``Requires-Dist`` lines, markers kept);
+- ``dest_uses``: where the code reads a dest (``server_args.<dest>`` or ``args.<dest>``), each use labelled by what
+  the lines around it do (listeners and sockets, file writes, imports and unpickling, subprocesses, outbound
+  fetches, authentication), and a suggested class from those labels. A suggestion never allows by itself: the
+  dest is written "unreviewed" and refused until a person commits a class.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import zipfile
+from pathlib import Path
+
+# What a use of a dest does, read from the lines around it (its statement and the two lines on each side).
+USE_PATTERNS = {
+    "listener": re.compile(r"\b(bind|listen|serve|uvicorn|socket\.socket|zmq\.(?:REP|ROUTER|PULL|PUB)|"
+                           r"start_server|HTTPServer|grpc\.server|add_insecure_port|host|port)\b"),
+    "file-write": re.compile(r"\b(open\([^)]*['\"][wa]b?['\"]|write_text|write_bytes|makedirs|mkdir|\.dump\(|"
+                             r"save_pretrained|torch\.save|shutil\.(?:copy|move))"),
+    "import": re.compile(r"\b(importlib|import_module|__import__|pickle\.loads?|dill\.loads?|torch\.load|exec\(|"
+                         r"eval\(|trust_remote_code|from_pretrained|getattr\(module)"),
+    "subprocess": re.compile(r"\b(subprocess|Popen|os\.system|os\.exec|multiprocessing\.Process|spawn)\b"),
+    "outbound": re.compile(r"\b(requests\.(?:get|post)|aiohttp|urlopen|http://|https://|snapshot_download|"
+                           r"hf_hub_download|connect\(|ClientSession|zmq\.(?:REQ|DEALER|PUSH|SUB))"),
+    "auth": re.compile(r"\b(api_key|admin_api_key|secret|password|authorization|Bearer|auth_token)\b", re.IGNORECASE),
+}
+# The class each label suggests, strongest first (the classes of flag_classes.CLASSES).
+SUGGESTION = (("import", "code"), ("subprocess", "code"), ("listener", "exposure"), ("outbound", "exposure"),
+              ("auth", "exposure"), ("file-write", "exposure"))
+SKIP_DIRS = ("test", "tests", "benchmark", "multimodal_gen")
+
+
+def env_registry(environ_py: Path, root: Path) -> dict[str, dict]:
+    """name -> {"type", "default", "source": "srt/environ.py:N"} for each ``NAME = EnvX(...)`` of ``class Envs``."""
+    text = environ_py.read_text()
+    relative = environ_py.relative_to(root).as_posix()
+    found = {}
+    for node in ast.walk(ast.parse(text)):
+        if not isinstance(node, ast.ClassDef) or node.name != "Envs":
+            continue
+        for statement in node.body:
+            if (isinstance(statement, ast.Assign) and len(statement.targets) == 1
+                    and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Call)
+                    and isinstance(statement.value.func, ast.Name) and statement.value.func.id.startswith("Env")):
+                call = statement.value
+                default = ast.get_source_segment(text, call.args[0]) if call.args else None
+                found[statement.targets[0].id] = {"type": call.func.id, "default": default,
+                                                  "source": f"{relative}:{statement.lineno}"}
+    return found
+
+
+def requires_dist(wheel: Path) -> list[str]:
+    """The wheel's METADATA Requires-Dist lines, in order."""
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(name).decode()
+    header = text.split("\n\n", 1)[0]
+    return [line.split(":", 1)[1].strip() for line in header.splitlines() if line.startswith("Requires-Dist:")]
+
+
+def pinned(requirements: list[str]) -> dict[str, str]:
+    """normalized name -> exact version, for the requirements pinned with == and no environment marker limiting
+    them to another platform (an `extra ==` marker leaves it out too)."""
+    pins = {}
+    for requirement in requirements:
+        spec, _, marker = requirement.partition(";")
+        if "extra ==" in marker or "platform_machine == \"aarch64\"" in marker and "!=" not in marker:
+            continue
+        match = re.fullmatch(r"\s*([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?\s*==\s*([^,\s]+)\s*", spec)
+        if match:
+            pins[normalize(match.group(1))] = match.group(2)
+    return pins
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _python_files(package: Path):
+    for path in sorted(package.rglob("*.py")):
+        if not any(part in SKIP_DIRS for part in path.relative_to(package).parts):
+            yield path
+
+
+def dest_uses(package: Path, dests: set[str], root: Path) -> dict[str, list[dict]]:
+    """dest -> [{"source": "srt/x.py:N", "labels": [...]}] for every ``server_args.<dest>`` / ``args.<dest>`` /
+    ``self.<dest>`` inside server_args.py, read in <package> (the release's sglang/ directory)."""
+    if not dests:
+        return {}
+    pattern = re.compile(r"\b(?:server_args|args|self)\.(" + "|".join(sorted(map(re.escape, dests))) + r")\b")
+    uses: dict[str, list[dict]] = {dest: [] for dest in dests}
+    for path in _python_files(package):
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError:
+            continue
+        relative = path.relative_to(root).as_posix()
+        for number, line in enumerate(lines, 1):
+            for match in pattern.finditer(line):
+                if line.lstrip().startswith("#"):
+                    continue
+                window = "\n".join(lines[max(0, number - 3):number + 2])
+                labels = sorted(label for label, regex in USE_PATTERNS.items() if regex.search(window))
+                uses[match.group(1)].append({"source": f"{relative}:{number}", "labels": labels})
+    return uses
+
+
+def suggest(uses: list[dict]) -> tuple[str, list[str]]:
+    """A suggested class from the labels of a dest's uses, and the labels seen (allowed when none is seen)."""
+    seen = sorted({label for use in uses for label in use["labels"]})
+    for label, kind in SUGGESTION:
+        if label in seen:
+            return kind, seen
+    return "allowed", seen
