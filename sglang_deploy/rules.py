@@ -82,7 +82,7 @@ WEIGHTS_PATH_DESTS = {
     "speculative_ngram_external_corpus_path": False, "chat_template": True, "completion_template": True,
 }
 # Packages sglang.pins may name without a waiver: the exact names (normalized) of the CUDA, torch and kernel stack
-# SGLang 0.5.23 is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
+# SGLang is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
 # packages among them). Not prefixes: anyone can register a name under nvidia-* or cuda-*. Any other package is code
 # a pull request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
 _CUDA_LIBS = ("cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "cufft", "cufile", "curand", "cusolver",

@@ -34,7 +34,7 @@ class UnknownRelease(LookupError):
 
 
 def version_key(version: str) -> tuple:
-    """0.5.9 < 0.5.10 < 0.5.10.post1 < 0.5.11 (numbers compared as numbers, a post release after its base)."""
+    """x.y.9 < x.y.10 < x.y.10.post1 < x.y.11 (numbers compared as numbers, a post release after its base)."""
     parts = re.findall(r"\d+|[a-z]+", version)
     return tuple((0, int(p)) if p.isdigit() else (-1 if p in ("a", "b", "rc", "dev") else 1, p) for p in parts)
 

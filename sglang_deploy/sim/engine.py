@@ -283,7 +283,7 @@ class Engine:
         return "".join(out)
 
     def memory_usage(self) -> dict:
-        """SGLang 0.5.23's schema: GB per GPU, graph memory per capture phase (0 = not captured)."""
+        """SGLang's schema: GB per GPU, graph memory per capture phase (0 = not captured)."""
         weights = self.model["weights_gib"] / self.eff.tp
         phases = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"), 0.0)
         if self.eff.decode_graphs:

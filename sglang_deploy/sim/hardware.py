@@ -52,14 +52,14 @@ class Effective:
 
 
 # SGLang's own custom all-reduce warning when P2P is missing
-# (srt/distributed/device_communicators/custom_all_reduce_utils.py, 0.5.23).
+# (srt/distributed/device_communicators/custom_all_reduce_utils.py).
 CUSTOM_ALLREDUCE_NO_P2P = ("CustomAllreduce is disabled because your platform lacks GPU P2P capability or P2P test "
                            "failed. To silence this warning, specify disable_custom_all_reduce=True explicitly.")
 
 
 def default_decode_max_bs(gpu_memory_gib: float, tp: int) -> int:
     """The decode graph batch limit SGLang picks by GPU memory when none is given
-    (srt/arg_groups/memory_hook.py handle_gpu_memory_settings, 0.5.23: lines 89-180)."""
+    (srt/arg_groups/memory_hook.py handle_gpu_memory_settings: lines 89-180)."""
     mib = gpu_memory_gib * 1024
     if mib < 20 * 1024:
         return 8
@@ -133,7 +133,7 @@ def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None)
     )
 
 
-# SGLang 0.5.23's EAGLE worker when an EAGLE3 run names a map (speculative/eagle_worker_v2.py init_token_map).
+# SGLang's EAGLE worker when an EAGLE3 run names a map (speculative/eagle_worker_v2.py init_token_map).
 EAGLE3_IGNORES_MAP = ("Speculative token map specified, but EAGLE3 models already have this. Ignoring the specified "
                       "token map.")
 
@@ -379,7 +379,7 @@ def draw_accepted(probabilities: list[float], rng: random.Random, position: int 
 
 
 def count_correct_drafts(histogram: list, accepted_drafts: int) -> None:
-    """SGLang 0.5.23's Req.update_spec_correct_drafts_histogram (schedule_batch.py): one verify step that accepted
+    """SGLang's Req.update_spec_correct_drafts_histogram (schedule_batch.py): one verify step that accepted
     `accepted_drafts` draft tokens (the bonus token excluded) counted at that index."""
     if len(histogram) <= accepted_drafts:
         histogram.extend([0] * (accepted_drafts - len(histogram) + 1))

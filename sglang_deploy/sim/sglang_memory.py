@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's own memory arithmetic for the modelled Scheduler (sglang_scheduler.py), in SGLang's scheduler
+"""SGLang's own memory arithmetic for the modelled Scheduler (sglang_scheduler.py), in SGLang's scheduler
 process: the KV pool, the mamba state cache and its per-draft-token intermediate SSM scratch, and the cap on running
 requests, computed by SGLang's ``KVCacheConfigurator`` (mem_cache/kv_cache_configurator.py) and its pool
 configurator from the checkpoint's ``config.json`` (SGLang's ``ModelConfig``), the resolved server args (the

@@ -1,4 +1,4 @@
-"""SIMULATED: the one class of SGLang 0.5.23 the simulated host replaces, ``sglang.srt.managers.scheduler.Scheduler``.
+"""SIMULATED: the one class of SGLang the simulated host replaces, ``sglang.srt.managers.scheduler.Scheduler``.
 
 Everything around it is SGLang's own code: ``sglang serve``, the whole resolution, the HTTP server and its auth,
 TokenizerManager (tokenizer, chat template, OpenAI layer, ``meta_info``), the detokenizer process, and

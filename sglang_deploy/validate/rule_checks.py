@@ -45,7 +45,7 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
 PROVEN_FLOORS = {"min_accept_length": 2.8, "min_decode_tok_s": 45}
 
 
-# What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
+# What SGLang logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
 # _handle_dflash): the release would verify blocks the drafter was not trained for.
 DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model config",  # the config raised
                          "speculative_num_draft_tokens is not set; defaulting to")  # it has no block_size
