@@ -36,10 +36,12 @@ SUGGESTION = (("import", "code"), ("subprocess", "code"), ("listener", "exposure
 SKIP_DIRS = ("test", "tests", "benchmark", "multimodal_gen")
 
 
-def env_registry(environ_py: Path, root: Path) -> dict[str, dict]:
-    """name -> {"type", "default", "source": "srt/environ.py:N"} for each ``NAME = EnvX(...)`` of ``class Envs``."""
-    text = environ_py.read_text()
-    relative = environ_py.relative_to(root).as_posix()
+def env_registry_of(sources: dict[str, list[str]], path: str = "srt/environ.py") -> dict[str, dict]:
+    """name -> {"type", "default", "source": "srt/environ.py:N"} for each ``NAME = EnvX(...)`` of ``class Envs``
+    (sources: the release's files under sglang/, as lines; empty when the release has no such registry)."""
+    if path not in sources:
+        return {}
+    text = "\n".join(sources[path])
     found = {}
     for node in ast.walk(ast.parse(text)):
         if not isinstance(node, ast.ClassDef) or node.name != "Envs":
@@ -51,8 +53,14 @@ def env_registry(environ_py: Path, root: Path) -> dict[str, dict]:
                 call = statement.value
                 default = ast.get_source_segment(text, call.args[0]) if call.args else None
                 found[statement.targets[0].id] = {"type": call.func.id, "default": default,
-                                                  "source": f"{relative}:{statement.lineno}"}
+                                                  "source": f"{path}:{statement.lineno}"}
     return found
+
+
+def env_registry(environ_py: Path, root: Path) -> dict[str, dict]:
+    """env_registry_of for an installed release (root: its sglang/ directory)."""
+    relative = environ_py.relative_to(root).as_posix()
+    return env_registry_of({relative: environ_py.read_text().splitlines()}, relative)
 
 
 def requires_dist(wheel: Path) -> list[str]:
@@ -82,29 +90,24 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _python_files(package: Path):
-    for path in sorted(package.rglob("*.py")):
-        if not any(part in SKIP_DIRS for part in path.relative_to(package).parts):
-            yield path
-
-
-def dest_uses(package: Path, dests: set[str], root: Path) -> dict[str, list[dict]]:
-    """dest -> [{"source": "srt/x.py:N", "labels": [...]}] for every ``server_args.<dest>`` / ``args.<dest>`` /
-    ``self.<dest>`` inside server_args.py, read in <package> (the release's sglang/ directory)."""
+def dest_uses_in(sources: dict[str, list[str]], dests: set[str]) -> dict[str, list[dict]]:
+    """dest -> [{"source": "srt/x.py:N", "labels": [...]}] for every ``server_args.<dest>``, ``args.<dest>`` or
+    ``self.<dest>`` in the release's files (sources: path under sglang/ -> lines; tests and benchmarks skipped)."""
     if not dests:
         return {}
-    pattern = re.compile(r"\b(?:server_args|args|self)\.(" + "|".join(sorted(map(re.escape, dests))) + r")\b")
+    names = "|".join(sorted(map(re.escape, dests)))
+    anywhere = re.compile(r"\b(?:server_args|args)\.(" + names + r")\b")
+    own = re.compile(r"\b(?:server_args|args|self)\.(" + names + r")\b")  # ServerArgs' own methods and hooks
     uses: dict[str, list[dict]] = {dest: [] for dest in dests}
-    for path in _python_files(package):
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError:
+    for relative in sorted(sources):
+        if any(part in SKIP_DIRS for part in relative.split("/")[:-1]):
             continue
-        relative = path.relative_to(root).as_posix()
+        pattern = own if relative.startswith(("srt/server_args", "srt/arg_groups/")) else anywhere
+        lines = sources[relative]
         for number, line in enumerate(lines, 1):
+            if line.lstrip().startswith("#"):
+                continue
             for match in pattern.finditer(line):
-                if line.lstrip().startswith("#"):
-                    continue
                 window = "\n".join(lines[max(0, number - 3):number + 2])
                 labels = sorted(label for label, regex in USE_PATTERNS.items() if regex.search(window))
                 uses[match.group(1)].append({"source": f"{relative}:{number}", "labels": labels})
