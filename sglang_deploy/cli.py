@@ -154,7 +154,7 @@ def cmd_token_map(args: argparse.Namespace) -> int:
 
 
 def cmd_sglang_add(args: argparse.Namespace) -> int:
-    from . import release_add
+    from .releases import add as release_add
 
     return release_add.main(args)
 

@@ -8,7 +8,9 @@ import re
 
 import pytest
 
-from sglang_deploy import release_add, release_scan, releases
+from sglang_deploy import releases
+from sglang_deploy.releases import add as release_add
+from sglang_deploy.releases import scan as release_scan
 from sglang_deploy.cli import main
 
 

@@ -85,7 +85,7 @@ def test_the_recipe_is_the_release_data():
     recipe = validator_env.recipe(version)
     assert list(recipe.full_layer) == document["full_layer"] and list(recipe.parser) == document["parser"]
     # Every pin of the recipe that the release's own METADATA pins too is at that release's version.
-    from sglang_deploy import release_scan
+    from sglang_deploy.releases import scan as release_scan
 
     pins = release_scan.pinned(document["requires_dist"])
     for requirement in recipe.parser + recipe.full_layer + recipe.frontend_pins + recipe.torch:

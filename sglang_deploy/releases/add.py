@@ -13,7 +13,7 @@ PIP_CACHE_DIR):
 4. the dest classes: a dest whose option record (names, action, nargs, choices, type) is unchanged keeps the nearest
    reviewed release's class; a new or changed one is written "unreviewed" (refused, as a dest nobody classified)
    with a class suggested by a static reading of where VERSION's code uses it, with each use's file:line
-   (release_scan.py). The suggestion never allows by itself: a person reviews and commits the class;
+   (releases/scan.py). The suggestion never allows by itself: a person reviews and commits the class;
 5. the environment: the reviewed allow-list, less the SGLANG_* names VERSION's registry (srt/environ.py) no longer
    declares, with VERSION's registry; its new names listed for review;
 6. the log lines the tool reads, found again in VERSION's code (file:line), and the hooks and hints carried over.
@@ -32,7 +32,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import release_scan, releases
+from . import scan as release_scan
+from .. import releases
 
 RECIPE_LISTS = ("parser", "torch", "full_layer", "frontend", "frontend_pins")
 # The fields of an option that make it another option when they change (its default is reported, not re-reviewed).
@@ -170,7 +171,7 @@ def download(version: str, into: Path) -> Path:
     existing = sorted(into.glob(f"sglang-{version}-*.whl"))
     if existing:
         return existing[0]
-    from .validator_env import scrubbed_environment
+    from ..validator_env import scrubbed_environment
 
     result = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
                              "-d", str(into), f"sglang=={version}"], capture_output=True, text=True,
@@ -189,7 +190,7 @@ def _write(folder: Path, name: str, document: dict) -> None:
 
 def add(version: str, check: bool = False, force: bool = False, build_env: bool = True, log=print) -> Added:
     """Write (or, with check, compare) releases/<version>/; see the module's docstring."""
-    from . import validator_env
+    from .. import validator_env
 
     target = releases.folder(version)
     if target.exists() and not (check or force):
@@ -255,7 +256,7 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
         _write(staged, "hints.json", releases.require(base, "hints.json"))
         _write(staged, "hooks.json", releases.require(base, "hooks.json"))
         _write(staged, "release.json", {
-            "version": version, "added": "sglang-deploy sglang add (release_add.py)", "base": base,
+            "version": version, "added": "sglang-deploy sglang add (releases/add.py)", "base": base,
             "wheel": wheel.name, "new_dests": new, "changed_dests": changed, "removed_dests": removed,
             "defaults_changed": defaults,
             "review": "each unreviewed dest in classes.json: read its uses, write its class and why, commit"})
