@@ -43,8 +43,9 @@ def test_unchanged_dests_keep_their_class_new_and_changed_ones_are_unreviewed_wi
     table = {"actions": [action("port", type="int"), action("mem_fraction_static", type="float", default=0.8),
                          action("attention_backend", choices=["fa3", "triton", "new"]),
                          action("plugin_path"), action("quiet_knob", type="int")]}
-    new, changed, removed, defaults = release_add.diff_dests(base_table, table)
+    new, changed, removed, defaults, narrow = release_add.diff_dests(base_table, table)
     assert (new, changed, removed) == (["plugin_path", "quiet_knob"], ["attention_backend"], ["gone"])
+    assert narrow == []
     assert defaults == {"mem_fraction_static": [0.9, 0.8]}
     sources = {"srt/plugins.py": ["def load(server_args):", "    import importlib",
                                   "    return importlib.import_module(server_args.plugin_path)"],
@@ -65,6 +66,28 @@ def test_unchanged_dests_keep_their_class_new_and_changed_ones_are_unreviewed_wi
     assert classes["dests"]["attention_backend"][1].startswith("changed since 9.9.9")
     assert "gone" not in classes["dests"]
     assert classes["suggestions"]["plugin_path"]["suggested"] == "code"
+
+
+def test_fewer_spellings_or_choices_keep_the_class_more_do_not():
+    base_table = {"actions": [action("lora_backend", choices=["triton", "csgmv", "triton_v2"]),
+                              action("enable_x", kind="store_true", options=["--enable-x", "--no-enable-x"]),
+                              action("parser", choices=["a", "b"]), action("size", type="int")]}
+    table = {"actions": [action("lora_backend", choices=["triton", "csgmv"]),
+                         action("enable_x", kind="store_true", options=["--enable-x"]),
+                         action("parser", choices=["a", "b", "c"]), action("size", type="str")]}
+    new, changed, removed, _, narrow = release_add.diff_dests(base_table, table)
+    assert narrow == ["enable_x", "lora_backend"] and changed == ["parser", "size"] and new == removed == []
+
+
+def test_the_uses_are_found_in_each_form_sglang_reads_a_dest():
+    sources = {"srt/a.py": ["if get_global_server_args().moe_runner_backend == 'x':"],
+               "srt/b.py": ["backend = global_server_args_dict[\"moe_runner_backend\"]"],
+               "srt/c.py": ["if get_spec().moe_runner_backend:", "moe_runner_backendx = 1"],
+               "srt/server_args.py": ["    if self.moe_runner_backend == 'auto':"],
+               "srt/test/test_a.py": ["args.moe_runner_backend"]}  # tests are not read
+    uses = release_scan.dest_uses_in(sources, {"moe_runner_backend"})
+    assert [use["source"] for use in uses["moe_runner_backend"]] == ["srt/a.py:1", "srt/b.py:1", "srt/c.py:1",
+                                                                     "srt/server_args.py:1"]
 
 
 @pytest.mark.parametrize("text,label", [

@@ -54,6 +54,7 @@ class Added:
     new_dests: list[str] = field(default_factory=list)
     changed_dests: list[str] = field(default_factory=list)
     removed_dests: list[str] = field(default_factory=list)
+    narrowed_dests: list[str] = field(default_factory=list)
     defaults_changed: dict[str, list] = field(default_factory=dict)
     moved_pins: dict[str, list] = field(default_factory=dict)
     new_env: list[str] = field(default_factory=list)
@@ -89,17 +90,31 @@ def derive_recipe(base: dict, requires_dist: list[str]) -> tuple[dict, dict]:
     return recipe, moved
 
 
-def diff_dests(base_table: dict, table: dict) -> tuple[list[str], list[str], list[str], dict[str, list]]:
-    """(new, changed, removed, defaults changed) between two option tables, by dest."""
+def narrowed(old: dict, now: dict) -> bool:
+    """The option accepts a subset of what the reviewed one accepts: the same action, nargs, type and requiredness,
+    its spellings and choices among the reviewed ones (an older release without a --no-X form or a newer choice).
+    What a profile may write with it is what the reviewed class already covers."""
+    same = all(now.get(key) == old.get(key) for key in ("kind", "nargs", "type", "required"))
+    options = set(now.get("options") or []) <= set(old.get("options") or [])
+    choices = now.get("choices") == old.get("choices") or (
+        now.get("choices") is not None and old.get("choices") is not None
+        and set(now["choices"]) <= set(old["choices"]))
+    return same and options and choices
+
+
+def diff_dests(base_table: dict, table: dict) -> tuple[list[str], list[str], list[str], dict[str, list], list[str]]:
+    """(new, changed, removed, defaults changed, narrowed) between two option tables, by dest. A narrowed dest
+    (narrowed()) is not "changed": it keeps its class."""
     old = {action["dest"]: action for action in base_table["actions"]}
     now = {action["dest"]: action for action in table["actions"]}
     new = sorted(set(now) - set(old))
     removed = sorted(set(old) - set(now))
-    changed = sorted(d for d in set(now) & set(old)
-                     if any(now[d].get(key) != old[d].get(key) for key in SHAPE))
+    differs = sorted(d for d in set(now) & set(old) if any(now[d].get(key) != old[d].get(key) for key in SHAPE))
+    narrow = [d for d in differs if narrowed(old[d], now[d])]
+    changed = [d for d in differs if d not in narrow]
     defaults = {d: [old[d].get("default"), now[d].get("default")] for d in sorted(set(now) & set(old))
                 if now[d].get("default") != old[d].get("default")}
-    return new, changed, removed, defaults
+    return new, changed, removed, defaults, narrow
 
 
 def classes_for(base_classes: dict, table: dict, new: list[str], changed: list[str], uses: dict[str, list],
@@ -143,8 +158,8 @@ def relocate_log_lines(base_lines: dict, sources: dict[str, list[str]]) -> tuple
             path = source.rsplit(":", 1)[0]
             hits = [f"{path}:{n}" for n, text in enumerate(sources.get(path, []), 1) if text.strip() == needle]
             if not hits:
-                hits = [f"{other}:{n}" for other, lines in sources.items() for n, text in enumerate(lines, 1)
-                        if text.strip() == needle][:1]
+                hits = [f"{other}:{n}" for other, lines in sources.items() if any(needle in t for t in lines)
+                        for n, text in enumerate(lines, 1) if text.strip() == needle][:1]
             if hits:
                 found.append(hits[0])
             else:
@@ -238,8 +253,9 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
         (staged / "options.json").write_text(staged_table)
 
         base_table = releases.require(base, "options.json")
-        new, changed, removed, defaults = diff_dests(base_table, table)
+        new, changed, removed, defaults, narrow = diff_dests(base_table, table)
         result.new_dests, result.changed_dests, result.removed_dests = new, changed, removed
+        result.narrowed_dests = narrow
         result.defaults_changed = defaults
         dests = {a["dest"] for a in table["actions"] if a["dest"] in set(new) | set(changed)}
         uses = release_scan.dest_uses_in(sources, dests)
@@ -258,7 +274,7 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
         _write(staged, "release.json", {
             "version": version, "added": "sglang-deploy sglang add (releases/add.py)", "base": base,
             "wheel": wheel.name, "new_dests": new, "changed_dests": changed, "removed_dests": removed,
-            "defaults_changed": defaults,
+            "narrowed_dests": narrow, "defaults_changed": defaults,
             "review": "each unreviewed dest in classes.json: read its uses, write its class and why, commit"})
         step("environment and log lines", now)
         result.seconds["total"] = round(time.monotonic() - started, 1)
@@ -304,7 +320,8 @@ def report(result: Added) -> str:
              f"  recipe: {len(result.moved_pins)} pins moved to the release's own: "
              + (", ".join(f"{old} -> {new.split('==')[1]}" for old, new in result.moved_pins.values()) or "none"),
              f"  dests: {len(result.new_dests)} new, {len(result.changed_dests)} changed (unreviewed: refused until "
-             f"classified), {len(result.removed_dests)} removed, {len(result.defaults_changed)} defaults changed"]
+             f"classified), {len(result.narrowed_dests)} narrowed (fewer spellings or choices: class kept), "
+             f"{len(result.removed_dests)} removed, {len(result.defaults_changed)} defaults changed"]
     for dest in result.new_dests + result.changed_dests:
         lines.append(f"    unreviewed {dest}")
     if result.removed_dests:

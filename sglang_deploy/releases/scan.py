@@ -51,7 +51,7 @@ def env_registry_of(sources: dict[str, list[str]], path: str = "srt/environ.py")
                     and isinstance(statement.targets[0], ast.Name) and isinstance(statement.value, ast.Call)
                     and isinstance(statement.value.func, ast.Name) and statement.value.func.id.startswith("Env")):
                 call = statement.value
-                default = ast.get_source_segment(text, call.args[0]) if call.args else None
+                default = ast.unparse(call.args[0]) if call.args else None
                 found[statement.targets[0].id] = {"type": call.func.id, "default": default,
                                                   "source": f"{path}:{statement.lineno}"}
     return found
@@ -91,18 +91,18 @@ def normalize(name: str) -> str:
 
 
 def dest_uses_in(sources: dict[str, list[str]], dests: set[str]) -> dict[str, list[dict]]:
-    """dest -> [{"source": "srt/x.py:N", "labels": [...]}] for every ``server_args.<dest>``, ``args.<dest>`` or
-    ``self.<dest>`` in the release's files (sources: path under sglang/ -> lines; tests and benchmarks skipped)."""
+    """dest -> [{"source": "srt/x.py:N", "labels": [...]}] for every ``.<dest>`` or quoted ``"<dest>"`` in the
+    release's files (sources: path under sglang/ -> lines; tests and benchmarks skipped)."""
     if not dests:
         return {}
     names = "|".join(sorted(map(re.escape, dests)))
-    anywhere = re.compile(r"\b(?:server_args|args)\.(" + names + r")\b")
-    own = re.compile(r"\b(?:server_args|args|self)\.(" + names + r")\b")  # ServerArgs' own methods and hooks
+    # Any attribute read (server_args.X, get_global_server_args().X, get_spec().X, cfg.X, self.X) or quoted name
+    # (["X"], get("X"), field lists): a dest's name is specific enough that each hit is worth a reviewer's look.
+    pattern = re.compile(r"\.(" + names + r")\b|[\"'](" + names + r")[\"']")
     uses: dict[str, list[dict]] = {dest: [] for dest in dests}
     for relative in sorted(sources):
         if any(part in SKIP_DIRS for part in relative.split("/")[:-1]):
             continue
-        pattern = own if relative.startswith(("srt/server_args", "srt/arg_groups/")) else anywhere
         lines = sources[relative]
         for number, line in enumerate(lines, 1):
             if line.lstrip().startswith("#"):
@@ -110,7 +110,8 @@ def dest_uses_in(sources: dict[str, list[str]], dests: set[str]) -> dict[str, li
             for match in pattern.finditer(line):
                 window = "\n".join(lines[max(0, number - 3):number + 2])
                 labels = sorted(label for label, regex in USE_PATTERNS.items() if regex.search(window))
-                uses[match.group(1)].append({"source": f"{relative}:{number}", "labels": labels})
+                dest = next(group for group in match.groups() if group)
+                uses[dest].append({"source": f"{relative}:{number}", "labels": labels})
     return uses
 
 
