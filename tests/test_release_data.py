@@ -168,3 +168,38 @@ def test_the_host_log_patterns_are_the_releases_log_lines():
         for name, regex in readers.items():
             assert lines[name]["pattern"] == regex.pattern, (version, name)
             assert lines[name]["source"], (version, name)
+
+
+# --- an upgrade: the resolved-argument diff between two releases (releases/upgrade.py) --------------------------------
+
+def test_the_resolved_diff_names_changed_defaults_apart_from_the_profile_s_flags_and_masks_secrets():
+    from sglang_deploy.releases import upgrade
+
+    old = {"attention_backend": "flashinfer", "chunked_prefill_size": 2048, "api_key": "sk-old", "gone": 1,
+           "tp_size": 2}
+    new = {"attention_backend": "fa3", "chunked_prefill_size": 4096, "api_key": "sk-new", "added": True,
+           "tp_size": 2}
+    changes = upgrade.resolved_diff(old, new)
+    assert [c.dest for c in changes] == ["added", "api_key", "attention_backend", "chunked_prefill_size", "gone"]
+    lines = upgrade.describe("1.0.0", "1.1.0", changes, {"chunked_prefill_size"})
+    text = "\n".join(lines)
+    assert "sk-old" not in text and "sk-new" not in text
+    assert lines[0].startswith("Diff: resolved arguments, SGLang 1.0.0 -> 1.1.0") and "5 differ" in lines[0]
+    unset = text.split("set by the profile:")[0]
+    assert "attention_backend: 'flashinfer' -> 'fa3'" in unset and "chunked_prefill_size" not in unset
+    assert "chunked_prefill_size: 2048 -> 4096" in text.split("  set by the profile:")[1]
+    assert "gone: 1 -> '<absent>'" in text and "added: '<absent>' -> True" in text
+    assert upgrade.describe("1.0.0", "1.0.0", [], set())[0].endswith("none differ for this profile")
+
+
+def test_the_same_release_on_both_sides_resolves_the_proven_profile_alike():
+    """The old side is the profile with only sglang.version changed, resolved in that release's own env: with the same
+    release on both sides nothing differs (the real resolution, not a stub)."""
+    from sglang_deploy.releases import upgrade
+
+    profile = load_profile(PROVEN)
+    report = check_profile(profile, gpus=2, topology="pcie", path="full")
+    assert report.resolution and report.resolution["resolved"]
+    lines = upgrade.for_profile(profile, profile.sglang.version, report.resolution)
+    assert lines == [f"Diff: resolved arguments, SGLang {profile.sglang.version} -> {profile.sglang.version}: none "
+                     "differ for this profile"]
