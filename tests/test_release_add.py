@@ -164,3 +164,23 @@ def test_an_added_release_records_its_base_its_recipe_and_its_unreviewed_dests(v
     for dest in unreviewed:
         assert "suggested:" in classes["dests"][dest][1]
     assert json.dumps(classes)  # readable
+
+
+def test_a_half_written_folder_is_written_again_not_refused(tmp_path, monkeypatch):
+    """An add interrupted after the recipe (no option table yet) leaves a folder the next add completes; the profile
+    meanwhile gets the add command in its refusal (test_release_data.py)."""
+    base = releases.newest_reviewed()
+    (tmp_path / base).mkdir()
+    for path in releases.folder(base).iterdir():  # a reviewed base to diff against
+        (tmp_path / base / path.name).write_bytes(path.read_bytes())
+    (tmp_path / "0.0.1").mkdir()
+    (tmp_path / "0.0.1" / "dependencies.json").write_text("{}")
+    monkeypatch.setattr(releases, "RELEASES_DIR", tmp_path)
+
+    def missing(version, into):
+        raise release_add.AddError(f"sglang.version {version}: SGLang {version} is not on the package index")
+
+    monkeypatch.setattr(release_add, "download", missing)
+    with pytest.raises(release_add.AddError, match="not on the package index"):
+        release_add.add("0.0.1", log=lambda text: None)
+    assert releases.versions() == [base]  # the half-written folder is no release

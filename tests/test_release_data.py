@@ -203,3 +203,17 @@ def test_the_same_release_on_both_sides_resolves_the_proven_profile_alike():
     lines = upgrade.for_profile(profile, profile.sglang.version, report.resolution)
     assert lines == [f"Diff: resolved arguments, SGLang {profile.sglang.version} -> {profile.sglang.version}: none "
                      "differ for this profile"]
+
+
+def test_check_of_an_unknown_release_names_the_field_and_the_command_and_builds_nothing(tmp_path, capsys):
+    from sglang_deploy.cli import main
+
+    profile = proven_with(tmp_path, 'version: "0.5.23"', 'version: "0.0.1"')
+    assert main(["check", str(profile), "--gpus", "2"]) == 2  # auto: no table, no environment -> full
+    err = capsys.readouterr().err
+    assert "sglang.version 0.0.1" in err and "`sglang-deploy sglang add 0.0.1`" in err
+    assert not validator_env.env_dir("0.0.1").exists()
+    assert not (validator_env.CACHE_DIR / "validators" / ".sglang-0.0.1.lock").exists()
+    assert main(["check", str(profile), "--gpus", "2", "--light"]) == 2
+    err = capsys.readouterr().err
+    assert "sglang.version 0.0.1: no exported option table" in err and "sglang-deploy sglang add 0.0.1" in err

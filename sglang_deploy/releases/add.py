@@ -208,7 +208,7 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
     from .. import validator_env
 
     target = releases.folder(version)
-    if target.exists() and not (check or force):
+    if (target / "options.json").exists() and not (check or force):  # a folder an interrupted add left: go on
         raise AddError(f"releases/{version}/ exists; --check compares it with what this command derives, --force "
                        "writes it again (review notes are lost)")
     if releases.read(version, "options.json") is None and check:
