@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                             allow_abbrev=False)
     add.add_argument("version", help="an exact SGLang release on the package index")
     add.add_argument("--check", action="store_true", help="write nothing; compare with the committed folder")
-    add.add_argument("--force", action="store_true", help="write the folder again (review notes are lost)")
+    add.add_argument("--force", action="store_true", help="write the folder again (the classes a person wrote are kept)")
     add.add_argument("--no-env", action="store_true", help="reuse the committed option table (no validator env)")
     add.set_defaults(func=cmd_sglang_add)
     proxmox = sub.add_parser("proxmox-config", help="print the Proxmox CT configuration a host needs (from its facts)",

@@ -148,6 +148,39 @@ def environment_for(base_env: dict, registry: dict[str, dict]) -> tuple[dict, li
     return document, new, dropped
 
 
+def keep_reviews(classes: dict, committed: dict | None) -> list[str]:
+    """Where the derivation wrote "unreviewed" and the committed folder holds a person's class for that dest, keep
+    the person's (in place); the dests kept."""
+    kept = []
+    for dest, entry in classes["dests"].items():
+        theirs = (committed or {}).get("dests", {}).get(dest)
+        if entry[0] == releases.UNREVIEWED and theirs and theirs[0] != releases.UNREVIEWED:
+            classes["dests"][dest] = list(theirs)
+            kept.append(dest)
+    return kept
+
+
+def hook_problems(version: str, allowed: dict) -> list[str]:
+    """The startup hooks of the release's validator environment (when built) that its reviewed list does not accept
+    (hostside/venv_hooks.py's reading, with this list), as sentences; a reviewer adds a real one to "pth"."""
+    from .. import validator_env
+    from ..hostside import venv_hooks
+
+    if not validator_env.env_built(version):
+        return []
+    saved = dict(venv_hooks.ALLOWED_PTH)
+    venv_hooks.ALLOWED_PTH.clear()
+    venv_hooks.ALLOWED_PTH.update(allowed)
+    try:
+        found = [problem for site in venv_hooks.site_dirs(str(validator_env.env_dir(version)))
+                 for problem in venv_hooks.hook_problems(site)]
+    finally:
+        venv_hooks.ALLOWED_PTH.clear()
+        venv_hooks.ALLOWED_PTH.update(saved)
+    root = str(validator_env.env_dir(version))
+    return [problem.replace(root, "<validator env>") for problem in found]
+
+
 def relocate_log_lines(base_lines: dict, sources: dict[str, list[str]]) -> tuple[dict, list[str]]:
     """log-lines.json of the new release: each needle (the source line's text) found again in the release's files."""
     document = json.loads(json.dumps(base_lines))
@@ -210,7 +243,7 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
     target = releases.folder(version)
     if (target / "options.json").exists() and not (check or force):  # a folder an interrupted add left: go on
         raise AddError(f"releases/{version}/ exists; --check compares it with what this command derives, --force "
-                       "writes it again (review notes are lost)")
+                       "writes it again (the classes a person wrote are kept)")
     if releases.read(version, "options.json") is None and check:
         raise AddError(f"releases/{version}/ has nothing to compare with: run `sglang-deploy sglang add {version}`")
     started = time.monotonic()
@@ -260,6 +293,8 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
         dests = {a["dest"] for a in table["actions"] if a["dest"] in set(new) | set(changed)}
         uses = release_scan.dest_uses_in(sources, dests)
         classes = classes_for(releases.require(base, "classes.json")["dests"], table, new, changed, uses, base)
+        committed = releases.read(version, "classes.json") if not check else None
+        kept = keep_reviews(classes, committed)  # --force keeps what a person classified
         _write(staged, "classes.json", classes)
         now = step("dest diff", now)
 
@@ -270,12 +305,17 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
         log_lines, result.lost_log_lines = relocate_log_lines(releases.require(base, "log-lines.json"), sources)
         _write(staged, "log-lines.json", log_lines)
         _write(staged, "hints.json", releases.require(base, "hints.json"))
-        _write(staged, "hooks.json", releases.require(base, "hooks.json"))
-        _write(staged, "release.json", {
-            "version": version, "added": "sglang-deploy sglang add (releases/add.py)", "base": base,
-            "wheel": wheel.name, "new_dests": new, "changed_dests": changed, "removed_dests": removed,
-            "narrowed_dests": narrow, "defaults_changed": defaults,
-            "review": "each unreviewed dest in classes.json: read its uses, write its class and why, commit"})
+        hooks = dict(releases.require(base, "hooks.json"))
+        hooks["unreviewed_in_validator_env"] = hook_problems(version, hooks["pth"])
+        _write(staged, "hooks.json", hooks)
+        record = {"version": version, "added": "sglang-deploy sglang add (releases/add.py)", "base": base,
+                  "wheel": wheel.name, "new_dests": new, "changed_dests": changed, "removed_dests": removed,
+                  "narrowed_dests": narrow, "defaults_changed": defaults,
+                  "review": "each unreviewed dest in classes.json: read its uses, write its class and why, commit"}
+        previous = releases.read(version, "release.json") if not check else None
+        if kept and previous and previous.get("reviewed_by_hand"):
+            record["reviewed_by_hand"] = {d: note for d, note in previous["reviewed_by_hand"].items() if d in kept}
+        _write(staged, "release.json", record)
         step("environment and log lines", now)
         result.seconds["total"] = round(time.monotonic() - started, 1)
 
