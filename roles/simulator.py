@@ -79,7 +79,9 @@ def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shi
     # The simulator parses its command line with SGLang's exported option table (sglang_deploy.flag_table).
     members += [(f"{lib.lstrip('/')}/sglang_deploy/{name}", (PACKAGE / name).read_bytes(), 0o644)
                 for name in ("__init__.py", "flag_table.py")]
-    members += shipment.tree(PACKAGE / "releases", f"{lib.lstrip('/')}/sglang_deploy/releases")
+    # The release folders' data and their loader (the simulator's version is the newest reviewed release's).
+    members += [member for member in shipment.tree(PACKAGE / "releases", f"{lib.lstrip('/')}/sglang_deploy/releases")
+                if not member[0].endswith(".py") or member[0].endswith("/releases/__init__.py")]
     if server == "sglang":
         shim = SGLANG_SHIM.format(python=SGLANG_PYTHON, version=profile.sglang.version, lib=lib)
         members += [(f"{lib.lstrip('/')}/{PLUGIN_DIST}/{name}", text.encode(), 0o644)
