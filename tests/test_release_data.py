@@ -217,3 +217,30 @@ def test_check_of_an_unknown_release_names_the_field_and_the_command_and_builds_
     assert main(["check", str(profile), "--gpus", "2", "--light"]) == 2
     err = capsys.readouterr().err
     assert "sglang.version 0.0.1: no exported option table" in err and "sglang-deploy sglang add 0.0.1" in err
+
+
+def test_dry_diff_of_an_upgrade_prints_the_resolved_diff_only_across_releases(monkeypatch, caplog):
+    """roles/stages.upgrade_diff's wiring (the diff itself runs for real above): asked with the active release's
+    version only under --diff and only when the profile's differs."""
+    import logging
+    import types
+
+    from conftest import store_report
+    from fakehost import run_role
+    from roles import stages
+    from sglang_deploy.releases import upgrade
+
+    asked = []
+    monkeypatch.setattr(upgrade, "for_profile", lambda profile, old, resolution, port=None, node=None:
+                        asked.append((old, profile.sglang.version)) or [f"Diff: resolved arguments, {old} -> ..."])
+    profile = load_profile(PROVEN)
+    plan = types.SimpleNamespace(profile=profile, resolution={"resolved": {"tp_size": 2}}, port=30000, node=None)
+    older = store_report({"id": "0001-aaaaaaaa", "sglang_version": "0.0.1"}, active="0001-aaaaaaaa")
+    same = store_report({"id": "0001-aaaaaaaa", "sglang_version": profile.sglang.version}, active="0001-aaaaaaaa")
+    with caplog.at_level(logging.INFO):
+        run_role(stages.upgrade_diff, plan, older, diff=False)
+        run_role(stages.upgrade_diff, plan, same, diff=True)
+        assert asked == []
+        run_role(stages.upgrade_diff, plan, older, diff=True)
+    assert asked == [("0.0.1", profile.sglang.version)]
+    assert "Diff: resolved arguments, 0.0.1 -> ..." in caplog.text
