@@ -356,7 +356,7 @@ def compare(staged: Path, committed: Path) -> dict[str, dict]:
 
 
 def report(result: Added) -> str:
-    lines = [f"SGLang {result.version}: releases/{result.version}/ against {result.base} (the nearest reviewed)",
+    lines = [f"SGLang {result.version}: {result.folder} against {result.base} (the nearest reviewed)",
              f"  recipe: {len(result.moved_pins)} pins moved to the release's own: "
              + (", ".join(f"{old} -> {new.split('==')[1]}" for old, new in result.moved_pins.values()) or "none"),
              f"  dests: {len(result.new_dests)} new, {len(result.changed_dests)} changed (unreviewed: refused until "
