@@ -60,13 +60,13 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
     """Return the validator env's python, creating the env (once, under a lock) when missing."""
     target = env_dir(version)
     python = target / "bin" / "python"
-    if _complete(target):
+    if _complete(target, version):
         return python
     recipe(version)  # an unknown release is refused before anything is made
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".sglang-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _complete(target):
+        if _complete(target, version):
             return python
         dependencies = recipe(version)
         if not quiet:
@@ -87,7 +87,7 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
                     f"could not create the validation environment for SGLang {version}: "
                     f"{' '.join(step[:6])} ... failed:\n{result.stderr.strip()[-2000:]}"
                 )
-        (target / ".complete").write_text(f"{version} recipe {ENV_RECIPE}\n")
+        (target / ".complete").write_text(f"{version} recipe {ENV_RECIPE} {_base_digest(version)}\n")
     return python
 
 
@@ -201,10 +201,24 @@ def standin_environment(version: str, gpu_facts: str) -> dict:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _complete(target: Path) -> bool:
+def _base_digest(version: str) -> str:
+    """What the base environment is built from: torch and the parser's dependencies of the release's recipe."""
+    return hashlib.sha256(json.dumps([torch_requirements(version), list(recipe(version).parser)]).encode()).hexdigest()[:16]
+
+
+def _complete(target: Path, version: str) -> bool:
+    """Built by this ENV_RECIPE and, where the marker names one, from the release's current recipe (a changed
+    releases/<version>/dependencies.json rebuilds it). A marker without a digest (written before the recipe became
+    data) is taken as it is: bump ENV_RECIPE to rebuild those."""
     try:
-        return (target / ".complete").read_text().split()[-1:] == [ENV_RECIPE]
+        words = (target / ".complete").read_text().split()
     except FileNotFoundError:
+        return False
+    if words[-1:] == [ENV_RECIPE]:
+        return True
+    try:
+        return words[-2:] == [ENV_RECIPE, _base_digest(version)]
+    except ValidatorEnvError:
         return False
 
 
@@ -250,7 +264,7 @@ def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), 
 
 def env_built(version: str) -> bool:
     """Whether the heavy environment of SGLang <version> is already here (nothing is built by asking)."""
-    return _complete(env_dir(version))
+    return _complete(env_dir(version), version)
 
 
 def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None) -> dict:

@@ -244,3 +244,20 @@ def test_dry_diff_of_an_upgrade_prints_the_resolved_diff_only_across_releases(mo
         run_role(stages.upgrade_diff, plan, older, diff=True)
     assert asked == [("0.0.1", profile.sglang.version)]
     assert "Diff: resolved arguments, 0.0.1 -> ..." in caplog.text
+
+
+def test_a_changed_recipe_makes_the_environment_incomplete(tmp_path, monkeypatch):
+    version = releases.newest_reviewed()
+    target = tmp_path / "env"
+    target.mkdir()
+    marker = target / ".complete"
+    marker.write_text(f"{version} recipe {validator_env.ENV_RECIPE} {validator_env._base_digest(version)}\n")
+    assert validator_env._complete(target, version)
+    marker.write_text(f"{version} recipe {validator_env.ENV_RECIPE} 0123456789abcdef\n")  # built from another recipe
+    assert not validator_env._complete(target, version)
+    marker.write_text(f"{version} recipe {validator_env.ENV_RECIPE}\n")  # written before the recipe was data
+    assert validator_env._complete(target, version)
+    marker.write_text(f"{version} recipe 2\n")
+    assert not validator_env._complete(target, version)
+    marker.write_text(f"0.0.1 recipe {validator_env.ENV_RECIPE} 0123456789abcdef\n")
+    assert not validator_env._complete(target, "0.0.1")  # a release the tool has no recipe for: no exception
