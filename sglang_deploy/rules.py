@@ -11,7 +11,7 @@ RULES = {
     "env-fakes-measurement": "no variable that makes SGLang simulate what the gate measures (SGLANG_SIMULATE_*)",
     "env-value": "an allow-listed variable has one of its accepted values (paths: the service's own directories or "
                  "the weights root)",
-    "env-not-reviewed": "only variables the tool has reviewed (env_rules.ALLOWED_ENV), unless waived with a reason",
+    "env-not-reviewed": "only variables the tool has reviewed (releases/<version>/environment.json), unless waived with a reason",
     "no-secret-in-profile": "no secret flag (admin key, TLS key password) in a profile",
     "tool-derived-flag": "no spelling of a flag the tool sets (model path, host, port, key, config, nodes)",
     "one-spelling-per-flag": "one spelling per SGLang field",
@@ -86,7 +86,7 @@ WEIGHTS_PATH_DESTS = {
     "speculative_ngram_external_corpus_path": False, "chat_template": True, "completion_template": True,
 }
 # Packages sglang.pins may name without a waiver: the exact names (normalized) of the CUDA, torch and kernel stack
-# SGLang 0.5.23 is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
+# SGLang is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
 # packages among them). Not prefixes: anyone can register a name under nvidia-* or cuda-*. Any other package is code
 # a pull request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
 _CUDA_LIBS = ("cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "cufft", "cufile", "curand", "cusolver",
@@ -108,11 +108,3 @@ NCCL_DEBUG_KNOBS = (
     "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE",
     "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
 )
-# Flags removed or renamed in recent SGLang releases, with what to write instead.
-RENAMED_FLAGS = {
-    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (and/or --cuda-graph-max-bs-prefill)",
-    "--cuda-graph-bs": "--cuda-graph-bs-decode (and/or --cuda-graph-bs-prefill)",
-    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
-    "--disable-piecewise-cuda-graph": "--cuda-graph-backend-prefill (piecewise graphs were replaced)",
-    "--enable-piecewise-cuda-graph": "--cuda-graph-backend-prefill breakable (the default on CUDA)",
-}

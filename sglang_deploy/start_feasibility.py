@@ -18,12 +18,12 @@ and the tune would spend a start on each. `derive-start` reads, in the validator
 - the KV dtype `auto` resolves to (mem_cache/kv_cache_dtype.py);
 - FlashMLA's kernel architectures (flashmla_ops library);
 
-each with its file:line, into sglang_deploy/releases/<version>/start-feasibility.json; and the SGLANG_* variables the
-release reads (its env registry, srt/environ.py, and every name its package mentions) into sglang-env.json.
+each with its file:line, into sglang_deploy/releases/<version>/start-feasibility.json. (The SGLANG_* variables a
+release reads are in its environment.json, written by `sglang-deploy sglang add`: releases/scan.py.)
 `judge` evaluates a resolved configuration against that data; `check` and the tune use it. A pattern the derivation
 no longer finds is an error: a new release is read again, not assumed.
 
-    python -m sglang_deploy.start_feasibility derive-start VERSION   # writes the two files
+    python -m sglang_deploy.start_feasibility derive-start VERSION   # writes start-feasibility.json
 """
 
 from __future__ import annotations
@@ -36,9 +36,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-RELEASES_DIR = Path(__file__).resolve().parent / "releases"
+from . import releases
+
 FEASIBILITY_FILE = "start-feasibility.json"
-ENV_FILE = "sglang-env.json"
 # The algorithms whose draft worker builds its backends from draft_utils' maps (NEXTN and EAGLE3 resolve to EAGLE's
 # worker; DFLASH, DSPARK and NGRAM have their own).
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "MTP")
@@ -49,19 +49,12 @@ class DerivationError(RuntimeError):
 
 
 def data_path(version: str, name: str = FEASIBILITY_FILE) -> Path:
-    return RELEASES_DIR / version / name
+    return releases.folder(version) / name
 
 
 def load(version: str) -> dict | None:
     try:
         return json.loads(data_path(version).read_text())
-    except FileNotFoundError:
-        return None
-
-
-def env_names(version: str) -> dict | None:
-    try:
-        return json.loads(data_path(version, ENV_FILE).read_text())
     except FileNotFoundError:
         return None
 
@@ -269,27 +262,9 @@ def derive(version: str, site: Path | None = None) -> dict:
             "auto_kv": _auto_kv(src)}
 
 
-def derive_env(version: str, site: Path | None = None) -> dict:
-    """The SGLANG_* variables SGLang <version> reads: its env registry (class Envs in srt/environ.py) and every
-    name its package mentions elsewhere (os.environ reads outside the registry)."""
-    site = site or site_packages(version)
-    rel = "sglang/srt/environ.py"
-    tree = ast.parse(Source(site).text(rel))
-    registry = sorted({target.id for node in ast.walk(tree) if isinstance(node, ast.ClassDef) and node.name == "Envs"
-                       for statement in node.body if isinstance(statement, ast.Assign)
-                       for target in statement.targets if isinstance(target, ast.Name)})
-    if not registry:
-        raise DerivationError(f"{rel}: no class Envs with declared variables: read the release again")
-    mentioned = set()
-    for path in (site / "sglang").rglob("*.py"):
-        mentioned.update(re.findall(r"\bSGLANG_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(errors="replace")))
-    return {"sglang_version": version, "registry": {"file": rel, "names": registry},
-            "elsewhere": sorted(mentioned - set(registry))}
-
-
 def write(version: str) -> list[Path]:
     out = []
-    for name, document in ((FEASIBILITY_FILE, derive(version)), (ENV_FILE, derive_env(version))):
+    for name, document in ((FEASIBILITY_FILE, derive(version)),):
         path = data_path(version, name)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(document, indent=1, sort_keys=True) + "\n")

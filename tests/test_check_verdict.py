@@ -145,7 +145,7 @@ def test_an_abbreviated_flag_gets_one_message(tmp_path, short, full, more):
 @pytest.mark.parametrize("name, read", [("SGLANG_ENABLE_SPEC_V2", False), ("SGLANG_ENABLE_DFLASH_SPEC_V2", False),
                                         ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", True)])
 def test_a_variable_the_release_does_not_read_is_named_so(tmp_path, name, read):
-    """SGLang's own env registry (sglang/srt/environ.py, derived into releases/0.5.23/sglang-env.json) decides:
+    """SGLang's own env registry (sglang/srt/environ.py, in releases/0.5.23/environment.json) decides:
     a name 0.5.23 never reads is "not read by SGLang 0.5.23", one it reads is "not reviewed" (both waivable)."""
     report = check(variant(tmp_path, ("  CUDA_DEVICE_ORDER: PCI_BUS_ID", f"  CUDA_DEVICE_ORDER: PCI_BUS_ID\n  {name}: \"1\"")))
     [problem] = report.problems

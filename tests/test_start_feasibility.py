@@ -7,7 +7,8 @@ import json
 import pytest
 
 from conftest import PROVEN, proven_with
-from sglang_deploy import gpu_facts, start_feasibility as sf
+from sglang_deploy import gpu_facts, releases, start_feasibility as sf
+from sglang_deploy.releases import scan as release_scan
 from sglang_deploy.profile import load_profile
 from sglang_deploy.validate import check_profile
 from sglang_deploy.validator_env import env_built
@@ -27,7 +28,11 @@ def judge(capability, target, kv="auto", draft=None, algorithm="EAGLE", steps=3)
 def test_the_committed_data_is_what_the_release_says():
     """Re-derived from the validator env's sglang, sglang-kernel and triton: equal to the committed files."""
     assert sf.derive("0.5.23") == DATA, "run: python -m sglang_deploy.start_feasibility derive-start 0.5.23"
-    assert sf.derive_env("0.5.23") == sf.env_names("0.5.23")
+    sources = {path.relative_to(sf.site_packages("0.5.23") / "sglang").as_posix(): path.read_text(errors="replace")
+               .splitlines() for path in (sf.site_packages("0.5.23") / "sglang").rglob("*.py")}
+    registry = release_scan.env_registry_of(sources)
+    assert sorted(registry) == sorted(releases.env_registry("0.5.23"))
+    assert release_scan.env_mentioned_of(sources, registry) == sorted(releases.env_mentioned("0.5.23"))
 
 
 def test_the_data_cites_sglangs_lines():

@@ -172,6 +172,6 @@ def test_the_light_path_without_a_table_says_how_to_proceed(tmp_path):
     from sglang_deploy.validator_env import ValidatorEnvError
 
     path = proven_with(tmp_path, 'version: "0.5.23"', 'version: "0.5.99"')
-    with pytest.raises(ValidatorEnvError, match=r"no exported option table for SGLang 0\.5\.99 .*sglang-deploy check "
-                                                r"--full.*python -m sglang_deploy.flag_table export 0\.5\.99"):
+    with pytest.raises(ValidatorEnvError, match=r"sglang.version 0\.5\.99: no exported option table .*sglang-deploy "
+                                                r"check --full.*sglang-deploy sglang add 0\.5\.99"):
         check_profile(load_profile(path), gpus=2, topology="pcie", path="light")

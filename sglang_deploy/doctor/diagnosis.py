@@ -50,7 +50,7 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             "+33 % or more (without graphs a 64-layer TP decode step is launch-bound)", 40.0,
             "remove --disable-cuda-graph, --disable-decode-cuda-graph and a 'disabled' decode backend in "
             "--cuda-graph-backend-decode / --cuda-graph-config; keep --cuda-graph-max-bs-decode >= "
-            "--max-running-requests. A failed capture kills SGLang 0.5.23 at start ('Capture cuda graph failed' "
+            "--max-running-requests. A failed capture kills SGLang at start ('Capture cuda graph failed' "
             "in the journal)"))
     # Interconnect
     proto = (environ.get("NCCL_PROTO") or "").upper()
@@ -270,7 +270,7 @@ def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, band
 
 
 def memory_budget(server_info: dict, checkpoint: dict | None, card_mib: list | None = None) -> dict | None:
-    """Per GPU, GiB, as SGLang 0.5.23 accounts it: the static pool is mem_fraction_static x the memory free before
+    """Per GPU, GiB, as SGLang accounts it: the static pool is mem_fraction_static x the memory free before
     the weights load (about the card: nvidia-smi's memory.total), split into weights (the vision tower's share
     from the checkpoint's headers, which SGLang loads for Qwen3.5: it refuses --language-model-only), KV and state
     (internal_states[0].memory_usage.weight, .kvcache); outside it the graphs and activations, and what is still

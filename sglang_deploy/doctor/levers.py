@@ -77,7 +77,7 @@ def nospec_suspect(nospec: tune.Measured, original: tune.Measured, source: str,
 # --- the all-reduce path --------------------------------------------------------------------------
 
 def pcie_ipc_fix(path: dict, server_info: dict) -> str | None:
-    """The PCIe-IPC arm to try when custom all-reduce is off on a PCIe pair (opt-in in SGLang 0.5.23; bf16 only)."""
+    """The PCIe-IPC arm to try when custom all-reduce is off on a PCIe pair (opt-in in SGLang; bf16 only)."""
     tp = int(server_info.get("tp_size") or 1)
     if path["path"] != "nccl" or tp not in PCIE_IPC_WORLD_SIZES or int(server_info.get("nnodes") or 1) > 1:
         return None

@@ -121,7 +121,7 @@ def nospec_candidate(flags: dict):
 
 
 def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candidate]:
-    """Custom all-reduce on/off; with it off, SGLang 0.5.23's opt-in PCIe-IPC all-reduce (world size 2, 4 or 8,
+    """Custom all-reduce on/off; with it off, SGLang's opt-in PCIe-IPC all-reduce (world size 2, 4 or 8,
     dispatched after custom all-reduce and before NCCL: parallel_state.py); NCCL protocols valid for the topology
     (never LL128 without NVLink). A variable the profile declares with a reason (a verified workaround) is never
     dropped by the tune."""

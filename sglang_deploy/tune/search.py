@@ -82,7 +82,7 @@ def spec_candidate(flags: dict, steps: int, topk: int) -> Candidate:
     changes = {"--speculative-num-steps": steps, "--speculative-eagle-topk": topk,
                "--speculative-num-draft-tokens": drafts}
     if topk > 1 and "--page-size" not in flags:
-        # SGLang 0.5.23 drafts topk > 1 trees only with page size 1 unless the attention backend is tree-capable
+        # SGLang drafts topk > 1 trees only with page size 1 unless the attention backend is tree-capable
         # (speculative_hook.py); stated explicitly, as SGLang resolves it on the A6000 anyway (flashinfer, 1).
         changes["--page-size"] = 1
     if topk == 1 and "--page-size" not in flags:

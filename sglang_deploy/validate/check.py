@@ -181,9 +181,9 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     table = flag_table.load(profile.sglang.version) if path == "light" else None
     if path == "light" and table is None:
         raise validator_env.ValidatorEnvError(
-            f"no exported option table for SGLang {profile.sglang.version} in {flag_table.TABLE_DIR}: "
-            f"use `sglang-deploy check --full`, or export one (python -m sglang_deploy.flag_table export "
-            f"{profile.sglang.version})")
+            f"sglang.version {profile.sglang.version}: no exported option table (releases/{profile.sglang.version}/"
+            f"options.json): use `sglang-deploy check --full`, or add the release with `sglang-deploy sglang add "
+            f"{profile.sglang.version}`")
     config_problems: list[Problem] = []
     config = None
     if table is not None:

@@ -8,7 +8,8 @@ import difflib
 
 from .. import flag_table
 from ..profile import Profile
-from ..rules import CODE_FLAGS, LOAD_FORMAT_DESTS, RENAMED_FLAGS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
+from .. import releases
+from ..rules import CODE_FLAGS, LOAD_FORMAT_DESTS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
 from .problem import Problem, flag_field, remove_or_waive
 
 
@@ -29,8 +30,9 @@ def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> li
                                         f"{name} takes {accepted}, not a bare true/false"))
             continue
         prefixed = sorted(opt for opt in options if opt.startswith(name))
-        if name in RENAMED_FLAGS:
-            message = f"{name} is not accepted by SGLang {profile.sglang.version}; use {RENAMED_FLAGS[name]}"
+        renamed = releases.renamed_flags(profile.sglang.version)
+        if name in renamed:
+            message = f"{name} is not accepted by SGLang {profile.sglang.version}; use {renamed[name]}"
         elif len(prefixed) == 1:
             message = f"{name} is an abbreviation; write the full name {prefixed[0]}"
         elif prefixed:
@@ -48,7 +50,7 @@ def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> li
 
 def spelled_in_full(profile: Profile, spec: tuple[dict, ...]) -> tuple[Profile, dict]:
     """The profile as SGLang's parser reads it: a flag written as an argparse abbreviation (a unique prefix, which
-    SGLang 0.5.23's parser accepts: --tp for --tp-size) under its full name, so that the rules read the value SGLang
+    SGLang's parser accepts: --tp for --tp-size) under its full name, so that the rules read the value SGLang
     does; and {full name: the name written} to point each problem at the line the profile has. parser_problems
     names the abbreviation itself (full-flag-names), once."""
     options = {opt for action in spec for opt in action["options"]}
@@ -176,9 +178,10 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
         if kind is None:
             problems.append(Problem("flag-reviewed", flag_field(name),
                                     f"{name} (SGLang's {dest}) is not reviewed for SGLang {profile.sglang.version}: "
-                                    f"{flag_classes.classes_path(profile.sglang.version).name} does not classify it, "
-                                    "so nobody has read what it opens, loads or serves; accepted: the flags of class "
-                                    "`allowed` there (classify a new dest after reading SGLang's source)"))
+                                    f"{flag_classes.not_reviewed_reason(profile.sglang.version, dest)}, so nobody has "
+                                    "read what it opens, loads or serves; accepted: the flags of class `allowed` "
+                                    "there (classify a new dest after reading SGLang's source), or another "
+                                    "sglang.version"))
         elif kind == "tool-owned":
             continue  # flag_identity_problems names it
         elif dest == "speculative_token_map":

@@ -45,7 +45,7 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
 PROVEN_FLOORS = {"min_accept_length": 2.8, "min_decode_tok_s": 45}
 
 
-# What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
+# What SGLang logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
 # _handle_dflash): the release would verify blocks the drafter was not trained for.
 DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model config",  # the config raised
                          "speculative_num_draft_tokens is not set; defaulting to")  # it has no block_size
@@ -165,17 +165,6 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
                                                                        defaults)]
 
 
-def not_read(version: str, name: str) -> str | None:
-    """The registry file of SGLang <version> when the release does not read `name` (start_feasibility's
-    sglang-env.json, derived from sglang/srt/environ.py and the package's sources); None when it does, or unknown."""
-    from ..start_feasibility import env_names
-
-    names = env_names(version)
-    if names is None or name in names["registry"]["names"] or name in names["elsewhere"]:
-        return None
-    return names["registry"]["file"]
-
-
 def environment_problems(profile: Profile) -> list[Problem]:
     """The environment against the allow-list of names and values (env_rules.py)."""
     from .. import env_rules
@@ -183,7 +172,7 @@ def environment_problems(profile: Profile) -> list[Problem]:
     problems = []
     env = profile.env_values()
     for key in profile.environment:
-        kind = env_rules.classify(key)
+        kind = env_rules.classify(key, profile.sglang.version)
         if kind == "tool-owned":
             problems.append(Problem("env-tool-owned", env_field(key),
                                     f"{key} is set by the tool (offline start, the service's own JIT caches, the "
@@ -198,20 +187,21 @@ def environment_problems(profile: Profile) -> list[Problem]:
                                     f"{key} makes the server load code or a config from a path or by name; "
                                     + remove_or_waive("env-loads-code")))
         elif kind == "allowed":
-            found = env_rules.value_problem(key, env[key], profile.service.name)
+            found = env_rules.value_problem(key, env[key], profile.service.name, profile.sglang.version)
             if found:
                 problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
-        elif kind == "unreviewed" and key.startswith("SGLANG_") and not_read(profile.sglang.version, key):
+        elif kind == "unreviewed" and env_rules.not_read(key, profile.sglang.version):
             problems.append(Problem("env-not-reviewed", env_field(key),
                                     f"{key} is not read by SGLang {profile.sglang.version}: its env registry "
-                                    f"({not_read(profile.sglang.version, key)}) does not declare it and no module of "
-                                    "its package names it, so setting it changes nothing (a name from another "
-                                    "release or fork?); " + remove_or_waive("env-not-reviewed")))
+                                    "(sglang/srt/environ.py) does not declare it and no module of its package names "
+                                    "it, so setting it changes nothing (a name from another release or fork?); "
+                                    + remove_or_waive("env-not-reviewed")))
         elif kind == "unreviewed":
             problems.append(Problem("env-not-reviewed", env_field(key),
                                     f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
-                                    "hundreds; some open listeners, load code or change what is served); accepted "
-                                    "without a waiver: the names of env_rules.ALLOWED_ENV (docs/refusals.md); "
+                                    "hundreds; some open listeners, load code or change what is served); "
+                                    "accepted without a waiver: the names of releases/"
+                                    f"{profile.sglang.version}/environment.json (docs/refusals.md); "
                                     + remove_or_waive("env-not-reviewed")))
     return problems
 
