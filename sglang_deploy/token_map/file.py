@@ -16,13 +16,14 @@ Hub under its directory's name (load_token_map), so a path outside a verified sn
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
 from pathlib import Path
 
+from ..hostside.weights.manifest import sha256_file  # noqa: F401 - the token map's digest, as the host checks it
 from ..validate.problem import Problem, flag_field, remove_or_waive
+from .part import shipped_paths
 
 FLAG = "--speculative-token-map"
 BUILD_SCRIPT = Path(__file__).with_name("build.py")
@@ -68,14 +69,6 @@ def read_corpus(path: Path) -> list[str]:
     if not prompts:
         raise TokenMapError(f"{path}: no prompts in it")
     return prompts
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def digest_path(path: Path) -> Path:
@@ -163,7 +156,6 @@ def problems(profile) -> list[Problem]:
     if value is None or value is False:
         return []
     text = str(value)
-    from .part import shipped_paths
 
     if text in shipped_paths(profile):
         return []  # a map the profile ships (part.py): its digest is checked on the host

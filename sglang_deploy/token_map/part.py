@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..hostside.weights.manifest import map_path
+from ..hostside.weights.manifest import map_path, sha256_file
 from ..validate.problem import Problem
 
 FLAG = "--speculative-token-map"
@@ -90,7 +90,6 @@ def served(profile) -> MapPart | None:
 
 def part_problem(part: MapPart) -> str | None:
     """The controller's file against its frozen digest: readable, inside the accepted directories, the same bytes."""
-    from .file import sha256_file
     from ..weights import manifest_path_problem
 
     problem = manifest_path_problem(part.written)

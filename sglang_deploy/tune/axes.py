@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .candidate import Candidate, Measured, spec_settings
+
 SPEC_FLAGS = ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
               "--speculative-num-draft-tokens", "--speculative-token-map", "--speculative-draft-attention-backend")
 # flag -> (SGLang's dest, the dest whose parser choices list its values)
@@ -112,7 +114,6 @@ def accepted_values(flag: str, choices, resolve, wanted=None, start=None) -> Acc
 def nospec_candidate(flags: dict):
     """The release without speculation: every speculative flag removed (edit.py drops speculative.draft with
     the algorithm); None when the profile does not speculate."""
-    from .search import Candidate, spec_settings
 
     if not spec_settings(flags):
         return None
@@ -125,7 +126,6 @@ def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candid
     dispatched after custom all-reduce and before NCCL: parallel_state.py); NCCL protocols valid for the topology
     (never LL128 without NVLink). A variable the profile declares with a reason (a verified workaround) is never
     dropped by the tune."""
-    from .search import Candidate
 
     out = []
     disabled = bool(flags.get("--disable-custom-all-reduce"))
@@ -148,7 +148,6 @@ def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candid
 
 
 def lever_candidates(flag: str, prefix: str, axis: str, accepted: Accepted | None) -> list:
-    from .search import Candidate
 
     return [Candidate(f"{prefix}-{value}", axis, ((flag, value),)) for value in (accepted.values if accepted else [])]
 
@@ -169,7 +168,6 @@ def graph_backend_candidates(choices: dict) -> list:
 
 
 def draft_attention_candidates(flags: dict, choices: dict) -> list:
-    from .search import spec_settings
 
     if not spec_settings(flags):
         return []
@@ -217,7 +215,6 @@ class LeverAxes:
     def record_dropped(self, flag: str, prefix: str, axis: str):
         """The values dropped before any start (they cannot start, or are not shown to, on the host's card): rows
         of the table with the reason, never deployed."""
-        from .search import Candidate, Measured
 
         accepted = self.choices.get(flag)
         for value, why in (accepted.dropped if accepted else {}).items():
@@ -262,7 +259,6 @@ class LeverAxes:
         top = self.clear_winner(best, attention_candidates(self.choices))
         drafts = draft_attention_candidates(self.flags, self.choices)
         if top.candidate.axis == "attention":  # with_best would replace the winner's backend: carry it explicitly
-            from .search import Candidate
 
             drafts = [Candidate(f"{top.candidate.id}+{c.id}", c.axis, top.candidate.merged(c).flags,
                                 top.candidate.env, top.candidate.draft) for c in drafts]

@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from .candidate import Candidate, Measured, spec_settings
+
 FLAG = "--speculative-token-map"
 AXIS = "vocab"
 
@@ -81,7 +83,6 @@ def snapshot_maps(profile) -> dict:
 def offer(profile, flags: dict, ask) -> VocabOffer:
     """The sizes of tune.vocab_sizes (empty: every map the snapshots list), each map asked of SGLang's resolution
     (`ask(extra_argv) -> (error or None, resolved)`, levers.asker)."""
-    from .search import spec_settings
 
     result = VocabOffer()
     if not spec_settings(flags):
@@ -118,7 +119,6 @@ def candidate_id(size: int) -> str:
 
 
 def candidates(offered: VocabOffer | None) -> list:
-    from .search import Candidate
 
     return [Candidate(candidate_id(size), AXIS, ((FLAG, path),)) for size, path in (offered.maps if offered else {})
             .items()]
@@ -126,7 +126,6 @@ def candidates(offered: VocabOffer | None) -> list:
 
 def not_candidates(offered: VocabOffer | None) -> list:
     """The table's rows for the sizes that are not candidates: invalid, never started, with why."""
-    from .search import Candidate, Measured
 
     return [Measured(Candidate(candidate_id(size), AXIS), valid=False, invalid_reason=why)
             for size, why in (offered.invalid if offered else {}).items()]
