@@ -24,7 +24,8 @@ from ..token_map import file as token_map, part as token_map_part
 from ..flags import server_args
 from ..profile import Profile
 from ..rules import WAIVABLE
-from .flag_checks import code_and_weights_problems, derived_values_problems, flag_identity_problems, parser_problems
+from .flag_checks import (code_and_weights_problems, derived_values_problems, flag_identity_problems, parser_problems,
+                          unit_line_problems)
 from .problem import Problem, flag_field
 from .rule_checks import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
                              pin_problems, resolved_class_problems, resource_problems, sandbox_problems,
@@ -161,6 +162,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     identity = flag_identity_problems(profile, tuple(probe["actions"]))
     problems = identity + parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
     problems += code_and_weights_problems(profile, tuple(probe["actions"]))
+    problems += unit_line_problems(profile, argv)
     problems += token_map.problems(profile) + token_map_part.problems(profile)
     if not identity:
         problems += derived_values_problems(profile, argv, port, node)

@@ -149,6 +149,10 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
     options = {opt: action["dest"] for action in table["actions"] for opt in action["options"]}
     defaults = {action["dest"]: action["default"] for action in table["actions"]}
     flag_dests = {options[name] for name in profile.sglang.flags if name in options}
+    from ..flags import MEDIA_DOMAINS_FLAG
+
+    if MEDIA_DOMAINS_FLAG in options:  # the tool's own `invalid` when the profile names no domain (flags.server_args)
+        flag_dests.add(options[MEDIA_DOMAINS_FLAG])
 
     def field(dest: str) -> tuple:  # the variable that names the field (SGLANG_GRPC_PORT: grpc_port), else the section
         named = [key for key in profile.environment if dest.upper() in key]
