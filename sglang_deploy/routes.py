@@ -96,12 +96,14 @@ def _routes_of(path: Path, module: str, owners: set[str]) -> list[dict]:
                         route = f"<{ast.unparse(decorator.args[0])}>"
                     elif route is None:
                         raise ValueError(f"{module}:{decorator.lineno}: a route whose path is not a string")
-                    methods = VERBS.get(verb, ["GET"])
+                    methods, in_schema = VERBS.get(verb, ["GET"]), True
                     for keyword in decorator.keywords:
                         if keyword.arg == "methods":
                             methods = [element.value for element in keyword.value.elts]
+                        if keyword.arg == "include_in_schema" and isinstance(keyword.value, ast.Constant):
+                            in_schema = bool(keyword.value.value)
                     found.append({"path": route, "methods": sorted(methods), "level": level, "module": module,
-                                  "line": decorator.lineno, "when": when})
+                                  "line": decorator.lineno, "when": when, "in_schema": in_schema})
             elif isinstance(node, ast.If):
                 condition = ast.unparse(node.test)
                 visit(node.body, condition if not when else f"{when} and {condition}")

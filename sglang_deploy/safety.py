@@ -147,7 +147,7 @@ def service_unit_collision(name: str) -> str | None:
 
 
 # A waiver's or an environment setting's reason is read by a reviewer: printable, not blank, real words.
-REASON_MIN_LETTERS = 10
+REASON_MIN_LETTERS = 8
 REASON_MIN_WORDS = 2
 
 
@@ -157,7 +157,7 @@ def reason_problem(reason: str) -> str | None:
     bad = control_message(reason)
     if bad:
         return f"the reason {bad}"
-    words = re.findall(r"[^\W\d_]{2,}", reason)
+    words = re.findall(r"[^\W\d_]+", reason)
     letters = sum(len(word) for word in words)
     if len(words) < REASON_MIN_WORDS or letters < REASON_MIN_LETTERS:
         return (f"the reason {reason!r} says nothing a reviewer can read; accepted: at least {REASON_MIN_WORDS} words "

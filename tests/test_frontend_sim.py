@@ -156,8 +156,11 @@ def test_the_route_table_answers_only_to_its_keys(simhost, proven):
     live = {(method.upper(), path) for path, item in json.loads(body)["paths"].items() for method in item}
     derived = routes.registered(routes.load("0.5.23"))
     table = {(method, route["path"]) for route in derived for method in route["methods"] if method != "WEBSOCKET"}
-    # the derivation from the source is the live app's table (its HTTP routes; FastAPI's own: /openapi.json, /docs)
-    assert live == table, (sorted(live - table), sorted(table - live))
+    # the derivation from the source is the live app's table (its HTTP routes in the schema: OpenAPI writes
+    # {model:path} as {model}; FastAPI's own /openapi.json, /docs, /redoc are walked below)
+    schema = {(method, re.sub(r":[a-z]+}", "}", route["path"])) for route in derived if route["in_schema"]
+              for method in route["methods"] if method != "WEBSOCKET"}
+    assert live == schema, (sorted(live - schema), sorted(schema - live))
     admin = {route["path"] for route in derived if route["level"] != "normal"}
     walk = sorted(table | {("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc")}
                   | {("GET", path) for path in routes.REVIEWED_PUBLIC})

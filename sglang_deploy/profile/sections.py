@@ -212,7 +212,7 @@ class SGLangSection(Strict):
 class EnvSetting(Strict):
     value: Union[StrictStr, StrictInt, StrictFloat] = Field(description="The variable's value.")
     reason: StrictStr = Field(description="Why this setting is needed (required for NCCL debugging knobs); real "
-                                          "words (at least 2 words, 10 letters).")
+                                          "words (at least 2 words, 8 letters).")
 
     @field_validator("reason")
     @classmethod
