@@ -249,3 +249,32 @@ def test_the_route_table_is_the_releases_own():
             "/slow_down", "/abort_request", "/set_internal_state"} <= set(kinds["admin"])
     assert "/generate" in kinds["authenticated"] and "/server_info" in kinds["authenticated"]
     print({kind: len(paths) for kind, paths in kinds.items()})
+
+
+# --- the admin key --------------------------------------------------------------------------------------------
+
+def test_the_admin_key_lands_only_in_the_secrets_file_and_not_without_an_api_key():
+    from sglang_deploy.render import mask_secrets, render, secrets_digest
+
+    profile = load_profile(PROVEN)
+    rendered = render(profile, api_key="sk-api-key-0123456789", admin_key="admin-key-of-the-tool-0123456789")
+    assert 'admin-api-key: "admin-key-of-the-tool-0123456789"' in rendered.secrets
+    assert "admin-key-of-the-tool" not in rendered.unit + rendered.env + " ".join(rendered.exec_start)
+    assert "admin-key-of-the-tool" not in mask_secrets(rendered.secrets)  # what a diff or log shows
+    other = render(profile, api_key="sk-api-key-0123456789", admin_key="another-admin-key-9876543210")
+    assert secrets_digest(other.secrets) == secrets_digest(rendered.secrets) and other.secrets != rendered.secrets
+    assert "admin-api-key" not in render(profile, api_key=None, admin_key="x" * 40).secrets  # auth: none
+
+
+def test_each_plan_generates_an_admin_key_of_its_own(monkeypatch):
+    """A fresh key from the system's CSPRNG in each plan; the host keeps the one it has while the rest of the file is
+    the same (render.secrets_digest, roles/secrets.py), so a second deploy changes nothing."""
+    from sglang_deploy.plan import plan_for_host
+    from sglang_deploy.render import secrets_digest
+
+    monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-review4-api-key-0123456789")
+    first, second = (plan_for_host({"profile": str(PROVEN), "gpus": 2}).rendered.secrets for _ in range(2))
+    keys = [json.loads(line.split(": ", 1)[1]) for text in (first, second) for line in text.splitlines()
+            if line.startswith("admin-api-key: ")]
+    assert len(keys) == 2 and keys[0] != keys[1] and min(map(len, keys)) >= 40
+    assert secrets_digest(first) == secrets_digest(second)
