@@ -278,3 +278,14 @@ def test_each_plan_generates_an_admin_key_of_its_own(monkeypatch):
             if line.startswith("admin-api-key: ")]
     assert len(keys) == 2 and keys[0] != keys[1] and min(map(len, keys)) >= 40
     assert secrets_digest(first) == secrets_digest(second)
+
+
+@pytest.mark.parametrize("variables", [{"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "COLL"}, {"NCCL_DEBUG": "TRACE"}])
+def test_a_verbose_nccl_log_needs_a_reason(tmp_path, variables):
+    # env-nccl-collective-log-flood: a log line per collective drowns the server's own lines in the journal
+    lines = "".join(f'  {key}: "{value}"\n' for key, value in variables.items())
+    path = proven_with(tmp_path, "environment:\n", "environment:\n" + lines)
+    found = {p.field[1] for p in light(path).problems if p.rule == "nccl-debug-knob-needs-reason"}
+    assert found == set(variables), light(path).lines()
+    quiet = proven_with(tmp_path, "environment:\n", 'environment:\n  NCCL_DEBUG: "WARN"\n', "quiet.yaml")
+    assert not [p for p in light(quiet).problems if p.rule == "nccl-debug-knob-needs-reason"]

@@ -259,7 +259,12 @@ def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
             "NCCL_P2P_LEVEL=NVL on a PCIe-only host disables P2P between the GPUs; remove it "
             "(NCCL picks PCIe P2P by itself)"))
     reported = {p.field for p in problems}
-    for key in NCCL_DEBUG_KNOBS:
+    # NCCL's log at INFO or TRACE (and any subsystem selection) writes lines per collective while decoding: journald's
+    # per-unit rate limit then drops the server's own lines, the ones readiness and the doctor read (review 4)
+    verbose = [key for key in ("NCCL_DEBUG_SUBSYS",) if key in env]
+    if env.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
+        verbose.append("NCCL_DEBUG")
+    for key in (*NCCL_DEBUG_KNOBS, *verbose):
         if key in env and env_field(key) not in reported and not profile.env_reason(key):
             problems.append(Problem(
                 "nccl-debug-knob-needs-reason", env_field(key),
