@@ -289,3 +289,22 @@ def test_a_verbose_nccl_log_needs_a_reason(tmp_path, variables):
     assert found == set(variables), light(path).lines()
     quiet = proven_with(tmp_path, "environment:\n", 'environment:\n  NCCL_DEBUG: "WARN"\n', "quiet.yaml")
     assert not [p for p in light(quiet).problems if p.rule == "nccl-debug-knob-needs-reason"]
+
+
+def test_a_token_map_of_a_gibibyte_is_refused_naming_the_field(tmp_path, monkeypatch):
+    # token-map-a-gibibyte (class 3): its sha256 right, pushed and hashed by root before every switch
+    import hashlib
+
+    from sglang_deploy.token_map import part as token_map_part
+    from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
+
+    monkeypatch.setenv(WEIGHTS_DIRS_VARIABLE, str(tmp_path))
+    big = tmp_path / "qwen-huge.pt"
+    with open(big, "wb") as handle:
+        handle.truncate(1 << 30)  # sparse: nothing written
+    digest = hashlib.sha256(b"not read: refused by its size first").hexdigest()
+    path = write_profile(tmp_path, PROVEN.read_text() + f"speculative:\n  token_map:\n    file: {big}\n"
+                                                        f"    sha256: \"{digest}\"\n", "huge.yaml")
+    found = token_map_part.problems(load_profile(path))
+    assert [(p.rule, p.field) for p in found] == [("token-map-part", ("speculative", "token_map", "file"))]
+    assert "accepted: at most 16777216 bytes" in found[0].message
