@@ -76,10 +76,12 @@ def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shi
     venv = venv_path(profile)
     lib = f"{venv}/lib/sglang-sim"
     members = shipment.tree(SIM_PACKAGE, f"{lib.lstrip('/')}/sglang_sim")
-    # The simulator parses its command line with SGLang's exported option table (sglang_deploy.flag_table).
+    # The simulator parses its command line with SGLang's exported option table (sglang_deploy.flag_table), and
+    # judges a backend x KV x draft combination at start with the release's start-feasibility data.
     members += [(f"{lib.lstrip('/')}/sglang_deploy/{name}", (PACKAGE / name).read_bytes(), 0o644)
-                for name in ("__init__.py", "flag_table.py")]
+                for name in ("__init__.py", "flag_table.py", "start_feasibility.py", "gpu_facts.py")]
     members += shipment.tree(PACKAGE / "flag-tables", f"{lib.lstrip('/')}/sglang_deploy/flag-tables")
+    members += shipment.tree(PACKAGE / "releases", f"{lib.lstrip('/')}/sglang_deploy/releases")
     if server == "sglang":
         shim = SGLANG_SHIM.format(python=SGLANG_PYTHON, version=profile.sglang.version, lib=lib)
         members += [(f"{lib.lstrip('/')}/{PLUGIN_DIST}/{name}", text.encode(), 0o644)

@@ -75,6 +75,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     for line in report.lines():
         print(line, file=sys.stderr)
+    for line in report.warning_lines():
+        print(line, file=sys.stderr)
     for skipped in report.skipped:
         print(f"  skipped: {skipped}")
     if not report.ok:

@@ -19,7 +19,10 @@ RULES = {
     "no-option-as-value": "no flag value that SGLang's parser would read as an option",
     "tool-flags-intact": "the rendered command line parses to the tool's own values",
     "sglang-parser": "the pinned SGLang release's own argument parser accepts the command line",
-    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line",
+    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line (always reported, "
+                         "whatever else is found or waived)",
+    "sglang-start": "the resolved attention backend, KV dtype and draft backend can start on the target's card (SGLang's "
+                    "start-time asserts, draft maps and the kernels its wheels ship: releases/<v>/start-feasibility.json)",
     "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
@@ -71,7 +74,8 @@ CODE_FLAGS = {
     "enable_custom_logit_processor": "unpickles (dill) a processor that every API request may carry: code from any "
                                      "client, run as the service user",
     "custom_weight_loader": "imports and calls the callables it names (any importable function, e.g. os.system)",
-    "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path)",
+    "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path; "
+                         "with model.source, a verified snapshot, the flag is not refused)",
 }
 # Load formats that read the verified snapshot's files as they are; any other (random weights, another server's,
 # another format) is flag-serves-other-weights.

@@ -8,9 +8,10 @@ Pure: unit-tested without a host. Expected gains come from ../shared/notes/perf-
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from . import levers as doctor_levers
+from .suspect import Suspect
 from ..hostside.client import is_simulated, printable
 from ..hostside.gate import decode_backend, decode_graphs_captured
 from ..roofline import datasheet_bandwidth, roofline, separate_draft
@@ -26,20 +27,6 @@ DFLASH_TAU_RATIO = 4.4 / 3.4
 # against 24.3 GB of target layers: manifests/local--qwen3.6-27b-dflash.config.reconstructed.json).
 DRAFT_SIZE_OF_LAYERS = 0.14
 DRAFTER_WORTH_PCT = 10.0
-
-
-@dataclass
-class Suspect:
-    id: str
-    title: str
-    evidence: str
-    expected_gain: str
-    gain_pct: float  # midpoint, for ranking
-    fix: str
-    severity: str = "perf"  # "correctness" ranks above any perf suspect
-
-    def rank_key(self):
-        return (0 if self.severity == "correctness" else 1, -self.gain_pct)
 
 
 def _tp(server_info: dict) -> int:

@@ -196,6 +196,23 @@ def kv_factor(eff: Effective, machine: dict) -> float:
     return float((machine.get("kv_cache_dtypes") or {}).get(eff.kv_cache_dtype, 1.0))
 
 
+# flag -> the machine table whose `_assumed` entries say which of its factors nobody measured on that card and engine
+ASSUMED_TABLES = {"--attention-backend": "attention_backends", "--speculative-draft-attention-backend": "attention_backends",
+                  "--kv-cache-dtype": "kv_cache_dtypes"}
+
+
+def assumed_factors(machine: dict, flags: dict) -> str | None:
+    """Which of these flag values the simulator speeds up or slows down only by an assumed factor (the table's
+    `_assumed`: no measurement on that card and engine); None when every factor they touch is measured or 1.0."""
+    found = []
+    for flag, table in ASSUMED_TABLES.items():
+        value = flags.get(flag)
+        why = ((machine.get(table) or {}).get("_assumed") or {}).get(value) if isinstance(value, str) else None
+        if why:
+            found.append(f"{flag} {value} x{(machine.get(table) or {}).get(value)} ({why})")
+    return "; ".join(found) or None
+
+
 def start_problem(eff: Effective, machine: dict) -> str | None:
     """Why the model runner cannot create the attention backend or KV cache on this machine (SGLang fails at start,
     after the resolution accepted the flags): the backends and dtypes the machine's data does not list."""
@@ -211,6 +228,29 @@ def start_problem(eff: Effective, machine: dict) -> str | None:
     if dtypes and eff.kv_cache_dtype not in dtypes:
         return (f"RuntimeError: --kv-cache-dtype {eff.kv_cache_dtype} cannot run on {machine['gpu']} (sm_86) "
                 f"(SIMULATED: the modelled dtypes are {', '.join(sorted(dtypes))})")
+    return combination_problem(eff, machine)
+
+
+def combination_problem(eff: Effective, machine: dict) -> str | None:
+    """The backend x KV dtype x draft backend combination judged together, as the real card would at start
+    (start_feasibility.py's data for SGLang 0.5.23 on the machine's compute capability): fa3 or triton with
+    fp8_e4m3 KV on sm_86 fails although each value alone runs."""
+    from sglang_deploy import gpu_facts, start_feasibility  # shipped beside the simulator (roles/simulator.py)
+
+    from .engine import SGLANG_VERSION  # the simulated host's release
+
+    data = start_feasibility.load(SGLANG_VERSION)
+    known = [gpu for gpu in gpu_facts.KNOWN.values() if gpu.name == machine.get("gpu")]
+    if data is None or not known:
+        return None
+    resolved = {"attention_backend": eff.attention_backend, "kv_cache_dtype": eff.kv_cache_dtype,
+                "speculative_draft_attention_backend": eff.draft_attention_backend,
+                "speculative_algorithm": eff.spec_algorithm if not eff.drafter else None,
+                "speculative_num_steps": eff.spec_steps}
+    verdict = start_feasibility.judge(data, known[0].capability, None, resolved)
+    if verdict.starts is False:
+        reason, source = verdict.fails[0]
+        return f"RuntimeError: {reason} ({source}) (SIMULATED: as SGLang fails at start on this card)"
     return None
 
 

@@ -46,6 +46,32 @@ def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> li
     return problems
 
 
+def spelled_in_full(profile: Profile, spec: tuple[dict, ...]) -> tuple[Profile, dict]:
+    """The profile as SGLang's parser reads it: a flag written as an argparse abbreviation (a unique prefix, which
+    SGLang 0.5.23's parser accepts: --tp for --tp-size) under its full name, so that the rules read the value SGLang
+    does; and {full name: the name written} to point each problem at the line the profile has. parser_problems
+    names the abbreviation itself (full-flag-names), once."""
+    options = {opt for action in spec for opt in action["options"]}
+    flags, written = {}, {}
+    for name, value in profile.sglang.flags.items():
+        prefixed = [opt for opt in options if opt.startswith(name)] if name not in options else []
+        full = prefixed[0] if len(prefixed) == 1 and prefixed[0] not in profile.sglang.flags else name
+        flags[full] = value
+        if full != name:
+            written[full] = name
+    if not written:
+        return profile, {}
+    return profile.model_copy(update={"sglang": profile.sglang.model_copy(update={"flags": flags})}), written
+
+
+def as_written(problem: Problem, written: dict) -> Problem:
+    """A problem found on spelled_in_full's profile, pointed at the flag as the profile writes it."""
+    field = problem.field
+    if len(field) == 3 and field[:2] == ("sglang", "flags") and field[2] in written:
+        return Problem(problem.rule, flag_field(written[field[2]]), problem.message)
+    return problem
+
+
 # SGLang's fields the tool sets itself (the unit's argv, the secrets file); no spelling of them in sglang.flags.
 DERIVED_DESTS = {
     "model_path": "model.path (or model.source)", "served_model_name": "model.served_name", "host": "service.host",

@@ -124,11 +124,17 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
     decode = ((resolved or {}).get("cuda_graph_config") or {}).get("decode") or {}
     graph_bs, running = decode.get("max_bs"), (resolved or {}).get("max_running_requests")
     if isinstance(graph_bs, int) and isinstance(running, int) and graph_bs < running:
+        # A warning (check.WARNING_RULES), not a refusal: SGLang's own defaults trip it (graphs to 32 and 48 running
+        # requests under speculation on one A6000), and it only leaves speed on the table.
+        present = [name for name in DECODE_MAX_BS_FLAGS + ("--max-running-requests",) if name in flags]
         problems.append(Problem(
-            "decode-graph-covers-batch", flag_field(_first_present(flags, DECODE_MAX_BS_FLAGS, "--cuda-graph-max-bs-decode")),
+            "decode-graph-covers-batch", flag_field(present[0]) if present else ("sglang", "flags"),
             f"decode CUDA graphs are captured up to batch {graph_bs}, below max-running-requests {running} (as "
-            f"SGLang resolves them): batches above {graph_bs} would decode without CUDA graphs; accepted: "
-            f"--cuda-graph-max-bs-decode {running} or more"))
+            f"SGLang resolves them{'' if present else ' from its own defaults'}): a decode step with more than "
+            f"{graph_bs} running requests runs without CUDA graphs (eager, slower per step: the cost cuda-graphs-on "
+            f"refuses for every batch); single-stream and batches up to {graph_bs} are unaffected; fix: "
+            f"--cuda-graph-max-bs-decode {running} (more graph memory and capture time) or "
+            f"--max-running-requests {graph_bs}"))
     if decode.get("backend") == "disabled":
         flag = _first_present(flags, DECODE_BACKEND_FLAGS, "--cuda-graph-backend-decode")
         problems.append(Problem("cuda-graphs-on", flag_field(flag),
@@ -163,6 +169,17 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
                                                                        defaults)]
 
 
+def not_read(version: str, name: str) -> str | None:
+    """The registry file of SGLang <version> when the release does not read `name` (start_feasibility's
+    sglang-env.json, derived from sglang/srt/environ.py and the package's sources); None when it does, or unknown."""
+    from ..start_feasibility import env_names
+
+    names = env_names(version)
+    if names is None or name in names["registry"]["names"] or name in names["elsewhere"]:
+        return None
+    return names["registry"]["file"]
+
+
 def environment_problems(profile: Profile) -> list[Problem]:
     """The environment against the allow-list of names and values (env_rules.py)."""
     from .. import env_rules
@@ -188,6 +205,12 @@ def environment_problems(profile: Profile) -> list[Problem]:
             found = env_rules.value_problem(key, env[key], profile.service.name)
             if found:
                 problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
+        elif kind == "unreviewed" and key.startswith("SGLANG_") and not_read(profile.sglang.version, key):
+            problems.append(Problem("env-not-reviewed", env_field(key),
+                                    f"{key} is not read by SGLang {profile.sglang.version}: its env registry "
+                                    f"({not_read(profile.sglang.version, key)}) does not declare it and no module of "
+                                    "its package names it, so setting it changes nothing (a name from another "
+                                    "release or fork?); " + remove_or_waive("env-not-reviewed")))
         elif kind == "unreviewed":
             problems.append(Problem("env-not-reviewed", env_field(key),
                                     f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
