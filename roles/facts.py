@@ -133,6 +133,20 @@ class ReleaseHistory(FactBase):
         return StoreHistory.loads("\n".join(output), "the release store's history (hostside.store history)")
 
 
+class SecretsDigest(FactBase):
+    """A secrets file's render.secrets_digest on the host (None if absent): its content but the admin key's value,
+    hashed there; no key is printed."""
+
+    def command(self, path: str) -> str:
+        from sglang_deploy.render import secrets_digest_command
+
+        return f"{secrets_digest_command(path)} || true"
+
+    def process(self, output):
+        text = "\n".join(output).strip()
+        return text or None
+
+
 class DeployState(FactBase):
     """Everything a deploy decides from, in one round trip: the simulated-host marker, the release store's state and
     each snapshot's status (one host program, hostside/deploy_facts.py, through inline_host), the hashes of shipped
@@ -143,7 +157,7 @@ class DeployState(FactBase):
 
     def command(self, service: str, manifests: tuple = (), paths: tuple = (), user: str | None = None,
                 files: tuple = (), timers: tuple = (), weights: tuple = (), draft: tuple = (),
-                offered: tuple = ()) -> str:
+                offered: tuple = (), secrets: str | None = None) -> str:
         """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change); with `weights`
         (manifest, snapshot directory, hub python or None): WeightsStatus's; with `draft` the same for the draft
         model."""
@@ -168,6 +182,10 @@ class DeployState(FactBase):
             quoted = shlex.quote(path)
             checks.append(f"echo '@@file {path}'; stat -c '%a %U %G' {quoted} 2>/dev/null; "
                           f"test -f {quoted} && sha256sum {quoted} | cut -d' ' -f1; echo")
+        if secrets:  # the secrets file's digest but for the admin key (render.secrets_digest)
+            from sglang_deploy.render import secrets_digest_command
+
+            checks.append(f"echo '@@secrets_digest'; {secrets_digest_command(secrets)}; echo")
         for timer in timers:
             quoted = shlex.quote(timer)
             checks.append(f"echo '@@timer {timer}'; systemctl is-enabled {quoted} 2>/dev/null; "
@@ -194,6 +212,7 @@ class DeployState(FactBase):
             "paths": {key[len("path "):]: value == "yes" for key, value in text.items() if key.startswith("path ")},
             "files": {key[len("file "):]: value.split() for key, value in text.items() if key.startswith("file ")},
             "timers": {key[len("timer "):]: value.split() for key, value in text.items() if key.startswith("timer ")},
+            **({"secrets_digest": text["secrets_digest"] or None} if "secrets_digest" in text else {}),
             "user": _user(text.get("user")),
             "account": ServiceAccount().process(sections["account"]) if "account" in sections else None,
             "units": UnitOwnership().process(sections["units"]) if "units" in sections else None,

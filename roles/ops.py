@@ -57,16 +57,22 @@ STAGING_DIR = ".sglang-deploy-staging"  # in the SSH user's home, 0700: where a 
 
 
 @operation()
-def secret_file(dest: str, content: str, mode: int, group: str):
+def secret_file(dest: str, content: str, mode: int, group: str, digest=None):
     """Install a secret file as root:group with `mode`, its content never on the console or in a shared /tmp.
 
-    - No fact reads the file (`-vvv` prints every fact's output): the change is decided by its sha256.
+    - No fact reads the file (`-vvv` prints every fact's output): the change is decided by its sha256, or with
+      `digest` (render.secrets_digest) by the host's SecretsDigest of it.
     - --diff says "changed (secret)", never the lines.
     - Uploaded over SFTP directly to `dest` when the SSH user is root; under sudo (pyinfra would stage a 0644
       file at a predictable /tmp/pyinfra-<sha1>) into a 0700 directory of the SSH user, then installed with
       `install -m` by sudo and removed. The commands carry paths only."""
-    wanted = hashlib.sha256(content.encode()).hexdigest()
-    if host.get_fact(Sha256File, path=dest) == wanted:
+    if digest is not None:
+        from roles.facts import SecretsDigest
+
+        in_place = host.get_fact(SecretsDigest, path=dest) == digest(content)
+    else:
+        in_place = host.get_fact(Sha256File, path=dest) == hashlib.sha256(content.encode()).hexdigest()
+    if in_place:
         yield from files.file._inner(path=dest, user="root", group=group, mode=mode)
         return
     if state.config.DIFF:

@@ -99,7 +99,7 @@ def facts(plan: Plan, snaps: Snapshots) -> dict:
         files=(layout.config_dir, layout.secrets_path, *watch_paths(service), weights_role.MANIFESTS_DIR,
                *(w.host_manifest for w in (weights, draft, *snaps.offered) if w),
                *(part.host_path for part in shipped_maps(profile))),
-        timers=(f"{service}-watch.timer",),
+        timers=(f"{service}-watch.timer",), secrets=layout.secrets_path,
         weights=(weights.host_manifest, weights.path, snaps.hub_python) if weights else (),
         draft=(draft.host_manifest, draft.path, None if weights else snaps.hub_python) if draft else (),
         offered=tuple((w.host_manifest, w.path) for w in snaps.offered))
@@ -197,9 +197,9 @@ def weights(plan: Plan, facts: dict, snaps: Snapshots) -> None:
 def secrets(plan: Plan, facts: dict, runtime_ops: list) -> bool:
     """The secrets file; True when the server must restart for it (or for a changed simulator)."""
     service, user = plan.profile.service.name, plan.profile.service.user
-    restart = secrets_role.content_changed(secrets_role.found_hash(facts["files"], service), plan.rendered.secrets) \
+    restart = secrets_role.content_changed(facts.get("secrets_digest"), plan.rendered.secrets) \
         or any(op.will_change for op in runtime_ops)
-    if not secrets_role.in_place(facts["files"], plan.rendered.secrets, service, user):
+    if not secrets_role.in_place(facts["files"], plan.rendered.secrets, service, user, facts.get("secrets_digest")):
         secrets_role.configure_secrets(secrets=plan.rendered.secrets, service=service, user=user)
     return restart
 

@@ -56,6 +56,48 @@ def not_reviewed_reason(version: str, dest: str) -> str:
     return f"{where} does not classify it"
 
 
+# A numeric flag value beyond this magnitude is a finite stand-in for the refused infinities (security review 4: a
+# watchdog of 1e300 s never fires); no SGLang knob the tool allows means anything up there.
+FINITE_MAX = 1e12
+
+
+@lru_cache(maxsize=8)
+def load_values(version: str) -> dict[str, dict]:
+    """dest -> {min, max, choices, why}: allowed dests whose value changes what they are (a limit turned off, a
+    finite stand-in for never, a mode that exchanges data through named shared memory)."""
+    try:
+        document = json.loads(classes_path(version).read_text())
+    except FileNotFoundError:
+        return {}
+    return document.get("values", {})
+
+
+def value_problem(version: str, dest: str, value) -> str | None:
+    """Why an allowed dest's value is refused (None: accepted), from the classes file's `values` and FINITE_MAX."""
+    items = value if isinstance(value, list) else [value]
+    bound = load_values(version).get(dest)
+    for item in items:
+        number = None
+        if not isinstance(item, bool):
+            try:
+                number = float(item)
+            except (TypeError, ValueError):
+                number = None
+        if number is not None and abs(number) > FINITE_MAX:
+            return (f"{item!r} is a finite stand-in for infinity (a limit or timeout that never triggers); "
+                    f"accepted: a magnitude up to {FINITE_MAX:.0e}")
+        if not bound:
+            continue
+        accepted = ", ".join(str(c) for c in bound["choices"]) if "choices" in bound else \
+            f"{bound.get('min', '-inf')} to {bound.get('max', 'inf')}"
+        if "choices" in bound and str(item) not in bound["choices"]:
+            return f"{item!r}: {bound['why']}; accepted: {accepted}"
+        if ("min" in bound or "max" in bound) and (number is None or number < bound.get("min", -FINITE_MAX)
+                                                    or number > bound.get("max", FINITE_MAX)):
+            return f"{item!r}: {bound['why']}; accepted: {accepted}"
+    return None
+
+
 def unset(value) -> bool:
     return value in UNSET or value == [] or value == {}
 

@@ -31,9 +31,18 @@ def flag_args(flags: dict) -> list[str]:
     return argv
 
 
+# With no media-domain list SGLang fetches any http(s) URL a client names (sglang/srt/utils/common.py
+# _assert_media_url_allowed: an empty list allows every host): the host's loopback, the LAN, metadata endpoints. The
+# tool sets the list to the one name that never resolves (RFC 6761 `invalid`) unless the profile names domains
+# (class `exposure`: a waiver with its reason).
+MEDIA_DOMAINS_FLAG = "--allowed-media-domains"
+NO_MEDIA_DOMAIN = "invalid"
+
+
 def server_args(profile: Profile, port: int | None = None, node=None) -> list[str]:
     """Everything after the launcher: the derived flags first (a multi-node host's --nnodes, --node-rank and
-    --dist-init-addr among them, a draft model's verified snapshot, a shipped token map), then sglang.flags as written."""
+    --dist-init-addr among them, a draft model's verified snapshot, a shipped token map, no outbound media fetch
+    unless the profile names domains), then sglang.flags as written."""
     from .drafter import draft_path
     from .token_map.part import map_flag
 
@@ -46,6 +55,7 @@ def server_args(profile: Profile, port: int | None = None, node=None) -> list[st
         *(node.args() if node is not None else []),
         *(["--speculative-draft-model-path", draft] if draft else []),
         *(["--speculative-token-map", token_map] if token_map else []),
+        *([] if MEDIA_DOMAINS_FLAG in profile.sglang.flags else [MEDIA_DOMAINS_FLAG, NO_MEDIA_DOMAIN]),
         *flag_args(profile.sglang.flags),
     ]
 

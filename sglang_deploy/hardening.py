@@ -43,6 +43,10 @@ HARDENING: tuple[tuple[str, tuple[str, ...], str], ...] = (
      "nvidia-uvm (/dev/nvidia-uvm*), nvidia-caps (/dev/nvidia-caps/*), nvidia-nvlink, nvidia-nvswitch; the "
      "groups are resolved when the unit starts, so nvidia-uvm must be loaded before"),
     ("RemoveIPC", ("yes",), "IPC objects of the service user go away when it stops"),
+    ("MemoryMax", ("90%",),
+     "a memory limit derived from the host (systemd: 90 % of the memory the host, or its container, has): whatever "
+     "a client makes the server grow (stored responses, media, metric series) hits this cgroup, not sshd and "
+     "journald (security review 4, B6)"),
     ("UMask", ("0077",), "files the server writes (caches, logs) are private to the service user"),
 )
 DIRECTIVES = tuple(name for name, _, _ in HARDENING)

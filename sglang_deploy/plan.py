@@ -8,6 +8,7 @@ changes nothing on the host and the running release keeps running.
 from __future__ import annotations
 
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -192,7 +193,9 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
     api_key = resolve_api_key(settings, profile.service.auth if need_key else "none",
                               where=f"{path}:{auth_line}: service.auth")
     try:
-        rendered = render(profile, api_key=api_key, port=port,
+        # the admin key: new for each plan; the host keeps the one it has unless the secrets file changes otherwise
+        # (render.secrets_digest), so it is never read back, printed or given to a client
+        rendered = render(profile, api_key=api_key, port=port, admin_key=secrets.token_urlsafe(32),
                           cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None, node=node,
                           max_jobs=(detected or {}).get("cpus"))
     except RenderError as error:

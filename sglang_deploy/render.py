@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 from dataclasses import dataclass
@@ -113,8 +114,14 @@ def snapshots_comment(profile: Profile) -> str | None:
 
 
 def render(profile: Profile, api_key: str | None = None, port: int | None = None,
-           cuda_home: str | None = None, node=None, max_jobs: int | None = None) -> Rendered:
-    """Same profile and key -> byte-identical files. The key only ever lands in the secrets file."""
+           cuda_home: str | None = None, node=None, max_jobs: int | None = None,
+           admin_key: str | None = None) -> Rendered:
+    """Same profile and keys -> byte-identical files. The keys only ever land in the secrets file.
+
+    admin_key: SGLang's --admin-api-key, which the tool generates (plan.py) and gives to nobody: with it SGLang's
+    admin endpoints (ADMIN_OPTIONAL: weight updates, logging, profiling, pause...) refuse the API key
+    (sglang/srt/utils/auth.py). It is written only with an API key, and the host keeps the one it has while the
+    rest of the file is unchanged (secrets_digest)."""
     layout = ServiceLayout(profile.service.name)
     secrets_file = layout.secrets_path if api_key else None
     venv = venv_path(profile)
@@ -122,7 +129,8 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     environment = {**base_environment(layout, venv, cuda_home, max_jobs),
                    **(node.environment() if node is not None else {}), **profile.env_values()}
     env = _jinja()
-    context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key,
+    admin_key = admin_key if api_key else None
+    context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key, admin_key=admin_key,
                    weights_comment=snapshots_comment(profile))
     hardening, relaxed = hardening_directives(unit_value(layout.state_dir), unit_value(layout.cache_dir),
                                               profile.service.relax)
@@ -132,8 +140,9 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     env_file = env.get_template("sglang.env.j2").render(
         environment={key: env_quote(value) for key, value in environment.items()}, **context)
     secrets = env.get_template("secrets.yaml.j2").render(**context)
-    if api_key and (api_key in unit or api_key in env_file):
-        raise AssertionError("the API key leaked into the unit or the environment file")
+    for key in (api_key, admin_key):
+        if key and (key in unit or key in env_file):
+            raise AssertionError("a key leaked into the unit or the environment file")
     return Rendered(unit=unit, env=env_file, secrets=secrets, exec_start=argv, environment=environment)
 
 
@@ -180,6 +189,9 @@ def render_watch(profile: Profile) -> RenderedWatch:
     return RenderedWatch(service=service, timer=timer, exec_start=argv)
 
 
+# The longest logical line (continuations joined) a rendered unit may have: systemd 252 refused a unit whose
+# ExecStart= was 1.2 MB ("No buffer space available"); the longest the tool's profiles need is about 2 KB.
+MAX_UNIT_LINE_BYTES = 128 * 1024
 UNIT_SECTIONS = ("Unit", "Service", "Install")
 # Every directive the template writes, by section: anything else in a rendered unit came from a value.
 UNIT_KEYS = {
@@ -231,6 +243,10 @@ def check_unit_structure(unit: str, argv: list[str] | None, sections: tuple = UN
     a value holds, it stays a value."""
     keys = UNIT_KEYS if keys is None else keys
     entries = parse_unit(unit)
+    for section, key, value in entries:
+        if len(f"{key}={value}".encode()) > MAX_UNIT_LINE_BYTES:
+            raise RenderError(f"{key}= in [{section}] is {len(value.encode())} bytes long; accepted: at most "
+                              f"{MAX_UNIT_LINE_BYTES} bytes (systemd loads no unit with a longer line)")
     found = [section for section, key, _ in entries if not key]
     if tuple(found) != tuple(sections):
         raise RenderError(f"the unit's sections are {found}, expected {list(sections)}")
@@ -249,6 +265,29 @@ def check_unit_structure(unit: str, argv: list[str] | None, sections: tuple = UN
         if (section, key) in seen and key not in REPEATABLE_KEYS:
             raise RenderError(f"directive {key}= appears twice in [{section}] of the rendered unit")
         seen.add((section, key))
+
+
+ADMIN_KEY_LINE = "admin-api-key: "
+
+
+def secrets_digest(text: str) -> str:
+    """The secrets file's digest without its admin key's value: what the controller compares with the host's file
+    (secrets_digest_command) to decide whether to rewrite it. A file that is the same but for the admin key is in
+    place (the host keeps its admin key, the server keeps running); one without an admin key line is not."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    public = "".join(line + "\n" for line in lines if not line.startswith(ADMIN_KEY_LINE))
+    count = sum(line.startswith(ADMIN_KEY_LINE) for line in lines)
+    return hashlib.sha256(f"{public}{count}\n".encode()).hexdigest()
+
+
+def secrets_digest_command(path: str) -> str:
+    """The host's side of secrets_digest (grep and sha256sum: no key in any command line or output); prints nothing
+    when the file is absent."""
+    quoted = shlex.quote(path)
+    return (f"test -f {quoted} && {{ grep -v '^{ADMIN_KEY_LINE}' {quoted}; grep -c '^{ADMIN_KEY_LINE}' {quoted}; }} "
+            "| sha256sum | cut -d' ' -f1")
 
 
 def mask_secrets(text: str) -> str:

@@ -47,6 +47,9 @@ RULES = {
     "flag-runs-code": "no flag (or resolved setting) that loads code or a config by name or path, unless waived",
     "flag-serves-other-weights": "no flag that serves other weights or a tokenizer/template from outside the verified "
                                  "snapshot, unless waived",
+    "flag-value-range": "a flag's value means what its name says: a limit stays a limit, a timeout finite, one "
+                        "tokenizer worker (the classes file's `values`; no number beyond 1e12)",
+    "unit-line-length": "the unit's command line fits one line systemd loads (render.MAX_UNIT_LINE_BYTES)",
     "token-map-verified": "--speculative-token-map names a file a verified snapshot's manifest lists (sha256 checked "
                           "on the host)",
     "token-map-part": "a token map the profile ships (speculative.token_map, tune.token_maps) is the file its frozen "

@@ -115,6 +115,53 @@ def service_name_problem(name: str) -> str | None:
     if name in RESERVED_SERVICES or name.startswith(RESERVED_SERVICE_PREFIXES):
         return (f"{name!r} is a system unit or directory name; the tool would overwrite {name}.service and take "
                 f"/var/lib/{name}; accepted: a name of its own such as 'sglang' or 'sglang-qwen'")
+    return service_unit_collision(name)
+
+
+# Names of units the tool writes beside a service's own <service>.service: derived from the code that names them
+# (render.watch_paths for the watch's service and timer, router.py's unit, container.py's device-node unit), so a
+# service named like one of them would overwrite it, and the host's marker check cannot tell them apart (review 4, R5).
+def tool_unit_names() -> tuple[set[str], set[str]]:
+    """(fixed unit names, suffixes the tool appends to a service's name), without .service/.timer."""
+    from .container import UVM_UNIT
+    from .render import watch_paths
+    from .router import ROUTER_SERVICE
+
+    probe = "x"
+    suffixes = {path.rsplit("/", 1)[1].rsplit(".", 1)[0][len(probe):] for path in watch_paths(probe)}
+    return {ROUTER_SERVICE, UVM_UNIT.rsplit(".", 1)[0]}, suffixes
+
+
+def service_unit_collision(name: str) -> str | None:
+    fixed, suffixes = tool_unit_names()
+    if name in fixed:
+        return (f"{name!r} is the name of a unit the tool writes itself ({name}.service); accepted: a name of its own "
+                "such as 'sglang' or 'sglang-qwen'")
+    for suffix in sorted(suffixes):
+        if suffix and name.endswith(suffix) and name != suffix:
+            owner = name[: -len(suffix)]
+            return (f"{name!r} is the name of the unit the tool writes for service {owner!r} ({name}.service, "
+                    f"{owner}'s {suffix.strip('-')} unit): the two deploys would overwrite each other's unit; "
+                    f"accepted: a name that does not end in {', '.join(sorted(s for s in suffixes if s))}")
+    return None
+
+
+# A waiver's or an environment setting's reason is read by a reviewer: printable, not blank, real words.
+REASON_MIN_LETTERS = 8
+REASON_MIN_WORDS = 2
+
+
+def reason_problem(reason: str) -> str | None:
+    """Why a reason says nothing (None: it says something): control or invisible characters, fewer than
+    REASON_MIN_WORDS words of letters or REASON_MIN_LETTERS letters in all."""
+    bad = control_message(reason)
+    if bad:
+        return f"the reason {bad}"
+    words = re.findall(r"[^\W\d_]+", reason)
+    letters = sum(len(word) for word in words)
+    if len(words) < REASON_MIN_WORDS or letters < REASON_MIN_LETTERS:
+        return (f"the reason {reason!r} says nothing a reviewer can read; accepted: at least {REASON_MIN_WORDS} words "
+                f"and {REASON_MIN_LETTERS} letters saying why (the unit, meta.json and releases.py show it)")
     return None
 
 
@@ -265,6 +312,10 @@ def account_problem(user: str, service: str, passwd: str | None, uid_min: int = 
     if uid == "0":
         return f"{user!r} has uid 0 on the host; the service needs a dedicated unprivileged system account"
     if USER_MARKER in gecos:
+        if home != f"/var/lib/{service}":  # the tool gives each service's user the home /var/lib/<service>
+            return (f"{user!r} is the service user of another service on this host (home {home}): it would read that "
+                    f"service's secrets and state (review 4, R4); one service user per service; accepted: a user of "
+                    f"this service's own, such as {service!r}")
         return None
     if shell not in NO_LOGIN_SHELLS:
         return (f"{user!r} is an existing login account on the host (shell {shell}); the tool would change its shell, "

@@ -499,13 +499,13 @@ def _preflight_stack(request):
         session.preflight_stack = True
 
 
-def key_leaks(session: SimHostSession) -> list[str]:
+def key_leaks(session: SimHostSession, key: str | None = None) -> list[str]:
     """Where the API key shows, but in the secrets file (0640, root:sglang): in what a pyinfra run of the session
     printed (session.transcript), in a file the tool writes on the host, in the journal, in the local results, the
     parser probe's logs and its answers.
     SGLang returns the key from /server_info and logs it at every start (``server_args=``), as the model-only
     simulator does, so a copy that is not redacted would show."""
-    key = session.api_key_original
+    key = key or session.api_key_original
     found = [f"`{entry.splitlines()[0]}` printed it" for entry in session.transcript if key in entry]
     files = session.sh(f"grep -rlF -- '{key}' /var/log /var/lib/sglang-deploy /opt/sglang-deploy /etc/systemd/system "
                        "/etc/sglang-deploy /tmp /root 2>/dev/null | grep -v '^/etc/sglang-deploy/sglang/secrets.yaml$'; "

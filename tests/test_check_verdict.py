@@ -76,7 +76,7 @@ def test_sglangs_refusal_cannot_be_waived(tmp_path):
     assert "sglang-resolution" not in WAIVABLE
     change, words = REFUSALS["resolution"]
     report = check(write_profile(tmp_path, variant(tmp_path, change).read_text()
-                                 + "waivers:\n  sglang-resolution: trust me\n", "w.yaml"))
+                                 + "waivers:\n  sglang-resolution: trust me, reviewed by hand\n", "w.yaml"))
     assert [p.rule for p in report.problems] == ["sglang-resolution", "sglang-resolution"], report.lines()
     assert words in report.lines()[0] and "cannot be waived" in report.lines()[1]
 
@@ -114,7 +114,7 @@ def test_sglangs_default_graph_sizes_are_a_warning_with_cost_and_fix(tmp_path):
     assert "from its own defaults" in line and "--cuda-graph-max-bs-decode 48" in line
     assert "--max-running-requests 32" in line and "without CUDA graphs" in line
     assert '`waivers: {decode-graph-covers-batch: "' in line
-    waived = check(write_profile(tmp_path, path.read_text() + "waivers:\n  decode-graph-covers-batch: seen\n", "w.yaml"))
+    waived = check(write_profile(tmp_path, path.read_text() + "waivers:\n  decode-graph-covers-batch: seen and accepted here\n", "w.yaml"))
     assert waived.ok and not waived.warnings
 
 

@@ -70,7 +70,7 @@ RECIPES = {
              "--chunked-prefill-size": 4096, "--enable-request-time-stats-logging": True,
              "--decode-log-interval": 10, "--disaggregation-ib-device": "mlx5_bond_0,mlx5_bond_1,mlx5_bond_2,mlx5_bond_3",
              "--disaggregation-mode": "prefill"}, {}, {"host": "0.0.0.0"}, "xop3qwen80bnexttest", None,
-            ["sglang-parser", "flag-runs-code", "flag-exposes-service", "flag-exposes-service"]),
+            ["sglang-parser", "flag-runs-code", "flag-serves-other-weights", "flag-exposes-service", "flag-exposes-service"]),
     "R21": ("noonghunna/club-3090:models/qwen3.6-27b/sglang/compose/single/eagle3-experimental.yml@06dbbaf2", 1,
             {"--speculative-algorithm": "EAGLE3", "--speculative-draft-model-quantization": "unquant",
              "--speculative-num-steps": 3, "--speculative-eagle-topk": 1, "--speculative-num-draft-tokens": 4,

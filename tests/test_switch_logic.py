@@ -150,6 +150,69 @@ def test_move_aside_never_takes_roots_or_an_unknown_users_directories(tmp_path, 
     assert (root / "var/lib/sglang/.nccl.conf").exists() and not (tmp_path / "store").exists()
 
 
+def test_across_file_systems_nothing_is_copied_it_moves_within_its_own(tmp_path):
+    """Security review 4, R1: the service's directory on another file system than the store (here /dev/shm's tmpfs,
+    the store on the disk) with a FIFO and a sparse file of 2 GiB the service user left: moved by a rename into a
+    root-only holder beside it, never copied (a copy raised on the FIFO after the stop, and wrote the sparse file
+    out in full)."""
+    import os
+    import pwd
+    import shutil
+    import stat
+    import tempfile
+
+    from sglang_deploy.hostside.forensics import move_aside, movable_problem
+
+    nobody = pwd.getpwnam("nobody")
+    other = tempfile.mkdtemp(dir="/dev/shm")  # root's 0700: the parent a holder needs
+    os.chmod(other, 0o755)
+    try:
+        cache = os.path.join(other, "sglang")
+        os.makedirs(cache)
+        os.mkfifo(os.path.join(cache, "trap"))
+        with open(os.path.join(cache, "big"), "wb") as handle:
+            handle.truncate(2 << 30)
+        for path in (cache, os.path.join(cache, "trap"), os.path.join(cache, "big")):
+            os.chown(path, nobody.pw_uid, nobody.pw_gid)
+        store = tmp_path / "store"
+        store.mkdir()
+        assert os.stat(other).st_dev != os.stat(store).st_dev
+        assert movable_problem([cache], str(store / "forensics")) is None
+        moved = move_aside("sglang", "nobody", f"SGLANG_CACHE_DIR={cache}\n", str(store), "auto-rollback",
+                           stamp="20261206T000000Z", roots=())
+        (where,) = moved["moved"]
+        assert moved["moved"][where] == cache and not os.path.exists(cache)
+        assert os.path.dirname(where) == os.path.join(other, ".sglang.forensics")
+        holder = os.lstat(os.path.dirname(where))
+        assert holder.st_uid == 0 and stat.S_IMODE(holder.st_mode) == 0o700
+        assert stat.S_ISFIFO(os.lstat(os.path.join(where, "trap")).st_mode)  # moved, not opened
+        assert os.stat(os.path.join(where, "big")).st_blocks == 0  # still sparse: nothing written out
+        assert json.loads((store / "forensics" / "20261206T000000Z-auto-rollback" / "moved.json").read_text())[
+            "moved"] == {where: cache}
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def test_a_mount_point_is_refused_before_the_stop(tmp_path):
+    from sglang_deploy.hostside.forensics import movable_problem
+
+    assert "is a mount point" in movable_problem(["/dev/shm"], str(tmp_path / "forensics"))
+
+
+def test_old_forensics_directories_are_pruned(tmp_path):
+    import os
+
+    from sglang_deploy.hostside.forensics import KEEP, prune
+
+    for day in range(1, 7):
+        (tmp_path / f"2026120{day}T000000Z-rollback" / "var__cache__sglang").mkdir(parents=True)
+    (tmp_path / "2026120" "9T000000Z-rollback").symlink_to("/etc")  # a link is removed, never followed
+    removed = prune(str(tmp_path))
+    assert len(removed) == 7 - KEEP and os.path.exists("/etc/passwd")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["20261205T000000Z-rollback", "20261206T000000Z-rollback",
+                                                          "20261209T000000Z-rollback"][-KEEP:]
+
+
 def unit_and_env(store, release_id, root):
     release = store.release_dir(release_id)
     with open(f"{release}/sglang.service", "w") as handle:
@@ -204,3 +267,40 @@ def test_a_manual_rollback_moves_aside_what_the_left_release_wrote(store, servic
     assert document["forensics"].endswith("-rollback") and not (root / "var/lib/sglang").exists()
     moved = json.loads(open(f"{document['forensics']}/moved.json").read())
     assert moved["release"] == "0002-bbbbbbbb" and moved["user"] == "nobody"
+
+
+@pytest.mark.parametrize("failure", ["move", "refused"])
+def test_a_forensics_failure_still_starts_the_good_release(store, service_dirs, monkeypatch, failure):
+    """Security review 4, R1: whatever the forensics meet (a move that raises after the stop, or a directory that
+    can only be copied, refused before the stop), the automatic rollback still starts the last good release."""
+    root, _ = service_dirs
+    for release_id in ("0001-aaaaaaaa", "0002-bbbbbbbb"):
+        unit_and_env(store, release_id, root)
+    store.write_meta("0001-aaaaaaaa", release_meta(id="0001-aaaaaaaa", verdict="good"))
+    calls = []
+    monkeypatch.setattr(switch.forensics, "systemctl", lambda *a: calls.append(("systemctl",) + a))
+    if failure == "move":
+        def broken(*a, **k):
+            raise shutil_error()
+        monkeypatch.setattr(switch.forensics, "move_aside", broken)
+    else:
+        monkeypatch.setattr(switch.forensics, "movable_problem", lambda *a: "/var/cache/sglang is a mount point")
+    monkeypatch.setattr(switch, "activate", lambda *a: calls.append(("activate", a[1]))
+                        or {"ready": True, "stage": "generate", "elapsed_s": 1.0})
+    state = StoreState(active="0002-bbbbbbbb", last_good="0001-aaaaaaaa", auto_rollbacks_in_row=0)
+    args = types.SimpleNamespace(release="0002-bbbbbbbb", auto_rollback=True, probe_url="http://127.0.0.1:1",
+                                 rollback_timeout=10, rollback_timeout_given=False, timeout=10, settle=0)
+    code = switch.fail_and_roll_back(store, state, store.meta("0002-bbbbbbbb"), {
+        "release": "0002-bbbbbbbb", "readiness": {"ready": True, "stage": "generate", "elapsed_s": 1},
+        "gate": switch.GateResult(verdict="fail", reasons=["x"], inconclusive=[], rows=[], config_problems=[])},
+        args, "gate fail: x")
+    assert code == switch.EXIT_FAILED_ROLLED_BACK
+    assert calls[-1] == ("activate", "0001-aaaaaaaa")
+    assert (("systemctl", "stop", "sglang.service") in calls) == (failure == "move")  # refused: before the stop
+    assert store.state().switching is None and store.state().active == "0001-aaaaaaaa"
+
+
+def shutil_error():
+    import shutil
+
+    return shutil.Error("[('/var/cache/sglang/trap', '...', '`/var/cache/sglang/trap` is a named pipe')]")

@@ -138,7 +138,7 @@ def test_adaptive_speculation_refused_on_hybrid_models(tmp_path):
 
 
 def test_ll128_refused_on_pcie(tmp_path):
-    path = proven_with(tmp_path, "environment:\n", "environment:\n  NCCL_PROTO: {value: LL128, reason: tuning}\n")
+    path = proven_with(tmp_path, "environment:\n", "environment:\n  NCCL_PROTO: {value: LL128, reason: tuning on NVLink}\n")
     problem, line = only_problem(check(path, topology="pcie"))
     assert problem.rule == "nccl-ll128-needs-nvlink" and "can corrupt data" in line
     assert check(path, topology="nvlink").ok  # with a reason, on NVLink, it is the user's call
@@ -161,7 +161,7 @@ def test_nccl_debug_knobs_need_a_reason(tmp_path, knob):
 
 
 def test_parser_rules_cannot_be_waived(tmp_path):
-    path = write_profile(tmp_path, PROVEN.read_text() + "waivers:\n  sglang-parser: trust me\n")
+    path = write_profile(tmp_path, PROVEN.read_text() + "waivers:\n  sglang-parser: trust me on this\n")
     problem, line = only_problem(check(path))
     assert "rule sglang-parser cannot be waived" in line
 

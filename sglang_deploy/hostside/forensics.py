@@ -9,6 +9,7 @@ someone else owns (the weights root stays). systemd creates fresh, empty ones at
 CacheDirectory=); the next start compiles its JIT kernels again. Standard library only; runs under the store's lock.
 """
 
+import errno
 import json
 import os
 import pwd
@@ -21,6 +22,9 @@ from .service import systemctl
 from .store import log
 
 FORENSICS_DIR = "forensics"  # under the service's store directory
+# Forensics directories kept per place (the store's, and the root-only holder beside a directory on another file
+# system); older ones are removed (security review 4, R2: caches of gigabytes each, kept for good before).
+KEEP = 3
 # Variables of the release's environment that name a directory the server writes and reads back at a later start.
 CACHE_VARIABLES = ("HOME", "SGLANG_CACHE_DIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "HF_HOME",
                    "CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE", "XDG_CACHE_HOME")
@@ -63,12 +67,83 @@ def written_by(candidates, uid):
     return [p for p in owned if not any(_inside(p, other) for other in owned)]
 
 
-def _move(source, target):
+def holder_dir(source, service):
+    """Where a directory on another file system than the store goes: a root-only directory beside it, on its own
+    file system (rename, never a copy). Its parent must be root's and not writable by others."""
+    parent = os.path.dirname(source)
+    status = os.lstat(parent)
+    if status.st_uid != 0 or status.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or not stat.S_ISDIR(status.st_mode):
+        raise ForensicsError(f"{source} is on another file system than the store and its parent {parent} is not "
+                             "root's alone: it cannot be moved aside safely")
+    return os.path.join(parent, f".{service}.forensics")
+
+
+class ForensicsError(Exception):
+    pass
+
+
+def movable_problem(sources, store_dir):
+    """Why a source cannot be moved by a rename (None: every one can): a mount point (its own file system: a rename
+    would fail after the stop), or on another file system than the store with a parent that is not root's alone."""
+    try:
+        store_dev = os.stat(store_dir if os.path.exists(store_dir) else os.path.dirname(store_dir)).st_dev
+    except OSError as error:
+        return f"the store {store_dir}: {error}"
+    for source in sources:
+        try:
+            dev, parent_dev = os.lstat(source).st_dev, os.lstat(os.path.dirname(source)).st_dev
+        except OSError as error:
+            return f"{source}: {error}"
+        if dev != parent_dev:
+            return f"{source} is a mount point: it can only be copied, which root never does (review 4, R1)"
+        if dev != store_dev:
+            try:
+                holder_dir(source, "x")
+            except ForensicsError as error:
+                return str(error)
+    return None
+
+
+def _move(source, target, service):
+    """Rename source to target; on another file system (EXDEV), rename it within its own file system into a
+    root-only holder beside it (holder_dir). Never a copy as root: a FIFO the service user left stops a copy, a
+    sparse file fills the store (security review 4, R1). Returns where it went."""
     try:
         os.rename(source, target)
-    except OSError:  # another file system: copy (links as links), then remove
-        shutil.copytree(source, target, symlinks=True)
-        shutil.rmtree(source)
+        return target
+    except OSError as error:
+        if error.errno != errno.EXDEV:
+            raise
+    holder = holder_dir(source, service)
+    try:
+        os.mkdir(holder, 0o700)
+    except FileExistsError:
+        pass
+    status = os.lstat(holder)
+    if not stat.S_ISDIR(status.st_mode) or status.st_uid != 0:
+        raise ForensicsError(f"{holder} is not root's directory: {source} is left in place")
+    os.chmod(holder, 0o700)
+    destination = os.path.join(holder, os.path.basename(os.path.dirname(target)) + "__" + os.path.basename(target))
+    os.rename(source, destination)
+    return destination
+
+
+def prune(parent, keep=KEEP):
+    """Remove all but the `keep` newest entries of a forensics directory (names start with their UTC stamp);
+    shutil.rmtree works through file descriptors and never follows a symlink."""
+    try:
+        names = sorted(name for name in os.listdir(parent) if name[:1].isdigit())
+    except OSError:
+        return []
+    removed = []
+    for name in names[:-keep] if keep else names:
+        path = os.path.join(parent, name)
+        if os.path.islink(path):
+            os.unlink(path)
+        elif os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 def move_aside(service, user, env_text, store_dir, reason, release=None, stamp=None, roots=None):
@@ -93,14 +168,18 @@ def move_aside(service, user, env_text, store_dir, reason, release=None, stamp=N
         suffix += 1
         target = os.path.join(parent, f"{stamp}-{reason}-{suffix}")
     os.makedirs(target, mode=0o700)
-    moved = {}
+    moved, holders = {}, set()
     for source in sources:
-        destination = os.path.join(target, source.strip("/").replace("/", "__"))
-        _move(source, destination)
+        destination = _move(source, os.path.join(target, source.strip("/").replace("/", "__")), service)
+        if os.path.dirname(destination) != target:
+            holders.add(os.path.dirname(destination))
         moved[destination] = source
     with open(os.path.join(target, "moved.json"), "w") as handle:
         json.dump({"service": service, "user": user, "reason": reason, "release": release, "at": stamp,
                    "moved": moved}, handle, indent=1)
+    prune(parent)
+    for holder in holders:
+        prune(holder)
     return {"dir": target, "moved": moved}
 
 
@@ -125,8 +204,27 @@ def before_start(store, leaving, target, reason):
     user = unit_user(texts["unit"]) or unit_user(store.read(store.unit_path))
     if not user:
         return None
-    systemctl("stop", f"{store.service}.service")  # nothing writes while the directories move
-    moved = move_aside(store.service, user, texts["env"], store.root, reason, release=leaving)
+    # Whatever happens here, the target still starts (the caller activates it next): a failure is said, not raised
+    # (security review 4, R1: a copy that raised after the stop left no service and `switching` set).
+    try:
+        uid = pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
+    if uid == 0:
+        return None
+    try:
+        sources = written_by([*(os.path.join(root, store.service) for root in ROOTS), *env_paths(texts["env"])], uid)
+        problem = movable_problem(sources, os.path.join(store.root, FORENSICS_DIR))
+        if problem:  # refused before the stop: nothing is half moved
+            log(f"WARNING: not moving aside what {user} wrote before {target} starts: {problem}; {target} starts "
+                "with those directories as they are")
+            return None
+        systemctl("stop", f"{store.service}.service")  # nothing writes while the directories move
+        moved = move_aside(store.service, user, texts["env"], store.root, reason, release=leaving)
+    except Exception as error:  # noqa: BLE001 - the rollback's start must not depend on the forensics
+        log(f"WARNING: moving aside what {user} wrote failed ({type(error).__name__}: {error}); {target} starts "
+            "anyway")
+        return None
     if moved["dir"]:
         log(f"moved aside what {user} wrote ({', '.join(moved['moved'].values())}) before {target} starts; kept for "
             f"forensics in {moved['dir']}; the next start compiles its JIT caches again")

@@ -93,6 +93,9 @@ class Profile(Strict):
         for rule in self.waivers:
             if rule not in RULES:
                 raise ValueError(f"waivers: unknown rule {rule!r}; rules are: {', '.join(sorted(RULES))}")
+            problem = safety.reason_problem(self.waivers[rule])
+            if problem:
+                raise ValueError(f"waivers.{rule}: {problem}")
         return self
 
     def env_values(self) -> dict[str, str]:

@@ -34,6 +34,16 @@ FLAG_NAME = safety.FLAG_NAME
 VERSION_PIN = safety.VERSION_PIN
 
 MIN_WATCH_INTERVAL_S = 600  # the watch benchmarks production: at most every 10 minutes
+MAX_WATCH_INTERVAL_S = 7 * 86400  # and at least weekly: a longer span is a watch that never runs
+MAX_WATCH_DELAY_S = 86400  # RandomizedDelaySec= of the watch's timer: a day at most, and never past the interval
+# An acceptance floor below this passes a drafter that accepts fewer than one draft token in five: it guards nothing.
+MIN_ACCEPT_FLOOR = 1.2
+
+
+def span_seconds(value: str) -> int:
+    """A systemd time span of safety.TIME_SPAN (90s, 30min, 6h, 1d) in seconds."""
+    number, unit = re.fullmatch(r"([0-9]+)([a-z]+)", value).groups()
+    return int(number) * {"s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
 
 FlagScalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 FlagValue = Union[FlagScalar, list[Union[StrictInt, StrictFloat, StrictStr]]]
@@ -201,7 +211,14 @@ class SGLangSection(Strict):
 
 class EnvSetting(Strict):
     value: Union[StrictStr, StrictInt, StrictFloat] = Field(description="The variable's value.")
-    reason: StrictStr = Field(description="Why this setting is needed (required for NCCL debugging knobs).")
+    reason: StrictStr = Field(description="Why this setting is needed (required for NCCL debugging knobs); real "
+                                          "words (at least 2 words, 8 letters).")
+
+    @field_validator("reason")
+    @classmethod
+    def real_reason(cls, value: str) -> str:
+        _refuse(safety.reason_problem(value))
+        return value
 
 
 class ServiceSection(Strict):
@@ -299,10 +316,14 @@ class GateSection(Strict):
 
 
 def accept_floor_problem(value: float | None) -> str | None:
-    if value is None or value > 1:
+    if value is None or value >= MIN_ACCEPT_FLOOR:
         return None
-    return (f"{value} can never fail: the acceptance length is at least 1 by definition (the verified token); "
-            "accepted: a floor above 1, such as the proven profile's 2.8")
+    if value <= 1:
+        return (f"{value} can never fail: the acceptance length is at least 1 by definition (the verified token); "
+                f"accepted: a floor of {MIN_ACCEPT_FLOOR} or more, such as the proven profile's 2.8")
+    return (f"{value} fails only a drafter that accepts fewer than {value - 1:.3g} draft tokens per step: it guards "
+            f"nothing (tau is at least 1 by definition); accepted: a floor of {MIN_ACCEPT_FLOOR} or more, such as the "
+            "proven profile's 2.8")
 
 
 class WatchSection(Strict):
@@ -350,14 +371,31 @@ class WatchSection(Strict):
     @field_validator("interval")
     @classmethod
     def not_too_often(cls, value: str) -> str:
-        number, unit = re.fullmatch(r"([0-9]+)([a-z]+)", value).groups()
-        seconds = int(number) * {"s": 1, "min": 60, "h": 3600, "d": 86400}[unit]
+        seconds = span_seconds(value)
         if seconds == 0:
             raise ValueError("must be longer than 0")
         if seconds < MIN_WATCH_INTERVAL_S:
             raise ValueError(f"{value} is too often: each run benchmarks the production server; accepted: "
                              f"{MIN_WATCH_INTERVAL_S // 60}min or longer")
+        if seconds > MAX_WATCH_INTERVAL_S:
+            raise ValueError(f"{value} is a watch that practically never runs; accepted: at most "
+                             f"{MAX_WATCH_INTERVAL_S // 86400}d")
         return value
+
+    @field_validator("randomized_delay")
+    @classmethod
+    def delay_bounded(cls, value: str) -> str:
+        if span_seconds(value) > MAX_WATCH_DELAY_S:
+            raise ValueError(f"{value} lets the timer fire that much later than its interval: an enabled watch that "
+                             f"need never run; accepted: at most {MAX_WATCH_DELAY_S // 3600}h")
+        return value
+
+    @model_validator(mode="after")
+    def delay_within_interval(self) -> "WatchSection":
+        if span_seconds(self.randomized_delay) > span_seconds(self.interval):
+            raise ValueError(f"watch.randomized_delay {self.randomized_delay} is longer than watch.interval "
+                             f"{self.interval}; accepted: a delay up to the interval")
+        return self
 
     @field_validator("textfile_dir")
     @classmethod

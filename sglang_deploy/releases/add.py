@@ -118,9 +118,10 @@ def diff_dests(base_table: dict, table: dict) -> tuple[list[str], list[str], lis
 
 
 def classes_for(base_classes: dict, table: dict, new: list[str], changed: list[str], uses: dict[str, list],
-                base: str) -> dict:
-    """classes.json of the new release: unchanged dests keep their class; new and changed ones are unreviewed, with a
-    suggestion and the uses it was read from. Second key "suggestions": the uses, for the reviewer."""
+                base: str, base_values: dict | None = None) -> dict:
+    """classes.json of the new release: unchanged dests keep their class and their value bounds ("values"); new and
+    changed ones are unreviewed, with a suggestion and the uses it was read from. Key "suggestions": the uses, for
+    the reviewer."""
     dests, suggestions = {}, {}
     for action in table["actions"]:
         dest = action["dest"]
@@ -133,7 +134,9 @@ def classes_for(base_classes: dict, table: dict, new: list[str], changed: list[s
             suggestions[dest] = {"suggested": kind, "labels": labels, "uses": uses.get(dest, [])}
         else:
             dests[dest] = list(base_classes[dest])
-    return {"dests": dests, "suggestions": suggestions}
+    values = {dest: bound for dest, bound in (base_values or {}).items()
+              if dest in dests and dests[dest][0] != releases.UNREVIEWED}
+    return {"dests": dests, "suggestions": suggestions, **({"values": values} if values else {})}
 
 
 def environment_for(base_env: dict, registry: dict[str, dict], mentioned: list[str]) -> tuple[dict, list[str], list[str]]:
@@ -293,7 +296,8 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
         result.defaults_changed = defaults
         dests = {a["dest"] for a in table["actions"] if a["dest"] in set(new) | set(changed)}
         uses = release_scan.dest_uses_in(sources, dests)
-        classes = classes_for(releases.require(base, "classes.json")["dests"], table, new, changed, uses, base)
+        base_classes = releases.require(base, "classes.json")
+        classes = classes_for(base_classes["dests"], table, new, changed, uses, base, base_classes.get("values"))
         committed = releases.read(version, "classes.json") if not check else None
         kept = keep_reviews(classes, committed)  # --force keeps what a person classified
         _write(staged, "classes.json", classes)

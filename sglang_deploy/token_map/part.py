@@ -88,6 +88,10 @@ def served(profile) -> MapPart | None:
     return next((part for part in shipped(profile) if part.host_path == path), None)
 
 
+# A token map holds one id per kept token (torch.save of an int64 tensor): a whole 1M-token vocabulary is 8 MiB.
+MAX_MAP_BYTES = 16 * 1024 * 1024
+
+
 def part_problem(part: MapPart) -> str | None:
     """The controller's file against its frozen digest: readable, inside the accepted directories, the same bytes."""
     from ..weights import manifest_path_problem
@@ -98,6 +102,10 @@ def part_problem(part: MapPart) -> str | None:
     if not part.file.is_file():
         return (f"{part.file}: no such file; build it with `sglang-deploy token-map CORPUS --model DIR --size N` "
                 "(it writes the map and its .sha256)")
+    size = part.file.stat().st_size
+    if size > MAX_MAP_BYTES:  # security review 4, class 3: root hashes it before every switch, under the lock
+        return (f"{part.file}: {size} bytes is no token map (one id per kept token: a whole 1M-token vocabulary as "
+                f"int64 is 8 MiB); accepted: at most {MAX_MAP_BYTES} bytes")
     actual = sha256_file(part.file)
     if actual != part.sha256:
         return (f"{part.file}: sha256 {actual} differs from the profile's {part.sha256}: the map changed after it "

@@ -25,7 +25,7 @@ from ..flags import server_args
 from ..profile import Profile
 from ..rules import WAIVABLE
 from .flag_checks import (as_written, code_and_weights_problems, derived_values_problems, flag_identity_problems,
-                          parser_problems, spelled_in_full)
+                          parser_problems, spelled_in_full, unit_line_problems)
 from .problem import Problem, flag_field
 from .rule_checks import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
                              pin_problems, resolved_class_problems, resource_problems, sandbox_problems,
@@ -211,6 +211,7 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     # written short gets one message (full-flag-names), not a second one about a value the rule did not see.
     read, written = spelled_in_full(profile, tuple(probe["actions"]))
     rules: list[Problem] = code_and_weights_problems(read, tuple(probe["actions"]))
+    rules += unit_line_problems(profile, argv)
     rules += token_map.problems(profile) + token_map_part.problems(profile)
     if not identity:
         rules += derived_values_problems(profile, argv, port, node)

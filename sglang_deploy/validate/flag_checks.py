@@ -184,6 +184,8 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
                                     "sglang.version"))
         elif kind == "tool-owned":
             continue  # flag_identity_problems names it
+        elif (problem := flag_classes.value_problem(profile.sglang.version, dest, value)) is not None:
+            problems.append(Problem("flag-value-range", flag_field(name), f"{name} {problem}"))
         elif dest == "speculative_token_map":
             continue  # token_map.problems: a file of a verified snapshot that its manifest lists, else refused
         elif dest in CODE_FLAGS:
@@ -248,3 +250,21 @@ def derived_values_problems(profile: Profile, argv: list[str], port: int | None,
                     "the command line would not carry the tool's own values: SGLang's parser reads "
                     + ", ".join(f"{dest}={value!r} (the tool sets {wanted[dest]!r})" for dest, value in wrong.items())
                     + "; a value in sglang.flags is taken for an option")]
+
+
+def unit_line_problems(profile: Profile, argv: list[str]) -> list[Problem]:
+    """The command line as the unit's ExecStart= carries it (render.MAX_UNIT_LINE_BYTES, systemd's own quoting): one
+    logical line that systemd must load. Each string is capped at 64 KiB (profile/yaml_lines.py), but twenty of
+    them made a line of 1.2 MB that systemd 252 refuses to load ("No buffer space available", review 4): the
+    deploy would install a unit systemd cannot start. Named: the flag with the longest value."""
+    from ..flags import systemd_quote
+    from ..render import MAX_UNIT_LINE_BYTES
+
+    size = len(" ".join(systemd_quote(arg) for arg in argv).encode())
+    if size <= MAX_UNIT_LINE_BYTES:
+        return []
+    longest = max(profile.sglang.flags, key=lambda name: len(str(profile.sglang.flags[name]).encode()), default=None)
+    field = flag_field(longest) if longest else ("sglang", "flags")
+    return [Problem("unit-line-length", field,
+                    f"the unit's command line would be {size} bytes (this flag's value is the longest); accepted: at "
+                    f"most {MAX_UNIT_LINE_BYTES} bytes in all (systemd loads no unit with a longer line)")]

@@ -155,6 +155,10 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
     options = {opt: action["dest"] for action in table["actions"] for opt in action["options"]}
     defaults = {action["dest"]: action["default"] for action in table["actions"]}
     flag_dests = {options[name] for name in profile.sglang.flags if name in options}
+    from ..flags import MEDIA_DOMAINS_FLAG
+
+    if MEDIA_DOMAINS_FLAG in options:  # the tool's own `invalid` when the profile names no domain (flags.server_args)
+        flag_dests.add(options[MEDIA_DOMAINS_FLAG])
 
     def field(dest: str) -> tuple:  # the variable that names the field (SGLANG_GRPC_PORT: grpc_port), else the section
         named = [key for key in profile.environment if dest.upper() in key]
@@ -268,7 +272,12 @@ def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
             "NCCL_P2P_LEVEL=NVL on a PCIe-only host disables P2P between the GPUs; remove it "
             "(NCCL picks PCIe P2P by itself)"))
     reported = {p.field for p in problems}
-    for key in NCCL_DEBUG_KNOBS:
+    # NCCL's log at INFO or TRACE (and any subsystem selection) writes lines per collective while decoding: journald's
+    # per-unit rate limit then drops the server's own lines, the ones readiness and the doctor read (review 4)
+    verbose = [key for key in ("NCCL_DEBUG_SUBSYS",) if key in env]
+    if env.get("NCCL_DEBUG", "").upper() in ("INFO", "TRACE"):
+        verbose.append("NCCL_DEBUG")
+    for key in (*NCCL_DEBUG_KNOBS, *verbose):
         if key in env and env_field(key) not in reported and not profile.env_reason(key):
             problems.append(Problem(
                 "nccl-debug-knob-needs-reason", env_field(key),
