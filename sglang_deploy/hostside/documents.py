@@ -170,6 +170,10 @@ class GateSettings(Document):
     max_new_tokens: int
     concurrency: int
     on_inconclusive: str  # rollback or keep
+    # The sequential comparison (gate.look_alpha): measurement rounds at most, and the seconds the rounds after the
+    # first may take. Releases staged before 2026-12-06: one round, as they were gated.
+    max_rounds: int = 1
+    rounds_budget_s: int | float = 0.0
 
 
 @dataclass(frozen=True)
