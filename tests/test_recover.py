@@ -149,3 +149,26 @@ def test_a_lock_file_of_an_earlier_boot_names_no_holder(store, monkeypatch):
         assert info.owner == "deploy" and info.boot_id == store_module.boot_id()
         monkeypatch.setattr(store_module, "boot_id", lambda: "another-boot")
         assert holder(os.path.join(store.root, "lock.json")).owner == "unknown"
+
+
+def test_the_recovery_is_listed_and_its_unit_runs_before_the_server(store):
+    from conftest import PROVEN, store_report
+    from sglang_deploy.profile import load_profile
+    from sglang_deploy.release_plan import listing
+    from sglang_deploy.render import parse_unit, render_recover
+
+    release(store, "0001-aaaaaaaa", "good")
+    release(store, "0002-bbbbbbbb")
+    install(store, "0002-bbbbbbbb")
+    store.save_state(StoreState(active="0001-aaaaaaaa", last_good="0001-aaaaaaaa", switching=Switching(
+        to="0002-bbbbbbbb", previous="0001-aaaaaaaa", since="2026-12-06T03:00:00+00:00", reason="deploy")))
+    recover(store, reloads()[1], move_aside=False)
+    report = store_report(*(store.meta(i) for i in store.ids()), active="0001-aaaaaaaa", last_good="0001-aaaaaaaa")
+    report = report.but(state=store.state())
+    lines = listing(report)
+    assert any(line.startswith("boot recovery ") and "rolled back" in line and "0002-bbbbbbbb" in line
+               for line in lines)
+    assert any("0002-bbbbbbbb" in line and "interrupted" in line for line in lines)
+    unit = {(section, key): value for section, key, value in parse_unit(render_recover(load_profile(PROVEN)).service)}
+    assert unit[("Unit", "Before")] == "sglang.service" and unit[("Service", "Type")] == "oneshot"
+    assert unit[("Install", "WantedBy")] == "sglang.service multi-user.target"
