@@ -206,6 +206,10 @@ def atomic_write(path, content, mode):
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as error:  # a write or flush names no file: name the one being written (disk full, read-only)
+        if error.filename is None:
+            raise OSError(error.errno, error.strerror, path) from error
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)

@@ -10,6 +10,7 @@ the process. Exit codes: 0 active, 1 failed and rolled back (or nothing to roll 
 """
 
 import argparse
+import errno
 import os
 import signal
 import sys
@@ -120,6 +121,7 @@ def activate(store, release_id, probe_url, timeout, settle, phase="switch"):
     log(f"restarting {store.service}.service on release {release_id}")
     systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
     systemctl("restart", f"{store.service}.service")
+    RESTARTED.append(release_id)
     if phase == "switch":
         fault_point("readiness")
     meta = store.meta(release_id)
@@ -140,6 +142,30 @@ def switch(args):
     except Locked as locked:
         log(locked.args[0].refusal())
         return EXIT_LOCKED
+    except OSError as error:
+        if error.errno not in WRITE_FAILURES:
+            raise
+        log(write_failure(store, args.release, error))
+        return EXIT_WRITE_FAILED
+
+
+# A file system that is full or read-only (the store's, /etc's): the switch stops where the write failed.
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+EXIT_WRITE_FAILED = 5
+RESTARTED = []  # the releases this switch restarted the service on (activate), for write_failure's sentence
+
+
+def write_failure(store, release_id, error):
+    """The sentence for a switch stopped by a full or read-only file system: where, and what is serving now."""
+    what = "full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "read-only"
+    where = f"writing {error.filename} failed: {error.strerror}" if error.filename else f"a write failed: {error}"
+    if RESTARTED:
+        serving = (f"the service was restarted on release {RESTARTED[-1]}, which is not committed: the next boot's "
+                   "recovery (or the next deploy) returns the host to the last good release")
+    else:
+        serving = "the service was not restarted: the release that was running keeps serving"
+    return (f"SWITCH TO {release_id} STOPPED: {where} (a {what} file system); {serving}. Free space (or remount it "
+            "read-write) and deploy again.")
 
 
 def switch_locked(store, args):
