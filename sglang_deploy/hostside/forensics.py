@@ -18,7 +18,7 @@ import stat
 import time
 
 from .service import systemctl
-from .store import log
+from .store import atomic_write, log
 
 FORENSICS_DIR = "forensics"  # under the service's store directory
 # Variables of the release's environment that name a directory the server writes and reads back at a later start.
@@ -98,9 +98,9 @@ def move_aside(service, user, env_text, store_dir, reason, release=None, stamp=N
         destination = os.path.join(target, source.strip("/").replace("/", "__"))
         _move(source, destination)
         moved[destination] = source
-    with open(os.path.join(target, "moved.json"), "w") as handle:
-        json.dump({"service": service, "user": user, "reason": reason, "release": release, "at": stamp,
-                   "moved": moved}, handle, indent=1)
+    atomic_write(os.path.join(target, "moved.json"), json.dumps(  # durable: a cut right after still finds it
+        {"service": service, "user": user, "reason": reason, "release": release, "at": stamp, "moved": moved},
+        indent=1), 0o600)
     return {"dir": target, "moved": moved}
 
 
