@@ -172,3 +172,15 @@ def test_the_recovery_is_listed_and_its_unit_runs_before_the_server(store):
     unit = {(section, key): value for section, key, value in parse_unit(render_recover(load_profile(PROVEN)).service)}
     assert unit[("Unit", "Before")] == "sglang.service" and unit[("Service", "Type")] == "oneshot"
     assert unit[("Install", "WantedBy")] == "sglang.service multi-user.target"
+
+
+def test_the_perf_watch_shows_the_last_recovery():
+    from sglang_deploy.hostside.documents import Recovery
+    from sglang_deploy.hostside.watch import textfile
+
+    record = Recovery(at="2026-12-06T03:00:00+00:00", boot_id="b", reason="r", interrupted="0002-bbbbbbbb",
+                      restored="0001-aaaaaaaa", action="rolled back")
+    text = textfile("sglang", "0001-aaaaaaaa", [], "pass", 1.0, recovered=record)
+    assert ('sglang_deploy_watch_boot_recovery_timestamp_seconds{service="sglang",release="0001-aaaaaaaa",'
+            'action="rolled back",interrupted="0002-bbbbbbbb"} 1796526000.0') in text
+    assert "boot_recovery" not in textfile("sglang", "0001-aaaaaaaa", [], "pass", 1.0)
