@@ -17,6 +17,7 @@ start to /health, the store's consistency, what the boot recovery did, the next 
 """
 
 import argparse
+import signal
 import sys
 import tempfile
 import time
@@ -29,7 +30,7 @@ from testbed.powercut import POINTS, cut, next_deploy, store_state  # noqa: E402
 
 
 def profile_for(point, index, tmp):
-    variant = proven_with(tmp, "--max-running-requests: 16", f"--max-running-requests: {20 + index}", f"{point}.yaml")
+    variant = proven_with(tmp, "--max-running-requests: 16", f"--max-running-requests: {15 - index}", f"{point}.yaml")
     if point == "rollback":  # a release that crashes at start: its automatic rollback is where the cut comes
         text = variant.read_text()
         assert "environment:\n" in text
@@ -41,6 +42,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--points", default=",".join(POINTS))
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # the host goes down (finally) when stopped
     rows = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
