@@ -17,6 +17,7 @@ start to /health, the store's consistency, what the boot recovery did, the next 
 """
 
 import argparse
+import os
 import signal
 import sys
 import tempfile
@@ -46,7 +47,13 @@ def main():
     rows = []
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
+        from sglang_deploy.settings_types import DATA_DIRS_VARIABLE, PROFILE_DIRS_VARIABLE
+        from sglang_deploy.validator_env import CACHE_DIR
+
+        for variable, extra in ((DATA_DIRS_VARIABLE, str(CACHE_DIR / "wheelhouse")), (PROFILE_DIRS_VARIABLE, None)):
+            os.environ[variable] = ":".join(filter(None, (os.environ.get(variable), tmp, extra)))  # as the tests do
         session = SimHostSession(Path(tmp) / "simhost")
+        session.preflight_stack = False  # as the simulated-host tests but test_lxc_sim (tests/conftest.py)
         session.host.up(fresh=True)
         try:
             for index, point in enumerate(args.points.split(",")):
@@ -57,7 +64,7 @@ def main():
                 profile = profile_for(point, index, Path(tmp))
                 result = cut(session, point, profile, TEST_SERVICE_PORT, gate=point == "gate")
                 serving = "the last good" if result.active == good else "the cut's release"
-                next_deploy(session, result, profile, gate=point == "gate")
+                next_deploy(session, result, profile, gate=point == "gate", expect=(1,) if point == "rollback" else (0,))
                 rows.append((point, result, serving))
                 print(f"{point}: {result}", file=sys.stderr, flush=True)
         finally:

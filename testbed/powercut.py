@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,9 +74,9 @@ def cut(session, point: str, profile, port: int, gate: bool = False, pause_timeo
     """Deploy `profile`, cut the power when its switch waits at `point`, boot, check the invariants."""
     before = {release["id"] for release in store_state(session)["releases"]}
     session.sh(f"rm -f {PAUSED_FILE}; echo pause:{point} > {PAUSE_FILE}")
+    transcript = tempfile.TemporaryFile()
     controller = subprocess.Popen(session.pyinfra_command(*session.deploy_args(profile=profile, gate=gate)),
-                                  cwd=REPO, env=session.env, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+                                  cwd=REPO, env=session.env, stdout=transcript, stderr=subprocess.STDOUT)
     try:
         reached = wait_paused(session, pause_timeout)
     finally:
@@ -94,7 +95,11 @@ def cut(session, point: str, profile, port: int, gate: bool = False, pause_timeo
     result.healthy_s = None if healthy is None else round(time.monotonic() - booted, 1)
     check(session, result, before)
     if not reached:
-        result.violations.insert(0, f"the switch never reached {point} within {pause_timeout:.0f} s")
+        transcript.seek(0)
+        tail = transcript.read().decode(errors="replace")[-1500:]
+        result.violations.insert(0, f"the switch never reached {point} within {pause_timeout:.0f} s; the deploy "
+                                    f"printed: ...{tail}")
+    transcript.close()
     return result
 
 
@@ -121,12 +126,15 @@ def check(session, result: CutResult, before: set) -> None:
         result.violations.append(f"retained releases lost: {result.lost}")
 
 
-def next_deploy(session, result: CutResult, profile, gate: bool = False) -> None:
+def next_deploy(session, result: CutResult, profile, gate: bool = False, expect=(0,)) -> None:
     """The next deploy of the same profile converges: exit 0 (a failing profile: its automatic rollback, exit 1),
     the store consistent afterwards."""
     deployed = session.deploy(profile=profile, gate=gate)
     store = store_state(session)
     outcome = "ok" if deployed.returncode == 0 else f"exit {deployed.returncode}"
     result.next_deploy = f"{outcome}, {'consistent' if store['consistent'] else 'INCONSISTENT'}"
+    if deployed.returncode not in expect:
+        result.violations.append(f"the next deploy exited {deployed.returncode}: "
+                                 f"...{(deployed.stdout + deployed.stderr)[-1500:]}")
     if not store["consistent"]:
         result.violations.append("the next deploy left the store inconsistent: " + "; ".join(store["inconsistent"]))
