@@ -17,29 +17,7 @@ the table of all candidates, results/<host>/tune-<release>.json and releases/<re
 on the host; a later run with the same settings resumes from those results.
 """
 
-from pyinfra import host, logger
-from pyinfra.api.exceptions import DeployError
-from pyinfra.operations import python
+from roles import doctor_stages as stages, release
 
-from roles import release
-from roles.facts import GpuHost
-from roles.ops import HostRemote
-from roles.settings import host_settings
-from sglang_deploy.hostfacts import detected_hardware
-from sglang_deploy.tune.controller import Runner, TuneError
-
-detected = None if host_settings().simulated else detected_hardware(host.get_fact(GpuHost))
-
-
-def run_tune():
-    if host_settings().simulated:
-        logger.warning(f"[{host.name}] SIMULATED HOST: every number below comes from sglang_deploy.sim's hardware "
-                       "model of 2x RTX A6000, not from SGLang on a GPU")
-    try:
-        Runner(host.name, host.data, HostRemote(), lambda line: logger.info(f"[{host.name}] {line}"), detected).run()
-    except TuneError as error:
-        raise DeployError(f"{host.name}: tune: {error}") from None
-
-
-release.install_programs()
-python.call(name="Tune", function=run_tune)
+release.install_programs()  # the host package the tune's session runs
+stages.tune()  # the candidates, measured in the host session on the variant chosen once

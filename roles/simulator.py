@@ -2,7 +2,7 @@
 
 The unit then runs `<venv>/bin/sglang serve ...` exactly as on a GPU host (byte-identical ExecStart). Behind that
 executable, by host data `sim_server`:
-- `sglang` (the default): SGLang 0.5.23's own `sglang serve` from the simulated host's SGLang install (mounted by
+- `sglang` (the default): the profile's SGLang release's own `sglang serve` from the simulated host's SGLang install (mounted by
   testbed/simhost.py: the validator environment with its front-end layer, testbed/sglang_env.py), with its
   Scheduler class replaced by sglang_sim.sglang_scheduler through SGLang's plugin hook (an entry point beside it);
 - `model`: the model-only simulator (sglang_sim.server: SGLang's option table and HTTP API rebuilt, the same
@@ -76,10 +76,13 @@ def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shi
     venv = venv_path(profile)
     lib = f"{venv}/lib/sglang-sim"
     members = shipment.tree(SIM_PACKAGE, f"{lib.lstrip('/')}/sglang_sim")
-    # The simulator parses its command line with SGLang's exported option table (sglang_deploy.flag_table).
+    # The simulator parses its command line with SGLang's exported option table (sglang_deploy.flag_table), and
+    # judges a backend x KV x draft combination at start with the release's start-feasibility data.
     members += [(f"{lib.lstrip('/')}/sglang_deploy/{name}", (PACKAGE / name).read_bytes(), 0o644)
-                for name in ("__init__.py", "flag_table.py")]
-    members += shipment.tree(PACKAGE / "flag-tables", f"{lib.lstrip('/')}/sglang_deploy/flag-tables")
+                for name in ("__init__.py", "flag_table.py", "start_feasibility.py", "gpu_facts.py")]
+    # The release folders' data and their loader (the simulator's version is the newest reviewed release's).
+    members += [member for member in shipment.tree(PACKAGE / "releases", f"{lib.lstrip('/')}/sglang_deploy/releases")
+                if not member[0].endswith(".py") or member[0].endswith("/releases/__init__.py")]
     if server == "sglang":
         shim = SGLANG_SHIM.format(python=SGLANG_PYTHON, version=profile.sglang.version, lib=lib)
         members += [(f"{lib.lstrip('/')}/{PLUGIN_DIST}/{name}", text.encode(), 0o644)

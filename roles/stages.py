@@ -139,8 +139,31 @@ def announce(plan: Plan, facts: dict) -> None:
         logger.warning(f"[{host.name}] rule skipped: {skipped}")
     for problem in facts["store"].problems:
         logger.warning(f"[{host.name}] {problem}")
+    upgrade_diff(plan, facts["store"])
     if of(DeployArgs).skip_gate:
         logger.warning(f"[{host.name}] skip_gate: the release is marked good when ready, WITHOUT measuring it")
+
+
+def upgrade_diff(plan: Plan, store) -> None:
+    """With --diff, when the profile's SGLang release differs from the active release's: the resolved arguments of
+    this profile under each release, by each release's own resolution (sglang_deploy/releases/upgrade.py)."""
+    from pyinfra import state
+
+    active = store.release(store.state.active) if store.state.active else None
+    if not state.config.DIFF or active is None or active.sglang_version == plan.profile.sglang.version \
+            or not plan.resolution:
+        return
+    from sglang_deploy.releases import upgrade
+    from sglang_deploy.validator_env import ValidatorEnvError
+
+    try:
+        lines = upgrade.for_profile(plan.profile, active.sglang_version, plan.resolution, port=plan.port,
+                                    node=plan.node)
+    except ValidatorEnvError as error:
+        lines = [f"Diff: resolved arguments: SGLang {active.sglang_version} (the active release) could not resolve "
+                 f"this profile: {error}"]
+    for line in lines:
+        logger.info(f"[{host.name}] {line}")
 
 
 def prepare_host(plan: Plan, facts: dict) -> list:

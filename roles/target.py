@@ -8,7 +8,8 @@ the stages ask, where the two kinds of host differ:
 - detected_hardware: what the host's nvidia-smi reports (the GpuHost fact), or nothing on the simulated host;
 - fallback_weights: the weights of a profile without managed ones (none, or the synthetic checkpoint);
 - manifests: the shipments besides the host package whose installed digest the deploy reads (the simulator's);
-- announcements: what a deploy warns about first (the simulated host says what stands in for the GPU server);
+- announcements and measurement_warnings: what a deploy, or a measuring session (the tune, the bisect, the A/B),
+  warns about first (the simulated host says what stands in for the GPU server);
 - prepare: the host's own preparation (provisioning, or the simulator's archive), with the operations whose
   change restarts the server;
 - interpreter and preflight_args: the python the release's server runs in, and the preflight's variant options;
@@ -44,6 +45,9 @@ class RealGpuHost:
         return ()
 
     def announcements(self, profile: Profile) -> tuple[str, ...]:
+        return ()
+
+    def measurement_warnings(self) -> tuple[str, ...]:
         return ()
 
     def prepare(self, profile: Profile, settings, facts: dict) -> list:
@@ -83,6 +87,10 @@ class SimulatedHost:
 
     def announcements(self, profile: Profile) -> tuple[str, ...]:
         return (simulator.banner(profile, self.sim_server),)
+
+    def measurement_warnings(self) -> tuple[str, ...]:
+        return ("SIMULATED HOST: every number below comes from sglang_deploy.sim's hardware model of 2x RTX A6000, "
+                "not from SGLang on a GPU",)
 
     def prepare(self, profile: Profile, settings, facts: dict) -> list:
         """The simulator's archive, when its digest differs from the host's; a changed simulator restarts the

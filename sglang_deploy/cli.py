@@ -75,6 +75,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         return 2
     for line in report.lines():
         print(line, file=sys.stderr)
+    for line in report.warning_lines():
+        print(line, file=sys.stderr)
     for skipped in report.skipped:
         print(f"  skipped: {skipped}")
     if not report.ok:
@@ -153,6 +155,12 @@ def cmd_token_map(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_sglang_add(args: argparse.Namespace) -> int:
+    from .releases import add as release_add
+
+    return release_add.main(args)
+
+
 def cmd_proxmox_config(args: argparse.Namespace) -> int:
     """The Proxmox CT configuration a host needs, from the facts facts.py saved (results/<host>/facts.json)."""
     import json
@@ -205,9 +213,19 @@ def main(argv: list[str] | None = None) -> int:
     hot.add_argument("--model", required=True, metavar="DIR", help="the checkpoint directory whose tokenizer counts")
     hot.add_argument("--size", required=True, type=int, metavar="N", help="how many of the most frequent ids to keep")
     hot.add_argument("--output", metavar="FILE", help="where to write it (default manifests/token-maps/<model>-<N>.pt)")
-    hot.add_argument("--sglang-version", default="0.5.23", help="whose validator environment counts (torch, "
-                                                                 "transformers)")
+    hot.add_argument("--sglang-version", help="whose validator environment counts (torch, transformers); default: "
+                                              "the newest reviewed release (sglang_deploy/releases/)")
     hot.set_defaults(func=cmd_token_map)
+    sglang = sub.add_parser("sglang", help="SGLang releases the tool knows (sglang_deploy/releases/)",
+                            allow_abbrev=False).add_subparsers(dest="sglang_command", required=True)
+    add = sglang.add_parser("add", help="derive a release's folder from its own wheel and parser, diffed against the "
+                                        "nearest reviewed release (new or changed dests: unreviewed)",
+                            allow_abbrev=False)
+    add.add_argument("version", help="an exact SGLang release on the package index")
+    add.add_argument("--check", action="store_true", help="write nothing; compare with the committed folder")
+    add.add_argument("--force", action="store_true", help="write the folder again (the classes a person wrote are kept)")
+    add.add_argument("--no-env", action="store_true", help="reuse the committed option table (no validator env)")
+    add.set_defaults(func=cmd_sglang_add)
     proxmox = sub.add_parser("proxmox-config", help="print the Proxmox CT configuration a host needs (from its facts)",
                              allow_abbrev=False)
     proxmox.add_argument("--facts", required=True, metavar="FILE", help="results/<host>/facts.json of facts.py")

@@ -8,7 +8,7 @@
 
 The draft is weights like the target's (weights.py): pushed or fetched, verified on the host against the manifest
 before the switch, served from /srv/models/<org>--<name>/<revision> (local--<dir>/<manifest hash>), kept while a
-retained release uses it. SGLang 0.5.23 reads a separate draft model for DFLASH, DSPARK, EAGLE, EAGLE3 and
+retained release uses it. SGLang reads a separate draft model for DFLASH, DSPARK, EAGLE, EAGLE3 and
 STANDALONE (srt/arg_groups/speculative_hook.py); NEXTN drafts with the checkpoint's own MTP heads.
 """
 

@@ -4,7 +4,7 @@ A name the tool understands (NCCL, CUDA, torch and SGLang knobs; the simulator's
 accepted value; a path value only under the service's own directories or the weights root. Everything else is
 refused: the variables the tool sets (env-tool-owned), those that fake a measurement (env-fakes-measurement), those
 that load code or a config from a path (env-loads-code, waivable) and any other name (env-not-reviewed, waivable
-with a reason: SGLang 0.5.23 alone reads hundreds of variables, and the next release adds more).
+with a reason: one SGLang release alone reads hundreds of variables, and the next adds more).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 
 from .hostside.weights.manifest import MODELS_ROOT
 from .layout import ServiceLayout
+from . import releases
 from .rules import CODE_LOADING_ENV, TOOL_ENV
 
 BOOL01 = ("0", "1")
@@ -26,37 +27,17 @@ def _int(low: int, high: int):
 
 NCCL_PROTOS = r"(?:LL|LL128|Simple)"
 NCCL_ALGOS = r"(?:Ring|Tree|CollnetDirect|CollnetChain|NVLS|NVLSTree|PAT)"
-# name -> accepted values: a tuple of strings, ("int", low, high), ("regex", pattern, words), or "path".
-ALLOWED_ENV: dict[str, object] = {
-    "NCCL_CUMEM_ENABLE": BOOL01, "NCCL_P2P_DISABLE": BOOL01, "NCCL_SHM_DISABLE": BOOL01, "NCCL_IB_DISABLE": BOOL01,
-    "NCCL_NVLS_ENABLE": BOOL01, "NCCL_IGNORE_CPU_AFFINITY": BOOL01,
-    "NCCL_P2P_LEVEL": ("LOC", "NVL", "PIX", "PXB", "PHB", "SYS", "0", "1", "2", "3", "4", "5"),
-    "NCCL_PROTO": ("regex", rf"\^?{NCCL_PROTOS}(?:,{NCCL_PROTOS})*", "LL, LL128, Simple, comma-separated, ^ to exclude"),
-    "NCCL_ALGO": ("regex", rf"\^?{NCCL_ALGOS}(?:,{NCCL_ALGOS})*", "Ring, Tree, NVLS, ..., comma-separated, ^ to exclude"),
-    "NCCL_NTHREADS": _int(64, 512), "NCCL_MIN_NCHANNELS": _int(1, 64), "NCCL_MAX_NCHANNELS": _int(1, 64),
-    "NCCL_NCHANNELS_PER_NET_PEER": _int(1, 64), "NCCL_MIN_CTAS": _int(1, 64), "NCCL_MAX_CTAS": _int(1, 64),
-    "NCCL_BUFFSIZE": _int(1 << 16, 1 << 30), "NCCL_LL_BUFFSIZE": _int(1 << 12, 1 << 30),
-    "NCCL_LL128_BUFFSIZE": _int(1 << 12, 1 << 30),
-    "NCCL_DEBUG": ("VERSION", "WARN", "INFO", "TRACE"),
-    "NCCL_DEBUG_SUBSYS": ("regex", r"\^?[A-Z]+(?:,[A-Z]+)*", "subsystem names such as INIT,COLL or ALL"),
-    "CUDA_DEVICE_ORDER": ("PCI_BUS_ID", "FASTEST_FIRST"),
-    "CUDA_VISIBLE_DEVICES": ("regex", r"[0-9]{1,2}(?:,[0-9]{1,2}){0,15}", "GPU indexes such as 0,1"),
-    "CUDA_LAUNCH_BLOCKING": BOOL01, "CUDA_MODULE_LOADING": ("LAZY", "EAGER"),
-    "CUDA_DEVICE_MAX_CONNECTIONS": _int(1, 32), "CUDA_CACHE_DISABLE": BOOL01,
-    "CUDA_CACHE_MAXSIZE": _int(0, 1 << 32), "CUDA_CACHE_PATH": "path",
-    "PYTORCH_CUDA_ALLOC_CONF": ("regex", r"[a-z_]{1,40}:[A-Za-z0-9_.]{1,20}(?:,[a-z_]{1,40}:[A-Za-z0-9_.]{1,20}){0,9}",
-                                "key:value pairs such as expandable_segments:True"),
-    "PYTORCH_NO_CUDA_MEMORY_CACHING": BOOL01, "TORCH_NCCL_BLOCKING_WAIT": BOOL01,
-    "TORCH_NCCL_ASYNC_ERROR_HANDLING": ("0", "1", "2", "3"), "TORCH_NCCL_AVOID_RECORD_STREAMS": BOOL01,
-    "TORCH_CUDA_ARCH_LIST": ("regex", r"[0-9]{1,2}\.[0-9](?:\+PTX)?(?:[ ;][0-9]{1,2}\.[0-9](?:\+PTX)?){0,9}",
-                             "compute capabilities such as 8.6 or 8.6;9.0"),
-    "OMP_NUM_THREADS": _int(1, 1024),
-    # SGLang 0.5.23's own knobs the tool knows (srt/environ.py): all-reduce paths, JIT GEMMs, compile debugging.
-    "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE": SGLANG_BOOL, "SGLANG_PCIE_IPC_MAX_NUMEL": _int(0, 1 << 40),
-    "SGLANG_OPT_USE_CUSTOM_ALL_REDUCE_V2": SGLANG_BOOL, "SGLANG_CUSTOM_ALL_REDUCE_V2_MAX_SIZE_KB": _int(1, 1 << 20),
-    "SGLANG_ENABLE_JIT_DEEPGEMM": SGLANG_BOOL, "SGLANG_ENABLE_TORCH_COMPILE_DEBUG": SGLANG_BOOL,
-}
-# The simulator's switches (sglang_deploy/sim, testbed): SGLang 0.5.23 reads none of them (tests/test_allow_lists.py);
+# The names a profile may set and the values each accepts are the release's data (releases/<version>/environment.json,
+# "allowed": name -> a list of strings, ["int", low, high], ["regex", pattern, words] or "path"): NCCL, CUDA and
+# torch knobs at the versions that release runs on, and SGLang's own knobs the tool knows (srt/environ.py: all-reduce
+# paths, JIT GEMMs, compile debugging).
+
+
+def allowed_env(version: str) -> dict[str, object]:
+    return releases.allowed_env(version)
+
+
+# The simulator's switches (sglang_deploy/sim, testbed): SGLang reads none of them (tests/test_allow_lists.py);
 # SGLANG_SIM_NOTE changes nothing (a test's way to make a distinct release).
 SIMULATOR_ENV = ("SGLANG_SIM_ACCEPT_COLLAPSE", "SGLANG_SIM_ACCEPT_COLLAPSE_AFTER", "SGLANG_SIM_ALLREDUCE_FAULT",
                  "SGLANG_SIM_AUTH_BROKEN",
@@ -87,9 +68,9 @@ def path_problem(value: str, service: str) -> str | None:
     return None
 
 
-def value_problem(name: str, value: str, service: str) -> str | None:
-    """None when the allow-listed `name` accepts `value`, else what it accepts."""
-    accepted = ALLOWED_ENV[name]
+def value_problem(name: str, value: str, service: str, version: str) -> str | None:
+    """None when the allow-listed `name` accepts `value` (SGLang <version>'s list), else what it accepts."""
+    accepted = allowed_env(version)[name]
     if accepted == "path":
         problem = path_problem(value, service)
         return problem and f"{value!r} {problem}: any local user writes /dev/shm and /tmp, and a cache there is code " \
@@ -106,16 +87,24 @@ def value_problem(name: str, value: str, service: str) -> str | None:
     return None if value in accepted else f"{value!r} is not accepted; accepted: {', '.join(accepted)}"
 
 
-def classify(name: str) -> str:
-    """tool-owned, faked, code, allowed, simulator or unreviewed."""
+def classify(name: str, version: str) -> str:
+    """tool-owned, faked, code, allowed, simulator or unreviewed (SGLang <version>'s allow-list)."""
     if name in TOOL_ENV:
         return "tool-owned"
     if any(re.fullmatch(p, name) for p in FAKED_MEASUREMENT_ENV):
         return "faked"
-    if name in ALLOWED_ENV:
+    if name in allowed_env(version):
         return "allowed"
     if name in SIMULATOR_ENV:
         return "simulator"
     if any(re.fullmatch(p, name) for p in CODE_LOADING_ENV + MORE_CODE_LOADING_ENV):
         return "code"
     return "unreviewed"
+
+
+def not_read(name: str, version: str) -> bool:
+    """An SGLANG_* name that SGLang <version> never reads: its own registry (srt/environ.py) does not declare it and no
+    module of its package names it (when recorded)."""
+    registry = releases.env_registry(version)
+    return (bool(registry) and name.startswith("SGLANG_") and name not in registry
+            and name not in releases.env_mentioned(version))

@@ -1,13 +1,14 @@
 """The reviewed classes of SGLang's fields (dests), kept beside the option table they classify.
 
-    flag-tables/sglang-<version>.classes.json: {"dests": {dest: [class, why]}}
+    releases/<version>/classes.json: {"dests": {dest: [class, why]}}
 
 Every dest of a version's option table is classified once, by reading what SGLang does with it:
 ``tool-owned`` (the tool sets it), ``allowed`` (a serving or tuning knob the tool understands),
 ``exposure`` (opens a listener, connects out, or writes request data where others read it), ``code``
 (loads code or a config by name or path) and ``other-weights`` (serves weights, a tokenizer, a template or
-tokens the tool did not verify). Only ``allowed`` passes without a waiver; a dest with no class (a new SGLang
-release's) is refused as not reviewed, so a new release cannot widen what a profile may do
+tokens the tool did not verify). Only ``allowed`` passes without a waiver; a dest with no class, or the class
+``unreviewed`` that `sglang-deploy sglang add` writes for a new or changed dest of a new release (with a suggested
+class and where that release's code uses it), is refused as not reviewed, so a new release cannot widen what a profile may do
 (validate.flag_checks.class_problems, resolved_problems below; docs/refusals.md).
 """
 
@@ -16,7 +17,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from .flag_table import TABLE_DIR
+from . import releases
 
 CLASSES = ("tool-owned", "allowed", "exposure", "code", "other-weights")
 # The waivable rule each class needs (tool-owned has its own, unwaivable rule: tool-derived-flag).
@@ -27,7 +28,7 @@ UNSET = (None, False, "", "[]", "{}", "null", "none")
 
 
 def classes_path(version: str):
-    return TABLE_DIR / f"sglang-{version}.classes.json"
+    return releases.folder(version) / "classes.json"
 
 
 @lru_cache(maxsize=8)
@@ -37,7 +38,22 @@ def load(version: str) -> dict[str, tuple[str, str]]:
         document = json.loads(classes_path(version).read_text())
     except FileNotFoundError:
         return {}
-    return {dest: (entry[0], entry[1]) for dest, entry in document["dests"].items()}
+    return {dest: (entry[0], entry[1]) for dest, entry in document["dests"].items() if entry[0] != releases.UNREVIEWED}
+
+
+def not_reviewed_reason(version: str, dest: str) -> str:
+    """Why <dest> has no class for <version>: no classes at all (and the command that adds the release), or marked
+    unreviewed by `sglang-deploy sglang add` (with its suggestion), or absent from the file."""
+    path = classes_path(version)
+    where = f"releases/{version}/{path.name}"
+    try:
+        entry = json.loads(path.read_text())["dests"].get(dest)
+    except FileNotFoundError:
+        return (f"the tool has no {where} (sglang.version {version} was never added or reviewed; run "
+                f"`{releases.ADD_COMMAND.format(version=version)}`, then review and commit its classes)")
+    if entry and entry[0] == releases.UNREVIEWED:
+        return f"{where} marks it unreviewed ({entry[1]})"
+    return f"{where} does not classify it"
 
 
 def unset(value) -> bool:

@@ -1,6 +1,6 @@
 """SGLang's option table, exported once per version from its own parser, and its parser rebuilt from it.
 
-    python -m sglang_deploy.flag_table export 0.5.23     (re)writes flag-tables/sglang-0.5.23.json
+    python -m sglang_deploy.flag_table export VERSION     (re)writes releases/VERSION/options.json
 
 The export runs SGLang's own ``ServerArgs.add_cli_args`` in the validator environment (parser_probe.py)
 and records every option (names, action, nargs, choices, type, default), the speculative algorithm names
@@ -11,7 +11,7 @@ on the suite's command lines.
 
 Two users, standard library only: ``sglang-deploy check`` without the heavy validator environment (the
 light path: no torch, no SGLang), and the simulator, which parses its command line as SGLang does.
-The type functions below reproduce SGLang 0.5.23's (file:line in each); unknown type names fall back to
+The type functions below reproduce SGLang's (file:line in each, of the newest reviewed release); unknown type names fall back to
 str and are reported by ``unchecked_types``.
 """
 
@@ -25,11 +25,13 @@ import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-TABLE_DIR = Path(__file__).resolve().parent / "flag-tables"
+from . import releases
+
+TABLE_DIR = releases.RELEASES_DIR
 
 
 def table_path(version: str) -> Path:
-    return TABLE_DIR / f"sglang-{version}.json"
+    return releases.folder(version) / "options.json"
 
 
 def load(version: str) -> dict | None:

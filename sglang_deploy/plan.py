@@ -186,6 +186,7 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
         raise PlanError(f"cannot validate {path}: {error}") from None
     if not report.ok:
         raise PlanError(f"{path} fails validation ({len(report.problems)} problem(s)):\n" + "\n".join(report.lines()))
+    notes.extend(report.warning_lines())
     cuda_version = settings.cuda_version
     auth_line = line_of(path, ("service", "auth"))
     api_key = resolve_api_key(settings, profile.service.auth if need_key else "none",

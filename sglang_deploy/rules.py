@@ -11,7 +11,7 @@ RULES = {
     "env-fakes-measurement": "no variable that makes SGLang simulate what the gate measures (SGLANG_SIMULATE_*)",
     "env-value": "an allow-listed variable has one of its accepted values (paths: the service's own directories or "
                  "the weights root)",
-    "env-not-reviewed": "only variables the tool has reviewed (env_rules.ALLOWED_ENV), unless waived with a reason",
+    "env-not-reviewed": "only variables the tool has reviewed (releases/<version>/environment.json), unless waived with a reason",
     "no-secret-in-profile": "no secret flag (admin key, TLS key password) in a profile",
     "tool-derived-flag": "no spelling of a flag the tool sets (model path, host, port, key, config, nodes)",
     "one-spelling-per-flag": "one spelling per SGLang field",
@@ -19,7 +19,10 @@ RULES = {
     "no-option-as-value": "no flag value that SGLang's parser would read as an option",
     "tool-flags-intact": "the rendered command line parses to the tool's own values",
     "sglang-parser": "the pinned SGLang release's own argument parser accepts the command line",
-    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line",
+    "sglang-resolution": "the pinned SGLang release's own resolution hooks accept the command line (always reported, "
+                         "whatever else is found or waived)",
+    "sglang-start": "the resolved attention backend, KV dtype and draft backend can start on the target's card (SGLang's "
+                    "start-time asserts, draft maps and the kernels its wheels ship: releases/<v>/start-feasibility.json)",
     "full-flag-names": "flags are written in full (argparse abbreviations break when a new flag appears)",
     "flag-value-kind": "switches get true/false, valued flags get a value",
     "speculative-algorithm": "the speculative algorithm is one the pinned SGLang knows (MTP is not)",
@@ -68,7 +71,8 @@ CODE_FLAGS = {
     "enable_custom_logit_processor": "unpickles (dill) a processor that every API request may carry: code from any "
                                      "client, run as the service user",
     "custom_weight_loader": "imports and calls the callables it names (any importable function, e.g. os.system)",
-    "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path)",
+    "trust_remote_code": "runs the checkpoint's own Python code, here from weights the tool does not verify (model.path; "
+                         "with model.source, a verified snapshot, the flag is not refused)",
 }
 # Load formats that read the verified snapshot's files as they are; any other (random weights, another server's,
 # another format) is flag-serves-other-weights.
@@ -82,7 +86,7 @@ WEIGHTS_PATH_DESTS = {
     "speculative_ngram_external_corpus_path": False, "chat_template": True, "completion_template": True,
 }
 # Packages sglang.pins may name without a waiver: the exact names (normalized) of the CUDA, torch and kernel stack
-# SGLang 0.5.23 is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
+# SGLang is built against, as NVIDIA, PyTorch and the kernel projects publish them (the validator env's own
 # packages among them). Not prefixes: anyone can register a name under nvidia-* or cuda-*. Any other package is code
 # a pull request brings into the root-run install: `waivers: {pin-outside-cuda-family: reason}`.
 _CUDA_LIBS = ("cublas", "cuda-cupti", "cuda-nvrtc", "cuda-runtime", "cufft", "cufile", "curand", "cusolver",
@@ -104,11 +108,3 @@ NCCL_DEBUG_KNOBS = (
     "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE",
     "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
 )
-# Flags removed or renamed in recent SGLang releases, with what to write instead.
-RENAMED_FLAGS = {
-    "--cuda-graph-max-bs": "--cuda-graph-max-bs-decode (and/or --cuda-graph-max-bs-prefill)",
-    "--cuda-graph-bs": "--cuda-graph-bs-decode (and/or --cuda-graph-bs-prefill)",
-    "--mamba-scheduler-strategy": "--mamba-radix-cache-strategy",
-    "--disable-piecewise-cuda-graph": "--cuda-graph-backend-prefill (piecewise graphs were replaced)",
-    "--enable-piecewise-cuda-graph": "--cuda-graph-backend-prefill breakable (the default on CUDA)",
-}

@@ -164,7 +164,7 @@ class HostSettings(Settings):
     provision_mode: ProvisionMode = Field(
         "install", description="install: install what is missing; verify: change nothing, fail with what would "
         "have to change.")
-    cuda_major: Int(10, 99) = Field(13, description="The CUDA major the pinned SGLang (0.5.23) is built for; CUDA 13 "
+    cuda_major: Int(10, 99) = Field(13, description="The CUDA major the pinned SGLang is built for; CUDA 13 "
                                     "needs the R580 driver branch.")
     cuda_version: CudaVersion = Field(
         "13.0", description="The CUDA toolkit installed (/usr/local/cuda-<version>, the unit's CUDA_HOME).")
@@ -367,8 +367,8 @@ ENVIRONMENT = {
                                   "the repository's profiles/",
     "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses are "
                            "cached (default ~/.cache/sglang-deploy)",
-    "SGLANG_DEPLOY_VALIDATOR_TORCH": "controller: the torch/torchvision pins of the validator env (default SGLang "
-                                     "0.5.23's)",
+    "SGLANG_DEPLOY_VALIDATOR_TORCH": "controller: the torch/torchvision pins of the validator env (default: the "
+                                     "release's own, releases/<version>/dependencies.json)",
     "SGLANG_DEPLOY_GPU_FACTS": "set by the controller for SGLang's resolution: the GPU facts the stand-in reports",
     "SGLANG_DEPLOY_GPU_STANDIN": "set by the controller for SGLang's resolution: the stand-in installed into torch",
     "SGLANG_DEPLOY_CT129_USER": "inventory/ct129.py: the SSH user (default root; another one deploys with sudo)",

@@ -245,15 +245,15 @@ def int_list(text: str) -> tuple[int, ...]:
 def attention_problem(value: str) -> str | None:
     """tune_attention: all, or backends that SGLang's parser offers for --attention-backend (in an exported option
     table; the tune asks the pinned version's resolution about each again)."""
-    from .flag_table import TABLE_DIR, load
+    from . import releases
+    from .flag_table import load
 
     if value.strip() == "all":
         return None
     offered = set()
-    for path in TABLE_DIR.glob("sglang-*.json"):
-        if not path.name.endswith(".classes.json"):
-            table = load(path.name.removeprefix("sglang-").removesuffix(".json")) or {"actions": []}
-            offered.update(*(a.get("choices") or [] for a in table["actions"] if a["dest"] == "attention_backend"))
+    for version in releases.versions():
+        table = load(version) or {"actions": []}
+        offered.update(*(a.get("choices") or [] for a in table["actions"] if a["dest"] == "attention_backend"))
     parts = [part.strip() for part in value.split(",")]
     unknown = [part for part in parts if part not in offered]
     if not unknown:

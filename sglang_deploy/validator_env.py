@@ -17,37 +17,35 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from . import probe_client
+from . import probe_client, releases
 
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
 PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
 RESOLUTION_SCRIPT = Path(__file__).parent / "hostside" / "sglang_resolution.py"  # loaded by the probe
-# What `from sglang.srt.server_args import ServerArgs` needs on a CPU-only machine, plus what SGLang's
-# GPU-free resolution hooks (arg_groups/cuda_graph_hook.py, speculative_hook.py) import (verified for
-# 0.5.23; at the versions sglang 0.5.23 pins, torch included).
-PARSER_DEPENDENCIES = [
-    "numpy", "orjson", "psutil", "pybase64", "requests", "packaging", "pillow", "starlette",
-    "pydantic", "pyzmq", "tqdm", "IPython", "aiohttp", "msgspec", "pyyaml", "triton",
-    "safetensors", "dill", "transformers==5.19.0", "tokenizers==0.23.2", "sentencepiece==0.2.1",
-    # SGLang's own benchmark client (python -m sglang.benchmark.serving), run against the simulator in CI
-    "datasets", "gguf", "apache-tvm-ffi==0.1.11", "compressed-tensors==0.18.0",
-]
-# The resolution hooks import transformers, which loads torchvision's operators: torch and torchvision
-# must be a matched pair. Override for machines with other wheels at hand.
-TORCH_REQUIREMENTS = os.environ.get("SGLANG_DEPLOY_VALIDATOR_TORCH", "torch==2.14.1 torchvision==0.29.1").split()
-# Bump when the recipe above changes: an environment built by an older recipe is rebuilt.
+# The recipe of each release's environment is data (releases/<version>/dependencies.json, written from that release's
+# own Requires-Dist by `sglang-deploy sglang add`): "parser" is what `from sglang.srt.server_args import ServerArgs`
+# needs on a CPU-only machine plus what SGLang's GPU-free resolution hooks import; "torch" the matched torch and
+# torchvision pair the hooks' transformers import needs (SGLANG_DEPLOY_VALIDATOR_TORCH overrides it for machines with
+# other wheels at hand); "full_layer" the kernel package and what SGLang's whole resolution imports (--no-deps).
+TORCH_OVERRIDE = os.environ.get("SGLANG_DEPLOY_VALIDATOR_TORCH")
+# Bump when the way an environment is built changes: an environment built by an older recipe is rebuilt.
 ENV_RECIPE = "3"
 # SGLang's whole resolution takes the CUDA code path, which imports SGLang's kernel package; its extension
 # modules link libcuda.so.1. The layer adds the package sglang pins and the GPU stand-in (gpu_standin/): a stub
 # driver library, an nvidia-smi that answers from the stated facts, and torch.cuda facts installed by the probe.
 STANDIN_DIR = Path(__file__).with_name("gpu_standin")
-# openai (with what it needs beyond the base env), partial-json-parser and einops: SGLang's DFLASH hook imports its
-# speculative utils, which import them (versions as SGLang 0.5.23's own environment resolves them). flashinfer_python
-# (a pinned dependency of sglang, without its CUDA dependencies) with what its import needs: the hooks that import its
-# modules (mamba_hook.py: --mamba-backend flashinfer) resolve as on the host, where it is installed.
-FULL_LAYER_PACKAGES = ["sglang-kernel==0.4.10", "openai==2.8.0", "distro==1.9.0", "jiter==0.19.0", "sniffio==1.3.1",
-                       "partial-json-parser==0.2.1.1.post7", "einops==0.8.2", "flashinfer-python==0.7.2",
-                       "tabulate==0.10.0", "ninja==1.13.2", "nvidia-ml-py==13.615.71"]
+
+
+def recipe(version: str) -> releases.Dependencies:
+    """Release <version>'s dependency recipe; ValidatorEnvError naming sglang.version and the command that adds it."""
+    try:
+        return releases.dependencies(version)
+    except releases.UnknownRelease as error:
+        raise ValidatorEnvError(str(error)) from None
+
+
+def torch_requirements(version: str) -> list[str]:
+    return TORCH_OVERRIDE.split() if TORCH_OVERRIDE else list(recipe(version).torch)
 
 
 class ValidatorEnvError(RuntimeError):
@@ -62,13 +60,15 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
     """Return the validator env's python, creating the env (once, under a lock) when missing."""
     target = env_dir(version)
     python = target / "bin" / "python"
-    if _complete(target):
+    if _complete(target, version):
         return python
+    recipe(version)  # an unknown release is refused before anything is made
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".sglang-{version}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if _complete(target):
+        if _complete(target, version):
             return python
+        dependencies = recipe(version)
         if not quiet:
             print(f"[check] creating the flag-validation environment for SGLang {version} in {target} "
                   "(once; a few minutes)", file=sys.stderr, flush=True)
@@ -77,7 +77,7 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
         steps = [
             [sys.executable, "-m", "venv", str(target)],
             pip + ["--no-deps", f"sglang=={version}"],
-            pip + [*TORCH_REQUIREMENTS, *PARSER_DEPENDENCIES],
+            pip + [*torch_requirements(version), *dependencies.parser],
         ]
         for step in steps:
             result = subprocess.run(step, capture_output=True, text=True, env=scrubbed_environment())
@@ -87,7 +87,7 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
                     f"could not create the validation environment for SGLang {version}: "
                     f"{' '.join(step[:6])} ... failed:\n{result.stderr.strip()[-2000:]}"
                 )
-        (target / ".complete").write_text(f"{version} recipe {ENV_RECIPE}\n")
+        (target / ".complete").write_text(f"{version} recipe {ENV_RECIPE} {_base_digest(version)}\n")
     return python
 
 
@@ -121,8 +121,8 @@ def uv_options_from_pip_config() -> list[str]:
     return options
 
 
-def _layer_digest() -> str:
-    digest = hashlib.sha256(json.dumps(FULL_LAYER_PACKAGES).encode())
+def _layer_digest(version: str) -> str:
+    digest = hashlib.sha256(json.dumps(list(recipe(version).full_layer)).encode())
     for name in ("libcuda_stub.c", "nvidia-smi"):
         digest.update((STANDIN_DIR / name).read_bytes())
     return digest.hexdigest()[:16]
@@ -138,7 +138,7 @@ def ensure_full_layer(version: str, quiet: bool = False) -> Path:
     python = ensure_env(version, quiet)
     target = standin_dir(version)
     marker = target / ".complete"
-    digest = _layer_digest()
+    digest = _layer_digest(version)
     if marker.is_file() and marker.read_text().strip() == digest:
         return target
     with open(env_dir(version).parent / f".sglang-{version}.lock", "w") as lock:
@@ -156,7 +156,7 @@ def ensure_full_layer(version: str, quiet: bool = False) -> Path:
             raise ValidatorEnvError("SGLang's full resolution needs a C compiler for the stub driver library "
                                     "(apt-get install gcc)")
         steps = [
-            installer(python) + ["--no-deps", *FULL_LAYER_PACKAGES],
+            installer(python) + ["--no-deps", *recipe(version).full_layer],
             [compiler, "-shared", "-fPIC", "-Wl,-soname,libcuda.so.1", "-o", str(target / "lib" / "libcuda.so.1"),
              str(STANDIN_DIR / "libcuda_stub.c")],
         ]
@@ -201,19 +201,33 @@ def standin_environment(version: str, gpu_facts: str) -> dict:
             "PYTHONDONTWRITEBYTECODE": "1"}
 
 
-def _complete(target: Path) -> bool:
+def _base_digest(version: str) -> str:
+    """What the base environment is built from: torch and the parser's dependencies of the release's recipe."""
+    return hashlib.sha256(json.dumps([torch_requirements(version), list(recipe(version).parser)]).encode()).hexdigest()[:16]
+
+
+def _complete(target: Path, version: str) -> bool:
+    """Built by this ENV_RECIPE and, where the marker names one, from the release's current recipe (a changed
+    releases/<version>/dependencies.json rebuilds it). A marker without a digest (written before the recipe became
+    data) is taken as it is: bump ENV_RECIPE to rebuild those."""
     try:
-        return (target / ".complete").read_text().split()[-1:] == [ENV_RECIPE]
+        words = (target / ".complete").read_text().split()
     except FileNotFoundError:
+        return False
+    if words[-1:] == [ENV_RECIPE]:
+        return True
+    try:
+        return words[-2:] == [ENV_RECIPE, _base_digest(version)]
+    except ValidatorEnvError:
         return False
 
 
-@lru_cache(maxsize=1)
-def _probe_identity() -> tuple:
+@lru_cache(maxsize=8)
+def _probe_identity(version: str) -> tuple:
     """What an answer depends on besides the request: the env's recipe, the probe's and the stand-in's sources and
     the layer (the answers cache's key, and the shared probe server's); read once per process."""
     return (ENV_RECIPE, hashlib.sha256(PROBE_SCRIPT.read_bytes() + RESOLUTION_SCRIPT.read_bytes()).hexdigest(),
-            hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest())
+            hashlib.sha256((STANDIN_DIR / "standin.py").read_bytes()).hexdigest(), _layer_digest(version))
 
 
 def _server_command(version: str, gpu_facts: str | None) -> tuple[list[str], dict]:
@@ -235,7 +249,7 @@ def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), 
     if export:
         request["export"] = True
     gpu = (resolve or {}).get("gpu_facts")
-    path = probe_client.socket_path(CACHE_DIR, [version, gpu, *_probe_identity()])
+    path = probe_client.socket_path(CACHE_DIR, [version, gpu, *_probe_identity(version)])
     try:
         answer = probe_client.answer(path, lambda: _server_command(version, gpu), request)
     except probe_client.ProbeServerError as error:
@@ -250,13 +264,13 @@ def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), 
 
 def env_built(version: str) -> bool:
     """Whether the heavy environment of SGLang <version> is already here (nothing is built by asking)."""
-    return _complete(env_dir(version))
+    return _complete(env_dir(version), version)
 
 
 def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None) -> dict:
     """run_probe, answered from a cache keyed by the request's content, SGLang's version, the validator
     env's recipe and the probe's own source: an unchanged profile is not parsed or resolved again."""
-    request = [version, argvs, list(algorithms), resolve, *_probe_identity()]
+    request = [version, argvs, list(algorithms), resolve, *_probe_identity(version)]
     path = CACHE_DIR / "answers" / f"{hashlib.sha256(json.dumps(request).encode()).hexdigest()}.json"
     try:
         return json.loads(path.read_text())

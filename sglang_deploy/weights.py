@@ -28,7 +28,7 @@ MANIFESTS_DIR = REPO_ROOT / "manifests"
 WEIGHTS_DIRS_VARIABLE = "SGLANG_DEPLOY_WEIGHTS_DIRS"
 MANIFEST_MAX_BYTES = 64 << 20  # a manifest of a million files is 150 MB; this bounds what `check` reads
 HF_SOURCE = re.compile(r"hf://([^/@]+)/([^/@]+)@(.*)")
-HUB_CLIENT_PIN = "huggingface_hub==1.33.0"  # what SGLang 0.5.23's venv brings
+HUB_CLIENT_PIN = "huggingface_hub==1.33.0"  # what SGLang's venv brings
 
 
 class WeightsSourceError(ValueError):

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's own `sglang serve` on this machine, with only its Scheduler replaced (sglang_deploy/sim/
+"""An SGLang release's own `sglang serve` on this machine (default: the newest reviewed), with only its Scheduler replaced (sglang_deploy/sim/
 sglang_scheduler.py): the same front end the simulated host runs, without the container, for tests of what a
 client sees (outside clients, the differential test against the model-only simulator).
 
@@ -40,7 +40,9 @@ def model_dir(path: Path) -> str:
 
 
 class LocalSGLang:
-    def __init__(self, flags: list[str], env: dict | None, model_dir: str, port: int | None = None):
+    def __init__(self, flags: list[str], env: dict | None, model_dir: str, port: int | None = None,
+                 version: str = SGLANG_VERSION):
+        self.version = version  # whose front end (its validator env and front-end layer)
         self.port = port or free_port()
         self.model_dir = model_dir
         self.flags = flags
@@ -58,8 +60,8 @@ class LocalSGLang:
                 "--port", str(self.port), *self.flags]
 
     def environment(self) -> dict:
-        python = sglang_env.ensure(SGLANG_VERSION, quiet=True)
-        standin = validator_env.standin_dir(SGLANG_VERSION)
+        python = sglang_env.ensure(self.version, quiet=True)
+        standin = validator_env.standin_dir(self.version)
         plugin = self.work / "plugin"
         (plugin / "sglang_deploy_sim_scheduler-0.dist-info").mkdir(parents=True, exist_ok=True)
         (plugin / "sglang_deploy_sim_scheduler-0.dist-info" / "METADATA").write_text(

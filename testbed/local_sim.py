@@ -12,8 +12,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from sglang_deploy import releases
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = releases.newest_reviewed()  # the newest reviewed release (sglang_deploy/releases/)
 ARCHITECTURE = "Qwen3_5ForConditionalGeneration"  # the simulated checkpoint's (data/qwen3.6-27b-fp8.json)
 MODEL_CONFIG = "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json"  # SGLang's resolution reads it
 

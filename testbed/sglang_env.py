@@ -1,4 +1,4 @@
-"""The simulated host's SGLang install: SGLang 0.5.23's own front end (`sglang serve`: resolution, HTTP server,
+"""The simulated host's SGLang install: an SGLang release's own front end (`sglang serve`: resolution, HTTP server,
 TokenizerManager, detokenizer, run_scheduler_process) runnable without a GPU.
 
 It is a layer on the validator environment (sglang_deploy/validator_env.py: SGLang, torch, transformers, the
@@ -8,7 +8,7 @@ wherever it is mounted), plus the packages SGLang's serving path imports that re
 ``.pth`` line installs the GPU stand-in (gpu_standin/standin.py) into torch.cuda when the process finds the
 host's GPU facts (``SGLANG_DEPLOY_GPU_FACTS``, or the file the simulated host keeps them in).
 
-    python -m testbed.sglang_env [--version 0.5.23]     (build it; prints its python)
+    python -m testbed.sglang_env [--version VERSION]     (build it; prints its python; default: the newest reviewed)
 """
 
 from __future__ import annotations
@@ -26,35 +26,26 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sglang_deploy import validator_env  # noqa: E402
+from sglang_deploy import releases, validator_env  # noqa: E402
 
-# What `sglang serve` imports beyond the validator env, at the versions sglang 0.5.23 pins (its METADATA); the
-# built layer satisfies each of them (tests/test_frontends.py).
-FRONTEND_PACKAGES = [
-    "fastapi", "uvicorn>=0.51", "uvloop", "prometheus-client>=0.20.0", "python-multipart", "setproctitle",
-    "openai==2.8.0", "openai-harmony==0.0.4", "anthropic>=0.20.0", "partial_json_parser", "interegular", "zstandard",
-    "einops", "distro", "tiktoken", "watchfiles", "jsonschema", "xgrammar==0.2.7", "llguidance>=1.7.6,<2.0.0",
-    "mistral_common>=1.11.5", "blobfile==3.0.0", "easydict", "soundfile==0.13.1", "nvidia-ml-py", "xxhash",
-    "regex", "scipy", "python-dateutil<3", "timm==1.0.25", "tabulate", "click", "ninja",
-]
-# What pip resolves for FRONTEND_PACKAGES over the validator env (SGLang 0.5.23's, 2026-12-02), plus
+# The front-end layer's recipe is the release's data (releases/<version>/dependencies.json): "frontend", what `sglang
+# serve` imports beyond the validator env, at the versions that release pins (its METADATA; the built layer satisfies
+# each of them, tests/test_frontends.py), and "frontend_pins", what pip resolves for them over the validator env plus
 # flashinfer_python (a pinned dependency of sglang) installed without its CUDA dependencies: it imports on a CPU-only
 # machine, and its presence is what SGLang reads to choose the flashinfer attention and sampling backends, as on
 # the real host. Installed as pinned and without dependencies, by uv or pip (validator_env.installer): the same
 # files either way (uv does not see the validator env's packages through the .pth line, so it must not resolve).
-FRONTEND_PINS = [
-    "anthropic==2.14.0", "blobfile==3.0.0", "cffi==2.1.1", "distro==1.9.0", "docstring_parser==0.18.0",
-    "easydict==1.14", "einops==0.8.2", "fastapi==0.165.0", "flashinfer-python==0.7.2", "httpcore2==2.16.2",
-    "httpx2==2.16.2", "interegular==0.3.3", "jiter==0.19.0", "jsonschema==4.26.0",
-    "jsonschema-specifications==2025.9.1", "llguidance==1.9.1", "lxml==6.1.3", "mistral_common==1.13.1",
-    "ninja==1.13.2", "numpy==2.3.5", "nvidia-ml-py==13.615.71", "openai==2.8.0", "openai-harmony==0.0.4",
-    "opentelemetry-api==1.45.2", "partial-json-parser==0.2.1.1.post7", "prometheus_client==0.26.0",
-    "pycountry==26.2.16", "pycparser==3.12", "pycryptodomex==3.24.2", "pydantic-extra-types==2.11.1",
-    "python-dateutil==2.9.0.post0", "python-multipart==0.0.34", "referencing==0.37.0", "rpds-py==2026.9.1",
-    "scipy==1.17.1", "setproctitle==1.3.8", "setuptools==84.2.1", "six==1.17.0", "sniffio==1.3.1",
-    "soundfile==0.13.1", "tabulate==0.10.0", "tiktoken==0.14.0", "timm==1.0.25", "truststore==0.10.5",
-    "uvicorn==0.54.0", "uvloop==0.23.0", "watchfiles==1.3.0", "xgrammar==0.2.7", "zstandard==0.25.0",
-]
+SGLANG_VERSION = releases.newest_reviewed()  # the simulated host's SGLang unless a caller names another
+
+
+def frontend_packages(version: str = SGLANG_VERSION) -> list[str]:
+    return list(validator_env.recipe(version).frontend)
+
+
+def frontend_pins(version: str = SGLANG_VERSION) -> list[str]:
+    return list(validator_env.recipe(version).frontend_pins)
+
+
 # Where the simulated host keeps its GPU facts (its "hardware"): written by testbed/simhost.py.
 HOST_GPU_FACTS = "/etc/sglang-sim/gpus.json"
 # A .pth line runs inside site.addpackage, where `sitedir` is the site-packages directory being read.
@@ -101,8 +92,8 @@ _sglang_deploy_gpu_standin()
 '''.format(facts=HOST_GPU_FACTS)
 
 
-def recipe_digest() -> str:
-    digest = hashlib.sha256(json.dumps([FRONTEND_PACKAGES, FRONTEND_PINS]).encode() + HOOK.encode()
+def recipe_digest(version: str = SGLANG_VERSION) -> str:
+    digest = hashlib.sha256(json.dumps([frontend_packages(version), frontend_pins(version)]).encode() + HOOK.encode()
                             + STANDIN_PTH.encode())
     digest.update((validator_env.STANDIN_DIR / "standin.py").read_bytes())
     return digest.hexdigest()[:16]
@@ -112,12 +103,12 @@ def frontend_dir(version: str) -> Path:
     return validator_env.env_dir(version) / "frontend"
 
 
-def ensure(version: str = "0.5.23", quiet: bool = False) -> Path:
+def ensure(version: str = SGLANG_VERSION, quiet: bool = False) -> Path:
     """The front end's python (built once under a lock; rebuilt when the recipe changes)."""
     validator_env.ensure_full_layer(version, quiet)
     target = frontend_dir(version)
     marker = target / ".complete"
-    digest = recipe_digest()
+    digest = recipe_digest(version)
     if marker.is_file() and marker.read_text().strip() == digest:
         return target / "bin" / "python"
     with open(validator_env.env_dir(version).parent / f".sglang-{version}-frontend.lock", "w") as lock:
@@ -138,7 +129,7 @@ def ensure(version: str = "0.5.23", quiet: bool = False) -> Path:
         (site / "zzz-sglang-deploy-gpu-standin.pth").write_text(STANDIN_PTH)
         (target / "gpu_standin_hook.py").write_text(HOOK)
         shutil.copy(validator_env.STANDIN_DIR / "standin.py", target / "gpu_standin.py")
-        step = validator_env.installer(target / "bin" / "python") + ["--no-deps", *FRONTEND_PINS]
+        step = validator_env.installer(target / "bin" / "python") + ["--no-deps", *frontend_pins(version)]
         result = subprocess.run(step, capture_output=True, text=True, env=validator_env.scrubbed_environment())
         if result.returncode != 0:
             shutil.rmtree(target, ignore_errors=True)
@@ -147,7 +138,7 @@ def ensure(version: str = "0.5.23", quiet: bool = False) -> Path:
     return target / "bin" / "python"
 
 
-def interpreter_pth(install_root: str, version: str = "0.5.23") -> str:
+def interpreter_pth(install_root: str, version: str = SGLANG_VERSION) -> str:
     """The .pth of another interpreter's virtualenv (the simulated host's own python3 3.11) that makes it run this
     install mounted at `install_root`: the front-end layer, then the validator env, then the GPU stand-in hook."""
     validator = validator_env.env_dir(version)
@@ -169,7 +160,7 @@ def base_python(version: str) -> Path:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--version", default="0.5.23")
+    parser.add_argument("--version", default=SGLANG_VERSION)
     print(ensure(parser.parse_args().version))
     return 0
 

@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_deploy import releases
 from testbed import sglang_env
 from testbed.rootfs import build_rootfs_tarball
 
@@ -42,7 +43,7 @@ DEFAULT_STATE_DIR = Path(os.environ.get("SGLANG_DEPLOY_SIMHOST_DIR", REPO_ROOT /
 DEFAULT_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_SIMHOST_PORT", "2222"))
 
 
-SGLANG_VERSION = "0.5.23"  # the simulated host's SGLang install (the profiles' pin)
+SGLANG_VERSION = releases.newest_reviewed()  # the simulated host's SGLang install (the profiles' pin)
 SGLANG_INSTALL = f"/opt/sglang-sim/sglang-{SGLANG_VERSION}"  # where it is mounted in the container
 SGLANG_PYTHON = "/opt/sglang-sim/python"  # the container's python3 in a virtualenv that adds the install
 

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from conftest import DFLASH, PROFILES, PROVEN, dflash_profile, proven_with, synthetic_draft
-from sglang_deploy import flag_classes, flag_table
+from sglang_deploy import flag_classes, flag_table, releases
 from sglang_deploy.profile import load_profile
 from sglang_deploy.validate import check_profile
 
@@ -40,18 +40,20 @@ def problems_of(report, rule):
 
 # --- the dest table -------------------------------------------------------------------------------
 
-TABLE_VERSIONS = sorted(p.name.removeprefix("sglang-").removesuffix(".json") for p in flag_table.TABLE_DIR.glob("*.json")
-                        if not p.name.endswith(".classes.json"))
+TABLE_VERSIONS = releases.versions()
 
 
 @pytest.mark.parametrize("version", TABLE_VERSIONS)
 def test_every_dest_of_the_option_table_has_exactly_one_reviewed_class(version):
-    """Every exported table (a new SGLang release's too) comes with its reviewed classes, dest for dest."""
+    """Every exported table (a new SGLang release's too) comes with its classes, dest for dest: a reviewed class, or
+    "unreviewed" (refused) with the suggestion `sglang-deploy sglang add` wrote."""
     table = {action["dest"] for action in flag_table.load(version)["actions"]}
-    classes = flag_classes.load(version)
+    document = releases.read(version, "classes.json")
+    classes = {dest: tuple(entry) for dest, entry in document["dests"].items()}
     assert set(classes) == table, (sorted(table - set(classes)), sorted(set(classes) - table))
-    assert {kind for kind, _ in classes.values()} <= set(flag_classes.CLASSES)
+    assert {kind for kind, _ in classes.values()} <= set(flag_classes.CLASSES) | {releases.UNREVIEWED}
     assert all(why for kind, why in classes.values() if kind != "allowed")  # every refusal says what the dest does
+    assert set(flag_classes.load(version)) == {d for d, (kind, _) in classes.items() if kind != releases.UNREVIEWED}
 
 
 def test_the_tool_owned_class_is_what_the_tool_sets():

@@ -173,8 +173,8 @@ def test_the_pool_sizes_are_sglangs_own_arithmetic(answers):
 # The tests below do not ask the front end: after the ones that do, so that it starts once (conftest.py stops it
 # after the last test in a row that uses it).
 def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
-    """The layer is installed from exact pins without resolving (testbed/sglang_env.FRONTEND_PINS): SGLang's own
-    requirements of its serving path (FRONTEND_PACKAGES) must hold in it, the validator env's packages included."""
+    """The layer is installed from exact pins without resolving (releases/<version>/dependencies.json frontend_pins): SGLang's own
+    requirements of its serving path (frontend) must hold in it, the validator env's packages included."""
     import subprocess
 
     from testbed import sglang_env
@@ -186,7 +186,7 @@ def test_the_front_end_layer_satisfies_what_sglang_serve_imports():
              "    if v is None or not r.specifier.contains(v, prereleases=True):\n        bad.append((text, v))\n"
              "print(json.dumps(bad))\n")
     python = sglang_env.ensure()
-    result = subprocess.run([str(python), "-c", check, json.dumps(sglang_env.FRONTEND_PACKAGES)],
+    result = subprocess.run([str(python), "-c", check, json.dumps(sglang_env.frontend_packages())],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert json.loads(result.stdout) == []

@@ -160,7 +160,7 @@ def private_probe(tmp_path_factory):
                                   "    --language-model-only: true\n    --enable-metrics: true "))
     proven = request(PROVEN)
     facts = proven["resolve"]["gpu_facts"]
-    private = probe_client.socket_path(Path("/isolation-check"), ["0.5.23", facts, *validator_env._probe_identity()])
+    private = probe_client.socket_path(Path("/isolation-check"), ["0.5.23", facts, *validator_env._probe_identity("0.5.23")])
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SGLANG_GRPC_PORT", "70000")  # refused if SGLang saw it (the test above)
         patch.setenv("SGLANG_ENABLE_DP_SPEC_PREFILL_COORDINATION", "1")

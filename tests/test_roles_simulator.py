@@ -35,6 +35,10 @@ def test_sglang_server_runs_sglangs_own_cli_with_the_scheduler_plugin():
     assert "SIMULATED HOST" in shim and PROFILE.sglang.version in shim
     assert f"{VENV}/lib/sglang-sim/sglang_sim_scheduler-0.dist-info/entry_points.txt" in found
     assert f"{VENV}/lib/sglang-sim/sglang_deploy/flag_table.py" in found
+    # the release folders' data and their loader, not the tools that write them (sglang add)
+    shipped = {name.split("/sglang_deploy/releases/")[1] for name in found if "/sglang_deploy/releases/" in name}
+    assert {"__init__.py", f"{PROFILE.sglang.version}/options.json", f"{PROFILE.sglang.version}/classes.json"} <= shipped
+    assert not [name for name in shipped if name.endswith(".py") and name != "__init__.py"]
     assert ship.manifest == f"/{VENV}/.manifest-simulator"
 
 

@@ -8,9 +8,10 @@ Pure: unit-tested without a host. Expected gains come from ../shared/notes/perf-
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 
 from . import levers as doctor_levers
+from .suspect import Suspect
 from ..hostside.client import is_simulated, printable
 from ..hostside.gate import decode_backend, decode_graphs_captured
 from ..roofline import datasheet_bandwidth, roofline, separate_draft
@@ -26,20 +27,6 @@ DFLASH_TAU_RATIO = 4.4 / 3.4
 # against 24.3 GB of target layers: manifests/local--qwen3.6-27b-dflash.config.reconstructed.json).
 DRAFT_SIZE_OF_LAYERS = 0.14
 DRAFTER_WORTH_PCT = 10.0
-
-
-@dataclass
-class Suspect:
-    id: str
-    title: str
-    evidence: str
-    expected_gain: str
-    gain_pct: float  # midpoint, for ranking
-    fix: str
-    severity: str = "perf"  # "correctness" ranks above any perf suspect
-
-    def rank_key(self):
-        return (0 if self.severity == "correctness" else 1, -self.gain_pct)
 
 
 def _tp(server_info: dict) -> int:
@@ -63,7 +50,7 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
             "+33 % or more (without graphs a 64-layer TP decode step is launch-bound)", 40.0,
             "remove --disable-cuda-graph, --disable-decode-cuda-graph and a 'disabled' decode backend in "
             "--cuda-graph-backend-decode / --cuda-graph-config; keep --cuda-graph-max-bs-decode >= "
-            "--max-running-requests. A failed capture kills SGLang 0.5.23 at start ('Capture cuda graph failed' "
+            "--max-running-requests. A failed capture kills SGLang at start ('Capture cuda graph failed' "
             "in the journal)"))
     # Interconnect
     proto = (environ.get("NCCL_PROTO") or "").upper()
@@ -283,7 +270,7 @@ def drafter_suspect(server_info: dict, checkpoint: dict | None, tau: float, band
 
 
 def memory_budget(server_info: dict, checkpoint: dict | None, card_mib: list | None = None) -> dict | None:
-    """Per GPU, GiB, as SGLang 0.5.23 accounts it: the static pool is mem_fraction_static x the memory free before
+    """Per GPU, GiB, as SGLang accounts it: the static pool is mem_fraction_static x the memory free before
     the weights load (about the card: nvidia-smi's memory.total), split into weights (the vision tower's share
     from the checkpoint's headers, which SGLang loads for Qwen3.5: it refuses --language-model-only), KV and state
     (internal_states[0].memory_usage.weight, .kvcache); outside it the graphs and activations, and what is still

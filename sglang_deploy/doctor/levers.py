@@ -15,18 +15,13 @@ from ..tune import search as tune
 from ..hostside.evidence import allreduce_path  # noqa: F401 - the doctor's name for it
 from ..roofline import separate_draft
 from ..tune.axes import PCIE_IPC_WORLD_SIZES
+from .suspect import Suspect
 
 # sm_80 / sm_86 / sm_87 cards by name (nvidia-smi's): no FP8 tensor cores, FlashAttention 3 needs sm_90.
 AMPERE = ("A6000", "A5000", "A4500", "A4000", "A2000", "A100", "A800", "A40", "A30", "A16", "A10", " A2",
           "RTX 3090", "RTX 3080", "RTX 3070", "RTX 3060", "Orin")
 TOKEN_MAP_SIZES = (32768, 65536)  # what the doctor prices when the profile offers none (FR-Spec's 32k; 64k)
 TOKEN_MAP_ALGORITHMS = ("NEXTN", "EAGLE")  # eagle_worker_v2.init_lm_head; EAGLE3 and DFLASH ignore the map
-
-
-def _suspect(**fields):
-    from .diagnosis import Suspect
-
-    return Suspect(**fields)
 
 
 def is_ampere(gpu_name: str | None) -> bool:
@@ -65,7 +60,7 @@ def nospec_suspect(nospec: tune.Measured, original: tune.Measured, source: str,
     if not (nospec.measured and original.measured) or not tune.clear_gain(nospec, original, objective):
         return None
     gain = (nospec.median_decode / original.median_decode - 1) * 100
-    return _suspect(
+    return Suspect(
         id="speculation-slower-than-none", title="speculative decoding is slower than no speculation",
         evidence=(f"{source} measured the release without speculation at "
                   f"{nospec.median_decode:.1f} tok/s (spread {nospec.noise() or 0:.1f} %) against "
@@ -82,7 +77,7 @@ def nospec_suspect(nospec: tune.Measured, original: tune.Measured, source: str,
 # --- the all-reduce path --------------------------------------------------------------------------
 
 def pcie_ipc_fix(path: dict, server_info: dict) -> str | None:
-    """The PCIe-IPC arm to try when custom all-reduce is off on a PCIe pair (opt-in in SGLang 0.5.23; bf16 only)."""
+    """The PCIe-IPC arm to try when custom all-reduce is off on a PCIe pair (opt-in in SGLang; bf16 only)."""
     tp = int(server_info.get("tp_size") or 1)
     if path["path"] != "nccl" or tp not in PCIE_IPC_WORLD_SIZES or int(server_info.get("nnodes") or 1) > 1:
         return None
@@ -122,7 +117,7 @@ def token_map_opportunity(bound: dict | None, checkpoint: dict | None, server_in
     if not priced:
         return None
     best = max(gain for _, _, gain in priced)
-    return _suspect(
+    return Suspect(
         id="token-map", title="the draft steps read the whole LM head: a hot-vocabulary token map would shrink it",
         evidence=(f"{steps} draft step(s) of {bound['draft_step_gb_per_gpu']:.2f} GB per GPU are "
                   f"{draft_share * 100:.0f} % of the cycle's {bound['cycle_gb_per_gpu']:.1f} GB; the LM head is "
@@ -156,7 +151,7 @@ def kv_attention(server_info: dict, gpu_name: str | None):
              "`tune.py --data tune_space=kv,attention` measures what SGLang's resolution accepts here")
     if not str(kv or "").lower().startswith("fp8"):
         return line, None
-    return line, _suspect(
+    return line, Suspect(
         id="fp8-kv-on-ampere", title="the KV cache is fp8 on an Ampere GPU",
         evidence=(f"/server_info kv_cache_dtype={kv}, attention_backend={attention} on {gpu_name} (sm_8x has no FP8 "
                   "tensor cores: the attention kernels upcast the cache on every read)"),

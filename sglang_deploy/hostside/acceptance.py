@@ -1,6 +1,6 @@
 """Speculative acceptance per draft position, from SGLang's per-request histogram.
 
-SGLang 0.5.23 returns `meta_info.spec_correct_drafts_histogram` per request (tokenizer_manager.py, when the
+SGLang returns `meta_info.spec_correct_drafts_histogram` per request (tokenizer_manager.py, when the
 request has one): entry k counts the verify steps that accepted exactly k draft tokens, the bonus token excluded
 (Req.update_spec_correct_drafts_histogram in schedule_batch.py, called per verify in batch_result_processor.py).
 So the share of verify steps whose draft position i was accepted is sum(h[k] for k >= i) / sum(h), and the

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What the running server's journal and process say beyond /server_info (standard library only).
 
-SGLang 0.5.23 reports some runtime fallbacks only in its log: custom all-reduce dropped for lack of
+SGLang reports some runtime fallbacks only in its log: custom all-reduce dropped for lack of
 GPU P2P keeps ``disable_custom_all_reduce`` false in /server_info, and a failed decode graph capture
 kills the server. The patterns below are SGLang's own log texts (file and line in docs/conformance.md).
 The process environment is read whole: variables the release did not declare but that cost throughput

@@ -35,7 +35,7 @@ def decode_graph_gb(server_info):
 
 
 def decode_graph_batch_sizes(server_info):
-    """The batch sizes the target's decode (with speculation: verify) CUDA graph runner captured, as SGLang 0.5.23
+    """The batch sizes the target's decode (with speculation: verify) CUDA graph runner captured, as SGLang
     reports them (internal_states[0].decode_cuda_graph_bs: tp_worker.get_decode_cuda_graph_bs(), internal_state.py
     _add_disaggregation); None where the server does not report the field."""
     state = (server_info.get("internal_states") or [{}])[0] or {}

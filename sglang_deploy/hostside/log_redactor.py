@@ -1,6 +1,6 @@
 """The server's first stage in ExecStart: keeps the API key out of the journal (standard library only).
 
-SGLang 0.5.23 logs its resolved arguments at every start (`server_args={...}`, entrypoints/engine.py:1185),
+SGLang logs its resolved arguments at every start (`server_args={...}`, entrypoints/engine.py:1185),
 the API key it read from the --config file included, to stderr, and systemd puts stderr in the journal. This
 program reads the secrets from the --config file of the command it is given, puts a pipe in place of its stdout
 and stderr, forks a filter that copies what comes through the pipe to the journal with every secret replaced by

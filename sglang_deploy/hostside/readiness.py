@@ -39,7 +39,7 @@ def failed_start(service, since, api_key, lines=25):
                  "this is a container without `features: nesting=1` (or relax ProtectKernelTunables and "
                  "ProtectControlGroups); the preflight says so before the switch")
     if findings["graph_capture_failed"]:
-        cause = ("decode CUDA graph capture failed and SGLang exited (0.5.23 has no eager fallback): "
+        cause = ("decode CUDA graph capture failed and SGLang exited (SGLang has no eager fallback): "
                  + evidence.redact(findings["graph_capture_failed"], [api_key]))
     return tail, cause
 

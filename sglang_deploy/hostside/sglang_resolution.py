@@ -1,6 +1,6 @@
 """SGLang's own parse and whole resolution of one command line: what `sglang serve` runs before it starts a process.
 
-The steps, in the order of SGLang 0.5.23's ``Engine._launch_subprocesses`` (entrypoints/engine.py:1153-1169):
+The steps, in the order of SGLang's ``Engine._launch_subprocesses`` (entrypoints/engine.py:1153-1169):
 ``prepare_server_args`` (the parse), ``ServerArgs.resolve_once()`` (every step of ``run_resolution_pipeline``),
 ``_set_envs_and_config`` (its environment, the kernel package's version asserts), ``check_server_args()`` (about 25
 asserts: arg_groups/validation_hook.py) and ``resolve_auto_parsers``. A refusal at any of them is SGLang's own

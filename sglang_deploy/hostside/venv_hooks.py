@@ -20,8 +20,9 @@ import json
 import os
 import sys
 
-# name -> the distribution whose RECORD must list it, alone, with the file's sha256. The one hook of SGLang 0.5.23's
-# whole install set (the validator env: 1100 distributions); `python3 -m venv` and `uv venv` write none.
+# name -> the distribution whose RECORD must list it, alone, with the file's sha256. The hooks of the reviewed
+# releases' whole install sets (releases/<version>/hooks.json, the union: tests/test_release_data.py); `python3 -m venv`
+# and `uv venv` write none. In code because this program runs alone with the system python (no package data).
 ALLOWED_PTH = {
     "distutils-precedence.pth": "setuptools",  # setuptools' distutils shim (SETUPTOOLS_USE_DISTUTILS)
 }

@@ -150,7 +150,7 @@ class ModelSection(Strict):
 
 
 class SGLangSection(Strict):
-    version: StrictStr = Field(description="Exact SGLang release, e.g. 0.5.23.")
+    version: StrictStr = Field(description="Exact SGLang release, one of sglang_deploy/releases/ (`sglang-deploy sglang add <version>` adds one).")
     launcher: Literal["serve", "launch_server"] = Field(
         "serve", description="'serve' runs `sglang serve`; 'launch_server' runs `python -m sglang.launch_server`.")
     extras: list[StrictStr] = Field(default_factory=list, description="pip extras of the sglang package.")
@@ -165,7 +165,7 @@ class SGLangSection(Strict):
     @classmethod
     def pinned(cls, value: str) -> str:
         if not VERSION_PIN.fullmatch(value):
-            raise ValueError(f"must be an exact release such as '0.5.23', got {value!r}")
+            raise ValueError(f"must be an exact release such as '1.2.3', got {value!r}")
         return value
 
     @field_validator("pins")

@@ -15,9 +15,11 @@ import time
 import uuid
 from pathlib import Path
 
+from sglang_deploy import releases  # shipped next to this package on a simulated host
+
 from . import hardware
 
-SGLANG_VERSION = "0.5.23"
+SGLANG_VERSION = releases.newest_reviewed()  # the release the simulator's option table and /server_info are of
 DECODE_LOG_INTERVAL = 40
 EOS_TOKEN = 248046  # <|im_end|>, what a finished chat answer matched  # cycles between "Decode batch" log lines, as SGLang's --decode-log-interval
 WORDS = ("the", "model", "server", "token", "decode", "graph", "memory", "bandwidth", "cache", "layer",
@@ -281,7 +283,7 @@ class Engine:
         return "".join(out)
 
     def memory_usage(self) -> dict:
-        """SGLang 0.5.23's schema: GB per GPU, graph memory per capture phase (0 = not captured)."""
+        """SGLang's schema: GB per GPU, graph memory per capture phase (0 = not captured)."""
         weights = self.model["weights_gib"] / self.eff.tp
         phases = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"), 0.0)
         if self.eff.decode_graphs:

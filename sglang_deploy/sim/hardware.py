@@ -52,14 +52,14 @@ class Effective:
 
 
 # SGLang's own custom all-reduce warning when P2P is missing
-# (srt/distributed/device_communicators/custom_all_reduce_utils.py, 0.5.23).
+# (srt/distributed/device_communicators/custom_all_reduce_utils.py).
 CUSTOM_ALLREDUCE_NO_P2P = ("CustomAllreduce is disabled because your platform lacks GPU P2P capability or P2P test "
                            "failed. To silence this warning, specify disable_custom_all_reduce=True explicitly.")
 
 
 def default_decode_max_bs(gpu_memory_gib: float, tp: int) -> int:
     """The decode graph batch limit SGLang picks by GPU memory when none is given
-    (srt/arg_groups/memory_hook.py handle_gpu_memory_settings, 0.5.23: lines 89-180)."""
+    (srt/arg_groups/memory_hook.py handle_gpu_memory_settings: lines 89-180)."""
     mib = gpu_memory_gib * 1024
     if mib < 20 * 1024:
         return 8
@@ -133,7 +133,7 @@ def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None)
     )
 
 
-# SGLang 0.5.23's EAGLE worker when an EAGLE3 run names a map (speculative/eagle_worker_v2.py init_token_map).
+# SGLang's EAGLE worker when an EAGLE3 run names a map (speculative/eagle_worker_v2.py init_token_map).
 EAGLE3_IGNORES_MAP = ("Speculative token map specified, but EAGLE3 models already have this. Ignoring the specified "
                       "token map.")
 
@@ -196,6 +196,23 @@ def kv_factor(eff: Effective, machine: dict) -> float:
     return float((machine.get("kv_cache_dtypes") or {}).get(eff.kv_cache_dtype, 1.0))
 
 
+# flag -> the machine table whose `_assumed` entries say which of its factors nobody measured on that card and engine
+ASSUMED_TABLES = {"--attention-backend": "attention_backends", "--speculative-draft-attention-backend": "attention_backends",
+                  "--kv-cache-dtype": "kv_cache_dtypes"}
+
+
+def assumed_factors(machine: dict, flags: dict) -> str | None:
+    """Which of these flag values the simulator speeds up or slows down only by an assumed factor (the table's
+    `_assumed`: no measurement on that card and engine); None when every factor they touch is measured or 1.0."""
+    found = []
+    for flag, table in ASSUMED_TABLES.items():
+        value = flags.get(flag)
+        why = ((machine.get(table) or {}).get("_assumed") or {}).get(value) if isinstance(value, str) else None
+        if why:
+            found.append(f"{flag} {value} x{(machine.get(table) or {}).get(value)} ({why})")
+    return "; ".join(found) or None
+
+
 def start_problem(eff: Effective, machine: dict) -> str | None:
     """Why the model runner cannot create the attention backend or KV cache on this machine (SGLang fails at start,
     after the resolution accepted the flags): the backends and dtypes the machine's data does not list."""
@@ -211,6 +228,27 @@ def start_problem(eff: Effective, machine: dict) -> str | None:
     if dtypes and eff.kv_cache_dtype not in dtypes:
         return (f"RuntimeError: --kv-cache-dtype {eff.kv_cache_dtype} cannot run on {machine['gpu']} (sm_86) "
                 f"(SIMULATED: the modelled dtypes are {', '.join(sorted(dtypes))})")
+    return combination_problem(eff, machine)
+
+
+def combination_problem(eff: Effective, machine: dict) -> str | None:
+    """The backend x KV dtype x draft backend combination judged together, as the real card would at start
+    (start_feasibility.py's data for the simulated SGLang release on the machine's compute capability): fa3 or triton with
+    fp8_e4m3 KV on sm_86 fails although each value alone runs."""
+    from sglang_deploy import gpu_facts, releases, start_feasibility  # shipped beside the simulator (roles/simulator.py)
+
+    data = start_feasibility.load(releases.newest_reviewed())  # the simulated host's release (engine.SGLANG_VERSION)
+    known = [gpu for gpu in gpu_facts.KNOWN.values() if gpu.name == machine.get("gpu")]
+    if data is None or not known:
+        return None
+    resolved = {"attention_backend": eff.attention_backend, "kv_cache_dtype": eff.kv_cache_dtype,
+                "speculative_draft_attention_backend": eff.draft_attention_backend,
+                "speculative_algorithm": eff.spec_algorithm if not eff.drafter else None,
+                "speculative_num_steps": eff.spec_steps}
+    verdict = start_feasibility.judge(data, known[0].capability, None, resolved)
+    if verdict.starts is False:
+        reason, source = verdict.fails[0]
+        return f"RuntimeError: {reason} ({source}) (SIMULATED: as SGLang fails at start on this card)"
     return None
 
 
@@ -379,7 +417,7 @@ def draw_accepted(probabilities: list[float], rng: random.Random, position: int 
 
 
 def count_correct_drafts(histogram: list, accepted_drafts: int) -> None:
-    """SGLang 0.5.23's Req.update_spec_correct_drafts_histogram (schedule_batch.py): one verify step that accepted
+    """SGLang's Req.update_spec_correct_drafts_histogram (schedule_batch.py): one verify step that accepted
     `accepted_drafts` draft tokens (the bonus token excluded) counted at that index."""
     if len(histogram) <= accepted_drafts:
         histogram.extend([0] * (accepted_drafts - len(histogram) + 1))

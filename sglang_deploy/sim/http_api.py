@@ -1,4 +1,4 @@
-"""The simulator's HTTP API: SGLang 0.5.23's endpoints (http_server.py), served from the engine."""
+"""The simulator's HTTP API: SGLang's endpoints (http_server.py), served from the engine."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import time
 
 log = logging.getLogger("sglang_sim")
 
-# custom_all_reduce_utils.py (0.5.23), logged by every rank when the TP group spans nodes.
+# custom_all_reduce_utils.py, logged by every rank when the TP group spans nodes.
 SPANS_NODES = "CustomAllreduce is disabled because this process group spans across nodes."
 
 

@@ -1,4 +1,4 @@
-"""A simulated SGLang server: SGLang 0.5.23's command line and HTTP API, with the speed of a modelled GPU host.
+"""A simulated SGLang server: SGLang's command line and HTTP API, with the speed of a modelled GPU host.
 
 It stands in for the GPU server only, and says so everywhere: its logs, ``/server_info``
 (``"simulated": true``) and ``/model_info``. Tokens are emitted in real time at the rate the hardware
@@ -11,7 +11,7 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_START_SECONDS                weight loading + graph capture time (default 3)
   SGLANG_SIM_SEED                         timing-noise seed (default: random per process)
   SGLANG_SIM_P2P=0                        the board has no working GPU peer-to-peer
-  SGLANG_SIM_CRASH_AT_START=1             the scheduler dies while loading weights (SIGKILL, as 0.5.23)
+  SGLANG_SIM_CRASH_AT_START=1             the scheduler dies while loading weights (SIGKILL, as SGLang)
   SGLANG_SIM_HANG_AT_START=1              never become healthy
   SGLANG_SIM_DIE_AFTER_REQUESTS=N         the scheduler dies after N generation requests (SIGKILL)
   SGLANG_SIM_EXIT0_AFTER_REQUESTS=N       ... exits with status 0 after N requests (a CUDA fault that exits 0)
@@ -24,7 +24,7 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
                                           a restart brings acceptance back)
   SGLANG_SIM_STREAM_ERROR_AFTER=N         a /generate stream ends with SGLang's in-band error chunk after N tokens
   SGLANG_SIM_STREAM_ABORT_AFTER=N         a /generate stream's last chunk is an abort after N tokens
-  SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server dies, as 0.5.23 does
+  SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server dies, as SGLang does
   SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE=1 speculative decode runs eager (vllm#35387): slower than none
   SGLANG_SIM_AUTH_BROKEN=1                the API key is configured but not enforced (any request is served)
   SGLANG_SIM_RESOLVED=FILE                SGLang's resolution of this command line (resolution.py); by

@@ -1,4 +1,4 @@
-"""SGLang 0.5.23's own memory arithmetic for the modelled Scheduler (sglang_scheduler.py), in SGLang's scheduler
+"""SGLang's own memory arithmetic for the modelled Scheduler (sglang_scheduler.py), in SGLang's scheduler
 process: the KV pool, the mamba state cache and its per-draft-token intermediate SSM scratch, and the cap on running
 requests, computed by SGLang's ``KVCacheConfigurator`` (mem_cache/kv_cache_configurator.py) and its pool
 configurator from the checkpoint's ``config.json`` (SGLang's ``ModelConfig``), the resolved server args (the
@@ -43,7 +43,7 @@ def sglang_capacity(server_args, weights_gib: float) -> dict:
     kcc.get_available_gpu_memory = lambda *args, **kwargs: free_gib - weights_gib  # MODELLED: after weight load
     try:
         with get_parallel().override(world_group=types.SimpleNamespace(cpu_group=None)):
-            configurator = kcc.KVCacheConfigurator(
+            arguments = dict(
                 device="cuda", gpu_id=0, attn_dp_size=get_parallel().attn_dp_size, pp_size=1, pp_group=None,
                 model=None, model_config=model_config, server_args=server_args,
                 kv_cache_dtype=model_config.dtype if kv_dtype in (None, "auto") else _kv_dtype(torch, kv_dtype),
@@ -56,6 +56,9 @@ def sglang_capacity(server_args, weights_gib: float) -> dict:
                                                  is_hybrid_swa_mtp_draft=False, swa_attention_layer_ids=[]),
                 forward_stream=None, req_to_token_pool=None, token_to_kv_pool_allocator=None,
                 memory_pool_config=None)
+            # The release's own configurator takes the arguments it declares: an older release lacks a newer
+            # field (draft_parallel_layout); a field it requires and this list lacks still fails here.
+            configurator = kcc.KVCacheConfigurator(**_accepted(kcc.KVCacheConfigurator, arguments))
             budget = configurator._profile_available_bytes(free_gib)
             config = configurator.config_from_budget(budget)
             running = configurator.resolve_max_num_reqs(config.max_total_num_tokens)
@@ -65,6 +68,16 @@ def sglang_capacity(server_args, weights_gib: float) -> dict:
     return {"max_total_num_tokens": int(config.max_total_num_tokens), "max_running_requests": int(running),
             "max_mamba_cache_size": get_schedule().max_mamba_cache_size, "mamba_ratio": ratio,
             "kv_budget_gib": round(budget / GIB, 3), "free_before_load_gib": round(free_gib, 3)}
+
+
+def _accepted(cls, arguments: dict) -> dict:
+    """The arguments `cls` (a dataclass, else any callable) declares."""
+    import dataclasses
+    import inspect
+
+    names = ({f.name for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls)
+             else set(inspect.signature(cls).parameters))
+    return {name: value for name, value in arguments.items() if name in names}
 
 
 def _kv_dtype(torch, name: str):

@@ -1,4 +1,4 @@
-"""SIMULATED: the one class of SGLang 0.5.23 the simulated host replaces, ``sglang.srt.managers.scheduler.Scheduler``.
+"""SIMULATED: the one class of SGLang the simulated host replaces, ``sglang.srt.managers.scheduler.Scheduler``.
 
 Everything around it is SGLang's own code: ``sglang serve``, the whole resolution, the HTTP server and its auth,
 TokenizerManager (tokenizer, chat template, OpenAI layer, ``meta_info``), the detokenizer process, and
@@ -67,7 +67,7 @@ class SimulatedScheduler:
         self.engine.use_capacity(sglang_capacity(server_args, weights))
         if self.tp_rank == 0:
             log.info("SIMULATED scheduler (sglang-deploy): SGLang %s's front end, resolution and processes; the "
-                     "GPU work is modelled (hardware model %s)", SGLANG_VERSION, self.engine.machine["name"])
+                     "GPU work is modelled (hardware model %s)", running_version(), self.engine.machine["name"])
             if server_args.speculative_adaptive and self.engine.model.get("hybrid"):
                 _fail("RuntimeError: adaptive speculative decoding is not supported for hybrid GDN models "
                       "(illegal memory access)")
@@ -287,6 +287,15 @@ class SimulatedScheduler:
         collector.log_stats(SchedulerStats(num_running_reqs=QueueCount(total=running),
                                            gen_throughput=self.engine.last_gen_throughput,
                                            spec_accept_length=self.engine.avg_accept_length()))
+
+
+def running_version() -> str:
+    """The SGLang release whose front end loaded this plugin (its own version module), else the simulator's."""
+    try:
+        from sglang.version import __version__
+    except ImportError:
+        return SGLANG_VERSION
+    return __version__
 
 
 def register() -> None:

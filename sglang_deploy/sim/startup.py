@@ -1,5 +1,5 @@
-"""The modelled start of a GPU server's scheduler: weight loading, CUDA graph capture, KV allocation, with SGLang
-0.5.23's log lines and the start-up fault knobs. One model for both simulated servers: the model-only simulator
+"""The modelled start of a GPU server's scheduler: weight loading, CUDA graph capture, KV allocation, with
+SGLang's log lines and the start-up fault knobs. One model for both simulated servers: the model-only simulator
 (server.py) and the Scheduler that replaces SGLang's own under its real front end (sglang_scheduler.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 from .engine import log
 
-# What SGLang 0.5.23 appends to a failed decode graph capture (model_executor/runner_backend_utils).
+# What SGLang appends to a failed decode graph capture (model_executor/runner_backend_utils).
 CUDA_GRAPH_CAPTURE_FAILED_MSG = (
     "Possible solutions:\n"
     "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"

@@ -1,6 +1,6 @@
 """Run in SGLang's validator environment (torch, transformers): count the token ids of a corpus with the model's own
 tokenizer and torch.save the N most frequent as the list SGLang's `load_token_map` reads
-(srt/speculative/spec_utils.py, 0.5.23: `torch.load(path, weights_only=True)`, then `torch.tensor(..., int64)`).
+(srt/speculative/spec_utils.py: `torch.load(path, weights_only=True)`, then `torch.tensor(..., int64)`).
 
     python build.py < {"model_dir": DIR, "texts": [...], "size": N, "output": PATH}
 

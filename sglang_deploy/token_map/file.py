@@ -1,4 +1,4 @@
-"""A hot-vocabulary draft head (FR-Spec): the token map SGLang 0.5.23's `--speculative-token-map` reads, built from a
+"""A hot-vocabulary draft head (FR-Spec): the token map SGLang's `--speculative-token-map` reads, built from a
 prompt corpus with the model's own tokenizer, frozen with a sha256 digest, and checked as part of a verified snapshot.
 
     sglang-deploy token-map CORPUS --model DIR --size N [--output FILE.pt]
@@ -102,10 +102,14 @@ def verify(path: Path) -> str:
     return actual
 
 
-def build(corpus: Path, model_dir: Path, size: int, output: Path, version: str = "0.5.23") -> dict:
-    """Tokenise the corpus with the model directory's tokenizer (in SGLang <version>'s validator environment), save
-    the `size` most frequent ids where SGLang's load_token_map reads them, and freeze the digest."""
+def build(corpus: Path, model_dir: Path, size: int, output: Path, version: str | None = None) -> dict:
+    """Tokenise the corpus with the model directory's tokenizer (in SGLang <version>'s validator environment; default
+    the newest reviewed release), save the `size` most frequent ids where SGLang's load_token_map reads them, and
+    freeze the digest."""
+    from .. import releases
     from ..validator_env import ensure_env, scrubbed_environment
+
+    version = version or releases.newest_reviewed()
 
     if size < 1:
         raise TokenMapError(f"--size {size}: accepted: a positive number of token ids")

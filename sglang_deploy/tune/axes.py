@@ -41,26 +41,50 @@ class Accepted:
     values: list = field(default_factory=list)  # accepted, one per distinct resolved value, the current one left out
     refused: dict = field(default_factory=dict)  # value -> SGLang's reason
     same_as: dict = field(default_factory=dict)  # value -> the accepted value it resolves to (an alias)
+    dropped: dict = field(default_factory=dict)  # value -> why it cannot start (or is not shown to) on the host's card
 
     def summary(self) -> str:
         parts = [f"{self.flag}: {len(self.values)} candidate(s) {', '.join(self.values) or '-'} (now "
                  f"{self.current or 'unset'})"]
         if self.same_as:
-            parts.append("same as another: " + ", ".join(f"{k}={v}" for k, v in self.same_as.items()))
+            parts.append("same configuration as another or the original: "
+                         + ", ".join(f"{k}={v}" for k, v in self.same_as.items()))
         if self.refused:
             parts.append(f"refused by SGLang's resolution: {', '.join(self.refused)}")
+        if self.dropped:
+            parts.append(f"{len(self.dropped)} dropped, cannot start (or not shown to) on this card: "
+                         + ", ".join(self.dropped))
         return "; ".join(parts)
 
 
-def accepted_values(flag: str, choices, resolve, wanted=None) -> Accepted:
+# flag -> the part of start_feasibility's Verdict.runs that says what runs for it (auto/bf16/bfloat16 KV on a bf16
+# checkpoint is one configuration; fa3 with fp8_e5m2 KV runs triton)
+RUNS = {"--kv-cache-dtype": "kv", "--attention-backend": "target", "--speculative-draft-attention-backend": "draft"}
+
+
+def accepted_values(flag: str, choices, resolve, wanted=None, start=None) -> Accepted:
     """Ask SGLang's resolution about each choice: `resolve(extra_argv) -> (error or None, resolved dict)`.
-    `wanted`: only these choices (tune_attention); a wanted value the parser does not offer is refused."""
+    `wanted`: only these choices (tune_attention); a wanted value the parser does not offer is refused.
+    `start(resolved) -> start_feasibility.Verdict` (levers.starter): a value that cannot start on the host's card,
+    or that the release's code does not show to start there, is dropped with the reason before any deploy; values
+    that run the same configuration (the original's own included) are one."""
     dest = LEVERS[flag][0]
     error, resolved = resolve([])
     if error:
         raise ValueError(f"the profile itself does not resolve: {error}")
     result = Accepted(flag, resolved_value(resolved, dest))
-    seen = {result.current} if result.current is not None else set()
+
+    def runs(answer):
+        value = resolved_value(answer, dest)
+        if start is None or flag not in RUNS:
+            return value, None
+        verdict = start(answer)
+        if verdict.starts is not True:
+            return verdict.runs.get(RUNS[flag]) or value, verdict
+        return verdict.runs.get(RUNS[flag]) or value, None
+
+    current, _ = runs(resolved)
+    seen = {current} if current is not None else set()
     choices = list(choices or [])
     for value in wanted if wanted is not None else choices:
         if value not in choices:
@@ -70,10 +94,15 @@ def accepted_values(flag: str, choices, resolve, wanted=None) -> Accepted:
         if error:
             result.refused[value] = error
             continue
-        effective = resolved_value(answer, dest)
+        effective, cannot = runs(answer)
+        if cannot is not None:
+            card = getattr(cannot, "card", "this card")
+            result.dropped[value] = (f"cannot start on {card}: " if cannot.starts is False
+                                     else f"not shown to start on {card}: ") + cannot.summary()
+            continue
         if effective in seen:
-            if effective != value:
-                result.same_as[value] = effective
+            if value != result.current:
+                result.same_as[value] = f"{effective} (the original's own)" if effective == current else effective
             continue
         seen.add(effective)
         result.values.append(value)
@@ -92,7 +121,7 @@ def nospec_candidate(flags: dict):
 
 
 def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candidate]:
-    """Custom all-reduce on/off; with it off, SGLang 0.5.23's opt-in PCIe-IPC all-reduce (world size 2, 4 or 8,
+    """Custom all-reduce on/off; with it off, SGLang's opt-in PCIe-IPC all-reduce (world size 2, 4 or 8,
     dispatched after custom all-reduce and before NCCL: parallel_state.py); NCCL protocols valid for the topology
     (never LL128 without NVLink). A variable the profile declares with a reason (a verified workaround) is never
     dropped by the tune."""
@@ -185,11 +214,51 @@ class LeverAxes:
             self.run_one(candidate)
         return best
 
+    def record_dropped(self, flag: str, prefix: str, axis: str):
+        """The values dropped before any start (they cannot start, or are not shown to, on the host's card): rows
+        of the table with the reason, never deployed."""
+        from .search import Candidate, Measured
+
+        accepted = self.choices.get(flag)
+        for value, why in (accepted.dropped if accepted else {}).items():
+            candidate = Candidate(f"{prefix}-{value}", axis, ((flag, value),))
+            if candidate.id not in self.results:
+                measured = Measured(candidate, valid=False, invalid_reason=f"dropped, never started: {why}")
+                self.results[candidate.id] = measured
+                if getattr(self, "on_invalid", None):
+                    self.on_invalid(measured)
+
+    def axis_notes(self) -> list[str]:
+        """Per lever axis searched: how many values were candidates, the same configuration, refused or dropped,
+        and for an axis without a candidate why and what would give it one."""
+        from .vocab import FLAG as VOCAB
+
+        lines = []
+        for flag, axis in (("--kv-cache-dtype", "kv"), ("--attention-backend", "attention"),
+                           ("--speculative-draft-attention-backend", "attention"), (VOCAB, "vocab")):
+            accepted = self.choices.get(flag)
+            if axis not in self.axes or accepted is None:
+                continue
+            if flag == VOCAB:
+                lines.append(f"{axis}: {accepted.summary()}")
+                continue
+            line = (f"{flag}: {len(accepted.values)} candidate(s), {len(accepted.same_as)} the same configuration as "
+                    f"another, {len(accepted.refused)} refused by SGLang's resolution, {len(accepted.dropped)} "
+                    f"dropped before any start (cannot start, or not shown to, on this card)")
+            if not accepted.values:
+                line += ("; no candidate: every value SGLang's parser offers is the original's configuration, refused "
+                         "or cannot start here (tune_attention names others to try)")
+            lines.append(line)
+        return lines
+
     def axis_kv(self, best):
+        self.record_dropped("--kv-cache-dtype", "kv", "kv")
         return self.clear_winner(best, kv_candidates(self.choices))
 
     def axis_attention(self, best):
         """The target's attention backends, then (with speculation) the draft's on top of the best of them."""
+        self.record_dropped("--attention-backend", "attention", "attention")
+        self.record_dropped("--speculative-draft-attention-backend", "draft-attention", "attention")
         top = self.clear_winner(best, attention_candidates(self.choices))
         drafts = draft_attention_candidates(self.flags, self.choices)
         if top.candidate.axis == "attention":  # with_best would replace the winner's backend: carry it explicitly

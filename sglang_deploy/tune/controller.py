@@ -80,7 +80,7 @@ class Runner(HostSession):
                                   self.data.get("gpu_topology") or (self.detected or {}).get("gpu_topology"),
                                   self.measure, self.settings.objective, self.settings.steps, self.settings.topks,
                                   drafters=[d.model_dump() for d in self.profile.tune.drafters],
-                                  choices=self.lever_choices(), order=order)
+                                  choices=self.lever_choices(), order=order, assumed=self.assumed())
         self.search.on_invalid = self.record  # the vocab axis's sizes that are not candidates: rows of the table
         self.say("axes, largest expected gain first (the doctor's estimates): " + ", ".join(
             f"{axis} (+{gains[axis]:.0f} %)" if axis in gains else f"{axis} (control)" for axis in self.search.axes))
@@ -134,6 +134,23 @@ class Runner(HostSession):
         self.say(f"the winner {winner.candidate.id}: {why}")
         return winner if ok else baseline
 
+    def assumed(self):
+        """On a simulated host: candidate -> the simulator's assumed factors it rests on (sim/hardware.py: factors
+        nobody measured on that card and engine), so the search never adopts a gain the simulator invented; None on
+        a real host, where every figure is measured."""
+        if not self.plan.simulated:
+            return None
+        from ..sim import hardware
+
+        machine = hardware.load_data(self.profile.env_values().get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
+        original = self.original_flags
+
+        def assumed(candidate):
+            flags = {**original, **candidate.flag_changes}
+            return hardware.assumed_factors(machine, {k: v for k, v in flags.items() if k in candidate.flag_changes})
+
+        return assumed
+
     def planned(self) -> int:
         return self.search.planned()
 
@@ -153,6 +170,9 @@ class Runner(HostSession):
         if not flags and "vocab" not in self.settings.axes:
             return {}
         ask, choices = asker(self.plan, self.data, self.detected)
+        from .levers import starter
+
+        start = starter(self.plan, self.data, self.detected)
         out = {}
         if "vocab" in self.settings.axes:  # the maps the snapshots hold, each asked of SGLang's resolution
             from . import vocab as tune_vocab
@@ -163,7 +183,7 @@ class Runner(HostSession):
             if flag == "--speculative-draft-attention-backend" and not tune.spec_settings(self.original_flags):
                 continue
             try:
-                out[flag] = tune_axes.accepted_values(flag, choices(flag), ask, wanted[flag][1])
+                out[flag] = tune_axes.accepted_values(flag, choices(flag), ask, wanted[flag][1], start)
             except ValueError as error:
                 raise TuneError(f"{flag}: {error}") from None
             self.say(f"SGLang's resolution: {out[flag].summary()}")
@@ -239,8 +259,12 @@ class Runner(HostSession):
     def report(self, winner: tune.Measured | None, closed) -> dict:
         baseline = self.search.baseline
         results = self.all_results
-        text = tune_report.table(results, baseline, winner, self.settings.objective, self.original_flags)
+        text = tune_report.table(results, baseline, winner, self.settings.objective, self.original_flags,
+                                 self.search.assumed)
         unreached = tune_discipline.unreached(self.search, self.search.stopped_axis, self.search.stopped)
+        notes = self.search.axis_notes()
+        if notes:
+            text += "\naxes:\n" + "\n".join(f"  {line}" for line in notes)
         if unreached:
             text += "\nnot reached within tune_budget_s:\n" + "\n".join(f"  {line}" for line in unreached)
         if self.confirmation:

@@ -231,10 +231,16 @@ class HostSession:
         path = self.work / "candidates" / f"{candidate.id.replace('+', '_')}.yaml"
         path.write_text(text)
         try:
-            return plan_for_host(Overlay(self.data, profile=str(path)), detected=self.detected), None
+            plan = plan_for_host(Overlay(self.data, profile=str(path)), detected=self.detected)
         except PlanError as error:
             lines = [line.replace(str(path), path.name) for line in str(error).splitlines() if line.strip()]
             return None, " | ".join(lines[1:3] or lines[:1])
+        # A combination SGLang would run as another (fa3 with fp8_e5m2 KV runs triton: check's sglang-swap) is not
+        # measured under a label it does not run; nor one the release's code does not show to start on this card.
+        for note in plan.hardware_notes:
+            if note.endswith(("[sglang-swap]", "[start-not-shown]")):
+                return None, note.replace(str(path), path.name).removeprefix("warning: ")
+        return plan, None
 
     def candidate_problem(self, candidate: tune.Candidate) -> str | None:
         """Why the candidate is not valid here (candidate_plan), without staging anything; None: it is."""

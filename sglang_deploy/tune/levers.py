@@ -40,3 +40,23 @@ def asker(plan, data, detected=None):
         return list((action or {}).get("choices") or [])
 
     return ask, choices
+
+
+def starter(plan, data, detected=None):
+    """start(resolved) -> start_feasibility.Verdict for a resolved configuration on the host's card (the release's
+    start-feasibility data: SGLang's start-time asserts, draft maps and the kernels its wheels ship); None when the
+    release has no such data (every resolution-accepted value stays a candidate, as before)."""
+    from .. import start_feasibility
+
+    data_file = start_feasibility.load(plan.profile.sglang.version)
+    if data_file is None:
+        return None
+    gpu, _ = gpu_model_for_host(host_settings(data), detected)
+    config = load_model_config(plan.profile.model.config) if plan.profile.model.config else None
+
+    def start(resolved):
+        verdict = start_feasibility.judge(data_file, tuple(gpu.capability), config, resolved)
+        verdict.card = f"sm_{gpu.capability[0]}{gpu.capability[1]}"
+        return verdict
+
+    return start

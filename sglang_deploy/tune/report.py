@@ -21,7 +21,7 @@ def change_comment(name: str, before, after, measured: Measured, baseline: Measu
 
 
 def table(results: list[Measured], baseline: Measured | None, winner: Measured | None, objective: Objective,
-          original_flags: dict) -> str:
+          original_flags: dict, assumed=None) -> str:
     header = (f"{'candidate':56} {'axis':9} {'steps':>5} {'topk':>4} {'draft':>5} {'decode':>7} {'spread':>7} {'tau':>5} "
               f"{'aggr':>7} {'vs orig':>8}  note")
     lines = [header, "-" * len(header)]
@@ -58,6 +58,9 @@ def table(results: list[Measured], baseline: Measured | None, winner: Measured |
                                                    (m.allreduce or {}).get("why", "") else ""))
         if m.resumed:
             notes.append("resumed")
+        why_assumed = assumed(m.candidate) if assumed and m.candidate.id != BASELINE.id else None
+        if why_assumed and m.measured:
+            notes.append(f"assumed, not measured here: {why_assumed}; never adopted")
         if not ok and why:
             notes.append(why)
         lines.append(f"{m.candidate.id[:56]:56} {m.candidate.axis[:9]:9} {spec[0]:>5} {spec[1]:>4} {spec[2]:>5} {cols}  {'; '.join(notes)}")

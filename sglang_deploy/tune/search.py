@@ -82,7 +82,7 @@ def spec_candidate(flags: dict, steps: int, topk: int) -> Candidate:
     changes = {"--speculative-num-steps": steps, "--speculative-eagle-topk": topk,
                "--speculative-num-draft-tokens": drafts}
     if topk > 1 and "--page-size" not in flags:
-        # SGLang 0.5.23 drafts topk > 1 trees only with page size 1 unless the attention backend is tree-capable
+        # SGLang drafts topk > 1 trees only with page size 1 unless the attention backend is tree-capable
         # (speculative_hook.py); stated explicitly, as SGLang resolves it on the A6000 anyway (flashinfer, 1).
         changes["--page-size"] = 1
     if topk == 1 and "--page-size" not in flags:
@@ -276,11 +276,14 @@ def clear_gain(measured: Measured, baseline: Measured, objective: Objective) -> 
     return bool(mine and theirs) and mine >= theirs * (1 + gain_needed_pct(measured, baseline, objective) / 100)
 
 
-def choose(results: list[Measured], baseline: Measured, objective: Objective, original_flags: dict) -> Measured:
+def choose(results: list[Measured], baseline: Measured, objective: Objective, original_flags: dict,
+           assumed=None) -> Measured:
     """The best single-stream decode among acceptable candidates that beat the original by gain_needed_pct; within
     tie_pct of it, the one with the fewest draft tokens, then the fewest changes (vLLM's rule: the smallest K
-    within 1 % of the best)."""
-    ok = [m for m in results if acceptable(m, baseline, objective)[0]]
+    within 1 % of the best). `assumed(candidate) -> why or None`: a candidate whose speed rests on an assumed factor
+    of the simulator (not measured on that card and engine) is never chosen."""
+    ok = [m for m in results if acceptable(m, baseline, objective)[0]
+          and not (assumed and m.candidate.id != BASELINE.id and assumed(m.candidate))]
     if baseline is not None and baseline.decode:
         ok = [m for m in ok if m is baseline or m.candidate.id == BASELINE.id or clear_gain(m, baseline, objective)]
     if not ok:
@@ -308,8 +311,11 @@ class Search(LeverAxes):
 
     def __init__(self, original_flags: dict, original_env: dict, axes, concurrency: int, topology: str | None,
                  measure, objective: Objective = Objective(), steps_range=STEPS_RANGE, topks=TOPKS, drafters=(),
-                 choices: dict | None = None, order: list | None = None):
+                 choices: dict | None = None, order: list | None = None, assumed=None):
         self.flags, self.env = original_flags, original_env
+        # candidate -> why its speed is an assumption of the simulator, or None (the controller's, on a simulated
+        # host: sim/hardware.assumed_factors); such a candidate is measured and shown, never adopted or built on
+        self.assumed = assumed
         self.choices = choices or {}  # flag -> axes.Accepted: the values SGLang's resolution accepts
         self.drafters = list(drafters)
         self.axes = [axis for axis in (order or AXES) if axis in axes]  # order: discipline.axis_order
@@ -344,6 +350,8 @@ class Search(LeverAxes):
 
     def value(self, measured: Measured) -> float:
         ok, _ = acceptable(measured, self.baseline, self.objective)
+        if ok and self.assumed and measured.candidate.id != BASELINE.id and self.assumed(measured.candidate):
+            return -math.inf  # an assumed gain is not built on by a later axis either
         return measured.decode if ok else -math.inf
 
     def run(self) -> Measured:
@@ -356,8 +364,8 @@ class Search(LeverAxes):
             self.stopped_axis = None
         except BudgetExhausted as why:
             self.stopped = str(why) or "budget exhausted"
-        return choose(list(self.results.values()), self.baseline, self.objective, self.flags) if self.baseline \
-            else None
+        return choose(list(self.results.values()), self.baseline, self.objective, self.flags, self.assumed) \
+            if self.baseline else None
 
     def better(self, measured: Measured, than: Measured) -> bool:
         return self.value(measured) > self.value(than)

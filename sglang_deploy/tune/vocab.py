@@ -34,11 +34,20 @@ class VocabOffer:
 
     maps: dict = field(default_factory=dict)
     invalid: dict = field(default_factory=dict)
+    why_none: str | None = None  # no size was even asked about: why, and what would give the axis a candidate
 
     def summary(self) -> str:
         parts = [f"{FLAG}: {len(self.maps)} candidate(s) " + (", ".join(str(s) for s in self.maps) or "-")]
         parts += [f"{size}: {why}" for size, why in self.invalid.items()]
+        if self.why_none:
+            parts.append(self.why_none)
         return "; ".join(parts)
+
+
+NO_MAP = ("no token map to measure: the profile offers none (tune.token_maps, speculative.token_map), no verified "
+          "snapshot's manifest lists one and tune.vocab_sizes is empty; to give this axis a candidate, build a map "
+          "from your own traffic or corpus: `sglang-deploy token-map PROMPTS.jsonl --model <checkpoint dir> --size "
+          "32768` and add the file and sha256 it prints under tune.token_maps")
 
 
 def snapshot_maps(profile) -> dict:
@@ -76,9 +85,12 @@ def offer(profile, flags: dict, ask) -> VocabOffer:
 
     result = VocabOffer()
     if not spec_settings(flags):
-        return result  # no draft head without speculation
+        result.why_none = "no draft head to shrink: the profile does not speculate"
+        return result
     maps = snapshot_maps(profile)
     sizes = list(profile.tune.vocab_sizes) or sorted(maps)
+    if not sizes:
+        result.why_none = NO_MAP
     from ..token_map.part import map_flag
 
     current = flags.get(FLAG) or map_flag(profile)  # the profile's own map (speculative.token_map): the original

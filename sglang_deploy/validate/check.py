@@ -17,20 +17,34 @@ know rule_checks.py, and each problem a problem.Problem.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .. import drafter, flag_table, gpu_facts, resolution, validator_env
 from ..token_map import file as token_map, part as token_map_part
 from ..flags import server_args
 from ..profile import Profile
 from ..rules import WAIVABLE
-from .flag_checks import code_and_weights_problems, derived_values_problems, flag_identity_problems, parser_problems
+from .flag_checks import (as_written, code_and_weights_problems, derived_values_problems, flag_identity_problems,
+                          parser_problems, spelled_in_full)
 from .problem import Problem, flag_field
 from .rule_checks import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
                              pin_problems, resolved_class_problems, resource_problems, sandbox_problems,
                              speculative_problems)
 
 TOPOLOGIES = ("pcie", "nvlink")
+# Rules whose message is SGLang's own verdict on the command line (its parser; its algorithm registry).
+SGLANG_VERDICT_RULES = ("sglang-parser", "speculative-algorithm")
+# Rules that only leave speed on the table (SGLang's own defaults can trip them): a warning with its cost and fix.
+WARNING_RULES = ("decode-graph-covers-batch",)
+
+
+def with_waiver_hint(problem: Problem) -> Problem:
+    """A waivable rule's message says so and how (the remove_or_waive wording, or this line where the fix is not a
+    removal)."""
+    if problem.rule not in WAIVABLE or "waivers:" in problem.message:
+        return problem
+    return Problem(problem.rule, problem.field, f"{problem.message}; waivable: `waivers: {{{problem.rule}: \"why\"}}` "
+                                                "with a reason a reviewer reads")
 
 
 @dataclass
@@ -40,6 +54,7 @@ class Report:
     skipped: list[str]
     resolution: dict | None = None  # what SGLang resolves for the command line (resolution.py)
     path: str = "full"  # full: SGLang's own code ran; light: its exported option table (flag_table.py)
+    warnings: list[Problem] = field(default_factory=list)  # speed left on the table: reported, never refused
 
     @property
     def ok(self) -> bool:
@@ -48,8 +63,12 @@ class Report:
     def lines(self) -> list[str]:
         return [p.format(self.profile) for p in self.problems]
 
+    def warning_lines(self) -> list[str]:
+        return [f"warning: {p.format(self.profile)}" for p in self.warnings]
 
-LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution, and the reviewed classes of the "
+
+LIGHT_SKIPPED = ("decode-graph-covers-batch, cuda-graphs-on, sglang-resolution, sglang-start (what can start on the "
+                 "card, judged on the resolved backends), and the reviewed classes of the "
                  "resolved fields (flag-exposes-service, flag-runs-code for a value set through the environment): "
                  "SGLang's whole resolution (about 90 steps and the start checks, e.g. --language-model-only's "
                  "architecture check, check_server_args, the attention backend, the memory settings) and the rules "
@@ -83,6 +102,32 @@ def _refusal_field(profile: Profile, message: str) -> tuple:
     if len(variables) == 1:
         return ("environment", variables[0])
     return ("sglang", "flags")
+
+
+def start_problems(profile: Profile, gpu, config: dict | None, resolved: dict | None) -> tuple[list, list]:
+    """What SGLang's start does with the resolved configuration on the target's card (start_feasibility.py, data
+    derived from the release's code and kernel wheels): a combination that cannot start is SGLang's refusal (not
+    waivable: it names SGLang's file:line); one SGLang silently replaces, and one the release's code does not show
+    to start there, are warnings naming what will run."""
+    from .. import start_feasibility
+
+    data = start_feasibility.load(profile.sglang.version) if resolved and gpu is not None else None
+    if data is None:
+        return [], []
+    verdict = start_feasibility.judge(data, tuple(gpu.capability), config, resolved)
+    card = f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
+    fields = [name for name in ("--attention-backend", "--speculative-draft-attention-backend", "--kv-cache-dtype")
+              if name in profile.sglang.flags]
+    where = flag_field(fields[0]) if fields else ("sglang", "flags")
+    runs = ", ".join(f"{role} {value}" for role, value in verdict.runs.items() if value)
+    problems = [Problem("sglang-start", where, f"SGLang {profile.sglang.version} cannot start this on {card} "
+                                               f"({runs}): {reason} [{source}]")
+                for reason, source in verdict.fails]
+    notes = [Problem("sglang-swap", where, f"{message} [{source}]; what runs: {runs}")
+             for message, source in start_feasibility.swaps(data, profile.sglang.flags, resolved)]
+    notes += [Problem("start-not-shown", where, f"{backend}: {why} (start_feasibility.py)")
+              for backend, why in verdict.unshown if not verdict.fails]
+    return problems, notes
 
 
 def model_config_problems(profile: Profile) -> tuple[list[Problem], dict | None]:
@@ -136,10 +181,11 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     table = flag_table.load(profile.sglang.version) if path == "light" else None
     if path == "light" and table is None:
         raise validator_env.ValidatorEnvError(
-            f"no exported option table for SGLang {profile.sglang.version} in {flag_table.TABLE_DIR}: "
-            f"use `sglang-deploy check --full`, or export one (python -m sglang_deploy.flag_table export "
-            f"{profile.sglang.version})")
+            f"sglang.version {profile.sglang.version}: no exported option table (releases/{profile.sglang.version}/"
+            f"options.json): use `sglang-deploy check --full`, or add the release with `sglang-deploy sglang add "
+            f"{profile.sglang.version}`")
     config_problems: list[Problem] = []
+    config = None
     if table is not None:
         probe = light_probe(table, argv, algorithms)
         answer = {"resolved": None, "error": None}
@@ -159,25 +205,43 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
             answer = {**resolution.document(profile.sglang.version, argv, probe),
                       "gpu": {"model": gpu.name, "count": count}, "model_config": profile.model.config}
     identity = flag_identity_problems(profile, tuple(probe["actions"]))
-    problems = identity + parser_problems(profile, tuple(probe["actions"]), probe) + config_problems
-    problems += code_and_weights_problems(profile, tuple(probe["actions"]))
-    problems += token_map.problems(profile) + token_map_part.problems(profile)
+    parser_layer = identity + parser_problems(profile, tuple(probe["actions"]), probe)
+    problems = parser_layer + config_problems
+    # The rules below read the flags as SGLang's parser does (an abbreviation under its full name), so that a flag
+    # written short gets one message (full-flag-names), not a second one about a value the rule did not see.
+    read, written = spelled_in_full(profile, tuple(probe["actions"]))
+    rules: list[Problem] = code_and_weights_problems(read, tuple(probe["actions"]))
+    rules += token_map.problems(profile) + token_map_part.problems(profile)
     if not identity:
-        problems += derived_values_problems(profile, argv, port, node)
-    problems += speculative_problems(profile, probe["algorithms"])
-    problems += draft_problems(profile, answer)
-    if not problems and answer["error"]:  # a refusal the rules above did not explain
-        problems.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),
-                                f"SGLang {profile.sglang.version} refuses the command line at "
-                                f"{answer.get('step') or 'resolution'}: {answer['error']}"))
-    problems += model_config_pinned_problems(profile)
-    problems += resource_problems(profile, gpus, answer["resolved"])
-    problems += resolved_class_problems(profile, answer["resolved"])  # set through the environment or a config
-    problems += nccl_problems(profile, topology)
-    problems += environment_problems(profile)
-    problems += sandbox_problems(profile)
-    problems += pin_problems(profile)
-    problems = [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
+        rules += derived_values_problems(profile, argv, port, node)
+    rules += speculative_problems(read, probe["algorithms"])
+    rules += draft_problems(read, answer)
+    # SGLang's own verdict first, whatever the tool's rules found and whatever they waive: a waiver covers only the
+    # tool's rules (rules.WAIVABLE), never SGLang's refusal. A refusal at the parse is parser_problems' line; one the
+    # rules that quote SGLang's own verdict already name (SGLANG_VERDICT_RULES, not waivable) is not said twice.
+    sglang_refusal = []
+    said = any(p.rule in SGLANG_VERDICT_RULES for p in problems + rules)
+    if answer["error"] and not said and not (answer.get("step") == "parse" and parser_layer):
+        sglang_refusal.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),
+                                      f"SGLang {profile.sglang.version} refuses the command line at "
+                                      f"{answer.get('step') or 'resolution'}: {answer['error']}"))
+    start, start_notes = start_problems(profile, gpu, config, answer.get("resolved"))
+    sglang_refusal += start
+    rules += model_config_pinned_problems(profile)
+    # A command line SGLang's parser refuses has no values to hold against the host: a misspelled --tp-size gets its
+    # parser message, not a second one about the TP 1 the rule would read in its place.
+    unparsed = any(p.rule == "sglang-parser" for p in parser_layer)
+    rules += resource_problems(read, None if unparsed else gpus, answer["resolved"])
+    rules += resolved_class_problems(read, answer["resolved"])  # set through the environment or a config
+    rules += nccl_problems(profile, topology)
+    rules += environment_problems(profile)
+    rules += sandbox_problems(profile)
+    rules += pin_problems(profile)
+    problems += [as_written(p, written) for p in rules]
+    problems = sglang_refusal + [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
+    problems = [with_waiver_hint(p) for p in problems]
+    warnings = [p for p in problems if p.rule in WARNING_RULES] + start_notes
+    problems = [p for p in problems if p.rule not in WARNING_RULES]
     for rule in profile.waivers:
         if rule not in WAIVABLE:
             problems.append(Problem(rule, ("waivers", rule),
@@ -185,8 +249,10 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
     skipped = []
     if gpus is None:
         skipped.append("tp-matches-gpus (GPU count unknown: pass --gpus N or check against a host)")
+    elif unparsed:
+        skipped.append("tp-matches-gpus (SGLang's parser refuses the command line: fix the flags first)")
     if topology is None:
         skipped.append("nccl-ll128-needs-nvlink, nccl-p2p-level-nvl-needs-nvlink (topology unknown: pass --topology)")
     if table is not None:
         skipped.append(LIGHT_SKIPPED)
-    return Report(profile, problems, skipped, None if table is not None else answer, path)
+    return Report(profile, problems, skipped, None if table is not None else answer, path, warnings)

@@ -8,7 +8,8 @@ import difflib
 
 from .. import flag_table
 from ..profile import Profile
-from ..rules import CODE_FLAGS, LOAD_FORMAT_DESTS, RENAMED_FLAGS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
+from .. import releases
+from ..rules import CODE_FLAGS, LOAD_FORMAT_DESTS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
 from .problem import Problem, flag_field, remove_or_waive
 
 
@@ -29,8 +30,9 @@ def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> li
                                         f"{name} takes {accepted}, not a bare true/false"))
             continue
         prefixed = sorted(opt for opt in options if opt.startswith(name))
-        if name in RENAMED_FLAGS:
-            message = f"{name} is not accepted by SGLang {profile.sglang.version}; use {RENAMED_FLAGS[name]}"
+        renamed = releases.renamed_flags(profile.sglang.version)
+        if name in renamed:
+            message = f"{name} is not accepted by SGLang {profile.sglang.version}; use {renamed[name]}"
         elif len(prefixed) == 1:
             message = f"{name} is an abbreviation; write the full name {prefixed[0]}"
         elif prefixed:
@@ -44,6 +46,32 @@ def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> li
         problems.append(Problem("sglang-parser", ("sglang", "flags"),
                                 f"SGLang {profile.sglang.version}'s parser rejects the command line: {probe['results'][0]['error']}"))
     return problems
+
+
+def spelled_in_full(profile: Profile, spec: tuple[dict, ...]) -> tuple[Profile, dict]:
+    """The profile as SGLang's parser reads it: a flag written as an argparse abbreviation (a unique prefix, which
+    SGLang's parser accepts: --tp for --tp-size) under its full name, so that the rules read the value SGLang
+    does; and {full name: the name written} to point each problem at the line the profile has. parser_problems
+    names the abbreviation itself (full-flag-names), once."""
+    options = {opt for action in spec for opt in action["options"]}
+    flags, written = {}, {}
+    for name, value in profile.sglang.flags.items():
+        prefixed = [opt for opt in options if opt.startswith(name)] if name not in options else []
+        full = prefixed[0] if len(prefixed) == 1 and prefixed[0] not in profile.sglang.flags else name
+        flags[full] = value
+        if full != name:
+            written[full] = name
+    if not written:
+        return profile, {}
+    return profile.model_copy(update={"sglang": profile.sglang.model_copy(update={"flags": flags})}), written
+
+
+def as_written(problem: Problem, written: dict) -> Problem:
+    """A problem found on spelled_in_full's profile, pointed at the flag as the profile writes it."""
+    field = problem.field
+    if len(field) == 3 and field[:2] == ("sglang", "flags") and field[2] in written:
+        return Problem(problem.rule, flag_field(written[field[2]]), problem.message)
+    return problem
 
 
 # SGLang's fields the tool sets itself (the unit's argv, the secrets file); no spelling of them in sglang.flags.
@@ -150,9 +178,10 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
         if kind is None:
             problems.append(Problem("flag-reviewed", flag_field(name),
                                     f"{name} (SGLang's {dest}) is not reviewed for SGLang {profile.sglang.version}: "
-                                    f"{flag_classes.classes_path(profile.sglang.version).name} does not classify it, "
-                                    "so nobody has read what it opens, loads or serves; accepted: the flags of class "
-                                    "`allowed` there (classify a new dest after reading SGLang's source)"))
+                                    f"{flag_classes.not_reviewed_reason(profile.sglang.version, dest)}, so nobody has "
+                                    "read what it opens, loads or serves; accepted: the flags of class `allowed` "
+                                    "there (classify a new dest after reading SGLang's source), or another "
+                                    "sglang.version"))
         elif kind == "tool-owned":
             continue  # flag_identity_problems names it
         elif dest == "speculative_token_map":

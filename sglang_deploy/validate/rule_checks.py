@@ -45,7 +45,7 @@ def speculative_problems(profile: Profile, algorithm_errors: dict) -> list[Probl
 PROVEN_FLOORS = {"min_accept_length": 2.8, "min_decode_tok_s": 45}
 
 
-# What SGLang 0.5.23 logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
+# What SGLang logs when it cannot read a DFLASH draft's block size and takes 16 (speculative_hook.py
 # _handle_dflash): the release would verify blocks the drafter was not trained for.
 DFLASH_BLOCK_FALLBACK = ("Failed to infer DFLASH block_size from draft model config",  # the config raised
                          "speculative_num_draft_tokens is not set; defaulting to")  # it has no block_size
@@ -124,11 +124,17 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
     decode = ((resolved or {}).get("cuda_graph_config") or {}).get("decode") or {}
     graph_bs, running = decode.get("max_bs"), (resolved or {}).get("max_running_requests")
     if isinstance(graph_bs, int) and isinstance(running, int) and graph_bs < running:
+        # A warning (check.WARNING_RULES), not a refusal: SGLang's own defaults trip it (graphs to 32 and 48 running
+        # requests under speculation on one A6000), and it only leaves speed on the table.
+        present = [name for name in DECODE_MAX_BS_FLAGS + ("--max-running-requests",) if name in flags]
         problems.append(Problem(
-            "decode-graph-covers-batch", flag_field(_first_present(flags, DECODE_MAX_BS_FLAGS, "--cuda-graph-max-bs-decode")),
+            "decode-graph-covers-batch", flag_field(present[0]) if present else ("sglang", "flags"),
             f"decode CUDA graphs are captured up to batch {graph_bs}, below max-running-requests {running} (as "
-            f"SGLang resolves them): batches above {graph_bs} would decode without CUDA graphs; accepted: "
-            f"--cuda-graph-max-bs-decode {running} or more"))
+            f"SGLang resolves them{'' if present else ' from its own defaults'}): a decode step with more than "
+            f"{graph_bs} running requests runs without CUDA graphs (eager, slower per step: the cost cuda-graphs-on "
+            f"refuses for every batch); single-stream and batches up to {graph_bs} are unaffected; fix: "
+            f"--cuda-graph-max-bs-decode {running} (more graph memory and capture time) or "
+            f"--max-running-requests {graph_bs}"))
     if decode.get("backend") == "disabled":
         flag = _first_present(flags, DECODE_BACKEND_FLAGS, "--cuda-graph-backend-decode")
         problems.append(Problem("cuda-graphs-on", flag_field(flag),
@@ -166,7 +172,7 @@ def environment_problems(profile: Profile) -> list[Problem]:
     problems = []
     env = profile.env_values()
     for key in profile.environment:
-        kind = env_rules.classify(key)
+        kind = env_rules.classify(key, profile.sglang.version)
         if kind == "tool-owned":
             problems.append(Problem("env-tool-owned", env_field(key),
                                     f"{key} is set by the tool (offline start, the service's own JIT caches, the "
@@ -181,14 +187,21 @@ def environment_problems(profile: Profile) -> list[Problem]:
                                     f"{key} makes the server load code or a config from a path or by name; "
                                     + remove_or_waive("env-loads-code")))
         elif kind == "allowed":
-            found = env_rules.value_problem(key, env[key], profile.service.name)
+            found = env_rules.value_problem(key, env[key], profile.service.name, profile.sglang.version)
             if found:
                 problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
+        elif kind == "unreviewed" and env_rules.not_read(key, profile.sglang.version):
+            problems.append(Problem("env-not-reviewed", env_field(key),
+                                    f"{key} is not read by SGLang {profile.sglang.version}: its env registry "
+                                    "(sglang/srt/environ.py) does not declare it and no module of its package names "
+                                    "it, so setting it changes nothing (a name from another release or fork?); "
+                                    + remove_or_waive("env-not-reviewed")))
         elif kind == "unreviewed":
             problems.append(Problem("env-not-reviewed", env_field(key),
                                     f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
-                                    "hundreds; some open listeners, load code or change what is served); accepted "
-                                    "without a waiver: the names of env_rules.ALLOWED_ENV (docs/refusals.md); "
+                                    "hundreds; some open listeners, load code or change what is served); "
+                                    "accepted without a waiver: the names of releases/"
+                                    f"{profile.sglang.version}/environment.json (docs/refusals.md); "
                                     + remove_or_waive("env-not-reviewed")))
     return problems
 
