@@ -83,6 +83,9 @@ def test_the_time_budget_stops_the_rounds_and_says_so():
     assert result["verdict"] == "inconclusive" and "exceed the gate's budget of 10 s" in result["inconclusive"][-1]
     one_round, _ = sequential(first, SETTINGS.but(max_rounds=1), baseline, lambda: pytest.fail("one round only"))
     assert one_round["verdict"] == "inconclusive" and len(one_round["comparison"]["looks"]) == 1
+    # the output check already left the verdict inconclusive: no round would change that
+    unextended, _ = sequential(first, SETTINGS, baseline, lambda: pytest.fail("no round"), extend=False)
+    assert len(unextended["comparison"]["looks"]) == 1
 
 
 def test_request_errors_are_not_measured_away():

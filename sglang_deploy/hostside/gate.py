@@ -447,17 +447,18 @@ def merged(first, more):
                      duration_s=round((first.duration_s or 0) + (more.duration_s or 0), 3))
 
 
-def sequential(measurement, settings, baseline, measure_round, clock=time.monotonic):
+def sequential(measurement, settings, baseline, measure_round, clock=time.monotonic, extend=True):
     """The sequential gate: evaluate the first round; while the comparison alone is undecided (straddles), rounds
     are left (settings.max_rounds) and the next fits the time budget (settings.rounds_budget_s, estimated from the
     last round's single-stream time), measure the same prompts again (measure_round(): a Measurement) and look
     again at that look's error level (look_alpha). Returns (evaluate's result, the measurement of every round);
-    result["comparison"]["looks"] lists each look, and "samples" the single-stream samples the decision needed."""
+    result["comparison"]["looks"] lists each look, and "samples" the single-stream samples the decision needed.
+    extend False: the first look alone (something else already leaves the verdict inconclusive)."""
     result = evaluate(measurement, settings, baseline)
     looks = [look_record(result, measurement)]
     started, look = clock(), 1
     last_round_s = sum(s.e2e_s for s in measurement.samples)
-    while straddles(result) and look < settings.max_rounds:
+    while extend and straddles(result) and look < settings.max_rounds:
         if clock() - started + last_round_s > settings.rounds_budget_s:
             result["inconclusive"].append(f"no further round: the next ({last_round_s:.0f} s) would exceed the gate's "
                                           f"budget of {settings.rounds_budget_s:.0f} s for further rounds")
@@ -534,7 +535,8 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
                                           settings.max_new_tokens, settings.concurrency)
             result, measurement = sequential(measurement, settings, baseline,
                                              lambda: measure_builtin(probe_url, secrets_path, settings.samples, 0,
-                                                                     settings.max_new_tokens, 1))
+                                                                     settings.max_new_tokens, 1),
+                                             extend=not output.inconclusive)  # else inconclusive whatever it measures
             result["measurement"] = measurement.to_dict()
             result["rows"] = output_rows(output) + result["rows"]
             result["inconclusive"] = output.inconclusive + result["inconclusive"]
