@@ -19,7 +19,7 @@ from pyinfra import host, inventory, logger
 from pyinfra.api.exceptions import DeployError
 
 from roles import multinode, release, secrets as secrets_role, service_user, target, watch as watch_role
-from roles import weights as weights_role
+from roles import recover as recover_role, weights as weights_role
 from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
@@ -27,7 +27,7 @@ from sglang_deploy.gate import gate_config
 from sglang_deploy.layout import ServiceLayout, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers
-from sglang_deploy.render import render_watch, watch_paths
+from sglang_deploy.render import recover_path, render_recover, render_watch, watch_paths
 from sglang_deploy.roofline import release_inputs
 from sglang_deploy.settings import DeployArgs
 from sglang_deploy.switch_options import SwitchOptions
@@ -96,10 +96,12 @@ def facts(plan: Plan, snaps: Snapshots) -> dict:
         DeployState, service=service,
         manifests=(host_package().manifest, *plan.target.manifests(profile)),
         paths=(profile.watch.textfile_dir,), user=profile.service.user,
-        files=(layout.config_dir, layout.secrets_path, *watch_paths(service), weights_role.MANIFESTS_DIR,
+        files=(layout.config_dir, layout.secrets_path, *watch_paths(service), recover_path(service),
+               weights_role.MANIFESTS_DIR,
                *(w.host_manifest for w in (weights, draft, *snaps.offered) if w),
                *(part.host_path for part in shipped_maps(profile))),
-        timers=(f"{service}-watch.timer",), secrets=layout.secrets_path,
+        timers=(f"{service}-watch.timer", recover_role.unit_name(service)),  # enablement and state of each
+        secrets=layout.secrets_path,
         weights=(weights.host_manifest, weights.path, snaps.hub_python) if weights else (),
         draft=(draft.host_manifest, draft.path, None if weights else snaps.hub_python) if draft else (),
         offered=tuple((w.host_manifest, w.path) for w in snaps.offered))
@@ -175,6 +177,9 @@ def prepare_host(plan: Plan, facts: dict) -> list:
         service_user.install(user=profile.service.user, home=state_dir)
     runtime_ops = plan.target.prepare(profile, host_settings(), facts)
     release.install_programs(installed_digest=facts["manifests"][host_package().manifest] or "")
+    units = render_recover(profile)  # before any switch: a cut during the next one is recovered at boot
+    if not recover_role.in_place(facts["files"], facts["timers"], units, profile.service.name):
+        recover_role.install(rendered=units, service=profile.service.name)
     return runtime_ops
 
 

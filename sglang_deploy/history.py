@@ -50,7 +50,7 @@ def switches(document: StoreHistory) -> list[dict]:
     env = {release.id: release.environment for release in document.releases}
     for release in document.releases:
         for event in release.history:
-            if event.event.startswith(("activated", "restarted by the watch")) and _time(event.at):
+            if event.event.startswith(("activated", "restarted by the watch", "interrupted")) and _time(event.at):
                 out.append({"at": _time(event.at), "release": release.id, "event": event.event,
                             "restart": event.event.startswith("restarted")})
     out.sort(key=lambda item: item["at"])

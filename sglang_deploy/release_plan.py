@@ -229,6 +229,8 @@ def listing(store: StoreReport) -> list[str]:
                      f"{release.profile[:28]:28} {release.verdict or 'unverified':9} {gate_text[:28]:28} "
                      f"{' '.join(diffs) if diffs else ('(active)' if release is active else 'same flags')}{maps}{waived}")
     lines.append("(* active, g last good)")
+    if state.recovered:  # the last boot that found an interrupted switch or foreign installed files
+        lines.append(f"boot recovery {state.recovered.at}: {state.recovered.action}: {state.recovered.reason}")
     return lines
 
 

@@ -189,6 +189,29 @@ def render_watch(profile: Profile) -> RenderedWatch:
     return RenderedWatch(service=service, timer=timer, exec_start=argv)
 
 
+@dataclass(frozen=True)
+class RenderedRecover:
+    service: str
+    exec_start: list[str]
+
+
+def recover_path(service: str) -> str:
+    """The boot recovery's unit (hostside/recover.py), ordered before the server's."""
+    return f"/etc/systemd/system/{service}-recover.service"
+
+
+def render_recover(profile: Profile) -> RenderedRecover:
+    """The boot recovery's oneshot unit (same profile -> byte-identical file)."""
+    from .layout import HOST_LIB, host_program_argv
+
+    argv = host_program_argv("recover", "--service", profile.service.name)
+    service = _jinja().get_template("sglang-recover.service.j2").render(
+        exec_start=exec_start_line(argv), working_directory=unit_value(HOST_LIB), profile=profile,
+        service=profile.service)
+    check_unit_structure(service, argv, keys=RECOVER_KEYS)
+    return RenderedRecover(service=service, exec_start=argv)
+
+
 # The longest logical line (continuations joined) a rendered unit may have: systemd 252 refused a unit whose
 # ExecStart= was 1.2 MB ("No buffer space available"); the longest the tool's profiles need is about 2 KB.
 MAX_UNIT_LINE_BYTES = 128 * 1024
@@ -206,6 +229,9 @@ REPEATABLE_KEYS = {"DeviceAllow"}
 WATCH_KEYS = {"Unit": {"Description", "After"},
               "Service": {"Type", "User", "WorkingDirectory", "ExecStart", "TimeoutStartSec",
                           *HARDENING_DIRECTIVES}}
+RECOVER_KEYS = {"Unit": {"Description", "After", "Before"},
+                "Service": {"Type", "RemainAfterExit", "User", "WorkingDirectory", "ExecStart", "TimeoutStartSec"},
+                "Install": {"WantedBy"}}
 WATCH_TIMER_KEYS = {"Unit": {"Description"}, "Timer": {"OnActiveSec", "OnUnitActiveSec", "RandomizedDelaySec"},
                     "Install": {"WantedBy"}}
 

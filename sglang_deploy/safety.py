@@ -119,16 +119,18 @@ def service_name_problem(name: str) -> str | None:
 
 
 # Names of units the tool writes beside a service's own <service>.service: derived from the code that names them
-# (render.watch_paths for the watch's service and timer, router.py's unit, container.py's device-node unit), so a
+# (render.watch_paths for the watch's service and timer, render.recover_path for the boot recovery, router.py's unit,
+# container.py's device-node unit), so a
 # service named like one of them would overwrite it, and the host's marker check cannot tell them apart (review 4, R5).
 def tool_unit_names() -> tuple[set[str], set[str]]:
     """(fixed unit names, suffixes the tool appends to a service's name), without .service/.timer."""
     from .container import UVM_UNIT
-    from .render import watch_paths
+    from .render import recover_path, watch_paths
     from .router import ROUTER_SERVICE
 
     probe = "x"
-    suffixes = {path.rsplit("/", 1)[1].rsplit(".", 1)[0][len(probe):] for path in watch_paths(probe)}
+    suffixes = {path.rsplit("/", 1)[1].rsplit(".", 1)[0][len(probe):] for path in (*watch_paths(probe),
+                                                                                     recover_path(probe))}
     return {ROUTER_SERVICE, UVM_UNIT.rsplit(".", 1)[0]}, suffixes
 
 

@@ -337,6 +337,31 @@ class SimHost:
         self.unmount()
         log(f"down ({self.machine})")
 
+    def power_cut(self, timeout: float = 30) -> None:
+        """Every process of the container at once, as a power cut ends them: SIGKILL to its init, whose PID namespace
+        dies with it (no unit stops, nothing flushes); nspawn then exits. Its disk (the overlay's upper layer) keeps
+        what was written. (The machine's kernel stays up, so data written but not yet synced survives here: the cut
+        tests what the processes did, not the disk's cache.) `up()` boots it again."""
+        pid = self.pid()
+        if not pid:
+            raise SimHostError(f"{self.machine} is not running")
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        if not children:
+            raise SimHostError(f"systemd-nspawn (pid {pid}) has no container init to kill")
+        os.kill(int(children[0]), signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+            time.sleep(0.1)
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, signal.SIGKILL)
+        self.pidfile.unlink(missing_ok=True)
+        self.unmount()
+        log(f"power cut ({self.machine}): its init and every process in it killed at once")
+
     def unmount(self) -> None:
         if self.overlay_lower is not None and os.path.ismount(self.rootfs):
             for _ in range(20):  # the container's last processes may hold it for a moment

@@ -280,7 +280,7 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_outside_clients.py", "test_output_check.py::test_sglangs_own_front_end_returns_the_modelled_answers",
                  "test_frontends.py",
                  "test_hostile_input_sim.py", "test_weights_sim.py", "test_releases_sim.py::test_retention_after_four_deploys_keeping_two",
-                 "test_provision_sim.py", "test_deploy_sim.py",
+                 "test_provision_sim.py", "test_deploy_sim.py", "test_powercut_sim.py",  # a cut, 2 boots: 65 s
                  "test_gate_sim.py",  # the rest of it: 25-40 s each, refused before any measurement
                  "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py", "test_tune_sim.py"]
 

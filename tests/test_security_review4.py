@@ -200,8 +200,8 @@ def test_service_names_of_units_the_tool_writes_are_refused_as_derived_from_the_
     from sglang_deploy.router import ROUTER_SERVICE
 
     fixed, suffixes = safety.tool_unit_names()
-    assert suffixes == {"-watch"} and ROUTER_SERVICE in fixed
-    for name in ("sglang-watch", "sglang-b-watch", ROUTER_SERVICE, "sglang-deploy-nvidia-nodes"):
+    assert suffixes == {"-watch", "-recover"} and ROUTER_SERVICE in fixed
+    for name in ("sglang-watch", "sglang-b-watch", "sglang-recover", ROUTER_SERVICE, "sglang-deploy-nvidia-nodes"):
         problem = safety.service_name_problem(name)
         assert problem and "the tool writes" in problem, name
     # the watch's unit files of every accepted name are not another accepted service's unit

@@ -222,6 +222,7 @@ def main():
             errors.append(f"sample {i + 1}: {printable(error)}")
             progress(f"sample {i + 1}/{args.samples} ({kind}): error {printable(error)}")
             continue
+        sample = sample.but(position=i)
         samples.append(sample)
         tau = sample.accept_length
         progress(f"sample {i + 1}/{args.samples} ({kind}): {sample.decode_tok_s:.1f} tok/s, "

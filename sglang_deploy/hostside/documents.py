@@ -170,6 +170,10 @@ class GateSettings(Document):
     max_new_tokens: int
     concurrency: int
     on_inconclusive: str  # rollback or keep
+    # The sequential comparison (gate.look_alpha): measurement rounds at most, and the seconds the rounds after the
+    # first may take. Releases staged before 2026-12-06: one round, as they were gated.
+    max_rounds: int = 1
+    rounds_budget_s: int | float = 0.0
 
 
 @dataclass(frozen=True)
@@ -305,6 +309,18 @@ class Switching(Document):
 
 
 @dataclass(frozen=True)
+class Recovery(Document):
+    """What the boot recovery (hostside/recover.py) found and did: an interrupted switch rolled back to the last good
+    release (or committed, when its release passed its gate before the cut), or installed files put back."""
+    at: str
+    boot_id: str | None  # the boot it ran in (/proc/sys/kernel/random/boot_id)
+    reason: str  # what it found, a sentence
+    interrupted: str | None  # the release the interrupted switch was installing; None: no switch was under way
+    restored: str | None  # the release it installed or kept; None: none to restore
+    action: str  # rolled back, committed, reinstalled, nothing to restore
+
+
+@dataclass(frozen=True)
 class StoreState(Document):
     """Written by the host alone (switch, tune); every default is the empty store's."""
     FILE: ClassVar[str] = "state.json"
@@ -312,6 +328,7 @@ class StoreState(Document):
     last_good: str | None = None
     auto_rollbacks_in_row: int = 0
     switching: Switching | None = None  # while a switch runs; left behind by a crash
+    recovered: Recovery | None = None  # the last boot recovery that changed something (hostside/recover.py)
 
 
 # --- the bound on decode: releases/<id>/roofline.json ---------------------------------------------------------
@@ -341,6 +358,7 @@ class LockInfo(Document):
     owner: str
     pid: int | None = None
     since: str | None = None
+    boot_id: str | None = None  # the holder's boot: a lock.json of an earlier boot names no holder (store.lock_holder)
 
     def refusal(self) -> str:
         """The one sentence for a change refused while another holds the lock: the switch on the host, the

@@ -19,7 +19,7 @@ import stat
 import time
 
 from .service import systemctl
-from .store import log
+from .store import atomic_write, log
 
 FORENSICS_DIR = "forensics"  # under the service's store directory
 # Forensics directories kept per place (the store's, and the root-only holder beside a directory on another file
@@ -174,9 +174,9 @@ def move_aside(service, user, env_text, store_dir, reason, release=None, stamp=N
         if os.path.dirname(destination) != target:
             holders.add(os.path.dirname(destination))
         moved[destination] = source
-    with open(os.path.join(target, "moved.json"), "w") as handle:
-        json.dump({"service": service, "user": user, "reason": reason, "release": release, "at": stamp,
-                   "moved": moved}, handle, indent=1)
+    atomic_write(os.path.join(target, "moved.json"), json.dumps(  # durable: a cut right after still finds it
+        {"service": service, "user": user, "reason": reason, "release": release, "at": stamp, "moved": moved},
+        indent=1), 0o600)
     prune(parent)
     for holder in holders:
         prune(holder)

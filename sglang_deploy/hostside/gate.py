@@ -8,6 +8,7 @@ Verdicts: pass (the release is marked good), fail (rolled back), inconclusive (t
 tell, or request errors; the profile's gate.on_inconclusive decides).
 """
 
+import functools
 import math
 import os
 import statistics
@@ -91,12 +92,31 @@ def config_problems(server_info, environ, cmdline_ok, cmdline, expect, findings=
 
 # --- statistics --------------------------------------------------------------------------------------
 
+def by_position(samples):
+    """{position: [samples]}: a sample's place in its bench round (measurement.Sample.position; before 2026-12-06:
+    its index in the list, one round)."""
+    positions = {}
+    for index, sample in enumerate(samples):
+        positions.setdefault(sample.position if sample.position is not None else index, []).append(sample)
+    return positions
+
+
 def paired_ratios(samples, baseline_samples):
-    """new/old decode rate for samples (measurement.Sample) at the same position (same prompt) in both runs."""
+    """new/old decode rate per prompt position (the same prompt in both runs, measurement.Sample.position): with
+    several rounds of a position, the geometric mean of its rounds against the geometric mean of the baseline's.
+
+    One ratio per position, never one per repeated sample: the baseline's sample of a position is shared by every
+    round of the candidate's, so the positions (not the samples) are the independent units the interval counts;
+    each further round only makes a position's own ratio less noisy (its candidate half)."""
+    new, old = by_position(samples), by_position(baseline_samples)
     ratios = []
-    for new, old in zip(samples, baseline_samples):
-        if new.kind == old.kind and old.decode_tok_s and new.decode_tok_s:
-            ratios.append(new.decode_tok_s / old.decode_tok_s)
+    for position in sorted(set(new) & set(old)):
+        mine = [s.decode_tok_s for s in new[position] if s.decode_tok_s]
+        theirs = [s.decode_tok_s for s in old[position] if s.decode_tok_s]
+        if not mine or not theirs or {s.kind for s in new[position]} != {s.kind for s in old[position]}:
+            continue
+        ratios.append(math.exp(statistics.fmean(math.log(v) for v in mine)
+                               - statistics.fmean(math.log(v) for v in theirs)))
     return ratios
 
 
@@ -113,8 +133,73 @@ def t95(df):
             + (3 * z ** 7 + 19 * z ** 5 + 17 * z ** 3 - 15 * z) / (384 * df ** 3))
 
 
-def ratio_interval(ratios):
-    """Geometric-mean ratio new/old and its one-sided 95 % bounds: (ratio, low, high).
+def _beta_fraction(a, b, x):
+    """The continued fraction of the incomplete beta function (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 400):
+        for numerator in (m * (b - m) * x / ((a - 1.0 + 2 * m) * (a + 2 * m)),
+                          -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 1.0 + 2 * m))):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def incomplete_beta(a, b, x):
+    """The regularized incomplete beta function I_x(a, b)."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _beta_fraction(a, b, x) / a
+    return 1.0 - front * _beta_fraction(b, a, 1.0 - x) / b
+
+
+def t_tail(t, df):
+    """P(T > t) for Student's t with df degrees of freedom, t >= 0."""
+    return 0.5 * incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+
+
+@functools.lru_cache(maxsize=256)
+def t_one_sided(alpha, df):
+    """The t with P(T > t) = alpha (0 < alpha < 0.5): t95 at the fixed gate's 5 %, else by bisection on the exact
+    tail (the host has no scipy)."""
+    if alpha == ALPHA:
+        return t95(df)
+    low, high = 0.0, 1.0
+    while t_tail(high, df) > alpha:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        low, high = (middle, high) if t_tail(middle, df) > alpha else (low, middle)
+    return (low + high) / 2
+
+
+# Each one-sided decision (fail a release that is not slower than the threshold; pass one that is) errs at most
+# ALPHA over all of a gate's looks. The sequential gate (max_rounds > 1) spends it by Bonferroni: half at the first
+# look, the other half in equal parts over the further rounds. A union bound, so it holds whatever the looks'
+# correlation (each look sees the earlier rounds again) and wherever the time budget stops the rounds.
+ALPHA = 0.05
+
+
+def look_alpha(look, rounds):
+    """The one-sided error level of look `look` (1-based) of a gate of at most `rounds` rounds."""
+    if rounds <= 1:
+        return ALPHA
+    return ALPHA / 2 if look == 1 else ALPHA / (2 * (rounds - 1))
+
+
+def ratio_interval(ratios, alpha=ALPHA):
+    """Geometric-mean ratio new/old and its one-sided (1 - alpha) bounds: (ratio, low, high).
 
     Why this interval: the per-prompt ratios are not copies of one number plus noise. With greedy
     decoding each prompt has its own acceptance pattern, and two configurations with different draft
@@ -131,7 +216,8 @@ def ratio_interval(ratios):
         has only 126 distinct resamples and its percentile interval is too narrow at this size);
       - one-sided 95 % bounds: each decision is one-sided (fail only when even the upper bound is below
         the threshold, pass when the lower bound is at or above it), so each error rate is <= 5 %;
-        together the bounds are the two-sided 90 % interval the table shows.
+        together the bounds are the two-sided 90 % interval the table shows. The sequential gate's
+        looks use smaller alphas (look_alpha), so that the rates hold over all of its looks.
     One disturbed request (in either run) widens the interval more than it moves the mean: with n - 1
     equal ratios and one outlier d away from them (in logs), the bound on the outlier's side lies
     (t + 1) / n x |d| beyond the equal ratios and the other bound (t - 1) / n x |d| beyond them on the
@@ -144,7 +230,7 @@ def ratio_interval(ratios):
     mean = statistics.fmean(logs)
     if len(logs) < 2:
         return math.exp(mean), 0.0, float("inf")
-    margin = t95(len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
+    margin = t_one_sided(alpha, len(logs) - 1) * statistics.stdev(logs) / math.sqrt(len(logs))
     return math.exp(mean), math.exp(mean - margin), math.exp(mean + margin)
 
 
@@ -153,27 +239,37 @@ def change_text(ratio):
     return f"{abs(ratio - 1) * 100:.1f} % {'faster' if ratio >= 1 else 'slower'}"
 
 
-def compare(ratios, tolerance):
+def interval_name(alpha):
+    """The two-sided coverage of a pair of one-sided (1 - alpha) bounds: '90 %' at 5 %."""
+    return f"{100 - 200 * alpha:.3g} %"
+
+
+def compare(ratios, tolerance, alpha=ALPHA, rounds=1):
     """The one-sided decision on the paired ratios: ("pass" | "FAIL" | "inconclusive", comparison, message).
 
     The regression threshold sits at half the tolerance (0.95 for max_regression_pct 10): the gate must
     catch a release that is a full tolerance slower, and with a few samples the upper bound of such a
     release lies below 1 - tolerance / 2 but not below 1 - tolerance. Fail: the whole interval is below
-    the threshold (the release is slower by more than half the tolerance, at 95 %). Pass: the whole
+    the threshold (the release is slower by more than half the tolerance, at 1 - alpha). Pass: the whole
     interval is at or above it, including any release that is faster. Inconclusive: the interval
-    straddles the threshold.
+    straddles the threshold. rounds: the measurement rounds the ratios rest on (said in the message).
     """
-    ratio, low, high = ratio_interval(ratios)
+    ratio, low, high = ratio_interval(ratios, alpha)
     threshold = 1 - tolerance / 2
     comparison = {"ratio": ratio, "low": low, "high": high, "threshold": threshold, "pairs": len(ratios),
                   "change_pct": (ratio - 1) * 100, "regression_pct": (1 - ratio) * 100,
-                  "half_width": (high - low) / 2 if math.isfinite(high) else float("inf")}
-    interval = f"90 % interval {low:.3f}-{high:.3f}, {len(ratios)} paired prompts"
+                  "half_width": (high - low) / 2 if math.isfinite(high) else float("inf"), "alpha": alpha,
+                  "rounds": rounds}
+    interval = (f"{interval_name(alpha)} interval {low:.3f}-{high:.3f}, {len(ratios)} paired prompts"
+                + (f" x {rounds} rounds" if rounds > 1 else ""))
     if high < threshold:
+        comparison["verdict"] = "FAIL"
         return "FAIL", comparison, (f"{change_text(ratio)} than the baseline ({interval}; fails when the whole "
                                     f"interval is below {threshold:.2f}, to catch {tolerance * 100:.0f} %)")
     if low >= threshold:
+        comparison["verdict"] = "pass"
         return "pass", comparison, f"{change_text(ratio)} than the baseline ({interval})"
+    comparison["verdict"] = "inconclusive"
     return "inconclusive", comparison, (f"cannot tell whether the release is more than {tolerance * 50:.0f} % slower "
                                         f"than the baseline: ratio {ratio:.3f}, {interval}, straddles {threshold:.2f}")
 
@@ -184,13 +280,14 @@ def below_floor(value, floor):
     return floor is not None and value is not None and value < floor
 
 
-def evaluate(measurement, settings, baseline=None):
+def evaluate(measurement, settings, baseline=None, look=1):
     """Floors, then the comparison with the baseline: a measurement on the same host that passed its gate.
     measurement, baseline: measurement.Measurement; settings: the release's GateSettings (documents.py).
 
     Without a baseline the verdict rests on the floors. The comparison is one-sided (see compare): it
     fails a release that is slower, passes one that is as fast or faster, and is inconclusive only when
-    its interval straddles the regression threshold.
+    its interval straddles the regression threshold. look: which look of the sequential gate (1-based;
+    its error level: look_alpha), the measurement holding every round so far.
     """
     rows, reasons, inconclusive = [], [], []
     decode, tau = measurement.decode_tok_s, measurement.accept_length
@@ -234,7 +331,7 @@ def evaluate(measurement, settings, baseline=None):
     if baseline and decode:
         ratios = paired_ratios(measurement.samples, baseline.samples)
         if len(ratios) >= 2:
-            verdict, comparison, message = compare(ratios, tolerance)
+            verdict, comparison, message = compare(ratios, tolerance, look_alpha(look, settings.max_rounds), look)
             if verdict == "FAIL":
                 reasons.append(message)
             elif verdict == "inconclusive":
@@ -283,6 +380,11 @@ def table(result):
         lines.append(f"baseline: {result.baseline['note']}")
     if result.comparison and result.comparison.get("message"):
         lines.append(f"comparison: {result.comparison['message']}")
+    looks = (result.comparison or {}).get("looks") or []
+    if len(looks) > 1:  # the sequential gate measured further rounds: each look and its error level
+        lines.append(f"sequential: {len(looks)} looks, {looks[-1]['samples']} samples; " + "; ".join(
+            f"{look['rounds']}: {look['low']:.3f}-{look['high']:.3f} ({interval_name(look['alpha'])}) {look['verdict']}"
+            for look in looks))
     lines += acceptance.lines(result.measurement and result.measurement.acceptance)  # per draft position
     lines.append(f"GATE {result.verdict.upper()}" + (": " + "; ".join(result.reasons + result.inconclusive)
                                                      if result.reasons or result.inconclusive else ""))
@@ -322,6 +424,65 @@ def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, co
         return Measurement.loads(result.stdout, SOURCE)
     except DocumentError as error:
         return failed(f"the bench client's answer cannot be read: {error}")
+
+
+def straddles(result):
+    """The verdict is inconclusive for the comparison alone (its interval straddles the threshold; no request
+    error, no floor, nothing else undecided): what another round of the same prompts can settle."""
+    comparison = result.get("comparison")
+    return (result["verdict"] == "inconclusive" and not result["reasons"] and comparison is not None
+            and comparison.get("verdict") == "inconclusive" and result["inconclusive"] == [comparison["message"]])
+
+
+def merged(first, more):
+    """Two bench runs of the same prompt positions as one measurement (the first's aggregate and configuration;
+    the samples of both, each keeping its position; the summaries over all of them)."""
+    from .bench import summary  # here: the state command's import stays small
+
+    samples = list(first.samples) + list(more.samples)
+    return first.but(samples=samples, decode_tok_s=summary([s.decode_tok_s for s in samples]),
+                     ttft_s=summary([s.ttft_s for s in samples]),
+                     accept_length=summary([s.accept_length for s in samples]),
+                     acceptance=acceptance.summary(samples), errors=list(first.errors) + list(more.errors),
+                     duration_s=round((first.duration_s or 0) + (more.duration_s or 0), 3))
+
+
+def sequential(measurement, settings, baseline, measure_round, clock=time.monotonic, extend=True):
+    """The sequential gate: evaluate the first round; while the comparison alone is undecided (straddles), rounds
+    are left (settings.max_rounds) and the next fits the time budget (settings.rounds_budget_s, estimated from the
+    last round's single-stream time), measure the same prompts again (measure_round(): a Measurement) and look
+    again at that look's error level (look_alpha). Returns (evaluate's result, the measurement of every round);
+    result["comparison"]["looks"] lists each look, and "samples" the single-stream samples the decision needed.
+    extend False: the first look alone (something else already leaves the verdict inconclusive)."""
+    result = evaluate(measurement, settings, baseline)
+    looks = [look_record(result, measurement)]
+    started, look = clock(), 1
+    last_round_s = sum(s.e2e_s for s in measurement.samples)
+    while extend and straddles(result) and look < settings.max_rounds:
+        if clock() - started + last_round_s > settings.rounds_budget_s:
+            result["inconclusive"].append(f"no further round: the next ({last_round_s:.0f} s) would exceed the gate's "
+                                          f"budget of {settings.rounds_budget_s:.0f} s for further rounds")
+            break
+        more = measure_round()
+        if not more.samples:
+            result["inconclusive"].append("a further round measured nothing: " + "; ".join(more.errors))
+            break
+        last_round_s = sum(s.e2e_s for s in more.samples)
+        measurement, look = merged(measurement, more), look + 1
+        result = evaluate(measurement, settings, baseline, look)
+        looks.append(look_record(result, measurement))
+    if result["comparison"] is not None:
+        result["comparison"]["looks"] = looks
+        result["comparison"]["samples"] = len(measurement.samples)
+    return result, measurement
+
+
+def look_record(result, measurement):
+    """One look of the sequential gate, as its result keeps it."""
+    comparison = result["comparison"] or {}
+    return {"rounds": comparison.get("rounds", 1), "samples": len(measurement.samples), "pairs": comparison.get("pairs"),
+            "ratio": comparison.get("ratio"), "low": comparison.get("low"), "high": comparison.get("high"),
+            "alpha": comparison.get("alpha"), "verdict": result["verdict"]}
 
 
 def output_rows(output):
@@ -372,7 +533,10 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
         else:
             measurement = measure_builtin(probe_url, secrets_path, settings.samples, settings.warmup,
                                           settings.max_new_tokens, settings.concurrency)
-            result = evaluate(measurement, settings, baseline)
+            result, measurement = sequential(measurement, settings, baseline,
+                                             lambda: measure_builtin(probe_url, secrets_path, settings.samples, 0,
+                                                                     settings.max_new_tokens, 1),
+                                             extend=not output.inconclusive)  # else inconclusive whatever it measures
             result["measurement"] = measurement.to_dict()
             result["rows"] = output_rows(output) + result["rows"]
             result["inconclusive"] = output.inconclusive + result["inconclusive"]

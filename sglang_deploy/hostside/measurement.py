@@ -50,6 +50,10 @@ class Sample(Document):
     accept_length: int | float | None  # SGLang's spec_accept_length; None: no speculation
     server_e2e_s: int | float | None  # SGLang's e2e_latency; None: not reported
     correct_drafts_histogram: list | None = None  # None: no speculation, or measured before 2026-12-02
+    # Its place in the bench's round (0 .. samples - 1: the prompt, PROMPTS[position % 6]); the gate's further rounds
+    # measure the same positions again (gate.paired_ratios pairs by it). None: measured before 2026-12-06, one round,
+    # its index in the list.
+    position: int | None = None
 
 
 @dataclass(frozen=True)

@@ -206,6 +206,10 @@ def atomic_write(path, content, mode):
             os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
+    except OSError as error:  # a write or flush names no file: name the one being written (disk full, read-only)
+        if error.filename is None:
+            raise OSError(error.errno, error.strerror, path) from error
+        raise
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
@@ -254,7 +258,8 @@ class Lock:
             fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise Locked(holder(self.info_path)) from None
-        atomic_write(self.info_path, LockInfo(owner=self.owner, pid=os.getpid(), since=now()).dump(), 0o644)
+        atomic_write(self.info_path, LockInfo(owner=self.owner, pid=os.getpid(), since=now(), boot_id=boot_id()).dump(),
+                     0o644)
         return self
 
     def __exit__(self, *exc):
@@ -267,11 +272,23 @@ class Lock:
 
 
 def holder(info_path) -> LockInfo:
+    """Who holds the lock: lock.json, unless it was written in an earlier boot (the flock it described died with that
+    boot; a holder of this boot has rewritten it) or is unreadable."""
     try:
         with open(info_path) as f:
-            return LockInfo.loads(f.read(), info_path)
+            info = LockInfo.loads(f.read(), info_path)
     except (FileNotFoundError, ValueError):  # DocumentError included
         return LockInfo(owner="unknown")
+    return info if info.boot_id in (None, boot_id()) else LockInfo(owner="unknown")
+
+
+def boot_id():
+    """This boot's id (the kernel's, fresh at every boot); None where it cannot be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def lock_holder(store):

@@ -10,9 +10,11 @@ the process. Exit codes: 0 active, 1 failed and rolled back (or nothing to roll 
 """
 
 import argparse
+import errno
 import os
 import signal
 import sys
+import time
 
 from . import evidence, forensics, gate
 from .weights import manifest as weights_manifest
@@ -21,7 +23,7 @@ from .client import LOOPBACK_URL, loopback_url, read_api_key
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_ready, wait_running
 from .service import cmdline_matches, service_status, systemctl
-from .store import (STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, last_used, log, now, release_auth,
+from .store import (SIMULATED_MARKER, STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, last_used, log, now, release_auth,
                     service_name)
 
 EXIT_FAILED_ROLLED_BACK = 1
@@ -71,32 +73,57 @@ class StderrShield:
         self.log.close()
 
 
-# The switch's one fault-injection point (docs/testing.md): with SGLANG_DEPLOY_TEST_DIE_AFTER=unit-written in its
-# environment the switch dies (exit 9, lock and "switching" left behind) right after install() wrote the new unit
-# and environment, before systemd reloads: a crash mid-switch, which tests/test_releases_sim.py makes the next
-# deploy converge from. Nothing sets it outside that test.
+# The switch's fault-injection points (docs/testing.md): with SGLANG_DEPLOY_TEST_DIE_AFTER=<point> in its
+# environment the switch dies (exit 9, lock and "switching" left behind) at that point: unit-written, right after
+# install() wrote the new unit and environment, before systemd reloads (tests/test_releases_sim.py makes the next
+# deploy converge from it). On a simulated host (SIMULATED_MARKER) alone, the file PAUSE_FILE (in /run: a boot
+# empties it) holding "pause:<point>" makes the switch stop at that point, touch PAUSED_FILE and wait there: the
+# power-cut sweep (tests/test_powercut_sim.py, benchmarks/powercut_sweep.py) cuts the host's power while it waits.
+# Points: switching (state.json says so; nothing installed yet), unit-written, readiness (the new release starting),
+# gate (ready, before the measurement), rollback (the automatic rollback's unit written, its restart next).
+# Nothing sets either outside those tests.
 FAULT_INJECTION = "SGLANG_DEPLOY_TEST_DIE_AFTER"
+PAUSE_FILE = "/run/sglang-deploy-test-fault"
+PAUSED_FILE = "/run/sglang-deploy-test-paused"
 
 
-def install(store, release_id):
+def fault_point(name):
+    """Die (SGLANG_DEPLOY_TEST_DIE_AFTER) or wait for the power cut (PAUSE_FILE, simulated hosts) at this point."""
+    if os.environ.get(FAULT_INJECTION) == name:
+        log(f"TEST HOOK: dying at {name}")
+        os._exit(9)
+    if not os.path.exists(SIMULATED_MARKER) or not os.path.exists(PAUSE_FILE):
+        return
+    with open(PAUSE_FILE) as f:
+        if f.read().strip() != f"pause:{name}":
+            return
+    log(f"TEST HOOK: waiting at {name} for the power cut")
+    with open(PAUSED_FILE, "w") as f:
+        f.write(name + "\n")
+    while True:
+        time.sleep(60)
+
+
+def install(store, release_id, phase="switch"):
     """Put a release's unit and environment in place (atomic renames) and make systemd see them (unless the fault
     injection point FAULT_INJECTION stops the switch in between)."""
     source = store.release_dir(release_id)
     os.makedirs(os.path.dirname(store.env_path), exist_ok=True)
     atomic_write(store.env_path, store.read(os.path.join(source, "sglang.env")), 0o600)
     atomic_write(store.unit_path, store.read(os.path.join(source, "sglang.service")), 0o644)
-    if os.environ.get(FAULT_INJECTION) == "unit-written":
-        log("TEST HOOK: dying after the unit was written, before the restart")
-        os._exit(9)
+    fault_point("unit-written" if phase == "switch" else phase)
     systemctl("daemon-reload")
     systemctl("enable", f"{store.service}.service")
 
 
-def activate(store, release_id, probe_url, timeout, settle):
-    install(store, release_id)
+def activate(store, release_id, probe_url, timeout, settle, phase="switch"):
+    install(store, release_id, phase)
     log(f"restarting {store.service}.service on release {release_id}")
     systemctl("reset-failed", f"{store.service}.service")  # the unit's start limit counts failures, not switches
     systemctl("restart", f"{store.service}.service")
+    RESTARTED.append(release_id)
+    if phase == "switch":
+        fault_point("readiness")
     meta = store.meta(release_id)
     if not meta.serves_http:  # a multi-node rank > 0: no HTTP server of its own
         return wait_running(store, settle)
@@ -115,6 +142,30 @@ def switch(args):
     except Locked as locked:
         log(locked.args[0].refusal())
         return EXIT_LOCKED
+    except OSError as error:
+        if error.errno not in WRITE_FAILURES:
+            raise
+        log(write_failure(store, args.release, error))
+        return EXIT_WRITE_FAILED
+
+
+# A file system that is full or read-only (the store's, /etc's): the switch stops where the write failed.
+WRITE_FAILURES = (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+EXIT_WRITE_FAILED = 5
+RESTARTED = []  # the releases this switch restarted the service on (activate), for write_failure's sentence
+
+
+def write_failure(store, release_id, error):
+    """The sentence for a switch stopped by a full or read-only file system: where, and what is serving now."""
+    what = "full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "read-only"
+    where = f"writing {error.filename} failed: {error.strerror}" if error.filename else f"a write failed: {error}"
+    if RESTARTED:
+        serving = (f"the service was restarted on release {RESTARTED[-1]}, which is not committed: the next boot's "
+                   "recovery (or the next deploy) returns the host to the last good release")
+    else:
+        serving = "the service was not restarted: the release that was running keeps serving"
+    return (f"SWITCH TO {release_id} STOPPED: {where} (a {what} file system); {serving}. Free space (or remount it "
+            "read-write) and deploy again.")
 
 
 def switch_locked(store, args):
@@ -138,6 +189,7 @@ def switch_locked(store, args):
         return 0
     state = state.but(switching=Switching(to=args.release, previous=previous, since=now(), reason=args.reason))
     store.save_state(state)
+    fault_point("switching")
     change = auth_change(store.meta(previous) if previous in store.ids() else None, meta)
     if change:
         log(change)
@@ -159,6 +211,7 @@ def switch_locked(store, args):
 
     verdict = "good" if args.mark_good_on_ready else meta.verdict
     if args.gate:
+        fault_point("gate")
         try:
             gate_result = run_gate(store, args, meta, state)
         except Exception as error:  # noqa: BLE001 - a broken gate must not leave the switch half-done
@@ -231,7 +284,7 @@ def fail_and_roll_back(store, state, meta, document, args, event, verdict="bad")
     if moved:
         document["forensics"] = moved
         timeout = timeout if args.rollback_timeout_given else max(timeout, forensics.COLD_START_TIMEOUT_S)
-    back = activate(store, target, target_url or args.probe_url, timeout, args.settle)
+    back = activate(store, target, target_url or args.probe_url, timeout, args.settle, "rollback")
     if back["ready"]:
         store.write_meta(target, store.meta(target).with_event(now(), "activated (automatic rollback)"))
     store.save_state(state.but(active=target if back["ready"] else None, switching=None,

@@ -26,6 +26,7 @@ The API key is read from the secrets file, sent only to the release's loopback p
 """
 
 import argparse
+import datetime
 import json
 import os
 import re
@@ -116,7 +117,7 @@ def _label(value):
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
-def textfile(service, release_id, history, verdict, now, floors=None):
+def textfile(service, release_id, history, verdict, now, floors=None, recovered=None):
     """node_exporter's textfile format (no timestamps): the last successful measurement, the last run's
     status, the drift streak and the release's gate verdict, labelled with service and release; `floors`
     ({"decode": tok/s, "accept": tau}, the floors drift is judged by) as gauges the alert rules compare with
@@ -153,6 +154,14 @@ def textfile(service, release_id, history, verdict, now, floors=None):
               1 if output.verdict == "pass" else 0, f',verdict="{_label(output.verdict)}"')
         gauge("output_known_right", "Known answers right in the last run's short output check.",
               output.known_right)
+    if recovered is not None:  # documents.Recovery: the last boot that found an interrupted switch
+        try:
+            at = datetime.datetime.fromisoformat(recovered.at).timestamp()
+        except ValueError:
+            at = None
+        gauge("boot_recovery_timestamp_seconds", "Unix time of the last boot recovery that changed something (an "
+              "interrupted switch rolled back or committed, installed files put back).", at,
+              f',action="{_label(recovered.action)}",interrupted="{_label(recovered.interrupted or "")}"')
     gauge("decode_floor_tokens_per_second", "The gate's min_decode_tok_s, the floor drift is judged by.",
           (floors or {}).get("decode"))
     gauge("accept_length_floor", "The acceptance length floor drift is judged by (gate min_accept_length or "
@@ -403,7 +412,8 @@ def run(args):
     try:
         path = write_textfile(args.textfile_dir, args.service, textfile(args.service, release_id, history, verdict,
                                                                         time.time(), {"decode": min_decode,
-                                                                                      "accept": min_accept}))
+                                                                                      "accept": min_accept},
+                                                                        store.state().recovered))
     except UnsafeDirectory as error:
         log(f"metrics NOT written: {error}", WARNING)
         return 1

@@ -296,6 +296,13 @@ class GateSection(Strict):
     concurrency: Annotated[StrictInt, Field(ge=1, le=256)] = Field(4, description="Parallel streams for the aggregate figure.")
     on_inconclusive: Literal["rollback", "keep"] = Field(
         "rollback", description="What to do when the measurement is too noisy or requests fail.")
+    max_rounds: Annotated[StrictInt, Field(ge=1, le=8)] = Field(
+        4, description="Measurement rounds at most: while the comparison with the baseline straddles the threshold, "
+                       "the gate measures the same prompts again (1: one round, decide or stay inconclusive). The "
+                       "error rates hold over all rounds (docs/releases-and-gate.md).")
+    rounds_budget_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        300.0, description="Seconds the rounds after the first may take in all; a round that would not fit is not "
+                           "started.")
 
     @field_validator("min_accept_length")
     @classmethod
