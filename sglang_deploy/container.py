@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from .hostside.preflight import findings as preflight_findings, probe as preflight_probe
+from .units import UVM_UNIT  # noqa: F401 - the device-node unit's name
 
 # The device groups of /proc/devices the server's nodes belong to: nvidia-frontend is 195 everywhere, the others
 # are dynamic (alloc_chrdev_region at module load) and can change at a host reboot.
@@ -88,8 +89,6 @@ def container_summary(facts: dict) -> list[str]:
     lines.append("JIT toolchain: " + ("complete" if not missing else "missing " + ", ".join(missing)))
     return lines
 
-
-UVM_UNIT = "sglang-deploy-nvidia-nodes.service"
 
 
 def proxmox_nodes(facts: dict, gpus: int | None = None) -> list[str]:

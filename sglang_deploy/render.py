@@ -15,6 +15,7 @@ from .hardening import DIRECTIVES as HARDENING_DIRECTIVES, directives as hardeni
 from .layout import ServiceLayout, venv_path
 from .profile import Profile
 from .safety import control_message
+from .units import recover_path, watch_paths  # noqa: F401 - the unit files render.py writes
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 _ENV_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
@@ -153,11 +154,6 @@ class RenderedWatch:
     exec_start: list[str]
 
 
-def watch_paths(service: str) -> tuple[str, str]:
-    """The watch's unit files: <service>-watch.service and <service>-watch.timer."""
-    return (f"/etc/systemd/system/{service}-watch.service", f"/etc/systemd/system/{service}-watch.timer")
-
-
 def render_watch(profile: Profile) -> RenderedWatch:
     """The perf watch's oneshot service and timer (same profile -> byte-identical files)."""
     from .layout import HOST_LIB, STORE_ROOT, host_program_argv
@@ -193,11 +189,6 @@ def render_watch(profile: Profile) -> RenderedWatch:
 class RenderedRecover:
     service: str
     exec_start: list[str]
-
-
-def recover_path(service: str) -> str:
-    """The boot recovery's unit (hostside/recover.py), ordered before the server's."""
-    return f"/etc/systemd/system/{service}-recover.service"
 
 
 def render_recover(profile: Profile) -> RenderedRecover:

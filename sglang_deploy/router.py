@@ -19,9 +19,9 @@ import shlex
 
 from .hostside.documents import GateSettings
 from .settings import RouterSettings, SettingsError
+from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
-ROUTER_SERVICE = "sglang-router"
 ROUTER_VENV = f"/opt/sglang-deploy/venvs/sglang-router-{ROUTER_VERSION}"
 ROUTER_LIB = "/opt/sglang-deploy/router"
 ROUTER_CONFIG_DIR = "/etc/sglang-deploy/sglang-router"

@@ -12,6 +12,8 @@ import ipaddress
 import re
 import unicodedata
 
+from .units import ROUTER_SERVICE, UVM_UNIT, beside_suffixes
+
 # Unicode categories refused in every value: control (C0, DEL, C1), format (bidi overrides, zero-width),
 # line and paragraph separators, surrogates.
 _REFUSED_CATEGORIES = {"Cc", "Cf", "Zl", "Zp", "Cs"}
@@ -119,19 +121,11 @@ def service_name_problem(name: str) -> str | None:
 
 
 # Names of units the tool writes beside a service's own <service>.service: derived from the code that names them
-# (render.watch_paths for the watch's service and timer, render.recover_path for the boot recovery, router.py's unit,
-# container.py's device-node unit), so a
+# (units.py: the watch's service and timer, the boot recovery, the router's unit, the device-node unit), so a
 # service named like one of them would overwrite it, and the host's marker check cannot tell them apart (review 4, R5).
 def tool_unit_names() -> tuple[set[str], set[str]]:
     """(fixed unit names, suffixes the tool appends to a service's name), without .service/.timer."""
-    from .container import UVM_UNIT
-    from .render import recover_path, watch_paths
-    from .router import ROUTER_SERVICE
-
-    probe = "x"
-    suffixes = {path.rsplit("/", 1)[1].rsplit(".", 1)[0][len(probe):] for path in (*watch_paths(probe),
-                                                                                     recover_path(probe))}
-    return {ROUTER_SERVICE, UVM_UNIT.rsplit(".", 1)[0]}, suffixes
+    return {ROUTER_SERVICE, UVM_UNIT.rsplit(".", 1)[0]}, beside_suffixes()
 
 
 def service_unit_collision(name: str) -> str | None:
