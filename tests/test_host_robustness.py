@@ -140,9 +140,9 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     nothing installed yet); its answer is the installed package's, `python3 -m hostside.<module>` from HOST_LIB."""
     from roles.facts import host_modules, inline_host
 
-    assert host_modules("store") == ["documents", "measurement", "output_result", "outputs", "reports", "service",
-                                     "store"]  # outputs: its history; measurement and output_result: a gate result's,
-    # imported when read (documents.LATER)
+    assert host_modules("store") == ["document", "documents", "measurement", "output_result", "outputs",
+                                     "preflight/__init__", "preflight/probe_answer", "reports", "service", "store"]
+    # outputs: its history; measurement and output_result: a gate result's; probe_answer: the preflight's answer
     assert {"weights/__init__", "weights/__main__", "weights/fetch", "weights/manifest", "weights/prune"} <= \
         set(host_modules("weights"))  # a sub-package: run as its __main__, with the modules it imports
     carried = subprocess.run(["sh", "-c", inline_host("weights", "--help")], cwd=tmp_path, capture_output=True, text=True)

@@ -1,5 +1,6 @@
 """No import loop among the repository's modules (controller, roles, host package, testbed): a module's own
-imports, at its top level or under `if __name__ == "__main__"`, never lead back to it."""
+imports, at its top level, under `if __name__ == "__main__"` or inside a function, never lead back to it. A loop
+hidden by a function-level import is a loop (layout review 4); only imports for type checking are left out."""
 
 import ast
 from pathlib import Path
@@ -14,27 +15,29 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def module_imports(path: Path, name: str, modules) -> set[str]:
-    """The repository's modules `path` imports when it is imported or run (not inside functions, not for typing)."""
+def module_imports(path: Path, name: str, modules, text: str | None = None) -> set[str]:
+    """The repository's modules `path` imports, wherever the import statement is (not for typing)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     found = set()
 
-    def visit(nodes):
-        for node in nodes:
-            if isinstance(node, ast.If) and not (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"):
-                visit(node.body + node.orelse)
-            elif isinstance(node, ast.Try):
-                visit(node.body + node.orelse + node.finalbody + [n for h in node.handlers for n in h.body])
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parent = package.split(".")[:len(package.split(".")) - node.level + 1]
-                    base = ".".join(parent + ([node.module] if node.module else []))
-                found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
+    def visit(node):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            return visit_all(node.orelse)
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([node.module] if node.module else []))
+            found.update([base] + [f"{base}.{alias.name}" for alias in node.names])
+        visit_all(ast.iter_child_nodes(node))
 
-    visit(ast.parse(path.read_text()).body)
+    def visit_all(nodes):
+        for node in nodes:
+            visit(node)
+
+    visit(ast.parse(text if text is not None else path.read_text()))
     return {m for m in found if m in modules and m != name}
 
 
@@ -65,3 +68,15 @@ def test_no_module_imports_itself_round_a_loop():
 
 def test_a_loop_is_found():
     assert import_loops({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_an_import_inside_a_function_counts():
+    """A planted module whose only import of the other is inside a function: the walk sees it, so a loop that a
+    local import hides is found."""
+    modules = {"pkg.a": None, "pkg.b": None}
+    text = "import os\n\ndef later():\n    from .b import thing\n    return thing\n"
+    typing = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .b import Thing\n"
+    assert module_imports(Path("pkg/a.py"), "pkg.a", modules, text) == {"pkg.b"}
+    assert module_imports(Path("pkg/a.py"), "pkg.a", modules, typing) == set()
+    graph = {"pkg.a": module_imports(Path("pkg/a.py"), "pkg.a", modules, text), "pkg.b": {"pkg.a"}}
+    assert import_loops(graph) == [["pkg.a", "pkg.b", "pkg.a"]]

@@ -18,15 +18,12 @@ Standard library only: shipped to the host with the rest of the package.
 
 from __future__ import annotations
 
-import dataclasses
-import json
-import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-if TYPE_CHECKING:  # imported through LATER, only where one is read; named here so that roles/facts.host_modules
-    from .measurement import Measurement  # carries it with this module (a store history read inline reads one)
-    from .output_result import OutputCheck
+from .document import _DOCUMENTS, Document, DocumentError, line  # noqa: F401 - the store's names for them
+from .measurement import Measurement  # a gate result's measurement
+from .output_result import OutputCheck  # a gate result's output check
 
 # The files of a release (releases/<id>/) and of the service's store root that are not typed below: named once.
 PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
@@ -36,124 +33,6 @@ TUNE_RESULTS_FILE = "tune-results.json"  # the tune's table of candidates (tune.
 AB_RESULTS_FILE = "ab-results.json"  # the doctor's A/B on request (doctor/ab.py), in the tune's shape
 WATCH_HISTORY_FILE = "watch.jsonl"  # the perf watch's measurements (hostside/watch.py)
 PACKAGES_FILE = "packages.json"  # the venv's packages and their hashes, copied in at stage time
-
-_TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), "dict": (dict,), "list": (list,),
-          "None": (type(None),)}
-
-
-_DOCUMENTS = {}  # every Document subclass by name (Document.__init_subclass__)
-# Documents of their own module, imported only when a field of their type is read (each frozen dataclass costs import
-# time, and this module is imported by every no-op deploy): the name -> the module that defines it.
-LATER = {"Measurement": ".measurement", "PreflightFacts": ".preflight.probe_answer", "OutputCheck": ".output_result",
-         "OutputCounts": ".output_result"}
-
-
-class DocumentError(ValueError):
-    """A store document that cannot be read as its type: the message names the document (and field)."""
-
-
-@dataclass(frozen=True)
-class Document:
-    FILE: ClassVar[str] = ""
-    FORMAT: ClassVar[int] = 1
-    RETIRED: ClassVar[frozenset] = frozenset()
-    OTHERS: ClassVar[bool] = False  # True: fields other than these are another reader's, dropped (ProfileSnapshot)
-    KEYS: ClassVar[dict] = {}  # attribute -> its key in the file, where the key is not a Python name ("from")
-
-    def __init_subclass__(cls, **kwargs):
-        super().__init_subclass__(**kwargs)
-        _DOCUMENTS[cls.__name__] = cls  # a field annotated with a document's name reads as that document
-
-    @classmethod
-    def field_names(cls) -> set:
-        return {f.name for f in dataclasses.fields(cls)}
-
-    @classmethod
-    def from_dict(cls, data, source=None):
-        """The strict reader (source: the file, for messages; default the document's file name)."""
-        name = source or cls.FILE or cls.__name__
-        if not isinstance(data, dict):
-            raise DocumentError(f"{name}: not a JSON object ({type(data).__name__})")
-        data = dict(data)
-        version = data.pop("format", 1) if cls.FILE else 1  # a part of a document has no format of its own
-        if type(version) is not int or version < 1 or version > cls.FORMAT:
-            raise DocumentError(f"{name}: format {version!r} is not one this sglang-deploy reads (1 to {cls.FORMAT});"
-                                " deploy with the tool that wrote it, or a newer one")
-        known = {cls.KEYS.get(f.name, f.name): f for f in dataclasses.fields(cls)}  # by the key in the file
-        unknown = sorted(set(data) - set(known) - cls.RETIRED)
-        if cls.OTHERS:  # the parts the host does not read (their validator is the controller's): left out
-            data, unknown = {key: value for key, value in data.items() if key in known}, []
-        if unknown:
-            raise DocumentError(f"{name}: unknown field {unknown[0]!r} ({cls.__name__} has: {', '.join(sorted(known))})")
-        values = {}
-        for key, spec in known.items():
-            if key not in data:
-                if spec.default is dataclasses.MISSING and spec.default_factory is dataclasses.MISSING:
-                    raise DocumentError(f"{name}: required field {key!r} is missing")
-                continue
-            values[spec.name] = _typed(name, key, spec.type, data[key])
-        return cls(**values)
-
-    def to_dict(self) -> dict:
-        return {self.KEYS.get(key, key): _plain(value)
-                for key, value in ((f.name, getattr(self, f.name)) for f in dataclasses.fields(self))}
-
-    def dump(self) -> str:
-        """The file's text: the fields and the format version."""
-        return json.dumps({"format": self.FORMAT, **self.to_dict()}, indent=1) + "\n"
-
-    @classmethod
-    def loads(cls, text, source=None):
-        try:
-            data = json.loads(text)
-        except ValueError as error:
-            raise DocumentError(f"{source or cls.FILE}: not JSON ({error})") from None
-        return cls.from_dict(data, source)
-
-    @classmethod
-    def load(cls, directory):
-        """Read FILE in a directory (a release's, or the store root); FileNotFoundError when it is not there."""
-        path = os.path.join(directory, cls.FILE)
-        with open(path) as f:
-            text = f.read()
-        return cls.loads(text, path)
-
-    def but(self, **changes):
-        return dataclasses.replace(self, **changes)
-
-
-def line(answer: Document) -> str:
-    """The answer as one JSON line with its format: what a host program prints for a reader of its output's last line
-    (outputs.py's answers, weights/status.SnapshotStatus)."""
-    return json.dumps({"format": answer.FORMAT, **answer.to_dict()})
-
-
-def _plain(value):
-    if isinstance(value, Document):
-        return value.to_dict()
-    if isinstance(value, (list, tuple)):
-        return [_plain(item) for item in value]
-    return value
-
-
-def _typed(name, key, annotation, value):
-    """value, checked against the field's annotation ("float | None", "GateSettings", "list[SnapshotMark]", ...)."""
-    kinds = [part.strip() for part in str(annotation).split("|")]
-    for kind in kinds:
-        if kind.startswith("list[") and isinstance(value, list):  # a list of documents: each one read as it
-            return [_typed(name, f"{key}[{index}]", kind[5:-1], item) for index, item in enumerate(value)]
-        document = _DOCUMENTS.get(kind)
-        if document is None and kind in LATER and isinstance(value, dict):
-            from importlib import import_module
-            import_module(LATER[kind], __package__)  # registers it
-            document = _DOCUMENTS[kind]
-        if document is not None and isinstance(value, dict):
-            return document.from_dict(value, f"{name} {key}")
-        accepted = _TYPES.get(kind, ())
-        if isinstance(value, accepted) and not (isinstance(value, bool) and kind in ("int", "float")):
-            return value
-    raise DocumentError(f"{name}: field {key!r} is {value!r}; accepted: {' or '.join(kinds)}")
-
 
 # --- the gate: releases/<id>/gate-config.json --------------------------------------------------------------
 

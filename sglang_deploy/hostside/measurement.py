@@ -11,9 +11,8 @@ tool stored on hosts: the fields added later have defaults saying what their abs
 sample's correct_drafts_histogram, 2026-12-02), and a failed run that the gate stored as its errors alone (before
 2026-12-04) reads as `Measurement.failed`. A field every version wrote is required.
 
-Its own module, not documents.py (imported by every no-op deploy) or outputs.py: four frozen dataclasses cost about
-3 ms of import; documents.py imports it only when it reads a gate result or a doctor's collection that holds a
-measurement (documents._typed, LATER). Standard library only: shipped to the host.
+Its own module, beside documents.py and outputs.py, which import it for the gate result's and the doctor's
+collection's field of its type. Standard library only: shipped to the host.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .documents import Document
+from .document import Document
 
 SOURCE = "hostside.bench's measurement"
 AGGREGATE_ROUNDS = 2  # bench.py --aggregate-rounds' default (the gate, the watch and the doctor leave it)

@@ -11,8 +11,8 @@ field of the check was written by every version (since 2026-12-01), so each is r
 and either its error or its answer, and its other fields were left out where they did not apply, hence their
 defaults.
 
-Its own module, not documents.py (imported by every no-op deploy): documents.py imports it only when it reads a gate
-result that holds an output check (documents._typed, LATER). Standard library only: shipped to the host.
+Its own module, beside documents.py and outputs.py, which import it for the gate result's and the perf watch's field
+of its type. Standard library only: shipped to the host.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from .documents import Document
+from .document import Document
 
 SOURCE = "hostside.output_check's result"
 

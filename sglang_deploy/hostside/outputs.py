@@ -9,22 +9,22 @@ is an error naming the answer and the field, never a value read as None. Each an
 checkout (the host package is this checkout's: roles/release.install_programs, roles/facts.inline_host), so every
 field the writer always writes is required.
 
-Kept out of documents.py and reports.py: those are imported by every no-op deploy (the store's state fact), and each
-frozen dataclass costs import time on both sides; import this module only where an answer is written or read.
+Kept out of documents.py and reports.py: those are imported by every no-op deploy (the store's state fact); import
+this module only where an answer is written or read.
 Standard library only: shipped to the host.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
 from .documents import Document, DocumentError, HistoryEvent, StoreState
 from .reports import TuneStatus, WatchEntry
 
-if TYPE_CHECKING:  # read through documents.LATER
-    from .measurement import Measurement
-    from .output_result import OutputCounts
+from .measurement import Measurement  # the doctor's collection's
+from .output_result import OutputCounts  # the perf watch's answer's
+from .preflight.probe_answer import PreflightFacts  # the preflight's answer's
 
 
 # --- the preflight's report: /run/sglang-deploy/preflight/<service>.json (hostside/preflight/runner.py) ----------
@@ -41,7 +41,7 @@ class PreflightFinding(Document):
 @dataclass(frozen=True)
 class PreflightReport(Document):
     """The runner's --json (roles/release.py reads it after a deploy's preflight; doctor_collect.sandbox_view after
-    the doctor's). Its facts are read through documents.LATER (preflight/probe_answer.py, imported on first read)."""
+    the doctor's). Its facts: preflight/probe_answer.py."""
     FILE: ClassVar[str] = "preflight/<service>.json"
     findings: list[PreflightFinding]
     seconds: int | float
@@ -140,7 +140,7 @@ class DoctorCollection(Document):
     active: str | None  # the active release; None: none
     errors: list  # what could not be read, each a sentence
     meta: dict  # the active release's meta.json ({}: none)
-    gate: Measurement | None  # the measurement (the gate's, or the collector's own); None: none (documents.LATER)
+    gate: Measurement | None  # the measurement (the gate's, or the collector's own); None: none
     environ: dict  # the server process's environment
     log_findings: dict  # SGLang's own log lines (evidence.log_findings)
     costly_env: list  # costly variables the release did not declare (evidence.costly_undeclared)

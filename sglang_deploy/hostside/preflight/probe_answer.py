@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ..documents import Document
+from ..document import Document
 
 SOURCE = "the preflight probe's answer"
 
