@@ -91,6 +91,9 @@ def test_an_assumed_factor_is_measured_but_never_adopted():
     assert "club-3090" in hardware.assumed_factors(machine, {"--attention-backend": "fa3"})
     assert hardware.assumed_factors(machine, {"--kv-cache-dtype": "fp8_e4m3"})
     assert hardware.assumed_factors(machine, {"--attention-backend": "flashinfer", "--kv-cache-dtype": "bf16"}) is None
+    model = hardware.load_data("qwen3.6-27b-fp8")  # a token map's net gain rests on an assumed out-of-map share
+    assert "out_of_map_share" in hardware.assumed_factors(machine, {"--speculative-token-map": "/m.pt"}, model)
+    assert hardware.assumed_factors(machine, {"--speculative-token-map": "/m.pt"}) is None  # no model, no claim
     flags = flags_of(PROVEN)
 
     def assumed(candidate):
@@ -119,9 +122,9 @@ def test_no_committed_profile_claims_an_assumed_gain():
     was removed)."""
     from sglang_deploy.profile import load_profile
 
-    machine = hardware.load_data("2xa6000-pcie")
+    machine, model = hardware.load_data("2xa6000-pcie"), hardware.load_data("qwen3.6-27b-fp8")
     for path in sorted(PROVEN.parent.glob("*.yaml")):
-        assert hardware.assumed_factors(machine, load_profile(path).sglang.flags) is None, path
+        assert hardware.assumed_factors(machine, load_profile(path).sglang.flags, model) is None, path
 
 
 @pytest.mark.parametrize("backend, words", [("fa3", "run_mha_fwd<86> for bf16, fp16 only"),

@@ -201,15 +201,24 @@ ASSUMED_TABLES = {"--attention-backend": "attention_backends", "--speculative-dr
                   "--kv-cache-dtype": "kv_cache_dtypes"}
 
 
-def assumed_factors(machine: dict, flags: dict) -> str | None:
-    """Which of these flag values the simulator speeds up or slows down only by an assumed factor (the table's
-    `_assumed`: no measurement on that card and engine); None when every factor they touch is measured or 1.0."""
+# Flags whose modelled effect rests on the model's data (sim/data/<model>.json): the table of that data they read.
+MODEL_ASSUMED = {"--speculative-token-map": "token_map"}
+
+
+def assumed_factors(machine: dict, flags: dict, model: dict | None = None) -> str | None:
+    """Which of these flag values the simulator speeds up or slows down only by an assumed factor (the machine's or
+    the model's `_assumed`: no measurement on that card and engine); None when every factor they touch is measured or
+    1.0."""
     found = []
     for flag, table in ASSUMED_TABLES.items():
         value = flags.get(flag)
         why = ((machine.get(table) or {}).get("_assumed") or {}).get(value) if isinstance(value, str) else None
         if why:
             found.append(f"{flag} {value} x{(machine.get(table) or {}).get(value)} ({why})")
+    for flag, table in MODEL_ASSUMED.items():
+        if flags.get(flag):
+            found += [f"{flag}: {name} ({why})" for name, why in ((model or {}).get(table, {}).get("_assumed") or {})
+                      .items()]
     return "; ".join(found) or None
 
 

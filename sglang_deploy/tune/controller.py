@@ -142,12 +142,15 @@ class Runner(HostSession):
             return None
         from ..sim import hardware
 
-        machine = hardware.load_data(self.profile.env_values().get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
+        env = self.profile.env_values()
+        machine = hardware.load_data(env.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
+        model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
         original = self.original_flags
 
         def assumed(candidate):
             flags = {**original, **candidate.flag_changes}
-            return hardware.assumed_factors(machine, {k: v for k, v in flags.items() if k in candidate.flag_changes})
+            return hardware.assumed_factors(machine, {k: v for k, v in flags.items() if k in candidate.flag_changes},
+                                            model)
 
         return assumed
 
