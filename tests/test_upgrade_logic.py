@@ -145,3 +145,23 @@ def test_the_verdict_names_the_default_whose_pin_brings_the_speed_back(tmp_path)
     flat = [(d, measured(41.0, d.name)) for d in defaults]
     assert not bisect_release.verdict(measured(52.0, "good"), measured(41.0, "refused"), flat,
                                       objective)["culprits"]
+
+
+def test_a_half_built_environment_is_rebuilt_and_a_failed_build_names_the_field_and_the_command(tmp_path, monkeypatch):
+    """A validator environment of the profile's release left half-built (no completion marker: an interrupted
+    build) is never used; when its rebuild fails the error names sglang.version and the command, and nothing half
+    built is left."""
+    from sglang_deploy import validator_env
+
+    monkeypatch.setattr(validator_env, "CACHE_DIR", tmp_path)
+    target = validator_env.env_dir(OLDEST)
+    (target / "bin").mkdir(parents=True)
+    (target / "bin" / "python").write_text("#!/bin/sh\nexit 0\n")  # half-built: no .complete
+    assert not validator_env.env_built(OLDEST)
+    monkeypatch.setattr(validator_env, "installer", lambda python: ["false"])  # the package index is unreachable
+    with pytest.raises(validator_env.ValidatorEnvError) as error:
+        validator_env.ensure_env(OLDEST, quiet=True)
+    message = str(error.value)
+    assert message.startswith(f"sglang.version {OLDEST}: could not create the validation environment")
+    assert f"`sglang-deploy sglang add {OLDEST} --check`" in message and "nothing half-built is used" in message
+    assert not target.exists()
