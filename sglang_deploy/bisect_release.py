@@ -30,6 +30,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from .releases.upgrade import SECRET_DESTS
 from .tune import edit as tune_edit, search as tune
 
 SPEC_COUNTS = tune.SPEC_COUNT_FLAGS
@@ -110,9 +111,6 @@ class DefaultChange:
     old: object  # the good release's value
     new: object  # the refused release's value
     pin: tuple = ()  # ((flag, value),): the refused release's flags that set `old`; () when none can
-
-
-SECRET_DESTS = ("api_key", "admin_api_key")
 
 
 def pin_flags(action: dict, value) -> tuple:
@@ -324,6 +322,11 @@ def verdict(good: tune.Measured, refused: tune.Measured, alone: list, objective:
         if len(recovered) > 1:
             text += "; also faster pinned back: " + ", ".join(f"{d.name} ({change_pct(m, refused):+.1f} %)"
                                                              for d, m in recovered[1:])
+        if culprits:  # a flag or environment difference that costs speed alone on the good release, too
+            text += "; also slower alone: " + ", ".join(f"{d.name} ({change_pct(m, good):+.1f} %)"
+                                                        for d, m in culprits)
+            named += [{"difference": d.name, "kind": d.kind, "changes": d.text(), "decode": m.median_decode,
+                       "change_pct": change_pct(m, good)} for d, m in culprits]
         if failing:
             text += "; fails: " + ", ".join(f"{d.name} ({m.error or m.invalid_reason})" for d, m in failing)
         return {"reproduced": reproduced, "slowdown_pct": slowdown, "culprits": named,
