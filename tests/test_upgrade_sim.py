@@ -24,7 +24,7 @@ OLD, NEW = releases.versions()[0], releases.newest_reviewed()
 CHANGED = "enable_fused_qk_norm_rope"
 FAULT = f"{CHANGED}=null"
 # Small gate settings (the verdict's path, not its statistics): the faulted release is 25 % slower.
-SMALL_GATE = {"samples: 8 ": "samples: 3 ", "max_new_tokens: 256": "max_new_tokens: 96", "warmup: 1": "warmup: 0"}
+SMALL_GATE = {"samples: 8 ": "samples: 3 ", "max_new_tokens: 256": "max_new_tokens: 64", "warmup: 1": "warmup: 0"}
 
 
 def profile(tmp_path, version, name, fault=False):
@@ -109,7 +109,7 @@ def test_upgrade_round_trip_with_a_planted_regression_and_the_bisect(simhost, tm
     # the bisect across releases: each changed resolved default pinned back alone on the newer release
     started = time.monotonic()
     result = simhost.pyinfra("doctor.py", "--data", f"profile={old_profile}", "--data", f"bisect={refused['id']}",
-                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=24",
+                             "--data", "tune_samples=1", "--data", "tune_max_new_tokens=16",
                              "--data", "tune_heartbeat_s=90", timeout=500)
     output = result.stdout + result.stderr
     print(output[-3000:], f"bisect: {time.monotonic() - started:.0f} s")
