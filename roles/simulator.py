@@ -37,7 +37,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "sglang_deploy"
 SIM_PACKAGE = PACKAGE / "sim"
 SHIM = """#!/usr/bin/python3
 # SIMULATED SGLang: sglang-deploy's model-only stand-in for the GPU server (sglang_deploy.sim), not the real sglang.
+# It serves SGLang {version}'s option table and reports that release in /server_info (the profile's sglang.version).
+import os
 import sys
+os.environ["SGLANG_SIM_SGLANG_VERSION"] = "{version}"
 sys.path.insert(0, "{lib}")
 from sglang_sim.server import main
 sys.exit(main(sys.argv[1:]))
@@ -61,18 +64,37 @@ PLUGIN_FILES = {
 SIM_SERVERS = ("sglang", "model")
 
 
+class SimServerError(ValueError):
+    """A profile the chosen simulated server cannot serve: the message names the field and what to run instead."""
+
+
+def check_server(profile: Profile, server: str) -> None:
+    """`sglang` runs the simulated host's one SGLang install (the newest reviewed release); any other release the
+    tool has data for is served by the model-only simulator, labelled (docs/sglang-releases.md: fitting another
+    release's own front end onto the simulated host is not done)."""
+    from sglang_deploy import releases
+
+    if server not in SIM_SERVERS:
+        raise SimServerError(f"sim_server: {server!r}; accepted: {', '.join(SIM_SERVERS)}")
+    host_release = releases.newest_reviewed()
+    if server == "sglang" and profile.sglang.version != host_release:
+        raise SimServerError(
+            f"sglang.version {profile.sglang.version}: the simulated host's SGLang install (sim_server=sglang) is "
+            f"SGLang {host_release} only; serve SGLang {profile.sglang.version} with the model-only simulator "
+            "(--data sim_server=model), whose option table and /server_info are that release's")
+
+
 def banner(profile: Profile, sim_server: str) -> str:
     """Every deploy to the simulated host says what stands in for the GPU server."""
     server = (f"the GPU server is SGLang {profile.sglang.version}'s own front end with a modelled Scheduler (a "
               "hardware model of 2x RTX A6000)" if sim_server == "sglang" else
-              "the GPU server is the model-only simulator sglang_deploy.sim (a hardware model of 2x RTX A6000), not "
-              "SGLang")
+              "the GPU server is the model-only simulator sglang_deploy.sim (a hardware model of 2x RTX A6000) with "
+              f"SGLang {profile.sglang.version}'s option table, MODEL-ONLY: not SGLang's front end")
     return f"SIMULATED HOST: {server}; systemd, SSH and HTTP are real."
 
 
 def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shipment:
-    if server not in SIM_SERVERS:
-        raise ValueError(f"sim_server: {server!r}; accepted: {', '.join(SIM_SERVERS)}")
+    check_server(profile, server)
     venv = venv_path(profile)
     lib = f"{venv}/lib/sglang-sim"
     members = shipment.tree(SIM_PACKAGE, f"{lib.lstrip('/')}/sglang_sim")
@@ -80,7 +102,7 @@ def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shi
     # judges a backend x KV x draft combination at start with the release's start-feasibility data.
     members += [(f"{lib.lstrip('/')}/sglang_deploy/{name}", (PACKAGE / name).read_bytes(), 0o644)
                 for name in ("__init__.py", "flag_table.py", "start_feasibility.py", "gpu_facts.py")]
-    # The release folders' data and their loader (the simulator's version is the newest reviewed release's).
+    # The release folders' data and their loader (the model-only simulator serves the profile's release).
     members += [member for member in shipment.tree(PACKAGE / "releases", f"{lib.lstrip('/')}/sglang_deploy/releases")
                 if not member[0].endswith(".py") or member[0].endswith("/releases/__init__.py")]
     if server == "sglang":
@@ -88,7 +110,7 @@ def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shi
         members += [(f"{lib.lstrip('/')}/{PLUGIN_DIST}/{name}", text.encode(), 0o644)
                     for name, text in PLUGIN_FILES.items()]
     else:
-        shim = SHIM.format(lib=lib)
+        shim = SHIM.format(lib=lib, version=profile.sglang.version)
     members += [(f"{venv.lstrip('/')}/bin/sglang", shim.encode(), 0o755)]
     return shipment.build("simulator", "/", f"{venv}/.manifest-simulator", members)
 

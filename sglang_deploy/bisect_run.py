@@ -4,7 +4,8 @@ The good release is the active one (after the gate refused a release, the one it
 host data `profile`; the refused release is a retained one, its profile read from its profile.json on the host.
 In the tune's host session (tune/host.py HostSession: the lock, temporary releases, the original restored) it
 measures the good release, the refused one as it is, and the good one with each single difference alone
-(bisect_release.differences), with the tune's measurement settings (tune_repeats, tune_samples, ...) and within
+(bisect_release.differences; across SGLang releases, the refused one with each changed resolved default pinned back,
+from the two releases' resolved.json), with the tune's measurement settings (tune_repeats, tune_samples, ...) and within
 tune_budget_s; bisect_release.verdict names the difference that costs the speed. Output: the table, and
 results/<host>/<release>-bisect-<time>.json.
 """
@@ -72,9 +73,13 @@ class Bisect(HostSession):
         if not isinstance(refused_profile, dict):
             raise TuneError(f"release {self.release} has no readable {documents.PROFILE_FILE} on the host: its "
                             "differences cannot be named; nothing was changed")
+        # across SGLang releases: the fields whose resolved value changed, from each release's own resolution
+        resolved = tuple((self.read_host_json(release, documents.RESOLVED_FILE) or {}).get("resolved")
+                         for release in (self.active, self.release))
         try:
             self.differences, ignored = bisect_release.differences(self.profile.model_dump(mode="json"),
-                                                                   refused_profile)
+                                                                   refused_profile,
+                                                                   resolved if all(resolved) else None)
         except bisect_release.BisectError as error:
             raise TuneError(str(error)) from None
         gate = self.gate_result(self.release)

@@ -84,8 +84,10 @@ def ensure_env(version: str, quiet: bool = False) -> Path:
             if result.returncode != 0:
                 shutil.rmtree(target, ignore_errors=True)
                 raise ValidatorEnvError(
-                    f"could not create the validation environment for SGLang {version}: "
-                    f"{' '.join(step[:6])} ... failed:\n{result.stderr.strip()[-2000:]}"
+                    f"sglang.version {version}: could not create the validation environment for SGLang {version} "
+                    f"in {target} (removed again, nothing half-built is used): {' '.join(step[:6])} ... failed; "
+                    f"build it alone with `sglang-deploy sglang add {version} --check` (writes no release data):\n"
+                    f"{result.stderr.strip()[-2000:]}"
                 )
         (target / ".complete").write_text(f"{version} recipe {ENV_RECIPE} {_base_digest(version)}\n")
     return python
@@ -164,8 +166,11 @@ def ensure_full_layer(version: str, quiet: bool = False) -> Path:
             result = subprocess.run(step, capture_output=True, text=True, env=scrubbed_environment())
             if result.returncode != 0:
                 shutil.rmtree(target, ignore_errors=True)
-                raise ValidatorEnvError(f"could not add the full-resolution layer to {env_dir(version)}: "
-                                        f"{' '.join(step[:6])} ... failed:\n{result.stderr.strip()[-2000:]}")
+                raise ValidatorEnvError(f"sglang.version {version}: could not add the full-resolution layer to "
+                                        f"{env_dir(version)} (removed again, nothing half-built is used): "
+                                        f"{' '.join(step[:6])} ... failed; build it alone with `sglang-deploy "
+                                        f"sglang add {version} --check` (writes no release data):\n"
+                                        f"{result.stderr.strip()[-2000:]}")
         shutil.copy(STANDIN_DIR / "nvidia-smi", target / "bin" / "nvidia-smi")
         (target / "bin" / "nvidia-smi").chmod(0o755)
         marker.write_text(digest + "\n")

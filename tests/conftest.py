@@ -271,6 +271,8 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_fleet_sim.py",  # about 250 s
                  "test_tune_sim.py::test_tune_from_the_incident_finds_the_optimum_within_its_budget",
                  "test_doctor_sim.py::test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it",  # 120 s
+                 # an upgrade's round trip (issue 47): 3 gated deploys, a rollback, the bisect across releases
+                 "test_upgrade_sim.py",
                  "test_gate_sim.py::test_a_faster_release_that_answers_garbage_never_passes",  # about 110 s
                  "test_watch_sim.py", "test_sim.py",  # 170-190 s
                  "test_drafter_sim.py",  # two tests, 80-100 s each

@@ -19,7 +19,9 @@ from sglang_deploy import releases  # shipped next to this package on a simulate
 
 from . import hardware
 
-SGLANG_VERSION = releases.newest_reviewed()  # the release the simulator's option table and /server_info are of
+# The release the simulator's option table and /server_info are of: the profile's (the model-only server's shim sets
+# SGLANG_SIM_SGLANG_VERSION, roles/simulator.py), else the newest reviewed (the simulated host's SGLang install).
+SGLANG_VERSION = os.environ.get("SGLANG_SIM_SGLANG_VERSION") or releases.newest_reviewed()
 DECODE_LOG_INTERVAL = 40
 EOS_TOKEN = 248046  # <|im_end|>, what a finished chat answer matched  # cycles between "Decode batch" log lines, as SGLang's --decode-log-interval
 WORDS = ("the", "model", "server", "token", "decode", "graph", "memory", "bandwidth", "cache", "layer",
@@ -37,6 +39,26 @@ ANSWER_BOOK = json.loads((Path(__file__).with_name("data") / "answers.json").rea
 # prompts), diverge (right answers, then words that differ from one server start to the next).
 OUTPUT_FAULTS = ("garbage", "wrong-answers", "diverge")
 GARBAGE_SPEEDUP = 0.85
+# SGLANG_SIM_FAULT_SLOW_RESOLVED=<dest>=<JSON value> (the planted upgrade regression): every cycle SLOW_RESOLVED_PCT %
+# slower where the release's own resolution holds that value for that field; planted in both releases of an upgrade,
+# it costs speed only in the release whose changed default resolves to it (e.g. enable_fused_qk_norm_rope=null: a
+# tri-state default left to SGLang's own choice in one release, False in the one before).
+SLOW_RESOLVED_PCT = 25
+
+
+def slow_resolved(value: str | None, resolved: dict) -> bool:
+    """Whether the planted fault applies: the named resolved field holds the named value (JSON; a word that is not
+    JSON is a string). A field the resolution lacks never matches."""
+    if not value or "=" not in value:
+        return False
+    dest, _, raw = value.partition("=")
+    try:
+        wanted = json.loads(raw)
+    except ValueError:
+        wanted = raw
+    return dest.strip() in resolved and resolved[dest.strip()] == wanted
+
+
 # The graph phases SGLang counts as decode-side (internal_state.py _DECODE_GRAPH_PHASES)
 DECODE_GRAPH_PHASES = ("decode", "target_verify", "draft_decode", "draft_extend")
 
@@ -111,6 +133,10 @@ class Engine:
         if at_attention and (resolved.get("attention_backend") or "flashinfer") != at_attention.strip():
             fault = None
         self.output_fault = fault if fault in OUTPUT_FAULTS else None
+        if slow_resolved(env.get("SGLANG_SIM_FAULT_SLOW_RESOLVED"), resolved):
+            self.slowdown *= 1 + SLOW_RESOLVED_PCT / 100
+            log.info("SIMULATED FAULT: %s: every cycle %d %% slower", env["SGLANG_SIM_FAULT_SLOW_RESOLVED"],
+                     SLOW_RESOLVED_PCT)
         if self.output_fault == "garbage":
             self.slowdown *= GARBAGE_SPEEDUP
         self.collapse = env.get("SGLANG_SIM_ACCEPT_COLLAPSE") == "1"

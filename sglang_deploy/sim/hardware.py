@@ -244,9 +244,10 @@ def combination_problem(eff: Effective, machine: dict) -> str | None:
     """The backend x KV dtype x draft backend combination judged together, as the real card would at start
     (start_feasibility.py's data for the simulated SGLang release on the machine's compute capability): fa3 or triton with
     fp8_e4m3 KV on sm_86 fails although each value alone runs."""
-    from sglang_deploy import gpu_facts, releases, start_feasibility  # shipped beside the simulator (roles/simulator.py)
+    from sglang_deploy import gpu_facts, start_feasibility  # shipped beside the simulator (roles/simulator.py)
 
-    data = start_feasibility.load(releases.newest_reviewed())  # the simulated host's release (engine.SGLANG_VERSION)
+    from .engine import SGLANG_VERSION  # the release the simulator serves
+    data = start_feasibility.load(SGLANG_VERSION)
     known = [gpu for gpu in gpu_facts.KNOWN.values() if gpu.name == machine.get("gpu")]
     if data is None or not known:
         return None

@@ -25,6 +25,8 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
   SGLANG_SIM_STREAM_ERROR_AFTER=N         a /generate stream ends with SGLang's in-band error chunk after N tokens
   SGLANG_SIM_STREAM_ABORT_AFTER=N         a /generate stream's last chunk is an abort after N tokens
   SGLANG_SIM_GRAPH_CAPTURE_FAIL=1         decode CUDA graph capture fails: the server dies, as SGLang does
+  SGLANG_SIM_FAULT_SLOW_RESOLVED=DEST=JSON every cycle 25 % slower where the resolution holds that value (an upgrade's
+                                        changed default that costs speed: engine.slow_resolved)
   SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE=1 speculative decode runs eager (vllm#35387): slower than none
   SGLANG_SIM_AUTH_BROKEN=1                the API key is configured but not enforced (any request is served)
   SGLANG_SIM_RESOLVED=FILE                SGLang's resolution of this command line (resolution.py); by
