@@ -15,13 +15,10 @@ import time
 import uuid
 from pathlib import Path
 
-from sglang_deploy import releases  # shipped next to this package on a simulated host
 
 from . import hardware
 
-# The release the simulator's option table and /server_info are of: the profile's (the model-only server's shim sets
-# SGLANG_SIM_SGLANG_VERSION, roles/simulator.py), else the newest reviewed (the simulated host's SGLang install).
-SGLANG_VERSION = os.environ.get("SGLANG_SIM_SGLANG_VERSION") or releases.newest_reviewed()
+SGLANG_VERSION = hardware.served_version()  # the release the simulator's option table and /server_info are of
 DECODE_LOG_INTERVAL = 40
 EOS_TOKEN = 248046  # <|im_end|>, what a finished chat answer matched  # cycles between "Decode batch" log lines, as SGLang's --decode-log-interval
 WORDS = ("the", "model", "server", "token", "decode", "graph", "memory", "bandwidth", "cache", "layer",

@@ -240,14 +240,23 @@ def start_problem(eff: Effective, machine: dict) -> str | None:
     return combination_problem(eff, machine)
 
 
+def served_version() -> str:
+    """The release the simulator serves: the profile's (the model-only server's shim sets SGLANG_SIM_SGLANG_VERSION,
+    roles/simulator.py), else the newest reviewed (the simulated host's SGLang install)."""
+    import os
+
+    from sglang_deploy import releases  # shipped beside the simulator (roles/simulator.py)
+
+    return os.environ.get("SGLANG_SIM_SGLANG_VERSION") or releases.newest_reviewed()
+
+
 def combination_problem(eff: Effective, machine: dict) -> str | None:
     """The backend x KV dtype x draft backend combination judged together, as the real card would at start
     (start_feasibility.py's data for the simulated SGLang release on the machine's compute capability): fa3 or triton with
     fp8_e4m3 KV on sm_86 fails although each value alone runs."""
     from sglang_deploy import gpu_facts, start_feasibility  # shipped beside the simulator (roles/simulator.py)
 
-    from .engine import SGLANG_VERSION  # the release the simulator serves
-    data = start_feasibility.load(SGLANG_VERSION)
+    data = start_feasibility.load(served_version())
     known = [gpu for gpu in gpu_facts.KNOWN.values() if gpu.name == machine.get("gpu")]
     if data is None or not known:
         return None
