@@ -192,13 +192,13 @@ class RenderedRecover:
 
 
 def render_recover(profile: Profile) -> RenderedRecover:
-    """The boot recovery's oneshot unit (same profile -> byte-identical file)."""
+    """The boot recovery's oneshot unit: the service's, not the profile's (every profile of a service -> one
+    byte-identical file, so a deploy refused after the host's preparation leaves it as it was)."""
     from .layout import HOST_LIB, host_program_argv
 
     argv = host_program_argv("recover", "--service", profile.service.name)
     service = _jinja().get_template("sglang-recover.service.j2").render(
-        exec_start=exec_start_line(argv), working_directory=unit_value(HOST_LIB), profile=profile,
-        service=profile.service)
+        exec_start=exec_start_line(argv), working_directory=unit_value(HOST_LIB), service=profile.service)
     check_unit_structure(service, argv, keys=RECOVER_KEYS)
     return RenderedRecover(service=service, exec_start=argv)
 

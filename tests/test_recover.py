@@ -172,6 +172,9 @@ def test_the_recovery_is_listed_and_its_unit_runs_before_the_server(store):
     unit = {(section, key): value for section, key, value in parse_unit(render_recover(load_profile(PROVEN)).service)}
     assert unit[("Unit", "Before")] == "sglang.service" and unit[("Service", "Type")] == "oneshot"
     assert unit[("Install", "WantedBy")] == "sglang.service multi-user.target"
+    # the service's unit, not the profile's: another profile of the service renders the same bytes
+    other = load_profile(PROVEN.parent / "qwen3.6-27b-mtp1-2xa6000.yaml")
+    assert other.service.name == "sglang" and render_recover(other).service == render_recover(load_profile(PROVEN)).service
 
 
 def test_the_perf_watch_shows_the_last_recovery():

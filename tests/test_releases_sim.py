@@ -1,6 +1,7 @@
 """Releases on the simulated CT129: rollback, automatic rollback, interrupted switches, lock, retention."""
 
 import json
+import re
 import signal
 import subprocess
 import time
@@ -118,8 +119,9 @@ def test_crash_at_start_rolls_back_automatically(simhost, tmp_path):
     assert f"automatic rollback to {good}: healthy again" in output
     assert f"what the service user wrote was moved aside for forensics: {STORE}/forensics/" in output
     store = assert_running(simhost, good)
-    bad = [r for r in store["releases"] if r.get("verdict") == "bad"]
-    assert bad and bad[-1]["history"][-1]["event"].startswith("failed to start")
+    failed = re.search(r"release (\d{4}-[0-9a-f]{8}) FAILED", output)  # this deploy's release, not another test's
+    bad = [r for r in store["releases"] if r.get("verdict") == "bad" and failed and r["id"] == failed.group(1)]
+    assert bad and bad[-1]["history"][-1]["event"].startswith("failed to start"), failed
 
 
 def test_hang_at_start_times_out_and_rolls_back(simhost, tmp_path):

@@ -23,8 +23,10 @@ OLD, NEW = releases.versions()[0], releases.newest_reviewed()
 # the older, None, SGLang's own choice, in the newer), and under this fault the newer's value costs 25 % per cycle.
 CHANGED = "enable_fused_qk_norm_rope"
 FAULT = f"{CHANGED}=null"
-# Small gate settings (the verdict's path, not its statistics): the faulted release is 25 % slower.
-SMALL_GATE = {"samples: 8 ": "samples: 3 ", "max_new_tokens: 256": "max_new_tokens: 64", "warmup: 1": "warmup: 0"}
+# Short gate settings (the verdict's path, not its statistics): the faulted release is 25 % slower. The proven 8
+# samples stay: with 3 paired prompts the comparison against a baseline another module left on the worker's host
+# straddled the threshold for 4 looks (CI, 2026-12-06).
+SMALL_GATE = {"max_new_tokens: 256": "max_new_tokens: 64", "warmup: 1": "warmup: 0"}
 
 
 def profile(tmp_path, version, name, fault=False):
