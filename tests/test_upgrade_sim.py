@@ -23,10 +23,12 @@ OLD, NEW = releases.versions()[0], releases.newest_reviewed()
 # the older, None, SGLang's own choice, in the newer), and under this fault the newer's value costs 25 % per cycle.
 CHANGED = "enable_fused_qk_norm_rope"
 FAULT = f"{CHANGED}=null"
-# Short gate settings (the verdict's path, not its statistics): the faulted release is 25 % slower. The proven 8
-# samples stay: with 3 paired prompts the comparison against a baseline another module left on the worker's host
-# straddled the threshold for 4 looks (CI, 2026-12-06).
-SMALL_GATE = {"max_new_tokens: 256": "max_new_tokens: 64", "warmup: 1": "warmup: 0"}
+# Short gate settings (the verdict's path, not its statistics): the faulted release is 25 % slower (ratio about 0.80),
+# the threshold 0.85. The first deploy is compared with whatever baseline another module left on the worker's host,
+# measured with the profile's full settings: with 3 pairs, or at 0.95, it straddled for 4 looks under CI's load
+# (ratio 0.97, 2026-12-06), so the proven 8 samples stay and the tolerance is wider.
+SMALL_GATE = {"max_new_tokens: 256": "max_new_tokens: 64", "warmup: 1": "warmup: 0",
+              "max_regression_pct: 10": "max_regression_pct: 30"}
 
 
 def profile(tmp_path, version, name, fault=False):
