@@ -15,7 +15,7 @@ from pathlib import Path
 from .profile import Profile, ProfileError, line_of, load_profile
 from . import safety
 from .settings import DEFAULT_API_KEY_ENV, HostSettings, SettingsError, origin
-from .render import RenderError, Rendered, render
+from .render import ADMIN_KEY_PREFIX, RenderError, Rendered, render
 from .validate import check_profile
 from .validator_env import ValidatorEnvError
 
@@ -195,7 +195,7 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
     try:
         # the admin key: new for each plan; the host keeps the one it has unless the secrets file changes otherwise
         # (render.secrets_digest), so it is never read back, printed or given to a client
-        rendered = render(profile, api_key=api_key, port=port, admin_key=secrets.token_urlsafe(32),
+        rendered = render(profile, api_key=api_key, port=port, admin_key=ADMIN_KEY_PREFIX + secrets.token_urlsafe(32),
                           cuda_home=f"/usr/local/cuda-{cuda_version}" if cuda_version else None, node=node,
                           max_jobs=(detected or {}).get("cpus"))
     except RenderError as error:

@@ -285,6 +285,11 @@ def check_unit_structure(unit: str, argv: list[str] | None, sections: tuple = UN
 
 
 ADMIN_KEY_LINE = "admin-api-key: "
+# Every admin key the tool generates starts with this (plan.py): SGLang merges the --config file into its argv as
+# `--admin-api-key <key>`, and argparse reads a key that starts with '-' as an option and refuses to start
+# (token_urlsafe gives one in 64). A host's admin key without it is not counted as one, so the file is rewritten.
+ADMIN_KEY_PREFIX = "sgladm-"
+ADMIN_KEY_WRITTEN = f'{ADMIN_KEY_LINE}"{ADMIN_KEY_PREFIX}'  # the line as the template writes it (tojson)
 
 
 def secrets_digest(text: str) -> str:
@@ -295,7 +300,7 @@ def secrets_digest(text: str) -> str:
     if lines and lines[-1] == "":
         lines.pop()
     public = "".join(line + "\n" for line in lines if not line.startswith(ADMIN_KEY_LINE))
-    count = sum(line.startswith(ADMIN_KEY_LINE) for line in lines)
+    count = sum(line.startswith(ADMIN_KEY_WRITTEN) for line in lines)
     return hashlib.sha256(f"{public}{count}\n".encode()).hexdigest()
 
 
@@ -303,7 +308,7 @@ def secrets_digest_command(path: str) -> str:
     """The host's side of secrets_digest (grep and sha256sum: no key in any command line or output); prints nothing
     when the file is absent."""
     quoted = shlex.quote(path)
-    return (f"test -f {quoted} && {{ grep -v '^{ADMIN_KEY_LINE}' {quoted}; grep -c '^{ADMIN_KEY_LINE}' {quoted}; }} "
+    return (f"test -f {quoted} && {{ grep -v '^{ADMIN_KEY_LINE}' {quoted}; grep -c '^{ADMIN_KEY_WRITTEN}' {quoted}; }} "
             "| sha256sum | cut -d' ' -f1")
 
 

@@ -13,8 +13,8 @@ from roles import secrets
 from roles.facts import SecretsDigest
 from sglang_deploy.render import secrets_digest, secrets_digest_command
 
-SECRETS = 'api-key: "sk-fixture-0123456789abcdef"\nadmin-api-key: "admin-one"\n'
-SAME_BUT_ADMIN = 'api-key: "sk-fixture-0123456789abcdef"\nadmin-api-key: "admin-two"\n'
+SECRETS = 'api-key: "sk-fixture-0123456789abcdef"\nadmin-api-key: "sgladm-one"\n'
+SAME_BUT_ADMIN = 'api-key: "sk-fixture-0123456789abcdef"\nadmin-api-key: "sgladm-two"\n'
 PATH = "/etc/sglang-deploy/sglang/secrets.yaml"
 CONFIG_DIR = "/etc/sglang-deploy/sglang"
 
@@ -49,6 +49,20 @@ def test_a_file_without_an_admin_key_is_a_content_change():
     assert secrets_digest(old) != secrets_digest(SECRETS)
 
 
+def test_an_admin_key_sglang_would_read_as_an_option_is_rewritten():
+    """SGLang merges the --config file into argv (`--admin-api-key <key>`): a key starting with '-' (token_urlsafe's,
+    one in 64) stopped its start in CI ("argument --admin-api-key: expected one argument"). The tool's keys carry a
+    prefix; a host's key without it counts as none, so the file is rewritten and the server restarted once."""
+    import secrets as random_keys
+
+    from sglang_deploy.render import ADMIN_KEY_PREFIX
+
+    dashed = 'api-key: "sk-fixture-0123456789abcdef"\nadmin-api-key: "-Zx3"\n'
+    assert secrets.content_changed(secrets_digest(dashed), SECRETS)
+    assert not secrets.content_changed(secrets_digest(SAME_BUT_ADMIN), SECRETS)
+    assert not any((ADMIN_KEY_PREFIX + random_keys.token_urlsafe(32)).startswith("-") for _ in range(1000))
+
+
 @pytest.mark.parametrize("path, entry", [
     (PATH, ["644", "root", "sglang"]),  # world-readable: repaired
     (PATH, ["640", "sglang", "sglang"]),  # owned by the service user: repaired
@@ -76,7 +90,7 @@ def test_the_hosts_digest_is_the_controllers(tmp_path, text):
     path.write_text(text)
     host = subprocess.run(["sh", "-c", secrets_digest_command(str(path))], capture_output=True, text=True)
     assert host.stdout.strip() == secrets_digest(text)
-    assert "admin-one" not in secrets_digest_command(str(path)) + host.stdout
+    assert "sgladm-one" not in secrets_digest_command(str(path)) + host.stdout
     missing = subprocess.run(["sh", "-c", secrets_digest_command(str(tmp_path / "absent"))], capture_output=True,
                              text=True)
     assert SecretsDigest().process(missing.stdout.splitlines()) is None
@@ -91,7 +105,7 @@ def test_a_new_secrets_file_is_0600_before_a_byte_arrives_then_0640_root_group()
     assert ops.named("Secrets").commands == [
         f"install -m 600 /dev/null {PATH}", f"upload {PATH}", f"chown root:sglang {PATH}", f"chmod 640 {PATH}"]
     assert "sk-fixture" not in "\n".join(ops.commands + ops.names)
-    assert "admin-one" not in "\n".join(ops.commands + ops.names)
+    assert "sgladm-one" not in "\n".join(ops.commands + ops.names)
     # decided by the host's digest of the file: no fact reads its content (pyinfra -vvv prints facts' output)
     assert {name for name, _ in ops.asked} == {"Directory", "SecretsDigest"}
 
