@@ -380,7 +380,8 @@ def table(good: tune.Measured, refused: tune.Measured, alone: list, objective: t
             row(label, None, difference.why_not or "not reached (budget)")
         elif difference.pinned and measured.measured:
             row(label, measured, "RECOVERS THE SPEED: this changed default costs it"
-                if costs(refused, good, objective) and recovers(measured, refused, objective) else "-")
+                if costs(refused, good, objective) and recovers(measured, refused, objective)
+                and not costs(measured, good, objective) else "-")  # back near the good release, not only above the refused
         else:
             row(label, measured)
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
