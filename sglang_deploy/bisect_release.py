@@ -370,6 +370,9 @@ def table(good: tune.Measured, refused: tune.Measured, alone: list, objective: t
 
     row(f"good {good.release_id} (active)", good)
     row(f"refused {refused.release_id}", refused, "slower" if costs(refused, good, objective) else "")
+    recovering = [m for d, m in alone if d.pinned and m is not None and m.measured and costs(refused, good, objective)
+                  and recovers(m, refused, objective)]
+    best = max(recovering, key=lambda m: m.median_decode or 0) if recovering else None
     for difference, measured in alone:
         if difference.pinned:
             label = f"pinned back: {difference.name} {repr_value(difference.changes[0][2])} -> " \
@@ -380,8 +383,7 @@ def table(good: tune.Measured, refused: tune.Measured, alone: list, objective: t
             row(label, None, difference.why_not or "not reached (budget)")
         elif difference.pinned and measured.measured:
             row(label, measured, "RECOVERS THE SPEED: this changed default costs it"
-                if costs(refused, good, objective) and recovers(measured, refused, objective)
-                and not costs(measured, good, objective) else "-")  # back near the good release, not only above the refused
+                if measured is best else "-")  # the verdict's culprit: the largest recovery, not every one above noise
         else:
             row(label, measured)
     widths = [max(len(r[i]) for r in rows) for i in range(4)]

@@ -121,9 +121,11 @@ def test_upgrade_round_trip_with_a_planted_regression_and_the_bisect(simhost, tm
     assert re.search(rf"VERDICT: the changed default that costs the speed: {CHANGED} \({CHANGED}: False -> None, "
                      r"SGLang's default changed between the releases\): pinned back it runs [0-9.]+ tok/s against "
                      r"the refused release's [0-9.]+ \(\+[0-9.]+ %\)", output), output[-4000:]
-    # the named default's row recovers; at 1 sample of 16 tokens under CI's load another row may cross that line too
-    # (seen 2026-12-06), while the verdict and its one culprit below stay the changed default
-    assert any(CHANGED in line and "RECOVERS THE SPEED" in line for line in output.splitlines()), output[-4000:]
+    # the table marks the verdict's culprit only (the largest recovery): under CI's load another pinned default once
+    # measured above the refused release too, still 18 % below the good one (2026-12-06)
+    assert [line for line in output.splitlines() if "RECOVERS THE SPEED" in line and "pinned back:" in line] == \
+        [line for line in output.splitlines() if "RECOVERS THE SPEED" in line and f"pinned back: {CHANGED}" in line] \
+        and output.count("RECOVERS THE SPEED") >= 1, output[-4000:]
     store = state(simhost)
     assert store["state"]["active"] == old_id and store["consistent"] and not store["lock"]
     saved = sorted((REPO / "results" / "ct129-sim").glob(f"{refused['id']}-bisect-*.json"))[-1]
