@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from .hostside.documents import GateConfig, GateSettings
 from .hostside.gate import decode_backend
 from .layout import venv_path
-from .resolution import COMPARED_FIELDS
+from .validate.resolution import COMPARED_FIELDS
 
 if TYPE_CHECKING:  # the verbs that only keep results (history.py, doctor.py) do not load the profile schema
     from .plan import Plan

@@ -355,7 +355,7 @@ MODELS = (HostSettings, DeployArgs, RollbackArgs, DoctorArgs, TuneArgs, RouterSe
 ENVIRONMENT = {
     # the controller
     "SGLANG_DEPLOY_PROBE_OWNER": "controller: names the run that starts a shared parser probe, so that its end stops "
-                                 "only the probes it started (the test suite sets it; probe_client.py)",
+                                 "only the probes it started (the test suite sets it; validate/probe_client.py)",
     "SGLANG_DEPLOY_API_KEY": "controller: the API key, when host data api_key_file is not set (api_key_env names "
                              "another SGLANG_DEPLOY_* variable)",
     "SGLANG_DEPLOY_WEIGHTS_DIRS": "controller: the directories (':'-separated) a file:// weights source, drafter or "

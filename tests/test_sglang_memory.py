@@ -8,9 +8,10 @@ import subprocess
 import pytest
 
 from conftest import DFLASH_CONFIG, PROVEN
-from sglang_deploy import gpu_facts, validator_env
+from sglang_deploy import gpu_facts
+from sglang_deploy.validate import validator_env
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import model_config_problems, server_args
+from sglang_deploy.validate.check import model_config_problems, server_args
 
 SCRIPT = r"""
 import json, os, sys, tempfile, importlib.util

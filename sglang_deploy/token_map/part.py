@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..hostside.weights.manifest import map_path, sha256_file
-from ..validate.problem import Problem
+from ..profile.problem import Problem
 
 FLAG = "--speculative-token-map"
 
@@ -38,7 +38,7 @@ class MapPart:
 
     def size(self) -> int | None:
         """The number of token ids (the torch.save'd list, else the file's name <model>-<N>.pt)."""
-        from ..sim.token_map_file import map_size
+        from .size import map_size
 
         return map_size(str(self.file))[0]
 
@@ -116,7 +116,7 @@ def part_problem(part: MapPart) -> str | None:
 def problems(profile) -> list[Problem]:
     """Each shipped map against its digest, and the release map against a --speculative-token-map in sglang.flags
     (two sources of one flag)."""
-    from ..validate.problem import flag_field
+    from ..profile.problem import flag_field
 
     found = []
     for part in ([release_map(profile)] if release_map(profile) else []) + offered_maps(profile):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from .. import drafter
 from ..profile import Profile
 from ..rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
-from .problem import Problem, env_field, flag_field, remove_or_waive
+from ..profile.problem import Problem, env_field, flag_field, remove_or_waive
 
 MEM_FRACTION_RANGE = (0.5, 0.95)
 
@@ -68,7 +68,7 @@ def model_config_pinned_problems(profile: Profile) -> list[Problem]:
     resolution reads the model the host serves."""
     import hashlib
 
-    from ..resolution import config_path
+    from .resolution import config_path
     from ..weights import WeightsSourceError, profile_weights
 
     if not profile.model.source or not profile.model.config:
@@ -146,8 +146,8 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
 
 def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Problem]:
     """SGLang's resolved configuration (full path only) against the reviewed dest classes: an exposure or code
-    field set by the environment or a config file is refused like the flag would be (flag_classes.py)."""
-    from .. import flag_classes, flag_table
+    field set by the environment or a config file is refused like the flag would be (validate/flag_classes.py)."""
+    from . import flag_classes, flag_table
 
     table = flag_table.load(profile.sglang.version) if resolved else None
     if table is None:
@@ -170,8 +170,8 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
 
 
 def environment_problems(profile: Profile) -> list[Problem]:
-    """The environment against the allow-list of names and values (env_rules.py)."""
-    from .. import env_rules
+    """The environment against the allow-list of names and values (validate/env_rules.py)."""
+    from . import env_rules
 
     problems = []
     env = profile.env_values()

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import difflib
 
-from .. import flag_table
+from . import flag_table
 from ..profile import Profile
 from .. import releases
 from ..rules import CODE_FLAGS, LOAD_FORMAT_DESTS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
-from .problem import Problem, flag_field, remove_or_waive
+from ..profile.problem import Problem, flag_field, remove_or_waive
 
 
 def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> list[Problem]:
@@ -159,12 +159,12 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
 
 
 def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
-    """Each flag by the reviewed class of its SGLang dest (flag_classes.py; every spelling counts): only `allowed`
+    """Each flag by the reviewed class of its SGLang dest (validate/flag_classes.py; every spelling counts): only `allowed`
     passes as it is; `exposure`, `code` and `other-weights` need a waiver with a reason, which the unit and the
     release listing then show; a dest nobody classified for this SGLang version is refused (not waivable)."""
     import os
 
-    from .. import flag_classes
+    from . import flag_classes
 
     options = {opt: action for action in spec for opt in action["options"]}
     classes = flag_classes.load(profile.sglang.version)

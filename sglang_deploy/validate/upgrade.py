@@ -58,8 +58,9 @@ def profile_dests(profile, actions) -> set[str]:
 def for_profile(profile, old_version: str, resolution: dict, port=None, node=None) -> list[str]:
     """The profile resolved by `old_version` (its own validator env, built once) against `resolution`, the plan's
     resolution by the profile's own release; as describe() lines."""
-    from .. import flag_table, gpu_facts
-    from ..validate import check_profile
+    from .. import gpu_facts
+    from . import flag_table
+    from .check import check_profile
 
     gpu = next((model for model in gpu_facts.KNOWN.values() if model.name == resolution["gpu"]["model"]), None)
     old_profile = profile.model_copy(update={"sglang": profile.sglang.model_copy(update={"version": old_version})})
