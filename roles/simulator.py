@@ -36,7 +36,7 @@ from sglang_deploy.weights import Source, Weights, manifest_from_directory, writ
 PACKAGE = Path(__file__).resolve().parent.parent / "sglang_deploy"
 SIM_PACKAGE = PACKAGE / "sim"
 # The files of sglang_deploy the simulator imports, shipped beside it (each imports only these and releases/__init__).
-SIM_SHIPS = ("__init__.py", "gpu_facts.py", "validate/__init__.py", "validate/flag_table.py",
+SIM_SHIPS = ("__init__.py", "validate/__init__.py", "validate/gpu_facts.py", "validate/flag_table.py",
              "validate/start_feasibility.py", "token_map/__init__.py", "token_map/size.py")
 SHIM = """#!/usr/bin/python3
 # SIMULATED SGLang: sglang-deploy's model-only stand-in for the GPU server (sglang_deploy.sim), not the real sglang.

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from .gpu_facts import DEFAULT_MODEL, KNOWN, GpuFactsError, from_host_gpus, model
+from .validate.gpu_facts import DEFAULT_MODEL, KNOWN, GpuFactsError, from_host_gpus, model
 from .hostfacts import detected_hardware
 from .plan import PlanError, reconcile_hardware
 from .profile import ProfileError, load_profile

@@ -143,7 +143,7 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
 
 def gpu_model_for_host(settings: HostSettings, detected: dict | None) -> tuple:
     """The GPU model SGLang's resolution runs under: what the host's nvidia-smi reports, else host data gpu_model."""
-    from .gpu_facts import GpuFactsError, from_host_gpus, model
+    from .validate.gpu_facts import GpuFactsError, from_host_gpus, model
 
     names = (detected or {}).get("gpu_names") or []
     try:

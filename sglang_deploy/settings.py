@@ -129,7 +129,7 @@ class HostSettings(Settings):
     gpu_topology: Topology = Field(None, description="The GPU interconnect, for the NCCL rules "
                                                    "(a real host reports its own).")
     gpu_model: Text() = Field("a6000", description="The GPU model whose facts SGLang's resolution runs under "
-                              "(sglang_deploy/gpu_facts.py: a6000, h100, ...) where the host's nvidia-smi cannot say; "
+                              "(sglang_deploy/validate/gpu_facts.py: a6000, h100, ...) where the host's nvidia-smi cannot say; "
                               "a host that reports its GPUs is resolved under what it reports.")
     port: Int(1024, 65535) = Field(None, description="The server's port (None: the profile's service.port). "
                                    "The unit may not bind a privileged port.")

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sglang_deploy import gpu_facts
+from sglang_deploy.validate import gpu_facts
 
 from sglang_deploy.validate import validator_env
 from sglang_deploy.validate.resolution import load_model_config

@@ -50,7 +50,7 @@ class LocalSim:
     def start(self, log_path: Path) -> "LocalSim":
         """Resolve the command line with the pinned SGLang's own code (as a deploy ships resolved.json),
         then start the simulator on it."""
-        from sglang_deploy import gpu_facts
+        from sglang_deploy.validate import gpu_facts
         from sglang_deploy.validate.resolution import load_model_config, resolve_argv
 
         self.log_path = log_path

@@ -240,7 +240,7 @@ class SimHost:
         host has them: nvidia-smi in /usr/bin and libcuda.so.1 in the library path (stand-ins from
         sglang_deploy/gpu_standin; no GPU work can run through them). The SGLang install's torch.cuda stand-in
         reads the same facts (testbed/sglang_env.py)."""
-        from sglang_deploy import gpu_facts
+        from sglang_deploy.validate import gpu_facts
 
         standin = ensure_sglang_install()
         facts = self.rootfs / sglang_env.HOST_GPU_FACTS.lstrip("/")

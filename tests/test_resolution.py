@@ -6,8 +6,8 @@ import json
 import pytest
 
 from conftest import DFLASH, PROFILES, PROVEN, dflash_profile, proven_with, synthetic_draft, write_profile
-from sglang_deploy import gpu_facts
-from sglang_deploy.gpu_facts import GpuFactsError, from_host_gpus
+from sglang_deploy.validate import gpu_facts
+from sglang_deploy.validate.gpu_facts import GpuFactsError, from_host_gpus
 from sglang_deploy.profile import load_profile
 from sglang_deploy.validate.check import check_profile
 

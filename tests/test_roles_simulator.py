@@ -88,7 +88,7 @@ def test_the_shipped_package_files_import_on_their_own(tmp_path):
         archive.extractall(tmp_path, filter="data")
     lib = tmp_path / VENV / "lib" / "sglang-sim"
     code = ("import sys; import sglang_deploy.validate.flag_table, sglang_deploy.validate.start_feasibility, "
-            "sglang_deploy.token_map.size, sglang_deploy.gpu_facts, sglang_sim.hardware, sglang_sim.server; "
+            "sglang_deploy.token_map.size, sglang_deploy.validate.gpu_facts, sglang_sim.hardware, sglang_sim.server; "
             "print(sorted(m for m in sys.modules if m.startswith('sglang_deploy')))")
     result = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(lib)!r}); {code}"],
                             capture_output=True, text=True, cwd=tmp_path)

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from conftest import PROVEN, proven_with
-from sglang_deploy import gpu_facts, releases
+from sglang_deploy import releases
+from sglang_deploy.validate import gpu_facts
 from sglang_deploy.validate import start_feasibility as sf
 from sglang_deploy.validate import scan as release_scan
 from sglang_deploy.profile import load_profile

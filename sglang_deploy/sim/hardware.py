@@ -254,7 +254,7 @@ def combination_problem(eff: Effective, machine: dict) -> str | None:
     """The backend x KV dtype x draft backend combination judged together, as the real card would at start
     (validate/start_feasibility.py's data for the simulated SGLang release on the machine's compute capability): fa3 or
     triton with fp8_e4m3 KV on sm_86 fails although each value alone runs."""
-    from sglang_deploy import gpu_facts  # shipped beside the simulator (roles/simulator.py)
+    from sglang_deploy.validate import gpu_facts  # shipped beside the simulator (roles/simulator.py)
     from sglang_deploy.validate import start_feasibility  # shipped beside the simulator
 
     data = start_feasibility.load(served_version())

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import drafter, gpu_facts
-from . import flag_table, resolution, validator_env
+from .. import drafter
+from . import flag_table, gpu_facts, resolution, validator_env
 from ..token_map import file as token_map, part as token_map_part
 from ..flags import server_args
 from ..profile import Profile

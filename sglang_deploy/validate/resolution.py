@@ -14,8 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .. import gpu_facts
-from . import validator_env
+from . import gpu_facts, validator_env
 
 # /server_info fields the gate compares with the running server, besides the decode graph backend.
 COMPARED_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",

@@ -58,7 +58,7 @@ def profile_dests(profile, actions) -> set[str]:
 def for_profile(profile, old_version: str, resolution: dict, port=None, node=None) -> list[str]:
     """The profile resolved by `old_version` (its own validator env, built once) against `resolution`, the plan's
     resolution by the profile's own release; as describe() lines."""
-    from .. import gpu_facts
+    from . import gpu_facts
     from . import flag_table
     from .check import check_profile
 
