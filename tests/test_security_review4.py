@@ -234,7 +234,7 @@ def test_the_route_table_is_the_releases_own():
         site = next(validator_env.env_dir(VERSION).glob("lib/python3*/site-packages"))
     assert routes.export(site)["routes"] == routes.load(VERSION)
     # SGLang's own decision function, in the validator env's python
-    program = ("import json, sys; sys.path.insert(0, sys.argv[1]); from sglang_deploy import routes; "
+    program = ("import json, sys; sys.path.insert(0, sys.argv[1]); from sglang_deploy.validate import routes; "
                "from sglang.srt.utils.auth import AuthLevel, decide_request_auth; "
                "print(json.dumps(routes.classify(routes.registered(routes.load(sys.argv[2])), decide_request_auth, "
                "AuthLevel)))")

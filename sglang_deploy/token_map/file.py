@@ -20,8 +20,10 @@ import json
 import os
 from pathlib import Path
 
+from ..drafter import draft_weights
 from ..hostside.weights.manifest import sha256_file  # noqa: F401 - the token map's digest, as the host checks it
 from ..profile.problem import Problem, flag_field, remove_or_waive
+from ..weights import WeightsSourceError, profile_weights
 from .part import shipped_paths
 
 FLAG = "--speculative-token-map"
@@ -98,8 +100,6 @@ def verify(path: Path) -> str:
 
 def verified_snapshots(profile) -> list:
     """The verified snapshots of the profile: its weights and its draft model (each with its manifest)."""
-    from ..drafter import draft_weights
-    from ..weights import WeightsSourceError, profile_weights
 
     out = []
     for get in (profile_weights, draft_weights):

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from ..drafter import resolution_config
 from ..plan import gpu_model_for_host, host_settings
-from ..validate.resolution import load_model_config, resolve_argv
-from .axes import LEVERS
+from ..validate import start_feasibility
 from ..validate.flag_table import load as load_table
+from ..validate.resolution import load_model_config, resolve_argv
 from ..validate.validator_env import ValidatorEnvError, export_table
+from .axes import LEVERS
 
 
 def asker(plan, data, detected=None):
@@ -46,7 +47,6 @@ def starter(plan, data, detected=None):
     """start(resolved) -> start_feasibility.Verdict for a resolved configuration on the host's card (the release's
     start-feasibility data: SGLang's start-time asserts, draft maps and the kernels its wheels ship); None when the
     release has no such data (every resolution-accepted value stays a candidate, as before)."""
-    from ..validate import start_feasibility
 
     data_file = start_feasibility.load(plan.profile.sglang.version)
     if data_file is None:

@@ -18,6 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..token_map.file import verified_snapshots
+from ..token_map.part import map_flag, shipped
+from ..token_map.size import size_from_file, size_from_name
 from .candidate import Candidate, Measured, spec_settings
 
 FLAG = "--speculative-token-map"
@@ -56,9 +59,6 @@ def snapshot_maps(profile) -> dict:
     """size -> host path of each token map the profile ships as a release part (speculative.token_map,
     tune.token_maps: token_map/part.py) or a verified snapshot's manifest lists (a .pt file whose size its content
     or its name gives)."""
-    from ..token_map.size import size_from_file, size_from_name
-    from ..token_map.file import verified_snapshots
-    from ..token_map.part import shipped
 
     found = {}
     for part in shipped(profile):
@@ -92,7 +92,6 @@ def offer(profile, flags: dict, ask) -> VocabOffer:
     sizes = list(profile.tune.vocab_sizes) or sorted(maps)
     if not sizes:
         result.why_none = NO_MAP
-    from ..token_map.part import map_flag
 
     current = flags.get(FLAG) or map_flag(profile)  # the profile's own map (speculative.token_map): the original
     for size in sizes:
@@ -119,7 +118,6 @@ def candidate_id(size: int) -> str:
 
 
 def candidates(offered: VocabOffer | None) -> list:
-
     return [Candidate(candidate_id(size), AXIS, ((FLAG, path),)) for size, path in (offered.maps if offered else {})
             .items()]
 

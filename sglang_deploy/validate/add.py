@@ -32,8 +32,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import scan as release_scan
 from .. import releases
+from ..hostside import venv_hooks
+from . import scan as release_scan, validator_env
+from .validator_env import scrubbed_environment
 
 RECIPE_LISTS = ("parser", "torch", "full_layer", "frontend", "frontend_pins")
 # The fields of an option that make it another option when they change (its default is reported, not re-reviewed).
@@ -167,8 +169,6 @@ def keep_reviews(classes: dict, committed: dict | None) -> list[str]:
 def hook_problems(version: str, allowed: dict) -> list[str]:
     """The startup hooks of the release's validator environment (when built) that its reviewed list does not accept
     (hostside/venv_hooks.py's reading, with this list), as sentences; a reviewer adds a real one to "pth"."""
-    from . import validator_env
-    from ..hostside import venv_hooks
 
     if not validator_env.env_built(version):
         return []
@@ -223,7 +223,6 @@ def download(version: str, into: Path) -> Path:
     existing = sorted(into.glob(f"sglang-{version}-*.whl"))
     if existing:
         return existing[0]
-    from .validator_env import scrubbed_environment
 
     result = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
                              "-d", str(into), f"sglang=={version}"], capture_output=True, text=True,
@@ -242,7 +241,6 @@ def _write(folder: Path, name: str, document: dict) -> None:
 
 def add(version: str, check: bool = False, force: bool = False, build_env: bool = True, log=print) -> Added:
     """Write (or, with check, compare) releases/<version>/; see the module's docstring."""
-    from . import validator_env
 
     target = releases.folder(version)
     if (target / "options.json").exists() and not (check or force):  # a folder an interrupted add left: go on

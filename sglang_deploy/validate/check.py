@@ -20,14 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import drafter
-from . import flag_table, gpu_facts, resolution, validator_env
-from ..token_map import file as token_map, part as token_map_part
 from ..flags import server_args
 from ..profile import Profile
+from ..profile.problem import Problem, flag_field
 from ..rules import WAIVABLE
+from ..token_map import file as token_map, part as token_map_part
+from . import flag_table, gpu_facts, resolution, start_feasibility, validator_env
 from .parser_checks import (as_written, code_and_weights_problems, derived_values_problems, flag_identity_problems,
                           parser_problems, spelled_in_full, unit_line_problems)
-from ..profile.problem import Problem, flag_field
 from .rule_checks import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
                              pin_problems, resolved_class_problems, resource_problems, sandbox_problems,
                              speculative_problems)
@@ -110,8 +110,6 @@ def start_problems(profile: Profile, gpu, config: dict | None, resolved: dict | 
     derived from the release's code and kernel wheels): a combination that cannot start is SGLang's refusal (not
     waivable: it names SGLang's file:line); one SGLang silently replaces, and one the release's code does not show
     to start there, are warnings naming what will run."""
-    from . import start_feasibility
-
     data = start_feasibility.load(profile.sglang.version) if resolved and gpu is not None else None
     if data is None:
         return [], []

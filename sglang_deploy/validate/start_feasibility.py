@@ -233,7 +233,7 @@ def _flashmla(src: Source, cuobjdump: Path) -> dict:
 
 
 def site_packages(version: str) -> Path:
-    from .validator_env import env_dir
+    from .validator_env import env_dir  # here: the simulated host runs this module without it (roles/simulator.py)
 
     found = sorted(env_dir(version).glob("lib/python3*/site-packages"))
     if not found:

@@ -18,6 +18,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from .. import releases
+from ..hostside.store import secret_name
 from . import probe_client
 
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
@@ -183,7 +184,6 @@ def scrubbed_environment() -> dict:
     """The controller's environment without its secrets, for every process of the validator env (SGLang's code, pip):
     no SGLANG_DEPLOY_* variable (the API key is one: SGLANG_DEPLOY_API_KEY, or what api_key_env names) and no
     variable whose name says secret (*_TOKEN, *_API_KEY, ...)."""
-    from ..hostside.store import secret_name
 
     return {name: value for name, value in os.environ.items()
             if not name.startswith("SGLANG_DEPLOY_") and not secret_name(name)}
