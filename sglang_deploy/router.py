@@ -18,7 +18,7 @@ import re
 import shlex
 
 from .hostside.documents import GateSettings
-from .settings import RouterSettings, SettingsError
+from .settings import RouterSettings
 from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
@@ -42,15 +42,6 @@ def _int(data, key: str, default: int, low: int, high: int) -> int:
     if not re.fullmatch(r"[0-9]{1,6}", text) or not low <= int(text) <= high:
         raise RouterError(f"{key}: {value!r}: an integer from {low} to {high}")
     return int(text)
-
-
-def settings(data) -> RouterSettings:
-    """The router's settings from its host's data (settings.RouterSettings); a bad value is an error naming the
-    key and where it was set."""
-    try:
-        return RouterSettings.of(data)
-    except SettingsError as error:
-        raise RouterError("; ".join(error.problems)) from None
 
 
 def worker_url(name: str, settings, default_port: int) -> str:

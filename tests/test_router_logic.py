@@ -3,14 +3,14 @@
 import pytest
 
 from conftest import bench_measurement
-from sglang_deploy.router import ROUTER_VERSION, RouterError, RouterSettings, command_line, render_unit, settings, \
-    worker_url
+from sglang_deploy.router import ROUTER_VERSION, RouterError, RouterSettings, command_line, render_unit, worker_url
+from sglang_deploy.settings import SettingsError
 
 
 def test_defaults_and_values():
-    assert settings({}) == RouterSettings()
-    custom = settings({"router_port": "31000", "router_policy": "round_robin", "router_bind": "::1",
-                       "router_workers": "gpu_a", "router_health_interval_s": 5})
+    assert RouterSettings.of({}) == RouterSettings()
+    custom = RouterSettings.of({"router_port": "31000", "router_policy": "round_robin", "router_bind": "::1",
+                                "router_workers": "gpu_a", "router_health_interval_s": 5})
     assert (custom.port, custom.policy, custom.bind, custom.workers_group, custom.health_interval_s) == \
         (31000, "round_robin", "::1", "gpu_a", 5)
 
@@ -24,8 +24,8 @@ def test_defaults_and_values():
     ({"router_health_failures": "0"}, "router_health_failures"),
 ])
 def test_bad_settings_are_refused_with_the_key(data, message):
-    with pytest.raises(RouterError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        settings(data)
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RouterSettings.of(data)
 
 
 def test_worker_urls():
