@@ -6,7 +6,7 @@ the unit, the key); then the router must report every worker healthy (hostside/r
 
 import shlex
 from functools import lru_cache
-from io import StringIO
+from io import BytesIO, StringIO
 from pathlib import Path
 
 from pyinfra import host, logger
@@ -40,7 +40,7 @@ def install(ship: shipment.Shipment, installed_digest: str, unit: str, api_key: 
     if installed_digest != ship.digest:
         changed.append(files.put(name=f"Router archive (sglang-router {ROUTER_VERSION} wheels, launcher; "
                                       f"{ship.digest[:12]})",
-                                 src=__import__("io").BytesIO(ship.data), dest=ship.upload_path, mode=600,
+                                 src=BytesIO(ship.data), dest=ship.upload_path, mode=600,
                                  create_remote_dir=True))
         venv = shlex.quote(ROUTER_VENV)
         changed.append(server.shell(
