@@ -14,7 +14,7 @@ from pyinfra import host, logger
 from roles.facts import GpuHost, VenvTorch
 from roles.settings import host_settings, of
 from sglang_deploy.container import container_summary, proxmox_config, proxmox_notes
-from sglang_deploy.gate import RESULTS_DIR
+from sglang_deploy.results import RESULTS_DIR
 from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
 from sglang_deploy.settings import FactsArgs
 

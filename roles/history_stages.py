@@ -13,7 +13,7 @@ from pyinfra import host, logger
 from roles.facts import ReleaseHistory
 from roles.settings import host_settings
 from sglang_deploy import history
-from sglang_deploy.gate import RESULTS_DIR
+from sglang_deploy.results import RESULTS_DIR
 from sglang_deploy.history_png import PlotUnavailable, picture as draw
 from sglang_deploy.release_plan import service_of
 

@@ -17,7 +17,8 @@ from pyinfra.operations import files, server, systemd
 from roles.ops import managed_file
 from roles.settings import sudo
 from sglang_deploy import shipment
-from sglang_deploy.gate import gate_settings, save_result
+from sglang_deploy.gate import gate_settings
+from sglang_deploy.results import save_result
 from sglang_deploy.hostside.documents import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_program
 from sglang_deploy.router import (ROUTER_CONFIG_DIR, ROUTER_KEY_PATH, ROUTER_LIB, ROUTER_SERVICE, ROUTER_UNIT_PATH,
