@@ -19,7 +19,7 @@ from pyinfra.operations import files, python, server
 from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
-from sglang_deploy.gate import save_result
+from sglang_deploy.results import save_result
 from sglang_deploy.hostside import documents
 from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.documents import DocumentError, GateConfig, ReleaseMeta, Roofline, SwitchOutcome

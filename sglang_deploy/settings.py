@@ -111,11 +111,6 @@ class Settings(BaseModel):
         """Back to host data keys (for code that takes a mapping)."""
         return {key: getattr(self, name) for key, name in self.keys().items()}
 
-    def get(self, key: str, default=None):
-        name = self.keys().get(key)
-        value = getattr(self, name) if name else None
-        return default if value is None else value
-
 
 class HostSettings(Settings):
     title: ClassVar[str] = "Host settings (inventory, group_data/all.py, --data)"
