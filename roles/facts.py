@@ -1,16 +1,21 @@
 """Custom pyinfra facts read from the target host."""
 
 import base64
-import shlex
 import json
+import os
 import re
+import shlex
+import tempfile
 import zlib
+from pathlib import Path
 
 from pyinfra.api import FactBase
 
 from sglang_deploy.hostside.reports import StoreReport
 from sglang_deploy.layout import HOSTSIDE, host_package, host_program
 
+# The controller's cache of carried programs (inline_program), one file per program.
+INLINE_CACHE = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy")) / "inline"
 RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)
 
 # Runs on the host (python3, standard library): the host package's modules carried in the program itself, imported
@@ -65,10 +70,28 @@ def host_modules(module: str) -> list[str]:
 
 def inline_program(module: str) -> str:
     """The program inline_host runs, base64-encoded: it carries hostside/<module>.py and the host modules it imports
-    (host_modules)."""
+    (host_modules). Kept in the tool's cache under the host package's digest, which covers every source it carries:
+    building it costs about 13 ms (the import walk 4 ms, zlib 7 ms), reading it back well under 1 ms (2026-12-06);
+    each deploy sends one, a no-op's included."""
+    digest = host_package().digest
+    cached = INLINE_CACHE / f"{module}.b64"
+    try:
+        stored_digest, program = cached.read_text().split("\n", 1)
+        if stored_digest == digest:
+            return program
+    except (OSError, ValueError):
+        pass
     sources = {name: (HOSTSIDE / f"{name}.py").read_text() for name in ["__init__", *host_modules(module)]}
     payload = base64.b64encode(zlib.compress(json.dumps(sources).encode(), 9)).decode()
-    return base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
+    program = base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
+    try:  # written whole, then renamed: a deploy beside this one reads the old program or the new one
+        INLINE_CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=INLINE_CACHE, prefix=f".{module}.", delete=False) as partial:
+            partial.write(f"{digest}\n{program}")
+        os.replace(partial.name, cached)
+    except OSError:
+        pass  # no cache: the next deploy builds it again
+    return program
 
 
 def inline_host(module: str, *args: str) -> str:

@@ -99,3 +99,23 @@ def test_the_deploy_state_command_fits_one_argument_and_runs_one_host_program(tm
         result.stdout[-2000:] + result.stderr[-2000:]
     value = fact.process(result.stdout.splitlines())
     assert value["weights"] == {"verified": False, "hub_client": None} and len(value["offered"]) == 2
+
+
+def test_the_carried_program_is_kept_under_the_host_packages_digest(tmp_path, monkeypatch):
+    """inline_program keeps what it built under the host package's digest (a no-op deploy reads it back instead of
+    walking the imports and compressing): a kept program of another digest is rebuilt and replaced, one of this
+    digest is what the fact sends."""
+    from sglang_deploy.layout import host_package
+
+    monkeypatch.setattr(facts, "INLINE_CACHE", tmp_path)
+    built = facts.inline_program("deploy_facts")
+    kept = tmp_path / "deploy_facts.b64"
+    assert kept.read_text() == f"{host_package().digest}\n{built}"
+    kept.write_text(f"{host_package().digest}\nKEPT")
+    assert facts.inline_program("deploy_facts") == "KEPT"
+    kept.write_text("0" * 64 + "\nSTALE")  # another checkout's host package
+    assert facts.inline_program("deploy_facts") == built
+    assert kept.read_text() == f"{host_package().digest}\n{built}"
+    monkeypatch.setattr(facts, "INLINE_CACHE", tmp_path / "file" / "below")
+    (tmp_path / "file").write_text("not a directory")  # no cache to be had: built every time, no error
+    assert facts.inline_program("deploy_facts") == built
