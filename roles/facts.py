@@ -201,10 +201,13 @@ class DeployState(FactBase):
             checks.append(f"echo '@@manifest {manifest}'; cat {shlex.quote(manifest)} 2>/dev/null; echo")
         for path in paths:
             checks.append(f"echo '@@path {path}'; test -e {shlex.quote(path)} && echo yes; echo")
-        for path in files:  # mode, owner, group, then the content's sha256 (files only)
-            quoted = shlex.quote(path)
-            checks.append(f"echo '@@file {path}'; stat -c '%a %U %G' {quoted} 2>/dev/null; "
-                          f"test -f {quoted} && sha256sum {quoted} | cut -d' ' -f1; echo")
+        if files:  # mode, owner, group, then the content's sha256 (regular files only): one stat, one sha256sum
+            # for all (one process per file and step cost the host about 18 ms of a no-op's 0.16 s CPU, 2026-12-06)
+            quoted = " ".join(shlex.quote(path) for path in files)
+            checks.append(f"echo '@@files'; printf '%s\\n' {quoted}; "
+                          f"echo '@@stat'; stat -c '%a %U %G %n' -- {quoted} 2>/dev/null; "
+                          f"echo '@@sha256'; set --; for f in {quoted}; do [ -f \"$f\" ] && set -- \"$@\" \"$f\"; done; "
+                          '[ $# -eq 0 ] || sha256sum -- "$@" 2>/dev/null; echo')
         if secrets:  # the secrets file's digest but for the admin key (render.secrets_digest)
             from sglang_deploy.render import secrets_digest_command
 
@@ -233,7 +236,7 @@ class DeployState(FactBase):
             "manifests": {key[len("manifest "):]: value or None for key, value in text.items()
                           if key.startswith("manifest ")},
             "paths": {key[len("path "):]: value == "yes" for key, value in text.items() if key.startswith("path ")},
-            "files": {key[len("file "):]: value.split() for key, value in text.items() if key.startswith("file ")},
+            "files": _files(sections),
             "timers": {key[len("timer "):]: value.split() for key, value in text.items() if key.startswith("timer ")},
             **({"secrets_digest": text["secrets_digest"] or None} if "secrets_digest" in text else {}),
             "user": _user(text.get("user")),
@@ -245,6 +248,21 @@ class DeployState(FactBase):
                         for key in sorted((k for k in sections if re.fullmatch(r"offered\d+_status", k)),
                                           key=lambda k: int(k[len("offered"):-len("_status")]))],
         }
+
+
+def _files(sections: dict) -> dict:
+    """Each file asked for: [mode, owner, group] from stat (none where it is missing), then the sha256 of a regular
+    file's content ([] for a path that does not exist)."""
+    found = {path: [] for path in sections.get("files", []) if path}
+    for line in sections.get("stat", []):
+        mode_owner_group_path = line.split(" ", 3)
+        if len(mode_owner_group_path) == 4 and mode_owner_group_path[3] in found:
+            found[mode_owner_group_path[3]] = mode_owner_group_path[:3]
+    for line in sections.get("sha256", []):  # "<hash>  <path>"; a name sha256sum escapes (a backslash) is left out
+        digest, separator, path = line[:64], line[64:66], line[66:]
+        if separator == "  " and path in found:
+            found[path] = found[path] + [digest]
+    return found
 
 
 def _user(text):
