@@ -1,6 +1,7 @@
 """Custom pyinfra facts read from the target host."""
 
 import base64
+import hashlib
 import json
 import os
 import re
@@ -70,10 +71,10 @@ def host_modules(module: str) -> list[str]:
 
 def inline_program(module: str) -> str:
     """The program inline_host runs, base64-encoded: it carries hostside/<module>.py and the host modules it imports
-    (host_modules). Kept in the tool's cache under the host package's digest, which covers every source it carries:
-    building it costs about 13 ms (the import walk 4 ms, zlib 7 ms), reading it back well under 1 ms (2026-12-06);
-    each deploy sends one, a no-op's included."""
-    digest = host_package().digest
+    (host_modules). Kept in the tool's cache under the host package's digest, which covers every source it carries,
+    and this file's own (BOOTSTRAP, the import walk): building it costs about 13 ms (the walk 4 ms, zlib 7 ms),
+    reading it back well under 1 ms (2026-12-06); each deploy sends one, a no-op's included."""
+    digest = hashlib.sha256(host_package().digest.encode() + Path(__file__).read_bytes()).hexdigest()
     cached = INLINE_CACHE / f"{module}.b64"
     try:
         stored_digest, program = cached.read_text().split("\n", 1)

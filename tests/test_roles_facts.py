@@ -102,20 +102,24 @@ def test_the_deploy_state_command_fits_one_argument_and_runs_one_host_program(tm
 
 
 def test_the_carried_program_is_kept_under_the_host_packages_digest(tmp_path, monkeypatch):
-    """inline_program keeps what it built under the host package's digest (a no-op deploy reads it back instead of
-    walking the imports and compressing): a kept program of another digest is rebuilt and replaced, one of this
-    digest is what the fact sends."""
+    """inline_program keeps what it built under the host package's digest and roles/facts.py's own source (a no-op
+    deploy reads it back instead of walking the imports and compressing): a kept program of another digest is
+    rebuilt and replaced, one of this digest is what the fact sends."""
+    import hashlib
+
     from sglang_deploy.layout import host_package
 
     monkeypatch.setattr(facts, "INLINE_CACHE", tmp_path)
     built = facts.inline_program("deploy_facts")
     kept = tmp_path / "deploy_facts.b64"
-    assert kept.read_text() == f"{host_package().digest}\n{built}"
-    kept.write_text(f"{host_package().digest}\nKEPT")
+    digest = kept.read_text().split("\n", 1)[0]
+    assert digest == hashlib.sha256(host_package().digest.encode() + Path(facts.__file__).read_bytes()).hexdigest()
+    assert kept.read_text() == f"{digest}\n{built}"
+    kept.write_text(f"{digest}\nKEPT")
     assert facts.inline_program("deploy_facts") == "KEPT"
-    kept.write_text("0" * 64 + "\nSTALE")  # another checkout's host package
+    kept.write_text(f"{host_package().digest}\nSTALE")  # the host package alone: another roles/facts.py's program
     assert facts.inline_program("deploy_facts") == built
-    assert kept.read_text() == f"{host_package().digest}\n{built}"
+    assert kept.read_text() == f"{digest}\n{built}"
     monkeypatch.setattr(facts, "INLINE_CACHE", tmp_path / "file" / "below")
     (tmp_path / "file").write_text("not a directory")  # no cache to be had: built every time, no error
     assert facts.inline_program("deploy_facts") == built
