@@ -360,8 +360,9 @@ ENVIRONMENT = {
                                "secrets/",
     "SGLANG_DEPLOY_PROFILE_DIRS": "controller: the directories (':'-separated) host data profile may name besides "
                                   "the repository's profiles/",
-    "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses are "
-                           "cached (default ~/.cache/sglang-deploy)",
+    "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses, the "
+                           "compiled unit templates and the carried host programs are cached (default "
+                           "~/.cache/sglang-deploy)",
     "SGLANG_DEPLOY_VALIDATOR_TORCH": "controller: the torch/torchvision pins of the validator env (default: the "
                                      "release's own, releases/<version>/dependencies.json)",
     "SGLANG_DEPLOY_GPU_FACTS": "set by the controller for SGLang's resolution: the GPU facts the stand-in reports",
