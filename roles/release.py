@@ -19,11 +19,9 @@ from pyinfra.operations import files, python, server
 from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
-from sglang_deploy.gate import save_result
+from sglang_deploy.results import save_result
 from sglang_deploy.hostside import documents
-from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.documents import DocumentError, GateConfig, ReleaseMeta, Roofline, SwitchOutcome
-from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_package, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
@@ -108,6 +106,11 @@ def _report(service):
     else:
         host.log(f"the switch succeeded, but its report {problem}: see releases.py", logger.warning)
         return
+    # Only after a switch: the gate's modules pull in urllib, http.client and statistics, about 10 ms of every deploy's
+    # import, a no-op's included (measured 2026-12-06).
+    from sglang_deploy.hostside.client import printable
+    from sglang_deploy.hostside.gate import table as gate_table
+
     saved = save_result(host.name, outcome.to_dict())
     if outcome.auth_change:
         host.log(printable(outcome.auth_change), logger.warning)

@@ -14,6 +14,7 @@ profile's config.json and a tokenizer) through the weights path: made on the con
 verified against its manifest before the switch (roles/weights.py).
 """
 
+import functools
 import hashlib
 import json
 import os
@@ -97,8 +98,15 @@ def banner(profile: Profile, sim_server: str) -> str:
 
 
 def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shipment:
+    """The simulator's archive for the profile's release venv: its package, the release data and the shim."""
     check_server(profile, server)
-    venv = venv_path(profile)
+    return _simulator_shipment(venv_path(profile), profile.sglang.version, server)
+
+
+@functools.cache
+def _simulator_shipment(venv: str, version: str, server: str) -> shipment.Shipment:
+    """Built once per process (a deploy needs it three times: the facts' manifest, the install's digest and data;
+    about 10 ms each, a 0.7 MB archive, measured 2026-12-06)."""
     lib = f"{venv}/lib/sglang-sim"
     members = shipment.tree(SIM_PACKAGE, f"{lib.lstrip('/')}/sglang_sim")
     # The simulator parses its command line with SGLang's exported option table (validate/flag_table.py), judges a
@@ -110,11 +118,11 @@ def simulator_shipment(profile: Profile, server: str = "sglang") -> shipment.Shi
     members += [member for member in shipment.tree(PACKAGE / "releases", f"{lib.lstrip('/')}/sglang_deploy/releases")
                 if not member[0].endswith(".py") or member[0].endswith("/releases/__init__.py")]
     if server == "sglang":
-        shim = SGLANG_SHIM.format(python=SGLANG_PYTHON, version=profile.sglang.version, lib=lib)
+        shim = SGLANG_SHIM.format(python=SGLANG_PYTHON, version=version, lib=lib)
         members += [(f"{lib.lstrip('/')}/{PLUGIN_DIST}/{name}", text.encode(), 0o644)
                     for name, text in PLUGIN_FILES.items()]
     else:
-        shim = SHIM.format(lib=lib, version=profile.sglang.version)
+        shim = SHIM.format(lib=lib, version=version)
     members += [(f"{venv.lstrip('/')}/bin/sglang", shim.encode(), 0o755)]
     return shipment.build("simulator", "/", f"{venv}/.manifest-simulator", members)
 

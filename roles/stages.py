@@ -23,7 +23,6 @@ from roles import recover as recover_role, weights as weights_role
 from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
-from sglang_deploy.gate import gate_config
 from sglang_deploy.layout import ServiceLayout, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers
@@ -268,6 +267,9 @@ def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
     if not decision.is_new:
         return
+    # Only for a new release: the gate's modules cost about 10 ms of import (roles/release.py _report)
+    from sglang_deploy.gate import gate_config
+
     gpu = plan.target.gpu(plan.rendered.environment, host)
     release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit, env=plan.rendered.env,
                   profile_json=profile_snapshot(plan), gate_config=gate_config(plan), resolution=plan.resolution,

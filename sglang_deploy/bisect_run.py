@@ -16,7 +16,7 @@ import json
 import shlex
 
 from . import bisect_release
-from .gate import save_result
+from .results import save_result
 from .hostside import documents
 from .release_plan import STORE_ROOT
 from .tune import search as tune

@@ -169,7 +169,7 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
         profile = load_profile(path)
     except ProfileError as error:
         raise PlanError("invalid profile:\n" + "\n".join(error.problems)) from None
-    gpus, topology, notes = reconcile_hardware(settings, detected)
+    gpus, topology, notes = reconcile_hardware({"gpus": settings.gpus, "gpu_topology": settings.gpu_topology}, detected)
     port = settings.port or profile.service.port
     from .multinode import NodeError, placement
 

@@ -111,11 +111,6 @@ class Settings(BaseModel):
         """Back to host data keys (for code that takes a mapping)."""
         return {key: getattr(self, name) for key, name in self.keys().items()}
 
-    def get(self, key: str, default=None):
-        name = self.keys().get(key)
-        value = getattr(self, name) if name else None
-        return default if value is None else value
-
 
 class HostSettings(Settings):
     title: ClassVar[str] = "Host settings (inventory, group_data/all.py, --data)"
@@ -365,8 +360,9 @@ ENVIRONMENT = {
                                "secrets/",
     "SGLANG_DEPLOY_PROFILE_DIRS": "controller: the directories (':'-separated) host data profile may name besides "
                                   "the repository's profiles/",
-    "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses are "
-                           "cached (default ~/.cache/sglang-deploy)",
+    "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses, the "
+                           "compiled unit templates and the carried host programs are cached (default "
+                           "~/.cache/sglang-deploy)",
     "SGLANG_DEPLOY_VALIDATOR_TORCH": "controller: the torch/torchvision pins of the validator env (default: the "
                                      "release's own, releases/<version>/dependencies.json)",
     "SGLANG_DEPLOY_GPU_FACTS": "set by the controller for SGLang's resolution: the GPU facts the stand-in reports",

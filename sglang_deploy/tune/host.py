@@ -14,7 +14,8 @@ from pathlib import Path
 
 from . import edit as tune_edit, search as tune
 from .vocab import label_ignored
-from ..gate import RESULTS_DIR, gate_config
+from ..gate import gate_config
+from ..results import RESULTS_DIR
 from ..hostside import documents
 from ..hostside.documents import DocumentError, GateConfig, ReleaseMeta
 from ..hostside.outputs import TunePoll, TuneSession
