@@ -52,7 +52,7 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
           resolution: dict, meta: ReleaseMeta, roofline: Roofline | None = None):
     """Write releases/<id>/; meta.json goes last, so a directory without it is never used.
 
-    resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.resolution): the
+    resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.validate.resolution): the
     gate's expectations come from it, and a simulated host's server serves it as /server_info. roofline.json
     (sglang_deploy.roofline.release_inputs) is what the perf watch needs for decode / roofline."""
     directory = release_dir(service, release_id)

@@ -146,15 +146,15 @@ def announce(plan: Plan, facts: dict) -> None:
 
 def upgrade_diff(plan: Plan, store) -> None:
     """With --diff, when the profile's SGLang release differs from the active release's: the resolved arguments of
-    this profile under each release, by each release's own resolution (sglang_deploy/releases/upgrade.py)."""
+    this profile under each release, by each release's own resolution (sglang_deploy/validate/upgrade.py)."""
     from pyinfra import state
 
     active = store.release(store.state.active) if store.state.active else None
     if not state.config.DIFF or active is None or active.sglang_version == plan.profile.sglang.version \
             or not plan.resolution:
         return
-    from sglang_deploy.releases import upgrade
-    from sglang_deploy.validator_env import ValidatorEnvError
+    from sglang_deploy.validate import upgrade
+    from sglang_deploy.validate.validator_env import ValidatorEnvError
 
     try:
         lines = upgrade.for_profile(plan.profile, active.sglang_version, plan.resolution, port=plan.port,

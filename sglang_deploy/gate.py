@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from .hostside.documents import GateConfig, GateSettings
 from .hostside.gate import decode_backend
 from .layout import venv_path
-from .resolution import COMPARED_FIELDS
+from .validate.resolution import COMPARED_FIELDS
 
 if TYPE_CHECKING:  # router.py, which reads the floors only (gate_settings), does not load the profile schema
     from .plan import Plan

@@ -10,7 +10,7 @@ from sglang_deploy.multinode import Node, NodeError, placement
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import render
 from sglang_deploy.settings import HostSettings, SettingsError
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 TWO_NODES = REPO / "profiles" / "qwen3.6-27b-mtp-2nodes-2xa6000.yaml"
 GROUPS = {"nodes": [("gpu-a", {"ssh_hostname": "10.0.0.1"}), ("gpu-b", {"ssh_hostname": "10.0.0.2"})]}

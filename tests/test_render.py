@@ -104,7 +104,7 @@ def test_secrets_file_is_understood_by_sglangs_own_config_merger(tmp_path):
     import json
     import subprocess
 
-    from sglang_deploy.validator_env import ensure_env
+    from sglang_deploy.validate.validator_env import ensure_env
 
     secrets = tmp_path / "secrets.yaml"
     secrets.write_text(render(load_profile(PROVEN), api_key=KEY).secrets)
@@ -214,7 +214,7 @@ def test_the_launcher_imports_nothing_from_the_directories_the_service_user_writ
     made as the host's) imports neither (security review 3, finding 6). Without the unit's PYTHONSAFEPATH it would."""
     import subprocess
 
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
 
     python = validator_env.env_dir("0.5.23") / "bin" / "python"
     state = tmp_path / "var-lib-sglang"
