@@ -259,7 +259,9 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
                      "test_tune_sim.py"}
 # Longest first, so the long ones start at once and the short ones fill the gaps (a module or one test,
 # module::name). The figures: each module's time on its worker in a warm CI run on 6 workers, 2026-12-02
-# (SGLANG_DEPLOY_TEST_TIMELINE); every module not named takes a few seconds.
+# (SGLANG_DEPLOY_TEST_TIMELINE), and the 25 slowest of later runs; every module not named takes under 5 s.
+# pytest-xdist hands a worker its next unit while the worker's last test still runs (it needs the next item to
+# start one), so a unit is bound to a worker one unit ahead: the order only approximates "the next free worker".
 LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, in one chain
                  # the gate's measuring tests (170-230 s, mostly real-time waits) beside the CPU-heavy chains
                  "test_gate_sim.py::test_seed_incident_is_refused_then_forced_and_the_proven_release_passes_again",
@@ -270,7 +272,8 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_tune_sim.py::test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend",
                  "test_fleet_sim.py",  # about 250 s
                  "test_tune_sim.py::test_tune_from_the_incident_finds_the_optimum_within_its_budget",
-                 "test_doctor_sim.py::test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it",  # 120 s
+                 # the incident's diagnosis and bisect (110-180 s; its A/B, 45-75 s, a test of its own below)
+                 "test_doctor_sim.py::test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it",
                  # an upgrade's round trip (issue 47): 3 gated deploys, a rollback, the bisect across releases
                  "test_upgrade_sim.py",
                  "test_gate_sim.py::test_a_faster_release_that_answers_garbage_never_passes",  # about 110 s
@@ -283,8 +286,25 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_frontends.py",
                  "test_hostile_input_sim.py", "test_weights_sim.py", "test_releases_sim.py::test_retention_after_four_deploys_keeping_two",
                  "test_provision_sim.py", "test_deploy_sim.py", "test_powercut_sim.py",  # a cut, 2 boots: 65 s
+                 "test_doctor_sim.py::test_the_ab_on_request_finds_that_the_proven_speculation_pays",
                  "test_gate_sim.py",  # the rest of it: 25-40 s each, refused before any measurement
-                 "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py", "test_tune_sim.py"]
+                 "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py", "test_tune_sim.py",
+                 # The modules without a host that take more than about 5 s (SGLang's own code imported, local
+                 # simulators, parser probes), longest first, so that the last units handed out are the short ones:
+                 # left in file order the heaviest came last (token_map, upgrade_logic, weights_logic: t-w), and
+                 # in a loaded CI run (2026-12-06, 1138 s) the workers ended over 100 s (1014-1116 s), the last ones
+                 # in those modules. Each module's time with `pytest -n 2 -m "not simhost" --durations=0` on the
+                 # shared 2 cores, 2026-12-06.
+                 "test_token_map.py",  # 44 s
+                 "test_sglang_memory.py",  # 28 s
+                 "test_weights_logic.py",  # 21 s
+                 "test_start_feasibility.py",  # 17.5 s
+                 "test_security_review4.py",  # 14.6 s
+                 "test_flag_table.py", "test_cli.py", "test_allow_lists.py", "test_upgrade_logic.py",  # 10.6-12.4 s
+                 "test_host_boundaries.py", "test_resolution.py",  # 9.6-10 s
+                 "test_gate_sequential.py", "test_render.py", "test_driver_apt.py", "test_history_browser.py",
+                 "test_acceptance.py",  # 8-8.5 s
+                 "test_multinode.py", "test_suite_order.py", "test_validate.py", "test_flag_identity.py"]  # 5-7 s
 
 
 def pytest_collection_modifyitems(config, items):
