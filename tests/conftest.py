@@ -296,9 +296,9 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  # The modules without a host that take more than about 5 s (SGLang's own code imported, local
                  # simulators, parser probes), longest first, so that the last units handed out are the short ones:
                  # left in file order the heaviest came last (token_map, upgrade_logic, weights_logic: t-w), and
-                 # in a loaded CI run (2026-12-06, 1138 s) the workers ended over 100 s (1014-1116 s), the last ones
-                 # in those modules. Each module's time with `pytest -n 2 -m "not simhost" --durations=0` on the
-                 # shared 2 cores, 2026-12-06.
+                 # in a loaded CI run (2026-12-06, 1138 s) the workers' last work spread over 100 s (1014-1116 s),
+                 # test_upgrade_logic and test_weights_logic among it. Each module's time with
+                 # `pytest -n 2 -m "not simhost" --durations=0` on the shared 2 cores, 2026-12-06.
                  "test_token_map.py",  # 44 s
                  "test_sglang_memory.py",  # 28 s
                  "test_weights_logic.py",  # 21 s
