@@ -20,11 +20,13 @@ from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
-from sglang_deploy.hostside import documents
 from sglang_deploy.hostside.client import printable
-from sglang_deploy.hostside.documents import DocumentError, GateConfig, ReleaseMeta, Roofline, SwitchOutcome
+from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.release import (PACKAGES_FILE, PROFILE_FILE, RESOLVED_FILE, GateConfig,
+                                                     ReleaseMeta, Resolution, Roofline)
+from sglang_deploy.hostside.contract.store import SwitchOutcome
 from sglang_deploy.hostside.gate import table as gate_table
-from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_package, host_program
+from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, PREFLIGHT_DIR, ServicePaths, host_package, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
 
@@ -63,17 +65,17 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
                  diff=False)
     managed_file(name=f"{release_id}/sglang.env (0600)", dest=f"{directory}/sglang.env", content=env, mode=600,
                  diff=False)
-    for name, content in ((documents.PROFILE_FILE, profile_json), (GateConfig.FILE, gate_config.dump()),
-                          (documents.RESOLVED_FILE, documents.Resolution.from_dict(resolution).dump()),
+    for name, content in ((PROFILE_FILE, profile_json), (GateConfig.FILE, gate_config.dump()),
+                          (RESOLVED_FILE, Resolution.from_dict(resolution).dump()),
                           (Roofline.FILE, roofline.dump() if roofline else None)):
         if content is not None:
             managed_file(name=f"{release_id}/{name}", dest=f"{directory}/{name}", content=content, mode=644, diff=False)
     if meta.venv:  # what the venv's install recorded: every package with the sha256 of its file list
-        from sglang_deploy.provision import PACKAGES_FILE
+        from sglang_deploy.provision import PACKAGES_FILE as VENV_PACKAGES_FILE
 
-        source = shlex.quote(f"{meta.venv}/{PACKAGES_FILE}")
-        dest = shlex.quote(f"{directory}/{documents.PACKAGES_FILE}")
-        server.shell(name=f"{release_id}/{documents.PACKAGES_FILE} (the venv's packages and their hashes)",
+        source = shlex.quote(f"{meta.venv}/{VENV_PACKAGES_FILE}")
+        dest = shlex.quote(f"{directory}/{PACKAGES_FILE}")
+        server.shell(name=f"{release_id}/{PACKAGES_FILE} (the venv's packages and their hashes)",
                      commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
     managed_file(name=f"{release_id}/{ReleaseMeta.FILE}", dest=f"{directory}/{ReleaseMeta.FILE}",
                  content=meta.dump(), mode=644, diff=False)
@@ -81,7 +83,7 @@ def stage(service: str, release_id: str, unit: str, env: str, profile_json: str,
 
 def show_changes(service: str, unit: str, env: str):
     """With --diff: what the switch will change in the installed unit and environment (secrets masked)."""
-    layout = ServiceLayout(service)
+    layout = ServicePaths(service)
     preview_diff(name="Diff: unit", dest=layout.unit_path, content=unit)
     preview_diff(name="Diff: environment", dest=layout.env_path, content=env)
 
@@ -95,7 +97,7 @@ def _report(service):
 
     (The host program's own summary is shown by pyinfra only when the switch fails.)
     """
-    path = f"{STORE_ROOT}/{service}/{SwitchOutcome.FILE}"
+    path = f"{ServicePaths(service).root}/{SwitchOutcome.FILE}"
     outcome, problem = None, f"{path} could not be read"
     for _ in range(3):  # one SSH round trip; a busy host may drop one
         ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
@@ -138,7 +140,7 @@ def prune(service: str, keep: int):
                            host_program("weights", "prune")])
 
 
-PREFLIGHT_DIR = "/run/sglang-deploy/preflight"  # a tmpfs: the preflight's inputs never reach the release store
+
 PREFLIGHT_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
                     "attention_backend", "page_size", "chunked_prefill_size")
 
@@ -158,7 +160,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
     """variant_args: the host variant's options (roles/target.py preflight_args: the simulated host's)."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     args = ["--service", service, "--unit", f"{directory}/sglang.service", "--env", f"{directory}/sglang.env",
-            "--python", python, "--gpus", str(gpus), "--json", f"{PREFLIGHT_DIR}/{service}.json",
+            "--python", python, "--gpus", str(gpus), "--json", ServicePaths(service).preflight_report(),
             "--expected", f"{directory}/expected.json"]
     args += ["--argv-json", f"{directory}/argv.json"] if resolve else []
     args += [*variant_args] + (["--container-id", str(container_id)] if container_id else [])
@@ -167,11 +169,11 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
 
 
 def _preflight_report(service):
-    """The passed preflight's warnings and steps (hostside/outputs.PreflightReport); a report that cannot be read as
+    """The passed preflight's warnings and steps (hostside/contract/answers.PreflightReport); a report that cannot be read as
     one is a DeployError naming the field (the preflight itself passed: its exit status decided)."""
-    from sglang_deploy.hostside.outputs import PreflightReport
+    from sglang_deploy.hostside.contract.answers import PreflightReport
 
-    path = f"{PREFLIGHT_DIR}/{service}.json"
+    path = ServicePaths(service).preflight_report()
     ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
     if not ok:
         return

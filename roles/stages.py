@@ -24,7 +24,7 @@ from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
 from sglang_deploy.gate import gate_config
-from sglang_deploy.layout import ServiceLayout, host_package, venv_path
+from sglang_deploy.layout import ServicePaths, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers
 from sglang_deploy.render import recover_path, render_recover, render_watch, watch_paths
@@ -90,7 +90,7 @@ def snapshots(plan: Plan) -> Snapshots:
 def facts(plan: Plan, snaps: Snapshots) -> dict:
     """Everything the deploy decides from, in one round trip (roles.facts.DeployState)."""
     profile, service = plan.profile, plan.profile.service.name
-    layout = ServiceLayout(service)
+    layout = ServicePaths(service)
     weights, draft = snaps.weights, snaps.draft
     return host.get_fact(
         DeployState, service=service,
@@ -172,7 +172,7 @@ def prepare_host(plan: Plan, facts: dict) -> list:
     CUDA, NCCL and the venv; the simulated host: its simulator). Returns the operations whose change restarts the
     server (a changed simulator)."""
     profile = plan.profile
-    state_dir = ServiceLayout(profile.service.name).state_dir
+    state_dir = ServicePaths(profile.service.name).state_dir
     if not service_user.in_place(facts["user"], profile.service.user, state_dir):  # first: the venv's checks run as it
         service_user.install(user=profile.service.user, home=state_dir)
     runtime_ops = plan.target.prepare(profile, host_settings(), facts)

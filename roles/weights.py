@@ -83,10 +83,10 @@ def fetch_command(weights: Weights, python: str, endpoint: str | None, token_fil
 def _fetch_live(command: str):
     """The fetch with its output printed as it arrives (a download of tens of GB takes minutes: its progress
     lines, every few seconds, show on the controller during the transfer, not only when it fails). Its answer, the
-    last line, through its class (outputs.WeightsPlaced, or WeightsFailure when it refuses): a field renamed on
+    last line, through its class (answers.WeightsPlaced, or WeightsFailure when it refuses): a field renamed on
     either side is named."""
-    from sglang_deploy.hostside.documents import DocumentError
-    from sglang_deploy.hostside.outputs import WeightsFailure, WeightsPlaced
+    from sglang_deploy.hostside.contract.answers import WeightsFailure, WeightsPlaced
+    from sglang_deploy.hostside.contract.document import DocumentError
 
     ok, output = host.run_shell_command(command, print_output=True, _sudo=sudo())
     lines = output.stdout_lines

@@ -11,7 +11,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .hostside.documents import GateConfig, GateSettings
+from .hostside.contract.release import GateConfig, GateSettings
 from .hostside.gate import decode_backend
 from .layout import venv_path
 from .resolution import COMPARED_FIELDS

@@ -1,7 +1,7 @@
 """Bandwidth roofline for speculative decode: the arithmetic lives in hostside/roofline.py (standard library
 only), so the perf watch on the host computes the same bound as the doctor on the controller."""
 
-from .hostside.documents import Roofline
+from .hostside.contract.release import Roofline
 from .hostside.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_bytes, roofline  # noqa: F401
 
 

@@ -17,7 +17,7 @@ import ipaddress
 import re
 import shlex
 
-from .hostside.documents import GateSettings
+from .hostside.contract.release import GateSettings
 from .settings import RouterSettings, SettingsError
 from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
 
@@ -203,7 +203,7 @@ def gate_verdict(measurement, floors: GateSettings, workers: int) -> dict:
     """The fleet's gate measured through the router: the workers' own floors on single-stream decode and
     acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/gate.below_floor), request
     errors fail it; the aggregate over the workers is reported. /server_info is not proxied by the router: its
-    error does not count. measurement: the bench's (hostside/measurement.Measurement)."""
+    error does not count. measurement: the bench's (hostside/contract/release.Measurement)."""
     from .hostside.gate import below_floor
 
     errors = [e for e in measurement.errors if not e.startswith("/server_info")]

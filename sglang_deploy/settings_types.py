@@ -15,7 +15,7 @@ from typing import Annotated
 from pydantic import BeforeValidator
 
 from . import safety
-from .hostside.store import VENV_ROOT
+from .hostside.contract.paths import VENV_ROOT
 
 
 def _text(value) -> str:

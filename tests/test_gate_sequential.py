@@ -11,7 +11,7 @@ import random
 import pytest
 
 from conftest import bench_measurement
-from sglang_deploy.hostside.documents import GateResult, GateSettings
+from sglang_deploy.hostside.contract.release import GateResult, GateSettings
 from sglang_deploy.hostside.gate import (ALPHA, evaluate, look_alpha, merged, paired_ratios, ratio_interval,
                                          sequential, straddles, t95, t_one_sided, table)
 

@@ -7,8 +7,10 @@ import types
 import pytest
 
 from conftest import release_meta, snapshot_mark
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.release import SnapshotMark
+from sglang_deploy.hostside.contract.store import StoreState
 from sglang_deploy.hostside import store as store_module, switch
-from sglang_deploy.hostside.documents import SnapshotMark, StoreState
 
 A = snapshot_mark(source="hf://org/m@" + "a" * 40, manifest_sha256="1" * 64)
 B = snapshot_mark(source="hf://org/m@" + "b" * 40, manifest_sha256="2" * 64)
@@ -24,7 +26,7 @@ def test_the_baseline_note_names_a_weights_change():
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     for release_id, weights in (("0001-aaaaaaaa", {**A, "manifest": str(tmp_path / "gone.json"), "path": "/x"}),
                                 ("0002-bbbbbbbb", None)):
@@ -54,8 +56,7 @@ def test_no_automatic_rollback_onto_weights_that_are_not_the_verified_ones(store
 @pytest.mark.parametrize("target_verdict, last_good", [("good", "0002-bbbbbbbb"), (None, "0001-aaaaaaaa")])
 def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_last_good(tmp_path, monkeypatch,
                                                                                          target_verdict, last_good):
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
-    monkeypatch.setattr(switch, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     for number, (release_id, verdict) in enumerate((("0001-aaaaaaaa", "good"), ("0002-bbbbbbbb", target_verdict),
                                                      ("0003-cccccccc", "good"))):

@@ -17,11 +17,11 @@ import sys
 
 from . import evidence, gate, safetensors_headers
 from .client import get_json, read_api_key
-from .documents import DocumentError, GateConfig, GateResult, ProfileSnapshot, Resolution
-from .reports import ABResults, TuneResults
+from .contract.answers import DoctorCollection, GpuProbe, PreflightReport, SandboxView
+from .contract.document import DocumentError, line
+from .contract.paths import ServicePaths
+from .contract.release import ABResults, GateConfig, GateResult, ProfileSnapshot, Resolution, TuneResults
 from .listener import foreign_listener, guard_unit
-from .documents import line
-from .outputs import DoctorCollection, GpuProbe, PreflightReport, SandboxView
 from .service import service_status
 from .store import Store, service_name
 
@@ -75,7 +75,7 @@ def probe_command(python, user, home, nccl, force):
 
 
 def probe_answer(result, python):
-    """The GPU probe's answer (outputs.GpuProbe) as a dict: its own, through the class (a field renamed on either
+    """The GPU probe's answer (answers.GpuProbe) as a dict: its own, through the class (a field renamed on either
     side is named in its error), or why there is none (no python; no JSON: its stderr's end)."""
     if result is None:
         return GpuProbe(error=f"{python} not found").to_dict()
@@ -90,7 +90,7 @@ def probe_answer(result, python):
 def sandbox_view(service, gpus):
     """The active release's preflight without its GPU steps (hostside/preflight/runner.py --active --no-gpu): devices,
     shm, toolchain, limits, and the sandbox the unit declares next to what this host enforces."""
-    out = f"/run/sglang-deploy/preflight/{service}-doctor.json"
+    out = ServicePaths(service).preflight_report("-doctor")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-m", "hostside.preflight", "--service", service, "--active", "--no-gpu",

@@ -26,7 +26,8 @@ import os
 import sys
 
 from . import forensics
-from .documents import DocumentError, Recovery
+from .contract.document import DocumentError
+from .contract.store import Recovery
 from .service import systemctl
 from .store import Lock, Locked, Store, atomic_write, boot_id, content_hash, log, now, service_name
 

@@ -16,11 +16,11 @@ import time
 
 from . import evidence, gate, output_check
 from .client import read_api_key
-from .documents import (PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome,
-                        Switching)
+from .contract.document import DocumentError
+from .contract.release import PROFILE_FILE, RESOLVED_FILE, GateConfig, Measurement, ReleaseMeta, TuneRestore
+from .contract.session import TuneClose, TuneItem, TuneItemResult, TuneStatus
+from .contract.store import Switching, SwitchOutcome
 from .listener import foreign_listener
-from .outputs import TuneItemResult
-from .reports import TuneClose, TuneItem, TuneRestore, TuneStatus
 from .service import cmdline_matches, service_status
 from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
 from .switch import activate
@@ -42,7 +42,7 @@ def heartbeat_stale(last_beat, now, heartbeat_s):
 
 def bench_command(probe_url, secrets_path, settings, warmup):
     """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round.
-    settings: the queued item's TuneMeasure (reports.py)."""
+    settings: the queued item's TuneMeasure (contract/session.py)."""
     return [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
             "--samples", str(settings.samples), "--warmup", str(warmup),
             "--max-new-tokens", str(settings.max_new_tokens), "--concurrency", str(settings.concurrency),
@@ -51,7 +51,7 @@ def bench_command(probe_url, secrets_path, settings, warmup):
 
 def by_kind(samples):
     """Median decode tok/s per content class of the prompt mix (acceptance, and so a drafter's gain, depends on it).
-    samples: measurement.Sample."""
+    samples: release.Sample."""
     kinds = {}
     for sample in samples:
         if sample.kind and sample.decode_tok_s:
@@ -61,7 +61,7 @@ def by_kind(samples):
 
 
 def repeat_summary(measurement):
-    """One repeat (a measurement.Measurement) reduced to the numbers the controller scores (medians over the
+    """One repeat (a release.Measurement) reduced to the numbers the controller scores (medians over the
     repeat's samples)."""
     return {"decode_tok_s": measurement.decode_median, "aggregate_tok_s": measurement.aggregate_median,
             "accept_length": measurement.tau_median, "ttft_s": measurement.ttft_median,
@@ -73,12 +73,10 @@ def repeat_summary(measurement):
 def bench_measurement(done):
     """A repeat's measurement from the bench's completed process: its answer through the class, or
     Measurement.failed naming why there is none (an exit status, or the answer and the field it cannot read)."""
-    from .measurement import SOURCE, Measurement
-
     if done.returncode != 0:
         return Measurement.failed([f"bench.py exited with {done.returncode}"])
     try:
-        return Measurement.loads(done.stdout, SOURCE)
+        return Measurement.loads(done.stdout, Measurement.FILE)
     except DocumentError as error:
         return Measurement.failed([f"bench.py's answer cannot be read: {error}"])
 

@@ -35,8 +35,8 @@ import time
 
 from . import evidence, gate, output_check, roofline, safetensors_headers
 from .client import LOOPBACK_URL, http, read_api_key
-from .documents import WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
-from .reports import DoctorReport, WatchEntry, WatchOutput
+from .contract.document import DocumentError
+from .contract.release import WATCH_HISTORY_FILE, DoctorReport, GateConfig, Roofline, WatchEntry, WatchOutput
 from .listener import foreign_listener, guard_unit
 from .readiness import wait_healthy
 from .service import systemctl
@@ -71,7 +71,7 @@ def drift_streak(history):
     """Drifting measurements in a row at the end of the history; skipped runs neither count nor break it,
     a restart or a measurement without drift ends it."""
     streak = 0
-    for entry in reversed(history):  # WatchEntry (reports.py)
+    for entry in reversed(history):  # WatchEntry (contract/release.py)
         if entry.event == "restart":
             break
         if entry.status != "ok":
@@ -123,7 +123,7 @@ def textfile(service, release_id, history, verdict, now, floors=None, recovered=
     ({"decode": tok/s, "accept": tau}, the floors drift is judged by) as gauges the alert rules compare with
     (dashboards/sglang-deploy.rules.yml)."""
     labels = f'service="{_label(service)}",release="{_label(release_id)}"'
-    last_ok = next((e for e in reversed(history) if e.status == "ok"), None)  # WatchEntry (reports.py)
+    last_ok = next((e for e in reversed(history) if e.status == "ok"), None)  # WatchEntry (contract/release.py)
     last = history[-1] if history else None
     lines = []
 
@@ -154,7 +154,7 @@ def textfile(service, release_id, history, verdict, now, floors=None, recovered=
               1 if output.verdict == "pass" else 0, f',verdict="{_label(output.verdict)}"')
         gauge("output_known_right", "Known answers right in the last run's short output check.",
               output.known_right)
-    if recovered is not None:  # documents.Recovery: the last boot that found an interrupted switch
+    if recovered is not None:  # store.Recovery: the last boot that found an interrupted switch
         try:
             at = datetime.datetime.fromisoformat(recovered.at).timestamp()
         except ValueError:
@@ -254,7 +254,7 @@ def write_textfile(directory, service, content):
 
 
 def read_history(path):
-    """The release's watch.jsonl (reports.WatchEntry.lines; a DocumentError names the file's line)."""
+    """The release's watch.jsonl (release.WatchEntry.lines; a DocumentError names the file's line)."""
     try:
         with open(path) as f:
             return WatchEntry.lines(f.read(), path)

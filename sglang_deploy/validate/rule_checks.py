@@ -220,7 +220,7 @@ TEXTFILE_ROOTS = ("/var/lib/prometheus", "/var/lib/node_exporter", "/var/lib/nod
 
 
 def sandbox_problems(profile: Profile) -> list[Problem]:
-    from ..layout import ServiceLayout
+    from ..layout import ServicePaths
 
     problems = []
     for index, name in enumerate(profile.service.relax):
@@ -229,7 +229,7 @@ def sandbox_problems(profile: Profile) -> list[Problem]:
                                     f"relaxing {name} lets the server gain privileges or write the system; "
                                     f"relaxable without a reason: the directives other than "
                                     f"{', '.join(PRIVILEGE_DIRECTIVES)}; " + remove_or_waive("relax-privileges")))
-    layout, textfile = ServiceLayout(profile.service.name), profile.watch.textfile_dir
+    layout, textfile = ServicePaths(profile.service.name), profile.watch.textfile_dir
     own = [d for d in (layout.state_dir, layout.cache_dir) if textfile == d or textfile.startswith(d + "/")]
     if own or not any(textfile == root or textfile.startswith(root + "/") for root in TEXTFILE_ROOTS):
         problems.append(Problem("watch-textfile-dir", ("watch", "textfile_dir"),
