@@ -109,7 +109,8 @@ def diagnosis(args: DoctorArgs) -> None:
                        "draft_checkpoint": collected.draft_checkpoint,
                        "offered_drafts": collected.offered_drafts,
                        "card_memory_mib": collected.card_memory_mib,
-                       "last_tune": collected.last_tune, "last_ab": collected.last_ab,
+                       "last_tune": collected.last_tune and collected.last_tune.to_dict(),
+                       "last_ab": collected.last_ab and collected.last_ab.to_dict(),
                        "release": collected.active})
     result = with_collection(result, collected)
     logger.info(f"[{host.name}] perf doctor, release {collected.active} of {service}:")

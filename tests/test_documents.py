@@ -326,6 +326,10 @@ def test_the_doctor_report_reader_names_the_field(data, message):
     ({**TUNE, "results": [without(ENTRY, "axis")]}, "tune-results.json results[0]: required field 'axis' is missing"),
     ({**TUNE, "results": [{**ENTRY, "decode": 50.0}]}, "tune-results.json results[0]: unknown field 'decode'"),
     ({**TUNE, "results": {}}, "tune-results.json: field 'results' is {}; accepted: list[TuneEntry]"),
+    # the restore is the session's TuneRestore, typed: a renamed field is named
+    ({**TUNE, "restore": {"needed": True, "ready": True, "elapsed": 3.0}},
+     "tune-results.json restore: unknown field 'elapsed'"),
+    ({**TUNE, "restore": {"needed": True}}, "tune-results.json restore: required field 'ready' is missing"),
 ])
 def test_the_tune_results_reader_names_the_field(data, message):
     from sglang_deploy.hostside.contract.release import TuneResults
@@ -346,6 +350,12 @@ def test_reports_already_on_hosts_read_with_the_safe_defaults():
     saved = TuneResults.from_dict(TUNE)
     assert (saved.winner, saved.restore, saved.results[0].draft, saved.results[0].by_kind) == (None, None, None, {})
     assert json.loads(saved.dump())["results"][0]["id"] == "original"
+    # a finished tune's restore, as the controller has written it since 2026-12-02 (TuneRestore.to_dict): the same JSON
+    restore = {"needed": True, "ready": True, "stage": "generate", "detail": None, "elapsed_s": 41.5,
+               "removed": ["0004-bbbbbbbb"]}
+    ended = TuneResults.from_dict({**TUNE, "restore": restore})
+    assert (ended.restore.ready, ended.restore.removed) == (True, ["0004-bbbbbbbb"])
+    assert json.loads(ended.dump())["restore"] == restore
 
 
 # --- the snapshots, the switch under way, the resolution and the profile's service --------------------------

@@ -108,7 +108,7 @@ def collector_fields() -> set:
 
 
 def collection(**changes):
-    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": {}, "gate": bench_measurement([50.0]).to_dict(),
+    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": None, "gate": bench_measurement([50.0]).to_dict(),
               "environ": {}, "log_findings": {}, "costly_env": [], "server_info": {"tp_size": 2},
               "checkpoint_path": "/m", "checkpoint": None, "draft_checkpoint": None, "offered_drafts": [],
               "last_tune": None, "last_ab": None, "clock_reasons": {"0": "0x0"}, "card_memory_mib": [49140],
@@ -131,6 +131,11 @@ def test_the_doctor_collector_writes_exactly_the_collections_fields():
      "hostside.doctor_collect's output sandbox findings[0]: unknown field 'fixx'"),
     (collection(gate=renamed(bench_measurement([50.0]).to_dict(), "ttft_s", "ttft")),
      "hostside.doctor_collect's output gate: unknown field 'ttft'"),
+    # the active release's meta and its last tune are the release's own documents, typed
+    (collection(meta=renamed(release_meta().to_dict(), "venv", "venv_path")), "hostside.doctor_collect's output meta: unknown "
+                                                                       "field 'venv_path'"),
+    (collection(last_tune={"stamp": "s", "original": "0001-aaaaaaaa", "results": []}),
+     "hostside.doctor_collect's output last_tune: required field"),
 ])
 def test_the_doctor_collection_reader_names_the_field(data, message):
     with pytest.raises(DocumentError) as error:
@@ -248,6 +253,16 @@ def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
     tune_runner.write_json(os.path.join(paths.results, "0004.json"), {"seq": 4, "id": "x", "okay": True})
     assert tune_session.cmd_poll(args) == 0
     assert "0004.json: unknown field 'okay'" in TunePoll.loads(capsys.readouterr().out).unreadable[0]
+    # the switch's readiness is typed (Readiness): read by attribute, a renamed field named
+    result = {"seq": 5, "id": "y", "release_id": "0003-cccccccc", "ok": False, "at": "t", "duration_s": 1.0,
+              "readiness": {"ready": False, "stage": "health", "detail": "timeout", "elapsed_s": 60.0}}
+    tune_runner.write_json(os.path.join(paths.results, "0005.json"), result)
+    tune_runner.write_json(os.path.join(paths.results, "0006.json"), {**result, "seq": 6, "readiness": renamed(
+        result["readiness"], "elapsed_s", "elapsed")})
+    assert tune_session.cmd_poll(args) == 0
+    poll = TunePoll.loads(capsys.readouterr().out)
+    assert (poll.result(5).readiness.stage, poll.result(5).readiness.elapsed_s) == ("health", 60.0)
+    assert any("0006.json readiness: unknown field 'elapsed'" in line for line in poll.unreadable), poll.unreadable
 
 
 class Answers:

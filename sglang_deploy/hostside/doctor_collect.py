@@ -105,8 +105,8 @@ def sandbox_view(service, gpus):
 
 def last_tune(store, active, errors, document=TuneResults):
     """The active release's last tune (tune-results.json), or (document=ABResults) its last A/B (ab-results.json):
-    its stamp and each candidate's id, axis, flags and repeats (the doctor's speculation-slower-than-none reads the
-    `nospec` control against the original). None: none, or one that cannot be read (said in errors)."""
+    the whole document (the doctor's speculation-slower-than-none reads the `nospec` control against the original).
+    None: none, or one that cannot be read (said in errors)."""
     try:
         tune = document.load(store.release_dir(active))
     except FileNotFoundError:
@@ -114,9 +114,7 @@ def last_tune(store, active, errors, document=TuneResults):
     except (OSError, DocumentError) as error:
         errors.append(str(error))
         return None
-    return {"stamp": tune.stamp, "original": tune.original,
-            "results": [{"id": entry.id, "axis": entry.axis, "flags": entry.flags, "valid": entry.valid,
-                         "error": entry.error, "repeats": entry.repeats} for entry in tune.results]}
+    return tune.to_dict()
 
 
 def release_part(document, store, active, errors):
@@ -141,7 +139,7 @@ def main():
     active = store.state().active
     report = {"active": active, "errors": []}
     meta = store.meta(active) if active else None
-    report["meta"] = meta.to_dict() if meta else {}
+    report["meta"] = meta.to_dict() if meta else None
     report["gate"] = None
     if active:
         try:
@@ -211,7 +209,7 @@ def main():
         profile = release_part(ProfileSnapshot, store, active, report["errors"])
         user = profile.service.user if profile else "sglang"
         nccl = probe_nccl_env(store.read(os.path.join(store.release_dir(active), "sglang.env")))
-        command = probe_command(python, user, f"/var/lib/{args.service}", nccl, args.probe_force)
+        command = probe_command(python, user, ServicePaths(args.service).state_dir, nccl, args.probe_force)
         result = subprocess.run(command, capture_output=True, text=True) if os.path.exists(python) else None
         report["probe"] = probe_answer(result, python)
     # /server_info carries the key and launch command; through the class: a field misspelt here fails at the write

@@ -84,15 +84,17 @@ def bench_measurement(done):
 # --- files ----------------------------------------------------------------------------------------
 
 class Paths:
+    """A tune session's files, in its directory (contract/paths.py ServicePaths.tune_dir; their documents:
+    contract/session.py)."""
     def __init__(self, service, session):
         self.store = Store(service)
-        self.root = os.path.join(self.store.root, "tune", session)
-        self.status = os.path.join(self.root, "session.json")
+        self.root = self.store.paths.tune_dir(session)
+        self.status = os.path.join(self.root, TuneStatus.FILE)
         self.heartbeat = os.path.join(self.root, "heartbeat")
         self.queue = os.path.join(self.root, "queue")
         self.results = os.path.join(self.root, "results")
         self.log = os.path.join(self.root, "session.log")
-        self.close = os.path.join(self.root, "close")
+        self.close = os.path.join(self.root, TuneClose.FILE)
 
 
 def read_json(path, default=None):

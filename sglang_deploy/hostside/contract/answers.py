@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from .document import Document, DocumentError
-from .release import HistoryEvent, Measurement, ReleaseMeta, WatchEntry
+from .release import ABResults, HistoryEvent, Measurement, ReleaseMeta, TuneResults, WatchEntry
 from .store import LockInfo, StoreState
 
 
@@ -366,7 +366,7 @@ class DoctorCollection(Document):
     FILE: ClassVar[str] = "hostside.doctor_collect's output"
     active: str | None  # the active release; None: none
     errors: list  # what could not be read, each a sentence
-    meta: dict  # the active release's meta.json ({}: none)
+    meta: ReleaseMeta | None  # the active release's meta.json; None: no active release
     gate: Measurement | None  # the measurement (the gate's, or the collector's own); None: none
     environ: dict  # the server process's environment
     log_findings: dict  # SGLang's own log lines (evidence.log_findings)
@@ -376,8 +376,8 @@ class DoctorCollection(Document):
     checkpoint: dict | None  # the checkpoint's bytes by role (safetensors_headers.summarize)
     draft_checkpoint: dict | None
     offered_drafts: list  # {"source", "bytes"} of each offered drafter
-    last_tune: dict | None  # the active release's last tune (doctor_collect.last_tune)
-    last_ab: dict | None  # its last A/B
+    last_tune: TuneResults | None  # the active release's last tune (doctor_collect.last_tune); None: none
+    last_ab: ABResults | None  # its last A/B; None: none
     clock_reasons: dict  # each GPU's clock-limit reasons, by index (a string once through JSON)
     card_memory_mib: list
     sandbox: SandboxView

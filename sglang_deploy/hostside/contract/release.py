@@ -512,7 +512,7 @@ class TuneResults(Document):
     confirmation: dict | None = None  # the winner measured again beside the original
     winner: str | None = None  # its id; None: none (yet)
     # Written at the end only (report): a document saved after each candidate has none of these.
-    restore: dict | None = None
+    restore: TuneRestore | None = None  # the session's end (its session.json's restore)
     tuned_profile: str | None = None
     table: str | None = None
     by_kind: str | None = None

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from .document import Document
 from .release import OutputCounts, TuneRestore
+from .store import Readiness
 
 
 # --- the queue: <session>/queue/<seq>.json -------------------------------------------------------------------------------
@@ -54,7 +55,7 @@ class TuneItemResult(Document):
     ok: bool  # every repeat measured a decode rate
     at: str
     duration_s: int | float
-    readiness: dict | None = None  # the switch's readiness ({ready, stage, detail, elapsed_s}); None: no restart
+    readiness: Readiness | None = None  # the switch's readiness (ready, stage, detail, elapsed_s); None: no restart
     error: str | None = None  # why not measured
     allreduce: dict | None = None  # the all-reduce path the server reports; None: not checked (never ready)
     map_ignored: str | None = None  # SGLang's line saying it ignores the token map; None: none
