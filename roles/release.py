@@ -22,8 +22,7 @@ from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostside.client import printable
 from sglang_deploy.hostside.contract.document import DocumentError
-from sglang_deploy.hostside.contract.release import (PACKAGES_FILE, PROFILE_FILE, RESOLVED_FILE, GateConfig,
-                                                     ReleaseMeta, Resolution, Roofline)
+from sglang_deploy.hostside.contract.release import PACKAGES_FILE, ReleaseFiles, ReleaseMeta
 from sglang_deploy.hostside.contract.store import SwitchOutcome
 from sglang_deploy.hostside.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, PREFLIGHT_DIR, ServicePaths, host_package, host_program
@@ -52,33 +51,25 @@ def install_programs(installed_digest: str | None = None):
 
 
 @deploy("Release: stage")
-def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, gate_config: GateConfig,
-          resolution: dict, meta: ReleaseMeta, roofline: Roofline | None = None):
-    """Write releases/<id>/; meta.json goes last, so a directory without it is never used.
+def stage(service: str, release_id: str, release_files: ReleaseFiles):
+    """Write releases/<id>/ (ReleaseFiles, in its order); meta.json goes last, so a directory without it is never
+    used.
 
     resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.resolution): the
     gate's expectations come from it, and a simulated host's server serves it as /server_info. roofline.json
     (sglang_deploy.roofline.release_inputs) is what the perf watch needs for decode / roofline."""
     directory = release_dir(service, release_id)
     files.directory(name=f"Release directory {release_id}", path=directory, mode=755)
-    managed_file(name=f"{release_id}/sglang.service", dest=f"{directory}/sglang.service", content=unit, mode=644,
-                 diff=False)
-    managed_file(name=f"{release_id}/sglang.env (0600)", dest=f"{directory}/sglang.env", content=env, mode=600,
-                 diff=False)
-    for name, content in ((PROFILE_FILE, profile_json), (GateConfig.FILE, gate_config.dump()),
-                          (RESOLVED_FILE, Resolution.from_dict(resolution).dump()),
-                          (Roofline.FILE, roofline.dump() if roofline else None)):
-        if content is not None:
-            managed_file(name=f"{release_id}/{name}", dest=f"{directory}/{name}", content=content, mode=644, diff=False)
-    if meta.venv:  # what the venv's install recorded: every package with the sha256 of its file list
-        from sglang_deploy.provision import PACKAGES_FILE as VENV_PACKAGES_FILE
+    for name, content, mode in release_files.members():
+        if name == ReleaseMeta.FILE and release_files.meta.venv:  # what the venv's install recorded, before meta.json:
+            from sglang_deploy.provision import PACKAGES_FILE as VENV_PACKAGES_FILE  # every package and its hash
 
-        source = shlex.quote(f"{meta.venv}/{VENV_PACKAGES_FILE}")
-        dest = shlex.quote(f"{directory}/{PACKAGES_FILE}")
-        server.shell(name=f"{release_id}/{PACKAGES_FILE} (the venv's packages and their hashes)",
-                     commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
-    managed_file(name=f"{release_id}/{ReleaseMeta.FILE}", dest=f"{directory}/{ReleaseMeta.FILE}",
-                 content=meta.dump(), mode=644, diff=False)
+            source = shlex.quote(f"{release_files.meta.venv}/{VENV_PACKAGES_FILE}")
+            dest = shlex.quote(f"{directory}/{PACKAGES_FILE}")
+            server.shell(name=f"{release_id}/{PACKAGES_FILE} (the venv's packages and their hashes)",
+                         commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
+        managed_file(name=f"{release_id}/{name}" + (f" ({mode:04o})" if mode != 0o644 else ""),
+                     dest=f"{directory}/{name}", content=content, mode=int(f"{mode:o}"), diff=False)
 
 
 def show_changes(service: str, unit: str, env: str):
@@ -169,7 +160,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
 
 
 def _preflight_report(service):
-    """The passed preflight's warnings and steps (hostside/contract/answers.PreflightReport); a report that cannot be read as
+    """The passed preflight's warnings and steps (contract/answers.PreflightReport); a report that cannot be read as
     one is a DeployError naming the field (the preflight itself passed: its exit status decided)."""
     from sglang_deploy.hostside.contract.answers import PreflightReport
 

@@ -24,6 +24,7 @@ from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
 from sglang_deploy.gate import gate_config
+from sglang_deploy.hostside.contract.release import ReleaseFiles, Resolution
 from sglang_deploy.layout import ServicePaths, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers
@@ -269,12 +270,12 @@ def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:
     if not decision.is_new:
         return
     gpu = plan.target.gpu(plan.rendered.environment, host)
-    release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit, env=plan.rendered.env,
-                  profile_json=profile_snapshot(plan), gate_config=gate_config(plan), resolution=plan.resolution,
-                  meta=build_meta(plan, decision.release_id, weights=snaps.weights, draft=snaps.draft,
-                                  offered=list(snaps.offered),
-                                  preflight="skipped (skip_preflight)" if of(DeployArgs).skip_preflight else "passed"),
-                  roofline=release_inputs(plan.resolution["resolved"], plan.profile.model.path, gpu))
+    meta = build_meta(plan, decision.release_id, weights=snaps.weights, draft=snaps.draft, offered=list(snaps.offered),
+                      preflight="skipped (skip_preflight)" if of(DeployArgs).skip_preflight else "passed")
+    release.stage(service=service, release_id=decision.release_id, release_files=ReleaseFiles(
+        unit=plan.rendered.unit, env=plan.rendered.env, profile=profile_snapshot(plan), gate_config=gate_config(plan),
+        resolution=Resolution.from_dict(plan.resolution), meta=meta,
+        roofline=release_inputs(plan.resolution["resolved"], plan.profile.model.path, gpu)))
 
 
 def start_timeout(plan: Plan, store) -> int:

@@ -17,7 +17,7 @@ import time
 from . import evidence, gate, output_check
 from .client import read_api_key
 from .contract.document import DocumentError
-from .contract.release import PROFILE_FILE, RESOLVED_FILE, GateConfig, Measurement, ReleaseMeta, TuneRestore
+from .contract.release import GateConfig, Measurement, ReleaseFiles, TuneRestore
 from .contract.session import TuneClose, TuneItem, TuneItemResult, TuneStatus
 from .contract.store import Switching, SwitchOutcome
 from .listener import foreign_listener
@@ -271,10 +271,8 @@ class Session:
         directory = self.store.release_dir(release_id)
         os.makedirs(directory, exist_ok=True)
         self.created.append(release_id)
-        files = item.files
-        for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), (PROFILE_FILE, 0o644),
-                           (GateConfig.FILE, 0o644), (RESOLVED_FILE, 0o644), (ReleaseMeta.FILE, 0o644)):
-            atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
+        for name, content, mode in ReleaseFiles.written(item.files, f"queue item {item.seq}'s files"):
+            atomic_write(os.path.join(directory, name), content, mode)  # meta.json last
         return release_id
 
     def switch_to(self, release_id, start_timeout=None):

@@ -18,7 +18,7 @@ from ..gate import RESULTS_DIR, gate_config
 from ..hostside.contract.answers import StoreReport
 from ..hostside.contract.document import DocumentError
 from ..hostside.contract.paths import ServicePaths
-from ..hostside.contract.release import PROFILE_FILE, RESOLVED_FILE, GateConfig, ReleaseMeta, Resolution, TuneMark
+from ..hostside.contract.release import ReleaseFiles, Resolution, TuneMark
 from ..hostside.contract.session import TuneItem, TunePoll, TuneSession
 from ..hostside.store import content_hash, next_release_id
 from ..layout import host_program
@@ -264,12 +264,9 @@ class HostSession:
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
         meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(
             tune=TuneMark(session=self.session, temporary=True, candidate=candidate.id))
-        files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
-                 PROFILE_FILE: profile_snapshot(plan),
-                 GateConfig.FILE: gate_config(plan).dump(),
-                 RESOLVED_FILE: Resolution.from_dict(plan.resolution).dump(),
-                 ReleaseMeta.FILE: meta.dump()}
-        return {"release_id": release_id, "files": files}, None
+        files = ReleaseFiles(unit=plan.rendered.unit, env=plan.rendered.env, profile=profile_snapshot(plan),
+                             gate_config=gate_config(plan), resolution=Resolution.from_dict(plan.resolution), meta=meta)
+        return {"release_id": release_id, "files": files.by_name()}, None
 
     def estimate_s(self) -> float:
         measured = [d for d in self.durations if d]

@@ -21,7 +21,7 @@ from .release import ABResults, HistoryEvent, Measurement, ReleaseMeta, TuneResu
 from .store import LockInfo, StoreState
 
 
-# --- the store's state: hostside.store state (the controller's ReleaseStore fact) ----------------------------------------
+# --- the store's state: hostside.store state (the controller's ReleaseStore fact) ------------------------------------
 
 @dataclass(frozen=True)
 class ServiceRun(Document):
@@ -53,7 +53,7 @@ class StoreReport(Document):
         return next((meta for meta in self.releases if meta.id == release_id), None)
 
 
-# --- the store's history: hostside.store history (roles/facts.ReleaseHistory, history.py) --------------------------------
+# --- the store's history: hostside.store history (roles/facts.ReleaseHistory, history.py) ----------------------------
 
 @dataclass(frozen=True)
 class HistoryFloors(Document):
@@ -99,7 +99,7 @@ class StoreHistory(Document):
         return next((release for release in self.releases if release.id == release_id), None)
 
 
-# --- the preflight's report: /run/sglang-deploy/preflight/<service>.json (hostside/preflight/runner.py) ------------------
+# --- the preflight's report: /run/sglang-deploy/preflight/<service>.json (hostside/preflight/runner.py) --------------
 
 @dataclass(frozen=True)
 class PreflightFinding(Document):
@@ -127,7 +127,7 @@ class PreflightReport(Document):
         return [item for item in self.findings if item.status == "warn"]
 
 
-# --- the preflight probe's facts: preflight/probe.py's stdout inside the transient unit (PreflightReport.facts) ----------
+# --- the preflight probe's facts: preflight/probe.py's stdout inside the transient unit (PreflightReport.facts) ------
 
 @dataclass(frozen=True)
 class PreflightNode(Document):
@@ -282,7 +282,7 @@ class PreflightFacts(Document):
     outside: PreflightOutside | None = None  # the runner's; None: as the probe printed it
 
 
-# --- the GPU probe's answer: hostside/gpu_probe.py's stdout (the doctor's --probe) ---------------------------------------
+# --- the GPU probe's answer: hostside/gpu_probe.py's stdout (the doctor's --probe) -----------------------------------
 
 @dataclass(frozen=True)
 class ProbeDevice(Document):
@@ -348,7 +348,7 @@ class GpuProbe(Document):
         return min(entry.read_gbs for entry in self.bandwidth) if self.bandwidth else None
 
 
-# --- the doctor's collection: hostside.doctor_collect's stdout -----------------------------------------------------------
+# --- the doctor's collection: hostside.doctor_collect's stdout -------------------------------------------------------
 
 @dataclass(frozen=True)
 class SandboxView(Document):
@@ -385,7 +385,7 @@ class DoctorCollection(Document):
     probe: GpuProbe | None = None  # the GPU probe's answer; None: not asked (--probe)
 
 
-# --- the weights' answers: hostside.weights' last line (roles/weights.py, roles/facts.WeightsStatus) ---------------------
+# --- the weights' answers: hostside.weights' last line (roles/weights.py, roles/facts.WeightsStatus) -----------------
 
 @dataclass(frozen=True)
 class WeightsFailure(Document):
@@ -439,7 +439,7 @@ class SnapshotStatus(Document):
     error: str | None = None  # the manifest could not be read (deploy_facts): why; None: read, or no manifest
 
 
-# --- the venv's startup hooks: hostside.venv_hooks's stdout (roles/facts.VenvState) --------------------------------------
+# --- the venv's startup hooks: hostside.venv_hooks's stdout (roles/facts.VenvState) ----------------------------------
 
 @dataclass(frozen=True)
 class VenvHooks(Document):

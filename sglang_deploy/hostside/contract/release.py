@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .document import Document
+from .document import Document, DocumentError
 
 # A release's files that are not typed below, and the reports' file names: named once.
 PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
@@ -34,7 +34,7 @@ OUTPUT_CHECK = "hostside.output_check's result"  # OutputCheck's
 AGGREGATE_ROUNDS = 2  # bench.py --aggregate-rounds' default (the gate, the watch and the doctor leave it)
 
 
-# --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) --------------------------
+# --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) ----------------------
 
 @dataclass(frozen=True)
 class ReleaseMeta(Document):
@@ -132,7 +132,7 @@ class TuneMark(Document):
     candidate: str  # the candidate's id
 
 
-# --- the gate: releases/<id>/gate-config.json ----------------------------------------------------------------------------
+# --- the gate: releases/<id>/gate-config.json ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class GateSettings(Document):
@@ -174,7 +174,7 @@ class GateConfig(Document):
     expect: GateExpect
 
 
-# --- the gate's outcome: releases/<id>/gate-result.json ------------------------------------------------------------------
+# --- the gate's outcome: releases/<id>/gate-result.json --------------------------------------------------------------
 
 @dataclass(frozen=True)
 class GateResult(Document):
@@ -199,7 +199,7 @@ class GateResult(Document):
         return self.verdict == "pass"
 
 
-# --- the bench's measurement (hostside/bench.py's stdout; GateResult.measurement) ----------------------------------------
+# --- the bench's measurement (hostside/bench.py's stdout; GateResult.measurement) ------------------------------------
 
 @dataclass(frozen=True)
 class Summary(Document):
@@ -293,7 +293,7 @@ class Measurement(Document):
         return self.config.concurrency if self.config else None
 
 
-# --- the output check (hostside/output_check.py; GateResult.output, its counts in the tune's results) --------------------
+# --- the output check (hostside/output_check.py; GateResult.output, its counts in the tune's results) ----------------
 
 @dataclass(frozen=True)
 class OutputRow(Document):
@@ -340,7 +340,7 @@ class OutputCounts(Document):
     prompts_digest: str
 
 
-# --- the bound on decode: releases/<id>/roofline.json --------------------------------------------------------------------
+# --- the bound on decode: releases/<id>/roofline.json ----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Roofline(Document):
@@ -357,7 +357,7 @@ class Roofline(Document):
     draft_path: str | None  # a separate draft model's path; None: none, or drafted by the target's own layers
 
 
-# --- what a release ships beside its unit: resolved.json and profile.json ------------------------------------------------
+# --- what a release ships beside its unit: resolved.json and profile.json --------------------------------------------
 
 @dataclass(frozen=True)
 class Resolution(Document):
@@ -403,7 +403,7 @@ class ProfileSnapshot(Document):
     service: ProfileService
 
 
-# --- the doctor's report: releases/<id>/doctor.json ----------------------------------------------------------------------
+# --- the doctor's report: releases/<id>/doctor.json ------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class DoctorBound(Document):
@@ -453,7 +453,7 @@ class DoctorReport(Document):
             else None
 
 
-# --- the tune's results and the doctor's A/B: releases/<id>/tune-results.json, ab-results.json ---------------------------
+# --- the tune's results and the doctor's A/B: releases/<id>/tune-results.json, ab-results.json -----------------------
 
 @dataclass(frozen=True)
 class TuneEntry(Document):
@@ -530,7 +530,7 @@ class ABResults(Document):
     results: list[TuneEntry]
 
 
-# --- the perf watch's history: releases/<id>/watch.jsonl, one entry a line -----------------------------------------------
+# --- the perf watch's history: releases/<id>/watch.jsonl, one entry a line -------------------------------------------
 
 @dataclass(frozen=True)
 class WatchOutput(Document):
@@ -588,3 +588,50 @@ class WatchEntry(Document):
         return json.dumps({key: value for key, value in self.to_dict().items()
                            if value is not None and (value != [] or measured and key in ("drift", "errors"))},
                           sort_keys=True) + "\n"
+
+
+# --- a release's set of files: what the deploy and the tune write into releases/<id>/ ---------------------------
+
+UNIT_FILE = "sglang.service"  # the unit the switch installs
+ENV_FILE = "sglang.env"  # its environment file (0600: the switch installs it beside the unit)
+
+
+@dataclass(frozen=True)
+class ReleaseFiles:
+    """The files the controller renders for a release: the deploy's stage writes them (roles/release.stage), the
+    tune sends a temporary candidate's in its queue item (tune/host.stage_files: TuneItem.files, by name) and the
+    host's runner writes those (tune_runner.Session.stage). Written in ORDER, meta.json last: a directory without
+    it is not a release. (packages.json, the venv's record, is copied on the host by the deploy's stage alone.)"""
+    ORDER: ClassVar[tuple] = (UNIT_FILE, ENV_FILE, PROFILE_FILE, GateConfig.FILE, Resolution.FILE, Roofline.FILE,
+                              ReleaseMeta.FILE)
+    OPTIONAL: ClassVar[frozenset] = frozenset({Roofline.FILE})  # the perf watch's: a tune's candidate has none
+    MODES: ClassVar[dict] = {ENV_FILE: 0o600}  # every other file 0644
+    unit: str
+    env: str
+    profile: str  # profile.json: the validated profile as the controller read it (release_plan.profile_snapshot)
+    gate_config: GateConfig
+    resolution: Resolution
+    meta: ReleaseMeta
+    roofline: Roofline | None = None  # None: not written
+
+    def by_name(self) -> dict:
+        """Each file's content by its name, in ORDER (what a tune's queue item carries)."""
+        contents = {UNIT_FILE: self.unit, ENV_FILE: self.env, PROFILE_FILE: self.profile,
+                    GateConfig.FILE: self.gate_config.dump(), Resolution.FILE: self.resolution.dump(),
+                    Roofline.FILE: self.roofline.dump() if self.roofline else None, ReleaseMeta.FILE: self.meta.dump()}
+        return {name: contents[name] for name in self.ORDER if contents[name] is not None}
+
+    def members(self) -> list:
+        """(name, content, mode) of each file, in ORDER."""
+        return self.written(self.by_name())
+
+    @classmethod
+    def written(cls, files: dict, source: str = "a release's files") -> list:
+        """(name, content, mode) of files by name (a queue item's), in ORDER: a file missing or one no release has
+        is an error naming it (nothing is written then)."""
+        missing = [name for name in cls.ORDER if name not in files and name not in cls.OPTIONAL]
+        unknown = sorted(set(files) - set(cls.ORDER))
+        if missing or unknown:
+            raise DocumentError(f"{source}: " + (f"{missing[0]} is missing" if missing else
+                                                 f"{unknown[0]} is not a release's file ({', '.join(cls.ORDER)})"))
+        return [(name, files[name], cls.MODES.get(name, 0o644)) for name in cls.ORDER if name in files]

@@ -15,7 +15,7 @@ from .release import OutputCounts, TuneRestore
 from .store import Readiness
 
 
-# --- the queue: <session>/queue/<seq>.json -------------------------------------------------------------------------------
+# --- the queue: <session>/queue/<seq>.json ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TuneMeasure(Document):
@@ -42,7 +42,7 @@ class TuneItem(Document):
     start_timeout_s: int | float  # the budget's share: a candidate that hangs at start must not outlive it
 
 
-# --- a measured item: <session>/results/<seq>.json -----------------------------------------------------------------------
+# --- a measured item: <session>/results/<seq>.json -------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TuneItemResult(Document):
@@ -66,7 +66,7 @@ class TuneItemResult(Document):
     simulated: bool | None = None  # measured a simulated server; None: not measured
 
 
-# --- the session's own files: session.json and close ---------------------------------------------------------------------
+# --- the session's own files: session.json and close -----------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TuneStatus(Document):
@@ -102,7 +102,7 @@ class TuneClose(Document):
     why: str | None = None
 
 
-# --- hostside.tune_session's answers, its last line (sglang_deploy/tune/host.py) -----------------------------------------
+# --- hostside.tune_session's answers, its last line (sglang_deploy/tune/host.py) -------------------------------------
 
 @dataclass(frozen=True)
 class TuneSession(Document):

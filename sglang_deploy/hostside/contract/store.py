@@ -13,7 +13,7 @@ from .document import Document
 from .release import GateResult
 
 
-# --- the store's state: <store root>/state.json --------------------------------------------------------------------------
+# --- the store's state: <store root>/state.json ----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class StoreState(Document):
@@ -49,7 +49,7 @@ class Recovery(Document):
     action: str  # rolled back, committed, reinstalled, nothing to restore
 
 
-# --- the store's lock: <store root>/lock.json ----------------------------------------------------------------------------
+# --- the store's lock: <store root>/lock.json ------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class LockInfo(Document):
@@ -67,7 +67,7 @@ class LockInfo(Document):
         return f"another deploy or rollback is running: {self.owner} (pid {self.pid}, since {self.since})"
 
 
-# --- the last switch: <store root>/last_switch.json ----------------------------------------------------------------------
+# --- the last switch: <store root>/last_switch.json ------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class SwitchOutcome(Document):
