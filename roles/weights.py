@@ -24,13 +24,13 @@ from pyinfra.operations import python as python_op
 from roles.settings import host_settings, sudo
 from sglang_deploy.hostside.weights.fetch import staging_dir
 from sglang_deploy.hostside.weights.manifest import MODELS_ROOT, TOOL_DIR, human
-from sglang_deploy.layout import host_program
+from sglang_deploy.layout import TOOL_ROOT, host_program
 from sglang_deploy.provision import with_proxy
 from sglang_deploy.token_map.part import MapPart
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
 
-HUB_VENV = "/opt/sglang-deploy/hub-client"
-HUB_WHEELS = "/opt/sglang-deploy/hub-client-wheels"
+HUB_VENV = f"{TOOL_ROOT}/hub-client"
+HUB_WHEELS = f"{TOOL_ROOT}/hub-client-wheels"
 
 
 MANIFESTS_DIR = f"{MODELS_ROOT}/{TOOL_DIR}/manifests"

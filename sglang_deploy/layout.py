@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 # The host's paths are written once, in the host package's table (hostside/contract/paths.py: stdlib only).
 from .hostside.contract.paths import (HOST_LIB, PREFLIGHT_DIR, SIMULATED_MARKER, STORE_ROOT,  # noqa: F401 - the roles'
-                                      VENV_ROOT, ServicePaths)
+                                      TOOL_ROOT, VENV_ROOT, ServicePaths)
 
 if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on bare GPU hosts)
     from .profile import Profile

@@ -17,16 +17,17 @@ import ipaddress
 import re
 import shlex
 
+from .hostside.contract.paths import CONFIG_ROOT, TOOL_ROOT, UNIT_DIR, VENV_ROOT
 from .hostside.contract.release import GateSettings
 from .settings import RouterSettings, SettingsError
 from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
-ROUTER_VENV = f"/opt/sglang-deploy/venvs/sglang-router-{ROUTER_VERSION}"
-ROUTER_LIB = "/opt/sglang-deploy/router"
-ROUTER_CONFIG_DIR = "/etc/sglang-deploy/sglang-router"
+ROUTER_VENV = f"{VENV_ROOT}/sglang-router-{ROUTER_VERSION}"
+ROUTER_LIB = f"{TOOL_ROOT}/router"
+ROUTER_CONFIG_DIR = f"{CONFIG_ROOT}/sglang-router"
 ROUTER_KEY_PATH = f"{ROUTER_CONFIG_DIR}/workers-api-key"
-ROUTER_UNIT_PATH = f"/etc/systemd/system/{ROUTER_SERVICE}.service"
+ROUTER_UNIT_PATH = f"{UNIT_DIR}/{ROUTER_SERVICE}.service"
 HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 
 

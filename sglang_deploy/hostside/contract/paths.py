@@ -10,7 +10,8 @@ the *_FILE names; store.py: StoreState.FILE, LockInfo.FILE, SwitchOutcome.FILE).
     /etc/systemd/system/<service>.service  the installed unit (the active release's)
     /etc/sglang-deploy/<service>/          its environment file and the secrets file
     /var/lib/<service>, /var/cache/<service>  the service's StateDirectory= and CacheDirectory=
-    /opt/sglang-deploy/venvs/              the release venvs; /opt/sglang-deploy/lib: the host package
+    /opt/sglang-deploy/                    the tool's software (TOOL_ROOT): venvs/, lib/ (the host package),
+                                           hub-client/, wheelhouse/
     /run/sglang-deploy/preflight/          the preflight's reports (a tmpfs)
 
 Standard library only: shipped to the host with the rest of the package.
@@ -22,8 +23,9 @@ import os
 from dataclasses import dataclass
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
-VENV_ROOT = "/opt/sglang-deploy/venvs"
-HOST_LIB = "/opt/sglang-deploy/lib"  # the host package is installed as HOST_LIB/hostside (run with python3 -m)
+TOOL_ROOT = "/opt/sglang-deploy"  # the tool's own software: venvs, the host package, the hub client, wheelhouses
+VENV_ROOT = f"{TOOL_ROOT}/venvs"  # the release venvs (and the router's)
+HOST_LIB = f"{TOOL_ROOT}/lib"  # the host package is installed as HOST_LIB/hostside (run with python3 -m)
 UNIT_DIR = "/etc/systemd/system"
 CONFIG_ROOT = "/etc/sglang-deploy"
 PREFLIGHT_DIR = "/run/sglang-deploy/preflight"  # a tmpfs: the preflight's inputs never reach the release store
