@@ -25,7 +25,7 @@ from roles.settings import host_settings, of, sudo
 from sglang_deploy.doctor.diagnosis import diagnose, format_report, with_collection
 from sglang_deploy.gate import save_result
 from sglang_deploy.hostfacts import uvm_warning
-from sglang_deploy.hostside.client import printable
+from sglang_deploy.hostside.lib.client import printable
 from sglang_deploy.hostside.contract.answers import DoctorCollection
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.release import DoctorReport

@@ -20,11 +20,11 @@ from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.gate import save_result
-from sglang_deploy.hostside.client import printable
+from sglang_deploy.hostside.lib.client import printable
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.release import PACKAGES_FILE, ReleaseFiles, ReleaseMeta
 from sglang_deploy.hostside.contract.store import SwitchOutcome
-from sglang_deploy.hostside.gate import table as gate_table
+from sglang_deploy.hostside.lib.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, PREFLIGHT_DIR, ServicePaths, host_package, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
@@ -104,7 +104,7 @@ def _report(service):
     saved = save_result(host.name, outcome.to_dict())
     if outcome.auth_change:
         host.log(printable(outcome.auth_change), logger.warning)
-    if outcome.forensics:  # a rollback: what the service user wrote is kept there (hostside/forensics.py)
+    if outcome.forensics:  # a rollback: what the service user wrote is kept there (hostside/lib/forensics.py)
         host.log(printable(f"what the service user wrote was moved aside for forensics: {outcome.forensics}"),
                  logger.warning)
     elapsed = outcome.readiness.elapsed_s if outcome.readiness else "?"
@@ -138,7 +138,7 @@ PREFLIGHT_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps",
 
 def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list[str], dict]:
     """(SGLang's argv after `serve`, the resolved fields the host's resolution is compared with)."""
-    from sglang_deploy.hostside.service import server_argv
+    from sglang_deploy.hostside.lib.service import server_argv
 
     argv = server_argv(exec_start)
     argv = argv[argv.index("serve") + 1:] if "serve" in argv else argv[1:]

@@ -70,7 +70,7 @@ def exec_start_args(profile: Profile, venv: str, config_file: str | None, port: 
                     node=None) -> list[str]:
     """The service's full argv. The API key travels in --config FILE, never on the command line, and the server
     runs behind the log redactor, which keeps the key SGLang logs at start out of the journal."""
-    from .hostside.service import LOG_REDACTOR
+    from .hostside.lib.service import LOG_REDACTOR
 
     argv = launcher_args(profile, venv) + server_args(profile, port, node)
     if config_file:

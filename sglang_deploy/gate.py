@@ -1,6 +1,6 @@
 """Controller side of the gate: what the running server must show, and where results are kept.
 
-The measurement and the verdict run on the host (hostside/gate.py, inside the switch); this module
+The measurement and the verdict run on the host (hostside/lib/gate.py, inside the switch); this module
 derives the expectations from the plan and stores the result locally.
 """
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .hostside.contract.release import GateConfig, GateSettings
-from .hostside.gate import decode_backend
+from .hostside.lib.gate import decode_backend
 from .layout import venv_path
 from .resolution import COMPARED_FIELDS
 

@@ -9,6 +9,7 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .hostside import PROGRAMS
 # The host's paths are written once, in the host package's table (hostside/contract/paths.py: stdlib only).
 from .hostside.contract.paths import (HOST_LIB, PREFLIGHT_DIR, SIMULATED_MARKER, STORE_ROOT,  # noqa: F401 - the roles'
                                       TOOL_ROOT, VENV_ROOT, ServicePaths)
@@ -31,7 +32,10 @@ def host_package():
 
 
 def host_program_argv(module: str, *args: str, python: str = "/usr/bin/python3") -> list[str]:
-    """argv running a host program as a module of the host package; its working directory must be HOST_LIB."""
+    """argv running a host program (hostside.PROGRAMS) as a module of the host package; its working directory must
+    be HOST_LIB. A module that is not a program is refused here, on the controller."""
+    if module not in PROGRAMS:
+        raise ValueError(f"hostside.{module} is not a host program (hostside/__init__.py PROGRAMS)")
     return [python, "-m", f"{HOST_PACKAGE}.{module}", *args]
 
 

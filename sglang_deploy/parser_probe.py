@@ -113,11 +113,11 @@ def answer(request, sglang, parser, SpeculativeAlgorithm):
 
 
 def _resolution_module():
-    """hostside/sglang_resolution.py, by path: the one home of the resolution, shared with the host's preflight."""
+    """hostside/lib/sglang_resolution.py, by path: the one home of the resolution, shared with the host's preflight."""
     import importlib.util
     import os
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostside", "sglang_resolution.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostside", "lib", "sglang_resolution.py")
     spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

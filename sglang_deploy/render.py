@@ -166,7 +166,7 @@ def render_watch(profile: Profile) -> RenderedWatch:
                              "--textfile-dir", watch.textfile_dir, "--output-prompts", str(watch.output_prompts))
     if watch.drift_min_accept_length is not None:
         argv += ["--drift-min-accept-length", str(watch.drift_min_accept_length)]
-    # One bench run at its own deadline (hostside/gate.py measure_builtin), twice with a restart in between.
+    # One bench run at its own deadline (hostside/lib/gate.py measure_builtin), twice with a restart in between.
     bench_s = 120 + (watch.samples + 3) * (60 + gate.max_new_tokens) + 120 * watch.output_prompts
     timeout = 2 * bench_s + (profile.service.start_timeout_s if watch.on_drift == "restart" else 0)
     # The watch runs as root: a profile's relaxations of the server's sandbox do not reach it, except the two a

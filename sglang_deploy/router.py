@@ -202,10 +202,10 @@ def wheelhouse(python_version: str, machine: str, cache_root=None):
 
 def gate_verdict(measurement, floors: GateSettings, workers: int) -> dict:
     """The fleet's gate measured through the router: the workers' own floors on single-stream decode and
-    acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/gate.below_floor), request
+    acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/lib/gate.below_floor), request
     errors fail it; the aggregate over the workers is reported. /server_info is not proxied by the router: its
     error does not count. measurement: the bench's (hostside/contract/release.Measurement)."""
-    from .hostside.gate import below_floor
+    from .hostside.lib.gate import below_floor
 
     errors = [e for e in measurement.errors if not e.startswith("/server_info")]
     decode, tau = measurement.decode_median, measurement.tau_median

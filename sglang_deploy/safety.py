@@ -187,7 +187,7 @@ def listen_host_problem(host: str) -> str | None:
 
 def probe_url(host: str, port: int) -> str:
     """Where readiness and the gate reach a server listening on `host`: always a loopback address, a URL the host's
-    rule accepts (hostside/client.py LOOPBACK_URL, which client.loopback_url checks the switch's --probe-url by)."""
+    rule accepts (hostside/lib/client.py LOOPBACK_URL, which client.loopback_url checks the switch's --probe-url by)."""
     address = ipaddress.ip_address(host)
     if address.version == 6:
         return f"http://[::1]:{port}"

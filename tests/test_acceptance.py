@@ -1,4 +1,4 @@
-"""Acceptance per draft position (hostside/acceptance.py) from SGLang's `spec_correct_drafts_histogram`: its meaning,
+"""Acceptance per draft position (hostside/lib/acceptance.py) from SGLang's `spec_correct_drafts_histogram`: its meaning,
 the simulator's engine producing it with SGLang's invariants, a drop at one position named, the gate table's lines.
 Fast: no host."""
 
@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from conftest import bench_measurement
-from sglang_deploy.hostside import acceptance, gate
+from sglang_deploy.hostside.lib import acceptance, gate
 from sglang_deploy.hostside.contract.release import GateResult, Sample
 from sglang_deploy.sim import hardware
 from sglang_deploy.sim.engine import Engine

@@ -168,7 +168,7 @@ def test_the_gate_writes_exactly_the_results_fields(monkeypatch):
     """evaluate (the verdict), gate.run (the checks) and switch.run_gate (the baseline) spell the fields GateResult
     holds: a key renamed in one of them fails here (and, strict, when the gate writes it), never as a baseline
     the next gate reads as None."""
-    from sglang_deploy.hostside import gate
+    from sglang_deploy.hostside.lib import gate
     from sglang_deploy.hostside.contract.release import GateResult
 
     evaluated = gate.evaluate(bench_measurement([50.0]), GateSettings.from_dict(SETTINGS))
@@ -223,7 +223,7 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
     """A gate-result.json as the first gate wrote it (no format, no output check, no baseline, its measurement
     without acceptance) and a refused switch's last_switch.json (no readiness): the fields added since read as their
     safe defaults. A failed run stored as its errors alone (before 2026-12-04) reads as a failed measurement."""
-    from sglang_deploy.hostside import gate
+    from sglang_deploy.hostside.lib import gate
     from sglang_deploy.hostside.contract.release import GateResult
     from sglang_deploy.hostside.contract.store import SwitchOutcome
 

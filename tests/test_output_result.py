@@ -4,7 +4,7 @@ versions stored reads, a renamed field on either side fails."""
 
 import pytest
 
-from sglang_deploy.hostside import output_check
+from sglang_deploy.hostside.lib import output_check
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.release import (GateResult, OutputCheck, OutputCounts, OutputRow, WatchEntry,
                                                      WatchOutput)

@@ -209,7 +209,7 @@ def test_the_history_reader_names_the_field(release, service, message):
 def measure_item_fields() -> set:
     """The keys tune_runner.Session.measure_item puts in its result: its dict literal, result["..."] = ... and
     result.update(...)'s keywords."""
-    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "tune_runner.py").read_text())
+    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "lib" / "tune_runner.py").read_text())
     method = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "measure_item")
     keys = set()
     for node in ast.walk(method):
@@ -234,7 +234,8 @@ def test_the_tune_runner_writes_exactly_the_item_results_fields():
 
 def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
     """tune_session poll: the status, the log and the results, read back by the controller's TunePoll."""
-    from sglang_deploy.hostside import tune_runner, tune_session
+    from sglang_deploy.hostside.lib import tune_runner
+    from sglang_deploy.hostside import tune_session
     from sglang_deploy.hostside.contract.session import TunePoll
 
     monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
@@ -454,7 +455,7 @@ def test_a_stored_measurement_with_a_renamed_field_is_no_baseline():
 def test_the_gate_reads_the_bench_through_the_class(monkeypatch):
     """measure_builtin: the bench's answer by attribute; a renamed field, an exit status or a timeout is a failed
     measurement naming why, and the gate is inconclusive saying so (a renamed field read as no sample before)."""
-    from sglang_deploy.hostside import gate
+    from sglang_deploy.hostside.lib import gate
     from sglang_deploy.hostside.contract.release import GateSettings
 
     answers = []

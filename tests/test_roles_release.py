@@ -133,7 +133,7 @@ def test_a_tunes_temporary_release_is_the_deploys_set_of_files_written_by_the_ho
     missing from a queue item, or one no release has, is named and nothing is written."""
     from types import SimpleNamespace
 
-    from sglang_deploy.hostside import tune_runner
+    from sglang_deploy.hostside.lib import tune_runner
     from sglang_deploy.hostside.contract import paths as host_paths
     from sglang_deploy.hostside.contract.document import DocumentError
 

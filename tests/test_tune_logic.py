@@ -270,7 +270,7 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
 def test_the_queued_candidate_is_the_item_the_hosts_session_reads(runner):
     """run_item writes queue/<seq>.json as hostside/contract/session.TuneItem; the host's session reads its measurement from
     it (a field renamed on either side fails the write or this read)."""
-    from sglang_deploy.hostside import tune_runner
+    from sglang_deploy.hostside.lib import tune_runner
     from sglang_deploy.hostside.contract.session import TuneItem
     from sglang_deploy.tune import controller as tune_run
 
@@ -303,7 +303,8 @@ def test_a_gain_inside_the_spreads_changes_nothing():
 
 
 def test_host_session_helpers():
-    from sglang_deploy.hostside import tune_runner, tune_session
+    from sglang_deploy.hostside.lib import tune_runner
+    from sglang_deploy.hostside import tune_session
     from sglang_deploy.hostside.contract.session import TuneMeasure
 
     assert tune_runner.heartbeat_stale(100.0, 131.0, 30) and not tune_runner.heartbeat_stale(100.0, 129.0, 30)
@@ -330,7 +331,8 @@ def test_the_sessions_files_are_its_typed_documents(tmp_path, monkeypatch, capsy
     it, read by the watchdog; an ended session's restore (TuneRestore) decides close's exit code."""
     from types import SimpleNamespace
 
-    from sglang_deploy.hostside import store as store_module, tune_runner, tune_session
+    from sglang_deploy.hostside import store as store_module, tune_session
+    from sglang_deploy.hostside.lib import tune_runner
 
     monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     args = SimpleNamespace(service="sglang", session="s1", abort=True, why="interrupted on the controller", wait_s=5)

@@ -12,8 +12,8 @@ from dataclasses import asdict
 
 from . import levers as doctor_levers
 from .suspect import Suspect
-from ..hostside.client import is_simulated, printable
-from ..hostside.gate import decode_backend, decode_graphs_captured
+from ..hostside.lib.client import is_simulated, printable
+from ..hostside.lib.gate import decode_backend, decode_graphs_captured
 from ..roofline import datasheet_bandwidth, roofline, separate_draft
 from ..rules import NCCL_DEBUG_KNOBS as VALIDATED_KNOBS
 

@@ -15,14 +15,15 @@ import shutil
 import subprocess
 import sys
 
-from . import evidence, gate, safetensors_headers
-from .client import get_json, read_api_key
+from . import evidence, safetensors_headers
+from .lib import gate
+from .lib.client import get_json, read_api_key
 from .contract.answers import DoctorCollection, GpuProbe, PreflightReport, SandboxView
 from .contract.document import DocumentError, line
 from .contract.paths import ServicePaths
 from .contract.release import ABResults, GateConfig, GateResult, ProfileSnapshot, Resolution, TuneResults
-from .listener import foreign_listener, guard_unit
-from .service import service_status
+from .lib.listener import foreign_listener, guard_unit
+from .lib.service import service_status
 from .store import Store, service_name
 
 

@@ -33,7 +33,7 @@ from .contract.answers import HistoryFloors, HistoryGate, HistoryRelease, Servic
 from .contract.document import DocumentError
 from .contract.release import GateConfig, GateResult, ReleaseMeta, WatchEntry
 from .contract.store import LockInfo, StoreState
-from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
+from .lib.service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
 RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")

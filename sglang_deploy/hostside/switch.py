@@ -16,16 +16,17 @@ import signal
 import sys
 import time
 
-from . import evidence, forensics, gate
+from . import evidence
+from .lib import forensics, gate
 from .weights import manifest as weights_manifest
 from .contract.document import Document, DocumentError
 from .contract.paths import SIMULATED_MARKER, ServicePaths
 from .contract.release import GateConfig, GateMark, GateResult
 from .contract.store import Switching, SwitchOutcome
-from .client import LOOPBACK_URL, loopback_url, read_api_key
-from .listener import foreign_listener, guard_unit
-from .readiness import wait_ready, wait_running
-from .service import cmdline_matches, service_status, systemctl
+from .lib.client import LOOPBACK_URL, loopback_url, read_api_key
+from .lib.listener import foreign_listener, guard_unit
+from .lib.readiness import wait_ready, wait_running
+from .lib.service import cmdline_matches, service_status, systemctl
 from .store import Lock, Locked, Store, atomic_write, auth_change, last_used, log, now, release_auth, service_name
 
 EXIT_FAILED_ROLLED_BACK = 1

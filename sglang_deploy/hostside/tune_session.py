@@ -36,9 +36,9 @@ import time
 
 from .contract.document import DocumentError, line
 from .contract.session import TuneClose, TuneItemResult, TunePoll, TuneSession, TuneStatus
-from .listener import guard_unit
+from .lib.listener import guard_unit
 from .store import atomic_write, lock_holder, now, service_name
-from .tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status
+from .lib.tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status
 
 SESSION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
 

@@ -13,12 +13,12 @@ One run, under the release store's lock (a deploy or rollback never runs at the 
   3. measure with the gate's own client (bench.py: the same prompts, --samples requests, single stream);
   4. drift: acceptance below --drift-min-accept-length (default: the gate's min_accept_length), decode
      below the gate's min_decode_tok_s, or a failed short output check (the first --output-prompts known-answer
-     prompts of the gate's output check, hostside/output_check.py: a wrong or degenerate answer); after --drift-runs drifting measurements in a row, --on-drift
+     prompts of the gate's output check, hostside/lib/output_check.py: a wrong or degenerate answer); after --drift-runs drifting measurements in a row, --on-drift
      restart restarts the service, waits until it is ready and measures again, at most
      --max-restarts-per-day times in 24 h (then it records "restart-withheld" instead); a restart or a
      withheld one is a line in watch.jsonl and a warning in the journal, a restart also in meta.json's history;
   5. decode / roofline: the release's roofline.json (staged by the deploy), the checkpoint's bytes and the
-     measured acceptance length give the bandwidth bound (hostside/roofline.py, the doctor's arithmetic);
+     measured acceptance length give the bandwidth bound (hostside/lib/roofline.py, the doctor's arithmetic);
   6. append one JSON line per event to releases/<id>/watch.jsonl (the last --history-lines kept) and write
      node_exporter textfile metrics (<textfile-dir>/sglang-deploy-<service>.prom: temporary file, atomic
      rename, no timestamps).
@@ -33,13 +33,14 @@ import re
 import sys
 import time
 
-from . import evidence, gate, output_check, roofline, safetensors_headers
-from .client import LOOPBACK_URL, http, read_api_key
+from . import evidence, safetensors_headers
+from .lib import gate, output_check, roofline
+from .lib.client import LOOPBACK_URL, http, read_api_key
 from .contract.document import DocumentError
 from .contract.release import WATCH_HISTORY_FILE, DoctorReport, GateConfig, Roofline, WatchEntry, WatchOutput
-from .listener import foreign_listener, guard_unit
-from .readiness import wait_healthy
-from .service import systemctl
+from .lib.listener import foreign_listener, guard_unit
+from .lib.readiness import wait_healthy
+from .lib.service import systemctl
 from .store import Lock, Locked, Store, atomic_write, now, service_name
 
 METRIC_PREFIX = "sglang_deploy_watch"

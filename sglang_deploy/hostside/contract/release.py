@@ -178,7 +178,7 @@ class GateConfig(Document):
 
 @dataclass(frozen=True)
 class GateResult(Document):
-    """The gate's checks, measurement and verdict (hostside/gate.run; switch.run_gate adds the baseline), redacted.
+    """The gate's checks, measurement and verdict (hostside/lib/gate.run; switch.run_gate adds the baseline), redacted.
     A later gate reads the passed ones as its baseline (switch.run_gate); the switch's outcome carries it too."""
     FILE: ClassVar[str] = "gate-result.json"
     verdict: str  # pass, fail, inconclusive
@@ -293,7 +293,7 @@ class Measurement(Document):
         return self.config.concurrency if self.config else None
 
 
-# --- the output check (hostside/output_check.py; GateResult.output, its counts in the tune's results) ----------------
+# --- the output check (hostside/lib/output_check.py; GateResult.output, its counts in the tune's results) ----------------
 
 @dataclass(frozen=True)
 class OutputRow(Document):
@@ -407,7 +407,7 @@ class ProfileSnapshot(Document):
 
 @dataclass(frozen=True)
 class DoctorBound(Document):
-    """The bandwidth roofline the doctor computed (hostside/roofline.roofline, with where the bandwidth came from):
+    """The bandwidth roofline the doctor computed (hostside/lib/roofline.roofline, with where the bandwidth came from):
     the perf watch prefers a measured bandwidth to the datasheet's."""
     verify_gb_per_gpu: float
     draft_step_gb_per_gpu: float
@@ -534,7 +534,7 @@ class ABResults(Document):
 
 @dataclass(frozen=True)
 class WatchOutput(Document):
-    """The short output check of a watch run (hostside/output_check.run, its verdict and counts)."""
+    """The short output check of a watch run (hostside/lib/output_check.run, its verdict and counts)."""
     verdict: str  # pass, fail, inconclusive
     reasons: list
     inconclusive: list

@@ -30,7 +30,7 @@ class TuneMeasure(Document):
 
 @dataclass(frozen=True)
 class TuneItem(Document):
-    """A candidate the controller queued for the host's session (tune/host.py run_item; hostside/tune_runner.py
+    """A candidate the controller queued for the host's session (tune/host.py run_item; hostside/lib/tune_runner.py
     stages, switches and measures it). Written and read within one session by one checkout: every field is written."""
     FILE: ClassVar[str] = "queue/<seq>.json"
     seq: int

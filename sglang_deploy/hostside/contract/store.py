@@ -96,7 +96,7 @@ class SwitchOutcome(Document):
 
 @dataclass(frozen=True)
 class Readiness(Document):
-    """A start's staged readiness (hostside/readiness.wait_ready, wait_running)."""
+    """A start's staged readiness (hostside/lib/readiness.wait_ready, wait_running)."""
     ready: bool
     stage: str  # the stage reached: active, health, listener, generate, auth, weights, ...
     elapsed_s: int | float

@@ -162,7 +162,7 @@ def _load(path, module_name):
 
 def _resolution_module():
     here = os.path.dirname(os.path.abspath(__file__))
-    return _load(os.path.join(os.path.dirname(here), "sglang_resolution.py"), "sglang_deploy_resolution")
+    return _load(os.path.join(os.path.dirname(here), "lib", "sglang_resolution.py"), "sglang_deploy_resolution")
 
 
 def two_process_all_reduce(world, step_timeout, simulated):
@@ -194,7 +194,7 @@ def resolution_key(argv):
                                     and not name.startswith(SIMULATOR_ENV_PREFIX))).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hostside/, above preflight/
-    for path in ([os.path.join(here, "sglang_resolution.py")]
+    for path in ([os.path.join(here, "lib", "sglang_resolution.py")]
                  + ([os.path.join(argv[argv.index("--model-path") + 1], "config.json")] if "--model-path" in argv
                     else [])):
         try:

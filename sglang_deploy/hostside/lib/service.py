@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 
-from .contract.paths import HOST_LIB
+from ..contract.paths import HOST_LIB
 
 # ExecStart's first stage when the server has secrets: the server's stdout and stderr through a filter that keeps
 # them out of the journal (log_redactor.py); it execs the server, which keeps the main PID.

@@ -14,19 +14,21 @@ import sys
 import threading
 import time
 
-from . import evidence, gate, output_check
+from .. import evidence
+from . import gate, output_check
 from .client import read_api_key
-from .contract.document import DocumentError
-from .contract.release import GateConfig, Measurement, ReleaseFiles, TuneRestore
-from .contract.session import TuneClose, TuneItem, TuneItemResult, TuneStatus
-from .contract.store import Switching, SwitchOutcome
+from ..contract.document import DocumentError
+from ..contract.release import GateConfig, Measurement, ReleaseFiles, TuneRestore
+from ..contract.session import TuneClose, TuneItem, TuneItemResult, TuneStatus
+from ..contract.store import Switching, SwitchOutcome
 from .listener import foreign_listener
 from .service import cmdline_matches, service_status
-from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
-from .switch import activate
+from ..store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
+from ..switch import activate
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS_PACKAGE = __package__.rpartition(".")[0]  # the host package (hostside): its programs run with -m
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where -m finds it
 EXIT_LOCKED = 4
 
 
@@ -43,7 +45,7 @@ def heartbeat_stale(last_beat, now, heartbeat_s):
 def bench_command(probe_url, secrets_path, settings, warmup):
     """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round.
     settings: the queued item's TuneMeasure (contract/session.py)."""
-    return [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
+    return [sys.executable, "-m", f"{PROGRAMS_PACKAGE}.bench", "--url", probe_url, "--api-key-file", secrets_path,
             "--samples", str(settings.samples), "--warmup", str(warmup),
             "--max-new-tokens", str(settings.max_new_tokens), "--concurrency", str(settings.concurrency),
             "--aggregate-rounds", str(settings.aggregate_rounds)]

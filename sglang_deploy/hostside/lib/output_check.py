@@ -26,7 +26,7 @@ import re
 import urllib.error
 
 from .client import http
-from .contract.release import OutputCheck, OutputRow
+from ..contract.release import OutputCheck, OutputRow
 
 PROMPTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts", "output-check-v1.json")
 SEED = 1234

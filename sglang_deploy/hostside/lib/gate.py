@@ -19,11 +19,12 @@ import urllib.error
 
 from . import acceptance, client, output_check
 from .client import get_json, is_simulated, printable
-from .contract.document import DocumentError
-from .contract.release import AGGREGATE_ROUNDS, BenchConfig, GateResult, Measurement
+from ..contract.document import DocumentError
+from ..contract.release import AGGREGATE_ROUNDS, BenchConfig, GateResult, Measurement
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS_PACKAGE = __package__.rpartition(".")[0]  # the host package (hostside): its programs run with -m
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where -m finds it
 
 
 # --- effective configuration ------------------------------------------------------------------------
@@ -397,7 +398,7 @@ def table(result):
 def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, concurrency):
     """The bench client's measurement (the gate's with its GateSettings; the watch's and the doctor's shorter): a
     Measurement; Measurement.failed, naming why, when the bench ran out of time, failed or answered unreadably."""
-    command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
+    command = [sys.executable, "-m", f"{PROGRAMS_PACKAGE}.bench", "--url", probe_url, "--api-key-file", secrets_path,
                "--samples", str(samples), "--warmup", str(warmup),
                "--max-new-tokens", str(max_new_tokens), "--concurrency", str(concurrency)]
     if client.GUARD is not None:  # the bench checks each keyed connection too (listener.py)
@@ -435,7 +436,7 @@ def straddles(result):
 def merged(first, more):
     """Two bench runs of the same prompt positions as one measurement (the first's aggregate and configuration;
     the samples of both, each keeping its position; the summaries over all of them)."""
-    from .bench import summary  # here: the state command's import stays small
+    from ..bench import summary  # here: the state command's import stays small
 
     samples = list(first.samples) + list(more.samples)
     return first.but(samples=samples, decode_tok_s=summary([s.decode_tok_s for s in samples]),
