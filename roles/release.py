@@ -131,7 +131,6 @@ def prune(service: str, keep: int):
                            host_program("weights", "prune")])
 
 
-
 PREFLIGHT_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
                     "attention_backend", "page_size", "chunked_prefill_size")
 
