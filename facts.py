@@ -10,37 +10,9 @@ Reads only; changes nothing on the host (the nesting and limits facts start two 
 `sglang-deploy check PROFILE --facts results/<host>/facts.json` checks a profile against.
 """
 
-import json
-from pathlib import Path
+from roles import facts_stages as stages
 
-from pyinfra import host, logger
-
-from roles.facts import GpuHost, VenvTorch
-from roles.settings import host_settings, of
-from sglang_deploy.settings import FactsArgs
-from sglang_deploy.container import container_summary, proxmox_config, proxmox_notes
-from sglang_deploy.hostfacts import detected_hardware, driver_verdict, nccl_differs, uvm_warning
-
-facts = host.get_fact(GpuHost)
-python = of(FactsArgs).python  # a release venv's runs as the service user (layout.python_argv)
-facts["venv_torch"] = host.get_fact(VenvTorch, python=python, user=of(FactsArgs).user)
-facts["driver"] = driver_verdict(facts["gpus"], facts["kernel_driver"], facts["container"],
-                                 cuda_major=host_settings().cuda_major, libcuda=facts["libcuda"])
-facts["validation_uses"] = detected_hardware(facts)  # GPU count and topology deploy.py checks the profile against
-torch_nccl = (facts["venv_torch"] or {}).get("nccl")
-if nccl_differs(facts["system_nccl"], torch_nccl):
-    facts["nccl_warning"] = f"system libnccl2 {facts['system_nccl']} differs from the NCCL torch loads ({torch_nccl})"
-if uvm_warning(facts):
-    facts["uvm_warning"] = uvm_warning(facts)
-    logger.warning(f"[{host.name}] {facts['uvm_warning']}")
-logger.info(f"[{host.name}] host facts:\n" + json.dumps(facts, indent=1))
-if facts["container"] != "none" or (facts.get("lxc") or {}).get("unprivileged"):
-    logger.info(f"[{host.name}] container ({facts['container']}):\n    " + "\n    ".join(container_summary(facts)))
-    facts["proxmox_config"] = proxmox_config(facts, host_settings().container_id, host_settings().gpus)
-    logger.info(f"[{host.name}] the Proxmox CT configuration this host needs:\n"
-                + proxmox_notes(facts, host_settings().container_id, host_settings().gpus)
-                + "\ncommands for the Proxmox host's shell:\n" + facts["proxmox_config"])
-saved = Path(__file__).resolve().parent / "results" / host.name / "facts.json"
-saved.parent.mkdir(parents=True, exist_ok=True)
-saved.write_text(json.dumps(facts, indent=1) + "\n")
-logger.info(f"[{host.name}] saved {saved}")
+facts = stages.collect()  # the GpuHost fact and the release venv's torch
+stages.judge(facts)  # the driver's verdict, what validation uses, the NCCL and UVM warnings
+stages.report(facts)  # the facts; for a container, what it is and the Proxmox CT configuration it needs
+stages.save(facts)  # results/<host>/facts.json, which `sglang-deploy check --facts` reads

@@ -9,30 +9,8 @@ floors, the decode roofline), written to results/<host>/history.{txt,html,json,p
 Reads only; changes nothing on the host.
 """
 
-from pyinfra import host, logger
+from roles import history_stages as stages
 
-from roles.facts import ReleaseHistory
-from roles.settings import host_settings
-from sglang_deploy import history
-from sglang_deploy.gate import RESULTS_DIR
-from sglang_deploy.history_png import PlotUnavailable, picture
-from sglang_deploy.release_plan import service_of
-
-service = service_of(host_settings())
-document = host.get_fact(ReleaseHistory, service=service)
-directory = RESULTS_DIR / host.name
-directory.mkdir(parents=True, exist_ok=True)
-text = history.table(document)
-(directory / "history.json").write_text(document.dump())
-(directory / "history.txt").write_text(text + "\n")
-(directory / "history.html").write_text(history.page(document, host.name, history.floors(document)))
-logger.info(f"[{host.name}] history of {service}.service ({len(document.releases)} releases)")
-for line in text.splitlines():
-    logger.info(f"    {line}")
-try:
-    drawn = picture(document, directory / "history.png", host.name)
-    logger.info(f"[{host.name}] history.png: {drawn['points']} points, {len(drawn['switches'])} switches and "
-                f"restarts, {drawn['roofline_points']} roofline points")
-except PlotUnavailable as error:
-    logger.warning(f"[{host.name}] {error}")
-logger.info(f"[{host.name}] written to {directory}/history.txt, history.html and history.png")
+document = stages.read()  # one round trip: every retained release's gate results and watch samples
+stages.write(document)  # results/<host>/history.{json,txt,html}; the table in the log
+stages.picture(document)  # history.png, or a warning without matplotlib

@@ -6,19 +6,7 @@ deploy.py runs the same roles first on real hosts; verify mode changes nothing a
 would have to change.
 """
 
-from roles import provision, service_user
-from roles.settings import host_settings, of
-from sglang_deploy.layout import ServicePaths
-from sglang_deploy.plan import PlanError, plan_for_host
-from sglang_deploy.settings import ProvisionArgs
+from roles import provision_stages as stages
 
-mode = host_settings().provision_mode
-provision.nvidia_stack(mode=mode)
-if not of(ProvisionArgs).skip_python_env:
-    try:
-        profile = plan_for_host(host_settings(), need_key=False).profile
-    except PlanError as error:
-        raise SystemExit(str(error)) from None
-    if mode != "verify":  # the venv's import checks run as the service user, never as root
-        service_user.install(user=profile.service.user, home=ServicePaths(profile.service.name).state_dir)
-    provision.python_env(profile=profile, mode=mode)
+stages.nvidia_stack()  # the NVIDIA driver (container-aware), the CUDA toolkit, NCCL
+stages.python_env()  # the service user and the profile's versioned venv (skip_python_env skips it)

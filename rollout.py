@@ -7,19 +7,7 @@ The same as `sglang-deploy rollout ...` (sglang_deploy/rollout.py says what it d
 command installed.
 """
 
-from __future__ import annotations
+from roles import rollout_stages as stages
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from sglang_deploy.cli import main  # noqa: E402
-
-if __name__ != "__main__":  # run by pyinfra as a deploy file by mistake
-    raise SystemExit("rollout.py drives pyinfra itself: run `python rollout.py INVENTORY [options]`, "
-                     "not `pyinfra INVENTORY rollout.py`")
-
-
-if __name__ == "__main__":
-    sys.exit(main(["rollout", *sys.argv[1:]]))
+arguments = stages.arguments(__name__)  # refused when pyinfra runs this file as a deploy: it drives pyinfra itself
+stages.rollout(arguments)  # `sglang-deploy rollout ARGUMENTS`: the canary, then the batches

@@ -48,7 +48,7 @@ def main():
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         from sglang_deploy.settings_types import DATA_DIRS_VARIABLE, PROFILE_DIRS_VARIABLE
-        from sglang_deploy.validator_env import CACHE_DIR
+        from sglang_deploy.validate.validator_env import CACHE_DIR
 
         for variable, extra in ((DATA_DIRS_VARIABLE, str(CACHE_DIR / "wheelhouse")), (PROFILE_DIRS_VARIABLE, None)):
             os.environ[variable] = ":".join(filter(None, (os.environ.get(variable), tmp, extra)))  # as the tests do

@@ -10,7 +10,7 @@ api-key and admin-api-key) and its --allowed-media-domains, in a private mount n
 /dev/shm are fresh tmpfs (so whatever the server puts there is its own). Invariants, each counted:
 
 - listeners: the process tree listens on TCP on the declared port only;
-- no key: every route of SGLang's table (sglang_deploy/routes.py, registered) but the reviewed public ones refuses;
+- no key: every route of SGLang's table (sglang_deploy/validate/routes.py, registered) but the reviewed public ones refuses;
 - API key: every admin route of http_server.py refuses it (those of included routers are reported, see
   docs/refusals.md);
 - shared directories: nothing in /dev/shm whose name another user could know first (a pid of the tree in it);
@@ -37,7 +37,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
-from sglang_deploy import flag_classes, flag_table, routes  # noqa: E402
+from sglang_deploy.validate import flag_classes, flag_table, routes  # noqa: E402
 from sglang_deploy.flags import MEDIA_DOMAINS_FLAG, NO_MEDIA_DOMAIN  # noqa: E402
 from testbed.calibration import PROVEN  # noqa: E402
 from testbed.local_sglang import LocalSGLang, model_dir  # noqa: E402

@@ -1,5 +1,5 @@
 """How many kv / attention / draft-attention candidates the tune offers on the simulated CT129 (2x RTX A6000, sm_86),
-without and with the start-feasibility filter (sglang_deploy/start_feasibility.py), by SGLang 0.5.23's own
+without and with the start-feasibility filter (sglang_deploy/validate/start_feasibility.py), by SGLang 0.5.23's own
 resolution under the A6000's facts, as the tune's controller asks it (tune/levers.asker, tune_attention=all).
 
     python benchmarks/tune_candidates.py [--profile profiles/qwen3.6-27b-mtp-2xa6000.yaml]

@@ -23,7 +23,7 @@ from roles.facts import GpuHost
 from roles.ops import HostRemote
 from roles.settings import host_settings, of, sudo
 from sglang_deploy.doctor.diagnosis import diagnose, format_report, with_collection
-from sglang_deploy.gate import save_result
+from sglang_deploy.results import save_result
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.hostside.lib.client import printable
 from sglang_deploy.hostside.contract.answers import DoctorCollection

@@ -1,10 +1,14 @@
 """Custom pyinfra facts read from the target host."""
 
 import base64
-import shlex
+import hashlib
 import json
+import os
 import re
+import shlex
+import tempfile
 import zlib
+from pathlib import Path
 
 from pyinfra.api import FactBase
 
@@ -12,6 +16,8 @@ from sglang_deploy.hostside.contract.answers import SnapshotStatus, StoreHistory
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_package, host_program
 
+# The controller's cache of carried programs (inline_program), one file per program.
+INLINE_CACHE = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy")) / "inline"
 CONTRACT = "contract"  # hostside/contract/: the typed documents and the host's paths, carried as one
 RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)
 
@@ -69,10 +75,28 @@ def host_modules(module: str) -> list[str]:
 
 def inline_program(module: str) -> str:
     """The program inline_host runs, base64-encoded: it carries hostside/<module>.py and the host modules it imports
-    (host_modules)."""
+    (host_modules). Kept in the tool's cache under the host package's digest, which covers every source it carries,
+    and this file's own (BOOTSTRAP, the import walk): building it costs about 13 ms (the walk 4 ms, zlib 7 ms),
+    reading it back well under 1 ms (2026-12-06); each deploy sends one, a no-op's included."""
+    digest = hashlib.sha256(host_package().digest.encode() + Path(__file__).read_bytes()).hexdigest()
+    cached = INLINE_CACHE / f"{module}.b64"
+    try:
+        stored_digest, program = cached.read_text().split("\n", 1)
+        if stored_digest == digest:
+            return program
+    except (OSError, ValueError):
+        pass
     sources = {name: (HOSTSIDE / f"{name}.py").read_text() for name in ["__init__", *host_modules(module)]}
     payload = base64.b64encode(zlib.compress(json.dumps(sources).encode(), 9)).decode()
-    return base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
+    program = base64.b64encode((BOOTSTRAP % (payload, f"hostside.{module}")).encode()).decode()
+    try:  # written whole, then renamed: a deploy beside this one reads the old program or the new one
+        INLINE_CACHE.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=INLINE_CACHE, prefix=f".{module}.", delete=False) as partial:
+            partial.write(f"{digest}\n{program}")
+        os.replace(partial.name, cached)
+    except OSError:
+        pass  # no cache: the next deploy builds it again
+    return program
 
 
 def inline_host(module: str, *args: str) -> str:
@@ -180,10 +204,13 @@ class DeployState(FactBase):
             checks.append(f"echo '@@manifest {manifest}'; cat {shlex.quote(manifest)} 2>/dev/null; echo")
         for path in paths:
             checks.append(f"echo '@@path {path}'; test -e {shlex.quote(path)} && echo yes; echo")
-        for path in files:  # mode, owner, group, then the content's sha256 (files only)
-            quoted = shlex.quote(path)
-            checks.append(f"echo '@@file {path}'; stat -c '%a %U %G' {quoted} 2>/dev/null; "
-                          f"test -f {quoted} && sha256sum {quoted} | cut -d' ' -f1; echo")
+        if files:  # mode, owner, group, then the content's sha256 (regular files only): one stat, one sha256sum
+            # for all (one process per file and step cost the host about 18 ms of a no-op's 0.16 s CPU, 2026-12-06)
+            quoted = " ".join(shlex.quote(path) for path in files)
+            checks.append(f"echo '@@files'; printf '%s\\n' {quoted}; "
+                          f"echo '@@stat'; stat -c '%a %U %G %n' -- {quoted} 2>/dev/null; "
+                          f"echo '@@sha256'; set --; for f in {quoted}; do [ -f \"$f\" ] && set -- \"$@\" \"$f\"; done; "
+                          '[ $# -eq 0 ] || sha256sum -- "$@" 2>/dev/null; echo')
         if secrets:  # the secrets file's digest but for the admin key (render.secrets_digest)
             from sglang_deploy.render import secrets_digest_command
 
@@ -212,7 +239,7 @@ class DeployState(FactBase):
             "manifests": {key[len("manifest "):]: value or None for key, value in text.items()
                           if key.startswith("manifest ")},
             "paths": {key[len("path "):]: value == "yes" for key, value in text.items() if key.startswith("path ")},
-            "files": {key[len("file "):]: value.split() for key, value in text.items() if key.startswith("file ")},
+            "files": _files(sections),
             "timers": {key[len("timer "):]: value.split() for key, value in text.items() if key.startswith("timer ")},
             **({"secrets_digest": text["secrets_digest"] or None} if "secrets_digest" in text else {}),
             "user": _user(text.get("user")),
@@ -224,6 +251,21 @@ class DeployState(FactBase):
                         for key in sorted((k for k in sections if re.fullmatch(r"offered\d+_status", k)),
                                           key=lambda k: int(k[len("offered"):-len("_status")]))],
         }
+
+
+def _files(sections: dict) -> dict:
+    """Each file asked for: [mode, owner, group] from stat (none where it is missing), then the sha256 of a regular
+    file's content ([] for a path that does not exist)."""
+    found = {path: [] for path in sections.get("files", []) if path}
+    for line in sections.get("stat", []):
+        mode_owner_group_path = line.split(" ", 3)
+        if len(mode_owner_group_path) == 4 and mode_owner_group_path[3] in found:
+            found[mode_owner_group_path[3]] = mode_owner_group_path[:3]
+    for line in sections.get("sha256", []):  # "<hash>  <path>"; a name sha256sum escapes (a backslash) is left out
+        digest, separator, path = line[:64], line[64:66], line[66:]
+        if separator == "  " and path in found:
+            found[path] = found[path] + [digest]
+    return found
 
 
 def _user(text):

@@ -19,12 +19,10 @@ from pyinfra.operations import files, python, server
 from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
-from sglang_deploy.gate import save_result
-from sglang_deploy.hostside.lib.client import printable
+from sglang_deploy.results import save_result
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.release import PACKAGES_FILE, ReleaseFiles, ReleaseMeta
 from sglang_deploy.hostside.contract.store import SwitchOutcome
-from sglang_deploy.hostside.lib.gate import table as gate_table
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, PREFLIGHT_DIR, ServicePaths, host_package, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
@@ -55,7 +53,7 @@ def stage(service: str, release_id: str, release_files: ReleaseFiles):
     """Write releases/<id>/ (ReleaseFiles, in its order); meta.json goes last, so a directory without it is never
     used.
 
-    resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.resolution): the
+    resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.validate.resolution): the
     gate's expectations come from it, and a simulated host's server serves it as /server_info. roofline.json
     (sglang_deploy.roofline.release_inputs) is what the perf watch needs for decode / roofline."""
     directory = release_dir(service, release_id)
@@ -101,6 +99,11 @@ def _report(service):
     else:
         host.log(f"the switch succeeded, but its report {problem}: see releases.py", logger.warning)
         return
+    # Only after a switch: the gate's modules pull in urllib, http.client and statistics, about 10 ms of every deploy's
+    # import, a no-op's included (measured 2026-12-06).
+    from sglang_deploy.hostside.lib.client import printable
+    from sglang_deploy.hostside.lib.gate import table as gate_table
+
     saved = save_result(host.name, outcome.to_dict())
     if outcome.auth_change:
         host.log(printable(outcome.auth_change), logger.warning)

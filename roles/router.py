@@ -6,7 +6,7 @@ the unit, the key); then the router must report every worker healthy (hostside/r
 
 import shlex
 from functools import lru_cache
-from io import StringIO
+from io import BytesIO, StringIO
 from pathlib import Path
 
 from pyinfra import host, logger
@@ -17,7 +17,8 @@ from pyinfra.operations import files, server, systemd
 from roles.ops import managed_file
 from roles.settings import sudo
 from sglang_deploy import shipment
-from sglang_deploy.gate import gate_settings, save_result
+from sglang_deploy.gate import gate_settings
+from sglang_deploy.results import save_result
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_program
 from sglang_deploy.router import (ROUTER_CONFIG_DIR, ROUTER_KEY_PATH, ROUTER_LIB, ROUTER_SERVICE, ROUTER_UNIT_PATH,
@@ -40,7 +41,7 @@ def install(ship: shipment.Shipment, installed_digest: str, unit: str, api_key: 
     if installed_digest != ship.digest:
         changed.append(files.put(name=f"Router archive (sglang-router {ROUTER_VERSION} wheels, launcher; "
                                       f"{ship.digest[:12]})",
-                                 src=__import__("io").BytesIO(ship.data), dest=ship.upload_path, mode=600,
+                                 src=BytesIO(ship.data), dest=ship.upload_path, mode=600,
                                  create_remote_dir=True))
         venv = shlex.quote(ROUTER_VENV)
         changed.append(server.shell(

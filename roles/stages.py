@@ -23,7 +23,6 @@ from roles import recover as recover_role, weights as weights_role
 from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
-from sglang_deploy.gate import gate_config
 from sglang_deploy.hostside.contract.release import ReleaseFiles, Resolution
 from sglang_deploy.layout import ServicePaths, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
@@ -148,15 +147,15 @@ def announce(plan: Plan, facts: dict) -> None:
 
 def upgrade_diff(plan: Plan, store) -> None:
     """With --diff, when the profile's SGLang release differs from the active release's: the resolved arguments of
-    this profile under each release, by each release's own resolution (sglang_deploy/releases/upgrade.py)."""
+    this profile under each release, by each release's own resolution (sglang_deploy/validate/upgrade.py)."""
     from pyinfra import state
 
     active = store.release(store.state.active) if store.state.active else None
     if not state.config.DIFF or active is None or active.sglang_version == plan.profile.sglang.version \
             or not plan.resolution:
         return
-    from sglang_deploy.releases import upgrade
-    from sglang_deploy.validator_env import ValidatorEnvError
+    from sglang_deploy.validate import upgrade
+    from sglang_deploy.validate.validator_env import ValidatorEnvError
 
     try:
         lines = upgrade.for_profile(plan.profile, active.sglang_version, plan.resolution, port=plan.port,
@@ -269,6 +268,9 @@ def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
     if not decision.is_new:
         return
+    # Only for a new release: the gate's modules cost about 10 ms of import (roles/release.py _report)
+    from sglang_deploy.gate import gate_config
+
     gpu = plan.target.gpu(plan.rendered.environment, host)
     meta = build_meta(plan, decision.release_id, weights=snaps.weights, draft=snaps.draft, offered=list(snaps.offered),
                       preflight="skipped (skip_preflight)" if of(DeployArgs).skip_preflight else "passed")

@@ -16,7 +16,7 @@ import json
 import shlex
 
 from . import bisect_release
-from .gate import save_result
+from .results import save_result
 from .hostside.contract.document import DocumentError
 from .hostside.contract.paths import ServicePaths
 from .hostside.contract.release import PROFILE_FILE, RESOLVED_FILE, GateResult

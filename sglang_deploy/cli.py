@@ -7,13 +7,13 @@ import json
 import sys
 from pathlib import Path
 
-from .gpu_facts import DEFAULT_MODEL, KNOWN, GpuFactsError, from_host_gpus, model
+from .validate.gpu_facts import DEFAULT_MODEL, KNOWN, GpuFactsError, from_host_gpus, model
 from .hostfacts import detected_hardware
 from .plan import PlanError, reconcile_hardware
 from .profile import ProfileError, load_profile
 from .rollout import add_parser as add_rollout
-from .validate import TOPOLOGIES, check_profile
-from .validator_env import ValidatorEnvError
+from .validate.check import TOPOLOGIES, check_profile
+from .validate.validator_env import ValidatorEnvError
 
 
 def hardware_for_check(args: argparse.Namespace) -> tuple[int | None, str | None]:
@@ -132,10 +132,11 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_token_map(args: argparse.Namespace) -> int:
-    """Build the hot-vocabulary map SGLang's --speculative-token-map reads (token_map/file.py), with its frozen digest."""
+    """Build the hot-vocabulary map SGLang's --speculative-token-map reads (validate/token_counter.py), with its frozen digest."""
     import os
 
-    from .token_map.file import DEFAULT_DIR, TokenMapError, build
+    from .token_map.file import DEFAULT_DIR, TokenMapError
+    from .validate.token_counter import build
     from .weights import REPO_ROOT
 
     model_dir = Path(args.model)
@@ -156,7 +157,7 @@ def cmd_token_map(args: argparse.Namespace) -> int:
 
 
 def cmd_sglang_add(args: argparse.Namespace) -> int:
-    from .releases import add as release_add
+    from .validate import add as release_add
 
     return release_add.main(args)
 

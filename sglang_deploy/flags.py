@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
+from .drafter import draft_path
+from .hostside.lib.service import LOG_REDACTOR
 from .profile import Profile
+from .token_map.part import map_flag
 
 # systemd splits ExecStart= on whitespace and expands '%' specifiers and '$' variables.
 _SYSTEMD_SAFE = re.compile(r"[A-Za-z0-9_@+=:,./-]+")  # fullmatch: `$` would match before a final newline
@@ -43,8 +46,6 @@ def server_args(profile: Profile, port: int | None = None, node=None) -> list[st
     """Everything after the launcher: the derived flags first (a multi-node host's --nnodes, --node-rank and
     --dist-init-addr among them, a draft model's verified snapshot, a shipped token map, no outbound media fetch
     unless the profile names domains), then sglang.flags as written."""
-    from .drafter import draft_path
-    from .token_map.part import map_flag
 
     draft, token_map = draft_path(profile), map_flag(profile)
     return [
@@ -70,7 +71,6 @@ def exec_start_args(profile: Profile, venv: str, config_file: str | None, port: 
                     node=None) -> list[str]:
     """The service's full argv. The API key travels in --config FILE, never on the command line, and the server
     runs behind the log redactor, which keeps the key SGLang logs at start out of the journal."""
-    from .hostside.lib.service import LOG_REDACTOR
 
     argv = launcher_args(profile, venv) + server_args(profile, port, node)
     if config_file:

@@ -1,25 +1,20 @@
-"""Controller side of the gate: what the running server must show, and where results are kept.
+"""Controller side of the gate: what the running server must show, and the floors as the host reads them.
 
 The measurement and the verdict run on the host (hostside/lib/gate.py, inside the switch); this module
-derives the expectations from the plan and stores the result locally.
+derives the expectations from the plan; the result is kept locally by results.save_result.
 """
 
 from __future__ import annotations
 
-import json
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .hostside.contract.release import GateConfig, GateSettings
 from .hostside.lib.gate import decode_backend
 from .layout import venv_path
-from .resolution import COMPARED_FIELDS
+from .validate.resolution import COMPARED_FIELDS
 
-if TYPE_CHECKING:  # the verbs that only keep results (history.py, doctor.py) do not load the profile schema
+if TYPE_CHECKING:  # router.py, which reads the floors only (gate_settings), does not load the profile schema
     from .plan import Plan
-
-RESULTS_DIR = Path(__file__).resolve().parent.parent / "results"
 
 
 def expectations(plan: Plan) -> dict:
@@ -49,18 +44,3 @@ def gate_config(plan: Plan) -> GateConfig:
     """releases/<id>/gate-config.json: the profile's gate section and the expectations, read by the document's own
     strict reader (a field the host does not know fails here, before anything is staged)."""
     return GateConfig.from_dict({"settings": plan.profile.gate.model_dump(mode="json"), "expect": expectations(plan)})
-
-
-def save_result(host_name: str, document: dict, kind: str = "switch", results_dir: Path = RESULTS_DIR) -> Path:
-    """Keep a document locally: results/<host>/<release>-<kind>-<UTC time>.json (kind: switch, doctor)."""
-    from .hostside.store import RELEASE_ID
-
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    release = str(document.get("release"))  # from the host: a release id, or the file is named "unknown"
-    release = release if RELEASE_ID.match(release) else "unknown"
-    path = results_dir / host_name / f"{release}-{kind}-{stamp}.json"
-    if results_dir.resolve() not in path.resolve().parents:
-        raise ValueError(f"{path} is not under {results_dir}: host name {host_name!r} is not a file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=1) + "\n")
-    return path

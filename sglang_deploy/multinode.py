@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 
 from .safety import SOCKET_IFNAME
+from .settings import HostSettings, SettingsError
 
 HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
-GROUP = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 class NodeError(ValueError):
@@ -45,9 +45,10 @@ class Node:
         return self.rank == 0
 
 
-def node_address(name: str, settings) -> str:
-    """settings: the node's HostSettings (or host data)."""
-    address = str(settings.get("worker_address") or settings.get("ssh_hostname") or name)
+def node_address(name: str, settings: HostSettings) -> str:
+    """The address other hosts reach host `name` at: its worker_address, else its ssh_hostname, else its name; an
+    IPv6 literal in brackets (a URL's or --dist-init-addr's host part)."""
+    address = str(settings.worker_address or settings.ssh_hostname or name)
     try:
         literal = ipaddress.ip_address(address)
         return f"[{literal}]" if literal.version == 6 else str(literal)
@@ -57,13 +58,11 @@ def node_address(name: str, settings) -> str:
         return address
 
 
-def placement(nodes: int, dist_init_port: int, socket_ifname: str | None, host_name: str, settings,
+def placement(nodes: int, dist_init_port: int, socket_ifname: str | None, host_name: str, settings: HostSettings,
               groups: dict[str, list[tuple[str, dict]]]) -> Node | None:
-    """This host's Node for a profile with `nodes` hosts (None for a one-host profile). groups: the inventory's
-    groups as (host name, host data) lists. Errors name the group and what is accepted."""
-    group = str(settings.get("node_group") or "nodes")
-    if not GROUP.fullmatch(group):
-        raise NodeError(f"node_group: {group!r}: an inventory group name")
+    """This host's Node for a profile with `nodes` hosts (None for a one-host profile). settings: this host's;
+    groups: the inventory's groups as (host name, host data) lists. Errors name the group and what is accepted."""
+    group = settings.node_group
     if nodes == 1:
         return None
     members = groups.get(group)
@@ -77,8 +76,12 @@ def placement(nodes: int, dist_init_port: int, socket_ifname: str | None, host_n
     if host_name not in names:
         raise NodeError(f"nodes: {host_name} is not in the inventory group {group!r} ({', '.join(names)}), which "
                         f"runs this {nodes}-node profile")
-    rank0_name, rank0_settings = members[0]
-    ifname = settings.get("nccl_socket_ifname") or socket_ifname
+    rank0_name, rank0_data = members[0]
+    try:
+        rank0_settings = HostSettings.of(rank0_data)
+    except SettingsError as error:
+        raise NodeError(f"{rank0_name} (rank 0 of the group {group!r}): " + "; ".join(error.problems)) from None
+    ifname = settings.nccl_socket_ifname or socket_ifname
     if ifname is not None and not SOCKET_IFNAME.fullmatch(str(ifname)):
         raise NodeError(f"nccl_socket_ifname: {ifname!r}: interface names such as eth0, comma-separated, "
                         "optionally prefixed with ^ or =")

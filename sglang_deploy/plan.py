@@ -16,8 +16,8 @@ from .profile import Profile, ProfileError, line_of, load_profile
 from . import safety
 from .settings import DEFAULT_API_KEY_ENV, HostSettings, SettingsError, origin
 from .render import ADMIN_KEY_PREFIX, RenderError, Rendered, render
-from .validate import check_profile
-from .validator_env import ValidatorEnvError
+from .validate.check import check_profile
+from .validate.validator_env import ValidatorEnvError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIN_API_KEY_LENGTH = 16
@@ -35,7 +35,7 @@ class Plan:
     simulated: bool
     skipped_rules: tuple[str, ...]
     hardware_notes: tuple[str, ...] = ()
-    resolution: dict | None = None  # what SGLang resolves for the unit's command line (resolution.py)
+    resolution: dict | None = None  # what SGLang resolves for the unit's command line (validate/resolution.py)
     node: object = None  # multinode.Node of a multi-node profile (nodes > 1), else None
     # The GPU-or-simulated variant the deploy's stages call (roles/target.py), chosen once from the same settings'
     # `simulated`; None for a plan no stage runs (provision, tune, the router, tests).
@@ -143,7 +143,7 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
 
 def gpu_model_for_host(settings: HostSettings, detected: dict | None) -> tuple:
     """The GPU model SGLang's resolution runs under: what the host's nvidia-smi reports, else host data gpu_model."""
-    from .gpu_facts import GpuFactsError, from_host_gpus, model
+    from .validate.gpu_facts import GpuFactsError, from_host_gpus, model
 
     names = (detected or {}).get("gpu_names") or []
     try:
@@ -169,7 +169,7 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
         profile = load_profile(path)
     except ProfileError as error:
         raise PlanError("invalid profile:\n" + "\n".join(error.problems)) from None
-    gpus, topology, notes = reconcile_hardware(settings, detected)
+    gpus, topology, notes = reconcile_hardware({"gpus": settings.gpus, "gpu_topology": settings.gpu_topology}, detected)
     port = settings.port or profile.service.port
     from .multinode import NodeError, placement
 

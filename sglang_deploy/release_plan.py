@@ -26,8 +26,6 @@ if TYPE_CHECKING:  # listing and rollback verbs import this module without pydan
     from .plan import Plan
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_KEEP = 5
-DEFAULT_MAX_AUTO_ROLLBACKS = 3
 
 
 def release_dir(service: str, release_id: str) -> str:

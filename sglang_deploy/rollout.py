@@ -23,6 +23,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from . import results
 from .fleet import FleetError, HostChange, host_change, inventory_groups, plan_batches, summary_lines
 from .settings_types import TRUE
 
@@ -56,9 +57,7 @@ def pyinfra(inventory: Path, verb: str, hosts: list[str], data: list[str], log_p
 def read_summary(inventory: Path, hosts: list[str], data: list[str], work: Path, tag: str) -> dict[str, dict]:
     """The hosts' release stores through pyinfra releases.py (reads only). The summary goes where releases.py may
     write one, under the repository's results/ (host data fleet_summary: nowhere else)."""
-    from .gate import RESULTS_DIR
-
-    path = RESULTS_DIR / "rollouts" / work.name / f"summary-{tag}.json"
+    path = results.RESULTS_DIR / "rollouts" / work.name / f"summary-{tag}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     code = pyinfra(inventory, "releases.py", hosts, data + [f"fleet_summary={path}"], work / f"releases-{tag}.log")
     try:

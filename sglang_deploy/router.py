@@ -13,13 +13,13 @@ The router's keys, their types and defaults are settings.RouterSettings (docs/se
 
 from __future__ import annotations
 
-import ipaddress
 import re
 import shlex
 
-from .hostside.contract.paths import CONFIG_ROOT, TOOL_ROOT, UNIT_DIR, VENV_ROOT
 from .hostside.contract.release import GateSettings
-from .settings import RouterSettings, SettingsError
+from .multinode import NodeError, node_address
+from .settings import HostSettings, RouterSettings
+from .hostside.contract.paths import CONFIG_ROOT, TOOL_ROOT, UNIT_DIR, VENV_ROOT
 from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
@@ -28,43 +28,20 @@ ROUTER_LIB = f"{TOOL_ROOT}/router"
 ROUTER_CONFIG_DIR = f"{CONFIG_ROOT}/sglang-router"
 ROUTER_KEY_PATH = f"{ROUTER_CONFIG_DIR}/workers-api-key"
 ROUTER_UNIT_PATH = f"{UNIT_DIR}/{ROUTER_SERVICE}.service"
-HOSTNAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*")
 
 
 class RouterError(ValueError):
     pass
 
 
-def _int(data, key: str, default: int, low: int, high: int) -> int:
-    value = data.get(key)
-    if value is None:
-        return default
-    text = str(value)
-    if not re.fullmatch(r"[0-9]{1,6}", text) or not low <= int(text) <= high:
-        raise RouterError(f"{key}: {value!r}: an integer from {low} to {high}")
-    return int(text)
-
-
-def settings(data) -> RouterSettings:
-    """The router's settings from its host's data (settings.RouterSettings); a bad value is an error naming the
-    key and where it was set."""
+def worker_url(name: str, settings: HostSettings, default_port: int) -> str:
+    """http://<worker_address or ssh_hostname or name>:<port> of one worker host (settings: its HostSettings; the
+    address as a multi-node server's rank 0 is reached, multinode.node_address)."""
     try:
-        return RouterSettings.of(data)
-    except SettingsError as error:
-        raise RouterError("; ".join(error.problems)) from None
-
-
-def worker_url(name: str, settings, default_port: int) -> str:
-    """http://<worker_address or ssh_hostname or name>:<port> of one worker host (settings: its HostSettings)."""
-    address = str(settings.get("worker_address") or settings.get("ssh_hostname") or name)
-    try:
-        literal = ipaddress.ip_address(address)
-        address = f"[{literal}]" if literal.version == 6 else str(literal)
-    except ValueError:
-        if not HOSTNAME.fullmatch(address):
-            raise RouterError(f"{name}: worker_address: {address!r}: an IP literal or a host name") from None
-    port = _int(settings, "port", default_port, 1, 65535)
-    return f"http://{address}:{port}"
+        address = node_address(name, settings)
+    except NodeError as error:
+        raise RouterError(str(error)) from None
+    return f"http://{address}:{settings.port or default_port}"
 
 
 def command_line(router: RouterSettings, workers: list[str]) -> list[str]:

@@ -111,3 +111,7 @@ NCCL_DEBUG_KNOBS = (
     "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_BUFFSIZE",
     "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
 )
+
+# The tune's axes in the search's order (tune/axes.py declares each; tune/search.py walks them), named here, below
+# tune/, because the tune_space setting accepts them (settings_types.axes_problem).
+AXES = ("nospec", "spec", "drafter", "vocab", "kv", "attention", "graphs", "nccl")

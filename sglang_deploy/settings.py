@@ -111,11 +111,6 @@ class Settings(BaseModel):
         """Back to host data keys (for code that takes a mapping)."""
         return {key: getattr(self, name) for key, name in self.keys().items()}
 
-    def get(self, key: str, default=None):
-        name = self.keys().get(key)
-        value = getattr(self, name) if name else None
-        return default if value is None else value
-
 
 class HostSettings(Settings):
     title: ClassVar[str] = "Host settings (inventory, group_data/all.py, --data)"
@@ -129,7 +124,7 @@ class HostSettings(Settings):
     gpu_topology: Topology = Field(None, description="The GPU interconnect, for the NCCL rules "
                                                    "(a real host reports its own).")
     gpu_model: Text() = Field("a6000", description="The GPU model whose facts SGLang's resolution runs under "
-                              "(sglang_deploy/gpu_facts.py: a6000, h100, ...) where the host's nvidia-smi cannot say; "
+                              "(sglang_deploy/validate/gpu_facts.py: a6000, h100, ...) where the host's nvidia-smi cannot say; "
                               "a host that reports its GPUs is resolved under what it reports.")
     port: Int(1024, 65535) = Field(None, description="The server's port (None: the profile's service.port). "
                                    "The unit may not bind a privileged port.")
@@ -355,7 +350,7 @@ MODELS = (HostSettings, DeployArgs, RollbackArgs, DoctorArgs, TuneArgs, RouterSe
 ENVIRONMENT = {
     # the controller
     "SGLANG_DEPLOY_PROBE_OWNER": "controller: names the run that starts a shared parser probe, so that its end stops "
-                                 "only the probes it started (the test suite sets it; probe_client.py)",
+                                 "only the probes it started (the test suite sets it; validate/probe_client.py)",
     "SGLANG_DEPLOY_API_KEY": "controller: the API key, when host data api_key_file is not set (api_key_env names "
                              "another SGLANG_DEPLOY_* variable)",
     "SGLANG_DEPLOY_WEIGHTS_DIRS": "controller: the directories (':'-separated) a file:// weights source, drafter or "
@@ -365,8 +360,9 @@ ENVIRONMENT = {
                                "secrets/",
     "SGLANG_DEPLOY_PROFILE_DIRS": "controller: the directories (':'-separated) host data profile may name besides "
                                   "the repository's profiles/",
-    "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses are "
-                           "cached (default ~/.cache/sglang-deploy)",
+    "SGLANG_DEPLOY_CACHE": "controller: where the validator env, the simulated host's rootfs and wheelhouses, the "
+                           "compiled unit templates and the carried host programs are cached (default "
+                           "~/.cache/sglang-deploy)",
     "SGLANG_DEPLOY_VALIDATOR_TORCH": "controller: the torch/torchvision pins of the validator env (default: the "
                                      "release's own, releases/<version>/dependencies.json)",
     "SGLANG_DEPLOY_GPU_FACTS": "set by the controller for SGLang's resolution: the GPU facts the stand-in reports",

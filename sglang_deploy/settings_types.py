@@ -15,6 +15,7 @@ from pydantic import BeforeValidator
 
 from . import safety
 from .hostside.contract.paths import TOOL_ROOT, VENV_ROOT
+from .rules import AXES
 
 
 def _text(value) -> str:
@@ -244,8 +245,10 @@ def int_list(text: str) -> tuple[int, ...]:
 def attention_problem(value: str) -> str | None:
     """tune_attention: all, or backends that SGLang's parser offers for --attention-backend (in an exported option
     table; the tune asks the pinned version's resolution about each again)."""
+    # Here, not at the top: the option table's module and the release loader cost about 18 ms of import
+    # (python -X importtime), paid only when tune_attention names backends.
     from . import releases
-    from .flag_table import load
+    from .validate.flag_table import load
 
     if value.strip() == "all":
         return None
@@ -262,8 +265,6 @@ def attention_problem(value: str) -> str | None:
 
 
 def axes_problem(value: str) -> str | None:
-    from .tune.search import AXES
-
     parts = [part.strip() for part in value.split(",")]
     if value.strip() == "all" or all(part in AXES for part in parts):
         return None

@@ -17,8 +17,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from sglang_deploy import gpu_facts, validator_env
-from sglang_deploy.resolution import load_model_config
+from sglang_deploy.validate import gpu_facts
+
+from sglang_deploy.validate import validator_env
+from sglang_deploy.validate.resolution import load_model_config
 from sglang_deploy.sim import synthetic_checkpoint
 from testbed import sglang_env
 from testbed.local_sim import MODEL_CONFIG, SGLANG_VERSION, free_port, wait_healthy

@@ -50,8 +50,8 @@ class LocalSim:
     def start(self, log_path: Path) -> "LocalSim":
         """Resolve the command line with the pinned SGLang's own code (as a deploy ships resolved.json),
         then start the simulator on it."""
-        from sglang_deploy import gpu_facts
-        from sglang_deploy.resolution import load_model_config, resolve_argv
+        from sglang_deploy.validate import gpu_facts
+        from sglang_deploy.validate.resolution import load_model_config, resolve_argv
 
         self.log_path = log_path
         server_argv = self.argv()[4:]

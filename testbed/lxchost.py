@@ -155,7 +155,7 @@ class LxcHost(SimHost):
                         "-exec", "chown", "-h", f"{ID_BASE}:{ID_BASE}", "{}", "+"], check=True)
 
     def write_config(self) -> None:
-        from sglang_deploy import validator_env
+        from sglang_deploy.validate import validator_env
         from testbed.simhost import SGLANG_VERSION
 
         lines = [

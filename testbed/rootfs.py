@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from sglang_deploy.validator_env import CACHE_DIR
+from sglang_deploy.validate.validator_env import CACHE_DIR
 
 DEBIAN_MIRROR = os.environ.get("SGLANG_DEPLOY_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 ROOTFS_PACKAGES = [

@@ -1,7 +1,7 @@
 """The simulated host's SGLang install: an SGLang release's own front end (`sglang serve`: resolution, HTTP server,
 TokenizerManager, detokenizer, run_scheduler_process) runnable without a GPU.
 
-It is a layer on the validator environment (sglang_deploy/validator_env.py: SGLang, torch, transformers, the
+It is a layer on the validator environment (sglang_deploy/validate/validator_env.py: SGLang, torch, transformers, the
 kernel package and the GPU stand-in): a virtualenv in ``<validator env>/frontend`` whose site-packages comes
 first and whose ``.pth`` line adds the validator env's site-packages after it (relative, so the pair works
 wherever it is mounted), plus the packages SGLang's serving path imports that resolution does not. A second
@@ -26,7 +26,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from sglang_deploy import releases, validator_env  # noqa: E402
+from sglang_deploy import releases  # noqa: E402
+
+from sglang_deploy.validate import validator_env
 
 # The front-end layer's recipe is the release's data (releases/<version>/dependencies.json): "frontend", what `sglang
 # serve` imports beyond the validator env, at the versions that release pins (its METADATA; the built layer satisfies

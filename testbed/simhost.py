@@ -55,7 +55,7 @@ class SimHostError(RuntimeError):
 def ensure_sglang_install() -> Path:
     """SGLang's front end for the simulated host, built once (testbed/sglang_env.py); returns the GPU stand-in's
     directory (the stub libcuda.so.1)."""
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
 
     sglang_env.ensure(SGLANG_VERSION)
     return validator_env.standin_dir(SGLANG_VERSION)
@@ -240,7 +240,7 @@ class SimHost:
         host has them: nvidia-smi in /usr/bin and libcuda.so.1 in the library path (stand-ins from
         sglang_deploy/gpu_standin; no GPU work can run through them). The SGLang install's torch.cuda stand-in
         reads the same facts (testbed/sglang_env.py)."""
-        from sglang_deploy import gpu_facts
+        from sglang_deploy.validate import gpu_facts
 
         standin = ensure_sglang_install()
         facts = self.rootfs / sglang_env.HOST_GPU_FACTS.lstrip("/")
@@ -265,7 +265,7 @@ class SimHost:
         host's own python3 from SGLANG_PYTHON (the `sglang` shim of roles/simulator.py)."""
         if not self.simulated:
             return []
-        from sglang_deploy import validator_env
+        from sglang_deploy.validate import validator_env
 
         return [f"--bind-ro={validator_env.env_dir(SGLANG_VERSION)}:{SGLANG_INSTALL}"] + [
             f"--bind={node}:/dev/{node.name}" for node in self.device_nodes()]

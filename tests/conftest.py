@@ -349,7 +349,7 @@ def probe_sockets(tmp_path, monkeypatch):  # tmp_path first: it is made under te
     """A socket directory of this test's own (pytest's tmp_path is too long for a socket's path)."""
     import tempfile
 
-    from sglang_deploy import probe_client, validator_env
+    from sglang_deploy.validate import probe_client, validator_env
 
     directory = tempfile.mkdtemp(prefix="probe-", dir="/tmp")
     monkeypatch.setattr(tempfile, "tempdir", directory)
@@ -378,16 +378,16 @@ def pytest_sessionstart(session):
     """The shared parser probes this run starts carry its name (the workers and every pyinfra run they start inherit
     it), so that its end stops them and none of another run's (probe_client.OWNER_VARIABLE)."""
     if not hasattr(session.config, "workerinput"):
-        from sglang_deploy import probe_client
+        from sglang_deploy.validate import probe_client
 
         os.environ[probe_client.OWNER_VARIABLE] = f"pytest-{os.getpid()}-{time.time():.0f}"
 
 
 def pytest_sessionfinish(session):
-    """The shared parser probes (sglang_deploy/probe_client.py) would leave on their own when idle: the run that
+    """The shared parser probes (sglang_deploy/validate/probe_client.py) would leave on their own when idle: the run that
     started them ends them (xdist: the controller, after every worker)."""
     if not hasattr(session.config, "workerinput"):
-        from sglang_deploy import probe_client, validator_env
+        from sglang_deploy.validate import probe_client, validator_env
 
         probe_client.stop_all(validator_env.CACHE_DIR, owner=os.environ.get(probe_client.OWNER_VARIABLE))
 
@@ -407,7 +407,7 @@ def _test_data_dirs(tmp_path_factory):
     operator names theirs."""
     from sglang_deploy.settings_types import DATA_DIRS_VARIABLE, PROFILE_DIRS_VARIABLE
 
-    from sglang_deploy.validator_env import CACHE_DIR
+    from sglang_deploy.validate.validator_env import CACHE_DIR
 
     base = str(tmp_path_factory.getbasetemp())
     for variable, extra in ((DATA_DIRS_VARIABLE, str(CACHE_DIR / "wheelhouse")), (PROFILE_DIRS_VARIABLE, None)):
@@ -460,7 +460,7 @@ def _simhost_server(request):
     # (the resolution step of the preflight: see _preflight_stack)
     import fcntl
 
-    from sglang_deploy.validator_env import CACHE_DIR
+    from sglang_deploy.validate.validator_env import CACHE_DIR
 
     session = request.getfixturevalue("simhost")
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
@@ -515,7 +515,7 @@ def key_leaks(session: SimHostSession, key: str | None = None) -> list[str]:
     found += [f"the host's {path} holds it" for path in files]
     if session.sh(f"journalctl --no-pager -o cat | grep -cF -- '{key}'; true").strip() != "0":
         found.append("the host's journal holds it")
-    from sglang_deploy import probe_client, validator_env
+    from sglang_deploy.validate import probe_client, validator_env
 
     # the local results, the shared parser probe's logs, the answers cache
     places = [REPO / "results", probe_client.socket_dir(), validator_env.CACHE_DIR / "answers"]

@@ -10,9 +10,10 @@ import re
 import pytest
 
 from conftest import DFLASH, PROFILES, PROVEN, dflash_profile, proven_with, synthetic_draft
-from sglang_deploy import flag_classes, flag_table, releases
+from sglang_deploy import releases
+from sglang_deploy.validate import flag_classes, flag_table
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 VERSION = "0.5.23"
 
@@ -57,7 +58,7 @@ def test_every_dest_of_the_option_table_has_exactly_one_reviewed_class(version):
 
 
 def test_the_tool_owned_class_is_what_the_tool_sets():
-    from sglang_deploy.validate.flag_checks import DERIVED_DESTS, SECRET_DESTS
+    from sglang_deploy.validate.parser_checks import DERIVED_DESTS, SECRET_DESTS
 
     owned = {dest for dest, (kind, _) in flag_classes.load(VERSION).items() if kind == "tool-owned"}
     assert owned == set(DERIVED_DESTS) | set(SECRET_DESTS)
@@ -226,7 +227,7 @@ def test_the_simulators_variables_are_read_by_the_simulator_and_not_by_sglang():
     import pathlib
     import re
 
-    from sglang_deploy import env_rules, validator_env
+    from sglang_deploy.validate import env_rules, validator_env
 
     repo = pathlib.Path(__file__).resolve().parent.parent
     ours = "".join(p.read_text() for d in ("sglang_deploy/sim", "testbed") for p in (repo / d).rglob("*.py"))

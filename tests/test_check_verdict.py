@@ -7,7 +7,7 @@ import pytest
 from conftest import PROVEN, proven_with, write_profile
 from sglang_deploy.profile import load_profile
 from sglang_deploy.rules import WAIVABLE
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 # One waivable rule of the tool each, with the change to the proven profile that trips it and its waiver.
 WAIVED = {
@@ -24,7 +24,7 @@ REFUSALS = {
     "start-check": (("served_name: qwen3.6-27b", 'served_name: "qwen3.6:27b"'),
                     "served_model_name cannot contain a colon"),
     # a refusal the profile's environment causes (handle_deprecated_args range-checks SGLANG_GRPC_PORT)
-    # the start on the card (start_feasibility.py): FA3's Ampere kernels take bf16/fp16 only, q is cast to fp8
+    # the start on the card (validate/start_feasibility.py): FA3's Ampere kernels take bf16/fp16 only, q is cast to fp8
     "start": (("    --context-length: 65536 ", "    --attention-backend: fa3\n    --kv-cache-dtype: fp8_e4m3\n"
                                                 "    --context-length: 65536 "),
               "FlashAttention on Ampere/Ada cards only supports fp16 and bf16"),

@@ -11,7 +11,7 @@ import subprocess
 
 from conftest import REPO
 
-from sglang_deploy.resolution import COMPARED_FIELDS
+from sglang_deploy.validate.resolution import COMPARED_FIELDS
 
 DOC = REPO / "docs" / "conformance.md"
 SHAPED = {"server_info", "resolved"}
@@ -96,5 +96,5 @@ def test_every_server_info_field_the_code_reads_is_in_the_table():
             missing.setdefault(field, []).append(str(path.relative_to(REPO)))
     for field in COMPARED_FIELDS:  # read through a loop over this tuple (hostside/lib/gate.py config_problems)
         if field not in documented:
-            missing.setdefault(field, []).append("sglang_deploy/resolution.py COMPARED_FIELDS")
+            missing.setdefault(field, []).append("sglang_deploy/validate/resolution.py COMPARED_FIELDS")
     assert not missing, f"read from /server_info but not in docs/conformance.md: {missing}"

@@ -392,7 +392,7 @@ def test_a_switch_under_way_reads_and_writes_its_from_key():
 
 
 def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(tmp_path):
-    """resolved.json as sglang_deploy.resolution makes it, profile.json as release_plan.profile_snapshot does, and
+    """resolved.json as sglang_deploy.validate.resolution makes it, profile.json as release_plan.profile_snapshot does, and
     the profile's service section and the host's ProfileService hold the same fields."""
     from sglang_deploy.hostside.contract.release import ProfileService, ProfileSnapshot, Resolution
     from sglang_deploy.plan import plan_for_host

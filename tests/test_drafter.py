@@ -16,7 +16,7 @@ from sglang_deploy.hostside.weights import prune as weights_prune
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.release_plan import weights_change
 from sglang_deploy.sim import hardware
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 
 @pytest.fixture(autouse=True)

@@ -52,7 +52,7 @@ def test_the_backstop_parses_the_rendered_argv_for_the_tools_own_values():
     from conftest import PROVEN
     from sglang_deploy.flags import server_args
     from sglang_deploy.profile import load_profile
-    from sglang_deploy.validate.flag_checks import derived_values_problems
+    from sglang_deploy.validate.parser_checks import derived_values_problems
 
     profile = load_profile(PROVEN)
     argv = server_args(profile)
@@ -147,7 +147,7 @@ def code_flag_profile(tmp_path, monkeypatch, flags: str, managed: bool):
 @pytest.mark.parametrize("flags, managed, rule", CODE_FLAG_CASES, ids=[f"{c[0][:45]}-{c[1]}" for c in CODE_FLAG_CASES])
 def test_flags_that_run_code_or_serve_other_weights_need_a_waiver(tmp_path, monkeypatch, flags, managed, rule):
     from sglang_deploy.profile import load_profile
-    from sglang_deploy.validate import check_profile
+    from sglang_deploy.validate.check import check_profile
 
     path = code_flag_profile(tmp_path, monkeypatch, flags, managed)
     report = check_profile(load_profile(path), gpus=2, topology="pcie", path="light")

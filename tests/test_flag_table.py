@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sglang_deploy import flag_table, validator_env
+from sglang_deploy.validate import flag_table, validator_env
 
 VERSION = "0.5.23"
 BASE = ["--model-path", "/srv/models/m"]

@@ -146,9 +146,9 @@ print(json.dumps([[method, path, status(method, path, None), status(method, path
 
 def test_the_route_table_answers_only_to_its_keys(simhost, proven):
     """SGLang's own route table (the live app's /openapi.json, beside the table derived from the release's source,
-    sglang_deploy/routes.py) walked on its own front end: without a key every route but the reviewed public ones is
+    sglang_deploy/validate/routes.py) walked on its own front end: without a key every route but the reviewed public ones is
     refused, and the API key opens no admin route (the tool's admin key, which nobody is given, does)."""
-    from sglang_deploy import routes
+    from sglang_deploy.validate import routes
 
     key = simhost.api_key
     status, body = simhost.http("/openapi.json", key=key)

@@ -342,7 +342,7 @@ def test_server_answers_are_read_up_to_a_bound(size, ok):
 @pytest.mark.parametrize("release, name", [("0007-0123abcd", "0007-0123abcd"), ("../../../.ssh/authorized_keys", "unknown"),
                                            ("0001-aaaaaaaa/../../x", "unknown"), (None, "unknown")])
 def test_the_results_path_takes_only_a_release_id_from_the_host(tmp_path, release, name):
-    from sglang_deploy.gate import save_result
+    from sglang_deploy.results import save_result
 
     path = save_result("ct129", {"release": release}, results_dir=tmp_path)
     assert (path.parent, path.name.startswith(f"{name}-switch-")) == (tmp_path / "ct129", True), path

@@ -295,7 +295,7 @@ def test_relaxing_the_servers_sandbox_does_not_weaken_the_root_run_watch(tmp_pat
 def test_the_validator_never_sees_the_controllers_secrets(monkeypatch, probe_sockets):
     """The shared probe server is started with the scrubbed environment (a fake start here: it exits at once; no
     real server answers in probe_sockets' directory)."""
-    from sglang_deploy import probe_client, validator_env
+    from sglang_deploy.validate import probe_client, validator_env
 
     monkeypatch.setenv("SGLANG_DEPLOY_API_KEY", "sk-controller-key-0123456789")
     monkeypatch.setenv("SGLANG_DEPLOY_OTHER_KEY", "sk-named-by-api-key-env")

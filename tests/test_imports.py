@@ -1,6 +1,10 @@
 """No import loop among the repository's modules (controller, roles, host package, testbed): a module's own
 imports, at its top level, under `if __name__ == "__main__"` or inside a function, never lead back to it. A loop
-hidden by a function-level import is a loop (layout review 4); only imports for type checking are left out."""
+hidden by a function-level import is a loop (layout review 4); only imports for type checking are left out.
+
+A second graph counts each sub-package of sglang_deploy (and roles, testbed) as one unit, as the layout review counts
+upward imports: a unit never imports one that imports it back, so no folder reaches up into one that builds on it
+(issue 51: 0 upward imports; a piece two folders share moves below both)."""
 
 import ast
 from pathlib import Path
@@ -59,9 +63,26 @@ def import_loops(graph) -> list[list[str]]:
     return loops
 
 
-def test_no_module_imports_itself_round_a_loop():
+def unit(name: str) -> str:
+    """The unit a module belongs to: roles, testbed, or sglang_deploy.<module or sub-package>."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if parts[0] == "sglang_deploy" else parts[0]
+
+
+def unit_graph(graph) -> dict[str, set[str]]:
+    units = {}
+    for name, imported in graph.items():
+        units.setdefault(unit(name), set()).update(unit(other) for other in imported if unit(other) != unit(name))
+    return units
+
+
+def module_graph():
     paths = {module_name(p): p for package in PACKAGES for p in (REPO / package).rglob("*.py")}
-    graph = {name: module_imports(path, name, paths) for name, path in paths.items()}
+    return {name: module_imports(path, name, paths) for name, path in paths.items()}
+
+
+def test_no_module_imports_itself_round_a_loop():
+    graph = module_graph()
     assert "sglang_deploy.hostside.contract.release" in graph["sglang_deploy.hostside.store"]  # the walk sees imports
     assert import_loops(graph) == []
 
@@ -80,3 +101,22 @@ def test_an_import_inside_a_function_counts():
     assert module_imports(Path("pkg/a.py"), "pkg.a", modules, typing) == set()
     graph = {"pkg.a": module_imports(Path("pkg/a.py"), "pkg.a", modules, text), "pkg.b": {"pkg.a"}}
     assert import_loops(graph) == [["pkg.a", "pkg.b", "pkg.a"]]
+
+
+def test_no_folder_imports_one_that_imports_it_back():
+    """Each sub-package of sglang_deploy as one unit (and roles, testbed): no loop among them. A loop here names the
+    units; the module imports that make it are the edges between those units in module_graph()."""
+    units = unit_graph(module_graph())
+    assert "sglang_deploy.validate" in units["sglang_deploy.plan"] and "sglang_deploy.hostside" in units["roles"]
+    assert import_loops(units) == []
+
+
+def test_a_folder_loop_is_found():
+    """A planted loop between folders that no module loop shows: a.x imports b.y, and b.z imports a.w."""
+    graph = {"sglang_deploy.a.x": {"sglang_deploy.b.y"}, "sglang_deploy.a.w": set(), "sglang_deploy.b.y": set(),
+             "sglang_deploy.b.z": {"sglang_deploy.a.w"}, "roles.r": {"sglang_deploy.a.x"}}
+    assert import_loops(graph) == []
+    units = unit_graph(graph)
+    assert units == {"sglang_deploy.a": {"sglang_deploy.b"}, "sglang_deploy.b": {"sglang_deploy.a"},
+                     "roles": {"sglang_deploy.a"}}
+    assert import_loops(units) == [["sglang_deploy.a", "sglang_deploy.b", "sglang_deploy.a"]]

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import PROFILES, PROVEN, proven_with
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 VERSION = "0.5.23"
 
@@ -185,7 +185,7 @@ def test_the_pin_family_names_the_cuda_stack_sglang_installs():
 
     from packaging.utils import canonicalize_name
 
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
     from sglang_deploy.rules import PIN_FAMILY
 
     sites = list(validator_env.env_dir(VERSION).glob("lib/python3*/site-packages"))

@@ -9,34 +9,43 @@ from conftest import PROVEN, REPO, write_profile
 from sglang_deploy.multinode import Node, NodeError, placement
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import render
-from sglang_deploy.validate import check_profile
+from sglang_deploy.settings import HostSettings, SettingsError
+from sglang_deploy.validate.check import check_profile
 
 TWO_NODES = REPO / "profiles" / "qwen3.6-27b-mtp-2nodes-2xa6000.yaml"
 GROUPS = {"nodes": [("gpu-a", {"ssh_hostname": "10.0.0.1"}), ("gpu-b", {"ssh_hostname": "10.0.0.2"})]}
 
 
 def test_placement_follows_the_group_order():
-    assert placement(1, 50000, None, "gpu-a", {}, GROUPS) is None
-    assert placement(2, 50000, "eth0", "gpu-a", {}, GROUPS) == Node(0, 2, "10.0.0.1:50000", "eth0")
-    node = placement(2, 50000, None, "gpu-b", {"nccl_socket_ifname": "^docker,lo"}, GROUPS)
+    assert placement(1, 50000, None, "gpu-a", HostSettings(), GROUPS) is None
+    assert placement(2, 50000, "eth0", "gpu-a", HostSettings(), GROUPS) == Node(0, 2, "10.0.0.1:50000", "eth0")
+    node = placement(2, 50000, None, "gpu-b", HostSettings.of({"nccl_socket_ifname": "^docker,lo"}), GROUPS)
     assert node.args() == ["--nnodes", "2", "--node-rank", "1", "--dist-init-addr", "10.0.0.1:50000"]
     assert node.environment() == {"NCCL_SOCKET_IFNAME": "^docker,lo", "GLOO_SOCKET_IFNAME": "^docker,lo"}
     assert not node.serves_http
     v6 = {"nodes": [("a", {"worker_address": "fd00::1"}), ("b", {})]}
-    assert placement(2, 50001, None, "b", {}, v6).dist_init_addr == "[fd00::1]:50001"
+    assert placement(2, 50001, None, "b", HostSettings(), v6).dist_init_addr == "[fd00::1]:50001"
+    other = {"gpus_b": GROUPS["nodes"]}
+    assert placement(2, 50000, None, "gpu-b", HostSettings.of({"node_group": "gpus_b"}), other).rank == 1
 
 
 @pytest.mark.parametrize("groups, host, data, message", [
     ({}, "gpu-a", {}, "no group 'nodes'"),
     ({"nodes": GROUPS["nodes"][:1]}, "gpu-a", {}, "lists 1 (gpu-a); accepted: exactly 2 distinct hosts"),
     (GROUPS, "gpu-c", {}, "gpu-c is not in the inventory group 'nodes'"),
-    (GROUPS, "gpu-a", {"node_group": "a b"}, "node_group"),
     (GROUPS, "gpu-a", {"nccl_socket_ifname": "eth0; id"}, "nccl_socket_ifname"),
     ({"nodes": [("a", {"worker_address": "$(id)"}), ("b", {})]}, "b", {}, "worker_address"),
+    ({"nodes": [("a", {"worker_address": "a\nb"}), ("b", {})]}, "b", {}, "a (rank 0 of the group 'nodes'): "
+     "host data: worker_address: contains the control character"),
 ])
 def test_bad_placements_are_refused(groups, host, data, message):
     with pytest.raises(NodeError, match=message.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")):
-        placement(2, 50000, None, host, data, groups)
+        placement(2, 50000, None, host, HostSettings.of(data), groups)
+
+
+def test_a_bad_node_group_is_refused_as_host_data():
+    with pytest.raises(SettingsError, match="node_group: must be an inventory group name, got 'a b'"):
+        HostSettings.of({"node_group": "a b"})
 
 
 def test_tp_counts_the_gpus_of_every_node():

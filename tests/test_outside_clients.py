@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import LOCAL_FRONTEND_KEY as KEY
 from conftest import LOCAL_FRONTEND_MODEL as SERVED
-from sglang_deploy import validator_env
+from sglang_deploy.validate import validator_env
 from testbed.local_sim import SGLANG_VERSION
 
 # A word-level tokenizer with the `tokenizers` library, saved as a Hugging Face tokenizer directory.

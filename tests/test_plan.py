@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from conftest import proven_with, store_report
-from sglang_deploy import gpu_facts
+from sglang_deploy.validate import gpu_facts
 from sglang_deploy.hostfacts import parse_gpus, parse_topology
 from sglang_deploy.plan import Plan, PlanError, host_problems, resolve_api_key
 from sglang_deploy.profile import load_profile

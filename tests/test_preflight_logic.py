@@ -213,7 +213,7 @@ def test_the_preflights_cached_acceptance_is_keyed_by_the_units_environment(monk
 def test_no_sglang_code_reads_the_simulators_variables():
     """What lets the preflight's key leave out SGLANG_SIM_*: SGLang's installed source (and its kernel packages)
     never names that prefix, so those variables cannot change its resolution."""
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
     from sglang_deploy.hostside.preflight import probe as preflight_probe
 
     validator_env.ensure_full_layer("0.5.23", quiet=True)

@@ -1,4 +1,4 @@
-"""The shared parser probe (sglang_deploy/probe_client.py, parser_probe.py serve()), fast: parser_probe.py's own
+"""The shared parser probe (sglang_deploy/validate/probe_client.py, validate/parser_probe.py serve()), fast: validate/parser_probe.py's own
 server loop, run with a stand-in for SGLang's import and answer (its `load` and `reply`); the real SGLang answers
 through it in test_resolution.py."""
 
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from sglang_deploy import probe_client, validator_env
+from sglang_deploy.validate import probe_client, validator_env
 
-# parser_probe.py's serve(), with load() and reply() standing in for SGLang: every answer says which server
+# validate/parser_probe.py's serve(), with load() and reply() standing in for SGLang: every answer says which server
 # process and which fork gave it, and how many requests that process's state has seen (the warm-up is one).
 STAND_IN = f"""
 import importlib.util, os, sys

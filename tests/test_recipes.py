@@ -14,7 +14,7 @@ import yaml
 from conftest import DFLASH, PROVEN, dflash_profile, synthetic_draft, write_profile
 from sglang_deploy.profile import load_profile
 from sglang_deploy.rules import WAIVABLE
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 SGLANG_REFUSES = {"sglang-parser", "sglang-resolution", "sglang-start"}
 

@@ -9,8 +9,8 @@ import re
 import pytest
 
 from sglang_deploy import releases
-from sglang_deploy.releases import add as release_add
-from sglang_deploy.releases import scan as release_scan
+from sglang_deploy.validate import add as release_add
+from sglang_deploy.validate import scan as release_scan
 from sglang_deploy.cli import main
 
 

@@ -10,9 +10,10 @@ import re
 import pytest
 
 from conftest import PROVEN, REPO, proven_with
-from sglang_deploy import env_rules, flag_classes, releases, validator_env
+from sglang_deploy import releases
+from sglang_deploy.validate import env_rules, flag_classes, validator_env
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 
 VERBS = ("deploy.py", "doctor.py", "facts.py", "history.py", "provision.py", "releases.py", "rollback.py",
@@ -85,7 +86,7 @@ def test_the_recipe_is_the_release_data():
     recipe = validator_env.recipe(version)
     assert list(recipe.full_layer) == document["full_layer"] and list(recipe.parser) == document["parser"]
     # Every pin of the recipe that the release's own METADATA pins too is at that release's version.
-    from sglang_deploy.releases import scan as release_scan
+    from sglang_deploy.validate import scan as release_scan
 
     pins = release_scan.pinned(document["requires_dist"])
     for requirement in recipe.parser + recipe.full_layer + recipe.frontend_pins + recipe.torch:
@@ -170,10 +171,10 @@ def test_the_host_log_patterns_are_the_releases_log_lines():
             assert lines[name]["source"], (version, name)
 
 
-# --- an upgrade: the resolved-argument diff between two releases (releases/upgrade.py) --------------------------------
+# --- an upgrade: the resolved-argument diff between two releases (validate/upgrade.py) --------------------------------
 
 def test_the_resolved_diff_names_changed_defaults_apart_from_the_profile_s_flags_and_masks_secrets():
-    from sglang_deploy.releases import upgrade
+    from sglang_deploy.validate import upgrade
 
     old = {"attention_backend": "flashinfer", "chunked_prefill_size": 2048, "api_key": "sk-old", "gone": 1,
            "tp_size": 2}
@@ -195,7 +196,7 @@ def test_the_resolved_diff_names_changed_defaults_apart_from_the_profile_s_flags
 def test_the_same_release_on_both_sides_resolves_the_proven_profile_alike():
     """The old side is the profile with only sglang.version changed, resolved in that release's own env: with the same
     release on both sides nothing differs (the real resolution, not a stub)."""
-    from sglang_deploy.releases import upgrade
+    from sglang_deploy.validate import upgrade
 
     profile = load_profile(PROVEN)
     report = check_profile(profile, gpus=2, topology="pcie", path="full")
@@ -228,7 +229,7 @@ def test_dry_diff_of_an_upgrade_prints_the_resolved_diff_only_across_releases(mo
     from conftest import store_report
     from fakehost import run_role
     from roles import stages
-    from sglang_deploy.releases import upgrade
+    from sglang_deploy.validate import upgrade
 
     asked = []
     monkeypatch.setattr(upgrade, "for_profile", lambda profile, old, resolution, port=None, node=None:

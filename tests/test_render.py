@@ -31,6 +31,23 @@ def test_same_profile_renders_byte_identical():
     assert (first.unit, first.env, first.secrets) == (second.unit, second.env, second.secrets)
 
 
+def test_the_templates_compiled_code_is_kept_and_renders_the_same(tmp_path, monkeypatch):
+    """The templates' compiled code lives in $SGLANG_DEPLOY_CACHE/jinja (render._bytecode_cache: a no-op deploy
+    loads it instead of compiling): rendered from that cache, the files are byte for byte those rendered without it."""
+    from sglang_deploy import render as render_module
+
+    monkeypatch.setenv("SGLANG_DEPLOY_CACHE", str(tmp_path))
+    monkeypatch.setattr(render_module, "_bytecode_cache", render_module._bytecode_cache.__wrapped__)
+    assert render_module._bytecode_cache() is not None
+    first = render(load_profile(PROVEN), api_key=KEY)  # compiles, and keeps the code
+    assert len(list((tmp_path / "jinja").iterdir())) >= 3  # unit, environment, secrets
+    second = render(load_profile(PROVEN), api_key=KEY)  # loads the kept code
+    monkeypatch.setattr(render_module, "_bytecode_cache", lambda: None)
+    plain = render(load_profile(PROVEN), api_key=KEY)
+    assert (first.unit, first.env, first.secrets) == (second.unit, second.env, second.secrets) \
+        == (plain.unit, plain.env, plain.secrets)
+
+
 def test_key_only_in_the_secrets_file():
     rendered = render(load_profile(PROVEN), api_key=KEY)
     assert KEY not in rendered.unit and KEY not in rendered.env
@@ -87,7 +104,7 @@ def test_secrets_file_is_understood_by_sglangs_own_config_merger(tmp_path):
     import json
     import subprocess
 
-    from sglang_deploy.validator_env import ensure_env
+    from sglang_deploy.validate.validator_env import ensure_env
 
     secrets = tmp_path / "secrets.yaml"
     secrets.write_text(render(load_profile(PROVEN), api_key=KEY).secrets)
@@ -197,7 +214,7 @@ def test_the_launcher_imports_nothing_from_the_directories_the_service_user_writ
     made as the host's) imports neither (security review 3, finding 6). Without the unit's PYTHONSAFEPATH it would."""
     import subprocess
 
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
 
     python = validator_env.env_dir("0.5.23") / "bin" / "python"
     state = tmp_path / "var-lib-sglang"

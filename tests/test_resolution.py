@@ -6,10 +6,10 @@ import json
 import pytest
 
 from conftest import DFLASH, PROFILES, PROVEN, dflash_profile, proven_with, synthetic_draft, write_profile
-from sglang_deploy import gpu_facts
-from sglang_deploy.gpu_facts import GpuFactsError, from_host_gpus
+from sglang_deploy.validate import gpu_facts
+from sglang_deploy.validate.gpu_facts import GpuFactsError, from_host_gpus
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 
 def resolve(path, gpu="a6000", gpus=2):
@@ -138,13 +138,13 @@ def test_gpu_models_from_host_facts():
 
 @pytest.fixture(scope="module")
 def private_probe(tmp_path_factory):
-    """A probe server of its own (probe_client.py), started while the controller's shell holds SGLANG_* variables
+    """A probe server of its own (validate/probe_client.py), started while the controller's shell holds SGLANG_* variables
     SGLang would act on, and warmed up with a command line SGLang refuses (--language-model-only); then asked for the
     proven profile. One start of SGLang (about 12 CPU-s) for the two tests below."""
     from pathlib import Path
 
-    from sglang_deploy import probe_client, resolution, validator_env
-    from sglang_deploy.validate import model_config_problems, server_args
+    from sglang_deploy.validate import probe_client, resolution, validator_env
+    from sglang_deploy.validate.check import model_config_problems, server_args
 
     gpu = gpu_facts.model("a6000")
 

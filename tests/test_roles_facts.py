@@ -99,3 +99,59 @@ def test_the_deploy_state_command_fits_one_argument_and_runs_one_host_program(tm
         result.stdout[-2000:] + result.stderr[-2000:]
     value = fact.process(result.stdout.splitlines())
     assert value["weights"] == {"verified": False, "hub_client": None} and len(value["offered"]) == 2
+
+
+def test_the_carried_program_is_kept_under_the_host_packages_digest(tmp_path, monkeypatch):
+    """inline_program keeps what it built under the host package's digest and roles/facts.py's own source (a no-op
+    deploy reads it back instead of walking the imports and compressing): a kept program of another digest is
+    rebuilt and replaced, one of this digest is what the fact sends."""
+    import hashlib
+
+    from sglang_deploy.layout import host_package
+
+    monkeypatch.setattr(facts, "INLINE_CACHE", tmp_path)
+    built = facts.inline_program("deploy_facts")
+    kept = tmp_path / "deploy_facts.b64"
+    digest = kept.read_text().split("\n", 1)[0]
+    assert digest == hashlib.sha256(host_package().digest.encode() + Path(facts.__file__).read_bytes()).hexdigest()
+    assert kept.read_text() == f"{digest}\n{built}"
+    kept.write_text(f"{digest}\nKEPT")
+    assert facts.inline_program("deploy_facts") == "KEPT"
+    kept.write_text(f"{host_package().digest}\nSTALE")  # the host package alone: another roles/facts.py's program
+    assert facts.inline_program("deploy_facts") == built
+    assert kept.read_text() == f"{digest}\n{built}"
+    monkeypatch.setattr(facts, "INLINE_CACHE", tmp_path / "file" / "below")
+    (tmp_path / "file").write_text("not a directory")  # no cache to be had: built every time, no error
+    assert facts.inline_program("deploy_facts") == built
+
+
+def test_the_files_modes_and_hashes_read_by_a_real_shell(tmp_path):
+    """DeployState's files (one stat and one sha256sum for all of them), run by a real shell: a directory has its
+    mode, owner and group; a regular file those and its content's sha256; a missing path nothing; a name with a
+    space is one path; a FIFO is not read (sha256sum would wait on it forever)."""
+    import grp
+    import hashlib
+    import os
+    import pwd
+    import subprocess
+
+    directory, regular, spaced = tmp_path / "config", tmp_path / "unit.service", tmp_path / "a name.json"
+    directory.mkdir(mode=0o750)
+    regular.write_text("[Unit]\n")
+    regular.chmod(0o644)
+    spaced.write_text("{}")
+    spaced.chmod(0o600)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    paths = tuple(str(p) for p in (directory, regular, tmp_path / "missing", spaced, fifo))
+    command = facts.DeployState().command(service="sglang", files=paths)
+    result = subprocess.run(["sh", "-c", command], capture_output=True, text=True, timeout=120)
+    owner = [pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name]
+    found = facts._files(facts.split_sections(result.stdout.splitlines()))
+    assert found == {
+        str(directory): ["750", *owner],
+        str(regular): ["644", *owner, hashlib.sha256(b"[Unit]\n").hexdigest()],
+        str(tmp_path / "missing"): [],
+        str(spaced): ["600", *owner, hashlib.sha256(b"{}").hexdigest()],
+        str(fifo): [oct(fifo.stat().st_mode & 0o777)[2:], *owner],
+    }, result.stdout[-3000:] + result.stderr[-2000:]

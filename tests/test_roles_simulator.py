@@ -2,6 +2,8 @@
 install() sends it, by the digest the DeployState fact found."""
 
 import io
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -34,7 +36,7 @@ def test_sglang_server_runs_sglangs_own_cli_with_the_scheduler_plugin():
     assert shim.startswith(f"#!{simulator.SGLANG_PYTHON}\n") and "from sglang.cli.main import main" in shim
     assert "SIMULATED HOST" in shim and PROFILE.sglang.version in shim
     assert f"{VENV}/lib/sglang-sim/sglang_sim_scheduler-0.dist-info/entry_points.txt" in found
-    assert f"{VENV}/lib/sglang-sim/sglang_deploy/flag_table.py" in found
+    assert f"{VENV}/lib/sglang-sim/sglang_deploy/validate/flag_table.py" in found
     # the release folders' data and their loader, not the tools that write them (sglang add)
     shipped = {name.split("/sglang_deploy/releases/")[1] for name in found if "/sglang_deploy/releases/" in name}
     assert {"__init__.py", f"{PROFILE.sglang.version}/options.json", f"{PROFILE.sglang.version}/classes.json"} <= shipped
@@ -75,3 +77,20 @@ def test_install_refuses_a_launcher_other_than_serve():
     other = PROFILE.model_copy(update={"sglang": PROFILE.sglang.model_copy(update={"launcher": "launch_server"})})
     with pytest.raises(ValueError, match="the simulator implements the 'serve' launcher only"):
         run_role(simulator.install, profile=other, installed_digest=None)
+
+
+def test_the_shipped_package_files_import_on_their_own(tmp_path):
+    """What the simulated host gets of sglang_deploy (the option table, the start data, a token map's size, the GPU
+    facts; validate/ and token_map/ with their package files) imports with nothing else of the project beside it: a
+    check or a token map rule pulled in by one of them (a package file that imports its siblings) fails here."""
+    ship = simulator.simulator_shipment(PROFILE, "model")
+    with tarfile.open(fileobj=io.BytesIO(ship.data)) as archive:
+        archive.extractall(tmp_path, filter="data")
+    lib = tmp_path / VENV / "lib" / "sglang-sim"
+    code = ("import sys; import sglang_deploy.validate.flag_table, sglang_deploy.validate.start_feasibility, "
+            "sglang_deploy.token_map.size, sglang_deploy.validate.gpu_facts, sglang_sim.hardware, sglang_sim.server; "
+            "print(sorted(m for m in sys.modules if m.startswith('sglang_deploy')))")
+    result = subprocess.run([sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(lib)!r}); {code}"],
+                            capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "sglang_deploy.validate.check" not in result.stdout and "sglang_deploy.token_map.size" in result.stdout

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from conftest import store_report
-from sglang_deploy import gate, rollout
+from sglang_deploy import results, rollout
 from sglang_deploy.cli import main
 from sglang_deploy.fleet import host_summary
 
@@ -76,7 +76,7 @@ class Fleet:
 
 def rolled_out(fleet, inventory, monkeypatch, tmp_path, *argv):
     monkeypatch.setattr(rollout, "pyinfra", fleet.pyinfra)
-    monkeypatch.setattr(gate, "RESULTS_DIR", tmp_path / "results")  # the summaries releases.py would write
+    monkeypatch.setattr(results, "RESULTS_DIR", tmp_path / "results")  # the summaries releases.py would write
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     code = main(["rollout", str(inventory), "--log", str(tmp_path / "rollout.log"), *argv])
     return code, (tmp_path / "rollout.log").read_text()

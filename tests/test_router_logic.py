@@ -3,14 +3,14 @@
 import pytest
 
 from conftest import bench_measurement
-from sglang_deploy.router import ROUTER_VERSION, RouterError, RouterSettings, command_line, render_unit, settings, \
-    worker_url
+from sglang_deploy.router import ROUTER_VERSION, RouterError, RouterSettings, command_line, render_unit, worker_url
+from sglang_deploy.settings import HostSettings, SettingsError
 
 
 def test_defaults_and_values():
-    assert settings({}) == RouterSettings()
-    custom = settings({"router_port": "31000", "router_policy": "round_robin", "router_bind": "::1",
-                       "router_workers": "gpu_a", "router_health_interval_s": 5})
+    assert RouterSettings.of({}) == RouterSettings()
+    custom = RouterSettings.of({"router_port": "31000", "router_policy": "round_robin", "router_bind": "::1",
+                                "router_workers": "gpu_a", "router_health_interval_s": 5})
     assert (custom.port, custom.policy, custom.bind, custom.workers_group, custom.health_interval_s) == \
         (31000, "round_robin", "::1", "gpu_a", 5)
 
@@ -24,17 +24,22 @@ def test_defaults_and_values():
     ({"router_health_failures": "0"}, "router_health_failures"),
 ])
 def test_bad_settings_are_refused_with_the_key(data, message):
-    with pytest.raises(RouterError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        settings(data)
+    with pytest.raises(SettingsError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        RouterSettings.of(data)
 
 
 def test_worker_urls():
-    assert worker_url("w1", {"ssh_hostname": "10.0.0.7", "port": 30001}, 30000) == "http://10.0.0.7:30001"
-    assert worker_url("w1", {"worker_address": "fd00::7"}, 30000) == "http://[fd00::7]:30000"
-    assert worker_url("gpu-3.lab", {}, 30000) == "http://gpu-3.lab:30000"
-    for bad in ("10.0.0.7/x", "a b", "host\n[Service]", "$(id)"):
+    def url(name, data):
+        return worker_url(name, HostSettings.of(data), 30000)
+
+    assert url("w1", {"ssh_hostname": "10.0.0.7", "port": 30001}) == "http://10.0.0.7:30001"
+    assert url("w1", {"worker_address": "fd00::7"}) == "http://[fd00::7]:30000"
+    assert url("gpu-3.lab", {}) == "http://gpu-3.lab:30000"
+    for bad in ("10.0.0.7/x", "a b", "$(id)"):
         with pytest.raises(RouterError, match="worker_address"):
-            worker_url("w1", {"worker_address": bad}, 30000)
+            url("w1", {"worker_address": bad})
+    with pytest.raises(SettingsError, match="worker_address"):  # refused as host data already
+        url("w1", {"worker_address": "host\n[Service]"})
 
 
 def test_unit_passes_the_workers_and_keeps_the_key_off_the_command_line():

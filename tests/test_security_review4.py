@@ -16,9 +16,10 @@ import json
 import pytest
 
 from conftest import PROVEN, proven_with, write_profile
-from sglang_deploy import flag_classes, routes, safety
+from sglang_deploy import safety
+from sglang_deploy.validate import flag_classes, routes
 from sglang_deploy.profile import ProfileError, load_profile
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 VERSION = "0.5.23"
 
@@ -107,7 +108,7 @@ def test_the_same_flags_within_their_range_pass(tmp_path, line):
 
 
 def test_every_value_bound_names_an_allowed_dest_of_the_option_table():
-    from sglang_deploy import flag_table
+    from sglang_deploy.validate import flag_table
 
     dests = {action["dest"] for action in flag_table.load(VERSION)["actions"]}
     classes = flag_classes.load(VERSION)
@@ -219,13 +220,13 @@ def test_one_service_user_per_service():
 # --- the route table, from SGLang's own code --------------------------------------------------------------------
 
 def test_the_route_table_is_the_releases_own():
-    """The committed table is what sglang_deploy/routes.py exports from the validator env's SGLang (its route
+    """The committed table is what sglang_deploy/validate/routes.py exports from the validator env's SGLang (its route
     decorators and @auth_level); each registered route is public (reviewed), admin or authenticated by SGLang's own
     decide_request_auth with the tool's two keys."""
     import subprocess
     import sys
 
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
 
     site = validator_env.env_dir(VERSION) / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / \
         "site-packages"
@@ -233,7 +234,7 @@ def test_the_route_table_is_the_releases_own():
         site = next(validator_env.env_dir(VERSION).glob("lib/python3*/site-packages"))
     assert routes.export(site)["routes"] == routes.load(VERSION)
     # SGLang's own decision function, in the validator env's python
-    program = ("import json, sys; sys.path.insert(0, sys.argv[1]); from sglang_deploy import routes; "
+    program = ("import json, sys; sys.path.insert(0, sys.argv[1]); from sglang_deploy.validate import routes; "
                "from sglang.srt.utils.auth import AuthLevel, decide_request_auth; "
                "print(json.dumps(routes.classify(routes.registered(routes.load(sys.argv[2])), decide_request_auth, "
                "AuthLevel)))")

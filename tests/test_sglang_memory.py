@@ -8,9 +8,10 @@ import subprocess
 import pytest
 
 from conftest import DFLASH_CONFIG, PROVEN
-from sglang_deploy import gpu_facts, validator_env
+from sglang_deploy.validate import gpu_facts
+from sglang_deploy.validate import validator_env
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import model_config_problems, server_args
+from sglang_deploy.validate.check import model_config_problems, server_args
 
 SCRIPT = r"""
 import json, os, sys, tempfile, importlib.util
@@ -57,7 +58,7 @@ def sized():
     dflash[dflash.index("--speculative-algorithm") + 1] = "DFLASH"
     dflash += ["--speculative-draft-model-path", "/srv/drafters/dflash"]
     common = {"model_config": config, "probe": str(validator_env.PROBE_SCRIPT),
-              "memory": str(Path(validator_env.__file__).parent / "sim" / "sglang_memory.py")}
+              "memory": str(Path(validator_env.__file__).parents[1] / "sim" / "sglang_memory.py")}
     requests = [{**common, "argv": argv, "weights_gib": 27.5 / 2},
                 {**common, "argv": dflash, "weights_gib": 27.5 / 2 + DRAFT_WEIGHTS_GIB,
                  "draft_config": json.loads(DFLASH_CONFIG.read_text())},

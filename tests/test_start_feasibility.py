@@ -1,4 +1,4 @@
-"""Start feasibility per SGLang release (sglang_deploy/start_feasibility.py): the committed data is what SGLang 0.5.23's
+"""Start feasibility per SGLang release (sglang_deploy/validate/start_feasibility.py): the committed data is what SGLang 0.5.23's
 code and its kernel wheels say (re-derived and compared where the validator env is here), the judgement of a
 resolved configuration on a card, and `check` refusing what cannot start on the host's card."""
 
@@ -7,11 +7,13 @@ import json
 import pytest
 
 from conftest import PROVEN, proven_with
-from sglang_deploy import gpu_facts, releases, start_feasibility as sf
-from sglang_deploy.releases import scan as release_scan
+from sglang_deploy import releases
+from sglang_deploy.validate import gpu_facts
+from sglang_deploy.validate import start_feasibility as sf
+from sglang_deploy.validate import scan as release_scan
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import check_profile
-from sglang_deploy.validator_env import env_built
+from sglang_deploy.validate.check import check_profile
+from sglang_deploy.validate.validator_env import env_built
 
 DATA = sf.load("0.5.23")
 CONFIG = json.loads((PROVEN.parent.parent / "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json").read_text())
@@ -27,7 +29,7 @@ def judge(capability, target, kv="auto", draft=None, algorithm="EAGLE", steps=3)
 @pytest.mark.skipif(not env_built("0.5.23"), reason="the validator env of SGLang 0.5.23 is not built here")
 def test_the_committed_data_is_what_the_release_says():
     """Re-derived from the validator env's sglang, sglang-kernel and triton: equal to the committed files."""
-    assert sf.derive("0.5.23") == DATA, "run: python -m sglang_deploy.start_feasibility derive-start 0.5.23"
+    assert sf.derive("0.5.23") == DATA, "run: python -m sglang_deploy.validate.start_feasibility derive-start 0.5.23"
     sources = {path.relative_to(sf.site_packages("0.5.23") / "sglang").as_posix(): path.read_text(errors="replace")
                .splitlines() for path in (sf.site_packages("0.5.23") / "sglang").rglob("*.py")}
     registry = release_scan.env_registry_of(sources)

@@ -13,8 +13,8 @@ from sglang_deploy import cli
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
 from sglang_deploy.token_map import file as token_map
-from sglang_deploy.validate import check_profile
-from sglang_deploy.validator_env import ensure_env, scrubbed_environment
+from sglang_deploy.validate.check import check_profile
+from sglang_deploy.validate.validator_env import ensure_env, scrubbed_environment
 
 # z is the most frequent character of the corpus, then q, then x; the rest once or twice
 CORPUS = "zzzzzzzzzzzz qqqqqqqqqq xxxxxxxxx\nzzzzzz qqq xx bc\n\nzzz q x\n"
@@ -54,7 +54,7 @@ def test_sglangs_own_load_token_map_reads_the_most_frequent_ids(built, model_dir
     tokenizer = json.loads((model_dir / "tokenizer.json").read_text())["model"]["vocab"]
     assert ids == [tokenizer["z"], tokenizer["q"], tokenizer["x"]]  # by frequency, from the model's own tokenizer
     # the simulated servers and the tune read its size from the file itself, without torch (its name has none)
-    from sglang_deploy.sim.token_map_file import map_size
+    from sglang_deploy.token_map.size import map_size
 
     assert map_size(str(built)) == (len(ids), "file")
 

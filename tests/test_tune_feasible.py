@@ -5,7 +5,7 @@ simulator's assumed factors (sim/data: `_assumed`) never crowning a winner."""
 
 import pytest
 
-from sglang_deploy import start_feasibility as sf
+from sglang_deploy.validate import start_feasibility as sf
 from sglang_deploy.sim import hardware
 from sglang_deploy.tune import axes as tune_axes, report as tune_report, search as tune, vocab as tune_vocab
 from test_tune_axes import CHOICES, sim_measure
@@ -131,7 +131,7 @@ def test_no_committed_profile_claims_an_assumed_gain():
                                             ("triton", "only from capability 89")])
 def test_the_simulated_a6000_fails_a_combination_each_of_whose_values_runs(backend, words):
     """The simulator judged one axis at a time and ran fa3 + fp8_e4m3; now the combination fails at start as the
-    A6000 would (start_feasibility.py), while each value alone still runs."""
+    A6000 would (validate/start_feasibility.py), while each value alone still runs."""
     from test_tune_axes import sim_tok_s
 
     flags = flags_of(PROVEN)

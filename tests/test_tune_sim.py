@@ -188,7 +188,7 @@ def lever_profile(tmp_path) -> Path:
     """The proven profile (1 s simulated start, the planted attention trap) serving a file:// synthetic snapshot, and
     one hot-vocabulary map shipped as a release part (tune.token_maps: its file and frozen sha256, token_map/part.py),
     written as torch.save writes a list of ints (a zip whose data.pkl pickles it: the simulator reads N from it,
-    sim/token_map_file.py); tune.vocab_sizes offers it and a size that is not built."""
+    token_map/size.py); tune.vocab_sizes offers it and a size that is not built."""
     from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
     from sglang_deploy.weights import manifest_from_directory, write_manifest
 

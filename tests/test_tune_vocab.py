@@ -1,7 +1,7 @@
 """The tune's `vocab` axis (sglang_deploy/tune/vocab.py) without a host: the maps a verified snapshot's manifest lists
 for the sizes the profile offers, the sizes that are not built (rows of the table), SGLang's resolution refusing or
 dropping a map, the search and its table; and the simulator's model of the lever (sim/hardware.py: the draft
-step's head shrinks to N of the vocabulary, acceptance drops a little for small N; sim/token_map_file.py)."""
+step's head shrinks to N of the vocabulary, acceptance drops a little for small N; token_map/size.py)."""
 
 import random
 from dataclasses import replace
@@ -11,7 +11,7 @@ import pytest
 from conftest import PROVEN, write_profile
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
-from sglang_deploy.sim.token_map_file import map_size, size_from_name
+from sglang_deploy.token_map.size import map_size, size_from_name
 from sglang_deploy.tune import discipline, report as tune_report, search as tune, vocab
 from test_tune_logic import MACHINE, MODEL, flags_of
 

@@ -151,7 +151,7 @@ def test_a_half_built_environment_is_rebuilt_and_a_failed_build_names_the_field_
     """A validator environment of the profile's release left half-built (no completion marker: an interrupted
     build) is never used; when its rebuild fails the error names sglang.version and the command, and nothing half
     built is left."""
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
 
     monkeypatch.setattr(validator_env, "CACHE_DIR", tmp_path)
     target = validator_env.env_dir(OLDEST)

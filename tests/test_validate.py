@@ -1,14 +1,14 @@
 """Flag validation: SGLang 0.5.23's own parser (cached validator env) and the tool's rules.
 
 Every case runs both paths: SGLang's own code (full) and the option table exported from its parser
-(light, flag_table.py); they must agree on every problem except the rules that read SGLang's resolution,
+(light, validate/flag_table.py); they must agree on every problem except the rules that read SGLang's resolution,
 which the light path reports as skipped."""
 
 import pytest
 
 from conftest import INCIDENT, PROVEN, proven_with, write_profile
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate import check_profile
+from sglang_deploy.validate.check import check_profile
 
 
 RESOLUTION_RULES = {"decode-graph-covers-batch", "cuda-graphs-on", "sglang-resolution", "model-config"}
@@ -169,7 +169,7 @@ def test_parser_rules_cannot_be_waived(tmp_path):
 def test_the_light_path_without_a_table_says_how_to_proceed(tmp_path):
     """A profile pinned to an SGLang version whose option table this checkout lacks: a clear error on the light
     path (nothing is built, nothing guessed); `--full` or an export are the ways on."""
-    from sglang_deploy.validator_env import ValidatorEnvError
+    from sglang_deploy.validate.validator_env import ValidatorEnvError
 
     path = proven_with(tmp_path, 'version: "0.5.23"', 'version: "0.5.99"')
     with pytest.raises(ValidatorEnvError, match=r"sglang.version 0\.5\.99: no exported option table .*sglang-deploy "

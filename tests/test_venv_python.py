@@ -214,7 +214,7 @@ def test_a_startup_hook_not_on_the_reviewed_list_is_refused_naming_the_wheel_and
 
 def test_the_reviewed_list_fits_sglangs_real_install_set():
     """The validator env holds SGLang 0.5.23's whole install set: its hooks are exactly the reviewed ones."""
-    from sglang_deploy import validator_env
+    from sglang_deploy.validate import validator_env
 
     venv = validator_env.env_dir("0.5.23")
     found = venv_hooks.read(str(venv))

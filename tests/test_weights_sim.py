@@ -17,9 +17,9 @@ from conftest import PROVEN, REPO, write_profile
 from hubstub import Hub
 from sglang_deploy.drafter import config_copy
 from sglang_deploy.profile import load_profile
-from sglang_deploy.resolution import load_model_config
+from sglang_deploy.validate.resolution import load_model_config
 from sglang_deploy.sim.synthetic_checkpoint import write as write_checkpoint
-from sglang_deploy.validator_env import CACHE_DIR
+from sglang_deploy.validate.validator_env import CACHE_DIR
 from sglang_deploy.weights import HUB_CLIENT_PIN, WEIGHTS_DIRS_VARIABLE, manifest_from_hub, write_manifest
 
 pytestmark = pytest.mark.simhost

@@ -15,7 +15,7 @@ from dataclasses import asdict
 
 from ..bisect_run import Bisect
 from .levers import nospec_suspect
-from ..gate import save_result
+from ..results import save_result
 from ..hostside.contract.paths import ServicePaths
 from ..hostside.contract.release import AB_RESULTS_FILE
 from ..tune import search as tune

@@ -1,8 +1,8 @@
 """What the tool knows of each SGLang release, as data: one folder per release, ``releases/<version>/``.
 
-    options.json       the option table, exported from that release's own parser (flag_table.py)
+    options.json       the option table, exported from that release's own parser (validate/flag_table.py)
     classes.json       every dest's class and why ({"dests": {dest: [class, why]}}; "unreviewed" is refused)
-    environment.json   the variables a profile may set, with the values each accepts (env_rules.py), and the names
+    environment.json   the variables a profile may set, with the values each accepts (validate/env_rules.py), and the names
                        that release's own registry declares (sglang/srt/environ.py) or its modules mention
     dependencies.json  the recipe of its validator and front-end environments, from its own Requires-Dist
     hooks.json         the startup hooks (.pth) its install set brings, reviewed (hostside/venv_hooks.py)

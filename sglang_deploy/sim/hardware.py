@@ -87,7 +87,7 @@ def checkpoint_bytes(directory: str) -> int:
 
 
 def resolve(resolved: dict, env: dict, machine: dict, model: dict | None = None) -> Effective:
-    """The runtime state for SGLang's resolved arguments (resolution.py: SGLang's own hooks) on this
+    """The runtime state for SGLang's resolved arguments (validate/resolution.py: SGLang's own hooks) on this
     machine and process environment: what the resolution cannot know (P2P, the GPU memory defaults)."""
     notes = []
     tp = int(resolved.get("tp_size") or 1)
@@ -142,7 +142,7 @@ def token_map(resolved: dict, algorithm: str | None, drafter: str | None, notes:
     """(ids of the hot-vocabulary map the draft head uses, or 0; why it cannot be read). Where SGLang applies
     --speculative-token-map: the EAGLE/NEXTN worker (NEXTN resolves to EAGLE) loads it; EAGLE3 logs that it ignores
     it; a separate drafter's worker (DFLASH, DSPARK) never reads it. Its size comes from the file, read without
-    torch, or its name (token_map_file.py); nothing is loaded."""
+    torch, or its name (token_map/size.py); nothing is loaded."""
     path = resolved.get("speculative_token_map")
     if not path or not algorithm or drafter:
         return 0, None
@@ -151,7 +151,7 @@ def token_map(resolved: dict, algorithm: str | None, drafter: str | None, notes:
         return 0, None
     if algorithm not in ("EAGLE", "NEXTN"):
         return 0, None
-    from .token_map_file import map_size
+    from sglang_deploy.token_map.size import map_size  # shipped beside the simulator (roles/simulator.py)
 
     size, why = map_size(str(path))
     if not size:
@@ -252,9 +252,10 @@ def served_version() -> str:
 
 def combination_problem(eff: Effective, machine: dict) -> str | None:
     """The backend x KV dtype x draft backend combination judged together, as the real card would at start
-    (start_feasibility.py's data for the simulated SGLang release on the machine's compute capability): fa3 or triton with
-    fp8_e4m3 KV on sm_86 fails although each value alone runs."""
-    from sglang_deploy import gpu_facts, start_feasibility  # shipped beside the simulator (roles/simulator.py)
+    (validate/start_feasibility.py's data for the simulated SGLang release on the machine's compute capability): fa3 or
+    triton with fp8_e4m3 KV on sm_86 fails although each value alone runs."""
+    from sglang_deploy.validate import gpu_facts  # shipped beside the simulator (roles/simulator.py)
+    from sglang_deploy.validate import start_feasibility  # shipped beside the simulator
 
     data = start_feasibility.load(served_version())
     known = [gpu for gpu in gpu_facts.KNOWN.values() if gpu.name == machine.get("gpu")]

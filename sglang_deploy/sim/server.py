@@ -29,7 +29,7 @@ Environment knobs (all optional; faults are planted by a test profile's ``enviro
                                         changed default that costs speed: engine.slow_resolved)
   SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE=1 speculative decode runs eager (vllm#35387): slower than none
   SGLANG_SIM_AUTH_BROKEN=1                the API key is configured but not enforced (any request is served)
-  SGLANG_SIM_RESOLVED=FILE                SGLang's resolution of this command line (resolution.py); by
+  SGLANG_SIM_RESOLVED=FILE                SGLang's resolution of this command line (validate/resolution.py); by
                                           default the release's resolved.json whose argv matches
 
 What /server_info reports is SGLang's own resolution of the command line (``resolved.json``, computed by
@@ -51,7 +51,7 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
-from sglang_deploy import flag_table  # shipped next to this package on a simulated host
+from sglang_deploy.validate import flag_table  # shipped next to this package on a simulated host
 
 from .engine import SGLANG_VERSION, Engine, die_like_a_failed_scheduler, log
 from .http_api import handler_for
@@ -61,7 +61,7 @@ from .startup import load_and_capture
 # --- command line ---------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    """SGLang's own option table (exported from the real parser) rebuilt with argparse (flag_table.py)."""
+    """SGLang's own option table (exported from the real parser) rebuilt with argparse (validate/flag_table.py)."""
     table = flag_table.load(SGLANG_VERSION)
     return flag_table.build_parser(table, parser_class=argparse.ArgumentParser)
 
@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     resolution, where = load_resolution(argv, env)
     if resolution is None:
         return fail(f"SIMULATED: no SGLang resolution for this command line in {where}; the simulator serves only "
-                    "what the pinned SGLang's own code resolved (sglang_deploy.resolution)")
+                    "what the pinned SGLang's own code resolved (sglang_deploy.validate.resolution)")
     for line in resolution.get("log") or []:  # what SGLang's resolution logged at launch
         log.warning(line)
     if resolution.get("error"):  # SGLang's resolution raised: the launcher dies with it

@@ -18,15 +18,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 from pathlib import Path
 
+from ..drafter import draft_weights
 from ..hostside.weights.manifest import sha256_file  # noqa: F401 - the token map's digest, as the host checks it
-from ..validate.problem import Problem, flag_field, remove_or_waive
+from ..profile.problem import Problem, flag_field, remove_or_waive
+from ..weights import WeightsSourceError, profile_weights
 from .part import shipped_paths
 
 FLAG = "--speculative-token-map"
-BUILD_SCRIPT = Path(__file__).with_name("build.py")
+BUILD_SCRIPT = Path(__file__).with_name("build.py")  # the counter (validate/token_counter.py runs it)
 MAX_CORPUS_BYTES = 256 << 20
 DEFAULT_DIR = Path(__file__).resolve().parents[2] / "manifests" / "token-maps"
 
@@ -95,48 +96,10 @@ def verify(path: Path) -> str:
     return actual
 
 
-def build(corpus: Path, model_dir: Path, size: int, output: Path, version: str | None = None) -> dict:
-    """Tokenise the corpus with the model directory's tokenizer (in SGLang <version>'s validator environment; default
-    the newest reviewed release), save the `size` most frequent ids where SGLang's load_token_map reads them, and
-    freeze the digest."""
-    from .. import releases
-    from ..validator_env import ensure_env, scrubbed_environment
-
-    version = version or releases.newest_reviewed()
-
-    if size < 1:
-        raise TokenMapError(f"--size {size}: accepted: a positive number of token ids")
-    if not (model_dir / "tokenizer.json").is_file() and not (model_dir / "tokenizer_config.json").is_file():
-        raise TokenMapError(f"--model {model_dir}: no tokenizer.json or tokenizer_config.json in it; accepted: a "
-                            "checkpoint directory with its tokenizer")
-    prompts = read_corpus(corpus)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    partial = output.with_name(output.name + ".partial")
-    request = {"model_dir": str(model_dir), "texts": prompts, "size": size, "output": str(partial)}
-    result = subprocess.run([str(ensure_env(version)), "-P", str(BUILD_SCRIPT)], input=json.dumps(request),
-                            capture_output=True, text=True, env=scrubbed_environment())
-    lines = result.stdout.strip().splitlines()
-    try:
-        answer = json.loads(lines[-1])
-    except (IndexError, ValueError):
-        partial.unlink(missing_ok=True)
-        raise TokenMapError(f"the token counter failed:\n{result.stderr.strip()[-1500:]}") from None
-    if not answer.get("ok"):
-        partial.unlink(missing_ok=True)
-        raise TokenMapError(f"{corpus}: {answer.get('error')}")
-    if size > answer["vocab_size"]:
-        partial.unlink(missing_ok=True)
-        raise TokenMapError(f"--size {size} exceeds the tokenizer's vocabulary of {answer['vocab_size']}")
-    partial.replace(output)
-    return {**answer, "prompts": len(prompts), "size": size, "path": str(output), "sha256": write_digest(output)}
-
-
 # --- the check ------------------------------------------------------------------------------------------
 
 def verified_snapshots(profile) -> list:
     """The verified snapshots of the profile: its weights and its draft model (each with its manifest)."""
-    from ..drafter import draft_weights
-    from ..weights import WeightsSourceError, profile_weights
 
     out = []
     for get in (profile_weights, draft_weights):

@@ -20,7 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..hostside.weights.manifest import map_path, sha256_file
-from ..validate.problem import Problem
+from ..profile.problem import Problem, flag_field
+from ..weights import manifest_path_problem, resolve_manifest_path
+from .size import map_size
 
 FLAG = "--speculative-token-map"
 
@@ -38,8 +40,6 @@ class MapPart:
 
     def size(self) -> int | None:
         """The number of token ids (the torch.save'd list, else the file's name <model>-<N>.pt)."""
-        from ..sim.token_map_file import map_size
-
         return map_size(str(self.file))[0]
 
     def meta(self) -> dict:
@@ -48,8 +48,6 @@ class MapPart:
 
 
 def _part(entry, field: tuple) -> MapPart:
-    from ..weights import resolve_manifest_path
-
     return MapPart(entry.file, resolve_manifest_path(entry.file), entry.sha256, field)
 
 
@@ -94,7 +92,6 @@ MAX_MAP_BYTES = 16 * 1024 * 1024
 
 def part_problem(part: MapPart) -> str | None:
     """The controller's file against its frozen digest: readable, inside the accepted directories, the same bytes."""
-    from ..weights import manifest_path_problem
 
     problem = manifest_path_problem(part.written)
     if problem:
@@ -116,7 +113,6 @@ def part_problem(part: MapPart) -> str | None:
 def problems(profile) -> list[Problem]:
     """Each shipped map against its digest, and the release map against a --speculative-token-map in sglang.flags
     (two sources of one flag)."""
-    from ..validate.problem import flag_field
 
     found = []
     for part in ([release_map(profile)] if release_map(profile) else []) + offered_maps(profile):

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from . import edit as tune_edit, search as tune
 from .vocab import label_ignored
-from ..gate import RESULTS_DIR, gate_config
-from ..hostside.contract.answers import StoreReport
+from ..gate import gate_config
+from ..results import RESULTS_DIR
 from ..hostside.contract.document import DocumentError
+from ..hostside.contract.answers import StoreReport
 from ..hostside.contract.paths import ServicePaths
 from ..hostside.contract.release import ReleaseFiles, Resolution, TuneMark
 from ..hostside.contract.session import TuneItem, TunePoll, TuneSession

@@ -1,15 +1,16 @@
 """Asking SGLang which values of a lever flag it accepts for a profile on a host's GPUs: its parser's choices, and
-its whole resolution (resolution.py) of the profile's own command line with the flag set, under the GPU facts the
+its whole resolution (validate/resolution.py) of the profile's own command line with the flag set, under the GPU facts the
 tune's plan ran under. Answers are cached by content (validator_env.probe_cached), so a second tune asks nothing."""
 
 from __future__ import annotations
 
 from ..drafter import resolution_config
 from ..plan import gpu_model_for_host, host_settings
-from ..resolution import load_model_config, resolve_argv
+from ..validate import start_feasibility
+from ..validate.flag_table import load as load_table
+from ..validate.resolution import load_model_config, resolve_argv
+from ..validate.validator_env import ValidatorEnvError, export_table
 from .axes import LEVERS
-from ..flag_table import load as load_table
-from ..validator_env import ValidatorEnvError, export_table
 
 
 def asker(plan, data, detected=None):
@@ -46,7 +47,6 @@ def starter(plan, data, detected=None):
     """start(resolved) -> start_feasibility.Verdict for a resolved configuration on the host's card (the release's
     start-feasibility data: SGLang's start-time asserts, draft maps and the kernels its wheels ship); None when the
     release has no such data (every resolution-accepted value stays a candidate, as before)."""
-    from .. import start_feasibility
 
     data_file = start_feasibility.load(plan.profile.sglang.version)
     if data_file is None:

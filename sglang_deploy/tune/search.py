@@ -13,13 +13,13 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..rules import AXES  # the search's order, named below tune/ (the tune_space setting reads it too)
 from .axes import NCCL_PROTOS_PCIE, LeverAxes, graph_backend_candidates, nccl_candidates  # noqa: F401
 from .candidate import (BASELINE, ROBUST_K, Candidate, Measured, mad, robust_score,  # noqa: F401 - the search's names
                         spec_settings, spread_pct)
 
 STEPS_RANGE = (1, 2, 3, 4, 5, 6)
 TOPKS = (1, 2, 4)
-AXES = ("nospec", "spec", "drafter", "vocab", "kv", "attention", "graphs", "nccl")  # the search's order (axes.py)
 SPEC_COUNT_FLAGS = ("--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens")
 
 

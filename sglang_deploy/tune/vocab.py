@@ -5,7 +5,7 @@ A map is a candidate only when the profile ships it as a release part (tune.toke
 token_map/part.py) or it is a file a verified snapshot's manifest lists (the rule token-map-verified): either way the
 host checks its sha256 before the switch; its size is read from the file where the controller has it (a file://
 snapshot) and otherwise from its name, `<model>-<N>.pt` as `sglang-deploy token-map` names it
-(sim/token_map_file.py). A size with no such map is a row of the table, "not built", with the command that builds it.
+(token_map/size.py). A size with no such map is a row of the table, "not built", with the command that builds it.
 Whether the map applies is SGLang's answer: the resolution of the profile's command line with the flag set may
 refuse it (its error) or drop it (its resolved speculative_token_map differs); at run time SGLang's EAGLE3 worker
 ignores it and says so in its start log (eagle_worker_v2.py:328, "Ignoring the specified token map"): the host reads
@@ -18,6 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from ..token_map.file import verified_snapshots
+from ..token_map.part import map_flag, shipped
+from ..token_map.size import size_from_file, size_from_name
 from .candidate import Candidate, Measured, spec_settings
 
 FLAG = "--speculative-token-map"
@@ -56,9 +59,6 @@ def snapshot_maps(profile) -> dict:
     """size -> host path of each token map the profile ships as a release part (speculative.token_map,
     tune.token_maps: token_map/part.py) or a verified snapshot's manifest lists (a .pt file whose size its content
     or its name gives)."""
-    from ..sim.token_map_file import size_from_file, size_from_name
-    from ..token_map.file import verified_snapshots
-    from ..token_map.part import shipped
 
     found = {}
     for part in shipped(profile):
@@ -92,7 +92,6 @@ def offer(profile, flags: dict, ask) -> VocabOffer:
     sizes = list(profile.tune.vocab_sizes) or sorted(maps)
     if not sizes:
         result.why_none = NO_MAP
-    from ..token_map.part import map_flag
 
     current = flags.get(FLAG) or map_flag(profile)  # the profile's own map (speculative.token_map): the original
     for size in sizes:
@@ -119,7 +118,6 @@ def candidate_id(size: int) -> str:
 
 
 def candidates(offered: VocabOffer | None) -> list:
-
     return [Candidate(candidate_id(size), AXIS, ((FLAG, path),)) for size, path in (offered.maps if offered else {})
             .items()]
 

@@ -6,27 +6,28 @@ before any operation runs.
 
 Two paths to SGLang's verdict. Full: SGLang's own parser and its whole resolution (every step of
 ``run_resolution_pipeline``, with the checkpoint's config.json and the target's GPU facts) run in the cached
-validator environment (validator_env.py, parser_probe.py; several GB, built once). Light: the parser rebuilt from the
-option table exported by that parser and kept in the repository (flag_table.py; standard library only),
+validator environment (validate/validator_env.py, validate/parser_probe.py; several GB, built once). Light: the parser rebuilt from the
+option table exported by that parser and kept in the repository (validate/flag_table.py; standard library only),
 for a `check` on a machine without the environment; the rules that read SGLang's resolution are then
 reported as skipped. A deploy always takes the full path (the release ships SGLang's resolution).
 
-This module runs them (``check_profile``); the parser's layer is flag_checks.py, the rules the parser cannot
-know rule_checks.py, and each problem a problem.Problem.
+This module runs them (``check_profile``); the parser's layer is parser_checks.py, the rules the parser cannot
+know rule_checks.py, and each problem a profile.problem.Problem.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import drafter, flag_table, gpu_facts, resolution, validator_env
-from ..token_map import file as token_map, part as token_map_part
+from .. import drafter
 from ..flags import server_args
 from ..profile import Profile
+from ..profile.problem import Problem, flag_field
 from ..rules import WAIVABLE
-from .flag_checks import (as_written, code_and_weights_problems, derived_values_problems, flag_identity_problems,
+from ..token_map import file as token_map, part as token_map_part
+from . import flag_table, gpu_facts, resolution, start_feasibility, validator_env
+from .parser_checks import (as_written, code_and_weights_problems, derived_values_problems, flag_identity_problems,
                           parser_problems, spelled_in_full, unit_line_problems)
-from .problem import Problem, flag_field
 from .rule_checks import (draft_problems, environment_problems, model_config_pinned_problems, nccl_problems,
                              pin_problems, resolved_class_problems, resource_problems, sandbox_problems,
                              speculative_problems)
@@ -52,8 +53,8 @@ class Report:
     profile: Profile
     problems: list[Problem]
     skipped: list[str]
-    resolution: dict | None = None  # what SGLang resolves for the command line (resolution.py)
-    path: str = "full"  # full: SGLang's own code ran; light: its exported option table (flag_table.py)
+    resolution: dict | None = None  # what SGLang resolves for the command line (validate/resolution.py)
+    path: str = "full"  # full: SGLang's own code ran; light: its exported option table (validate/flag_table.py)
     warnings: list[Problem] = field(default_factory=list)  # speed left on the table: reported, never refused
 
     @property
@@ -105,12 +106,10 @@ def _refusal_field(profile: Profile, message: str) -> tuple:
 
 
 def start_problems(profile: Profile, gpu, config: dict | None, resolved: dict | None) -> tuple[list, list]:
-    """What SGLang's start does with the resolved configuration on the target's card (start_feasibility.py, data
+    """What SGLang's start does with the resolved configuration on the target's card (validate/start_feasibility.py, data
     derived from the release's code and kernel wheels): a combination that cannot start is SGLang's refusal (not
     waivable: it names SGLang's file:line); one SGLang silently replaces, and one the release's code does not show
     to start there, are warnings naming what will run."""
-    from .. import start_feasibility
-
     data = start_feasibility.load(profile.sglang.version) if resolved and gpu is not None else None
     if data is None:
         return [], []
@@ -125,7 +124,7 @@ def start_problems(profile: Profile, gpu, config: dict | None, resolved: dict | 
                 for reason, source in verdict.fails]
     notes = [Problem("sglang-swap", where, f"{message} [{source}]; what runs: {runs}")
              for message, source in start_feasibility.swaps(data, profile.sglang.flags, resolved)]
-    notes += [Problem("start-not-shown", where, f"{backend}: {why} (start_feasibility.py)")
+    notes += [Problem("start-not-shown", where, f"{backend}: {why} (validate/start_feasibility.py)")
               for backend, why in verdict.unshown if not verdict.fails]
     return problems, notes
 
@@ -151,7 +150,7 @@ def model_config_problems(profile: Profile) -> tuple[list[Problem], dict | None]
 
 
 def light_probe(table: dict, argv: list[str], algorithms: list[str]) -> dict:
-    """The probe's answer (parser_probe.py's shape) from the exported table instead of SGLang's code."""
+    """The probe's answer (validate/parser_probe.py's shape) from the exported table instead of SGLang's code."""
     error = flag_table.parse_error(table, argv)
     return {"sglang_version": table["sglang_version"], "actions": table["actions"],
             "results": [{"ok": error is None, "error": error}],

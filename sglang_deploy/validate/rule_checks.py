@@ -4,9 +4,14 @@ CUDA graphs (read from SGLang's resolution), the environment, pins and NCCL."""
 from __future__ import annotations
 
 from .. import drafter
+from ..flags import MEDIA_DOMAINS_FLAG
+from ..layout import ServicePaths
 from ..profile import Profile
+from ..profile.problem import Problem, env_field, flag_field, remove_or_waive
 from ..rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
-from .problem import Problem, env_field, flag_field, remove_or_waive
+from ..weights import WeightsSourceError, profile_weights
+from . import env_rules, flag_classes, flag_table
+from .resolution import config_path
 
 MEM_FRACTION_RANGE = (0.5, 0.95)
 
@@ -67,9 +72,6 @@ def model_config_pinned_problems(profile: Profile) -> list[Problem]:
     """model.config of managed weights is the config.json their manifest pins (as the draft's must be): the
     resolution reads the model the host serves."""
     import hashlib
-
-    from ..resolution import config_path
-    from ..weights import WeightsSourceError, profile_weights
 
     if not profile.model.source or not profile.model.config:
         return []
@@ -146,8 +148,7 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
 
 def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Problem]:
     """SGLang's resolved configuration (full path only) against the reviewed dest classes: an exposure or code
-    field set by the environment or a config file is refused like the flag would be (flag_classes.py)."""
-    from .. import flag_classes, flag_table
+    field set by the environment or a config file is refused like the flag would be (validate/flag_classes.py)."""
 
     table = flag_table.load(profile.sglang.version) if resolved else None
     if table is None:
@@ -155,7 +156,6 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
     options = {opt: action["dest"] for action in table["actions"] for opt in action["options"]}
     defaults = {action["dest"]: action["default"] for action in table["actions"]}
     flag_dests = {options[name] for name in profile.sglang.flags if name in options}
-    from ..flags import MEDIA_DOMAINS_FLAG
 
     if MEDIA_DOMAINS_FLAG in options:  # the tool's own `invalid` when the profile names no domain (flags.server_args)
         flag_dests.add(options[MEDIA_DOMAINS_FLAG])
@@ -170,8 +170,7 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
 
 
 def environment_problems(profile: Profile) -> list[Problem]:
-    """The environment against the allow-list of names and values (env_rules.py)."""
-    from .. import env_rules
+    """The environment against the allow-list of names and values (validate/env_rules.py)."""
 
     problems = []
     env = profile.env_values()
@@ -220,8 +219,6 @@ TEXTFILE_ROOTS = ("/var/lib/prometheus", "/var/lib/node_exporter", "/var/lib/nod
 
 
 def sandbox_problems(profile: Profile) -> list[Problem]:
-    from ..layout import ServicePaths
-
     problems = []
     for index, name in enumerate(profile.service.relax):
         if name in PRIVILEGE_DIRECTIVES:

@@ -57,7 +57,7 @@ def decode_graphs_captured(server_info):
 def decode_backend(server_args):
     """cuda_graph_config.decode.backend: the decode CUDA graph backend after SGLang's folding of every graph flag
     (cuda_graph_hook.py). server_args: ServerArgs' fields as a dict, either the running server's /server_info or
-    SGLang's resolution of a release's command line (the controller's resolution.py `resolved`): both carry
+    SGLang's resolution of a release's command line (the controller's validate/resolution.py `resolved`): both carry
     cuda_graph_config, so the gate's expectation and its check read it the same way."""
     return ((server_args.get("cuda_graph_config") or {}).get("decode") or {}).get("backend")
 

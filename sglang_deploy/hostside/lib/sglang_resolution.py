@@ -7,7 +7,7 @@ asserts: arg_groups/validation_hook.py) and ``resolve_auto_parsers``. A refusal 
 message with the step that raised it. The answer is SGLang's own ``ServerArgs.resolved_dict()`` after all of them.
 
 Standard library + sglang only. Used in two places, one file: the controller's validator env runs it through
-sglang_deploy/parser_probe.py (loaded by path, with the target's GPU facts from the GPU stand-in), and the host's
+sglang_deploy/validate/parser_probe.py (loaded by path, with the target's GPU facts from the GPU stand-in), and the host's
 preflight runs it in the release's own venv with the host's real GPUs (hostside/preflight/runner.py), so a command line
 the pinned SGLang refuses on that host is refused before anything running is touched.
 """

@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import difflib
 
-from .. import flag_table
-from ..profile import Profile
 from .. import releases
+from ..drafter import draft_path
+from ..flags import systemd_quote
+from ..profile import Profile
+from ..profile.problem import Problem, flag_field, remove_or_waive
+from ..render import MAX_UNIT_LINE_BYTES
 from ..rules import CODE_FLAGS, LOAD_FORMAT_DESTS, VERIFIED_FORMATS, WEIGHTS_PATH_DESTS
-from .problem import Problem, flag_field, remove_or_waive
+from . import flag_classes, flag_table
 
 
 def parser_problems(profile: Profile, spec: tuple[dict, ...], probe: dict) -> list[Problem]:
@@ -159,12 +162,10 @@ def flag_identity_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Pro
 
 
 def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[Problem]:
-    """Each flag by the reviewed class of its SGLang dest (flag_classes.py; every spelling counts): only `allowed`
+    """Each flag by the reviewed class of its SGLang dest (validate/flag_classes.py; every spelling counts): only `allowed`
     passes as it is; `exposure`, `code` and `other-weights` need a waiver with a reason, which the unit and the
     release listing then show; a dest nobody classified for this SGLang version is refused (not waivable)."""
     import os
-
-    from .. import flag_classes
 
     options = {opt: action for action in spec for opt in action["options"]}
     classes = flag_classes.load(profile.sglang.version)
@@ -234,7 +235,6 @@ def derived_values_problems(profile: Profile, argv: list[str], port: int | None,
             parsed = vars(flag_table.build_parser(table).parse_args(argv))
     except flag_table.ParseFailure:
         return []  # the parser's verdict is reported by parser_problems
-    from ..drafter import draft_path
 
     wanted = {"model_path": profile.model.path, "served_model_name": profile.model.served_name,
               "host": profile.service.host, "port": int(port or profile.service.port), "api_key": None, "config": None,
@@ -257,8 +257,6 @@ def unit_line_problems(profile: Profile, argv: list[str]) -> list[Problem]:
     logical line that systemd must load. Each string is capped at 64 KiB (profile/yaml_lines.py), but twenty of
     them made a line of 1.2 MB that systemd 252 refuses to load ("No buffer space available", review 4): the
     deploy would install a unit systemd cannot start. Named: the flag with the longest value."""
-    from ..flags import systemd_quote
-    from ..render import MAX_UNIT_LINE_BYTES
 
     size = len(" ".join(systemd_quote(arg) for arg in argv).encode())
     if size <= MAX_UNIT_LINE_BYTES:

@@ -12,10 +12,10 @@ from __future__ import annotations
 import posixpath
 import re
 
-from .hostside.weights.manifest import MODELS_ROOT
-from .layout import ServicePaths
-from . import releases
-from .rules import CODE_LOADING_ENV, TOOL_ENV
+from ..hostside.weights.manifest import MODELS_ROOT
+from ..layout import ServicePaths
+from .. import releases
+from ..rules import CODE_LOADING_ENV, TOOL_ENV
 
 BOOL01 = ("0", "1")
 SGLANG_BOOL = ("0", "1", "true", "false")  # environ.py EnvBool: lower-cased true/1/yes/y, false/0/no/n

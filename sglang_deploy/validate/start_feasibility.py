@@ -19,11 +19,11 @@ and the tune would spend a start on each. `derive-start` reads, in the validator
 - FlashMLA's kernel architectures (flashmla_ops library);
 
 each with its file:line, into sglang_deploy/releases/<version>/start-feasibility.json. (The SGLANG_* variables a
-release reads are in its environment.json, written by `sglang-deploy sglang add`: releases/scan.py.)
+release reads are in its environment.json, written by `sglang-deploy sglang add`: validate/scan.py.)
 `judge` evaluates a resolved configuration against that data; `check` and the tune use it. A pattern the derivation
 no longer finds is an error: a new release is read again, not assumed.
 
-    python -m sglang_deploy.start_feasibility derive-start VERSION   # writes start-feasibility.json
+    python -m sglang_deploy.validate.start_feasibility derive-start VERSION   # writes start-feasibility.json
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import releases
+from .. import releases
 
 FEASIBILITY_FILE = "start-feasibility.json"
 # The algorithms whose draft worker builds its backends from draft_utils' maps (NEXTN and EAGLE3 resolve to EAGLE's
@@ -233,7 +233,7 @@ def _flashmla(src: Source, cuobjdump: Path) -> dict:
 
 
 def site_packages(version: str) -> Path:
-    from .validator_env import env_dir
+    from .validator_env import env_dir  # here: the simulated host runs this module without it (roles/simulator.py)
 
     found = sorted(env_dir(version).glob("lib/python3*/site-packages"))
     if not found:
@@ -451,7 +451,7 @@ def swaps(data: dict, flags: dict, resolved: dict) -> list[tuple[str, str]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] != "derive-start":
-        print("usage: python -m sglang_deploy.start_feasibility derive-start VERSION", file=sys.stderr)
+        print("usage: python -m sglang_deploy.validate.start_feasibility derive-start VERSION", file=sys.stderr)
         return 2
     version = argv[1]
     try:

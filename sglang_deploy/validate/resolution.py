@@ -3,7 +3,7 @@
 The release ships it as ``resolved.json``, the gate's expectations are read from it, and the rules read it: the
 values come from the pinned SGLang's own parser and its whole resolution (``ServerArgs.resolve_once()``, every
 step of ``run_resolution_pipeline``) with the checkpoint's ``config.json`` and the target's GPU facts, run in
-the validator environment (parser_probe.py) and cached by content (validator_env.probe_cached).
+the validator environment (validate/parser_probe.py) and cached by content (validator_env.probe_cached).
 
 What SGLang decides only after resolution, on the GPU (KV capacity, captured graph sizes, the custom all-reduce
 choice), is not in it; docs/conformance.md lists those fields.
@@ -20,7 +20,7 @@ from . import gpu_facts, validator_env
 COMPARED_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                    "speculative_num_draft_tokens", "speculative_draft_model_path", "max_running_requests",
                    "disable_custom_all_reduce")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class ModelConfigError(ValueError):

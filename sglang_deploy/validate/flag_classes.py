@@ -9,7 +9,7 @@ Every dest of a version's option table is classified once, by reading what SGLan
 tokens the tool did not verify). Only ``allowed`` passes without a waiver; a dest with no class, or the class
 ``unreviewed`` that `sglang-deploy sglang add` writes for a new or changed dest of a new release (with a suggested
 class and where that release's code uses it), is refused as not reviewed, so a new release cannot widen what a profile may do
-(validate.flag_checks.class_problems, resolved_problems below; docs/refusals.md).
+(validate.parser_checks.class_problems, resolved_problems below; docs/refusals.md).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 
-from . import releases
+from .. import releases
 
 CLASSES = ("tool-owned", "allowed", "exposure", "code", "other-weights")
 # The waivable rule each class needs (tool-owned has its own, unwaivable rule: tool-derived-flag).
@@ -105,7 +105,7 @@ def unset(value) -> bool:
 def resolved_problems(version: str, resolved: dict | None, flag_dests: set[str], defaults: dict) -> list[tuple]:
     """(rule, dest, message) for each exposure/code field that SGLang's resolution sets to something other than
     its default although sglang.flags does not name it: a value that came from the environment, a config file or
-    SGLang's own derivation. The flags themselves are judged by validate.flag_checks.class_problems."""
+    SGLang's own derivation. The flags themselves are judged by validate.parser_checks.class_problems."""
     if not resolved:
         return []
     classes = load(version)

@@ -1,5 +1,6 @@
 """One validation problem: the rule that found it, the profile field it names and the message, written as
-'file:line: field: message [rule]'. Every layer of check.py reports in it."""
+'file:line: field: message [rule]'. Every layer of validate/check.py reports in it, and so do the parts' own
+rules (token_map/): it lives with the profile, below both, so neither imports the other for it."""
 
 from __future__ import annotations
 

@@ -17,11 +17,14 @@ import sys
 from functools import lru_cache
 from pathlib import Path
 
-from . import probe_client, releases
+from .. import releases
+from ..hostside.store import secret_name
+from . import probe_client
 
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
+PACKAGE = Path(__file__).resolve().parent.parent  # sglang_deploy/
 PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
-RESOLUTION_SCRIPT = Path(__file__).parent / "hostside" / "lib" / "sglang_resolution.py"  # loaded by the probe
+RESOLUTION_SCRIPT = PACKAGE / "hostside" / "lib" / "sglang_resolution.py"  # loaded by the probe
 # The recipe of each release's environment is data (releases/<version>/dependencies.json, written from that release's
 # own Requires-Dist by `sglang-deploy sglang add`): "parser" is what `from sglang.srt.server_args import ServerArgs`
 # needs on a CPU-only machine plus what SGLang's GPU-free resolution hooks import; "torch" the matched torch and
@@ -33,7 +36,7 @@ ENV_RECIPE = "3"
 # SGLang's whole resolution takes the CUDA code path, which imports SGLang's kernel package; its extension
 # modules link libcuda.so.1. The layer adds the package sglang pins and the GPU stand-in (gpu_standin/): a stub
 # driver library, an nvidia-smi that answers from the stated facts, and torch.cuda facts installed by the probe.
-STANDIN_DIR = Path(__file__).with_name("gpu_standin")
+STANDIN_DIR = PACKAGE / "gpu_standin"
 
 
 def recipe(version: str) -> releases.Dependencies:
@@ -181,7 +184,6 @@ def scrubbed_environment() -> dict:
     """The controller's environment without its secrets, for every process of the validator env (SGLang's code, pip):
     no SGLANG_DEPLOY_* variable (the API key is one: SGLANG_DEPLOY_API_KEY, or what api_key_env names) and no
     variable whose name says secret (*_TOKEN, *_API_KEY, ...)."""
-    from .hostside.store import secret_name
 
     return {name: value for name, value in os.environ.items()
             if not name.startswith("SGLANG_DEPLOY_") and not secret_name(name)}
@@ -245,9 +247,9 @@ def _server_command(version: str, gpu_facts: str | None) -> tuple[list[str], dic
 
 def run_probe(version: str, argvs: list[list[str]], algorithms: list[str] = (), resolve: dict | None = None,
               export: bool = False) -> dict:
-    """Parse each argv with SGLang <version>'s own parser; see parser_probe.py for the answer's shape. A
+    """Parse each argv with SGLang <version>'s own parser; see validate/parser_probe.py for the answer's shape. A
     resolve request runs SGLang's whole resolution under the GPU facts it carries (resolve["gpu_facts"]).
-    The probe is a server shared by the controller's processes (probe_client.py)."""
+    The probe is a server shared by the controller's processes (validate/probe_client.py)."""
     request = {"argvs": argvs, "algorithms": list(algorithms)}
     if resolve:
         request["resolve"] = resolve
@@ -291,5 +293,5 @@ def probe_cached(version: str, argvs: list[list[str]], algorithms: list[str] = (
 
 def export_table(version: str) -> dict:
     """SGLang <version>'s option table and what its argparse types check, from its own parser
-    (sglang_deploy/flag_table.py; the light check and the simulator rebuild the parser from it)."""
+    (sglang_deploy/validate/flag_table.py; the light check and the simulator rebuild the parser from it)."""
     return run_probe(version, [], export=True)["export"]

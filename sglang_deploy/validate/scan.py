@@ -1,4 +1,4 @@
-"""Static readings of an SGLang release's own source, for `sglang-deploy sglang add` (releases/add.py).
+"""Static readings of an SGLang release's own source, for `sglang-deploy sglang add` (validate/add.py).
 
 Standard library only (ast, re): nothing of SGLang is imported. Three readings:
 - ``env_registry``: the variables SGLang's registry declares (sglang/srt/environ.py, ``class Envs``: ``NAME =

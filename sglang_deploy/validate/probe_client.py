@@ -1,4 +1,4 @@
-"""The controller's side of the shared parser probe (parser_probe.py serve()).
+"""The controller's side of the shared parser probe (validate/parser_probe.py serve()).
 
 Importing SGLang costs seconds of CPU, so one probe server per SGLang version and GPU facts is shared by every
 controller process of this user and cache (pyinfra runs, the CLI, test workers): the first one to ask starts it,

@@ -1,8 +1,8 @@
 """SGLang's option table, exported once per version from its own parser, and its parser rebuilt from it.
 
-    python -m sglang_deploy.flag_table export VERSION     (re)writes releases/VERSION/options.json
+    python -m sglang_deploy.validate.flag_table export VERSION     (re)writes releases/VERSION/options.json
 
-The export runs SGLang's own ``ServerArgs.add_cli_args`` in the validator environment (parser_probe.py)
+The export runs SGLang's own ``ServerArgs.add_cli_args`` in the validator environment (validate/parser_probe.py)
 and records every option (names, action, nargs, choices, type, default), the speculative algorithm names
 ``SpeculativeAlgorithm.from_string`` accepts, and the data SGLang's own argparse type functions check
 against. The table is kept in the repository and reviewed like code; tests/test_flag_table.py re-exports
@@ -25,7 +25,7 @@ import re
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 
-from . import releases
+from .. import releases
 
 TABLE_DIR = releases.RELEASES_DIR
 
@@ -191,7 +191,7 @@ def algorithm_error(table: dict, name: str) -> str | None:
 
 def export(version: str) -> Path:
     """Re-export the table from SGLang <version>'s own parser (builds the validator environment once)."""
-    from . import validator_env
+    from . import validator_env  # here: the simulated host runs this module without validator_env (roles/simulator.py)
 
     table = validator_env.export_table(version)
     path = table_path(version)
@@ -204,5 +204,5 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 3 or sys.argv[1] != "export":
-        sys.exit("usage: python -m sglang_deploy.flag_table export VERSION")
+        sys.exit("usage: python -m sglang_deploy.validate.flag_table export VERSION")
     print(export(sys.argv[2]))

@@ -22,7 +22,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-RELEASES_DIR = Path(__file__).parent / "releases"
+RELEASES_DIR = Path(__file__).resolve().parent.parent / "releases"
 ENTRYPOINT = "sglang/srt/entrypoints/http_server.py"
 VERBS = {"get": ["GET"], "post": ["POST"], "put": ["PUT"], "delete": ["DELETE"], "patch": ["PATCH"],
          "head": ["HEAD"], "options": ["OPTIONS"], "websocket": ["WEBSOCKET"]}
@@ -128,7 +128,7 @@ def export(site_packages: Path) -> dict:
             relative = module.replace(".", "/") + ".py"
             routes += _routes_of(Path(site_packages) / relative, relative, {name})
     routes.sort(key=lambda route: (route["path"], route["methods"]))
-    return {"source": "sglang_deploy.routes.export: the release's own route decorators and @auth_level",
+    return {"source": "sglang_deploy.validate.routes.export: the release's own route decorators and @auth_level",
             "routes": routes}
 
 

@@ -1,12 +1,12 @@
 """Runs inside a validator virtualenv that holds a pinned SGLang (no GPU dependencies).
 
-A server on a Unix socket (serve(): started and shared by the controller's processes, validator_env.py). Each
+A server on a Unix socket (serve(): started and shared by the controller's processes, validate/validator_env.py). Each
 connection sends one JSON line: {"argvs": [[flag, value, ...], ...], "algorithms": [name, ...],
                                  "resolve": {"argv": [...], "model_config": {...}, "gpu_facts": "..."} (optional)}
 and reads one JSON line back:
   {"sglang_version": ..., "actions": [...], "results": [{"ok": bool, "error": str|null}, ...],
    "algorithms": {name: error-or-null}, "resolution": {...} (when asked), "export": {...} (with "export": true:
-   the table sglang_deploy/flag_table.py rebuilds the parser from)}
+   the table sglang_deploy/validate/flag_table.py rebuilds the parser from)}
 
 Every argv is parsed by SGLang's own ``ServerArgs.add_cli_args`` parser, so unknown, removed and
 ambiguous flags fail exactly as they would at server start. Standard library + sglang only: this file
@@ -62,7 +62,7 @@ def describe(action):
 
 
 def export_table(sglang, parser, SpeculativeAlgorithm):
-    """What the light check (sglang_deploy/flag_table.py) needs to rebuild this parser without SGLang: the
+    """What the light check (sglang_deploy/validate/flag_table.py) needs to rebuild this parser without SGLang: the
     option table, the speculative algorithm names from_string accepts, and the data SGLang's own argparse
     type functions check against."""
     from sglang.srt.model_executor import cuda_graph_config
@@ -117,7 +117,8 @@ def _resolution_module():
     import importlib.util
     import os
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hostside", "lib", "sglang_resolution.py")
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # sglang_deploy/
+    path = os.path.join(package, "hostside", "lib", "sglang_resolution.py")
     spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -238,7 +239,7 @@ def serve(path, idle_s):
 
 
 def main():
-    """`parser_probe.py PATH IDLE_S`: the shared server above."""
+    """`validate/parser_probe.py PATH IDLE_S`: the shared server above."""
     serve(sys.argv[1], float(sys.argv[2]))
 
 

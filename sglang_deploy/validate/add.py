@@ -8,12 +8,12 @@ PIP_CACHE_DIR):
 1. the wheel: ``pip download --no-deps sglang==VERSION`` (a release missing from the index stops here);
 2. the dependency recipe: the nearest reviewed release's lists, each package that VERSION's own METADATA pins
    (Requires-Dist ``==``) moved to that pin (dependencies.json, with the Requires-Dist and what moved);
-3. the validator environment, built from that recipe (validator_env.py), and its option table exported by SGLang's
-   own parser (options.json; flag_table.py);
+3. the validator environment, built from that recipe (validate/validator_env.py), and its option table exported by SGLang's
+   own parser (options.json; validate/flag_table.py);
 4. the dest classes: a dest whose option record (names, action, nargs, choices, type) is unchanged keeps the nearest
    reviewed release's class; a new or changed one is written "unreviewed" (refused, as a dest nobody classified)
    with a class suggested by a static reading of where VERSION's code uses it, with each use's file:line
-   (releases/scan.py). The suggestion never allows by itself: a person reviews and commits the class;
+   (validate/scan.py). The suggestion never allows by itself: a person reviews and commits the class;
 5. the environment: the reviewed allow-list, less the SGLANG_* names VERSION's registry (srt/environ.py) no longer
    declares, with VERSION's registry; its new names listed for review;
 6. the log lines the tool reads, found again in VERSION's code (file:line), and the hooks and hints carried over.
@@ -32,8 +32,10 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import scan as release_scan
 from .. import releases
+from ..hostside import venv_hooks
+from . import scan as release_scan, validator_env
+from .validator_env import scrubbed_environment
 
 RECIPE_LISTS = ("parser", "torch", "full_layer", "frontend", "frontend_pins")
 # The fields of an option that make it another option when they change (its default is reported, not re-reviewed).
@@ -167,8 +169,6 @@ def keep_reviews(classes: dict, committed: dict | None) -> list[str]:
 def hook_problems(version: str, allowed: dict) -> list[str]:
     """The startup hooks of the release's validator environment (when built) that its reviewed list does not accept
     (hostside/venv_hooks.py's reading, with this list), as sentences; a reviewer adds a real one to "pth"."""
-    from .. import validator_env
-    from ..hostside import venv_hooks
 
     if not validator_env.env_built(version):
         return []
@@ -223,7 +223,6 @@ def download(version: str, into: Path) -> Path:
     existing = sorted(into.glob(f"sglang-{version}-*.whl"))
     if existing:
         return existing[0]
-    from ..validator_env import scrubbed_environment
 
     result = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:",
                              "-d", str(into), f"sglang=={version}"], capture_output=True, text=True,
@@ -242,7 +241,6 @@ def _write(folder: Path, name: str, document: dict) -> None:
 
 def add(version: str, check: bool = False, force: bool = False, build_env: bool = True, log=print) -> Added:
     """Write (or, with check, compare) releases/<version>/; see the module's docstring."""
-    from .. import validator_env
 
     target = releases.folder(version)
     if (target / "options.json").exists() and not (check or force):  # a folder an interrupted add left: go on
@@ -313,7 +311,7 @@ def add(version: str, check: bool = False, force: bool = False, build_env: bool 
         hooks = dict(releases.require(base, "hooks.json"))
         hooks["unreviewed_in_validator_env"] = hook_problems(version, hooks["pth"])
         _write(staged, "hooks.json", hooks)
-        record = {"version": version, "added": "sglang-deploy sglang add (releases/add.py)", "base": base,
+        record = {"version": version, "added": "sglang-deploy sglang add (validate/add.py)", "base": base,
                   "wheel": wheel.name, "new_dests": new, "changed_dests": changed, "removed_dests": removed,
                   "narrowed_dests": narrow, "defaults_changed": defaults,
                   "review": "each unreviewed dest in classes.json: read its uses, write its class and why, commit"}

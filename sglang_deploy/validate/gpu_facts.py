@@ -59,7 +59,7 @@ def from_host_gpus(gpus: list[dict]) -> GpuModel | None:
         if known.name == name:
             return known
     raise GpuFactsError(f"the host's GPU {name!r} is not in the resolution stand-in's table "
-                        f"(sglang_deploy/gpu_facts.py; known: {', '.join(k.name for k in KNOWN.values())})")
+                        f"(sglang_deploy/validate/gpu_facts.py; known: {', '.join(k.name for k in KNOWN.values())})")
 
 
 def facts_json(gpu: GpuModel, count: int) -> str:
