@@ -3,7 +3,7 @@
     python benchmarks/output_check_trials.py [--trials 20] [--parallel 4] [--server model|sglang]
 
 Each trial: a baseline server of the proven profile and a candidate server (each its own process, its own
-noise seed), the gate's output check (hostside/output_check.py) on the baseline, then on the candidate with the
+noise seed), the gate's output check (hostside/lib/output_check.py) on the baseline, then on the candidate with the
 baseline's result as the agreement reference, exactly as the gate runs it after a switch. Scenarios (the
 candidate's environment):
   unchanged       the same release again: any fail or inconclusive is a false alarm
@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sglang_deploy.hostside import output_check  # noqa: E402
+from sglang_deploy.hostside.lib import output_check  # noqa: E402
 from testbed.calibration import PROVEN  # noqa: E402
 from testbed.local_sglang import LocalSGLang, model_dir  # noqa: E402
 from testbed.local_sim import LocalSim  # noqa: E402

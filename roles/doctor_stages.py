@@ -25,12 +25,12 @@ from roles.settings import host_settings, of, sudo
 from sglang_deploy.doctor.diagnosis import diagnose, format_report, with_collection
 from sglang_deploy.results import save_result
 from sglang_deploy.hostfacts import uvm_warning
-from sglang_deploy.hostside.client import printable
-from sglang_deploy.hostside.documents import DocumentError
-from sglang_deploy.hostside.outputs import DoctorCollection
-from sglang_deploy.hostside.reports import DoctorReport
+from sglang_deploy.hostside.lib.client import printable
+from sglang_deploy.hostside.contract.answers import DoctorCollection
+from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.release import DoctorReport
 from sglang_deploy.hostside.store import RELEASE_ID
-from sglang_deploy.layout import STORE_ROOT, host_program
+from sglang_deploy.layout import ServicePaths, host_program
 from sglang_deploy.release_plan import service_of
 from sglang_deploy.settings import DoctorArgs
 from sglang_deploy.tune.host import TuneError
@@ -109,7 +109,8 @@ def diagnosis(args: DoctorArgs) -> None:
                        "draft_checkpoint": collected.draft_checkpoint,
                        "offered_drafts": collected.offered_drafts,
                        "card_memory_mib": collected.card_memory_mib,
-                       "last_tune": collected.last_tune, "last_ab": collected.last_ab,
+                       "last_tune": collected.last_tune and collected.last_tune.to_dict(),
+                       "last_ab": collected.last_ab and collected.last_ab.to_dict(),
                        "release": collected.active})
     result = with_collection(result, collected)
     logger.info(f"[{host.name}] perf doctor, release {collected.active} of {service}:")
@@ -120,6 +121,6 @@ def diagnosis(args: DoctorArgs) -> None:
     for line in (format_report(result) + ("\n" + "\n".join(errors) if errors else "")).splitlines():
         logger.info(f"    {line}")
     report = DoctorReport.from_dict(result)  # its fields as the perf watch and the tune read them
-    host.put_file(StringIO(report.dump()), f"{STORE_ROOT}/{service}/releases/{collected.active}/{report.FILE}")
+    host.put_file(StringIO(report.dump()), ServicePaths(service).release_file(collected.active, report.FILE))
     saved = save_result(host.name, result, kind="doctor")
     logger.info(f"    saved with the release (doctor.json) and in {saved}")

@@ -12,11 +12,13 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
-from sglang_deploy.hostside.reports import StoreReport
+from sglang_deploy.hostside.contract.answers import SnapshotStatus, StoreHistory, StoreReport, VenvHooks, WeightsFailure
+from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_package, host_program
 
 # The controller's cache of carried programs (inline_program), one file per program.
 INLINE_CACHE = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy")) / "inline"
+CONTRACT = "contract"  # hostside/contract/: the typed documents and the host's paths, carried as one
 RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)
 
 # Runs on the host (python3, standard library): the host package's modules carried in the program itself, imported
@@ -50,7 +52,7 @@ runpy.run_module(%r, run_name="__main__")
 def host_modules(module: str) -> list[str]:
     """`module` of the host package and every module it imports from its package, directly or not, as paths under
     hostside/ without .py (a sub-package's modules with their package's __init__; a sub-package run as `module`
-    with its __main__)."""
+    with its __main__; the contract whole, once one of its modules is imported)."""
     found = set()
     pending = [f"{module}/__init__", f"{module}/__main__"] if (HOSTSIDE / module).is_dir() else [module]
     while pending:
@@ -59,6 +61,8 @@ def host_modules(module: str) -> list[str]:
             continue
         found.add(name)
         package = name.split("/")[:-1]
+        if package == [CONTRACT]:  # the contract ships whole: every document a read can meet is registered
+            pending += [f"{CONTRACT}/{path.stem}" for path in (HOSTSIDE / CONTRACT).glob("*.py")]
         pending += ["/".join(package + ["__init__"])] if package else []
         for dots, source, names in RELATIVE_IMPORT.findall((HOSTSIDE / f"{name}.py").read_text()):
             base = package[:len(package) - len(dots) + 1]
@@ -152,8 +156,6 @@ class ReleaseHistory(FactBase):
         return inline_store("history", service)
 
     def process(self, output):
-        from sglang_deploy.hostside.outputs import StoreHistory  # not on a deploy's path
-
         return StoreHistory.loads("\n".join(output), "the release store's history (hostside.store history)")
 
 
@@ -387,9 +389,6 @@ class VenvState(FactBase):
         return f"{inline_host('venv_hooks', '--venv', venv, '--waived')} 2>/dev/null || true"
 
     def process(self, output):
-        from sglang_deploy.hostside.documents import DocumentError
-        from sglang_deploy.hostside.outputs import VenvHooks
-
         try:
             found = VenvHooks.loads(output[-1] if output else "", "hostside.venv_hooks's output")
         except DocumentError as error:  # the reader failed: never taken for "no venv" (the install removes one)
@@ -454,7 +453,7 @@ class WeightsStatus(FactBase):
     requires_command = "python3"
 
     def command(self, manifest: str, directory: str, python: str | None = None, section: str = "weights") -> str:
-        missing = json.dumps({"verified": False, "path": directory})  # weights/status.SnapshotStatus, no manifest
+        missing = json.dumps({"verified": False, "path": directory})  # answers.SnapshotStatus, no manifest
         checks = [f"echo '@@{section}_status'; if test -f {shlex.quote(manifest)}; then "
                   f"{inline_host('weights', 'status', '--manifest', manifest, '--dir', directory)}; "
                   f"else echo {shlex.quote(missing)}; fi"]
@@ -469,23 +468,18 @@ class WeightsStatus(FactBase):
                 f"print(huggingface_hub.__version__)' 2>/dev/null; echo")
 
     def process(self, output, section: str = "weights"):
-        """{verified, hub_client}, from the section's last line: weights/status.SnapshotStatus, or the program's
-        refusal (outputs.WeightsFailure: a manifest it cannot read) as not verified with its `error` (the deploy
+        """{verified, hub_client}, from the section's last line: answers.SnapshotStatus, or the program's
+        refusal (answers.WeightsFailure: a manifest it cannot read) as not verified with its `error` (the deploy
         uploads the manifest again). An answer that is neither adds `unreadable`, naming the answer and the field
         (plan.refusals stops the deploy on it: never taken for "not verified")."""
-        from sglang_deploy.hostside.documents import DocumentError
-        from sglang_deploy.hostside.weights.status import SOURCE, SnapshotStatus
-
         sections = split_sections(output)
         hub = "\n".join(sections.get(f"{section}_hub") or []).strip() or None
         lines = [line for line in sections.get(f"{section}_status") or [] if line.strip()]
         if not lines:
-            return {"verified": False, "hub_client": hub, "unreadable": f"{section}: {SOURCE}: no answer"}
+            return {"verified": False, "hub_client": hub, "unreadable": f"{section}: {SnapshotStatus.FILE}: no answer"}
         try:  # the answer through its class: a field renamed on either side is named here
-            status = SnapshotStatus.loads(lines[-1], f"{section}: {SOURCE}")
+            status = SnapshotStatus.loads(lines[-1], f"{section}: {SnapshotStatus.FILE}")
         except DocumentError as error:
-            from sglang_deploy.hostside.outputs import WeightsFailure
-
             try:
                 refused = WeightsFailure.loads(lines[-1], f"{section}: {WeightsFailure.FILE}")
             except DocumentError:

@@ -17,7 +17,7 @@ from roles.facts import ReleaseStore, SecretsDigest
 from roles.release import switch_command
 from roles.settings import host_settings, sudo
 from sglang_deploy.hostside.store import content_hash
-from sglang_deploy.layout import ServiceLayout
+from sglang_deploy.layout import ServicePaths
 from sglang_deploy.plan import PlanError, plan_for_host
 from sglang_deploy.plan import host_settings as host_settings_of
 from sglang_deploy.release_plan import Peer, server_digest
@@ -60,7 +60,7 @@ def peers_of(plan, groups: dict, service: str) -> tuple[dict[str, Peer], str]:
             raise DeployError(f"{host.name}: node {name} of this server cannot be planned, so this node is not "
                               f"changed either.\n{error}") from None
         digests.append(content_hash(theirs.rendered.unit, theirs.rendered.env))
-        found = other.get_fact(SecretsDigest, path=ServiceLayout(service).secrets_path)
+        found = other.get_fact(SecretsDigest, path=ServicePaths(service).secrets_path)
         peers[name] = Peer(other.get_fact(ReleaseStore, service=service), digests[-1],
                            restart=secrets.content_changed(found, theirs.rendered.secrets))
     return peers, server_digest(digests)

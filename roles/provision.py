@@ -17,7 +17,7 @@ from roles.facts import GpuHost, VenvState, VenvTorch
 from roles.settings import host_settings
 from sglang_deploy.hostfacts import userspace_driver
 from sglang_deploy.hostside.venv_hooks import RULE as HOOK_RULE
-from sglang_deploy.layout import python_argv, requirements, venv_path
+from sglang_deploy.layout import TOOL_ROOT, python_argv, requirements, venv_path
 from sglang_deploy.provision import (DISK_NEEDS_MIB, HOLDS_FILE, LEGACY_REPO_PREFERENCES_FILE,
                                      NVIDIA_REPO_PREFERENCES_FILE, apt_install_script, create_command,
                                      apt_proxy_options, cuda_toolkit_step, disk_check_command, driver_step, holds_text,
@@ -163,7 +163,7 @@ def python_env(profile, mode: str):
     wheelhouse = host_settings().wheelhouse  # a directory of wheels on the controller: install offline
     index_args = []
     if wheelhouse:
-        remote = f"/opt/sglang-deploy/wheelhouse/sglang-{profile.sglang.version}"
+        remote = f"{TOOL_ROOT}/wheelhouse/sglang-{profile.sglang.version}"
         files.sync(name="Upload the wheelhouse", src=wheelhouse, dest=remote, delete=True)
         index_args = ["--no-index", "--find-links", remote]
     # Requirements are PEP 508 (validated by the profile) and quoted by construction, never by hand.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from roles import provision, service_user
 from roles.settings import host_settings, of
-from sglang_deploy.layout import ServiceLayout
+from sglang_deploy.layout import ServicePaths
 from sglang_deploy.plan import PlanError, plan_for_host
 from sglang_deploy.settings import ProvisionArgs
 
@@ -28,5 +28,5 @@ def python_env() -> None:
     except PlanError as error:
         raise SystemExit(str(error)) from None
     if mode != "verify":  # the venv's import checks run as the service user, never as root
-        service_user.install(user=profile.service.user, home=ServiceLayout(profile.service.name).state_dir)
+        service_user.install(user=profile.service.user, home=ServicePaths(profile.service.name).state_dir)
     provision.python_env(profile=profile, mode=mode)

@@ -20,9 +20,10 @@ from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.results import save_result
-from sglang_deploy.hostside import documents
-from sglang_deploy.hostside.documents import DocumentError, GateConfig, ReleaseMeta, Roofline, SwitchOutcome
-from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, STORE_ROOT, ServiceLayout, host_package, host_program
+from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.release import PACKAGES_FILE, ReleaseFiles, ReleaseMeta
+from sglang_deploy.hostside.contract.store import SwitchOutcome
+from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, PREFLIGHT_DIR, ServicePaths, host_package, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions
 
@@ -48,38 +49,30 @@ def install_programs(installed_digest: str | None = None):
 
 
 @deploy("Release: stage")
-def stage(service: str, release_id: str, unit: str, env: str, profile_json: str, gate_config: GateConfig,
-          resolution: dict, meta: ReleaseMeta, roofline: Roofline | None = None):
-    """Write releases/<id>/; meta.json goes last, so a directory without it is never used.
+def stage(service: str, release_id: str, release_files: ReleaseFiles):
+    """Write releases/<id>/ (ReleaseFiles, in its order); meta.json goes last, so a directory without it is never
+    used.
 
     resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.validate.resolution): the
     gate's expectations come from it, and a simulated host's server serves it as /server_info. roofline.json
     (sglang_deploy.roofline.release_inputs) is what the perf watch needs for decode / roofline."""
     directory = release_dir(service, release_id)
     files.directory(name=f"Release directory {release_id}", path=directory, mode=755)
-    managed_file(name=f"{release_id}/sglang.service", dest=f"{directory}/sglang.service", content=unit, mode=644,
-                 diff=False)
-    managed_file(name=f"{release_id}/sglang.env (0600)", dest=f"{directory}/sglang.env", content=env, mode=600,
-                 diff=False)
-    for name, content in ((documents.PROFILE_FILE, profile_json), (GateConfig.FILE, gate_config.dump()),
-                          (documents.RESOLVED_FILE, documents.Resolution.from_dict(resolution).dump()),
-                          (Roofline.FILE, roofline.dump() if roofline else None)):
-        if content is not None:
-            managed_file(name=f"{release_id}/{name}", dest=f"{directory}/{name}", content=content, mode=644, diff=False)
-    if meta.venv:  # what the venv's install recorded: every package with the sha256 of its file list
-        from sglang_deploy.provision import PACKAGES_FILE
+    for name, content, mode in release_files.members():
+        if name == ReleaseMeta.FILE and release_files.meta.venv:  # what the venv's install recorded, before meta.json:
+            from sglang_deploy.provision import PACKAGES_FILE as VENV_PACKAGES_FILE  # every package and its hash
 
-        source = shlex.quote(f"{meta.venv}/{PACKAGES_FILE}")
-        dest = shlex.quote(f"{directory}/{documents.PACKAGES_FILE}")
-        server.shell(name=f"{release_id}/{documents.PACKAGES_FILE} (the venv's packages and their hashes)",
-                     commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
-    managed_file(name=f"{release_id}/{ReleaseMeta.FILE}", dest=f"{directory}/{ReleaseMeta.FILE}",
-                 content=meta.dump(), mode=644, diff=False)
+            source = shlex.quote(f"{release_files.meta.venv}/{VENV_PACKAGES_FILE}")
+            dest = shlex.quote(f"{directory}/{PACKAGES_FILE}")
+            server.shell(name=f"{release_id}/{PACKAGES_FILE} (the venv's packages and their hashes)",
+                         commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
+        managed_file(name=f"{release_id}/{name}" + (f" ({mode:04o})" if mode != 0o644 else ""),
+                     dest=f"{directory}/{name}", content=content, mode=int(f"{mode:o}"), diff=False)
 
 
 def show_changes(service: str, unit: str, env: str):
     """With --diff: what the switch will change in the installed unit and environment (secrets masked)."""
-    layout = ServiceLayout(service)
+    layout = ServicePaths(service)
     preview_diff(name="Diff: unit", dest=layout.unit_path, content=unit)
     preview_diff(name="Diff: environment", dest=layout.env_path, content=env)
 
@@ -93,7 +86,7 @@ def _report(service):
 
     (The host program's own summary is shown by pyinfra only when the switch fails.)
     """
-    path = f"{STORE_ROOT}/{service}/{SwitchOutcome.FILE}"
+    path = f"{ServicePaths(service).root}/{SwitchOutcome.FILE}"
     outcome, problem = None, f"{path} could not be read"
     for _ in range(3):  # one SSH round trip; a busy host may drop one
         ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
@@ -108,13 +101,13 @@ def _report(service):
         return
     # Only after a switch: the gate's modules pull in urllib, http.client and statistics, about 10 ms of every deploy's
     # import, a no-op's included (measured 2026-12-06).
-    from sglang_deploy.hostside.client import printable
-    from sglang_deploy.hostside.gate import table as gate_table
+    from sglang_deploy.hostside.lib.client import printable
+    from sglang_deploy.hostside.lib.gate import table as gate_table
 
     saved = save_result(host.name, outcome.to_dict())
     if outcome.auth_change:
         host.log(printable(outcome.auth_change), logger.warning)
-    if outcome.forensics:  # a rollback: what the service user wrote is kept there (hostside/forensics.py)
+    if outcome.forensics:  # a rollback: what the service user wrote is kept there (hostside/lib/forensics.py)
         host.log(printable(f"what the service user wrote was moved aside for forensics: {outcome.forensics}"),
                  logger.warning)
     elapsed = outcome.readiness.elapsed_s if outcome.readiness else "?"
@@ -141,14 +134,13 @@ def prune(service: str, keep: int):
                            host_program("weights", "prune")])
 
 
-PREFLIGHT_DIR = "/run/sglang-deploy/preflight"  # a tmpfs: the preflight's inputs never reach the release store
 PREFLIGHT_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps", "speculative_num_draft_tokens",
                     "attention_backend", "page_size", "chunked_prefill_size")
 
 
 def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list[str], dict]:
     """(SGLang's argv after `serve`, the resolved fields the host's resolution is compared with)."""
-    from sglang_deploy.hostside.service import server_argv
+    from sglang_deploy.hostside.lib.service import server_argv
 
     argv = server_argv(exec_start)
     argv = argv[argv.index("serve") + 1:] if "serve" in argv else argv[1:]
@@ -161,7 +153,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
     """variant_args: the host variant's options (roles/target.py preflight_args: the simulated host's)."""
     directory = f"{PREFLIGHT_DIR}/{service}-{release_id}"
     args = ["--service", service, "--unit", f"{directory}/sglang.service", "--env", f"{directory}/sglang.env",
-            "--python", python, "--gpus", str(gpus), "--json", f"{PREFLIGHT_DIR}/{service}.json",
+            "--python", python, "--gpus", str(gpus), "--json", ServicePaths(service).preflight_report(),
             "--expected", f"{directory}/expected.json"]
     args += ["--argv-json", f"{directory}/argv.json"] if resolve else []
     args += [*variant_args] + (["--container-id", str(container_id)] if container_id else [])
@@ -170,11 +162,11 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
 
 
 def _preflight_report(service):
-    """The passed preflight's warnings and steps (hostside/outputs.PreflightReport); a report that cannot be read as
+    """The passed preflight's warnings and steps (contract/answers.PreflightReport); a report that cannot be read as
     one is a DeployError naming the field (the preflight itself passed: its exit status decided)."""
-    from sglang_deploy.hostside.outputs import PreflightReport
+    from sglang_deploy.hostside.contract.answers import PreflightReport
 
-    path = f"{PREFLIGHT_DIR}/{service}.json"
+    path = ServicePaths(service).preflight_report()
     ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())
     if not ok:
         return

@@ -16,7 +16,8 @@ from pyinfra.facts.files import FileContents
 from roles import multinode, release, stages, target as variant
 from roles.facts import ReleaseStore
 from roles.settings import host_settings, of
-from sglang_deploy.hostside.documents import DocumentError, ReleaseMeta, Resolution
+from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.release import ReleaseMeta, Resolution
 from sglang_deploy.hostside.store import auth_change
 from sglang_deploy.plan import lock_refusal
 from sglang_deploy.release_plan import release_dir, rollback_target, service_of

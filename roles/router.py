@@ -19,7 +19,7 @@ from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.gate import gate_settings
 from sglang_deploy.results import save_result
-from sglang_deploy.hostside.documents import DocumentError
+from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_program
 from sglang_deploy.router import (ROUTER_CONFIG_DIR, ROUTER_KEY_PATH, ROUTER_LIB, ROUTER_SERVICE, ROUTER_UNIT_PATH,
                                   ROUTER_VENV, ROUTER_VERSION, gate_verdict)
@@ -72,10 +72,10 @@ def gate_through_router(check_url, workers, gate):
     ok, output = host.run_shell_command(command, _sudo=sudo())
     if not ok:
         raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
-    from sglang_deploy.hostside.measurement import SOURCE, Measurement
+    from sglang_deploy.hostside.contract.release import Measurement
 
     try:  # the bench's answer through its class: a field renamed on either side is named here
-        measurement = Measurement.loads(output.stdout, SOURCE)
+        measurement = Measurement.loads(output.stdout, Measurement.FILE)
     except DocumentError as error:
         raise OperationError(f"the gate's client through the router answered unreadably: {error}") from None
     verdict = gate_verdict(measurement, gate_settings(gate), len(workers))

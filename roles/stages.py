@@ -23,7 +23,8 @@ from roles import recover as recover_role, weights as weights_role
 from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
-from sglang_deploy.layout import ServiceLayout, host_package, venv_path
+from sglang_deploy.hostside.contract.release import ReleaseFiles, Resolution
+from sglang_deploy.layout import ServicePaths, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers
 from sglang_deploy.render import recover_path, render_recover, render_watch, watch_paths
@@ -89,7 +90,7 @@ def snapshots(plan: Plan) -> Snapshots:
 def facts(plan: Plan, snaps: Snapshots) -> dict:
     """Everything the deploy decides from, in one round trip (roles.facts.DeployState)."""
     profile, service = plan.profile, plan.profile.service.name
-    layout = ServiceLayout(service)
+    layout = ServicePaths(service)
     weights, draft = snaps.weights, snaps.draft
     return host.get_fact(
         DeployState, service=service,
@@ -171,7 +172,7 @@ def prepare_host(plan: Plan, facts: dict) -> list:
     CUDA, NCCL and the venv; the simulated host: its simulator). Returns the operations whose change restarts the
     server (a changed simulator)."""
     profile = plan.profile
-    state_dir = ServiceLayout(profile.service.name).state_dir
+    state_dir = ServicePaths(profile.service.name).state_dir
     if not service_user.in_place(facts["user"], profile.service.user, state_dir):  # first: the venv's checks run as it
         service_user.install(user=profile.service.user, home=state_dir)
     runtime_ops = plan.target.prepare(profile, host_settings(), facts)
@@ -271,12 +272,12 @@ def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:
     from sglang_deploy.gate import gate_config
 
     gpu = plan.target.gpu(plan.rendered.environment, host)
-    release.stage(service=service, release_id=decision.release_id, unit=plan.rendered.unit, env=plan.rendered.env,
-                  profile_json=profile_snapshot(plan), gate_config=gate_config(plan), resolution=plan.resolution,
-                  meta=build_meta(plan, decision.release_id, weights=snaps.weights, draft=snaps.draft,
-                                  offered=list(snaps.offered),
-                                  preflight="skipped (skip_preflight)" if of(DeployArgs).skip_preflight else "passed"),
-                  roofline=release_inputs(plan.resolution["resolved"], plan.profile.model.path, gpu))
+    meta = build_meta(plan, decision.release_id, weights=snaps.weights, draft=snaps.draft, offered=list(snaps.offered),
+                      preflight="skipped (skip_preflight)" if of(DeployArgs).skip_preflight else "passed")
+    release.stage(service=service, release_id=decision.release_id, release_files=ReleaseFiles(
+        unit=plan.rendered.unit, env=plan.rendered.env, profile=profile_snapshot(plan), gate_config=gate_config(plan),
+        resolution=Resolution.from_dict(plan.resolution), meta=meta,
+        roofline=release_inputs(plan.resolution["resolved"], plan.profile.model.path, gpu)))
 
 
 def start_timeout(plan: Plan, store) -> int:

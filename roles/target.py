@@ -120,5 +120,5 @@ def of(settings) -> Target:
 
 
 def of_release(meta, sim_server: str = "sglang") -> Target:
-    """The variant a release was staged for (its meta.json's simulated: documents.ReleaseMeta)."""
+    """The variant a release was staged for (its meta.json's simulated: release.ReleaseMeta)."""
     return SimulatedHost(sim_server) if meta.simulated else RealGpuHost()

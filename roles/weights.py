@@ -24,13 +24,13 @@ from pyinfra.operations import python as python_op
 from roles.settings import host_settings, sudo
 from sglang_deploy.hostside.weights.fetch import staging_dir
 from sglang_deploy.hostside.weights.manifest import MODELS_ROOT, TOOL_DIR, human
-from sglang_deploy.layout import host_program
+from sglang_deploy.layout import TOOL_ROOT, host_program
 from sglang_deploy.provision import with_proxy
 from sglang_deploy.token_map.part import MapPart
 from sglang_deploy.weights import HUB_CLIENT_PIN, Weights
 
-HUB_VENV = "/opt/sglang-deploy/hub-client"
-HUB_WHEELS = "/opt/sglang-deploy/hub-client-wheels"
+HUB_VENV = f"{TOOL_ROOT}/hub-client"
+HUB_WHEELS = f"{TOOL_ROOT}/hub-client-wheels"
 
 
 MANIFESTS_DIR = f"{MODELS_ROOT}/{TOOL_DIR}/manifests"
@@ -83,10 +83,10 @@ def fetch_command(weights: Weights, python: str, endpoint: str | None, token_fil
 def _fetch_live(command: str):
     """The fetch with its output printed as it arrives (a download of tens of GB takes minutes: its progress
     lines, every few seconds, show on the controller during the transfer, not only when it fails). Its answer, the
-    last line, through its class (outputs.WeightsPlaced, or WeightsFailure when it refuses): a field renamed on
+    last line, through its class (answers.WeightsPlaced, or WeightsFailure when it refuses): a field renamed on
     either side is named."""
-    from sglang_deploy.hostside.documents import DocumentError
-    from sglang_deploy.hostside.outputs import WeightsFailure, WeightsPlaced
+    from sglang_deploy.hostside.contract.answers import WeightsFailure, WeightsPlaced
+    from sglang_deploy.hostside.contract.document import DocumentError
 
     ok, output = host.run_shell_command(command, print_output=True, _sudo=sudo())
     lines = output.stdout_lines

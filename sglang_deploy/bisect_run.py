@@ -17,8 +17,9 @@ import shlex
 
 from . import bisect_release
 from .results import save_result
-from .hostside import documents
-from .release_plan import STORE_ROOT
+from .hostside.contract.document import DocumentError
+from .hostside.contract.paths import ServicePaths
+from .hostside.contract.release import PROFILE_FILE, RESOLVED_FILE, GateResult
 from .tune import search as tune
 from .tune.controller import settings_from
 from .tune.host import HostSession, TuneError
@@ -43,7 +44,7 @@ class Bisect(HostSession):
         return bisect_release.profile_text(self.profile_text, difference)
 
     def read_host_json(self, release: str, name: str):
-        ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{release}/{name}"]))
+        ok, stdout, _ = self.remote.run(shlex.join(["cat", ServicePaths(self.service).release_file(release, name)]))
         if not ok:
             return None
         try:
@@ -53,11 +54,11 @@ class Bisect(HostSession):
 
     def gate_result(self, release: str):
         """The release's GateResult, or None when it has none (or one that cannot be read: said, not fatal)."""
-        found = self.read_host_json(release, documents.GateResult.FILE)
+        found = self.read_host_json(release, GateResult.FILE)
         try:
-            return documents.GateResult.from_dict(found, f"release {release}'s {documents.GateResult.FILE}") \
+            return GateResult.from_dict(found, f"release {release}'s {GateResult.FILE}") \
                 if found is not None else None
-        except documents.DocumentError as error:
+        except DocumentError as error:
             self.say(f"its gate result is not read: {error}")
             return None
 
@@ -69,12 +70,12 @@ class Bisect(HostSession):
         if self.release not in self.release_ids:
             raise TuneError(f"no retained release {self.release} of {self.service} (retained: "
                             f"{', '.join(self.release_ids)}): nothing was changed")
-        refused_profile = self.read_host_json(self.release, documents.PROFILE_FILE)
+        refused_profile = self.read_host_json(self.release, PROFILE_FILE)
         if not isinstance(refused_profile, dict):
-            raise TuneError(f"release {self.release} has no readable {documents.PROFILE_FILE} on the host: its "
+            raise TuneError(f"release {self.release} has no readable {PROFILE_FILE} on the host: its "
                             "differences cannot be named; nothing was changed")
         # across SGLang releases: the fields whose resolved value changed, from each release's own resolution
-        resolved = tuple((self.read_host_json(release, documents.RESOLVED_FILE) or {}).get("resolved")
+        resolved = tuple((self.read_host_json(release, RESOLVED_FILE) or {}).get("resolved")
                          for release in (self.active, self.release))
         try:
             self.differences, ignored = bisect_release.differences(self.profile.model_dump(mode="json"),
@@ -108,7 +109,7 @@ class Bisect(HostSession):
         for line in text.splitlines():
             self.say(f"    {line}")
         self.say(f"VERDICT: {verdict['text']}")
-        restore = closed.restore.to_dict() if closed.restore else {}  # outputs.TuneSession
+        restore = closed.restore.to_dict() if closed.restore else {}  # session.TuneSession
         document = {"kind": "bisect", "release": self.release, "good": self.active, "host": self.host_name,
                     "verdict": verdict, "table": text, "ignored": ignored, "restore": restore,
                     "settings": self.settings.measurement(), "elapsed_s": round(self.elapsed(), 1),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from .drafter import draft_path
-from .hostside.service import LOG_REDACTOR
+from .hostside.lib.service import LOG_REDACTOR
 from .profile import Profile
 from .token_map.part import map_flag
 

@@ -80,7 +80,7 @@ def host_summary(store) -> dict:
     """One host's row from its release store (`hostside.store state`): the active release with its verdict and
     gate, the newest retained release when it is not the active one (a failed deploy rolled back), and the
     running process (pid, start time) that tells an untouched host from a restarted one."""
-    releases = store.releases  # store: the ReleaseStore fact (hostside/reports.StoreReport)
+    releases = store.releases  # store: the ReleaseStore fact (hostside/contract/answers.StoreReport)
     active = store.release(store.state.active)
     newest = max(releases, key=lambda r: (last_deployed(r), r.id)) if releases else None
 

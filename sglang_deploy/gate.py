@@ -1,6 +1,6 @@
 """Controller side of the gate: what the running server must show, and the floors as the host reads them.
 
-The measurement and the verdict run on the host (hostside/gate.py, inside the switch); this module
+The measurement and the verdict run on the host (hostside/lib/gate.py, inside the switch); this module
 derives the expectations from the plan; the result is kept locally by results.save_result.
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .hostside.documents import GateConfig, GateSettings
-from .hostside.gate import decode_backend
+from .hostside.contract.release import GateConfig, GateSettings
+from .hostside.lib.gate import decode_backend
 from .layout import venv_path
 from .validate.resolution import COMPARED_FIELDS
 

@@ -6,13 +6,13 @@ import functools
 import hashlib
 import re
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# The host's paths are written once, in the host modules that own them (store.py, service.py: stdlib only).
-from .hostside.service import HOST_LIB  # noqa: F401 - re-exported for the roles
-from .hostside.store import SIMULATED_MARKER, STORE_ROOT, VENV_ROOT  # noqa: F401 - re-exported for the roles
+from .hostside import PROGRAMS
+# The host's paths are written once, in the host package's table (hostside/contract/paths.py: stdlib only).
+from .hostside.contract.paths import (HOST_LIB, PREFLIGHT_DIR, SIMULATED_MARKER, STORE_ROOT,  # noqa: F401 - the roles'
+                                      TOOL_ROOT, VENV_ROOT, ServicePaths)
 
 if TYPE_CHECKING:  # the layout is importable without pydantic (verify runs on bare GPU hosts)
     from .profile import Profile
@@ -32,7 +32,10 @@ def host_package():
 
 
 def host_program_argv(module: str, *args: str, python: str = "/usr/bin/python3") -> list[str]:
-    """argv running a host program as a module of the host package; its working directory must be HOST_LIB."""
+    """argv running a host program (hostside.PROGRAMS) as a module of the host package; its working directory must
+    be HOST_LIB. A module that is not a program is refused here, on the controller."""
+    if module not in PROGRAMS:
+        raise ValueError(f"hostside.{module} is not a host program (hostside/__init__.py PROGRAMS)")
     return [python, "-m", f"{HOST_PACKAGE}.{module}", *args]
 
 
@@ -72,32 +75,3 @@ def venv_path(profile: "Profile") -> str:
     """Versioned: SGLang version plus a hash of the requirements, so releases can point at old envs."""
     digest = hashlib.sha256("\n".join(requirements(profile)).encode()).hexdigest()[:10]
     return f"{VENV_ROOT}/sglang-{profile.sglang.version}-{digest}"
-
-
-@dataclass(frozen=True)
-class ServiceLayout:
-    service: str
-
-    @property
-    def unit_path(self) -> str:
-        return f"/etc/systemd/system/{self.service}.service"
-
-    @property
-    def config_dir(self) -> str:
-        return f"/etc/sglang-deploy/{self.service}"
-
-    @property
-    def env_path(self) -> str:
-        return f"{self.config_dir}/sglang.env"
-
-    @property
-    def secrets_path(self) -> str:
-        return f"{self.config_dir}/secrets.yaml"
-
-    @property
-    def state_dir(self) -> str:
-        return f"/var/lib/{self.service}"
-
-    @property
-    def cache_dir(self) -> str:
-        return f"/var/cache/{self.service}"

@@ -251,5 +251,5 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
 
 def lock_refusal(store) -> list[str]:
     """The refusal of any change (a deploy, a rollback) while another holds the store's lock: one sentence
-    (hostside/documents.LockInfo.refusal), or none. store: the ReleaseStore fact (hostside/reports.StoreReport)."""
+    (hostside/contract/store.LockInfo.refusal), or none. store: the ReleaseStore fact (hostside/contract/answers.StoreReport)."""
     return [store.lock.refusal()] if store.lock else []

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .hostfacts import driver_branch, driver_verdict, nccl_differs
+from .hostside.contract.paths import TOOL_ROOT
 
 # NVIDIA's user-space compute driver packages (their debian12 CUDA repository, the names Debian uses); no kernel module.
 USERSPACE_DRIVER_PACKAGES = ("libcuda1", "libnvidia-ml1", "nvidia-smi")
@@ -207,7 +208,7 @@ def apt_proxy_options(proxy: str | None) -> str:
 
 # About what each install unpacks (MiB): cuda-toolkit-13-0 ~7 GB under /usr/local; a venv with SGLang, torch and
 # CUDA's wheels ~10 GB under /opt (pip's cache aside). Proxmox's default CT root disk is 8 GB.
-DISK_NEEDS_MIB = {"cuda-toolkit": ("/usr/local", 7500), "python-env": ("/opt/sglang-deploy", 10000)}
+DISK_NEEDS_MIB = {"cuda-toolkit": ("/usr/local", 7500), "python-env": (TOOL_ROOT, 10000)}
 
 
 def disk_check_command(what: str, path: str, need_mib: int) -> str:

@@ -15,9 +15,10 @@ from pathlib import Path
 
 from typing import TYPE_CHECKING
 
-from .hostside.documents import ReleaseMeta
-from .hostside.reports import StoreReport
-from .hostside.store import STORE_ROOT, content_hash, flag_differences, last_used, next_release_id
+from .hostside.contract.answers import StoreReport
+from .hostside.contract.paths import ServicePaths
+from .hostside.contract.release import ReleaseMeta
+from .hostside.store import content_hash, flag_differences, last_used, next_release_id
 from .hostside.weights.manifest import snapshot_change
 from .layout import venv_path
 
@@ -28,7 +29,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 def release_dir(service: str, release_id: str) -> str:
-    return f"{STORE_ROOT}/{service}/releases/{release_id}"
+    return ServicePaths(service).release_dir(release_id)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import jinja2
 
 from .flags import exec_start_args, exec_start_line
 from .hardening import DIRECTIVES as HARDENING_DIRECTIVES, directives as hardening_directives
-from .layout import ServiceLayout, venv_path
+from .layout import ServicePaths, venv_path
 from .profile import Profile
 from .safety import control_message
 from .units import recover_path, watch_paths  # noqa: F401 - the unit files render.py writes
@@ -27,7 +27,7 @@ SECRET_MASK = "********"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
-def base_environment(layout: ServiceLayout, venv: str, cuda_home: str | None = None,
+def base_environment(layout: ServicePaths, venv: str, cuda_home: str | None = None,
                      max_jobs: int | None = None) -> dict[str, str]:
     """Settings every SGLang service needs; the profile's environment is applied on top."""
     environment = {
@@ -139,7 +139,7 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     admin endpoints (ADMIN_OPTIONAL: weight updates, logging, profiling, pause...) refuse the API key
     (sglang/srt/utils/auth.py). It is written only with an API key, and the host keeps the one it has while the
     rest of the file is unchanged (secrets_digest)."""
-    layout = ServiceLayout(profile.service.name)
+    layout = ServicePaths(profile.service.name)
     secrets_file = layout.secrets_path if api_key else None
     venv = venv_path(profile)
     argv = exec_start_args(profile, venv, secrets_file, port, node)
@@ -172,7 +172,7 @@ class RenderedWatch:
 
 def render_watch(profile: Profile) -> RenderedWatch:
     """The perf watch's oneshot service and timer (same profile -> byte-identical files)."""
-    from .layout import HOST_LIB, STORE_ROOT, host_program_argv
+    from .layout import HOST_LIB, ServicePaths, host_program_argv
 
     watch, gate = profile.watch, profile.gate
     argv = host_program_argv("watch", "--service", profile.service.name, "--samples", str(watch.samples),
@@ -182,13 +182,13 @@ def render_watch(profile: Profile) -> RenderedWatch:
                              "--textfile-dir", watch.textfile_dir, "--output-prompts", str(watch.output_prompts))
     if watch.drift_min_accept_length is not None:
         argv += ["--drift-min-accept-length", str(watch.drift_min_accept_length)]
-    # One bench run at its own deadline (hostside/gate.py measure_builtin), twice with a restart in between.
+    # One bench run at its own deadline (hostside/lib/gate.py measure_builtin), twice with a restart in between.
     bench_s = 120 + (watch.samples + 3) * (60 + gate.max_new_tokens) + 120 * watch.output_prompts
     timeout = 2 * bench_s + (profile.service.start_timeout_s if watch.on_drift == "restart" else 0)
     # The watch runs as root: a profile's relaxations of the server's sandbox do not reach it, except the two a
     # container without nesting needs for any unit to start at all (hostside/preflight/findings.py NESTING_DIRECTIVES).
     watch_relax = [name for name in profile.service.relax if name in ("ProtectKernelTunables", "ProtectControlGroups")]
-    hardening, relaxed = hardening_directives(unit_value(f"{STORE_ROOT}/{profile.service.name}"),
+    hardening, relaxed = hardening_directives(unit_value(ServicePaths(profile.service.name).root),
                                               unit_value(watch.textfile_dir), watch_relax, comments=False)
     env = _jinja()
     context = dict(profile=profile, service=profile.service, watch=watch)

@@ -1,8 +1,8 @@
-"""Bandwidth roofline for speculative decode: the arithmetic lives in hostside/roofline.py (standard library
+"""Bandwidth roofline for speculative decode: the arithmetic lives in hostside/lib/roofline.py (standard library
 only), so the perf watch on the host computes the same bound as the doctor on the controller."""
 
-from .hostside.documents import Roofline
-from .hostside.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_bytes, roofline  # noqa: F401
+from .hostside.contract.release import Roofline
+from .hostside.lib.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_bytes, roofline  # noqa: F401
 
 
 def model_gpu(environment: dict) -> str | None:

@@ -16,17 +16,18 @@ from __future__ import annotations
 import re
 import shlex
 
-from .hostside.documents import GateSettings
+from .hostside.contract.release import GateSettings
 from .multinode import NodeError, node_address
 from .settings import HostSettings, RouterSettings
+from .hostside.contract.paths import CONFIG_ROOT, TOOL_ROOT, UNIT_DIR, VENV_ROOT
 from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
-ROUTER_VENV = f"/opt/sglang-deploy/venvs/sglang-router-{ROUTER_VERSION}"
-ROUTER_LIB = "/opt/sglang-deploy/router"
-ROUTER_CONFIG_DIR = "/etc/sglang-deploy/sglang-router"
+ROUTER_VENV = f"{VENV_ROOT}/sglang-router-{ROUTER_VERSION}"
+ROUTER_LIB = f"{TOOL_ROOT}/router"
+ROUTER_CONFIG_DIR = f"{CONFIG_ROOT}/sglang-router"
 ROUTER_KEY_PATH = f"{ROUTER_CONFIG_DIR}/workers-api-key"
-ROUTER_UNIT_PATH = f"/etc/systemd/system/{ROUTER_SERVICE}.service"
+ROUTER_UNIT_PATH = f"{UNIT_DIR}/{ROUTER_SERVICE}.service"
 
 
 class RouterError(ValueError):
@@ -178,10 +179,10 @@ def wheelhouse(python_version: str, machine: str, cache_root=None):
 
 def gate_verdict(measurement, floors: GateSettings, workers: int) -> dict:
     """The fleet's gate measured through the router: the workers' own floors on single-stream decode and
-    acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/gate.below_floor), request
+    acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/lib/gate.below_floor), request
     errors fail it; the aggregate over the workers is reported. /server_info is not proxied by the router: its
-    error does not count. measurement: the bench's (hostside/measurement.Measurement)."""
-    from .hostside.gate import below_floor
+    error does not count. measurement: the bench's (hostside/contract/release.Measurement)."""
+    from .hostside.lib.gate import below_floor
 
     errors = [e for e in measurement.errors if not e.startswith("/server_info")]
     decode, tau = measurement.decode_median, measurement.tau_median

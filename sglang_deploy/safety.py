@@ -12,6 +12,7 @@ import ipaddress
 import re
 import unicodedata
 
+from .hostside.contract.paths import ServicePaths
 from .units import ROUTER_SERVICE, UVM_UNIT, beside_suffixes
 
 # Unicode categories refused in every value: control (C0, DEL, C1), format (bidi overrides, zero-width),
@@ -186,7 +187,7 @@ def listen_host_problem(host: str) -> str | None:
 
 def probe_url(host: str, port: int) -> str:
     """Where readiness and the gate reach a server listening on `host`: always a loopback address, a URL the host's
-    rule accepts (hostside/client.py LOOPBACK_URL, which client.loopback_url checks the switch's --probe-url by)."""
+    rule accepts (hostside/lib/client.py LOOPBACK_URL, which client.loopback_url checks the switch's --probe-url by)."""
     address = ipaddress.ip_address(host)
     if address.version == 6:
         return f"http://[::1]:{port}"
@@ -210,7 +211,7 @@ SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/user", "/run/lo
 def model_path_location_problem(path: str, service: str | None = None) -> str | None:
     """model.path must not be in a directory that other users write, nor (with `service`) in the directories
     the service user writes."""
-    writable = SHARED_DIRS + ((f"/var/lib/{service}", f"/var/cache/{service}") if service else ())
+    writable = SHARED_DIRS + ((ServicePaths(service).state_dir, ServicePaths(service).cache_dir) if service else ())
     for directory in writable:
         if path == directory or path.startswith(directory + "/"):
             return (f"{path!r} is under {directory}, which "
@@ -308,7 +309,7 @@ def account_problem(user: str, service: str, passwd: str | None, uid_min: int = 
     if uid == "0":
         return f"{user!r} has uid 0 on the host; the service needs a dedicated unprivileged system account"
     if USER_MARKER in gecos:
-        if home != f"/var/lib/{service}":  # the tool gives each service's user the home /var/lib/<service>
+        if home != ServicePaths(service).state_dir:  # the tool gives each service's user the home /var/lib/<service>
             return (f"{user!r} is the service user of another service on this host (home {home}): it would read that "
                     f"service's secrets and state (review 4, R4); one service user per service; accepted: a user of "
                     f"this service's own, such as {service!r}")
@@ -316,7 +317,7 @@ def account_problem(user: str, service: str, passwd: str | None, uid_min: int = 
     if shell not in NO_LOGIN_SHELLS:
         return (f"{user!r} is an existing login account on the host (shell {shell}); the tool would change its shell, "
                 "home and groups. Use a dedicated name such as 'sglang' (the tool creates it)")
-    if int(uid) >= uid_min or home != f"/var/lib/{service}":
+    if int(uid) >= uid_min or home != ServicePaths(service).state_dir:
         return (f"{user!r} is an existing account on the host (uid {uid}, home {home}) that the tool did not create; "
                 "use a dedicated name such as 'sglang' (the tool creates it)")
     return None

@@ -7,7 +7,6 @@ every string is checked for control characters (safety.control_message) before i
 
 import ipaddress
 import os
-import posixpath
 import re
 from pathlib import Path
 from typing import Annotated
@@ -15,7 +14,7 @@ from typing import Annotated
 from pydantic import BeforeValidator
 
 from . import safety
-from .hostside.store import VENV_ROOT
+from .hostside.contract.paths import TOOL_ROOT, VENV_ROOT
 from .rules import AXES
 
 
@@ -139,7 +138,7 @@ def proxy_problem(value: str) -> str | None:
 # the hub client's beside it). Any other path is a program a host-data value would have root run (security review 3).
 # A release venv's python (VENV_ROOT) runs as the service user (layout.python_argv); the weights fetch runs as root,
 # so hub_python is never one (its wheels' .pth files would run as root).
-HUB_PYTHON = re.compile(re.escape(posixpath.dirname(VENV_ROOT)) + r"/hub-client/bin/python3?")
+HUB_PYTHON = re.compile(re.escape(TOOL_ROOT) + r"/hub-client/bin/python3?")
 VENV_PYTHON = re.compile(re.escape(VENV_ROOT) + r"/[A-Za-z0-9][A-Za-z0-9._-]{0,99}/bin/python3?|" + HUB_PYTHON.pattern)
 
 

@@ -4,7 +4,7 @@ keep a service's name from colliding with them (safety.py); it imports nothing o
 
 from __future__ import annotations
 
-UNIT_DIR = "/etc/systemd/system"
+from .hostside.contract.paths import UNIT_DIR
 ROUTER_SERVICE = "sglang-router"  # router.py: SGLang's router in front of the fleet's workers
 UVM_UNIT = "sglang-deploy-nvidia-nodes.service"  # container.py: the device nodes a container host lacks
 

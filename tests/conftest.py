@@ -61,8 +61,8 @@ def proven_with(tmp_path: Path, old: str, new: str, name: str = "variant.yaml") 
 
 
 def release_meta(**fields):
-    """A complete meta.json (hostside/documents.ReleaseMeta) as a deploy writes it, with `fields` changed."""
-    from sglang_deploy.hostside.documents import ReleaseMeta
+    """A complete meta.json (hostside/contract/release.ReleaseMeta) as a deploy writes it, with `fields` changed."""
+    from sglang_deploy.hostside.contract.release import ReleaseMeta
 
     written = {"id": "0001-aaaaaaaa", "created": "2026-11-01T00:00:00+00:00", "deployed_by": "test@controller",
                "git": {"revision": None, "dirty": False}, "profile": "test", "sglang_version": "0.5.23",
@@ -72,7 +72,7 @@ def release_meta(**fields):
 
 
 def snapshot_mark(**fields):
-    """A weights snapshot as meta.json records it (hostside/documents.SnapshotMark; weights.Weights.meta), with
+    """A weights snapshot as meta.json records it (hostside/contract/release.SnapshotMark; weights.Weights.meta), with
     `fields` changed: a dict, as the release's meta.json holds it."""
     written = {"source": "hf://org/m@" + "a" * 40, "revision": "a" * 40, "manifest_sha256": "1" * 64,
                "manifest": "/opt/sglang-deploy/manifests/m.json", "path": "/srv/models/org--m/" + "a" * 40,
@@ -82,10 +82,10 @@ def snapshot_mark(**fields):
 
 def store_report(*releases, active=None, last_good=None, consistent=True, lock=None, inconsistent=(), running=None,
                  **fields):
-    """The ReleaseStore fact (hostside/reports.StoreReport) of a host retaining `releases` (each the fields of a
+    """The ReleaseStore fact (hostside/contract/answers.StoreReport) of a host retaining `releases` (each the fields of a
     release_meta, or a ReleaseMeta), as `hostside.store state` reports it."""
-    from sglang_deploy.hostside.documents import ReleaseMeta
-    from sglang_deploy.hostside.reports import StoreReport
+    from sglang_deploy.hostside.contract.answers import StoreReport
+    from sglang_deploy.hostside.contract.release import ReleaseMeta
 
     return StoreReport.from_dict({
         "service": "sglang", "state": {"active": active, "last_good": last_good},
@@ -97,17 +97,17 @@ def store_report(*releases, active=None, last_good=None, consistent=True, lock=N
 
 
 def watch_entry(**fields):
-    """One perf-watch run (hostside/reports.WatchEntry) as the watch stamps it, with `fields` changed."""
-    from sglang_deploy.hostside.reports import WatchEntry
+    """One perf-watch run (hostside/contract/release.WatchEntry) as the watch stamps it, with `fields` changed."""
+    from sglang_deploy.hostside.contract.release import WatchEntry
 
     return WatchEntry.from_dict({"status": "ok", "at": "2026-12-01T00:00:00+00:00", "unix": 0,
                                  "release": "0001-aaaaaaaa", **fields}, "a test's watch entry")
 
 
 def gate_document(**settings):
-    """A complete gate-config.json (hostside/documents.GateConfig): the profile's default gate section with
+    """A complete gate-config.json (hostside/contract/release.GateConfig): the profile's default gate section with
     `settings` changed, and plain expectations."""
-    from sglang_deploy.hostside.documents import GateConfig
+    from sglang_deploy.hostside.contract.release import GateConfig
     from sglang_deploy.profile.sections import GateSection
 
     return GateConfig.from_dict({"settings": GateSection(**settings).model_dump(mode="json"), "expect": {
@@ -120,11 +120,11 @@ DFLASH_CONFIG = REPO / "manifests" / "local--qwen3.6-27b-dflash.config.reconstru
 
 
 def bench_measurement(rates=(52.0,), taus=None, errors=(), kinds=None, aggregates=(), concurrency=4, **fields):
-    """The bench client's answer (hostside/measurement.Measurement) as bench.py builds it: one sample per decode
+    """The bench client's answer (hostside/contract/release.Measurement) as bench.py builds it: one sample per decode
     rate (tau 3.2 each unless given, kinds cycling prose/code/chat), the summaries by bench.summary, `fields`
     changed."""
     from sglang_deploy.hostside import bench
-    from sglang_deploy.hostside.measurement import BenchConfig, Sample
+    from sglang_deploy.hostside.contract.release import BenchConfig, Sample
 
     taus = list(taus) if taus is not None else [3.2] * len(rates)
     kinds = kinds or [bench.PROMPTS[index % len(bench.PROMPTS)][0] for index in range(len(rates))]

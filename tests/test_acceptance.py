@@ -1,4 +1,4 @@
-"""Acceptance per draft position (hostside/acceptance.py) from SGLang's `spec_correct_drafts_histogram`: its meaning,
+"""Acceptance per draft position (hostside/lib/acceptance.py) from SGLang's `spec_correct_drafts_histogram`: its meaning,
 the simulator's engine producing it with SGLang's invariants, a drop at one position named, the gate table's lines.
 Fast: no host."""
 
@@ -8,9 +8,8 @@ import threading
 import pytest
 
 from conftest import bench_measurement
-from sglang_deploy.hostside import acceptance, gate
-from sglang_deploy.hostside.documents import GateResult
-from sglang_deploy.hostside.measurement import Sample
+from sglang_deploy.hostside.lib import acceptance, gate
+from sglang_deploy.hostside.contract.release import GateResult, Sample
 from sglang_deploy.sim import hardware
 from sglang_deploy.sim.engine import Engine
 
@@ -37,7 +36,7 @@ def test_a_drop_at_one_position_is_named():
 
 
 def sample(kind, histogram):
-    """One of the bench's samples (hostside/measurement.Sample) with this histogram."""
+    """One of the bench's samples (hostside/contract/release.Sample) with this histogram."""
     return Sample(kind=kind, completion_tokens=256, e2e_s=5.0, ttft_s=0.1, decode_tok_s=50.0, accept_length=3.0,
                   server_e2e_s=None, correct_drafts_histogram=histogram)
 

@@ -280,7 +280,7 @@ def test_each_difference_is_measured_alone_on_top_of_the_good_release(tmp_path, 
 
 
 def test_the_refused_releases_gate_result_is_read_typed(tmp_path):
-    """Its gate-result.json through documents.GateResult: a readable one by its fields, a renamed field said and
+    """Its gate-result.json through release.GateResult: a readable one by its fields, a renamed field said and
     left out (not read as "no reasons"), none as none."""
     from sglang_deploy.bisect_run import Bisect
 

@@ -94,7 +94,7 @@ def test_every_server_info_field_the_code_reads_is_in_the_table():
     for path in SOURCES:
         for field in fields_read(ast.parse(path.read_text())) - documented:
             missing.setdefault(field, []).append(str(path.relative_to(REPO)))
-    for field in COMPARED_FIELDS:  # read through a loop over this tuple (hostside/gate.py config_problems)
+    for field in COMPARED_FIELDS:  # read through a loop over this tuple (hostside/lib/gate.py config_problems)
         if field not in documented:
             missing.setdefault(field, []).append("sglang_deploy/validate/resolution.py COMPARED_FIELDS")
     assert not missing, f"read from /server_info but not in docs/conformance.md: {missing}"

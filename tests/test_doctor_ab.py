@@ -80,8 +80,8 @@ def session(tmp_path, monkeypatch, profile=PROVEN):
 
 
 def closed_session():
-    """close's answer (outputs.TuneSession) of a session that restarted the original, and it came back."""
-    from sglang_deploy.hostside.outputs import TuneSession
+    """close's answer (session.TuneSession) of a session that restarted the original, and it came back."""
+    from sglang_deploy.hostside.contract.session import TuneSession
 
     return TuneSession.from_dict({"state": "closed", "message": None, "status": {
         "session": "s1", "service": "sglang", "state": "closed", "pid": 1, "started": "t",
@@ -97,7 +97,7 @@ def test_the_ab_measures_the_active_release_then_the_temporary_one(tmp_path, mon
     def run_item(candidate, item, restart):
         asked.append((candidate.id, item["release_id"], sorted(item["files"] or {})))
         if item["files"]:  # the temporary release's meta.json reads on the host, naming the session that staged it
-            from sglang_deploy.hostside.documents import ReleaseMeta
+            from sglang_deploy.hostside.contract.release import ReleaseMeta
 
             meta = ReleaseMeta.loads(item["files"]["meta.json"])
             assert meta.tune.session == ab.session and meta.tune.temporary, meta.tune

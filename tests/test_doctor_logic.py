@@ -65,7 +65,7 @@ PROVEN_INFO = {"tp_size": 2, "speculative_algorithm": "EAGLE", "speculative_num_
                "internal_states": [{"avg_spec_accept_length": 3.2, "effective_max_running_requests_per_dp": 16,
                                     "memory_usage": {"graph": {"target_verify": 0.4}}}]}
 PCIE = {"interconnect": "pcie", "p2p_read_ok": True, "p2p_read_statuses": ["OK"]}
-GATE = bench_measurement([52.0], [3.2], concurrency=4)  # the bench's answer (hostside/measurement.py)
+GATE = bench_measurement([52.0], [3.2], concurrency=4)  # the bench's answer (hostside/contract/release.Measurement)
 
 
 def top(info=PROVEN_INFO, environ=None, topology=PCIE, gpus=(), gate=GATE, log_findings=None, costly_env=()):
@@ -133,7 +133,7 @@ def test_report_with_roofline_and_no_suspect(tmp_path):
 
 def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
     """The GPU probe's output as recorded on the lent 2x H200 machine (see docs/measurements.md)."""
-    from sglang_deploy.hostside.outputs import GpuProbe
+    from sglang_deploy.hostside.contract.answers import GpuProbe
 
     probe = GpuProbe.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "h200x2-gpu-probe.json")
                            .read_text())  # as the doctor's collector reads it

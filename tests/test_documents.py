@@ -1,4 +1,4 @@
-"""The release store's documents (hostside/documents.py): the controller's and the host's spelling of each field is
+"""The release store's documents (hostside/contract/): the controller's and the host's spelling of each field is
 one, the reader is strict about new documents and tolerant of releases already on hosts."""
 
 import json
@@ -6,9 +6,11 @@ import json
 import pytest
 
 from conftest import PROVEN, bench_measurement, gate_document, release_meta
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.release import GateConfig, GateExpect, GateSettings, ReleaseMeta
+from sglang_deploy.hostside.contract.store import StoreState
 from sglang_deploy.hostside import store as store_module
-from sglang_deploy.hostside.documents import (DocumentError, GateConfig, GateExpect, GateSettings, ReleaseMeta,
-                                              StoreState)
 from sglang_deploy.profile.sections import GateSection
 
 
@@ -102,7 +104,7 @@ def test_releases_already_on_hosts_read_with_the_safe_defaults():
 
 
 def test_a_store_names_the_file_of_a_document_it_cannot_read(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
@@ -121,9 +123,9 @@ def test_a_store_names_the_file_of_a_document_it_cannot_read(tmp_path, monkeypat
 def test_the_lock_refusal_is_one_sentence_for_the_switch_the_deploy_and_the_rollback(tmp_path, monkeypatch, capsys):
     """A second holder of the store's lock learns who holds it from lock.json (LockInfo), and the switch on the host
     refuses with the sentence the deploy's refusals (plan.refusals) and rollback.py use."""
-    from sglang_deploy.hostside.documents import LockInfo
+    from sglang_deploy.hostside.contract.store import LockInfo
 
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     with store_module.Lock(store, "alice@ci (deploy)"):
         holder = store_module.lock_holder(store)
@@ -155,7 +157,7 @@ OUTCOME = {"release": "0002-bbbbbbbb", "ok": True, "exit_code": 0, "finished": "
     ({**OUTCOME, "ok": "yes"}, "last_switch.json: field 'ok' is 'yes'; accepted: bool"),
 ])
 def test_the_switch_outcome_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.documents import SwitchOutcome
+    from sglang_deploy.hostside.contract.store import SwitchOutcome
 
     with pytest.raises(DocumentError) as error:
         SwitchOutcome.from_dict(data)
@@ -166,8 +168,8 @@ def test_the_gate_writes_exactly_the_results_fields(monkeypatch):
     """evaluate (the verdict), gate.run (the checks) and switch.run_gate (the baseline) spell the fields GateResult
     holds: a key renamed in one of them fails here (and, strict, when the gate writes it), never as a baseline
     the next gate reads as None."""
-    from sglang_deploy.hostside import gate
-    from sglang_deploy.hostside.documents import GateResult
+    from sglang_deploy.hostside.lib import gate
+    from sglang_deploy.hostside.contract.release import GateResult
 
     evaluated = gate.evaluate(bench_measurement([50.0]), GateSettings.from_dict(SETTINGS))
     added = {"measurement", "output", "config_problems", "simulated", "duration_s"}  # gate.run
@@ -186,9 +188,9 @@ def test_the_gate_writes_exactly_the_results_fields(monkeypatch):
 
 def test_the_switch_writes_its_outcome_typed_and_refuses_a_misspelt_field(tmp_path, monkeypatch):
     from sglang_deploy.hostside import switch
-    from sglang_deploy.hostside.documents import SwitchOutcome
+    from sglang_deploy.hostside.contract.store import SwitchOutcome
 
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     gate = switch.GateResult.from_dict(GATE)
     assert switch.finish(store, {**without(without(OUTCOME, "exit_code"), "finished"), "gate": gate}, 0) == 0
@@ -221,8 +223,9 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
     """A gate-result.json as the first gate wrote it (no format, no output check, no baseline, its measurement
     without acceptance) and a refused switch's last_switch.json (no readiness): the fields added since read as their
     safe defaults. A failed run stored as its errors alone (before 2026-12-04) reads as a failed measurement."""
-    from sglang_deploy.hostside import gate
-    from sglang_deploy.hostside.documents import GateResult, SwitchOutcome
+    from sglang_deploy.hostside.lib import gate
+    from sglang_deploy.hostside.contract.release import GateResult
+    from sglang_deploy.hostside.contract.store import SwitchOutcome
 
     first = {key: GATE[key] for key in ("verdict", "reasons", "inconclusive", "rows", "config_problems",
                                         "simulated", "duration_s")}
@@ -248,7 +251,7 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
     assert switch.describe(refused) == "switch refused: 3 automatic rollbacks"
 
 
-# --- the reports a release keeps: doctor.json and tune-results.json (hostside/reports.py) -------------------
+# --- the reports a release keeps: doctor.json and tune-results.json (hostside/contract/release.py) -------
 
 def doctor_report(tmp_path, **gate):
     """What doctor.py saves: the diagnosis of a checkpoint with a measured decode, with the collector's parts."""
@@ -261,9 +264,9 @@ def doctor_report(tmp_path, **gate):
                        "gate": bench_measurement([50.0], **gate), "checkpoint": summarize(tmp_path)})
     from types import SimpleNamespace
 
-    from sglang_deploy.hostside.outputs import SandboxView
+    from sglang_deploy.hostside.contract.answers import SandboxView
 
-    # the collector's parts of the report (outputs.DoctorCollection's: tests/test_outputs.py)
+    # the collector's parts of the report (answers.DoctorCollection's: tests/test_outputs.py)
     collected = SimpleNamespace(active="0001-aaaaaaaa", errors=[], probe=None, sandbox=SandboxView())
     return with_collection(result, collected)
 
@@ -271,7 +274,7 @@ def doctor_report(tmp_path, **gate):
 def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
     """diagnose and with_collection spell the fields DoctorReport holds, roofline() those of its bound: a key renamed
     in the doctor fails here (and, strict, when doctor.py writes it), never as a bandwidth the watch reads as none."""
-    from sglang_deploy.hostside.reports import DoctorBound, DoctorReport
+    from sglang_deploy.hostside.contract.release import DoctorBound, DoctorReport
 
     written = doctor_report(tmp_path)
     assert set(written) == DoctorReport.field_names()
@@ -285,7 +288,7 @@ def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
 
 def test_the_tune_writes_exactly_the_entries_fields():
     """tune/search.Measured.to_json spells the fields TuneEntry holds (the runner's document: test_tune_logic)."""
-    from sglang_deploy.hostside.reports import TuneEntry
+    from sglang_deploy.hostside.contract.release import TuneEntry
     from sglang_deploy.tune import search
 
     measured = search.Measured(search.BASELINE, repeats=[{"decode_tok_s": 50.0, "aggregate_tok_s": 120.0}] * 3)
@@ -309,7 +312,7 @@ TUNE = {"host": "ct129", "service": "sglang", "profile": "p.yaml", "original": "
      "doctor.json: unknown field 'memmory'"),
 ])
 def test_the_doctor_report_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.reports import DoctorReport
+    from sglang_deploy.hostside.contract.release import DoctorReport
 
     with pytest.raises(DocumentError) as error:
         DoctorReport.from_dict(data)
@@ -323,9 +326,13 @@ def test_the_doctor_report_reader_names_the_field(data, message):
     ({**TUNE, "results": [without(ENTRY, "axis")]}, "tune-results.json results[0]: required field 'axis' is missing"),
     ({**TUNE, "results": [{**ENTRY, "decode": 50.0}]}, "tune-results.json results[0]: unknown field 'decode'"),
     ({**TUNE, "results": {}}, "tune-results.json: field 'results' is {}; accepted: list[TuneEntry]"),
+    # the restore is the session's TuneRestore, typed: a renamed field is named
+    ({**TUNE, "restore": {"needed": True, "ready": True, "elapsed": 3.0}},
+     "tune-results.json restore: unknown field 'elapsed'"),
+    ({**TUNE, "restore": {"needed": True}}, "tune-results.json restore: required field 'ready' is missing"),
 ])
 def test_the_tune_results_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.reports import TuneResults
+    from sglang_deploy.hostside.contract.release import TuneResults
 
     with pytest.raises(DocumentError) as error:
         TuneResults.from_dict(data)
@@ -335,7 +342,7 @@ def test_the_tune_results_reader_names_the_field(data, message):
 def test_reports_already_on_hosts_read_with_the_safe_defaults():
     """A doctor.json from before the opportunities, the all-reduce path and the memory budget, and a tune's results
     saved after a candidate (no report yet) and from before the drafter and the classes."""
-    from sglang_deploy.hostside.reports import DoctorReport, TuneResults
+    from sglang_deploy.hostside.contract.release import DoctorReport, TuneResults
 
     old = DoctorReport.from_dict({"roofline": None, "suspects": [], "notes": [], "simulated": False,
                                   "release": "0001-aaaaaaaa", "errors": []})
@@ -343,6 +350,12 @@ def test_reports_already_on_hosts_read_with_the_safe_defaults():
     saved = TuneResults.from_dict(TUNE)
     assert (saved.winner, saved.restore, saved.results[0].draft, saved.results[0].by_kind) == (None, None, None, {})
     assert json.loads(saved.dump())["results"][0]["id"] == "original"
+    # a finished tune's restore, as the controller has written it since 2026-12-02 (TuneRestore.to_dict): the same JSON
+    restore = {"needed": True, "ready": True, "stage": "generate", "detail": None, "elapsed_s": 41.5,
+               "removed": ["0004-bbbbbbbb"]}
+    ended = TuneResults.from_dict({**TUNE, "restore": restore})
+    assert (ended.restore.ready, ended.restore.removed) == (True, ["0004-bbbbbbbb"])
+    assert json.loads(ended.dump())["restore"] == restore
 
 
 # --- the snapshots, the switch under way, the resolution and the profile's service --------------------------
@@ -370,7 +383,7 @@ def test_the_parts_of_meta_and_state_name_the_field(document, data, message):
 
 def test_a_switch_under_way_reads_and_writes_its_from_key():
     """state.json spells the release active before as "from" (switch.py since 2026-11-30): read as `previous`."""
-    from sglang_deploy.hostside.documents import Switching
+    from sglang_deploy.hostside.contract.store import Switching
 
     left = {"to": "0002-bbbbbbbb", "from": "0001-aaaaaaaa", "since": "t", "reason": "deploy"}
     state = StoreState.from_dict({"active": "0001-aaaaaaaa", "switching": left})
@@ -381,7 +394,7 @@ def test_a_switch_under_way_reads_and_writes_its_from_key():
 def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(tmp_path):
     """resolved.json as sglang_deploy.validate.resolution makes it, profile.json as release_plan.profile_snapshot does, and
     the profile's service section and the host's ProfileService hold the same fields."""
-    from sglang_deploy.hostside.documents import ProfileService, ProfileSnapshot, Resolution
+    from sglang_deploy.hostside.contract.release import ProfileService, ProfileSnapshot, Resolution
     from sglang_deploy.plan import plan_for_host
     from sglang_deploy.profile.sections import ServiceSection
     from sglang_deploy.release_plan import profile_snapshot
@@ -398,7 +411,7 @@ def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(
 
 # --- no string-key read of a store document comes back --------------------------------------------------------
 
-# The host programs whose answers are typed (hostside/outputs.py, measurement.py), as the controller runs them:
+# The host programs whose answers are typed (hostside/contract/answers.py, release.py), as the controller runs them:
 # host_program, inline_host, inline_store or a TuneHost's sh with the program (or the store's subcommand) first;
 # PREFLIGHT_DIR holds the preflight's report. The bench is also run as `-m <package>.bench` (gate.measure_builtin,
 # tune_runner.bench_command).
@@ -408,7 +421,7 @@ OUTPUT_RUNNERS = {"host_program", "inline_host", "inline_store", "sh"}
 # Calls that answer the bench's measurement, and the attributes that hold a typed answer (GateResult.measurement,
 # DoctorCollection.probe): a string key read of what they give is a read of the answer by key.
 MEASURED = {"measure_builtin"}
-# facts: PreflightReport.facts; output: GateResult.output, the output check's (output_result.py)
+# facts: PreflightReport.facts; output: GateResult.output, the output check's (release.OutputCheck)
 ANSWER_ATTRIBUTES = {"measurement", "probe", "facts", "output"}
 ANSWER_MODULES = {"output_check"}  # what output_check.run and evaluate answer is typed (tests/test_output_result.py)
 # A function's argument of one of these names is the bench's measurement (gate.evaluate's, tune_runner.repeat_summary's,
@@ -446,11 +459,11 @@ def string_key_reads(source: str) -> list[str]:
     a local name, and an argument of MEASUREMENT_ARGUMENTS."""
     import ast
 
-    from sglang_deploy.hostside import documents, outputs, reports  # noqa: F401 - they register their documents
+    from sglang_deploy.hostside.contract import answers, document, release, session, store  # noqa: F401 - they register their documents
 
-    files = {cls.FILE for cls in documents._DOCUMENTS.values() if cls.FILE} | {
-        value for name, value in vars(documents).items() if name.endswith("_FILE")}
-    names = {name for name in vars(documents) if name.endswith("_FILE")} | {"FILE", "state_path"}
+    files = {cls.FILE for cls in document._DOCUMENTS.values() if cls.FILE} | {
+        value for name, value in vars(release).items() if name.endswith("_FILE")}
+    names = {name for name in vars(release) if name.endswith("_FILE")} | {"FILE", "state_path"}
     tree = ast.parse(source)
 
     def names_document(node, tainted):
@@ -527,7 +540,7 @@ def string_key_reads(source: str) -> list[str]:
     return found
 
 
-PLANTED = [  # each a store document read by key, as the host read them before documents.py (and the doctor's user)
+PLANTED = [  # each a store document read by key, as the host read them before they were typed (and the doctor's user)
     'def f(store, active):\n    with open(os.path.join(store.release_dir(active), "profile.json")) as f:\n'
     '        return json.load(f)["service"]["user"]\n',
     'def f(release_dir):\n    with open(os.path.join(release_dir, DOCTOR_FILE)) as f:\n'
@@ -539,7 +552,7 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     '    doctor = json.loads(stdout) if ok else None\n    return doctor.get("suspects")\n',
     'def f(path):\n    with open(path + "/" + ReleaseMeta.FILE) as handle:\n        meta = json.load(handle)\n'
     '    return meta["weights"]\n',
-    # the host programs' answers, as the controller read them before hostside/outputs.py
+    # the host programs' answers, as the controller read them before they were typed
     'def f(service):\n    ok, output = host.run_shell_command(host_program("doctor_collect", "--service", service))\n'
     '    collected = json.loads(output.stdout)\n    if not collected.get("active"):\n        raise DeployError()\n',
     'def f(service):\n    ok, output = host.run_shell_command(shlex.join(["cat", f"{PREFLIGHT_DIR}/{service}.json"]))\n'
@@ -549,7 +562,7 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     'class VenvState(FactBase):\n    def command(self, venv):\n        return inline_host("venv_hooks", "--venv", venv)\n'
     '    def process(self, output):\n        found = json.loads(output[-1])\n        return found.get("sglang")\n',
     # the bench's measurement, as the gate, the tune, the router, the watch and the switch read it before
-    # hostside/measurement.py
+    # the bench's measurement (release.Measurement)
     'def measure_builtin(probe_url):\n    command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url]\n'
     '    result = subprocess.run(command, stdout=subprocess.PIPE)\n    return json.loads(result.stdout)["samples"]\n',
     'def f(self, done):\n    command = bench_command(url, path, settings, 0)\n    done = subprocess.run(command)\n'
@@ -565,19 +578,19 @@ PLANTED = [  # each a store document read by key, as the host read them before d
     'def evaluate(measurement, settings, baseline=None):\n    decode = measurement.get("decode_tok_s") or {}\n',
     'def repeat_summary(measurement):\n    return [s.get("decode_tok_s") for s in measurement["samples"]]\n',
     'def suspects_from(server_info, gate):\n    return ((gate or {}).get("accept_length") or {}).get("median")\n',
-    # the weights program's answers, as the fact and a caller read them before weights/status.py
+    # the weights program's answers, as the fact and a caller read them before answers.SnapshotStatus
     'class WeightsStatus(FactBase):\n    def command(self, manifest, directory):\n'
     '        return inline_host("weights", "status", "--manifest", manifest, "--dir", directory)\n'
     '    def process(self, output):\n        status = json.loads("\\n".join(output) or "{}")\n'
     '        return {"verified": bool(status.get("verified"))}\n',
     'def f(weights):\n    ok, output = host.run_shell_command(host_program("weights", "fetch", "--dir", weights.path))\n'
     '    return json.loads(output.stdout_lines[-1])["changed"]\n',
-    # the GPU probe's answer, read by key on either side before outputs.GpuProbe
+    # the GPU probe's answer, read by key on either side before answers.GpuProbe
     'def main(python, user):\n    command = probe_command(python, user, "/var/lib/sglang", {}, False)\n'
     '    result = subprocess.run(command, capture_output=True, text=True)\n'
     '    return json.loads(result.stdout)["bandwidth"]\n',
     'def run_doctor(collected):\n    return (collected.probe or {}).get("p2p")\n',
-    # the preflight probe's answer, as the runner and a reader of the report read it before preflight/probe_answer.py
+    # the preflight probe's answer, as the runner and a reader of the report read it before answers.PreflightFacts
     'def run(args):\n    argv = [args.python, "-I", os.path.join(HERE, "probe.py")]\n    result = subprocess.run(argv)\n'
     '    facts = json.loads(result.stdout)\n    return (facts.get("torch") or {}).get("all_reduce_2p")\n',
     'def f(report):\n    return report.facts["user"]\n',
@@ -601,12 +614,12 @@ def test_the_scan_leaves_json_that_is_not_a_store_document():
 
 def test_no_module_reads_a_store_document_by_string_key():
     """The host's modules, the roles, the verbs and the controller read the store's documents and the host programs'
-    typed answers through their classes (hostside/documents.py, reports.py, outputs.py): a module that reads one
+    typed answers through their classes (hostside/contract/): a module that reads one
     with json and a string key fails here."""
     from conftest import REPO
 
     modules = [path for path in sorted((REPO / "sglang_deploy").rglob("*.py")) + sorted((REPO / "roles").glob("*.py"))
-               + sorted(REPO.glob("*.py")) if path.name not in ("documents.py", "reports.py")]
+               + sorted(REPO.glob("*.py")) if "contract" not in path.parts]
     assert len(modules) > 100
     found = {str(path.relative_to(REPO)): reads for path in modules
              if (reads := string_key_reads(path.read_text()))}

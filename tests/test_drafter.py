@@ -10,7 +10,8 @@ import pytest
 from conftest import DFLASH, PROVEN, dflash_profile, proven_with, release_meta, snapshot_mark, synthetic_draft, write_profile
 from sglang_deploy import drafter
 from sglang_deploy.flags import server_args
-from sglang_deploy.hostside import roofline, safetensors_headers
+from sglang_deploy.hostside.lib import roofline
+from sglang_deploy.hostside import safetensors_headers
 from sglang_deploy.hostside.weights import prune as weights_prune
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.release_plan import weights_change

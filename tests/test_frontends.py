@@ -212,14 +212,14 @@ print(json.dumps({"same_code": extracted.__code__.co_code == own.__code__.co_cod
 
 def test_the_preflights_set_envs_and_config_is_the_engines_own():
     """The host's preflight runs SGLang's `_set_envs_and_config` compiled from the engine module's file without
-    importing the module (hostside/sglang_resolution.engine_function): where the module does import (the front end's
+    importing the module (hostside/lib/sglang_resolution.engine_function): where the module does import (the front end's
     layer), it is the same bytecode bound to the very objects the imported module binds."""
     import subprocess
     from pathlib import Path
 
     from testbed import sglang_env
 
-    import sglang_deploy.hostside.sglang_resolution as resolution
+    import sglang_deploy.hostside.lib.sglang_resolution as resolution
 
     result = subprocess.run([str(sglang_env.ensure()), "-c", ENGINE_CHECK, str(Path(resolution.__file__))],
                             capture_output=True, text=True, timeout=300)

@@ -11,9 +11,8 @@ import random
 import pytest
 
 from conftest import bench_measurement
-from sglang_deploy.hostside.documents import GateResult, GateSettings
-from sglang_deploy.hostside.gate import (ALPHA, evaluate, look_alpha, merged, paired_ratios, ratio_interval,
-                                         sequential, straddles, t95, t_one_sided, table)
+from sglang_deploy.hostside.contract.release import GateResult, GateSettings
+from sglang_deploy.hostside.lib.gate import (ALPHA, evaluate, look_alpha, merged, paired_ratios, ratio_interval, sequential, straddles, t95, t_one_sided, table)
 
 SETTINGS = GateSettings(min_decode_tok_s=None, min_accept_length=None, max_regression_pct=10, samples=8, warmup=1,
                         max_new_tokens=256, concurrency=4, on_inconclusive="rollback", max_rounds=4,

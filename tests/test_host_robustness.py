@@ -11,15 +11,17 @@ from pathlib import Path
 import pytest
 
 from conftest import bench_measurement, release_meta
-from sglang_deploy.hostside.documents import GateResult
-from sglang_deploy.hostside import client, listener, store as store_module, switch
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.release import GateResult
+from sglang_deploy.hostside.lib import client, listener
+from sglang_deploy.hostside import store as store_module, switch
 
 PACKAGE_PARENT = Path(switch.__file__).resolve().parent.parent
 
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     for release_id in ("0001-aaaaaaaa", "0002-bbbbbbbb"):
         os.makedirs(store.release_dir(release_id))
@@ -140,9 +142,10 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
     nothing installed yet); its answer is the installed package's, `python3 -m hostside.<module>` from HOST_LIB."""
     from roles.facts import host_modules, inline_host
 
-    assert host_modules("store") == ["document", "documents", "measurement", "output_result", "outputs",
-                                     "preflight/__init__", "preflight/probe_answer", "reports", "service", "store"]
-    # outputs: its history; measurement and output_result: a gate result's; probe_answer: the preflight's answer
+    contract = sorted(f"contract/{path.stem}" for path in (Path(__file__).resolve().parents[1] / "sglang_deploy/hostside/contract").glob("*.py"))
+    assert {"contract/answers", "contract/document", "contract/release", "contract/session", "contract/store",
+            "contract/paths", "contract/__init__"} <= set(contract)  # the contract ships whole, whatever one reads
+    assert host_modules("store") == sorted(contract + ["lib/__init__", "lib/service", "store"])
     assert {"weights/__init__", "weights/__main__", "weights/fetch", "weights/manifest", "weights/prune"} <= \
         set(host_modules("weights"))  # a sub-package: run as its __main__, with the modules it imports
     carried = subprocess.run(["sh", "-c", inline_host("weights", "--help")], cwd=tmp_path, capture_output=True, text=True)
@@ -159,7 +162,7 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
                                cwd=PACKAGE_PARENT, env=env, capture_output=True, text=True)
     assert inline.returncode == installed.returncode == 0, inline.stderr + installed.stderr
     assert json.loads(inline.stdout) == json.loads(installed.stdout)
-    from sglang_deploy.hostside.outputs import StoreHistory
+    from sglang_deploy.hostside.contract.answers import StoreHistory
 
     assert StoreHistory.loads(inline.stdout).releases[0].id == "0001-0123abcd"
     assert StoreHistory.loads(inline.stdout).releases[0].gate.decode_tok_s == 51.0
@@ -197,3 +200,24 @@ def test_a_fact_runs_the_installed_package_only_when_it_is_this_checkouts(tmp_pa
     for other in ("0" * 64 + "\n", ""):  # another version installed, or a manifest without a digest
         carried = answer(other)
         assert "installed copy" not in carried and json.loads(carried)["service"] == "sglang"
+
+
+def test_the_host_programs_are_the_modules_with_a_main_block_and_no_other_runs():
+    """hostside.PROGRAMS names every module of the host package that has a `__main__` block (a sub-package's
+    __main__.py: the package), and nothing else; the library (lib/, contract/) has none. layout.host_program_argv
+    runs a program only: a library module is refused on the controller, before any host sees the command."""
+    import re
+
+    from sglang_deploy.hostside import PROGRAMS
+    from sglang_deploy.layout import HOSTSIDE, host_program_argv
+
+    mains = set()
+    for path in HOSTSIDE.rglob("*.py"):
+        if path.name == "__main__.py" or re.search(r'^if __name__ == "__main__":', path.read_text(), re.M):
+            parts = path.relative_to(HOSTSIDE).with_suffix("").parts
+            mains.add(".".join(parts[:-1] if parts[-1] == "__main__" else parts))
+    assert mains == set(PROGRAMS)
+    assert not [name for name in PROGRAMS if name.split(".")[0] in ("lib", "contract")]
+    assert host_program_argv("watch", "--service", "s")[1:3] == ["-m", "hostside.watch"]
+    with pytest.raises(ValueError, match="hostside.lib.gate is not a host program"):
+        host_program_argv("lib.gate")

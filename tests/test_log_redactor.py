@@ -73,7 +73,7 @@ def test_without_a_config_file_it_refuses_to_run(tmp_path):
 
 def test_the_unit_runs_the_server_behind_it_and_the_switch_sees_the_server(tmp_path):
     from conftest import PROVEN
-    from sglang_deploy.hostside.service import LOG_REDACTOR, cmdline_matches, server_argv
+    from sglang_deploy.hostside.lib.service import LOG_REDACTOR, cmdline_matches, server_argv
     from sglang_deploy.profile import load_profile
     from sglang_deploy.render import render
 

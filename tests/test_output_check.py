@@ -1,4 +1,4 @@
-"""The gate's output check (hostside/output_check.py): known answers, degenerate output and agreement with the last
+"""The gate's output check (hostside/lib/output_check.py): known answers, degenerate output and agreement with the last
 good release, as decisions on recorded answers, and against both simulated servers with the output faults."""
 
 import json
@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from conftest import LOCAL_FRONTEND_KEY, LOCAL_FRONTEND_MODEL
-from sglang_deploy.hostside import output_check
+from sglang_deploy.hostside.lib import output_check
 from testbed.calibration import PROVEN
 from testbed.local_sglang import model_dir
 from testbed.local_sim import LocalSim
 
 DOCUMENT, DIGEST = output_check.load_prompts()
-BOOK = json.loads((Path(output_check.__file__).parents[1] / "sim" / "data" / "answers.json").read_text())
+BOOK = json.loads((Path(output_check.__file__).parents[2] / "sim" / "data" / "answers.json").read_text())
 KEY = "sk-output-check-0123456789"
 
 

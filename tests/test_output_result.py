@@ -1,14 +1,14 @@
-"""The output check's answer (hostside/output_result.py): built by output_check.evaluate through its class, stored in
+"""The output check's answer (hostside/contract/release.py OutputCheck): built by output_check.evaluate through its class, stored in
 the gate's result and read back as the next gate's baseline, carried short by the watch and the tune; what earlier
 versions stored reads, a renamed field on either side fails."""
 
 import pytest
 
-from sglang_deploy.hostside import output_check
-from sglang_deploy.hostside.documents import DocumentError, GateResult
-from sglang_deploy.hostside.output_result import OutputCheck, OutputCounts, OutputRow
-from sglang_deploy.hostside.outputs import TuneItemResult
-from sglang_deploy.hostside.reports import WatchEntry, WatchOutput
+from sglang_deploy.hostside.lib import output_check
+from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.release import (GateResult, OutputCheck, OutputCounts, OutputRow, WatchEntry,
+                                                     WatchOutput)
+from sglang_deploy.hostside.contract.session import TuneItemResult
 from test_documents import string_key_reads
 from test_output_check import DIGEST, DOCUMENT, answers
 
@@ -61,7 +61,7 @@ def test_a_renamed_or_missing_field_is_named_never_read_as_none(output, message)
 
 
 def test_the_short_forms_are_the_checks_own_fields():
-    """The watch's (reports.WatchOutput) and the tune's (OutputCounts) short forms take the check's fields by name:
+    """The watch's (release.WatchOutput) and the tune's (OutputCounts) short forms take the check's fields by name:
     a field renamed in the check alone fails here, and where they are built (getattr)."""
     assert WatchOutput.field_names() <= OutputCheck.field_names()
     assert OutputCounts.field_names() <= OutputCheck.field_names()

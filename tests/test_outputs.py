@@ -11,11 +11,12 @@ import types
 import pytest
 
 from conftest import REPO, bench_measurement, gate_document, release_meta
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.answers import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
+                                                     StoreHistory, VenvHooks)
+from sglang_deploy.hostside.contract.document import DocumentError, line
+from sglang_deploy.hostside.contract.release import GateResult, WatchEntry
 from sglang_deploy.hostside import store as store_module
-from sglang_deploy.hostside.documents import DocumentError, GateResult, line
-from sglang_deploy.hostside.outputs import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
-                                            StoreHistory, VenvHooks)
-from sglang_deploy.hostside.reports import WatchEntry
 
 
 def renamed(data, old, new):
@@ -107,7 +108,7 @@ def collector_fields() -> set:
 
 
 def collection(**changes):
-    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": {}, "gate": bench_measurement([50.0]).to_dict(),
+    fields = {"active": "0001-aaaaaaaa", "errors": [], "meta": None, "gate": bench_measurement([50.0]).to_dict(),
               "environ": {}, "log_findings": {}, "costly_env": [], "server_info": {"tp_size": 2},
               "checkpoint_path": "/m", "checkpoint": None, "draft_checkpoint": None, "offered_drafts": [],
               "last_tune": None, "last_ab": None, "clock_reasons": {"0": "0x0"}, "card_memory_mib": [49140],
@@ -130,6 +131,11 @@ def test_the_doctor_collector_writes_exactly_the_collections_fields():
      "hostside.doctor_collect's output sandbox findings[0]: unknown field 'fixx'"),
     (collection(gate=renamed(bench_measurement([50.0]).to_dict(), "ttft_s", "ttft")),
      "hostside.doctor_collect's output gate: unknown field 'ttft'"),
+    # the active release's meta and its last tune are the release's own documents, typed
+    (collection(meta=renamed(release_meta().to_dict(), "venv", "venv_path")), "hostside.doctor_collect's output meta: unknown "
+                                                                       "field 'venv_path'"),
+    (collection(last_tune={"stamp": "s", "original": "0001-aaaaaaaa", "results": []}),
+     "hostside.doctor_collect's output last_tune: required field"),
 ])
 def test_the_doctor_collection_reader_names_the_field(data, message):
     with pytest.raises(DocumentError) as error:
@@ -155,7 +161,7 @@ def test_the_doctor_reads_the_collection_by_attribute():
 
 def test_the_store_writes_its_history_through_the_class(tmp_path, monkeypatch, capsys):
     """hostside.store history on a store with a gated, watched release: StoreHistory reads it by attribute."""
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
     (directory / "gate-config.json").write_text(gate_document(min_decode_tok_s=45).dump())
@@ -203,7 +209,7 @@ def test_the_history_reader_names_the_field(release, service, message):
 def measure_item_fields() -> set:
     """The keys tune_runner.Session.measure_item puts in its result: its dict literal, result["..."] = ... and
     result.update(...)'s keywords."""
-    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "tune_runner.py").read_text())
+    tree = ast.parse((REPO / "sglang_deploy" / "hostside" / "lib" / "tune_runner.py").read_text())
     method = next(node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef) and node.name == "measure_item")
     keys = set()
     for node in ast.walk(method):
@@ -221,17 +227,18 @@ def measure_item_fields() -> set:
 
 def test_the_tune_runner_writes_exactly_the_item_results_fields():
     """A key renamed in measure_item fails here (and, strict, when the session writes the result)."""
-    from sglang_deploy.hostside.outputs import TuneItemResult
+    from sglang_deploy.hostside.contract.session import TuneItemResult
 
     assert measure_item_fields() == TuneItemResult.field_names()
 
 
 def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
     """tune_session poll: the status, the log and the results, read back by the controller's TunePoll."""
-    from sglang_deploy.hostside import tune_runner, tune_session
-    from sglang_deploy.hostside.outputs import TunePoll
+    from sglang_deploy.hostside.lib import tune_runner
+    from sglang_deploy.hostside import tune_session
+    from sglang_deploy.hostside.contract.session import TunePoll
 
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     paths = tune_runner.Paths("sglang", "s1")
     os.makedirs(paths.results)
     tune_runner.write_json(os.path.join(paths.results, "0003.json"), {
@@ -247,6 +254,16 @@ def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
     tune_runner.write_json(os.path.join(paths.results, "0004.json"), {"seq": 4, "id": "x", "okay": True})
     assert tune_session.cmd_poll(args) == 0
     assert "0004.json: unknown field 'okay'" in TunePoll.loads(capsys.readouterr().out).unreadable[0]
+    # the switch's readiness is typed (Readiness): read by attribute, a renamed field named
+    result = {"seq": 5, "id": "y", "release_id": "0003-cccccccc", "ok": False, "at": "t", "duration_s": 1.0,
+              "readiness": {"ready": False, "stage": "health", "detail": "timeout", "elapsed_s": 60.0}}
+    tune_runner.write_json(os.path.join(paths.results, "0005.json"), result)
+    tune_runner.write_json(os.path.join(paths.results, "0006.json"), {**result, "seq": 6, "readiness": renamed(
+        result["readiness"], "elapsed_s", "elapsed")})
+    assert tune_session.cmd_poll(args) == 0
+    poll = TunePoll.loads(capsys.readouterr().out)
+    assert (poll.result(5).readiness.stage, poll.result(5).readiness.elapsed_s) == ("health", 60.0)
+    assert any("0006.json readiness: unknown field 'elapsed'" in line for line in poll.unreadable), poll.unreadable
 
 
 class Answers:
@@ -332,7 +349,7 @@ def test_the_weights_error_line_is_read_by_attribute(monkeypatch, capsys):
     from pyinfra.api.exceptions import OperationError
 
     from roles import weights as weights_role
-    from sglang_deploy.hostside.outputs import WeightsFailure
+    from sglang_deploy.hostside.contract.answers import WeightsFailure
     from sglang_deploy.hostside.weights import __main__ as weights_main
     from sglang_deploy.hostside.weights.manifest import MODELS_ROOT
 
@@ -375,7 +392,7 @@ def test_the_bench_writes_its_measurement_through_the_class(monkeypatch, capsys)
     """bench.main on its normal path (a server streaming two chunks per request): every field Measurement, Sample,
     Summary and BenchConfig hold is written, and the gate's reader reads it back by attribute."""
     from sglang_deploy.hostside import bench
-    from sglang_deploy.hostside.measurement import BenchConfig, Measurement, Sample, Summary
+    from sglang_deploy.hostside.contract.release import BenchConfig, Measurement, Sample, Summary
 
     def stream(request, timeout):
         return Stream([{"meta_info": {"completion_tokens": 1}},
@@ -418,7 +435,7 @@ def measured(**changes):
     ({"errors": "timed out"}, "hostside.bench's measurement: required field 'url' is missing"),  # no failed run's
 ])
 def test_the_measurement_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.measurement import Measurement
+    from sglang_deploy.hostside.contract.release import Measurement
 
     with pytest.raises(DocumentError) as error:
         Measurement.loads(json.dumps(data))
@@ -438,8 +455,8 @@ def test_a_stored_measurement_with_a_renamed_field_is_no_baseline():
 def test_the_gate_reads_the_bench_through_the_class(monkeypatch):
     """measure_builtin: the bench's answer by attribute; a renamed field, an exit status or a timeout is a failed
     measurement naming why, and the gate is inconclusive saying so (a renamed field read as no sample before)."""
-    from sglang_deploy.hostside import gate
-    from sglang_deploy.hostside.documents import GateSettings
+    from sglang_deploy.hostside.lib import gate
+    from sglang_deploy.hostside.contract.release import GateSettings
 
     answers = []
     monkeypatch.setattr(gate.subprocess, "run", lambda command, **kwargs: answers.pop(0))
@@ -503,7 +520,7 @@ def test_the_weights_status_is_written_through_its_class(tmp_path, capsys):
     from sglang_deploy.hostside import deploy_facts
     from sglang_deploy.hostside.weights import __main__ as weights_main
     from sglang_deploy.hostside.weights.manifest import MODELS_ROOT
-    from sglang_deploy.hostside.weights.status import SnapshotStatus
+    from sglang_deploy.hostside.contract.answers import SnapshotStatus
     from sglang_deploy.weights import manifest_from_directory
 
     (tmp_path / "config.json").write_text("{}")
@@ -570,7 +587,7 @@ def test_the_weights_verify_placed_and_pruned_answers_name_the_field(answer, mes
     from pyinfra.api.exceptions import OperationError
 
     from roles import weights as weights_role
-    from sglang_deploy.hostside.outputs import WeightsPlaced, WeightsPruned, WeightsVerified
+    from sglang_deploy.hostside.contract.answers import WeightsPlaced, WeightsPruned, WeightsVerified
 
     logged = []
     output = types.SimpleNamespace(stdout_lines=["fetched 3 of 3 files", json.dumps(answer)], stderr_lines=[])
@@ -594,7 +611,7 @@ def test_the_weights_verify_placed_and_pruned_answers_name_the_field(answer, mes
 def test_the_weights_verify_answer_has_the_readers_fields(tmp_path):
     """`weights verify` answers WeightsVerified(ok, problems, seconds, **manifest.verify's stats): the stats' keys are
     its remaining fields (a renamed stat fails at the write)."""
-    from sglang_deploy.hostside.outputs import WeightsVerified
+    from sglang_deploy.hostside.contract.answers import WeightsVerified
     from sglang_deploy.hostside.weights import manifest as host_manifest
     from sglang_deploy.weights import manifest_from_directory
 
@@ -628,7 +645,7 @@ def probe_keys() -> dict:
 def test_the_gpu_probe_writes_exactly_the_answers_fields():
     """A key renamed in gpu_probe.py fails here; the answer recorded on 2x H200 reads through GpuProbe (test
     _doctor_logic), and the error answers are GpuProbe's error (with the devices when they are busy)."""
-    from sglang_deploy.hostside.outputs import GpuProbe, ProbeAllreduce, ProbeBandwidth, ProbeDevice, ProbeP2P
+    from sglang_deploy.hostside.contract.answers import GpuProbe, ProbeAllreduce, ProbeBandwidth, ProbeDevice, ProbeP2P
 
     keys = probe_keys()
     assert keys["bandwidth"] == {frozenset(ProbeBandwidth.field_names())}
@@ -652,7 +669,7 @@ PROBE = json.loads((REPO / "tests" / "fixtures" / "h200x2-gpu-probe.json").read_
      "the GPU probe's answer allreduce_default: unknown field 'latency'"),
 ])
 def test_the_gpu_probe_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.outputs import GpuProbe
+    from sglang_deploy.hostside.contract.answers import GpuProbe
 
     with pytest.raises(DocumentError) as error:
         GpuProbe.from_dict(data)
@@ -663,7 +680,7 @@ def test_the_collector_reads_the_probe_through_its_class():
     """doctor_collect.probe_answer: the probe's answer as GpuProbe's dict, or an error naming why (a renamed field,
     no JSON: its stderr, no python); the doctor's collection reads it by attribute."""
     from sglang_deploy.hostside.doctor_collect import probe_answer
-    from sglang_deploy.hostside.outputs import GpuProbe
+    from sglang_deploy.hostside.contract.answers import GpuProbe
 
     def ran(stdout, stderr=""):
         return subprocess.CompletedProcess([], 0, stdout, stderr)

@@ -17,7 +17,7 @@ REQUIRED = ["sglang_deploy/templates/sglang.service.j2", "sglang_deploy/template
             "sglang_deploy/templates/secrets.yaml.j2", "sglang_deploy/sim/data/2xa6000-pcie.json",
             "sglang_deploy/releases/0.5.23/options.json",
             "sglang_deploy/releases/0.5.23/classes.json", "sglang_deploy/releases/__init__.py", "sglang_deploy/hostside/store.py",
-            "sglang_deploy/hostside/switch.py", "sglang_deploy/hostside/service.py",
+            "sglang_deploy/hostside/switch.py", "sglang_deploy/hostside/lib/service.py",
             "sglang_deploy/hostside/__init__.py", "sglang_deploy/validate/parser_probe.py",
             "sglang_deploy/hostside/weights/__init__.py", "sglang_deploy/hostside/weights/__main__.py",
             "sglang_deploy/hostside/preflight/__main__.py", "sglang_deploy/hostside/preflight/probe.py",

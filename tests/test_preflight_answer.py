@@ -1,4 +1,4 @@
-"""The preflight probe's answer (hostside/preflight/probe_answer.py): probe.py runs by path with -I and prints its
+"""The preflight probe's answer (hostside/contract/answers.py PreflightFacts): probe.py runs by path with -I and prints its
 dicts itself, so the keys it writes (and allreduce.run's, and the runner's outside view) are held equal to the classes'
 fields here; the runner and findings.py read it by attribute, and a renamed field is an error naming the answer and
 the field, never a fact read as None."""
@@ -10,11 +10,11 @@ import json
 import pytest
 
 from conftest import REPO
-from sglang_deploy.hostside.documents import DocumentError
-from sglang_deploy.hostside.preflight.probe_answer import (PreflightAllReduce, PreflightDriver, PreflightFacts,
-                                                           PreflightLimit, PreflightLimits, PreflightNode,
-                                                           PreflightOutside, PreflightResolution, PreflightSandbox,
-                                                           PreflightToolchain, PreflightTorch, PreflightTriton)
+from sglang_deploy.hostside.contract.answers import (PreflightAllReduce, PreflightDriver, PreflightFacts,
+                                                     PreflightLimit, PreflightLimits, PreflightNode, PreflightOutside,
+                                                     PreflightResolution, PreflightSandbox, PreflightToolchain,
+                                                     PreflightTorch, PreflightTriton)
+from sglang_deploy.hostside.contract.document import DocumentError
 from test_preflight_logic import FACTS, GOLDEN_UNIT
 
 PREFLIGHT = REPO / "sglang_deploy" / "hostside" / "preflight"
@@ -59,7 +59,7 @@ def written_keys(path, function_name=None) -> dict:
 
 
 def test_the_probe_writes_exactly_the_answers_fields():
-    """A key renamed in probe.py, or a field renamed in probe_answer.py, fails here; a new function of the probe that
+    """A key renamed in probe.py, or a field renamed in contract/answers.py, fails here; a new function of the probe that
     writes a dict must be named here too."""
     keys = written_keys(PREFLIGHT / "probe.py")
     assert set(keys) == {"node_facts", "parse_limits", "toolchain", "sandbox_facts", "resolution", "cuda_driver_facts",
@@ -123,7 +123,7 @@ def test_the_runner_names_a_renamed_field_in_the_report(tmp_path, monkeypatch):
     and the report is written (facts None); before, a missing key read as None ("no GPU to judge")."""
     import subprocess as real
 
-    from sglang_deploy.hostside.outputs import PreflightReport
+    from sglang_deploy.hostside.contract.answers import PreflightReport
     from sglang_deploy.hostside.preflight import runner
 
     unit, env = tmp_path / "sglang.service", tmp_path / "sglang.env"
@@ -161,11 +161,12 @@ NOT_THE_ANSWERS = {"step", "status", "detail", "fix", "error", "uid_map", "unpri
 
 def answer_key_reads(source: str) -> list:
     """"line: code" for each `x["k"]` or `x.get("k")` whose k is a field of the probe's answer (any class of
-    probe_answer.py), but for NOT_THE_ANSWERS."""
-    from sglang_deploy.hostside.preflight import probe_answer
+    contract/answers.py's Preflight* but the report and its findings), but for NOT_THE_ANSWERS."""
+    from sglang_deploy.hostside.contract import answers
 
-    fields = set().union(*(file_keys(cls) for cls in vars(probe_answer).values()
-                           if isinstance(cls, type) and cls.__module__ == probe_answer.__name__)) - NOT_THE_ANSWERS
+    fields = set().union(*(file_keys(cls) for name, cls in vars(answers).items()
+                           if name.startswith("Preflight") and name not in ("PreflightReport", "PreflightFinding"))) \
+        - NOT_THE_ANSWERS
     found = []
     for node in ast.walk(ast.parse(source)):
         key = None
@@ -179,7 +180,7 @@ def answer_key_reads(source: str) -> list:
     return found
 
 
-@pytest.mark.parametrize("source", [  # as findings.py and the runner read the answer before probe_answer.py
+@pytest.mark.parametrize("source", [  # as findings.py and the runner read the answer before it was typed
     'def diagnose(facts, gpus):\n    numbered = [n for n in facts["nodes"] if n["path"]]\n',
     'def _torch_findings(found, triton):\n    return found.get("count", 0)\n',
     'def run(result):\n    facts = json.loads(result.stdout)\n    return (facts.get("torch") or {}).get("all_reduce_2p")\n',

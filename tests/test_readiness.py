@@ -1,9 +1,9 @@
-"""Readiness on the host (sglang_deploy/hostside/readiness.py), without a server: is the release's server ready,
+"""Readiness on the host (sglang_deploy/hostside/lib/readiness.py), without a server: is the release's server ready,
 and is it really the release's server?"""
 
 from __future__ import annotations
 
-from sglang_deploy.hostside import readiness
+from sglang_deploy.hostside.lib import readiness
 
 
 def test_a_free_port_is_not_ready_and_gets_no_key(tmp_path, monkeypatch):

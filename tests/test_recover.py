@@ -7,15 +7,16 @@ import os
 import pytest
 
 from conftest import release_meta
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.store import StoreState, Switching
 from sglang_deploy.hostside import store as store_module
-from sglang_deploy.hostside.documents import StoreState, Switching
 from sglang_deploy.hostside.recover import plan, recover
 from sglang_deploy.hostside.store import Lock, Store, content_hash, holder
 
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path / "store"))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path / "store"))
     s = Store("sglang")
     s.unit_path = str(tmp_path / "etc" / "systemd" / "sglang.service")
     s.env_path = str(tmp_path / "etc" / "sglang-deploy" / "sglang.env")
@@ -178,7 +179,7 @@ def test_the_recovery_is_listed_and_its_unit_runs_before_the_server(store):
 
 
 def test_the_perf_watch_shows_the_last_recovery():
-    from sglang_deploy.hostside.documents import Recovery
+    from sglang_deploy.hostside.contract.store import Recovery
     from sglang_deploy.hostside.watch import textfile
 
     record = Recovery(at="2026-12-06T03:00:00+00:00", boot_id="b", reason="r", interrupted="0002-bbbbbbbb",

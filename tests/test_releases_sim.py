@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import PROVEN, REPO, TEST_SERVICE_PORT, proven_with
-from sglang_deploy.hostside.service import server_argv
+from sglang_deploy.hostside.lib.service import server_argv
 
 pytestmark = pytest.mark.simhost
 
@@ -170,7 +170,7 @@ def test_interrupted_switch_leaves_a_service_and_the_next_deploy_converges(simho
 def test_the_environment_file_reads_as_systemd_reads_it(simhost):
     """The consistency check parses the environment file itself: real systemd must agree, for the values the
     renderer quotes (quotes, backslashes, $, backticks, spaces)."""
-    from sglang_deploy.hostside.service import env_file_values
+    from sglang_deploy.hostside.lib.service import env_file_values
     from sglang_deploy.render import env_quote
 
     values = {"SGLANG_A": 'x"y', "SGLANG_B": "C:\\path", "SGLANG_C": "$HOME/x", "SGLANG_D": '{"a": 1}',

@@ -27,7 +27,7 @@ FACTS = sorted(name for name, value in vars(facts).items()
 
 
 def as_json(value):
-    """A fact's value as JSON: a typed document (hostside/documents.py: the release store's state) as its fields."""
+    """A fact's value as JSON: a typed document (hostside/contract/: the release store's state) as its fields."""
     return json.loads(json.dumps(value, default=lambda document: document.to_dict()))
 
 

@@ -11,6 +11,7 @@ from conftest import gate_document, release_meta
 from fakehost import run_role
 from sglang_deploy.switch_options import SwitchOptions
 from roles import release
+from sglang_deploy.hostside.contract.release import ReleaseFiles, Resolution
 from sglang_deploy.layout import host_package
 from sglang_deploy.release_plan import controller_identity
 from sglang_deploy.roofline import release_inputs
@@ -75,9 +76,10 @@ RESOLUTION = {"sglang_version": "0.5.23", "argv": ["sglang", "serve", "--tp-size
 
 
 def test_stage_writes_meta_json_last_and_the_environment_0600():
-    ops = run_role(release.stage, service="sglang", release_id="r2", unit="[Unit]\n", env="A=1\n", profile_json="{}",
-                   gate_config=gate_document(), resolution=RESOLUTION, meta=release_meta(venv="/opt/v"),
-                   roofline=release_inputs({"tp_size": 2}, "/m", "x"))
+    ops = run_role(release.stage, service="sglang", release_id="r2", release_files=ReleaseFiles(
+        unit="[Unit]\n", env="A=1\n", profile="{}", gate_config=gate_document(),
+        resolution=Resolution.from_dict(RESOLUTION), meta=release_meta(venv="/opt/v"),
+        roofline=release_inputs({"tp_size": 2}, "/m", "x")))
     directory = "/var/lib/sglang-deploy/sglang/releases/r2"
     assert [name.split(" | ")[1] for name in ops.names] == [
         "Release directory r2", "r2/sglang.service", "r2/sglang.env (0600)", "r2/profile.json", "r2/gate-config.json",
@@ -90,8 +92,9 @@ def test_stage_writes_meta_json_last_and_the_environment_0600():
 
 
 def test_stage_without_venv_or_roofline():
-    ops = run_role(release.stage, service="sglang", release_id="r2", unit="", env="", profile_json="{}",
-                   gate_config=gate_document(), resolution=RESOLUTION, meta=release_meta(venv=""))
+    ops = run_role(release.stage, service="sglang", release_id="r2", release_files=ReleaseFiles(
+        unit="", env="", profile="{}", gate_config=gate_document(), resolution=Resolution.from_dict(RESOLUTION),
+        meta=release_meta(venv="")))
     assert not [name for name in ops.names if "packages.json" in name or "roofline.json" in name]
 
 
@@ -122,3 +125,31 @@ def test_preflight_inputs_travel_base64_and_are_removed_by_the_same_command():
     assert ops.names[1] == "Release: preflight | Preflight report"
     assert json.dumps(["--tp-size", "2"]) == json.dumps(release.preflight_inputs(
         ["/opt/v/bin/sglang", "serve", "--tp-size", "2"], None)[0])
+
+
+def test_a_tunes_temporary_release_is_the_deploys_set_of_files_written_by_the_host(tmp_path, monkeypatch):
+    """ReleaseFiles is the one spelling of a release's files: the deploy's stage writes its members, the tune's queue
+    item carries them by name and the host's runner writes those with the same modes, meta.json last; a file
+    missing from a queue item, or one no release has, is named and nothing is written."""
+    from types import SimpleNamespace
+
+    from sglang_deploy.hostside.lib import tune_runner
+    from sglang_deploy.hostside.contract import paths as host_paths
+    from sglang_deploy.hostside.contract.document import DocumentError
+
+    files = ReleaseFiles(unit="[Unit]\n", env="A=1\n", profile="{}", gate_config=gate_document(),
+                         resolution=Resolution.from_dict(RESOLUTION), meta=release_meta())
+    assert [name for name, _, _ in files.members()] == ["sglang.service", "sglang.env", "profile.json",
+                                                        "gate-config.json", "resolved.json", "meta.json"]
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
+    session = SimpleNamespace(store=tune_runner.Store("sglang"), created=[])
+    item = SimpleNamespace(seq=3, release_id="0004-0123abcd", files=files.by_name())
+    assert tune_runner.Session.stage(session, item) == "0004-0123abcd"
+    directory = tmp_path / "sglang" / "releases" / "0004-0123abcd"
+    assert {path.name: (path.read_text(), path.stat().st_mode & 0o777) for path in directory.iterdir()} == {
+        name: (content, mode) for name, content, mode in files.members()}
+    for broken, message in (({k: v for k, v in files.by_name().items() if k != "sglang.env"}, "sglang.env is missing"),
+                            ({**files.by_name(), "notes.txt": ""}, "notes.txt is not a release's file")):
+        with pytest.raises(DocumentError, match=f"queue item 3's files: {message}"):
+            tune_runner.Session.stage(session, SimpleNamespace(seq=3, release_id="0005-0123abcd", files=broken))
+    assert not (tmp_path / "sglang" / "releases" / "0005-0123abcd" / "meta.json").exists()

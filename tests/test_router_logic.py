@@ -78,7 +78,7 @@ def test_the_fleet_gate_through_the_router_applies_the_workers_floors():
 
 
 def test_the_router_key_file_is_read_as_an_api_key(tmp_path):
-    from sglang_deploy.hostside.client import read_api_key
+    from sglang_deploy.hostside.lib.client import read_api_key
 
     (tmp_path / "workers-api-key").write_text("sk-abc123\n")
     (tmp_path / "secrets.yaml").write_text('api-key: "sk-xyz"\n')

@@ -1,10 +1,10 @@
-"""The unit's process as the host sees it (hostside/service.py): the command line a release's ExecStart runs as, and
+"""The unit's process as the host sees it (hostside/lib/service.py): the command line a release's ExecStart runs as, and
 the running process's environment against the release's environment file (names, never values)."""
 
 import pytest
 
 from conftest import PROVEN
-from sglang_deploy.hostside.service import cmdline_matches, env_file_values, environment_drift
+from sglang_deploy.hostside.lib.service import cmdline_matches, env_file_values, environment_drift
 from sglang_deploy.plan import plan_for_host
 
 

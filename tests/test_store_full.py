@@ -11,8 +11,9 @@ import subprocess
 import pytest
 
 from conftest import release_meta
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.store import StoreState, Switching
 from sglang_deploy.hostside import store as store_module, switch
-from sglang_deploy.hostside.documents import StoreState, Switching
 from sglang_deploy.hostside.recover import recover
 from sglang_deploy.hostside.store import Store, atomic_write, content_hash
 
@@ -49,7 +50,7 @@ def host(tmp_path, mounts, monkeypatch):
     """A store on a small file system (`store`), /etc's unit and environment on another (`etc`), two releases: the
     running one (good) and a new one; systemctl and readiness recorded, not run."""
     store_fs, etc_fs = mounts("store", size="256k"), mounts("etc", size="64k")
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(store_fs))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(store_fs))
     original = Store.__init__
 
     def paths(self, service):

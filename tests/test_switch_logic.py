@@ -7,8 +7,10 @@ import types
 import pytest
 
 from conftest import release_meta, snapshot_mark
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.release import SnapshotMark
+from sglang_deploy.hostside.contract.store import StoreState
 from sglang_deploy.hostside import store as store_module, switch
-from sglang_deploy.hostside.documents import SnapshotMark, StoreState
 
 A = snapshot_mark(source="hf://org/m@" + "a" * 40, manifest_sha256="1" * 64)
 B = snapshot_mark(source="hf://org/m@" + "b" * 40, manifest_sha256="2" * 64)
@@ -24,7 +26,7 @@ def test_the_baseline_note_names_a_weights_change():
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     for release_id, weights in (("0001-aaaaaaaa", {**A, "manifest": str(tmp_path / "gone.json"), "path": "/x"}),
                                 ("0002-bbbbbbbb", None)):
@@ -54,8 +56,7 @@ def test_no_automatic_rollback_onto_weights_that_are_not_the_verified_ones(store
 @pytest.mark.parametrize("target_verdict, last_good", [("good", "0002-bbbbbbbb"), (None, "0001-aaaaaaaa")])
 def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_last_good(tmp_path, monkeypatch,
                                                                                          target_verdict, last_good):
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
-    monkeypatch.setattr(switch, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     for number, (release_id, verdict) in enumerate((("0001-aaaaaaaa", "good"), ("0002-bbbbbbbb", target_verdict),
                                                      ("0003-cccccccc", "good"))):
@@ -82,7 +83,7 @@ def test_a_rank_following_rank_0_back_marks_the_release_bad_and_keeps_a_good_las
 def test_a_server_argv_that_is_not_utf8_is_read_not_raised():
     import json
 
-    from sglang_deploy.hostside.service import cmdline_matches, parse_cmdline
+    from sglang_deploy.hostside.lib.service import cmdline_matches, parse_cmdline
 
     argv = parse_cmdline(b"/usr/bin/python3\0-I\0sglang::\xff\xfescheduler\0")
     assert argv == ["/usr/bin/python3", "-I", "sglang::\\xff\\xfescheduler"]
@@ -123,7 +124,7 @@ def test_move_aside_takes_what_the_service_user_wrote_into_the_store(tmp_path, s
     import os
     import stat
 
-    from sglang_deploy.hostside.forensics import move_aside
+    from sglang_deploy.hostside.lib.forensics import move_aside
 
     root, env = service_dirs
     moved = move_aside("sglang", "nobody", env, str(tmp_path / "store"), "auto-rollback", release="0002-bbbbbbbb",
@@ -143,7 +144,7 @@ def test_move_aside_takes_what_the_service_user_wrote_into_the_store(tmp_path, s
 
 @pytest.mark.parametrize("user", ["root", "no-such-user-38"])
 def test_move_aside_never_takes_roots_or_an_unknown_users_directories(tmp_path, service_dirs, user):
-    from sglang_deploy.hostside.forensics import move_aside
+    from sglang_deploy.hostside.lib.forensics import move_aside
 
     root, env = service_dirs
     assert move_aside("sglang", user, env, str(tmp_path / "store"), "rollback") == {"dir": None, "moved": {}}
@@ -161,7 +162,7 @@ def test_across_file_systems_nothing_is_copied_it_moves_within_its_own(tmp_path)
     import stat
     import tempfile
 
-    from sglang_deploy.hostside.forensics import move_aside, movable_problem
+    from sglang_deploy.hostside.lib.forensics import move_aside, movable_problem
 
     nobody = pwd.getpwnam("nobody")
     other = tempfile.mkdtemp(dir="/dev/shm")  # root's 0700: the parent a holder needs
@@ -194,7 +195,7 @@ def test_across_file_systems_nothing_is_copied_it_moves_within_its_own(tmp_path)
 
 
 def test_a_mount_point_is_refused_before_the_stop(tmp_path):
-    from sglang_deploy.hostside.forensics import movable_problem
+    from sglang_deploy.hostside.lib.forensics import movable_problem
 
     assert "is a mount point" in movable_problem(["/dev/shm"], str(tmp_path / "forensics"))
 
@@ -202,7 +203,7 @@ def test_a_mount_point_is_refused_before_the_stop(tmp_path):
 def test_old_forensics_directories_are_pruned(tmp_path):
     import os
 
-    from sglang_deploy.hostside.forensics import KEEP, prune
+    from sglang_deploy.hostside.lib.forensics import KEEP, prune
 
     for day in range(1, 7):
         (tmp_path / f"2026120{day}T000000Z-rollback" / "var__cache__sglang").mkdir(parents=True)

@@ -13,7 +13,7 @@ from conftest import PROVEN, write_profile
 from fakehost import run_role
 from sglang_deploy.token_map import file as token_map, part as token_map_part
 from sglang_deploy.flags import server_args
-from sglang_deploy.hostside.documents import ReleaseMeta
+from sglang_deploy.hostside.contract.release import ReleaseMeta
 from sglang_deploy.hostside.weights import manifest as host_manifest
 from sglang_deploy.hostside.weights.prune import maps_to_remove, prune_maps, referenced_snapshots
 from sglang_deploy.profile import ProfileError, load_profile
@@ -185,7 +185,7 @@ def test_prune_removes_only_unused_maps_on_disk(tmp_path):
 
 def test_releases_py_shows_the_map_and_the_tunes_maps():
     from conftest import store_report
-    from sglang_deploy.hostside.documents import ReleaseMeta
+    from sglang_deploy.hostside.contract.release import ReleaseMeta
 
     release = ReleaseMeta.from_dict({**META, "token_map": {"sha256": DIGEST, "path": "/m/a.pt", "size": 32768},
                                      "offered_token_maps": [{"sha256": "b" * 64, "path": "/m/b.pt", "size": 65536}]})

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from conftest import bench_measurement
+from sglang_deploy.hostside.contract import paths as host_paths
 from sglang_deploy.tune import edit as tune_edit, report as tune_report, search as tune
 from sglang_deploy.profile import load_profile
 from sglang_deploy.sim import hardware
@@ -255,7 +256,7 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
     candidate = tune.spec_candidate(flags_of(INCIDENT), 3, 1)
     done = tune.Measured(candidate, repeats=[{"decode_tok_s": 51, "aggregate_tok_s": 140}] * 3, duration_s=20)
     runner.all_results = [done]
-    from sglang_deploy.hostside.reports import TuneResults  # the runner's document and report() spell its fields
+    from sglang_deploy.hostside.contract.release import TuneResults  # the runner's document and report() spell its fields
     assert set(runner.document()) | {"restore", "tuned_profile", "table", "by_kind"} == TuneResults.field_names()
     path = runner.results_path()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -267,10 +268,10 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
 
 
 def test_the_queued_candidate_is_the_item_the_hosts_session_reads(runner):
-    """run_item writes queue/<seq>.json as hostside/reports.TuneItem; the host's session reads its measurement from
+    """run_item writes queue/<seq>.json as hostside/contract/session.TuneItem; the host's session reads its measurement from
     it (a field renamed on either side fails the write or this read)."""
-    from sglang_deploy.hostside import tune_runner
-    from sglang_deploy.hostside.reports import TuneItem
+    from sglang_deploy.hostside.lib import tune_runner
+    from sglang_deploy.hostside.contract.session import TuneItem
     from sglang_deploy.tune import controller as tune_run
 
     runner.settings = dataclasses.replace(runner.settings, budget_s=3600)
@@ -302,8 +303,9 @@ def test_a_gain_inside_the_spreads_changes_nothing():
 
 
 def test_host_session_helpers():
-    from sglang_deploy.hostside import tune_runner, tune_session
-    from sglang_deploy.hostside.reports import TuneMeasure
+    from sglang_deploy.hostside.lib import tune_runner
+    from sglang_deploy.hostside import tune_session
+    from sglang_deploy.hostside.contract.session import TuneMeasure
 
     assert tune_runner.heartbeat_stale(100.0, 131.0, 30) and not tune_runner.heartbeat_stale(100.0, 129.0, 30)
     command = tune_runner.bench_command("http://127.0.0.1:30000", "/etc/s.yaml", TuneMeasure(
@@ -329,9 +331,10 @@ def test_the_sessions_files_are_its_typed_documents(tmp_path, monkeypatch, capsy
     it, read by the watchdog; an ended session's restore (TuneRestore) decides close's exit code."""
     from types import SimpleNamespace
 
-    from sglang_deploy.hostside import store as store_module, tune_runner, tune_session
+    from sglang_deploy.hostside import store as store_module, tune_session
+    from sglang_deploy.hostside.lib import tune_runner
 
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     args = SimpleNamespace(service="sglang", session="s1", abort=True, why="interrupted on the controller", wait_s=5)
     paths = tune_runner.Paths("sglang", "s1")
     os.makedirs(paths.root)
@@ -342,7 +345,7 @@ def test_the_sessions_files_are_its_typed_documents(tmp_path, monkeypatch, capsy
     session.restore()  # nothing else was installed: no restart, nothing to remove
     session.save_status(state="aborted")
     assert tune_session.cmd_close(args) == 0
-    from sglang_deploy.hostside.outputs import TuneSession
+    from sglang_deploy.hostside.contract.session import TuneSession
 
     closed = TuneSession.loads(capsys.readouterr().out)  # close's answer, as the controller reads it
     assert (closed.state, closed.restore.to_dict()) == ("aborted", {"needed": False, "ready": True, "stage": None,

@@ -248,6 +248,6 @@ def test_the_fact_reads_the_version_and_the_hooks_from_outside_the_venv(tmp_path
     state = facts_module.VenvState().process(output)
     assert state["sglang"] == "0.5.23" and [p.split(": ")[0] for p in state["problems"]] == [str(site / "zz.pth")]
     assert not (venv / "bin").exists()
-    from sglang_deploy.hostside.outputs import VenvHooks
+    from sglang_deploy.hostside.contract.answers import VenvHooks
 
     assert VenvHooks.loads(output[-1]).site == str(site)

@@ -6,9 +6,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import PROVEN, gate_document, proven_with, release_meta, watch_entry
-from sglang_deploy.hostside.documents import DocumentError, Roofline, StoreState
+from sglang_deploy.hostside.contract import paths as host_paths
+from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.release import DoctorReport, Roofline
+from sglang_deploy.hostside.contract.store import StoreState
 from sglang_deploy.hostside import watch
-from sglang_deploy.hostside.reports import DoctorReport
 from sglang_deploy.profile import ProfileError, load_profile
 from sglang_deploy.render import RenderError, parse_unit, render_watch, unquote_exec
 
@@ -144,7 +146,7 @@ def fake_release(tmp_path, monkeypatch, config=None, measurement=None):
     """A release store under tmp_path with one active release; idle server, fixed measurement."""
     from sglang_deploy.hostside import store as store_module
 
-    monkeypatch.setattr(store_module, "STORE_ROOT", str(tmp_path))
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
     directory = tmp_path / "sglang" / "releases" / "0001-aaaaaaaa"
     directory.mkdir(parents=True)
@@ -185,7 +187,7 @@ def test_wrong_answers_at_full_speed_are_drift(tmp_path, monkeypatch):
         "status": "ok", "decode_tok_s": 52.0, "accept_length": 3.2, "ttft_s": 0.03, "samples": 3})
     asked = []
 
-    from sglang_deploy.hostside.output_result import OutputCheck
+    from sglang_deploy.hostside.contract.release import OutputCheck
 
     def output_run(url, api_key, model, baseline=None, limit=None):
         asked.append(limit)

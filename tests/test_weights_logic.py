@@ -13,7 +13,7 @@ import pytest
 
 from conftest import PROVEN, REPO, release_meta, snapshot_mark, store_report, write_profile
 from hubstub import Hub
-from sglang_deploy.hostside.outputs import WeightsPlaced, WeightsPruned
+from sglang_deploy.hostside.contract.answers import WeightsPlaced, WeightsPruned
 from sglang_deploy.hostside.weights import fetch as host_fetch
 from sglang_deploy.hostside.weights import manifest as host_manifest
 from sglang_deploy.hostside.weights import prune as host_prune

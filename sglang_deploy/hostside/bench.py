@@ -20,10 +20,10 @@ import time
 import urllib.error
 import urllib.request
 
-from . import acceptance
-from .client import MAX_BODY_BYTES, headers, is_simulated, printable, read_api_key, read_bounded, urlopen
-from .listener import guard_unit
-from .measurement import AGGREGATE_ROUNDS, BenchConfig, Measurement, Sample, Summary
+from .lib import acceptance
+from .lib.client import MAX_BODY_BYTES, headers, is_simulated, printable, read_api_key, read_bounded, urlopen
+from .lib.listener import guard_unit
+from .contract.release import AGGREGATE_ROUNDS, BenchConfig, Measurement, Sample, Summary
 
 PROMPTS = [
     ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "

@@ -12,15 +12,15 @@ import os
 import sys
 from types import SimpleNamespace
 
-from .documents import line
+from .contract.answers import SnapshotStatus
+from .contract.document import line
 from .store import cmd_state, service_name
 from .weights.manifest import WeightsError, is_verified, load_manifest_file, snapshot_dir
-from .weights.status import SnapshotStatus
 
 
 
 def snapshot_status(manifest, directory):
-    """`weights status`'s answer for one snapshot (weights/status.SnapshotStatus): a missing manifest or an
+    """`weights status`'s answer for one snapshot (answers.SnapshotStatus): a missing manifest or an
     unreadable one is not verified."""
     if not os.path.isfile(manifest):
         return SnapshotStatus(verified=False, path=directory)

@@ -15,14 +15,15 @@ import shutil
 import subprocess
 import sys
 
-from . import evidence, gate, safetensors_headers
-from .client import get_json, read_api_key
-from .documents import DocumentError, GateConfig, GateResult, ProfileSnapshot, Resolution
-from .reports import ABResults, TuneResults
-from .listener import foreign_listener, guard_unit
-from .documents import line
-from .outputs import DoctorCollection, GpuProbe, PreflightReport, SandboxView
-from .service import service_status
+from . import evidence, safetensors_headers
+from .lib import gate
+from .lib.client import get_json, read_api_key
+from .contract.answers import DoctorCollection, GpuProbe, PreflightReport, SandboxView
+from .contract.document import DocumentError, line
+from .contract.paths import ServicePaths
+from .contract.release import ABResults, GateConfig, GateResult, ProfileSnapshot, Resolution, TuneResults
+from .lib.listener import foreign_listener, guard_unit
+from .lib.service import service_status
 from .store import Store, service_name
 
 
@@ -75,7 +76,7 @@ def probe_command(python, user, home, nccl, force):
 
 
 def probe_answer(result, python):
-    """The GPU probe's answer (outputs.GpuProbe) as a dict: its own, through the class (a field renamed on either
+    """The GPU probe's answer (answers.GpuProbe) as a dict: its own, through the class (a field renamed on either
     side is named in its error), or why there is none (no python; no JSON: its stderr's end)."""
     if result is None:
         return GpuProbe(error=f"{python} not found").to_dict()
@@ -90,7 +91,7 @@ def probe_answer(result, python):
 def sandbox_view(service, gpus):
     """The active release's preflight without its GPU steps (hostside/preflight/runner.py --active --no-gpu): devices,
     shm, toolchain, limits, and the sandbox the unit declares next to what this host enforces."""
-    out = f"/run/sglang-deploy/preflight/{service}-doctor.json"
+    out = ServicePaths(service).preflight_report("-doctor")
     os.makedirs(os.path.dirname(out), exist_ok=True)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     subprocess.run([sys.executable, "-m", "hostside.preflight", "--service", service, "--active", "--no-gpu",
@@ -105,8 +106,8 @@ def sandbox_view(service, gpus):
 
 def last_tune(store, active, errors, document=TuneResults):
     """The active release's last tune (tune-results.json), or (document=ABResults) its last A/B (ab-results.json):
-    its stamp and each candidate's id, axis, flags and repeats (the doctor's speculation-slower-than-none reads the
-    `nospec` control against the original). None: none, or one that cannot be read (said in errors)."""
+    the whole document (the doctor's speculation-slower-than-none reads the `nospec` control against the original).
+    None: none, or one that cannot be read (said in errors)."""
     try:
         tune = document.load(store.release_dir(active))
     except FileNotFoundError:
@@ -114,9 +115,7 @@ def last_tune(store, active, errors, document=TuneResults):
     except (OSError, DocumentError) as error:
         errors.append(str(error))
         return None
-    return {"stamp": tune.stamp, "original": tune.original,
-            "results": [{"id": entry.id, "axis": entry.axis, "flags": entry.flags, "valid": entry.valid,
-                         "error": entry.error, "repeats": entry.repeats} for entry in tune.results]}
+    return tune.to_dict()
 
 
 def release_part(document, store, active, errors):
@@ -141,7 +140,7 @@ def main():
     active = store.state().active
     report = {"active": active, "errors": []}
     meta = store.meta(active) if active else None
-    report["meta"] = meta.to_dict() if meta else {}
+    report["meta"] = meta.to_dict() if meta else None
     report["gate"] = None
     if active:
         try:
@@ -211,7 +210,7 @@ def main():
         profile = release_part(ProfileSnapshot, store, active, report["errors"])
         user = profile.service.user if profile else "sglang"
         nccl = probe_nccl_env(store.read(os.path.join(store.release_dir(active), "sglang.env")))
-        command = probe_command(python, user, f"/var/lib/{args.service}", nccl, args.probe_force)
+        command = probe_command(python, user, ServicePaths(args.service).state_dir, nccl, args.probe_force)
         result = subprocess.run(command, capture_output=True, text=True) if os.path.exists(python) else None
         report["probe"] = probe_answer(result, python)
     # /server_info carries the key and launch command; through the class: a field misspelt here fails at the write

@@ -14,7 +14,7 @@ returns it with the launch command): ``redact`` runs before anything is stored o
 import re
 import subprocess
 
-from .service import env_file_values, read_environ
+from .lib.service import env_file_values, read_environ
 
 # custom_all_reduce_utils.py:505-508 (no P2P), :488-496 (more than two PCIe-only GPUs) and :466-470 (a world size
 # it does not support), parallel_state.py:514-517 (setup failed).

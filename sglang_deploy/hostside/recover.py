@@ -25,9 +25,10 @@ import argparse
 import os
 import sys
 
-from . import forensics
-from .documents import DocumentError, Recovery
-from .service import systemctl
+from .lib import forensics
+from .contract.document import DocumentError
+from .contract.store import Recovery
+from .lib.service import systemctl
 from .store import Lock, Locked, Store, atomic_write, boot_id, content_hash, log, now, service_name
 
 PASSED = "good"  # a release's verdict once its gate (or skip_gate, or an earlier gate on this host) committed it

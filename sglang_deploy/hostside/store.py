@@ -2,7 +2,7 @@
 
 Layout (``/var/lib/sglang-deploy/<service>/``):
   releases/<id>/      sglang.service, sglang.env (0600), profile.json, meta.json (written last = complete)
-  state.json          documents.StoreState: active, last good, automatic rollbacks in a row, a switch under way
+  state.json          contract/store.StoreState: active, last good, automatic rollbacks in a row, a switch under way
   lock                flock held by whoever changes the service (switch, prune, the perf watch);
                       lock.json says who holds it
 
@@ -12,10 +12,10 @@ Layout (``/var/lib/sglang-deploy/<service>/``):
                                                       drop old releases (never the active or last good one)
                                                       and virtualenvs no retained release points at
 
-Every command prints JSON on stdout. Standard library only; it imports only service.py, documents.py and reports.py
-of its package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
-inline_host; outputs.py goes with them, imported by the history command alone, so the state command's import stays
-as small), and the controller imports its paths and pure helpers, so the host's paths are written here once.
+Every command prints JSON on stdout. Standard library only; it imports only service.py and the contract of its
+package (the controller's facts send them inline to a host that has nothing installed yet: roles/facts.py
+inline_host), and the controller imports its pure helpers. The paths are contract/paths.py's, one table for both
+sides.
 """
 
 import argparse
@@ -28,13 +28,13 @@ import re
 import shutil
 import sys
 
-from .documents import DocumentError, GateConfig, GateResult, LockInfo, ReleaseMeta, StoreState
-from .reports import ServiceRun, StoreReport, WatchEntry
-from .service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
+from .contract import paths
+from .contract.answers import HistoryFloors, HistoryGate, HistoryRelease, ServiceRun, StoreHistory, StoreReport
+from .contract.document import DocumentError
+from .contract.release import GateConfig, GateResult, ReleaseMeta, WatchEntry
+from .contract.store import LockInfo, StoreState
+from .lib.service import cmdline_matches, env_file_values, environment_drift, environment_drop_ins, service_status
 
-STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
-VENV_ROOT = "/opt/sglang-deploy/venvs"
-SIMULATED_MARKER = "/etc/sglang-deploy-simulated"  # present only on a simulated host (testbed/simhost.py)
 RELEASE_ID = re.compile(r"(\d{4,})-([0-9a-f]{8})\Z")
 SERVICE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@-]{0,127}")
 
@@ -124,16 +124,17 @@ def environment_differences(environment, reference) -> list:
 class Store:
     def __init__(self, service):
         self.service = service
-        self.root = os.path.join(STORE_ROOT, service)
-        self.releases_dir = os.path.join(self.root, "releases")
+        self.paths = paths.ServicePaths(service)  # the host's paths (contract/paths.py)
+        self.root = self.paths.root
+        self.releases_dir = self.paths.releases_dir
         self.state_path = os.path.join(self.root, StoreState.FILE)
-        self.unit_path = f"/etc/systemd/system/{service}.service"
-        self.env_path = f"/etc/sglang-deploy/{service}/sglang.env"
-        self.secrets_path = f"/etc/sglang-deploy/{service}/secrets.yaml"
+        self.unit_path = self.paths.unit_path
+        self.env_path = self.paths.env_path
+        self.secrets_path = self.paths.secrets_path
         self.problems = []  # files found corrupted and set aside, for the controller to show
 
     def release_dir(self, release_id):
-        return os.path.join(self.releases_dir, release_id)
+        return self.paths.release_dir(release_id)
 
     def set_aside(self, path, error):
         """A corrupted store file must not wedge deploys, rollbacks and listings: rename it, say so."""
@@ -343,9 +344,7 @@ def cmd_state(args):
 
 def cmd_history(args):
     """Every retained release's switches, gate result (medians) and perf-watch history, oldest first
-    (outputs.StoreHistory)."""
-    from .outputs import HistoryFloors, HistoryGate, HistoryRelease, StoreHistory  # not on the state's path
-
+    (answers.StoreHistory)."""
     store = Store(args.service)
     out = []
     for release_id in store.ids():
@@ -407,14 +406,14 @@ def prune_locked(store, args):
         shutil.rmtree(store.release_dir(release_id))
     # Virtualenvs stay while any retained release of any service points at them.
     in_use = set()
-    for service in os.listdir(STORE_ROOT) if os.path.isdir(STORE_ROOT) else []:
+    for service in os.listdir(paths.STORE_ROOT) if os.path.isdir(paths.STORE_ROOT) else []:
         other = Store(service)
         for release_id in other.ids():
             in_use.add(other.meta(release_id).venv)
     dropped_venvs = []
-    if os.path.isdir(VENV_ROOT) and in_use:
-        for name in os.listdir(VENV_ROOT):
-            path = os.path.join(VENV_ROOT, name)
+    if os.path.isdir(paths.VENV_ROOT) and in_use:
+        for name in os.listdir(paths.VENV_ROOT):
+            path = os.path.join(paths.VENV_ROOT, name)
             if path not in in_use and args.prune_venvs:
                 shutil.rmtree(path)
                 dropped_venvs.append(path)

@@ -16,15 +16,18 @@ import signal
 import sys
 import time
 
-from . import evidence, forensics, gate
+from . import evidence
+from .lib import forensics, gate
 from .weights import manifest as weights_manifest
-from .documents import Document, DocumentError, GateConfig, GateMark, GateResult, SwitchOutcome, Switching
-from .client import LOOPBACK_URL, loopback_url, read_api_key
-from .listener import foreign_listener, guard_unit
-from .readiness import wait_ready, wait_running
-from .service import cmdline_matches, service_status, systemctl
-from .store import (SIMULATED_MARKER, STORE_ROOT, Lock, Locked, Store, atomic_write, auth_change, last_used, log, now, release_auth,
-                    service_name)
+from .contract.document import Document, DocumentError
+from .contract.paths import SIMULATED_MARKER, ServicePaths
+from .contract.release import GateConfig, GateMark, GateResult
+from .contract.store import Switching, SwitchOutcome
+from .lib.client import LOOPBACK_URL, loopback_url, read_api_key
+from .lib.listener import foreign_listener, guard_unit
+from .lib.readiness import wait_ready, wait_running
+from .lib.service import cmdline_matches, service_status, systemctl
+from .store import Lock, Locked, Store, atomic_write, auth_change, last_used, log, now, release_auth, service_name
 
 EXIT_FAILED_ROLLED_BACK = 1
 EXIT_LOCKED = 4
@@ -451,7 +454,7 @@ def main(argv=None):
     args.rollback_timeout_given = args.rollback_timeout is not None
     if args.rollback_timeout is None:
         args.rollback_timeout = args.timeout
-    shield = StderrShield(os.path.join(STORE_ROOT, args.service, "switch.log"))
+    shield = StderrShield(os.path.join(ServicePaths(args.service).root, "switch.log"))
     guard_unit(args.service)  # every keyed request: only to the unit's own processes
     try:
         return switch(args)

@@ -34,13 +34,11 @@ import subprocess
 import sys
 import time
 
-from .documents import DocumentError
-from .listener import guard_unit
-from .documents import line
-from .outputs import TuneItemResult, TunePoll, TuneSession
-from .reports import TuneClose, TuneStatus
+from .contract.document import DocumentError, line
+from .contract.session import TuneClose, TuneItemResult, TunePoll, TuneSession, TuneStatus
+from .lib.listener import guard_unit
 from .store import atomic_write, lock_holder, now, service_name
-from .tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status
+from .lib.tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status
 
 SESSION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
 
@@ -132,7 +130,7 @@ def cmd_close(args):
 
 
 def answer(status, unit=None):
-    """open's and close's answer (outputs.TuneSession) for a session's status; None: no session (missing)."""
+    """open's and close's answer (session.TuneSession) for a session's status; None: no session (missing)."""
     if status is None:
         return TuneSession(state="missing", message="no session.json", status=None, unit=unit)
     return TuneSession(state=status.state, message=status.message, status=status, unit=unit)

@@ -13,12 +13,12 @@ One run, under the release store's lock (a deploy or rollback never runs at the 
   3. measure with the gate's own client (bench.py: the same prompts, --samples requests, single stream);
   4. drift: acceptance below --drift-min-accept-length (default: the gate's min_accept_length), decode
      below the gate's min_decode_tok_s, or a failed short output check (the first --output-prompts known-answer
-     prompts of the gate's output check, hostside/output_check.py: a wrong or degenerate answer); after --drift-runs drifting measurements in a row, --on-drift
+     prompts of the gate's output check, hostside/lib/output_check.py: a wrong or degenerate answer); after --drift-runs drifting measurements in a row, --on-drift
      restart restarts the service, waits until it is ready and measures again, at most
      --max-restarts-per-day times in 24 h (then it records "restart-withheld" instead); a restart or a
      withheld one is a line in watch.jsonl and a warning in the journal, a restart also in meta.json's history;
   5. decode / roofline: the release's roofline.json (staged by the deploy), the checkpoint's bytes and the
-     measured acceptance length give the bandwidth bound (hostside/roofline.py, the doctor's arithmetic);
+     measured acceptance length give the bandwidth bound (hostside/lib/roofline.py, the doctor's arithmetic);
   6. append one JSON line per event to releases/<id>/watch.jsonl (the last --history-lines kept) and write
      node_exporter textfile metrics (<textfile-dir>/sglang-deploy-<service>.prom: temporary file, atomic
      rename, no timestamps).
@@ -33,13 +33,14 @@ import re
 import sys
 import time
 
-from . import evidence, gate, output_check, roofline, safetensors_headers
-from .client import LOOPBACK_URL, http, read_api_key
-from .documents import WATCH_HISTORY_FILE, DocumentError, GateConfig, Roofline
-from .reports import DoctorReport, WatchEntry, WatchOutput
-from .listener import foreign_listener, guard_unit
-from .readiness import wait_healthy
-from .service import systemctl
+from . import evidence, safetensors_headers
+from .lib import gate, output_check, roofline
+from .lib.client import LOOPBACK_URL, http, read_api_key
+from .contract.document import DocumentError
+from .contract.release import WATCH_HISTORY_FILE, DoctorReport, GateConfig, Roofline, WatchEntry, WatchOutput
+from .lib.listener import foreign_listener, guard_unit
+from .lib.readiness import wait_healthy
+from .lib.service import systemctl
 from .store import Lock, Locked, Store, atomic_write, now, service_name
 
 METRIC_PREFIX = "sglang_deploy_watch"
@@ -71,7 +72,7 @@ def drift_streak(history):
     """Drifting measurements in a row at the end of the history; skipped runs neither count nor break it,
     a restart or a measurement without drift ends it."""
     streak = 0
-    for entry in reversed(history):  # WatchEntry (reports.py)
+    for entry in reversed(history):  # WatchEntry (contract/release.py)
         if entry.event == "restart":
             break
         if entry.status != "ok":
@@ -123,7 +124,7 @@ def textfile(service, release_id, history, verdict, now, floors=None, recovered=
     ({"decode": tok/s, "accept": tau}, the floors drift is judged by) as gauges the alert rules compare with
     (dashboards/sglang-deploy.rules.yml)."""
     labels = f'service="{_label(service)}",release="{_label(release_id)}"'
-    last_ok = next((e for e in reversed(history) if e.status == "ok"), None)  # WatchEntry (reports.py)
+    last_ok = next((e for e in reversed(history) if e.status == "ok"), None)  # WatchEntry (contract/release.py)
     last = history[-1] if history else None
     lines = []
 
@@ -154,7 +155,7 @@ def textfile(service, release_id, history, verdict, now, floors=None, recovered=
               1 if output.verdict == "pass" else 0, f',verdict="{_label(output.verdict)}"')
         gauge("output_known_right", "Known answers right in the last run's short output check.",
               output.known_right)
-    if recovered is not None:  # documents.Recovery: the last boot that found an interrupted switch
+    if recovered is not None:  # store.Recovery: the last boot that found an interrupted switch
         try:
             at = datetime.datetime.fromisoformat(recovered.at).timestamp()
         except ValueError:
@@ -254,7 +255,7 @@ def write_textfile(directory, service, content):
 
 
 def read_history(path):
-    """The release's watch.jsonl (reports.WatchEntry.lines; a DocumentError names the file's line)."""
+    """The release's watch.jsonl (release.WatchEntry.lines; a DocumentError names the file's line)."""
     try:
         with open(path) as f:
             return WatchEntry.lines(f.read(), path)

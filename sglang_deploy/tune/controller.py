@@ -18,10 +18,9 @@ from . import discipline as tune_discipline, edit as tune_edit, report as tune_r
 from . import search as tune
 from ..settings import SettingsError, TuneArgs, origin
 from ..settings_types import int_list
-from ..hostside import documents
-from ..hostside.documents import DocumentError
-from ..hostside.reports import DoctorReport, TuneResults
-from ..release_plan import STORE_ROOT
+from ..hostside.contract.document import DocumentError
+from ..hostside.contract.paths import ServicePaths
+from ..hostside.contract.release import DOCTOR_FILE, TUNE_RESULTS_FILE, DoctorReport, TuneResults
 from .host import HostSession, Overlay, TuneError, allow_candidates  # noqa: F401 - the verb's and tests' names
 
 
@@ -101,9 +100,9 @@ class Runner(HostSession):
 
     def last_doctor(self) -> dict | None:
         """The doctor's report for the active release (doctor.json), whose estimates order the axes."""
-        ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
-                                                           + documents.DOCTOR_FILE]))
-        try:  # read as the doctor wrote it (hostside/reports.DoctorReport); an unreadable one orders nothing
+        ok, stdout, _ = self.remote.run(shlex.join(["cat", ServicePaths(self.service).release_file(self.active,
+                                                                                                       DOCTOR_FILE)]))
+        try:  # read as the doctor wrote it (hostside/contract/release.DoctorReport); an unreadable one orders nothing
             return DoctorReport.loads(stdout).to_dict() if ok and stdout.strip() else None
         except DocumentError as error:
             self.say(f"the doctor's report is not used: {error}")
@@ -232,8 +231,8 @@ class Runner(HostSession):
             texts.append(self.results_path().read_text())
         except (OSError, ValueError):
             pass
-        ok, stdout, _ = self.remote.run(shlex.join(["cat", f"{STORE_ROOT}/{self.service}/releases/{self.active}/"
-                                                           + documents.TUNE_RESULTS_FILE]))
+        ok, stdout, _ = self.remote.run(shlex.join(["cat", ServicePaths(self.service).release_file(self.active,
+                                                                                                       TUNE_RESULTS_FILE)]))
         if ok:
             texts.append(stdout)
         return tune_results.saved_results(texts, tune_results.settings_signature(self.settings.measurement()),
@@ -281,7 +280,7 @@ class Runner(HostSession):
         if self.search.stopped:
             self.say(f"search stopped early: {self.search.stopped}")
         document = self.document(winner)
-        document["restore"] = closed.restore.to_dict() if closed.restore else None  # outputs.TuneSession
+        document["restore"] = closed.restore.to_dict() if closed.restore else None  # session.TuneSession
         tuned_path = None
         if winner is not None and baseline is not None and winner is not baseline and winner.candidate.flags + \
                 winner.candidate.env:
@@ -300,7 +299,7 @@ class Runner(HostSession):
         (self.work / "table.txt").write_text(text + ("\n" + front if front else "") + ("\n" + kinds if kinds else "")
                                              + "\n")
         self.remote.put(text,
-                        f"{STORE_ROOT}/{self.service}/releases/{self.active}/{documents.TUNE_RESULTS_FILE}")
+                        ServicePaths(self.service).release_file(self.active, TUNE_RESULTS_FILE))
         plot = tune_report.steps_plot(results, self.original_flags, self.work / "steps.png")
         self.say(f"results: {path} (and releases/{self.active}/tune-results.json on the host); table: "
                  f"{self.work / 'table.txt'}" + (f"; plot: {plot}" if plot else ""))

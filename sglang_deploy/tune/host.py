@@ -16,14 +16,15 @@ from . import edit as tune_edit, search as tune
 from .vocab import label_ignored
 from ..gate import gate_config
 from ..results import RESULTS_DIR
-from ..hostside import documents
-from ..hostside.documents import DocumentError, GateConfig, ReleaseMeta
-from ..hostside.outputs import TunePoll, TuneSession
-from ..hostside.reports import StoreReport, TuneItem
+from ..hostside.contract.document import DocumentError
+from ..hostside.contract.answers import StoreReport
+from ..hostside.contract.paths import ServicePaths
+from ..hostside.contract.release import ReleaseFiles, Resolution, TuneMark
+from ..hostside.contract.session import TuneItem, TunePoll, TuneSession
 from ..hostside.store import content_hash, next_release_id
 from ..layout import host_program
 from ..plan import PlanError, plan_for_host
-from ..release_plan import STORE_ROOT, build_meta, profile_snapshot
+from ..release_plan import build_meta, profile_snapshot
 
 POLL_S = 1.5
 
@@ -133,7 +134,7 @@ class HostSession:
         _, stdout = self.sh("store", "state", "--service", self.service)
         try:
             store = StoreReport.loads(stdout, "the release store's state (hostside.store state)")
-        except documents.DocumentError as error:
+        except DocumentError as error:
             raise TuneError(f"{error}; nothing was changed") from None
         active = store.state.active
         if store.lock:
@@ -263,13 +264,10 @@ class HostSession:
 
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
         meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(
-            tune=documents.TuneMark(session=self.session, temporary=True, candidate=candidate.id))
-        files = {"sglang.service": plan.rendered.unit, "sglang.env": plan.rendered.env,
-                 documents.PROFILE_FILE: profile_snapshot(plan),
-                 GateConfig.FILE: gate_config(plan).dump(),
-                 documents.RESOLVED_FILE: documents.Resolution.from_dict(plan.resolution).dump(),
-                 ReleaseMeta.FILE: meta.dump()}
-        return {"release_id": release_id, "files": files}, None
+            tune=TuneMark(session=self.session, temporary=True, candidate=candidate.id))
+        files = ReleaseFiles(unit=plan.rendered.unit, env=plan.rendered.env, profile=profile_snapshot(plan),
+                             gate_config=gate_config(plan), resolution=Resolution.from_dict(plan.resolution), meta=meta)
+        return {"release_id": release_id, "files": files.by_name()}, None
 
     def estimate_s(self) -> float:
         measured = [d for d in self.durations if d]
@@ -294,11 +292,11 @@ class HostSession:
         self.seq += 1
         seq = self.seq
         # A candidate that hangs at start must not outlive the budget (the profile's start timeout may be 30 min).
-        document = TuneItem.from_dict({  # the fields the host's session reads (hostside/reports.py)
+        document = TuneItem.from_dict({  # the fields the host's session reads (hostside/contract/session.py)
             "seq": seq, "id": candidate.id, "release_id": item["release_id"], "restart": restart,
             "settings": self.settings.measurement(), "files": item.get("files"),
             "start_timeout_s": max(60.0, min(float(self.profile.service.start_timeout_s), left - estimate / 2))})
-        queue = f"{STORE_ROOT}/{self.service}/tune/{self.session}/queue"
+        queue = f"{ServicePaths(self.service).tune_dir(self.session)}/queue"
         self.remote.put(document.dump(), f"{queue}/{seq:04d}.tmp")
         ok, _, stderr = self.remote.run(shlex.join(["mv", f"{queue}/{seq:04d}.tmp", f"{queue}/{seq:04d}.json"]))
         if not ok:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 
-from ..hostside.documents import DocumentError
-from ..hostside.reports import TuneResults
+from ..hostside.contract.document import DocumentError
+from ..hostside.contract.release import TuneResults
 from .search import Candidate, Measured
 
 

@@ -13,7 +13,7 @@ import posixpath
 import re
 
 from ..hostside.weights.manifest import MODELS_ROOT
-from ..layout import ServiceLayout
+from ..layout import ServicePaths
 from .. import releases
 from ..rules import CODE_LOADING_ENV, TOOL_ENV
 
@@ -59,7 +59,7 @@ MORE_CODE_LOADING_ENV = (r"NCCL_CONF_FILE", r"TRITON_\w*OVERRIDE\w*", r"TRITON_H
 
 
 def path_problem(value: str, service: str) -> str | None:
-    layout = ServiceLayout(service)
+    layout = ServicePaths(service)
     roots = (layout.state_dir, layout.cache_dir, MODELS_ROOT)
     if not value.startswith("/") or posixpath.normpath(value) != value or "/.." in value:
         return "is not a normalized absolute path"

@@ -113,12 +113,12 @@ def answer(request, sglang, parser, SpeculativeAlgorithm):
 
 
 def _resolution_module():
-    """hostside/sglang_resolution.py, by path: the one home of the resolution, shared with the host's preflight."""
+    """hostside/lib/sglang_resolution.py, by path: the one home of the resolution, shared with the host's preflight."""
     import importlib.util
     import os
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # sglang_deploy/
-    path = os.path.join(package, "hostside", "sglang_resolution.py")
+    path = os.path.join(package, "hostside", "lib", "sglang_resolution.py")
     spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from .. import drafter
 from ..flags import MEDIA_DOMAINS_FLAG
-from ..layout import ServiceLayout
+from ..layout import ServicePaths
 from ..profile import Profile
 from ..profile.problem import Problem, env_field, flag_field, remove_or_waive
 from ..rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
@@ -226,7 +226,7 @@ def sandbox_problems(profile: Profile) -> list[Problem]:
                                     f"relaxing {name} lets the server gain privileges or write the system; "
                                     f"relaxable without a reason: the directives other than "
                                     f"{', '.join(PRIVILEGE_DIRECTIVES)}; " + remove_or_waive("relax-privileges")))
-    layout, textfile = ServiceLayout(profile.service.name), profile.watch.textfile_dir
+    layout, textfile = ServicePaths(profile.service.name), profile.watch.textfile_dir
     own = [d for d in (layout.state_dir, layout.cache_dir) if textfile == d or textfile.startswith(d + "/")]
     if own or not any(textfile == root or textfile.startswith(root + "/") for root in TEXTFILE_ROOTS):
         problems.append(Problem("watch-textfile-dir", ("watch", "textfile_dir"),

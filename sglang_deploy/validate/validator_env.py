@@ -24,7 +24,7 @@ from . import probe_client
 CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
 PACKAGE = Path(__file__).resolve().parent.parent  # sglang_deploy/
 PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
-RESOLUTION_SCRIPT = PACKAGE / "hostside" / "sglang_resolution.py"  # loaded by the probe
+RESOLUTION_SCRIPT = PACKAGE / "hostside" / "lib" / "sglang_resolution.py"  # loaded by the probe
 # The recipe of each release's environment is data (releases/<version>/dependencies.json, written from that release's
 # own Requires-Dist by `sglang-deploy sglang add`): "parser" is what `from sglang.srt.server_args import ServerArgs`
 # needs on a CPU-only machine plus what SGLang's GPU-free resolution hooks import; "torch" the matched torch and
@@ -191,7 +191,7 @@ def scrubbed_environment() -> dict:
 
 # What the shared probe server keeps of the controller's environment: enough to run, nothing SGLang reads as a
 # setting (SGLANG_*, NCCL_*, CUDA_*, HF_* ... in the operator's shell must not change a verdict; the request states
-# the unit's environment instead: hostside/sglang_resolution.py).
+# the unit's environment instead: hostside/lib/sglang_resolution.py).
 PROBE_ENV_NAMES = ("PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "TERM")
 
 

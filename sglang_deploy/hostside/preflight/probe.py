@@ -1,7 +1,7 @@
 """The preflight's probe: run by the runner (preflight.py) inside a transient unit with the release's own unit
 properties, as the service user, in the release's own python (-I, by path), it gathers raw facts of what the
 service would meet (devices, shm, toolchain, caches, the sandbox, SGLang's resolution, torch, Triton) and prints
-them as one JSON line, which the runner reads as probe_answer.PreflightFacts (tests/test_preflight_answer.py
+them as one JSON line, which the runner reads as answers.PreflightFacts (tests/test_preflight_answer.py
 holds the keys written here equal to its fields); findings.py judges them.
 
     PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu] [--step-timeout S]
@@ -162,7 +162,7 @@ def _load(path, module_name):
 
 def _resolution_module():
     here = os.path.dirname(os.path.abspath(__file__))
-    return _load(os.path.join(os.path.dirname(here), "sglang_resolution.py"), "sglang_deploy_resolution")
+    return _load(os.path.join(os.path.dirname(here), "lib", "sglang_resolution.py"), "sglang_deploy_resolution")
 
 
 def two_process_all_reduce(world, step_timeout, simulated):
@@ -194,7 +194,7 @@ def resolution_key(argv):
                                     and not name.startswith(SIMULATOR_ENV_PREFIX))).encode())
     digest.update(os.path.realpath(sys.executable).encode() + sys.prefix.encode())
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hostside/, above preflight/
-    for path in ([os.path.join(here, "sglang_resolution.py")]
+    for path in ([os.path.join(here, "lib", "sglang_resolution.py")]
                  + ([os.path.join(argv[argv.index("--model-path") + 1], "config.json")] if "--model-path" in argv
                     else [])):
         try:

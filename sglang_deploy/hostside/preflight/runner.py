@@ -28,7 +28,7 @@ GPU say so and are skipped; the rest runs for real.
     PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated]     (inside the transient unit)
 
 This module is the runner (root, outside the sandbox): the transient unit, its properties, the report.
-probe.py gathers the facts inside the unit (read as probe_answer.PreflightFacts), findings.py judges them.
+probe.py gathers the facts inside the unit (read as answers.PreflightFacts), findings.py judges them.
 """
 
 import argparse
@@ -44,10 +44,9 @@ from ..evidence import journal
 from .findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
                                  namespace_failure, report, sandbox_enforcement, timed_out, unprivileged)
 from .probe import read_text
-from .probe_answer import SOURCE, PreflightFacts, PreflightOutside
-from ..documents import DocumentError
-from ..outputs import PreflightReport
-from ..store import SIMULATED_MARKER
+from ..contract.answers import PreflightFacts, PreflightOutside, PreflightReport
+from ..contract.document import DocumentError
+from ..contract.paths import SIMULATED_MARKER, ServicePaths
 
 
 # The unit's [Service] settings the probe runs under: who, where, what environment, the sandbox and the limits.
@@ -118,11 +117,11 @@ def host_facts():
 
 def active_unit(service):
     """The installed unit of the service and the environment file it names (the active release's)."""
-    path = f"/etc/systemd/system/{service}.service"
+    path = ServicePaths(service).unit_path
     with open(path) as handle:
         text = handle.read()
     env = next((line.split("=", 1)[1].strip() for line in text.splitlines() if line.startswith("EnvironmentFile=")),
-               f"/etc/sglang-deploy/{service}/sglang.env")
+               ServicePaths(service).env_path)
     return path, env.lstrip("-")
 
 
@@ -246,7 +245,7 @@ def run(args):
         facts = None
     else:
         try:
-            facts = PreflightFacts.loads(result.stdout.strip().splitlines()[-1], SOURCE)
+            facts = PreflightFacts.loads(result.stdout.strip().splitlines()[-1], PreflightFacts.FILE)
         except DocumentError as error:  # the probe and this runner disagree on a field: named, never read as None
             findings = [finding("probe", "fail", f"the probe's answer cannot be read: {error}",
                                 "the probe and the runner are one release's hostside/: deploy it again")]

@@ -43,8 +43,8 @@ from .fetch import fetch, promote
 from .manifest import (REPO_PART, REVISION, WeightsError, is_verified, load_manifest_file, log, snapshot_dir,
                        verify)
 from .prune import models_lock, prune
-from ..documents import line
-from .status import SnapshotStatus
+from ..contract.answers import SnapshotStatus, WeightsFailure, WeightsPlaced, WeightsPruned, WeightsVerified
+from ..contract.document import line
 
 EXIT_MISMATCH = 1
 EXIT_NO_SPACE = 5
@@ -69,8 +69,6 @@ def main(argv=None):
     args = parser.parse_args(argv)
     try:
         if args.command == "prune":
-            from ..outputs import WeightsPruned  # here: status runs on every deploy, and documents cost imports
-
             print(line(WeightsPruned.from_dict(prune(), "the weights' prune")))  # strict: a renamed key fails here
             return 0
         if args.command == "status":  # reads only (a fact runs it, --dry included): no lock, nothing written
@@ -79,8 +77,6 @@ def main(argv=None):
             return run_locked(args)
     except WeightsError as error:
         log(f"ERROR {error}")
-        from ..outputs import WeightsFailure  # only on a failure: its documents cost every run an import
-
         print(line(WeightsFailure(ok=False, error=str(error))))
         return EXIT_NO_SPACE if "not enough disk" in str(error) else EXIT_MISMATCH
 
@@ -91,8 +87,6 @@ def run_locked(args):
     if args.command == "status":
         print(line(SnapshotStatus(verified=is_verified(args.dir, manifest), path=args.dir)))
         return 0
-    from ..outputs import WeightsPlaced, WeightsVerified
-
     if args.command == "verify":
         started = time.monotonic()
         problems, stats = verify(args.dir, manifest, rehash=args.rehash)

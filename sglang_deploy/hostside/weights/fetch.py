@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from ..store import VENV_ROOT
+from ..contract.paths import VENV_ROOT
 from . import manifest as weights_manifest
 from .manifest import (TOOL_DIR, WeightsError, human, is_verified, log, read_json, state_path, total_bytes,
                                verify, write_json)

@@ -19,7 +19,7 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 REVISION = re.compile(r"[0-9a-f]{40}")
 REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
 PATH_PART = re.compile(r"[A-Za-z0-9._+-]{1,200}")
-# ReleaseMeta's fields (documents.py) of the snapshots a release serves; the flags that name them: prune.py
+# ReleaseMeta's fields (contract/release.py) of the snapshots a release serves; the flags that name them: prune.py
 SNAPSHOT_KEYS = ("weights", "draft")
 # Token maps (--speculative-token-map), a release part of their own: content-addressed, <sha256>.pt
 MAPS_DIR = os.path.join(MODELS_ROOT, "token-maps")
@@ -89,7 +89,7 @@ def manifest_hash(manifest):
 
 def snapshot_change(mine, theirs, unmanaged):
     """(their label, my label) when two releases' snapshot records (meta.json `weights` or `draft`; None or {}: not
-    managed, labelled `unmanaged`; documents.SnapshotMark) name other weights (another source or manifest), else None. The one comparison
+    managed, labelled `unmanaged`; release.SnapshotMark) name other weights (another source or manifest), else None. The one comparison
     behind the gate's baseline note (switch.baseline_weights_note) and the listing (release_plan.weights_change)."""
     def key(w):
         return (w.source, w.manifest_sha256) if w else (None, None)
@@ -272,7 +272,7 @@ def map_problem(argv, maps_dir=None):
 
 
 def snapshot_problem(weights, what):
-    """weights: the release's SnapshotMark (documents.py), or None: not managed."""
+    """weights: the release's SnapshotMark (contract/release.py), or None: not managed."""
     if not weights:
         return None
     manifest = read_json(weights.manifest)

@@ -12,9 +12,10 @@ import shutil
 import stat
 import time
 
-from .. import store
 from . import manifest as weights_manifest
-from ..documents import DocumentError, ReleaseMeta
+from ..contract import paths
+from ..contract.document import DocumentError
+from ..contract.release import ReleaseMeta
 from .manifest import MAP_FLAG, MAP_NAME, SNAPSHOT_KEYS, TOOL_DIR, log, read_json
 
 SNAPSHOT_FLAGS = ("--model-path", "--speculative-draft-model-path", MAP_FLAG)
@@ -25,7 +26,7 @@ def referenced_snapshots(store_root=None):
     """Snapshot paths that retained releases of any service point at: their weights, their draft model, the
     drafters their profile offers the tune (meta.json offered_drafts), and their token maps (token_map,
     offered_token_maps, and a --speculative-token-map on a tune's temporary command line)."""
-    store_root = store_root or store.STORE_ROOT
+    store_root = store_root or paths.STORE_ROOT
     used = set()
     for service in os.listdir(store_root) if os.path.isdir(store_root) else []:
         releases = os.path.join(store_root, service, "releases")

@@ -19,7 +19,7 @@ import stat
 import time
 
 from .service import systemctl
-from .store import atomic_write, log
+from ..store import atomic_write, log
 
 FORENSICS_DIR = "forensics"  # under the service's store directory
 # Forensics directories kept per place (the store's, and the root-only holder beside a directory on another file
@@ -193,7 +193,7 @@ def unit_user(unit_text):
 
 
 def before_start(store, leaving, target, reason):
-    """Stop the service, then move aside what its user wrote (hostside/forensics.py) before `target` starts: the
+    """Stop the service, then move aside what its user wrote (hostside/lib/forensics.py) before `target` starts: the
     leaving release's and the target's cache paths, the user from the unit. Returns the forensics directory (named
     in the output) or None when nothing was there."""
     texts = {name: "" for name in ("unit", "env")}

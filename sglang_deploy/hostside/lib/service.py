@@ -1,14 +1,14 @@
 """The systemd service and its server process as the host shows them: systemctl's status, the process's command
 line and environment (/proc), and whether they are a release's (its ExecStart, its environment file).
 
-Standard library only; no imports from its package (the store, the switch, the gate and the controller read it).
+Standard library only; it imports only the host's paths (contract/paths.py) from its package (the store, the switch, the gate and the controller read it).
 """
 
 import os
 import re
 import subprocess
 
-HOST_LIB = "/opt/sglang-deploy/lib"  # the host package is installed as HOST_LIB/hostside (run with python3 -m)
+from ..contract.paths import HOST_LIB
 
 # ExecStart's first stage when the server has secrets: the server's stdout and stderr through a filter that keeps
 # them out of the journal (log_redactor.py); it execs the server, which keeps the main PID.

@@ -14,19 +14,21 @@ import sys
 import threading
 import time
 
-from . import evidence, gate, output_check
+from .. import evidence
+from . import gate, output_check
 from .client import read_api_key
-from .documents import (PROFILE_FILE, RESOLVED_FILE, DocumentError, GateConfig, ReleaseMeta, SwitchOutcome,
-                        Switching)
+from ..contract.document import DocumentError
+from ..contract.release import GateConfig, Measurement, ReleaseFiles, TuneRestore
+from ..contract.session import TuneClose, TuneItem, TuneItemResult, TuneStatus
+from ..contract.store import Switching, SwitchOutcome
 from .listener import foreign_listener
-from .outputs import TuneItemResult
-from .reports import TuneClose, TuneItem, TuneRestore, TuneStatus
 from .service import cmdline_matches, service_status
-from .store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
-from .switch import activate
+from ..store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
+from ..switch import activate
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS_PACKAGE = __package__.rpartition(".")[0]  # the host package (hostside): its programs run with -m
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where -m finds it
 EXIT_LOCKED = 4
 
 
@@ -42,8 +44,8 @@ def heartbeat_stale(last_beat, now, heartbeat_s):
 
 def bench_command(probe_url, secrets_path, settings, warmup):
     """The gate's client (bench.py) for one repeat: single-stream samples, then one aggregate round.
-    settings: the queued item's TuneMeasure (reports.py)."""
-    return [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
+    settings: the queued item's TuneMeasure (contract/session.py)."""
+    return [sys.executable, "-m", f"{PROGRAMS_PACKAGE}.bench", "--url", probe_url, "--api-key-file", secrets_path,
             "--samples", str(settings.samples), "--warmup", str(warmup),
             "--max-new-tokens", str(settings.max_new_tokens), "--concurrency", str(settings.concurrency),
             "--aggregate-rounds", str(settings.aggregate_rounds)]
@@ -51,7 +53,7 @@ def bench_command(probe_url, secrets_path, settings, warmup):
 
 def by_kind(samples):
     """Median decode tok/s per content class of the prompt mix (acceptance, and so a drafter's gain, depends on it).
-    samples: measurement.Sample."""
+    samples: release.Sample."""
     kinds = {}
     for sample in samples:
         if sample.kind and sample.decode_tok_s:
@@ -61,7 +63,7 @@ def by_kind(samples):
 
 
 def repeat_summary(measurement):
-    """One repeat (a measurement.Measurement) reduced to the numbers the controller scores (medians over the
+    """One repeat (a release.Measurement) reduced to the numbers the controller scores (medians over the
     repeat's samples)."""
     return {"decode_tok_s": measurement.decode_median, "aggregate_tok_s": measurement.aggregate_median,
             "accept_length": measurement.tau_median, "ttft_s": measurement.ttft_median,
@@ -73,12 +75,10 @@ def repeat_summary(measurement):
 def bench_measurement(done):
     """A repeat's measurement from the bench's completed process: its answer through the class, or
     Measurement.failed naming why there is none (an exit status, or the answer and the field it cannot read)."""
-    from .measurement import SOURCE, Measurement
-
     if done.returncode != 0:
         return Measurement.failed([f"bench.py exited with {done.returncode}"])
     try:
-        return Measurement.loads(done.stdout, SOURCE)
+        return Measurement.loads(done.stdout, Measurement.FILE)
     except DocumentError as error:
         return Measurement.failed([f"bench.py's answer cannot be read: {error}"])
 
@@ -86,15 +86,17 @@ def bench_measurement(done):
 # --- files ----------------------------------------------------------------------------------------
 
 class Paths:
+    """A tune session's files, in its directory (contract/paths.py ServicePaths.tune_dir; their documents:
+    contract/session.py)."""
     def __init__(self, service, session):
         self.store = Store(service)
-        self.root = os.path.join(self.store.root, "tune", session)
-        self.status = os.path.join(self.root, "session.json")
+        self.root = self.store.paths.tune_dir(session)
+        self.status = os.path.join(self.root, TuneStatus.FILE)
         self.heartbeat = os.path.join(self.root, "heartbeat")
         self.queue = os.path.join(self.root, "queue")
         self.results = os.path.join(self.root, "results")
         self.log = os.path.join(self.root, "session.log")
-        self.close = os.path.join(self.root, "close")
+        self.close = os.path.join(self.root, TuneClose.FILE)
 
 
 def read_json(path, default=None):
@@ -271,10 +273,8 @@ class Session:
         directory = self.store.release_dir(release_id)
         os.makedirs(directory, exist_ok=True)
         self.created.append(release_id)
-        files = item.files
-        for name, mode in (("sglang.service", 0o644), ("sglang.env", 0o600), (PROFILE_FILE, 0o644),
-                           (GateConfig.FILE, 0o644), (RESOLVED_FILE, 0o644), (ReleaseMeta.FILE, 0o644)):
-            atomic_write(os.path.join(directory, name), files[name], mode)  # meta.json last
+        for name, content, mode in ReleaseFiles.written(item.files, f"queue item {item.seq}'s files"):
+            atomic_write(os.path.join(directory, name), content, mode)  # meta.json last
         return release_id
 
     def switch_to(self, release_id, start_timeout=None):

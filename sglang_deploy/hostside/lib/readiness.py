@@ -10,12 +10,12 @@ import json
 import re
 import time
 
-from . import evidence
-from .evidence import journal_since
+from .. import evidence
+from ..evidence import journal_since
 from .client import http, printable, read_api_key
 from .listener import foreign_listener
 from .service import service_status
-from .store import log
+from ..store import log
 
 # While a start takes long, the journal's latest line (loading, JIT, graphs) every 30 s, and at least three times
 # before a short timeout runs out.

@@ -19,10 +19,12 @@ import urllib.error
 
 from . import acceptance, client, output_check
 from .client import get_json, is_simulated, printable
-from .documents import DocumentError, GateResult
+from ..contract.document import DocumentError
+from ..contract.release import AGGREGATE_ROUNDS, BenchConfig, GateResult, Measurement
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
-PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROGRAMS_PACKAGE = __package__.rpartition(".")[0]  # the host package (hostside): its programs run with -m
+PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # where -m finds it
 
 
 # --- effective configuration ------------------------------------------------------------------------
@@ -93,7 +95,7 @@ def config_problems(server_info, environ, cmdline_ok, cmdline, expect, findings=
 # --- statistics --------------------------------------------------------------------------------------
 
 def by_position(samples):
-    """{position: [samples]}: a sample's place in its bench round (measurement.Sample.position; before 2026-12-06:
+    """{position: [samples]}: a sample's place in its bench round (release.Sample.position; before 2026-12-06:
     its index in the list, one round)."""
     positions = {}
     for index, sample in enumerate(samples):
@@ -102,7 +104,7 @@ def by_position(samples):
 
 
 def paired_ratios(samples, baseline_samples):
-    """new/old decode rate per prompt position (the same prompt in both runs, measurement.Sample.position): with
+    """new/old decode rate per prompt position (the same prompt in both runs, release.Sample.position): with
     several rounds of a position, the geometric mean of its rounds against the geometric mean of the baseline's.
 
     One ratio per position, never one per repeated sample: the baseline's sample of a position is shared by every
@@ -282,7 +284,7 @@ def below_floor(value, floor):
 
 def evaluate(measurement, settings, baseline=None, look=1):
     """Floors, then the comparison with the baseline: a measurement on the same host that passed its gate.
-    measurement, baseline: measurement.Measurement; settings: the release's GateSettings (documents.py).
+    measurement, baseline: release.Measurement; settings: the release's GateSettings (contract/release.py).
 
     Without a baseline the verdict rests on the floors. The comparison is one-sided (see compare): it
     fails a release that is slower, passes one that is as fast or faster, and is inconclusive only when
@@ -396,10 +398,7 @@ def table(result):
 def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, concurrency):
     """The bench client's measurement (the gate's with its GateSettings; the watch's and the doctor's shorter): a
     Measurement; Measurement.failed, naming why, when the bench ran out of time, failed or answered unreadably."""
-    # here: the controller imports this module too
-    from .measurement import AGGREGATE_ROUNDS, SOURCE, BenchConfig, Measurement
-
-    command = [sys.executable, "-m", f"{__package__}.bench", "--url", probe_url, "--api-key-file", secrets_path,
+    command = [sys.executable, "-m", f"{PROGRAMS_PACKAGE}.bench", "--url", probe_url, "--api-key-file", secrets_path,
                "--samples", str(samples), "--warmup", str(warmup),
                "--max-new-tokens", str(max_new_tokens), "--concurrency", str(concurrency)]
     if client.GUARD is not None:  # the bench checks each keyed connection too (listener.py)
@@ -421,7 +420,7 @@ def measure_builtin(probe_url, secrets_path, samples, warmup, max_new_tokens, co
     if result.returncode != 0:
         return failed(f"the bench client exited with {result.returncode}")
     try:  # through its class: a field renamed on either side is named here, never read as "no sample"
-        return Measurement.loads(result.stdout, SOURCE)
+        return Measurement.loads(result.stdout, Measurement.FILE)
     except DocumentError as error:
         return failed(f"the bench client's answer cannot be read: {error}")
 
@@ -437,7 +436,7 @@ def straddles(result):
 def merged(first, more):
     """Two bench runs of the same prompt positions as one measurement (the first's aggregate and configuration;
     the samples of both, each keeping its position; the summaries over all of them)."""
-    from .bench import summary  # here: the state command's import stays small
+    from ..bench import summary  # here: the state command's import stays small
 
     samples = list(first.samples) + list(more.samples)
     return first.but(samples=samples, decode_tok_s=summary([s.decode_tok_s for s in samples]),
@@ -486,7 +485,7 @@ def look_record(result, measurement):
 
 
 def output_rows(output):
-    """The output check's (an output_result.OutputCheck) lines of the gate's table."""
+    """The output check's (an release.OutputCheck) lines of the gate's table."""
     rows = [{"metric": f"known answers right (of {output.total})", "value": output.known_right,
              "spread_pct": None, "threshold": f"= {output.total}", "previous": None,
              "verdict": "pass" if output.known_right == output.total else "FAIL"},
@@ -507,7 +506,7 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
 
     evidence: {"findings": SGLang's own log lines since the unit started, "environ": the process's
     whole environment, "costly_env": undeclared costly variables with their sources} (evidence.py).
-    config: the release's GateConfig; returns a GateResult (documents.py)."""
+    config: the release's GateConfig; returns a GateResult (contract/release.py)."""
     started = time.monotonic()
     settings, expect = config.settings, config.expect
     try:

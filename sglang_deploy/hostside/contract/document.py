@@ -1,8 +1,15 @@
 """The typed seam's mechanism: `Document`, the strict reader every document of the release store and every host
-program's answer is read with (documents.py, reports.py, outputs.py, measurement.py, output_result.py,
-preflight/probe_answer.py, weights/status.py define them). A field annotated with a document's name reads as that
-document; the module that defines it is imported by the module whose field names it, so every class a read can meet is
-registered before the read.
+program's answer is read with. The documents are filed by where they live (this package: release.py, store.py,
+session.py, answers.py). A field annotated with a document's name reads as that document; the module that defines it is
+imported by the module whose field names it, so every class a read can meet is registered before the read.
+
+The reader is tolerant of releases already on hosts and strict about everything else: a missing required field, an
+unknown field, a value of the wrong type or a newer format is a DocumentError naming the document and the field.
+A renamed floor (min_decode_tok_s) fails there; it never reads as None, which would mean "no floor". Each document
+says once: its file name (FILE: a path in paths.py's table, or the program whose answer it is), its fields and, only
+where a missing value is safe, their defaults (a field without a default is required), its format version (FORMAT,
+written as "format" in the file; a document without one is format 1), and the fields earlier versions wrote that are
+read and dropped (RETIRED).
 
 Standard library only: shipped to the host with the rest of the package.
 """
@@ -98,7 +105,7 @@ class Document:
 
 def line(answer: Document) -> str:
     """The answer as one JSON line with its format: what a host program prints for a reader of its output's last line
-    (outputs.py's answers, weights/status.SnapshotStatus)."""
+    (answers.py, session.py)."""
     return json.dumps({"format": answer.FORMAT, **answer.to_dict()})
 
 

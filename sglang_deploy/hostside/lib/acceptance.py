@@ -57,7 +57,7 @@ def drop(histogram: list[int]) -> dict | None:
 
 
 def summary(samples: list) -> dict | None:
-    """From the bench's samples (measurement.Sample: its kind and correct_drafts_histogram): the histogram, the rate
+    """From the bench's samples (release.Sample: its kind and correct_drafts_histogram): the histogram, the rate
     per position and a drop, over all samples and per content class; None without any histogram."""
     if not any(s.correct_drafts_histogram for s in samples):
         return None

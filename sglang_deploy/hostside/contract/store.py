@@ -1,0 +1,105 @@
+"""The store's own documents, beside its releases (paths.ServicePaths): its state (state.json), its lock's holder
+(lock.json) and what the last switch did (last_switch.json, with the start's readiness). Written by the host alone
+(switch, tune, recover, the lock's holders); the controller reads them in `hostside.store state`'s answer
+(answers.StoreReport) and the switch's outcome. Standard library only: shipped to the host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+from .document import Document
+from .release import GateResult
+
+
+# --- the store's state: <store root>/state.json ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StoreState(Document):
+    """Written by the host alone (switch, tune); every default is the empty store's."""
+    FILE: ClassVar[str] = "state.json"
+    active: str | None = None
+    last_good: str | None = None
+    auto_rollbacks_in_row: int = 0
+    switching: Switching | None = None  # while a switch runs; left behind by a crash
+    recovered: Recovery | None = None  # the last boot recovery that changed something (hostside/recover.py)
+
+
+@dataclass(frozen=True)
+class Switching(Document):
+    """A switch under way in state.json (hostside/switch.py, tune_runner.switch_to): left behind, it names the
+    interrupted switch, and the release it was installing stays out of prune's reach."""
+    KEYS: ClassVar[dict] = {"previous": "from"}
+    to: str
+    previous: str | None  # the release active before ("from" in the file)
+    since: str
+    reason: str | None = None  # deploy, rollback, tune session ...
+
+
+@dataclass(frozen=True)
+class Recovery(Document):
+    """What the boot recovery (hostside/recover.py) found and did: an interrupted switch rolled back to the last good
+    release (or committed, when its release passed its gate before the cut), or installed files put back."""
+    at: str
+    boot_id: str | None  # the boot it ran in (/proc/sys/kernel/random/boot_id)
+    reason: str  # what it found, a sentence
+    interrupted: str | None  # the release the interrupted switch was installing; None: no switch was under way
+    restored: str | None  # the release it installed or kept; None: none to restore
+    action: str  # rolled back, committed, reinstalled, nothing to restore
+
+
+# --- the store's lock: <store root>/lock.json ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LockInfo(Document):
+    """Who holds the store's lock (written by the holder: switch, prune, tune, perf watch); "unknown" when the
+    file is gone or unreadable while the lock is held."""
+    FILE: ClassVar[str] = "lock.json"
+    owner: str
+    pid: int | None = None
+    since: str | None = None
+    boot_id: str | None = None  # the holder's boot: a lock.json of an earlier boot names no holder (store.lock_holder)
+
+    def refusal(self) -> str:
+        """The one sentence for a change refused while another holds the lock: the switch on the host, the
+        deploy's refusals (plan.refusals) and the rollback on the controller."""
+        return f"another deploy or rollback is running: {self.owner} (pid {self.pid}, since {self.since})"
+
+
+# --- the last switch: <store root>/last_switch.json ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SwitchOutcome(Document):
+    """What the last switch did (hostside/switch.finish), redacted; the controller reads it to report a switch
+    (roles/release.py), the tune for its start estimate."""
+    FILE: ClassVar[str] = "last_switch.json"
+    release: str
+    ok: bool
+    exit_code: int
+    finished: str
+    error: str | None = None  # refused before any restart: why (no readiness then)
+    previous: str | None = None  # the release active before
+    reason: str | None = None  # deploy, rollback, tune, ...
+    readiness: Readiness | None = None  # None: refused before the restart
+    auth: str | None = None  # the release's authentication (store.release_auth)
+    auth_change: str | None = None  # a sentence when the switch changed it
+    gate: GateResult | None = None  # None: no gate ran
+    failure: str | None = None  # why the release failed (readiness or gate)
+    rolled_back_to: str | None = None  # the automatic rollback's target; None: none
+    rollback_readiness: Readiness | None = None
+    rollback_auth_change: str | None = None
+    forensics: str | None = None  # where what the service user wrote was moved aside before a start (forensics.py)
+    active: str | None = None  # the release active after a successful switch
+    verdict: str | None = None  # its verdict after a successful switch
+
+
+@dataclass(frozen=True)
+class Readiness(Document):
+    """A start's staged readiness (hostside/lib/readiness.wait_ready, wait_running)."""
+    ready: bool
+    stage: str  # the stage reached: active, health, listener, generate, auth, weights, ...
+    elapsed_s: int | float
+    detail: str | None = None  # why not ready
+    journal: str = ""  # the failed start's last journal lines
+    auth: str | None = None  # the authentication checked (api-key, none, n/a)
