@@ -382,6 +382,8 @@ ENVIRONMENT = {
     # the test suite (docs/testing.md)
     "SGLANG_DEPLOY_REQUIRE_SIMHOST": "tests: fail, not skip, what needs the simulated host or Chromium (CI)",
     "SGLANG_DEPLOY_TEST_WORKERS": "tests: pytest-xdist workers (default 7)",
+    "SGLANG_DEPLOY_TEST_HOSTLESS_WORKER": "tests: a niceness: the last worker then takes only the modules that need no "
+                                          "simulated host (opt-in, see docs/testing.md)",
     "SGLANG_DEPLOY_TEST_TIMELINE": "tests: a file each test phase's worker, start and stop are appended to (JSON lines)",
     "SGLANG_DEPLOY_TEST_FRONTEND_SLOTS": "tests: SGLang front ends running at once across the workers (default 2)",
     "SGLANG_DEPLOY_TEST_SSH_PORT": "tests: the workers' SSH port base (default 2232)",

@@ -1,4 +1,4 @@
-"""What host programs answer the controller (hostside/outputs.py): the writer on the host and the reader on the
+"""What host programs answer the controller (hostside/contract/answers.py): the writer on the host and the reader on the
 controller spell each field once, and a field renamed on either side is an error naming the answer and the field,
 never a value read as None."""
 
