@@ -26,7 +26,7 @@ from sglang_deploy.doctor.diagnosis import diagnose, format_report, with_collect
 from sglang_deploy.results import save_result
 from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.hostside.lib.client import printable
-from sglang_deploy.hostside.contract.answers import DoctorCollection
+from sglang_deploy.hostside.contract.probes import DoctorCollection
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.release import DoctorReport
 from sglang_deploy.hostside.store import RELEASE_ID

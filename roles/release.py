@@ -162,9 +162,9 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
 
 
 def _preflight_report(service):
-    """The passed preflight's warnings and steps (contract/answers.PreflightReport); a report that cannot be read as
+    """The passed preflight's warnings and steps (contract/probes.PreflightReport); a report that cannot be read as
     one is a DeployError naming the field (the preflight itself passed: its exit status decided)."""
-    from sglang_deploy.hostside.contract.answers import PreflightReport
+    from sglang_deploy.hostside.contract.probes import PreflightReport
 
     path = ServicePaths(service).preflight_report()
     ok, output = host.run_shell_command(shlex.join(["cat", path]), _sudo=sudo())

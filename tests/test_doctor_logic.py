@@ -133,7 +133,7 @@ def test_report_with_roofline_and_no_suspect(tmp_path):
 
 def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
     """The GPU probe's output as recorded on the lent 2x H200 machine (see docs/measurements.md)."""
-    from sglang_deploy.hostside.contract.answers import GpuProbe
+    from sglang_deploy.hostside.contract.probes import GpuProbe
 
     probe = GpuProbe.loads((__import__("pathlib").Path(__file__).parent / "fixtures" / "h200x2-gpu-probe.json")
                            .read_text())  # as the doctor's collector reads it

@@ -264,9 +264,9 @@ def doctor_report(tmp_path, **gate):
                        "gate": bench_measurement([50.0], **gate), "checkpoint": summarize(tmp_path)})
     from types import SimpleNamespace
 
-    from sglang_deploy.hostside.contract.answers import SandboxView
+    from sglang_deploy.hostside.contract.probes import SandboxView
 
-    # the collector's parts of the report (answers.DoctorCollection's: tests/test_outputs.py)
+    # the collector's parts of the report (probes.DoctorCollection's: tests/test_outputs.py)
     collected = SimpleNamespace(active="0001-aaaaaaaa", errors=[], probe=None, sandbox=SandboxView())
     return with_collection(result, collected)
 
@@ -585,12 +585,12 @@ PLANTED = [  # each a store document read by key, as the host read them before t
     '        return {"verified": bool(status.get("verified"))}\n',
     'def f(weights):\n    ok, output = host.run_shell_command(host_program("weights", "fetch", "--dir", weights.path))\n'
     '    return json.loads(output.stdout_lines[-1])["changed"]\n',
-    # the GPU probe's answer, read by key on either side before answers.GpuProbe
+    # the GPU probe's answer, read by key on either side before probes.GpuProbe
     'def main(python, user):\n    command = probe_command(python, user, "/var/lib/sglang", {}, False)\n'
     '    result = subprocess.run(command, capture_output=True, text=True)\n'
     '    return json.loads(result.stdout)["bandwidth"]\n',
     'def run_doctor(collected):\n    return (collected.probe or {}).get("p2p")\n',
-    # the preflight probe's answer, as the runner and a reader of the report read it before answers.PreflightFacts
+    # the preflight probe's answer, as the runner and a reader of the report read it before probes.PreflightFacts
     'def run(args):\n    argv = [args.python, "-I", os.path.join(HERE, "probe.py")]\n    result = subprocess.run(argv)\n'
     '    facts = json.loads(result.stdout)\n    return (facts.get("torch") or {}).get("all_reduce_2p")\n',
     'def f(report):\n    return report.facts["user"]\n',

@@ -107,7 +107,7 @@ def test_the_running_services_sandbox_matches_the_report(nested):
     assert "1048576" not in limits and "unlimited" not in limits  # clamped by the container
     nested.sh("cd /opt/sglang-deploy/lib && python3 -m hostside.preflight --service sglang --active --no-gpu --gpus 2 "
               "--json /tmp/report.json --quiet")
-    from sglang_deploy.hostside.contract.answers import PreflightReport
+    from sglang_deploy.hostside.contract.probes import PreflightReport
 
     document = PreflightReport.loads(nested.sh("cat /tmp/report.json"), "/tmp/report.json")
     enforced = {row[0]: row[2] for row in document.sandbox}

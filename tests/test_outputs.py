@@ -12,8 +12,8 @@ import pytest
 
 from conftest import REPO, bench_measurement, gate_document, release_meta
 from sglang_deploy.hostside.contract import paths as host_paths
-from sglang_deploy.hostside.contract.answers import (DoctorCollection, PreflightFinding, PreflightReport, SandboxView,
-                                                     StoreHistory, VenvHooks)
+from sglang_deploy.hostside.contract.answers import StoreHistory, VenvHooks
+from sglang_deploy.hostside.contract.probes import DoctorCollection, PreflightFinding, PreflightReport, SandboxView
 from sglang_deploy.hostside.contract.document import DocumentError, line
 from sglang_deploy.hostside.contract.release import GateResult, WatchEntry
 from sglang_deploy.hostside import store as store_module
@@ -645,7 +645,7 @@ def probe_keys() -> dict:
 def test_the_gpu_probe_writes_exactly_the_answers_fields():
     """A key renamed in gpu_probe.py fails here; the answer recorded on 2x H200 reads through GpuProbe (test
     _doctor_logic), and the error answers are GpuProbe's error (with the devices when they are busy)."""
-    from sglang_deploy.hostside.contract.answers import GpuProbe, ProbeAllreduce, ProbeBandwidth, ProbeDevice, ProbeP2P
+    from sglang_deploy.hostside.contract.probes import GpuProbe, ProbeAllreduce, ProbeBandwidth, ProbeDevice, ProbeP2P
 
     keys = probe_keys()
     assert keys["bandwidth"] == {frozenset(ProbeBandwidth.field_names())}
@@ -669,7 +669,7 @@ PROBE = json.loads((REPO / "tests" / "fixtures" / "h200x2-gpu-probe.json").read_
      "the GPU probe's answer allreduce_default: unknown field 'latency'"),
 ])
 def test_the_gpu_probe_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.contract.answers import GpuProbe
+    from sglang_deploy.hostside.contract.probes import GpuProbe
 
     with pytest.raises(DocumentError) as error:
         GpuProbe.from_dict(data)
@@ -680,7 +680,7 @@ def test_the_collector_reads_the_probe_through_its_class():
     """doctor_collect.probe_answer: the probe's answer as GpuProbe's dict, or an error naming why (a renamed field,
     no JSON: its stderr, no python); the doctor's collection reads it by attribute."""
     from sglang_deploy.hostside.doctor_collect import probe_answer
-    from sglang_deploy.hostside.contract.answers import GpuProbe
+    from sglang_deploy.hostside.contract.probes import GpuProbe
 
     def ran(stdout, stderr=""):
         return subprocess.CompletedProcess([], 0, stdout, stderr)

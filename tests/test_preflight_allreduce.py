@@ -125,7 +125,7 @@ def test_the_probe_runs_the_standins_all_reduce_on_a_simulated_host(monkeypatch,
     monkeypatch.setenv("SGLANG_SIM_ALLREDUCE_FAULT", "hang")
     found = preflight_probe.torch_facts(2, simulated=True, step_timeout=1)
     assert found["all_reduce_2p"]["timed_out"] and found["all_reduce_2p"]["standin"]
-    from sglang_deploy.hostside.contract.answers import PreflightTorch
+    from sglang_deploy.hostside.contract.probes import PreflightTorch
 
     assert PreflightTorch.from_dict(found).all_reduce_2p.timed_out  # the writer's answer reads through its class
     assert "step all-reduce" in capsys.readouterr().err

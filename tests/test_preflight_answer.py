@@ -1,4 +1,4 @@
-"""The preflight probe's answer (hostside/contract/answers.py PreflightFacts): probe.py runs by path with -I and prints its
+"""The preflight probe's answer (hostside/contract/probes.py PreflightFacts): probe.py runs by path with -I and prints its
 dicts itself, so the keys it writes (and allreduce.run's, and the runner's outside view) are held equal to the classes'
 fields here; the runner and findings.py read it by attribute, and a renamed field is an error naming the answer and
 the field, never a fact read as None."""
@@ -10,10 +10,10 @@ import json
 import pytest
 
 from conftest import REPO
-from sglang_deploy.hostside.contract.answers import (PreflightAllReduce, PreflightDriver, PreflightFacts,
-                                                     PreflightLimit, PreflightLimits, PreflightNode, PreflightOutside,
-                                                     PreflightResolution, PreflightSandbox, PreflightToolchain,
-                                                     PreflightTorch, PreflightTriton)
+from sglang_deploy.hostside.contract.probes import (PreflightAllReduce, PreflightDriver, PreflightFacts, PreflightLimit,
+                                                    PreflightLimits, PreflightNode, PreflightOutside,
+                                                    PreflightResolution, PreflightSandbox, PreflightToolchain,
+                                                    PreflightTorch, PreflightTriton)
 from sglang_deploy.hostside.contract.document import DocumentError
 from test_preflight_logic import FACTS, GOLDEN_UNIT
 
@@ -59,7 +59,7 @@ def written_keys(path, function_name=None) -> dict:
 
 
 def test_the_probe_writes_exactly_the_answers_fields():
-    """A key renamed in probe.py, or a field renamed in contract/answers.py, fails here; a new function of the probe that
+    """A key renamed in probe.py, or a field renamed in contract/probes.py, fails here; a new function of the probe that
     writes a dict must be named here too."""
     keys = written_keys(PREFLIGHT / "probe.py")
     assert set(keys) == {"node_facts", "parse_limits", "toolchain", "sandbox_facts", "resolution", "cuda_driver_facts",
@@ -123,7 +123,7 @@ def test_the_runner_names_a_renamed_field_in_the_report(tmp_path, monkeypatch):
     and the report is written (facts None); before, a missing key read as None ("no GPU to judge")."""
     import subprocess as real
 
-    from sglang_deploy.hostside.contract.answers import PreflightReport
+    from sglang_deploy.hostside.contract.probes import PreflightReport
     from sglang_deploy.hostside.preflight import runner
 
     unit, env = tmp_path / "sglang.service", tmp_path / "sglang.env"
@@ -161,10 +161,10 @@ NOT_THE_ANSWERS = {"step", "status", "detail", "fix", "error", "uid_map", "unpri
 
 def answer_key_reads(source: str) -> list:
     """"line: code" for each `x["k"]` or `x.get("k")` whose k is a field of the probe's answer (any class of
-    contract/answers.py's Preflight* but the report and its findings), but for NOT_THE_ANSWERS."""
-    from sglang_deploy.hostside.contract import answers
+    contract/probes.py's Preflight* but the report and its findings), but for NOT_THE_ANSWERS."""
+    from sglang_deploy.hostside.contract import probes
 
-    fields = set().union(*(file_keys(cls) for name, cls in vars(answers).items()
+    fields = set().union(*(file_keys(cls) for name, cls in vars(probes).items()
                            if name.startswith("Preflight") and name not in ("PreflightReport", "PreflightFinding"))) \
         - NOT_THE_ANSWERS
     found = []

@@ -36,7 +36,7 @@ def _tp(server_info: dict) -> int:
 def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate, probe,
                   log_findings: dict | None = None, costly_env=()) -> list[Suspect]:
     """server_info: /server_info (SGLang's resolved values); gate: the last measurement (hostside/contract/release.py
-    Measurement, or None); probe: the GPU probe's answer (hostside/contract/answers.GpuProbe, or None); log_findings and
+    Measurement, or None); probe: the GPU probe's answer (hostside/contract/probes.GpuProbe, or None); log_findings and
     costly_env: hostside/evidence.py."""
     found: list[Suspect] = []
     log_findings = log_findings or {}
@@ -174,14 +174,14 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
 
 def diagnose(report: dict) -> dict:
     """report: {server_info, environ, topology, gpus, gate, probe, checkpoint, simulated_gpu}; gate: a
-    hostside/contract/release.Measurement, or None; probe: a hostside/contract/answers.GpuProbe, or None."""
+    hostside/contract/release.Measurement, or None; probe: a hostside/contract/probes.GpuProbe, or None."""
     server_info = report.get("server_info") or {}
     gate = report.get("gate")
     suspects = suspects_from(server_info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
                              gate, report.get("probe"), report.get("log_findings"), report.get("costly_env") or ())
     state = (server_info.get("internal_states") or [{}])[0] or {}
     gpu_name = (report.get("gpus") or [{}])[0].get("name") or state.get("simulated_gpu") or report.get("simulated_gpu")
-    probe = report.get("probe")  # answers.GpuProbe, or None
+    probe = report.get("probe")  # probes.GpuProbe, or None
     if probe and probe.read_bandwidth():
         bandwidth, source = probe.read_bandwidth(), "measured (probe, read-only reduction)"
     else:
@@ -213,7 +213,7 @@ def diagnose(report: dict) -> dict:
 
 
 def with_collection(result: dict, collected) -> dict:
-    """The diagnosis with what the host's collector (hostside/doctor_collect.py, its answers.DoctorCollection) adds to
+    """The diagnosis with what the host's collector (hostside/doctor_collect.py, its probes.DoctorCollection) adds to
     the saved report: the release, the collector's errors, the GPU probe and the sandbox view
     (hostside/contract/release.DoctorReport's fields)."""
     return {**result, "release": collected.active, "errors": list(collected.errors),
@@ -336,7 +336,7 @@ def sandbox_lines(view: dict | None) -> list[str]:
     findings that are not ok (devices, shm, toolchain)."""
     from ..hostside.preflight.findings import sandbox_report
 
-    from ..hostside.contract.answers import SandboxView
+    from ..hostside.contract.probes import SandboxView
 
     if not view:
         return []

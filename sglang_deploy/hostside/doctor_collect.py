@@ -18,7 +18,7 @@ import sys
 from . import evidence, safetensors_headers
 from .lib import gate
 from .lib.client import get_json, read_api_key
-from .contract.answers import DoctorCollection, GpuProbe, PreflightReport, SandboxView
+from .contract.probes import DoctorCollection, GpuProbe, PreflightReport, SandboxView
 from .contract.document import DocumentError, line
 from .contract.paths import ServicePaths
 from .contract.release import ABResults, GateConfig, GateResult, ProfileSnapshot, Resolution, TuneResults
@@ -76,7 +76,7 @@ def probe_command(python, user, home, nccl, force):
 
 
 def probe_answer(result, python):
-    """The GPU probe's answer (answers.GpuProbe) as a dict: its own, through the class (a field renamed on either
+    """The GPU probe's answer (probes.GpuProbe) as a dict: its own, through the class (a field renamed on either
     side is named in its error), or why there is none (no python; no JSON: its stderr's end)."""
     if result is None:
         return GpuProbe(error=f"{python} not found").to_dict()

@@ -16,13 +16,13 @@ PROXMOX_DEVICE_HINT = ("on the Proxmox host give the node's passthrough (its `de
 # --- the judgement: pure, tested with fixtures (tests/test_preflight_logic.py) ---------------------------
 
 def _typed(answer, name):
-    """The probe's answer (or a part of it) as its class of contract/answers.py: a dict (the tests' fixtures) is read
+    """The probe's answer (or a part of it) as its class of contract/probes.py: a dict (the tests' fixtures) is read
     through it. Imported here, not at the top: container.py imports this module for unprivileged() alone."""
     if not isinstance(answer, dict):
         return answer
-    from ..contract import answers
+    from ..contract import probes
 
-    return getattr(answers, name).from_dict(answer)
+    return getattr(probes, name).from_dict(answer)
 
 
 def finding(step, status, detail, fix=None):

@@ -1,7 +1,7 @@
 """The preflight's probe: run by the runner (preflight.py) inside a transient unit with the release's own unit
 properties, as the service user, in the release's own python (-I, by path), it gathers raw facts of what the
 service would meet (devices, shm, toolchain, caches, the sandbox, SGLang's resolution, torch, Triton) and prints
-them as one JSON line, which the runner reads as answers.PreflightFacts (tests/test_preflight_answer.py
+them as one JSON line, which the runner reads as probes.PreflightFacts (tests/test_preflight_answer.py
 holds the keys written here equal to its fields); findings.py judges them.
 
     PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated] [--no-gpu] [--step-timeout S]

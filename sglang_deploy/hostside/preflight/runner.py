@@ -28,7 +28,7 @@ GPU say so and are skipped; the rest runs for real.
     PY -I hostside/preflight/probe.py --gpus N [--argv-json FILE] [--simulated]     (inside the transient unit)
 
 This module is the runner (root, outside the sandbox): the transient unit, its properties, the report.
-probe.py gathers the facts inside the unit (read as answers.PreflightFacts), findings.py judges them.
+probe.py gathers the facts inside the unit (read as probes.PreflightFacts), findings.py judges them.
 """
 
 import argparse
@@ -44,7 +44,7 @@ from ..evidence import journal
 from .findings import (NAMESPACE_EXIT, NESTING_DIRECTIVES, diagnose, failed, finding, listening,
                                  namespace_failure, report, sandbox_enforcement, timed_out, unprivileged)
 from .probe import read_text
-from ..contract.answers import PreflightFacts, PreflightOutside, PreflightReport
+from ..contract.probes import PreflightFacts, PreflightOutside, PreflightReport
 from ..contract.document import DocumentError
 from ..contract.paths import SIMULATED_MARKER, ServicePaths
 
