@@ -19,7 +19,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from .hostside.weights.manifest import MODELS_ROOT
+from .hostside.contract.paths import MODELS_ROOT
 from .weights import (Weights, WeightsSourceError, default_manifest_path, parse_source, resolve_manifest_path,
                       weights_for)
 

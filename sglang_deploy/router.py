@@ -19,12 +19,11 @@ import shlex
 from .hostside.contract.release import GateSettings
 from .multinode import NodeError, node_address
 from .settings import HostSettings, RouterSettings
-from .hostside.contract.paths import CONFIG_ROOT, TOOL_ROOT, UNIT_DIR, VENV_ROOT
+from .hostside.contract.paths import CONFIG_ROOT, ROUTER_LIB, UNIT_DIR, VENV_ROOT
 from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
 
 ROUTER_VERSION = "0.3.2"  # sglang-router on PyPI; checked to install and run here (Python 3.11, manylinux2014)
 ROUTER_VENV = f"{VENV_ROOT}/sglang-router-{ROUTER_VERSION}"
-ROUTER_LIB = f"{TOOL_ROOT}/router"
 ROUTER_CONFIG_DIR = f"{CONFIG_ROOT}/sglang-router"
 ROUTER_KEY_PATH = f"{ROUTER_CONFIG_DIR}/workers-api-key"
 ROUTER_UNIT_PATH = f"{UNIT_DIR}/{ROUTER_SERVICE}.service"

@@ -13,6 +13,8 @@ import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .hostside.contract.paths import UPLOAD_DIR
+
 
 @dataclass(frozen=True)
 class Shipment:
@@ -26,7 +28,7 @@ class Shipment:
 
     @property
     def upload_path(self) -> str:
-        return f"/var/lib/sglang-deploy/.upload-{self.name}.tar"
+        return f"{UPLOAD_DIR}/.upload-{self.name}.tar"
 
 
 def build(name: str, root: str, manifest: str, members: list[tuple[str, bytes, int]]) -> Shipment:

@@ -93,6 +93,7 @@ def fail(message: str) -> int:
     return 1
 
 
+# hostside/contract/paths.STORE_ROOT, spelled again: the simulator is shipped to its host without the host package
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ..hostside.weights.manifest import MODELS_ROOT
+from ..hostside.contract.paths import MODELS_ROOT
 from ..layout import ServicePaths
 from .. import releases
 from ..rules import CODE_LOADING_ENV, TOOL_ENV

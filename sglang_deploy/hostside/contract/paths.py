@@ -11,7 +11,8 @@ the *_FILE names; store.py: StoreState.FILE, LockInfo.FILE, SwitchOutcome.FILE).
     /etc/sglang-deploy/<service>/          its environment file and the secrets file
     /var/lib/<service>, /var/cache/<service>  the service's StateDirectory= and CacheDirectory=
     /opt/sglang-deploy/                    the tool's software (TOOL_ROOT): venvs/, lib/ (the host package),
-                                           hub-client/, wheelhouse/
+                                           router/, hub-client/, wheelhouse/
+    /srv/models/                           the weights' snapshots (MODELS_ROOT; SGLANG_DEPLOY_MODELS in tests)
     /run/sglang-deploy/preflight/          the preflight's reports (a tmpfs)
 
 Standard library only: shipped to the host with the rest of the package.
@@ -23,9 +24,12 @@ import os
 from dataclasses import dataclass
 
 STORE_ROOT = os.environ.get("SGLANG_DEPLOY_STORE", "/var/lib/sglang-deploy")
+UPLOAD_DIR = "/var/lib/sglang-deploy"  # where the controller's archives land before unpacking (root's, never a test's store)
+MODELS_ROOT = os.environ.get("SGLANG_DEPLOY_MODELS", "/srv/models")  # the weights' snapshots (hostside/weights/)
 TOOL_ROOT = "/opt/sglang-deploy"  # the tool's own software: venvs, the host package, the hub client, wheelhouses
 VENV_ROOT = f"{TOOL_ROOT}/venvs"  # the release venvs (and the router's)
 HOST_LIB = f"{TOOL_ROOT}/lib"  # the host package is installed as HOST_LIB/hostside (run with python3 -m)
+ROUTER_LIB = f"{TOOL_ROOT}/router"  # the router's launcher (sglang_deploy/router.py)
 UNIT_DIR = "/etc/systemd/system"
 CONFIG_ROOT = "/etc/sglang-deploy"
 PREFLIGHT_DIR = "/run/sglang-deploy/preflight"  # a tmpfs: the preflight's inputs never reach the release store

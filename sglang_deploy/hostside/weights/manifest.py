@@ -1,8 +1,8 @@
 """A weights snapshot against its frozen manifest: the manifest's checks and identity, hashing, the verification
 record of a snapshot directory, and whether a release's snapshots are still as they were verified.
 
-MODELS_ROOT and the tool's directory under it are written here once (fetch.py, prune.py and the
-controller read them from here). Standard library only; no imports from its package.
+The tool's directory under MODELS_ROOT (contract/paths.py) is written here once (fetch.py, prune.py and the
+controller read it from here). Standard library only; of its package it imports only the paths' table.
 """
 
 import argparse
@@ -13,7 +13,8 @@ import re
 import sys
 import time
 
-MODELS_ROOT = os.environ.get("SGLANG_DEPLOY_MODELS", "/srv/models")
+from ..contract.paths import MODELS_ROOT
+
 TOOL_DIR = ".sglang-deploy"
 SHA256 = re.compile(r"[0-9a-f]{64}")
 REVISION = re.compile(r"[0-9a-f]{40}")
