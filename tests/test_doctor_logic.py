@@ -123,8 +123,9 @@ def test_hardware_defects():
 
 def test_report_with_roofline_and_no_suspect(tmp_path):
     write_qwen_like(tmp_path)
-    result = diagnose(doctor_collection(server_info={**PROVEN_INFO, "simulated": True}, gate=GATE,
-                                        checkpoint=summarize(tmp_path)), [{"name": "NVIDIA RTX A6000", "index": 0}], PCIE)
+    collected = doctor_collection(server_info={**PROVEN_INFO, "simulated": True}, gate=GATE,
+                                  checkpoint=summarize(tmp_path))
+    result = diagnose(collected, [{"name": "NVIDIA RTX A6000", "index": 0}], PCIE)
     assert result["suspects"] == [] and result["roofline"]["bandwidth_source"].startswith("datasheet")
     text = format_report(result)
     assert "suspects: none found" in text and "measured: 52.0 tok/s" in text and "SIMULATED" in text
@@ -139,8 +140,8 @@ def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
     assert all(b.read_gbs >= 0.85 * 4800 for b in probe.bandwidth)
     assert probe.p2p.can_access_0_1 and max(probe.allreduce_default.latency_us.values()) < 20
     write_qwen_like(tmp_path)
-    result = diagnose(doctor_collection(server_info=PROVEN_INFO, gate=GATE, probe=probe, checkpoint=summarize(tmp_path)),
-                      [{"name": "NVIDIA H200", "index": 0}], {"interconnect": "nvlink"})
+    collected = doctor_collection(server_info=PROVEN_INFO, gate=GATE, probe=probe, checkpoint=summarize(tmp_path))
+    result = diagnose(collected, [{"name": "NVIDIA H200", "index": 0}], {"interconnect": "nvlink"})
     assert result["roofline"]["bandwidth_source"].startswith("measured")
     assert result["roofline"]["bandwidth_gbs"] == min(b.read_gbs for b in probe.bandwidth)
 

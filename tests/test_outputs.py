@@ -715,7 +715,8 @@ def test_the_collector_reads_the_probe_through_its_class():
     assert renamed_probe.error.startswith("the GPU probe's answer: unknown field 'nccl_version'")
     assert probe_answer(ran("", "Traceback: no torch"), "/v/bin/python").error == "Traceback: no torch"
     assert probe_answer(None, "/v/bin/python").error == "/v/bin/python not found"
-    collected = DoctorCollection.loads(json.dumps(collection(probe=probe_answer(ran(json.dumps(PROBE)), "/p").to_dict())))
+    answer = probe_answer(ran(json.dumps(PROBE)), "/p")
+    collected = DoctorCollection.loads(json.dumps(collection(probe=answer.to_dict())))
     assert collected.probe.p2p.can_access_0_1 is True
     with pytest.raises(DocumentError, match="output probe p2p: unknown field 'can_access'"):
         DoctorCollection.loads(json.dumps(collection(probe={**PROBE, "p2p": renamed(PROBE["p2p"], "can_access_0_1",
