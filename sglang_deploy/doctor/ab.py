@@ -119,8 +119,6 @@ class SpecAB(HostSession):
                     "active_result": active.to_json(), "nospec_result": nospec.to_json()}
         path = save_result(self.host_name, document, kind="ab", results_dir=self.results_dir.parent)
         # beside the release, in the tune's shape: a later `doctor.py` names the suspect from it (doctor_collect)
-        from ..hostside.contract.release import ABResults
-
         self.remote.put(ABResults.from_dict(host_document(self.stamp, self.active, active, nospec)).dump(),
                         ServicePaths(self.service).release_file(self.active, AB_RESULTS_FILE))
         self.say(f"saved in {path} (and releases/{self.active}/{AB_RESULTS_FILE} on the host)")
