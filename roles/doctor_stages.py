@@ -100,18 +100,7 @@ def diagnosis(args: DoctorArgs) -> None:
         raise DeployError(f"{host.name}: the host reports the active release as {printable(collected.active)!r}, "
                           "not a release id (NNNN-xxxxxxxx): nothing is written")
     gpus = [dict(gpu, clocks_event_reasons=collected.clock_reasons.get(str(gpu["index"]))) for gpu in gpu_facts["gpus"]]
-    server_info = collected.server_info
-    result = diagnose({"server_info": server_info, "environ": collected.environ, "topology": gpu_facts["topology"],
-                       "gpus": gpus, "gate": collected.gate, "probe": collected.probe,
-                       "checkpoint": collected.checkpoint,
-                       "simulated_gpu": ((server_info.get("internal_states") or [{}])[0] or {}).get("simulated_gpu"),
-                       "log_findings": collected.log_findings, "costly_env": collected.costly_env,
-                       "draft_checkpoint": collected.draft_checkpoint,
-                       "offered_drafts": collected.offered_drafts,
-                       "card_memory_mib": collected.card_memory_mib,
-                       "last_tune": collected.last_tune and collected.last_tune.to_dict(),
-                       "last_ab": collected.last_ab and collected.last_ab.to_dict(),
-                       "release": collected.active})
+    result = diagnose(collected, gpus, gpu_facts["topology"])
     result = with_collection(result, collected)
     logger.info(f"[{host.name}] perf doctor, release {collected.active} of {service}:")
     if uvm_warning(gpu_facts):

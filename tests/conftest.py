@@ -136,6 +136,18 @@ def bench_measurement(rates=(52.0,), taus=None, errors=(), kinds=None, aggregate
     return measured.but(**fields)
 
 
+def doctor_collection(**fields):
+    """The doctor collector's answer (hostside/contract/probes.DoctorCollection) as the doctor reads it: nothing
+    collected unless `fields` say (typed values: a Measurement for gate, a TuneResults for last_tune, ...)."""
+    from sglang_deploy.hostside.contract.probes import DoctorCollection, SandboxView
+
+    empty = {"active": None, "errors": [], "meta": None, "gate": None, "environ": {}, "log_findings": {},
+             "costly_env": [], "server_info": {}, "checkpoint_path": None, "checkpoint": None, "draft_checkpoint": None,
+             "offered_drafts": [], "last_tune": None, "last_ab": None, "clock_reasons": {}, "card_memory_mib": [],
+             "sandbox": SandboxView()}
+    return DoctorCollection(**{**empty, **fields})
+
+
 def synthetic_draft(directory: Path, **config_changes) -> Path:
     """A DFlash draft checkpoint with the committed profile's (reconstructed) config, header-only safetensors."""
     from sglang_deploy.sim.synthetic_checkpoint import write_draft

@@ -119,7 +119,9 @@ def test_the_ab_measures_the_active_release_then_the_temporary_one(tmp_path, mon
 def test_a_later_doctor_names_the_suspect_from_the_ab_kept_with_the_release(tmp_path):
     """ab-results.json (the tune's shape, doctor_collect.last_tune reads it) makes the plain doctor report name
     speculation slower than none, saying it comes from the A/B; a healthy A/B names nothing."""
+    from conftest import doctor_collection
     from sglang_deploy.doctor.diagnosis import diagnose
+    from sglang_deploy.hostside.contract.release import ABResults
     from sglang_deploy.hostside.safetensors_headers import summarize
     from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
     from test_doctor_levers import A6000
@@ -130,8 +132,8 @@ def test_a_later_doctor_names_the_suspect_from_the_ab_kept_with_the_release(tmp_
     def report(active, nospec):
         document = doctor_ab.host_document("20261202T110000Z", "0003-aaaaaaaa", measured("active", active, tau=3.1),
                                            measured("nospec", nospec))
-        return diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gpus": A6000, "gate": GATE,
-                         "checkpoint": summarize(tmp_path), "last_ab": document, "release": "0003-aaaaaaaa"})
+        return diagnose(doctor_collection(server_info=PROVEN_INFO, gate=GATE, checkpoint=summarize(tmp_path),
+                                          last_ab=ABResults.from_dict(document), active="0003-aaaaaaaa"), A6000, PCIE)
 
     top = report(32.7, 57.0)["suspects"][0]
     assert top["id"] == "speculation-slower-than-none"

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from conftest import doctor_collection
 from sglang_deploy.doctor import levers as doctor_levers
 from sglang_deploy.doctor.diagnosis import diagnose, format_report
 from sglang_deploy.hostside import evidence
+from sglang_deploy.hostside.contract.release import TuneResults
 from sglang_deploy.hostside.safetensors_headers import summarize
 from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
 from test_doctor_logic import GATE, PCIE, PROVEN_INFO
@@ -22,15 +24,24 @@ def repeats(decode, spread=0.01, tau=None):
             for d in (-spread, 0.0, spread)]
 
 
+def tune_results(entries, original_id="0003-aaaaaaaa", stamp="20261202T080000Z"):
+    """A tune-results.json as doctor_collect.last_tune passes it on (TuneResults), with these entries."""
+    return TuneResults.from_dict({"host": "ct129", "service": "sglang", "profile": "profiles/p.yaml",
+                                  "original": original_id, "session": "s", "stamp": stamp, "signature": "{}",
+                                  "settings": {}, "elapsed_s": 60.0, "results": entries})
+
+
+def entry(id, axis, flags, repeats):
+    return {"id": id, "axis": axis, "flags": flags, "env": {}, "valid": True, "error": None, "repeats": repeats,
+            "duration_s": 10.0}
+
+
 def tune_doc(nospec, original, spread=0.01, original_id="0003-aaaaaaaa"):
-    """A tune-results.json as doctor_collect.last_tune passes it on: the original and its nospec control."""
-    return {"stamp": "20261202T080000Z", "original": original_id, "results": [
-        {"id": "original", "axis": "baseline", "flags": {}, "valid": True, "error": None,
-         "repeats": repeats(original, spread, 3.1)},
-        {"id": "nospec", "axis": "nospec", "flags": {"--speculative-algorithm": None}, "valid": True, "error": None,
-         "repeats": repeats(nospec, spread)},
-        {"id": "steps2-topk1-draft3", "axis": "spec", "flags": {}, "valid": True, "error": None,
-         "repeats": repeats(original * 0.95, spread)}]}
+    """The last tune: the original and its nospec control."""
+    return tune_results([
+        entry("original", "baseline", {}, repeats(original, spread, 3.1)),
+        entry("nospec", "nospec", {"--speculative-algorithm": None}, repeats(nospec, spread)),
+        entry("steps2-topk1-draft3", "spec", {}, repeats(original * 0.95, spread))], original_id)
 
 
 @pytest.mark.parametrize("document, active, found", [
@@ -39,7 +50,7 @@ def tune_doc(nospec, original, spread=0.01, original_id="0003-aaaaaaaa"):
     (tune_doc(nospec=52.5, original=52.0), "0003-aaaaaaaa", False),  # within the min gain
     (tune_doc(nospec=55.0, original=52.0, spread=0.08), "0003-aaaaaaaa", False),  # inside both spreads
     (tune_doc(nospec=57.0, original=32.7), "0004-bbbbbbbb", False),  # a tune of another release
-    ({"stamp": "x", "results": [{"id": "original", "axis": "baseline", "repeats": repeats(50)}]}, None, False),
+    (tune_results([entry("original", "baseline", {}, repeats(50))], stamp="x"), None, False),
     (None, "0003-aaaaaaaa", False),
 ], ids=["graph-downgrade", "spec-pays", "min-gain", "noise", "other-release", "no-control", "no-tune"])
 def test_speculation_slower_than_none_from_the_last_tune(document, active, found):
@@ -53,9 +64,8 @@ def test_speculation_slower_than_none_from_the_last_tune(document, active, found
 
 def test_speculation_slower_than_none_ranks_first_in_the_report(tmp_path):
     write_qwen_like(tmp_path)
-    result = diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gpus": A6000, "gate": GATE,
-                       "checkpoint": summarize(tmp_path), "last_tune": tune_doc(57.0, 32.7),
-                       "release": "0003-aaaaaaaa"})
+    result = diagnose(doctor_collection(server_info=PROVEN_INFO, gate=GATE, checkpoint=summarize(tmp_path),
+                                        last_tune=tune_doc(57.0, 32.7), active="0003-aaaaaaaa"), A6000, PCIE)
     assert result["suspects"][0]["id"] == "speculation-slower-than-none"
     assert "1. [speculation-slower-than-none]" in format_report(result)
 
@@ -112,8 +122,8 @@ def test_the_all_reduce_path_is_what_the_server_reports(info, environ, findings,
 
 
 def test_custom_all_reduce_off_offers_the_pcie_ipc_arm_with_the_output_check():
-    result = diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gpus": A6000, "gate": GATE,
-                       "log_findings": {"custom_all_reduce_fallback": NO_P2P}})
+    result = diagnose(doctor_collection(server_info=PROVEN_INFO, gate=GATE,
+                                        log_findings={"custom_all_reduce_fallback": NO_P2P}), A6000, PCIE)
     [suspect] = [s for s in result["suspects"] if s["id"] == "custom-all-reduce"]
     assert "SGLANG_ENABLE_PCIE_IPC_ALLREDUCE" in suspect["fix"] and "output check" in suspect["fix"]
     assert f"all-reduce: nccl (SGLang's log: {NO_P2P!r})" in result["notes"]
@@ -125,8 +135,7 @@ def test_the_draft_steps_share_and_a_token_maps_saving_on_ct129(tmp_path):
     write_qwen_like(tmp_path, header_only=True)
     checkpoint = summarize(tmp_path)
     assert checkpoint["vocab_size"] == 248320
-    result = diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gpus": A6000, "gate": GATE,
-                       "checkpoint": checkpoint})
+    result = diagnose(doctor_collection(server_info=PROVEN_INFO, gate=GATE, checkpoint=checkpoint), A6000, PCIE)
     [opportunity] = [o for o in result["opportunities"] if o["id"] == "token-map"]
     assert re.search(r"3 draft step\(s\) of 1\.4\d GB per GPU are 2\d % of the cycle's 1\d\.\d GB", opportunity["evidence"])
     assert re.search(r"the LM head is 8\d % of each step", opportunity["evidence"]), opportunity["evidence"]
@@ -134,8 +143,8 @@ def test_the_draft_steps_share_and_a_token_maps_saving_on_ct129(tmp_path):
     assert 18 <= gain_32k <= 26  # the anchors' estimate for 40k: +22 %
     assert result["suspects"] == []  # an opportunity, not a defect
     assert "opportunity: [token-map]" in format_report(result)
-    with_map = diagnose({"server_info": {**PROVEN_INFO, "speculative_token_map": "/srv/maps/hot-32k.pt"}, "environ": {},
-                         "topology": PCIE, "gpus": A6000, "gate": GATE, "checkpoint": checkpoint})
+    with_map = diagnose(doctor_collection(server_info={**PROVEN_INFO, "speculative_token_map": "/srv/maps/hot-32k.pt"},
+                                          gate=GATE, checkpoint=checkpoint), A6000, PCIE)
     assert not [o for o in with_map["opportunities"] if o["id"] == "token-map"]
 
 
@@ -173,15 +182,15 @@ def test_under_the_planted_graph_fault_the_tunes_control_makes_the_doctor_name_i
             return tune.Measured(candidate, repeats=repeats(decode), release_id="0003-aaaaaaaa")
         search = tune.Search(flags_of(PROVEN_PROFILE), {}, ("nospec",), 4, "pcie", measure, choices=CHOICES)
         search.run()
-        return {"stamp": "sim", "original": "0003-aaaaaaaa", "results": [m.to_json() for m in search.results.values()]}
+        return tune_results([m.to_json() for m in search.results.values()], stamp="sim")
 
     faulted = tune_document({"SGLANG_SIM_FAULT_SPEC_GRAPH_DOWNGRADE": "1"})
-    by_id = {entry["id"]: entry for entry in faulted["results"]}
-    ratio = by_id["original"]["decode_score"] / by_id["nospec"]["decode_score"]
+    by_id = {entry.id: entry for entry in faulted.results}
+    ratio = by_id["original"].decode_score / by_id["nospec"].decode_score
     assert ratio == pytest.approx(32.7 / 57.0, abs=0.03)  # the cited ratio
     write_qwen_like(tmp_path, header_only=True)
-    result = diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gpus": A6000, "gate": GATE,
-                       "checkpoint": summarize(tmp_path), "last_tune": faulted, "release": "0003-aaaaaaaa"})
+    result = diagnose(doctor_collection(server_info=PROVEN_INFO, gate=GATE, checkpoint=summarize(tmp_path),
+                                        last_tune=faulted, active="0003-aaaaaaaa"), A6000, PCIE)
     assert result["suspects"][0]["id"] == "speculation-slower-than-none"
     healthy = tune_document({})
     assert doctor_levers.speculation_vs_none(healthy, "0003-aaaaaaaa") is None

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import bench_measurement
+from conftest import bench_measurement, doctor_collection
 from sglang_deploy.doctor.diagnosis import diagnose, format_report, suspects_from
 from sglang_deploy.hostside.safetensors_headers import summarize
 from sglang_deploy.roofline import roofline
@@ -123,9 +123,9 @@ def test_hardware_defects():
 
 def test_report_with_roofline_and_no_suspect(tmp_path):
     write_qwen_like(tmp_path)
-    result = diagnose({"server_info": {**PROVEN_INFO, "simulated": True}, "environ": {}, "topology": PCIE,
-                       "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "gate": GATE,
-                       "checkpoint": summarize(tmp_path)})
+    collected = doctor_collection(server_info={**PROVEN_INFO, "simulated": True}, gate=GATE,
+                                  checkpoint=summarize(tmp_path))
+    result = diagnose(collected, [{"name": "NVIDIA RTX A6000", "index": 0}], PCIE)
     assert result["suspects"] == [] and result["roofline"]["bandwidth_source"].startswith("datasheet")
     text = format_report(result)
     assert "suspects: none found" in text and "measured: 52.0 tok/s" in text and "SIMULATED" in text
@@ -140,9 +140,8 @@ def test_probe_recorded_on_two_h200s_feeds_the_roofline(tmp_path):
     assert all(b.read_gbs >= 0.85 * 4800 for b in probe.bandwidth)
     assert probe.p2p.can_access_0_1 and max(probe.allreduce_default.latency_us.values()) < 20
     write_qwen_like(tmp_path)
-    result = diagnose({"server_info": PROVEN_INFO, "environ": {}, "topology": {"interconnect": "nvlink"},
-                       "gpus": [{"name": "NVIDIA H200", "index": 0}], "gate": GATE, "probe": probe,
-                       "checkpoint": summarize(tmp_path)})
+    collected = doctor_collection(server_info=PROVEN_INFO, gate=GATE, probe=probe, checkpoint=summarize(tmp_path))
+    result = diagnose(collected, [{"name": "NVIDIA H200", "index": 0}], {"interconnect": "nvlink"})
     assert result["roofline"]["bandwidth_source"].startswith("measured")
     assert result["roofline"]["bandwidth_gbs"] == min(b.read_gbs for b in probe.bandwidth)
 
@@ -170,15 +169,16 @@ def test_the_memory_budget_is_the_servers_own_accounting_with_the_vision_tower()
 
 def test_mtp_heads_with_a_drafter_worth_it_are_an_opportunity_not_a_defect(tmp_path):
     write_qwen_like(tmp_path)
-    report = {"server_info": PROVEN_INFO, "environ": {}, "topology": PCIE, "gate": GATE,
-              "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "checkpoint": summarize(tmp_path)}
-    result = diagnose(report)
+    collected = doctor_collection(server_info=PROVEN_INFO, gate=GATE, checkpoint=summarize(tmp_path))
+    a6000 = [{"name": "NVIDIA RTX A6000", "index": 0}]
+    result = diagnose(collected, a6000, PCIE)
     assert result["suspects"] == []
     [opportunity, token_map] = result["opportunities"]  # the drafter first, then a token map (test_doctor_levers)
     assert token_map["id"] == "token-map"
     assert opportunity["id"] == "drafter" and "(estimated)" in opportunity["evidence"]
     assert 20 < opportunity["gain_pct"] < 60 and "tune.drafters" in opportunity["fix"]
-    offered = diagnose({**report, "offered_drafts": [{"source": "file:///srv/drafters/d", "bytes": 3.46e9}]})
+    offered = diagnose(collected.but(offered_drafts=[{"source": "file:///srv/drafters/d", "bytes": 3.46e9}]), a6000,
+                       PCIE)
     assert "file:///srv/drafters/d" in offered["opportunities"][0]["fix"] and "tune_space=drafter" in offered[
         "opportunities"][0]["fix"]
     text = format_report(offered)
@@ -195,9 +195,10 @@ def test_a_release_running_a_drafter_counts_its_bytes_and_gets_no_drafter_opport
     write_draft(str(tmp_path / "draft"), json_module.loads(DFLASH_CONFIG.read_text()), header_only=True)
     info = {**PROVEN_INFO, "speculative_algorithm": "DFLASH", "speculative_num_steps": 1,
             "speculative_num_draft_tokens": 16, "speculative_draft_model_path": "/srv/models/local--d/x"}
-    base = {"server_info": info, "environ": {}, "topology": PCIE, "gate": bench_measurement([52.0], [4.2]),
-            "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}], "checkpoint": summarize(str(tmp_path / "target"))}
-    result = diagnose({**base, "draft_checkpoint": summarize(str(tmp_path / "draft"))})
+    base = doctor_collection(server_info=info, gate=bench_measurement([52.0], [4.2]),
+                             checkpoint=summarize(str(tmp_path / "target")))
+    a6000 = [{"name": "NVIDIA RTX A6000", "index": 0}]
+    result = diagnose(base.but(draft_checkpoint=summarize(str(tmp_path / "draft"))), a6000, PCIE)
     assert result["opportunities"] == [] and result["suspects"] == []  # steps 1 is DFLASH's, not weak speculation
-    without = diagnose(base)["roofline"]
+    without = diagnose(base, a6000, PCIE)["roofline"]
     assert result["roofline"]["draft_model"] and result["roofline"]["cycle_gb_per_gpu"] > without["cycle_gb_per_gpu"]

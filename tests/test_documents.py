@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import PROVEN, bench_measurement, gate_document, release_meta
+from conftest import PROVEN, bench_measurement, doctor_collection, gate_document, release_meta
 from sglang_deploy.hostside.contract import paths as host_paths
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.release import GateConfig, GateExpect, GateSettings, ReleaseMeta
@@ -260,14 +260,9 @@ def doctor_report(tmp_path, **gate):
     from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
 
     write_qwen_like(tmp_path)
-    result = diagnose({"server_info": {"tp_size": 2}, "gpus": [{"name": "NVIDIA RTX A6000", "index": 0}],
-                       "gate": bench_measurement([50.0], **gate), "checkpoint": summarize(tmp_path)})
-    from types import SimpleNamespace
-
-    from sglang_deploy.hostside.contract.probes import SandboxView
-
-    # the collector's parts of the report (probes.DoctorCollection's: tests/test_outputs.py)
-    collected = SimpleNamespace(active="0001-aaaaaaaa", errors=[], probe=None, sandbox=SandboxView())
+    collected = doctor_collection(active="0001-aaaaaaaa", server_info={"tp_size": 2},
+                                  gate=bench_measurement([50.0], **gate), checkpoint=summarize(tmp_path))
+    result = diagnose(collected, [{"name": "NVIDIA RTX A6000", "index": 0}], None)
     return with_collection(result, collected)
 
 
@@ -287,14 +282,22 @@ def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
 
 
 def test_the_tune_writes_exactly_the_entries_fields():
-    """tune/search.Measured.to_json spells the fields TuneEntry holds (the runner's document: test_tune_logic)."""
+    """tune/search.Measured is written as TuneEntry (Measured.entry) and read back from it (from_entry): one
+    description of the fields. A stored entry still reads, and a field renamed in the document fails by name."""
     from sglang_deploy.hostside.contract.release import TuneEntry
     from sglang_deploy.tune import search
 
     measured = search.Measured(search.BASELINE, repeats=[{"decode_tok_s": 50.0, "aggregate_tok_s": 120.0}] * 3)
     assert set(measured.to_json()) == TuneEntry.field_names()
-    entry = TuneEntry.from_dict(measured.to_json())
-    assert search.Measured.from_json(entry.to_dict()).decode == measured.decode
+    entry = TuneEntry.loads(json.dumps(measured.to_json()))
+    assert entry == measured.entry()
+    again = search.Measured.from_entry(entry)
+    assert again.decode == measured.decode and again.candidate == measured.candidate and again.resumed
+    stored = {"id": "nospec", "axis": "nospec", "flags": {"--speculative-algorithm": None}, "env": {},
+              "valid": True, "repeats": [{"decode_tok_s": 40.0}], "duration_s": 12}  # a result saved before drafts
+    assert search.Measured.from_json(stored).candidate.flag_changes == {"--speculative-algorithm": None}
+    with pytest.raises(DocumentError, match="'repeat'"):
+        search.Measured.from_json({**{k: v for k, v in stored.items() if k != "repeats"}, "repeat": []})
 
 
 ENTRY = {"id": "original", "axis": "baseline", "flags": {}, "env": {}, "valid": True, "repeats": [], "duration_s": 0}

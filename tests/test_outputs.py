@@ -136,6 +136,10 @@ def test_the_doctor_collector_writes_exactly_the_collections_fields():
                                                                        "field 'venv_path'"),
     (collection(last_tune={"stamp": "s", "original": "0001-aaaaaaaa", "results": []}),
      "hostside.doctor_collect's output last_tune: required field"),
+    (renamed(collection(), "last_tune", "last_tunes"), "hostside.doctor_collect's output: unknown field 'last_tunes'"),
+    (collection(last_ab={"kind": "ab", "stamp": "s", "original": "0001-aaaaaaaa", "results": [
+        {"id": "nospec", "axis": "nospec", "flags": {}, "env": {}, "valid": True, "repeat": [], "duration_s": 1}]}),
+     "hostside.doctor_collect's output last_ab results[0]: unknown field 'repeat'"),
 ])
 def test_the_doctor_collection_reader_names_the_field(data, message):
     with pytest.raises(DocumentError) as error:
@@ -155,6 +159,27 @@ def test_the_doctor_reads_the_collection_by_attribute():
     with pytest.raises(DocumentError, match="doctor.json sandbox: unknown field 'sandbx'"):
         sandbox_lines({"sandbx": []})
     assert SandboxView.from_dict({"error": "e"}).findings == []
+
+
+def collection_reads(*files) -> dict:
+    """`collected.<field>` read in these files (the doctor reads the typed collection by attribute): field -> where."""
+    reads = {}
+    for name in files:
+        path = REPO / name
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == "collected" \
+                    and node.attr not in ("but", "to_dict"):
+                reads.setdefault(node.attr, f"{name}:{node.lineno}")
+    return reads
+
+
+def test_the_doctor_reads_only_fields_the_collection_has():
+    """diagnose, with_collection and doctor.py's stage read DoctorCollection's attributes: a field renamed in the
+    class (or misspelt in a read) is named here with the line that reads it, not met as an AttributeError on a host."""
+    reads = collection_reads("sglang_deploy/doctor/diagnosis.py", "roles/doctor_stages.py")
+    assert {"server_info", "gate", "probe", "checkpoint", "last_tune", "last_ab", "active"} <= set(reads)
+    unknown = {field: where for field, where in reads.items() if field not in DoctorCollection.field_names()}
+    assert not unknown, f"read but not a DoctorCollection field: {unknown}"
 
 
 # --- the store's history ----------------------------------------------------------------------------------------
@@ -677,21 +702,21 @@ def test_the_gpu_probe_reader_names_the_field(data, message):
 
 
 def test_the_collector_reads_the_probe_through_its_class():
-    """doctor_collect.probe_answer: the probe's answer as GpuProbe's dict, or an error naming why (a renamed field,
+    """doctor_collect.probe_answer: the probe's answer as a GpuProbe, or an error naming why (a renamed field,
     no JSON: its stderr, no python); the doctor's collection reads it by attribute."""
     from sglang_deploy.hostside.doctor_collect import probe_answer
-    from sglang_deploy.hostside.contract.probes import GpuProbe
 
     def ran(stdout, stderr=""):
         return subprocess.CompletedProcess([], 0, stdout, stderr)
 
-    assert GpuProbe.from_dict(probe_answer(ran(json.dumps(PROBE)), "/v/bin/python")).read_bandwidth() == min(
+    assert probe_answer(ran(json.dumps(PROBE)), "/v/bin/python").read_bandwidth() == min(
         entry["read_gbs"] for entry in PROBE["bandwidth"])
     renamed_probe = probe_answer(ran(json.dumps(renamed(PROBE, "nccl", "nccl_version"))), "/v/bin/python")
-    assert renamed_probe["error"].startswith("the GPU probe's answer: unknown field 'nccl_version'")
-    assert probe_answer(ran("", "Traceback: no torch"), "/v/bin/python")["error"] == "Traceback: no torch"
-    assert probe_answer(None, "/v/bin/python")["error"] == "/v/bin/python not found"
-    collected = DoctorCollection.loads(json.dumps(collection(probe=probe_answer(ran(json.dumps(PROBE)), "/p"))))
+    assert renamed_probe.error.startswith("the GPU probe's answer: unknown field 'nccl_version'")
+    assert probe_answer(ran("", "Traceback: no torch"), "/v/bin/python").error == "Traceback: no torch"
+    assert probe_answer(None, "/v/bin/python").error == "/v/bin/python not found"
+    answer = probe_answer(ran(json.dumps(PROBE)), "/p")
+    collected = DoctorCollection.loads(json.dumps(collection(probe=answer.to_dict())))
     assert collected.probe.p2p.can_access_0_1 is True
     with pytest.raises(DocumentError, match="output probe p2p: unknown field 'can_access'"):
         DoctorCollection.loads(json.dumps(collection(probe={**PROBE, "p2p": renamed(PROBE["p2p"], "can_access_0_1",

@@ -15,16 +15,24 @@ def measured(name, decode, spread=0.005, axis="spec"):
 ALL = ("nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl")
 
 
+def doctor_json(suspects=(), opportunities=()):
+    """The doctor's report as the tune reads it (doctor.json, hostside/contract/release.DoctorReport)."""
+    from sglang_deploy.hostside.contract.release import DoctorReport
+
+    return DoctorReport.from_dict({"roofline": None, "suspects": list(suspects), "notes": [], "simulated": False,
+                                   "release": "0001-aaaaaaaa", "errors": [], "opportunities": list(opportunities)})
+
+
 @pytest.mark.parametrize("doctor, order", [
     (None, ["nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl"]),
     # the doctor found custom all-reduce off and priced it at 40 %: nccl goes before everything but the control
-    ({"suspects": [{"id": "custom-all-reduce", "gain_pct": 40.0}]},
+    (doctor_json([{"id": "custom-all-reduce", "gain_pct": 40.0}]),
      ["nospec", "nccl", "spec", "drafter", "kv", "attention", "graphs"]),
     # a drafter worth 60 % still comes after the spec axis it replaces
-    ({"opportunities": [{"id": "drafter", "gain_pct": 60.0}]},
+    (doctor_json(opportunities=[{"id": "drafter", "gain_pct": 60.0}]),
      ["nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl"]),
     # fp8 KV on Ampere at 40 % (above the drafter's 37): kv first; a lower doctor estimate never lowers the default
-    ({"suspects": [{"id": "fp8-kv-on-ampere", "gain_pct": 40.0}, {"id": "batch-limit", "gain_pct": 1.0}]},
+    (doctor_json([{"id": "fp8-kv-on-ampere", "gain_pct": 40.0}, {"id": "batch-limit", "gain_pct": 1.0}]),
      ["nospec", "kv", "spec", "drafter", "attention", "graphs", "nccl"]),
 ], ids=["defaults", "custom-all-reduce-off", "drafter-after-spec", "fp8-kv"])
 def test_the_axes_run_largest_expected_gain_first(doctor, order):

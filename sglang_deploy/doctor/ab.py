@@ -17,7 +17,7 @@ from ..bisect_run import Bisect
 from .levers import nospec_suspect
 from ..results import save_result
 from ..hostside.contract.paths import ServicePaths
-from ..hostside.contract.release import AB_RESULTS_FILE
+from ..hostside.contract.release import AB_RESULTS_FILE, ABResults
 from ..tune import search as tune
 from ..tune.axes import nospec_candidate
 from ..tune.controller import settings_from
@@ -50,11 +50,8 @@ def verdict(active: tune.Measured, nospec: tune.Measured, objective: tune.Object
 def host_document(stamp: str, release: str, active: tune.Measured, nospec: tune.Measured) -> dict:
     """The A/B as the release keeps it (ab-results.json): a tune's results document with the active release as the
     original and the nospec control, so the doctor reads it as it reads the last tune."""
-    from ..hostside.contract.release import ABResults, TuneEntry
-
     return ABResults(kind="ab", stamp=stamp, original=release, results=[
-        TuneEntry.from_dict({**active.to_json(), "id": tune.BASELINE.id, "axis": "baseline"}),
-        TuneEntry.from_dict(nospec.to_json())]).to_dict()
+        active.entry().but(id=tune.BASELINE.id, axis="baseline"), nospec.entry()]).to_dict()
 
 
 def table(active: tune.Measured, nospec: tune.Measured) -> str:
@@ -122,8 +119,6 @@ class SpecAB(HostSession):
                     "active_result": active.to_json(), "nospec_result": nospec.to_json()}
         path = save_result(self.host_name, document, kind="ab", results_dir=self.results_dir.parent)
         # beside the release, in the tune's shape: a later `doctor.py` names the suspect from it (doctor_collect)
-        from ..hostside.contract.release import ABResults
-
         self.remote.put(ABResults.from_dict(host_document(self.stamp, self.active, active, nospec)).dump(),
                         ServicePaths(self.service).release_file(self.active, AB_RESULTS_FILE))
         self.say(f"saved in {path} (and releases/{self.active}/{AB_RESULTS_FILE} on the host)")

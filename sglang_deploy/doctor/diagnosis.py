@@ -12,6 +12,7 @@ from dataclasses import asdict
 
 from . import levers as doctor_levers
 from .suspect import Suspect
+from ..hostside.contract.probes import DoctorCollection
 from ..hostside.lib.client import is_simulated, printable
 from ..hostside.lib.gate import decode_backend, decode_graphs_captured
 from ..roofline import datasheet_bandwidth, roofline, separate_draft
@@ -172,16 +173,17 @@ def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus:
     return sorted(found, key=Suspect.rank_key)
 
 
-def diagnose(report: dict) -> dict:
-    """report: {server_info, environ, topology, gpus, gate, probe, checkpoint, simulated_gpu}; gate: a
-    hostside/contract/release.Measurement, or None; probe: a hostside/contract/probes.GpuProbe, or None."""
-    server_info = report.get("server_info") or {}
-    gate = report.get("gate")
-    suspects = suspects_from(server_info, report.get("environ") or {}, report.get("topology"), report.get("gpus") or [],
-                             gate, report.get("probe"), report.get("log_findings"), report.get("costly_env") or ())
+def diagnose(collected: DoctorCollection, gpus: list[dict], topology: dict | None) -> dict:
+    """collected: the host's collection (hostside/contract/probes.DoctorCollection: /server_info, the server's
+    environment, the checkpoint's bytes, the last gate measurement, the last tune and A/B, optionally the GPU probe);
+    gpus and topology: the controller's GPU facts (facts.GpuHost), each GPU with its clock-limit reasons."""
+    server_info = collected.server_info
+    gate = collected.gate
+    suspects = suspects_from(server_info, collected.environ, topology, gpus or [], gate, collected.probe,
+                             collected.log_findings, collected.costly_env)
     state = (server_info.get("internal_states") or [{}])[0] or {}
-    gpu_name = (report.get("gpus") or [{}])[0].get("name") or state.get("simulated_gpu") or report.get("simulated_gpu")
-    probe = report.get("probe")  # probes.GpuProbe, or None
+    gpu_name = (gpus or [{}])[0].get("name") or state.get("simulated_gpu")
+    probe = collected.probe
     if probe and probe.read_bandwidth():
         bandwidth, source = probe.read_bandwidth(), "measured (probe, read-only reduction)"
     else:
@@ -191,14 +193,14 @@ def diagnose(report: dict) -> dict:
     tau = (gate and gate.tau_median) or (1.0 if not algorithm else 3.25)
     measured = gate and gate.decode_median
     bound = None
-    if report.get("checkpoint") and bandwidth:
-        bound = roofline(report["checkpoint"], _tp(server_info), steps, tau, bandwidth, measured,
-                         draft=report.get("draft_checkpoint"))
+    if collected.checkpoint and bandwidth:
+        bound = roofline(collected.checkpoint, _tp(server_info), steps, tau, bandwidth, measured,
+                         draft=collected.draft_checkpoint)
         bound["bandwidth_source"] = source
     notes = []
-    drafter = drafter_suspect(server_info, report.get("checkpoint"), tau, bandwidth, report.get("offered_drafts"),
+    drafter = drafter_suspect(server_info, collected.checkpoint, tau, bandwidth, collected.offered_drafts,
                               measured) if bound and gate and gate.accept_length else None
-    levers = lever_findings(report, server_info, bound, gpu_name)
+    levers = lever_findings(collected, bound, gpu_name)
     suspects = sorted(suspects + levers["suspects"], key=Suspect.rank_key)
     if bound and bound.get("mbu") is not None and bound["mbu"] < 0.5 and not suspects:
         notes.append(f"MBU {bound['mbu'] * 100:.0f} % with no configuration suspect: the gap to the roofline is "
@@ -206,13 +208,12 @@ def diagnose(report: dict) -> dict:
     return {"roofline": bound, "suspects": [asdict(s) for s in suspects], "notes": notes + levers["notes"],
             "opportunities": [asdict(s) for s in [drafter] + levers["opportunities"] if s],
             "allreduce": levers["allreduce"],
-            "memory": memory_budget(server_info, report.get("checkpoint"),
-                                    report.get("card_memory_mib") or [gpu.get("memory.total")
-                                                                      for gpu in report.get("gpus") or []]),
+            "memory": memory_budget(server_info, collected.checkpoint,
+                                    collected.card_memory_mib or [gpu.get("memory.total") for gpu in gpus or []]),
             "simulated": is_simulated(server_info)}
 
 
-def with_collection(result: dict, collected) -> dict:
+def with_collection(result: dict, collected: DoctorCollection) -> dict:
     """The diagnosis with what the host's collector (hostside/doctor_collect.py, its probes.DoctorCollection) adds to
     the saved report: the release, the collector's errors, the GPU probe and the sandbox view
     (hostside/contract/release.DoctorReport's fields)."""
@@ -221,20 +222,20 @@ def with_collection(result: dict, collected) -> dict:
             "sandbox": collected.sandbox.to_dict()}
 
 
-def lever_findings(report: dict, server_info: dict, bound: dict | None, gpu_name: str | None) -> dict:
+def lever_findings(collected: DoctorCollection, bound: dict | None, gpu_name: str | None) -> dict:
     """levers.py's findings: suspects (speculation slower than none, fp8 KV on Ampere), opportunities (a
     token map), notes (the all-reduce path and the KV/attention in use), and the PCIe-IPC arm added to the
     custom-all-reduce suspect's fix."""
-    environ = report.get("environ") or {}
-    path = doctor_levers.allreduce_path(server_info, environ, report.get("log_findings"))
+    server_info = collected.server_info
+    path = doctor_levers.allreduce_path(server_info, collected.environ, collected.log_findings)
     out = {"suspects": [], "opportunities": [], "notes": [], "allreduce": path}
-    nospec = doctor_levers.speculation_vs_none(report.get("last_tune"), report.get("release")) or \
-        doctor_levers.speculation_vs_none(report.get("last_ab"), report.get("release"), what="the doctor's A/B")
+    nospec = doctor_levers.speculation_vs_none(collected.last_tune, collected.active) or \
+        doctor_levers.speculation_vs_none(collected.last_ab, collected.active, what="the doctor's A/B")
     if nospec:
         out["suspects"].append(nospec)
     line, kv = doctor_levers.kv_attention(server_info, gpu_name)
     out["suspects"] += [kv] if kv else []
-    token_map = doctor_levers.token_map_opportunity(bound, report.get("checkpoint"), server_info)
+    token_map = doctor_levers.token_map_opportunity(bound, collected.checkpoint, server_info)
     out["opportunities"] += [token_map] if token_map else []
     if path["path"] != "none":
         out["notes"].append(f"all-reduce: {path['path']} ({path['why']})")

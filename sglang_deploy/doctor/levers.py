@@ -11,6 +11,7 @@ custom all-reduce on a P2P pair +7 to +12.5 %).
 
 from __future__ import annotations
 
+from ..hostside.contract.release import ABResults, TuneResults
 from ..tune import search as tune
 from ..hostside.evidence import allreduce_path  # noqa: F401 - the doctor's name for it
 from ..roofline import separate_draft
@@ -30,25 +31,20 @@ def is_ampere(gpu_name: str | None) -> bool:
 
 # --- speculation slower than none -----------------------------------------------------------------
 
-def speculation_vs_none(last_tune: dict | None, active: str | None, objective: tune.Objective = tune.Objective(),
-                        what: str = "the last tune"):
+def speculation_vs_none(last_tune: TuneResults | ABResults | None, active: str | None,
+                        objective: tune.Objective = tune.Objective(), what: str = "the last tune"):
     """From the active release's last tune (its tune-results.json) or last A/B (ab-results.json, what="the doctor's
     A/B"): the release without speculation (the `nospec` control) measured faster than the release itself by more
     than both measurements' noise."""
-    if not last_tune or (active and last_tune.get("original") not in (None, active)):
+    if not last_tune or (active and last_tune.original not in (None, active)):
         return None
-    results = {}
-    for entry in last_tune.get("results") or []:
-        try:
-            results[entry["id"]] = tune.Measured.from_json(entry)
-        except (KeyError, TypeError, AttributeError):
-            continue
+    results = {entry.id: tune.Measured.from_entry(entry) for entry in last_tune.results}
     nospec, original = results.get("nospec"), results.get(tune.BASELINE.id)
     if not (nospec and original and nospec.measured and original.measured):
         return None
     slower = sorted(m.candidate.id for m in results.values() if m.measured and m.candidate.axis not in ("nospec",)
                     and m.median_decode < nospec.median_decode and m is not original)
-    return nospec_suspect(nospec, original, f"{what} ({last_tune.get('stamp') or 'undated'})", objective,
+    return nospec_suspect(nospec, original, f"{what} ({last_tune.stamp or 'undated'})", objective,
                           f"; {len(slower)} other speculative candidate(s) slower than none too" if slower else "")
 
 

@@ -76,16 +76,16 @@ def probe_command(python, user, home, nccl, force):
 
 
 def probe_answer(result, python):
-    """The GPU probe's answer (probes.GpuProbe) as a dict: its own, through the class (a field renamed on either
+    """The GPU probe's answer (probes.GpuProbe): its own, through the class (a field renamed on either
     side is named in its error), or why there is none (no python; no JSON: its stderr's end)."""
     if result is None:
-        return GpuProbe(error=f"{python} not found").to_dict()
+        return GpuProbe(error=f"{python} not found")
     try:
-        return GpuProbe.loads(result.stdout, GpuProbe.FILE).to_dict()
+        return GpuProbe.loads(result.stdout, GpuProbe.FILE)
     except DocumentError as error:
         if str(error).startswith(f"{GpuProbe.FILE}: not JSON"):
-            return GpuProbe(error=(result.stderr or "no output")[-500:]).to_dict()
-        return GpuProbe(error=str(error)).to_dict()
+            return GpuProbe(error=(result.stderr or "no output")[-500:])
+        return GpuProbe(error=str(error))
 
 
 def sandbox_view(service, gpus):
@@ -115,7 +115,7 @@ def last_tune(store, active, errors, document=TuneResults):
     except (OSError, DocumentError) as error:
         errors.append(str(error))
         return None
-    return tune.to_dict()
+    return tune
 
 
 def release_part(document, store, active, errors):
@@ -140,12 +140,12 @@ def main():
     active = store.state().active
     report = {"active": active, "errors": []}
     meta = store.meta(active) if active else None
-    report["meta"] = meta.to_dict() if meta else None
+    report["meta"] = meta
     report["gate"] = None
     if active:
         try:
             measured = GateResult.load(store.release_dir(active)).measurement
-            report["gate"] = measured.to_dict() if measured else None
+            report["gate"] = measured
         except FileNotFoundError:  # no gate ran for it
             pass
         except (OSError, DocumentError) as error:  # reported; the doctor measures on its own below
@@ -157,7 +157,7 @@ def main():
     if report["gate"] is None and meta and not stranger:
         # No gate ran for this release (skip_gate): take a short measurement of our own for tau and MBU.
         report["gate"] = gate.measure_builtin(probe_url, store.secrets_path, samples=3, warmup=1, max_new_tokens=192,
-                                              concurrency=1).to_dict()
+                                              concurrency=1)
         report["gate_source"] = "doctor (3 x 192 tokens; the release has no gate result)"
     status = service_status(args.service)
     api_key = read_api_key(store.secrets_path)
@@ -204,7 +204,7 @@ def main():
     report["clock_reasons"] = clock_reasons()
     report["card_memory_mib"] = card_memory_mib()
     resolution = release_part(Resolution, store, active, report["errors"])
-    report["sandbox"] = sandbox_view(args.service, resolution.parallel_gpus() if resolution else 1).to_dict()
+    report["sandbox"] = sandbox_view(args.service, resolution.parallel_gpus() if resolution else 1)
     if args.probe:
         python = os.path.join(meta.venv if meta else "", "bin", "python")
         profile = release_part(ProfileSnapshot, store, active, report["errors"])
@@ -213,8 +213,10 @@ def main():
         command = probe_command(python, user, ServicePaths(args.service).state_dir, nccl, args.probe_force)
         result = subprocess.run(command, capture_output=True, text=True) if os.path.exists(python) else None
         report["probe"] = probe_answer(result, python)
-    # /server_info carries the key and launch command; through the class: a field misspelt here fails at the write
-    print(line(DoctorCollection.from_dict(evidence.redact(report, [api_key]))))
+    # The documents as read (typed) until here; a field misspelt in report fails at DoctorCollection(**report).
+    # /server_info carries the key and launch command: the whole answer redacted, and read again through the class.
+    collected = DoctorCollection(**report)
+    print(line(DoctorCollection.from_dict(evidence.redact(collected.to_dict(), [api_key]))))
     return 0
 
 

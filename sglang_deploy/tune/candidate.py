@@ -7,6 +7,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ..hostside.contract.release import TuneEntry
+
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 
 
@@ -120,22 +122,31 @@ class Measured:
     def noise(self, key: str = "decode_tok_s") -> float | None:
         return spread_pct(self.values(key))
 
+    def entry(self) -> TuneEntry:
+        """The measurement as the tune's results document keeps it (hostside/contract/release.TuneEntry: the one
+        description of its fields; to_json is its dict)."""
+        return TuneEntry(id=self.candidate.id, axis=self.candidate.axis, flags=self.candidate.flag_changes,
+                         env=self.candidate.env_changes, valid=self.valid, repeats=self.repeats,
+                         duration_s=self.duration_s, draft=dict(self.candidate.draft) or None, by_kind=self.by_kind(),
+                         invalid_reason=self.invalid_reason, error=self.error, restart_s=self.restart_s,
+                         release_id=self.release_id, decode_score=self.decode, aggregate_score=self.aggregate,
+                         tau=self.tau, decode_spread_pct=self.noise(),
+                         aggregate_spread_pct=self.noise("aggregate_tok_s"), allreduce=self.allreduce)
+
     def to_json(self) -> dict:
-        return {"id": self.candidate.id, "axis": self.candidate.axis, "flags": self.candidate.flag_changes,
-                "env": self.candidate.env_changes, "draft": dict(self.candidate.draft) or None,
-                "by_kind": self.by_kind(), "valid": self.valid, "invalid_reason": self.invalid_reason,
-                "error": self.error, "repeats": self.repeats, "duration_s": self.duration_s,
-                "restart_s": self.restart_s, "release_id": self.release_id,
-                "decode_score": self.decode, "aggregate_score": self.aggregate, "tau": self.tau,
-                "decode_spread_pct": self.noise(), "aggregate_spread_pct": self.noise("aggregate_tok_s"),
-                "allreduce": self.allreduce}
+        return self.entry().to_dict()
+
+    @classmethod
+    def from_entry(cls, entry: TuneEntry) -> "Measured":
+        """A saved measurement (a resumed tune's, the doctor's last tune or A/B); the scores are computed again from
+        its repeats."""
+        env = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v) for k, v in entry.env.items()))
+        candidate = Candidate(entry.id, entry.axis, tuple(sorted(entry.flags.items())), env,
+                              tuple(sorted((entry.draft or {}).items())))
+        return cls(candidate, entry.valid, entry.invalid_reason, entry.error, entry.repeats, entry.duration_s or 0.0,
+                   entry.restart_s, entry.release_id, resumed=True, allreduce=entry.allreduce)
 
     @classmethod
     def from_json(cls, document: dict) -> "Measured":
-        env = tuple(sorted((k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
-                           for k, v in (document.get("env") or {}).items()))
-        candidate = Candidate(document["id"], document["axis"], tuple(sorted((document.get("flags") or {}).items())),
-                              env, tuple(sorted((document.get("draft") or {}).items())))
-        return cls(candidate, document.get("valid", True), document.get("invalid_reason"), document.get("error"),
-                   document.get("repeats") or [], document.get("duration_s") or 0.0, document.get("restart_s"),
-                   document.get("release_id"), resumed=True, allreduce=document.get("allreduce"))
+        """from_entry of a JSON entry, read strictly (a DocumentError names a missing or unknown field)."""
+        return cls.from_entry(TuneEntry.from_dict(document))

@@ -98,12 +98,12 @@ class Runner(HostSession):
         """While the search runs, the budget keeps room for the winner's second measurement beside the original."""
         return 0.0 if self.confirming else 2 * self.estimate_s()
 
-    def last_doctor(self) -> dict | None:
+    def last_doctor(self) -> DoctorReport | None:
         """The doctor's report for the active release (doctor.json), whose estimates order the axes."""
         ok, stdout, _ = self.remote.run(shlex.join(["cat", ServicePaths(self.service).release_file(self.active,
                                                                                                        DOCTOR_FILE)]))
         try:  # read as the doctor wrote it (hostside/contract/release.DoctorReport); an unreadable one orders nothing
-            return DoctorReport.loads(stdout).to_dict() if ok and stdout.strip() else None
+            return DoctorReport.loads(stdout) if ok and stdout.strip() else None
         except DocumentError as error:
             self.say(f"the doctor's report is not used: {error}")
             return None

@@ -9,6 +9,7 @@ A tuner that picked a configuration from noise (TurboLLM#62) and a tuned command
 from __future__ import annotations
 
 from . import search as tune
+from ..hostside.contract.release import DoctorReport
 
 # Expected gain of each axis on CT129-class hosts, % single-stream decode: the doctor's own estimates (doctor.py and
 # doctor/levers.py gain_pct; sources in ../shared/notes/anchors-refresh-4.md). nospec is the control: always first.
@@ -29,11 +30,11 @@ SUSPECT_AXES = {"weak-speculation": "spec", "no-speculation": "spec", "low-accep
 AFTER = {"drafter": "spec"}
 
 
-def expected_gains(doctor: dict | None = None) -> dict:
-    """The default estimates, each raised to the doctor's own estimate where its report for this release names a
-    suspect or an opportunity of that axis."""
+def expected_gains(doctor: DoctorReport | None = None) -> dict:
+    """The default estimates, each raised to the doctor's own estimate where its report for this release (doctor.json)
+    names a suspect or an opportunity of that axis."""
     gains = dict(EXPECTED_GAIN_PCT)
-    for entry in ((doctor or {}).get("suspects") or []) + ((doctor or {}).get("opportunities") or []):
+    for entry in (doctor.suspects + doctor.opportunities if doctor else []):
         axis = SUSPECT_AXES.get(entry.get("id"))
         if axis and isinstance(entry.get("gain_pct"), (int, float)):
             gains[axis] = max(gains.get(axis, 0.0), float(entry["gain_pct"]))

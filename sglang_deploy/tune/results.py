@@ -37,7 +37,7 @@ def saved_results(texts: list[str], signature: str, original: str) -> dict[str, 
         if document.signature != signature or document.original != original:
             continue
         for entry in document.results:
-            measured = Measured.from_json(entry.to_dict())
+            measured = Measured.from_entry(entry)
             if measured.measured or not measured.valid:
                 saved.setdefault(candidate_key(measured.candidate), measured)
     return saved
