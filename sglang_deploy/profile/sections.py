@@ -85,6 +85,12 @@ AcceptFloor = Checked(Annotated[float, Field(strict=True)], accept_floor_problem
 CONFIG_MAX_BYTES = 1 << 20  # a checkpoint's config.json is a few KiB
 
 
+def config_json(whose: str, problem=lambda value: None):
+    """A config.json field (model.config, a draft's config): a .json file, then `problem`'s own check."""
+    return Checked(StrictStr, lambda value: problem(value) if value.endswith(".json") else
+                   f"must name {whose} config.json (a .json file), got {value!r}")
+
+
 def config_file_problem(value: str) -> str | None:
     """model.config follows the manifest path rules (under manifests/, or a weights directory of the controller) and
     is a regular file of at most 1 MiB (a FIFO would hang the check). A missing file is the resolution's to name."""
@@ -126,17 +132,9 @@ class ModelSection(Strict):
     architecture: StrictStr | None = Field(
         None, description="The checkpoint's config.json architectures[0], e.g. Qwen3_5ForConditionalGeneration; "
                           "when model.config is given, it must agree with it.")
-    config: StrictStr | None = Field(
+    config: config_json("the checkpoint's", config_file_problem) | None = Field(
         None, description="The checkpoint's config.json (relative to the repository, or absolute): an input of SGLang's "
                           "resolution (its ModelConfig reads it). Required by the full check and every deploy.")
-
-    @field_validator("config")
-    @classmethod
-    def json_file(cls, value: str | None) -> str | None:
-        if value is not None and not value.endswith(".json"):
-            raise ValueError(f"must name the checkpoint's config.json (a .json file), got {value!r}")
-        _refuse(value and config_file_problem(value))
-        return value
 
     @field_validator("architecture")
     @classmethod
@@ -374,7 +372,7 @@ class DraftSection(Strict):
     manifest: StrictStr | None = Field(
         None, description="The frozen manifest of the draft source (relative to the repository; default "
                           "manifests/<org>--<name>/<revision>.json, or manifests/local--<dir>.json).")
-    config: StrictStr | None = Field(
+    config: config_json("the draft model's") | None = Field(
         None, description="The draft's config.json (relative to the repository) for SGLang's resolution, which reads "
                           "the DFLASH block size from it; default: config.json of a file:// source's directory. Must be "
                           "the file the manifest lists.")
@@ -389,14 +387,6 @@ class DraftSection(Strict):
         except WeightsSourceError as error:
             raise ValueError(str(error)) from None
         return value
-
-    @field_validator("config")
-    @classmethod
-    def json_file(cls, value: str | None) -> str | None:
-        if value is not None and not value.endswith(".json"):
-            raise ValueError(f"must name the draft model's config.json (a .json file), got {value!r}")
-        return value
-
 
 class OfferedDraft(DraftSection):
     algorithm: Literal["DFLASH", "DSPARK", "EAGLE3", "STANDALONE"] = Field(
