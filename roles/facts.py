@@ -131,32 +131,25 @@ def split_sections(output) -> dict:
 
 
 class ReleaseStore(FactBase):
-    """`hostside.store state` on the host: releases, active/last good, lock holder, installed vs running.
+    """`hostside.store <view>` on the host: view "state" (StoreReport: releases, active/last good, lock holder,
+    installed vs running) or "history" (StoreHistory: each retained release's switches, gate medians and perf-watch
+    history, history.py).
 
     The program is sent inline (base64 on stdin), so the fact works before anything was uploaded and
-    always matches this checkout's version of the store format.
+    always matches this checkout's version of the store format. command() keeps the view for process(), as
+    pyinfra's own facts keep their arguments (pyinfra/facts/files.py HashFileFactBase).
     """
 
     requires_command = "python3"
+    VIEWS = {"state": StoreReport, "history": StoreHistory}
 
-    def command(self, service: str) -> str:
-        return inline_store("state", service)
-
-    def process(self, output):
-        return StoreReport.loads("\n".join(output), "the release store's state (hostside.store state)")
-
-
-class ReleaseHistory(FactBase):
-    """`hostside.store history` on the host (sent inline): each retained release's switches, gate medians and
-    perf-watch history (history.py)."""
-
-    requires_command = "python3"
-
-    def command(self, service: str) -> str:
-        return inline_store("history", service)
+    def command(self, service: str, view: str = "state") -> str:
+        self.view = view
+        return inline_store(view, service)
 
     def process(self, output):
-        return StoreHistory.loads("\n".join(output), "the release store's history (hostside.store history)")
+        source = f"the release store's {self.view} (hostside.store {self.view})"
+        return self.VIEWS[self.view].loads("\n".join(output), source)
 
 
 class SecretsDigest(FactBase):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pyinfra import host, logger
 
-from roles.facts import ReleaseHistory
+from roles.facts import ReleaseStore
 from roles.settings import host_settings
 from sglang_deploy import history
 from sglang_deploy.results import RESULTS_DIR
@@ -26,9 +26,9 @@ def directory() -> Path:
 
 
 def read():
-    """The ReleaseHistory fact (the store's history document): every retained release's gate results and perf-watch
-    samples, in one round trip."""
-    return host.get_fact(ReleaseHistory, service=service_of(host_settings()))
+    """The ReleaseStore fact's history view (the store's history document): every retained release's gate results
+    and perf-watch samples, in one round trip."""
+    return host.get_fact(ReleaseStore, service=service_of(host_settings()), view="history")
 
 
 def write(document) -> None:

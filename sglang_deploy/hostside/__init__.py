@@ -22,7 +22,7 @@ PROGRAMS = {  # module under hostside/ (a sub-package's, dotted): who runs it
     "router_check": "the router's stage: wait until every worker is healthy",
     "router_launch": "the router's unit (ExecStart)",
     "safetensors_headers": "by hand: a checkpoint's bytes by role (python3 safetensors_headers.py MODEL_DIR)",
-    "store": "the ReleaseStore and ReleaseHistory facts, the prune",
+    "store": "the ReleaseStore fact (its state and history views), the prune",
     "switch": "the deploy's and the rollback's switch",
     "tune_session": "the tune and the doctor's A/B: open, poll, close, and run in its transient unit",
     "venv_hooks": "the VenvState fact (inline) and provision's hooks check (its source, -I -c)",

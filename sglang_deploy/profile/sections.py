@@ -9,7 +9,7 @@ import re
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
-from pydantic import field_validator, model_validator
+from pydantic import AfterValidator, field_validator, model_validator
 
 from .. import safety
 from ..hardening import DIRECTIVES
@@ -55,7 +55,40 @@ def _refuse(problem: str | None) -> None:
         raise ValueError(problem)
 
 
+def Checked(base, problem):
+    """`base` refused where `problem(value)` names a problem (its message is the error), as settings_types.Text is."""
+    def check(value):
+        _refuse(problem(value))
+        return value
+    return Annotated[base, AfterValidator(check)]
+
+
+def each(problem):
+    """`problem` over a list: the first item's refusal (the error names the list, as one check of it would)."""
+    return lambda values: next(filter(None, map(problem, values)), None)
+
+
+def accept_floor_problem(value: float) -> str | None:
+    if value >= MIN_ACCEPT_FLOOR:
+        return None
+    if value <= 1:
+        return (f"{value} can never fail: the acceptance length is at least 1 by definition (the verified token); "
+                f"accepted: a floor of {MIN_ACCEPT_FLOOR} or more, such as the proven profile's 2.8")
+    return (f"{value} fails only a drafter that accepts fewer than {value - 1:.3g} draft tokens per step: it guards "
+            f"nothing (tau is at least 1 by definition); accepted: a floor of {MIN_ACCEPT_FLOOR} or more, such as the "
+            "proven profile's 2.8")
+
+
+AcceptFloor = Checked(Annotated[float, Field(strict=True)], accept_floor_problem)
+
+
 CONFIG_MAX_BYTES = 1 << 20  # a checkpoint's config.json is a few KiB
+
+
+def config_json(whose: str, problem=lambda value: None):
+    """A config.json field (model.config, a draft's config): a .json file, then `problem`'s own check."""
+    return Checked(StrictStr, lambda value: problem(value) if value.endswith(".json") else
+                   f"must name {whose} config.json (a .json file), got {value!r}")
 
 
 def config_file_problem(value: str) -> str | None:
@@ -84,7 +117,7 @@ class Strict(BaseModel):
 
 
 class ModelSection(Strict):
-    path: StrictStr | None = Field(
+    path: Checked(StrictStr, safety.model_path_problem) | None = Field(
         None, description="Absolute path of a checkpoint directory the tool does not manage (no source, nothing "
                           "verified); with model.source the path is derived and must not be set.")
     source: StrictStr | None = Field(
@@ -93,34 +126,21 @@ class ModelSection(Strict):
     manifest: StrictStr | None = Field(
         None, description="The frozen manifest of model.source (relative to the repository; default "
                           "manifests/<org>--<name>/<revision>.json), made by `sglang-deploy manifest`.")
-    served_name: StrictStr = Field(description="Model name the API reports (--served-model-name).")
+    served_name: Checked(StrictStr, safety.served_name_problem) = Field(
+        description="Model name the API reports (--served-model-name).")
     hybrid: StrictBool = Field(False, description="Hybrid linear-attention model (e.g. Gated DeltaNet + attention).")
     architecture: StrictStr | None = Field(
         None, description="The checkpoint's config.json architectures[0], e.g. Qwen3_5ForConditionalGeneration; "
                           "when model.config is given, it must agree with it.")
-    config: StrictStr | None = Field(
+    config: config_json("the checkpoint's", config_file_problem) | None = Field(
         None, description="The checkpoint's config.json (relative to the repository, or absolute): an input of SGLang's "
                           "resolution (its ModelConfig reads it). Required by the full check and every deploy.")
-
-    @field_validator("config")
-    @classmethod
-    def json_file(cls, value: str | None) -> str | None:
-        if value is not None and not value.endswith(".json"):
-            raise ValueError(f"must name the checkpoint's config.json (a .json file), got {value!r}")
-        _refuse(value and config_file_problem(value))
-        return value
 
     @field_validator("architecture")
     @classmethod
     def python_identifier(cls, value: str | None) -> str | None:
         if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
             raise ValueError(f"must be a model class name such as Qwen3_5ForConditionalGeneration, got {value!r}")
-        return value
-
-    @field_validator("path")
-    @classmethod
-    def absolute(cls, value: str | None) -> str | None:
-        _refuse(safety.model_path_problem(value) if value is not None else None)
         return value
 
     @field_validator("source")
@@ -152,19 +172,14 @@ class ModelSection(Strict):
         object.__setattr__(self, "path", weights.path)
         return self
 
-    @field_validator("served_name")
-    @classmethod
-    def served_name_chars(cls, value: str) -> str:
-        _refuse(safety.served_name_problem(value))
-        return value
-
 
 class SGLangSection(Strict):
     version: StrictStr = Field(description="Exact SGLang release, one of sglang_deploy/releases/ (`sglang-deploy sglang add <version>` adds one).")
     launcher: Literal["serve", "launch_server"] = Field(
         "serve", description="'serve' runs `sglang serve`; 'launch_server' runs `python -m sglang.launch_server`.")
-    extras: list[StrictStr] = Field(default_factory=list, description="pip extras of the sglang package.")
-    pins: list[StrictStr] = Field(
+    extras: Checked(list[StrictStr], each(safety.extra_problem)) = Field(
+        default_factory=list, description="pip extras of the sglang package.")
+    pins: Checked(list[StrictStr], each(safety.pin_problem)) = Field(
         default_factory=list,
         description="Exact pins installed next to sglang, e.g. 'nvidia-nccl-cu13==2.28.9' for the NCCL PyTorch loads.")
     flags: dict[str, FlagValue] = Field(
@@ -177,20 +192,6 @@ class SGLangSection(Strict):
         if not VERSION_PIN.fullmatch(value):
             raise ValueError(f"must be an exact release such as '1.2.3', got {value!r}")
         return value
-
-    @field_validator("pins")
-    @classmethod
-    def exact_pins(cls, pins: list[str]) -> list[str]:
-        for pin in pins:
-            _refuse(safety.pin_problem(pin))
-        return pins
-
-    @field_validator("extras")
-    @classmethod
-    def pep508_extras(cls, extras: list[str]) -> list[str]:
-        for extra in extras:
-            _refuse(safety.extra_problem(extra))
-        return extras
 
     @field_validator("flags")
     @classmethod
@@ -211,20 +212,18 @@ class SGLangSection(Strict):
 
 class EnvSetting(Strict):
     value: Union[StrictStr, StrictInt, StrictFloat] = Field(description="The variable's value.")
-    reason: StrictStr = Field(description="Why this setting is needed (required for NCCL debugging knobs); real "
-                                          "words (at least 2 words, 8 letters).")
-
-    @field_validator("reason")
-    @classmethod
-    def real_reason(cls, value: str) -> str:
-        _refuse(safety.reason_problem(value))
-        return value
+    reason: Checked(StrictStr, safety.reason_problem) = Field(
+        description="Why this setting is needed (required for NCCL debugging knobs); real words (at least 2 words, "
+                    "8 letters).")
 
 
 class ServiceSection(Strict):
-    name: StrictStr = Field("sglang", description="systemd unit name (without .service).")
-    user: StrictStr = Field("sglang", description="Dedicated system user the server runs as.")
-    host: StrictStr = Field("127.0.0.1", description="Bind address (--host): loopback or a wildcard address.")
+    name: Checked(StrictStr, safety.service_name_problem) = Field(
+        "sglang", description="systemd unit name (without .service).")
+    user: Checked(StrictStr, safety.service_user_problem) = Field(
+        "sglang", description="Dedicated system user the server runs as.")
+    host: Checked(StrictStr, safety.listen_host_problem) = Field(
+        "127.0.0.1", description="Bind address (--host): loopback or a wildcard address.")
     port: Annotated[StrictInt, Field(ge=1024, le=65535)] = Field(
         30000, description="Bind port (--port); 1024 and up (the unit has no capability to bind a privileged port).")
     start_timeout_s: Annotated[StrictInt, Field(ge=10, le=7200)] = Field(
@@ -234,24 +233,6 @@ class ServiceSection(Strict):
                                "none: the server runs without authentication, on purpose.")
     relax: list[Literal[DIRECTIVES]] = Field(  # type: ignore[valid-type]
         default_factory=list, description="Sandbox directives left out of the unit (each listed in a comment).")
-
-    @field_validator("name")
-    @classmethod
-    def unit_name(cls, value: str) -> str:
-        _refuse(safety.service_name_problem(value))
-        return value
-
-    @field_validator("user")
-    @classmethod
-    def system_account(cls, value: str) -> str:
-        _refuse(safety.service_user_problem(value))
-        return value
-
-    @field_validator("host")
-    @classmethod
-    def local_address(cls, value: str) -> str:
-        _refuse(safety.listen_host_problem(value))
-        return value
 
     @model_validator(mode="after")
     def no_open_unauthenticated_server(self) -> "ServiceSection":
@@ -284,7 +265,7 @@ class MultinodeSection(Strict):
 class GateSection(Strict):
     min_decode_tok_s: Annotated[float, Field(strict=True, ge=1)] | None = Field(
         None, description="Floor for single-stream decode tokens/s (median); at least 1; required with speculation.")
-    min_accept_length: Annotated[float, Field(strict=True)] | None = Field(
+    min_accept_length: AcceptFloor | None = Field(
         None, description="Floor for the speculative acceptance length tau (median); above 1 (tau is at least 1 by "
                           "definition); required with speculation.")
     max_regression_pct: Annotated[float, Field(strict=True, gt=0, le=50)] = Field(
@@ -304,12 +285,6 @@ class GateSection(Strict):
         300.0, description="Seconds the rounds after the first may take in all; a round that would not fit is not "
                            "started.")
 
-    @field_validator("min_accept_length")
-    @classmethod
-    def accept_floor_above_one(cls, value: float | None) -> float | None:
-        _refuse(accept_floor_problem(value))
-        return value
-
     @field_validator("samples")
     @classmethod
     def enough_pairs(cls, value: int) -> int:
@@ -320,17 +295,6 @@ class GateSection(Strict):
                 "whose ratios differ by 10 % already give an interval of 0.73-1.37 x their mean, so nearly every "
                 "comparison would be inconclusive")
         return value
-
-
-def accept_floor_problem(value: float | None) -> str | None:
-    if value is None or value >= MIN_ACCEPT_FLOOR:
-        return None
-    if value <= 1:
-        return (f"{value} can never fail: the acceptance length is at least 1 by definition (the verified token); "
-                f"accepted: a floor of {MIN_ACCEPT_FLOOR} or more, such as the proven profile's 2.8")
-    return (f"{value} fails only a drafter that accepts fewer than {value - 1:.3g} draft tokens per step: it guards "
-            f"nothing (tau is at least 1 by definition); accepted: a floor of {MIN_ACCEPT_FLOOR} or more, such as the "
-            "proven profile's 2.8")
 
 
 class WatchSection(Strict):
@@ -345,7 +309,7 @@ class WatchSection(Strict):
     on_drift: Literal["record", "restart"] = Field(
         "record", description="record: history and metrics only; restart: also restart the service after "
                               "`drift_runs` drifting measurements in a row.")
-    drift_min_accept_length: Annotated[float, Field(strict=True)] | None = Field(
+    drift_min_accept_length: AcceptFloor | None = Field(
         None, description="Acceptance length below this is drift (default: gate.min_accept_length); above 1.")
     drift_runs: Annotated[StrictInt, Field(ge=1, le=100)] = Field(
         2, description="Drifting measurements in a row (acceptance below the threshold, decode below "
@@ -358,15 +322,9 @@ class WatchSection(Strict):
                        "(restart-withheld, a journal warning), not acted on.")
     history_lines: Annotated[StrictInt, Field(ge=10, le=100000)] = Field(
         500, description="Lines kept in the release's watch.jsonl (oldest dropped).")
-    textfile_dir: StrictStr = Field(
+    textfile_dir: Checked(StrictStr, safety.abs_path_problem) = Field(
         "/var/lib/prometheus/node-exporter",
         description="node_exporter's --collector.textfile.directory (Debian's default).")
-
-    @field_validator("drift_min_accept_length")
-    @classmethod
-    def drift_floor_above_one(cls, value: float | None) -> float | None:
-        _refuse(accept_floor_problem(value))
-        return value
 
     @field_validator("interval", "randomized_delay")
     @classmethod
@@ -404,12 +362,6 @@ class WatchSection(Strict):
                              f"{self.interval}; accepted: a delay up to the interval")
         return self
 
-    @field_validator("textfile_dir")
-    @classmethod
-    def textfile_directory(cls, value: str) -> str:
-        _refuse(safety.abs_path_problem(value))
-        return value
-
 
 class DraftSection(Strict):
     source: StrictStr = Field(
@@ -420,7 +372,7 @@ class DraftSection(Strict):
     manifest: StrictStr | None = Field(
         None, description="The frozen manifest of the draft source (relative to the repository; default "
                           "manifests/<org>--<name>/<revision>.json, or manifests/local--<dir>.json).")
-    config: StrictStr | None = Field(
+    config: config_json("the draft model's") | None = Field(
         None, description="The draft's config.json (relative to the repository) for SGLang's resolution, which reads "
                           "the DFLASH block size from it; default: config.json of a file:// source's directory. Must be "
                           "the file the manifest lists.")
@@ -435,14 +387,6 @@ class DraftSection(Strict):
         except WeightsSourceError as error:
             raise ValueError(str(error)) from None
         return value
-
-    @field_validator("config")
-    @classmethod
-    def json_file(cls, value: str | None) -> str | None:
-        if value is not None and not value.endswith(".json"):
-            raise ValueError(f"must name the draft model's config.json (a .json file), got {value!r}")
-        return value
-
 
 class OfferedDraft(DraftSection):
     algorithm: Literal["DFLASH", "DSPARK", "EAGLE3", "STANDALONE"] = Field(

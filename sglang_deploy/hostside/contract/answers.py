@@ -53,7 +53,7 @@ class StoreReport(Document):
         return next((meta for meta in self.releases if meta.id == release_id), None)
 
 
-# --- the store's history: hostside.store history (roles/facts.ReleaseHistory, history.py) ----------------------------
+# --- the store's history: hostside.store history (roles/facts.ReleaseStore view="history", history.py) ---------------
 
 @dataclass(frozen=True)
 class HistoryFloors(Document):

@@ -302,23 +302,21 @@ def evaluate(measurement, settings, baseline=None, look=1):
         rows.append({"metric": metric, "value": value, "spread_pct": spread, "threshold": threshold,
                      "previous": prev, "verdict": verdict})
 
-    floor = settings.min_decode_tok_s
-    if decode:
-        ok = not below_floor(decode.median, floor)
-        row("decode tok/s (1 stream, median)", decode.median, decode.spread_pct,
-            f">= {floor}" if floor else None, baseline and baseline.decode_median, "pass" if ok else "FAIL")
-        if not ok:
-            reasons.append(f"single-stream decode {decode.median:.1f} tok/s is below the floor {floor}")
-    floor_tau = settings.min_accept_length
-    if tau:
-        ok = not below_floor(tau.median, floor_tau)
-        row("acceptance length tau (median)", tau.median, tau.spread_pct,
-            f">= {floor_tau}" if floor_tau else None, baseline and baseline.tau_median, "pass" if ok else "FAIL")
-        if not ok:
-            reasons.append(f"acceptance length {tau.median:.2f} is below the floor {floor_tau}")
-    elif floor_tau:
-        row("acceptance length tau (median)", None, None, f">= {floor_tau}", None, "FAIL")
-        reasons.append("no acceptance length reported (speculative decoding is off?)")
+    # Each floor: its row, its reason's text, and the reason when nothing was measured (decode: inconclusive above)
+    for metric, stat, floor, previous, measured, missing in (
+            ("decode tok/s (1 stream, median)", decode, settings.min_decode_tok_s,
+             baseline and baseline.decode_median, "single-stream decode {:.1f} tok/s", None),
+            ("acceptance length tau (median)", tau, settings.min_accept_length, baseline and baseline.tau_median,
+             "acceptance length {:.2f}", "no acceptance length reported (speculative decoding is off?)")):
+        if stat:
+            ok = not below_floor(stat.median, floor)
+            row(metric, stat.median, stat.spread_pct, f">= {floor}" if floor else None, previous,
+                "pass" if ok else "FAIL")
+            if not ok:
+                reasons.append(f"{measured.format(stat.median)} is below the floor {floor}")
+        elif floor and missing:
+            row(metric, None, None, f">= {floor}", None, "FAIL")
+            reasons.append(missing)
     ttft = measurement.ttft_s
     if ttft:
         row("time to first token s (median)", ttft.median, ttft.spread_pct, None, baseline and baseline.ttft_median,
