@@ -15,9 +15,10 @@ from pyinfra.api import FactBase
 from sglang_deploy.hostside.contract.answers import SnapshotStatus, StoreHistory, StoreReport, VenvHooks, WeightsFailure
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_package, host_program
+from sglang_deploy.results import cache_dir
 
 # The controller's cache of carried programs (inline_program), one file per program.
-INLINE_CACHE = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy")) / "inline"
+INLINE_CACHE = cache_dir() / "inline"
 CONTRACT = "contract"  # hostside/contract/: the typed documents and the host's paths, carried as one
 RELATIVE_IMPORT = re.compile(r"^\s*from (\.+)([\w.]*) import ([\w, ()]+)", re.M)
 

@@ -16,6 +16,7 @@ from .flags import exec_start_args, exec_start_line
 from .hardening import DIRECTIVES as HARDENING_DIRECTIVES, directives as hardening_directives
 from .layout import ServicePaths, venv_path
 from .profile import Profile
+from .results import cache_dir
 from .safety import control_message
 from .units import recover_path, watch_paths  # noqa: F401 - the unit files render.py writes
 
@@ -89,7 +90,7 @@ def _bytecode_cache() -> jinja2.BytecodeCache | None:
     """The templates' compiled code in the tool's cache ($SGLANG_DEPLOY_CACHE/jinja, keyed by each template's source
     and the Python version, written atomically): compiling the six templates costs about 12 ms of every deploy, a
     no-op's included, loading them 1 ms (measured 2026-12-06). None where the cache cannot be created."""
-    directory = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy")) / "jinja"
+    directory = cache_dir() / "jinja"
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError:

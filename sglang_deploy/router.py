@@ -18,6 +18,7 @@ import shlex
 
 from .hostside.contract.release import GateSettings
 from .multinode import NodeError, node_address
+from .results import cache_dir
 from .settings import HostSettings, RouterSettings
 from .hostside.contract.paths import CONFIG_ROOT, ROUTER_LIB, UNIT_DIR, VENV_ROOT
 from .units import ROUTER_SERVICE  # noqa: F401 - the router's unit name
@@ -146,7 +147,6 @@ def wheelhouse(python_version: str, machine: str, cache_root=None):
     downloaded once on the controller with pip (PyPI or the controller's configured index) and cached, so the
     router host needs no index (GPU hosts are often firewalled)."""
     import fcntl
-    import os
     import subprocess
     import sys
     from pathlib import Path
@@ -154,7 +154,7 @@ def wheelhouse(python_version: str, machine: str, cache_root=None):
     if not re.fullmatch(r"3\.[0-9]{1,2}", python_version) or machine not in ("x86_64", "aarch64"):
         raise RouterError(f"the router host reports Python {python_version!r} on {machine!r}: "
                           "need Python 3.x on x86_64 or aarch64")
-    root = Path(cache_root or Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy")))
+    root = Path(cache_root or cache_dir())
     target = root / "wheels" / f"sglang-router-{ROUTER_VERSION}-py{python_version}-{machine}"
     done = target / ".complete"
     if done.exists():

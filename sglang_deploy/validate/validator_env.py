@@ -19,9 +19,10 @@ from pathlib import Path
 
 from .. import releases
 from ..hostside.store import secret_name
+from ..results import cache_dir
 from . import probe_client
 
-CACHE_DIR = Path(os.environ.get("SGLANG_DEPLOY_CACHE", Path.home() / ".cache" / "sglang-deploy"))
+CACHE_DIR = cache_dir()
 PACKAGE = Path(__file__).resolve().parent.parent  # sglang_deploy/
 PROBE_SCRIPT = Path(__file__).with_name("parser_probe.py")
 RESOLUTION_SCRIPT = PACKAGE / "hostside" / "lib" / "sglang_resolution.py"  # loaded by the probe
