@@ -370,6 +370,9 @@ def pytest_xdist_make_scheduler(config, log):
 # The idea: early on, 7 workers mostly wait on gates and tunes in real time (the 2 cores averaged 74 % busy), and the
 # CPU-bound host-less modules came last, where they were the suite's tail; here they soak up the idle CPU instead.
 _hostless = os.environ.get("SGLANG_DEPLOY_TEST_HOSTLESS_WORKER")
+if _hostless not in (None, "") and not _hostless.isdigit():
+    raise pytest.UsageError(f"SGLANG_DEPLOY_TEST_HOSTLESS_WORKER={_hostless!r}: accepted is a niceness, "
+                            "an integer 0 to 19 (or unset)")
 HOSTLESS_WORKER_NICE = int(_hostless) if _hostless not in (None, "") else None
 
 

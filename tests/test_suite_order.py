@@ -50,3 +50,18 @@ def test_the_local_front_ends_users_run_in_one_row(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     uses = "".join(line.rsplit(" ", 1)[1] for line in out.read_text().splitlines())
     assert "1" in uses and "0" not in uses.strip("0"), out.read_text()
+
+
+@pytest.mark.parametrize("value", ["-5", "nice", "10x"])
+def test_a_bad_hostless_worker_niceness_is_named(value):
+    """SGLANG_DEPLOY_TEST_HOSTLESS_WORKER takes a niceness: anything else stops the run naming the variable and what is
+    accepted, before any test runs."""
+    import os
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "--collect-only",
+                             "tests/test_layout.py"], cwd=REPO, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "SGLANG_DEPLOY_TEST_HOSTLESS_WORKER": value})
+    assert result.returncode != 0
+    assert f"SGLANG_DEPLOY_TEST_HOSTLESS_WORKER={value!r}: accepted is a niceness" in result.stdout + result.stderr
