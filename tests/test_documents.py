@@ -627,3 +627,30 @@ def test_no_module_reads_a_store_document_by_string_key():
     found = {str(path.relative_to(REPO)): reads for path in modules
              if (reads := string_key_reads(path.read_text()))}
     assert found == {}
+
+
+def test_every_document_compares_hashes_and_prints_as_a_generated_dataclass_would():
+    """Document writes __eq__, __hash__ and __repr__ once (contract/document.py `document`); each class must behave
+    as `dataclass(frozen=True)` would have made it: compared by its fields and its class, hashed by its fields (a list
+    field unhashable), printed with every field, and still frozen."""
+    import dataclasses
+
+    from sglang_deploy.hostside.contract import answers, probes, session  # noqa: F401 (every class registered)
+    from sglang_deploy.hostside.contract.answers import VenvHooks
+    from sglang_deploy.hostside.contract.document import _DOCUMENTS
+    from sglang_deploy.hostside.contract.release import GateMark
+
+    assert len(_DOCUMENTS) > 70
+    for cls in _DOCUMENTS.values():
+        assert "__eq__" not in vars(cls) and "__repr__" not in vars(cls) and cls.__dataclass_params__.frozen, cls
+    twin = dataclasses.make_dataclass("GateMark", [(f.name, f.type, f) for f in dataclasses.fields(GateMark)],
+                                      frozen=True)
+    mark = GateMark.from_dict({"verdict": "pass", "summary": "pass 50.1 tok/s", "at": "2026-12-06T00:00:00+00:00"})
+    copy = GateMark.from_dict(mark.to_dict())
+    assert mark == copy and hash(mark) == hash(copy) and len({mark, copy}) == 1
+    assert mark != mark.but(verdict="fail") and mark != twin(**vars(mark)) and (mark == 1) is False
+    assert repr(mark) == repr(twin(**vars(mark))) and "summary='pass 50.1 tok/s'" in repr(mark)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        mark.verdict = "fail"
+    with pytest.raises(TypeError, match="unhashable"):
+        hash(VenvHooks(sglang=None, site=None, problems=[]))

@@ -13,17 +13,16 @@ the GPU probe and venv_hooks.py (tests/test_outputs.py). Standard library only: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
-from .document import Document
+from .document import Document, document
 from .release import HistoryEvent, ReleaseMeta, WatchEntry
 from .store import LockInfo, StoreState
 
 
 # --- the store's state: hostside.store state (the controller's ReleaseStore fact) ------------------------------------
 
-@dataclass(frozen=True)
+@document
 class ServiceRun(Document):
     """The unit as systemd runs it (service.service_status)."""
     active_state: str | None
@@ -34,7 +33,7 @@ class ServiceRun(Document):
     started_monotonic_us: str | int | None
 
 
-@dataclass(frozen=True)
+@document
 class StoreReport(Document):
     """`hostside.store state` (store.cmd_state): the ReleaseStore fact the controller decides by (release_plan,
     plan.lock_refusal, fleet, the stages, the rollback, the tune). The inline program is this checkout's."""
@@ -55,14 +54,14 @@ class StoreReport(Document):
 
 # --- the store's history: hostside.store history (roles/facts.ReleaseStore view="history", history.py) ---------------
 
-@dataclass(frozen=True)
+@document
 class HistoryFloors(Document):
     """The release's gate floors (GateSettings); None: none, or the gate config unreadable."""
     decode_tok_s: int | float | None
     accept_length: int | float | None
 
 
-@dataclass(frozen=True)
+@document
 class HistoryGate(Document):
     """The release's gate result, its medians."""
     verdict: str
@@ -72,7 +71,7 @@ class HistoryGate(Document):
     ttft_s: int | float | None
 
 
-@dataclass(frozen=True)
+@document
 class HistoryRelease(Document):
     """One retained release in the history (store.cmd_history)."""
     id: str
@@ -86,7 +85,7 @@ class HistoryRelease(Document):
     watch: list[WatchEntry]  # the perf watch's last entries
 
 
-@dataclass(frozen=True)
+@document
 class StoreHistory(Document):
     """`hostside.store history`: every retained release's switches, gate medians and perf-watch entries, oldest
     first (sglang_deploy/history.py draws it)."""
@@ -101,7 +100,7 @@ class StoreHistory(Document):
 
 # --- the weights' answers: hostside.weights' last line (roles/weights.py, roles/facts.WeightsStatus) -----------------
 
-@dataclass(frozen=True)
+@document
 class WeightsFailure(Document):
     """What `hostside.weights fetch|promote|verify|status` prints last when it refuses (weights/__main__.main)."""
     FILE: ClassVar[str] = "hostside.weights' error line"
@@ -109,7 +108,7 @@ class WeightsFailure(Document):
     error: str  # why, naming the file or the disk
 
 
-@dataclass(frozen=True)
+@document
 class WeightsVerified(Document):
     """`hostside.weights verify`: every file against the manifest (hashing only what changed)."""
     FILE: ClassVar[str] = "hostside.weights verify's answer"
@@ -121,7 +120,7 @@ class WeightsVerified(Document):
     files: int  # the manifest's
 
 
-@dataclass(frozen=True)
+@document
 class WeightsPlaced(Document):
     """`hostside.weights fetch` and `promote`: the snapshot verified and in place (weights/fetch.py)."""
     FILE: ClassVar[str] = "hostside.weights fetch|promote's answer"
@@ -133,7 +132,7 @@ class WeightsPlaced(Document):
     files: int | None = None
 
 
-@dataclass(frozen=True)
+@document
 class WeightsPruned(Document):
     """`hostside.weights prune` (weights/prune.py): the snapshots and token maps removed and kept."""
     FILE: ClassVar[str] = "hostside.weights prune's answer"
@@ -143,7 +142,7 @@ class WeightsPruned(Document):
     skipped: str | None = None  # why nothing was pruned (another weights command holds the lock, ...); None: pruned
 
 
-@dataclass(frozen=True)
+@document
 class SnapshotStatus(Document):
     """`hostside.weights status` (weights/__main__.run_locked) and each snapshot's section of hostside/deploy_facts.py:
     is the snapshot in place and unchanged since it was verified (roles/facts.WeightsStatus reads it)."""
@@ -155,7 +154,7 @@ class SnapshotStatus(Document):
 
 # --- the venv's startup hooks: hostside.venv_hooks's stdout (roles/facts.VenvState) ----------------------------------
 
-@dataclass(frozen=True)
+@document
 class VenvHooks(Document):
     """A release venv read from outside (hostside/venv_hooks.read). venv_hooks.py also runs alone (provision.py
     hooks_command: `python3 -I -c <its source>`, no package), so it prints read()'s dict itself; the test of its

@@ -28,12 +28,18 @@ _TYPES = {"str": (str,), "int": (int,), "float": (int, float), "bool": (bool,), 
 
 _DOCUMENTS = {}  # every Document subclass by name (Document.__init_subclass__)
 
+# How every document class is declared: a frozen dataclass whose equality, hash and repr are Document's own, written
+# once below, so that the dataclass machinery generates three methods per class instead of six (each one an exec):
+# the contract's 76 classes import in 30 ms instead of 45 (controller, `time.process_time`, best of 15, 2026-12-06),
+# and a no-op deploy's host program loads 51 of them.
+document = dataclass(frozen=True, eq=False, repr=False)
+
 
 class DocumentError(ValueError):
     """A store document that cannot be read as its type: the message names the document (and field)."""
 
 
-@dataclass(frozen=True)
+@document
 class Document:
     FILE: ClassVar[str] = ""
     FORMAT: ClassVar[int] = 1
@@ -44,6 +50,18 @@ class Document:
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
         _DOCUMENTS[cls.__name__] = cls  # a field annotated with a document's name reads as that document
+
+    def _compared(self) -> tuple:
+        return tuple(getattr(self, f.name) for f in dataclasses.fields(self) if f.compare)
+
+    def __eq__(self, other):  # as dataclass(eq=True) writes it for each class
+        return self._compared() == other._compared() if other.__class__ is self.__class__ else NotImplemented
+
+    def __hash__(self):  # as dataclass(frozen=True, eq=True) writes it: unhashable where a field is (a list)
+        return hash(self._compared())
+
+    def __repr__(self):
+        return f"{type(self).__qualname__}({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in dataclasses.fields(self) if f.repr)})"
 
     @classmethod
     def field_names(cls) -> set:

@@ -8,16 +8,16 @@ equal by tests/test_preflight_answer.py and tests/test_outputs.py. Standard libr
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
-from .document import Document, DocumentError
+from .document import Document, DocumentError, document
 from .release import ABResults, Measurement, ReleaseMeta, TuneResults
 
 
 # --- the preflight's report: /run/sglang-deploy/preflight/<service>.json (hostside/preflight/runner.py) --------------
 
-@dataclass(frozen=True)
+@document
 class PreflightFinding(Document):
     """One finding (preflight/findings.finding): a step's status, what was found and the fix."""
     step: str  # sandbox, devices, shm, toolchain, caches, resolution, driver, port, torch, p2p, triton, limits, probe
@@ -26,7 +26,7 @@ class PreflightFinding(Document):
     fix: str | None  # None: nothing to do
 
 
-@dataclass(frozen=True)
+@document
 class PreflightReport(Document):
     """The runner's --json (roles/release.py reads it after a deploy's preflight; doctor_collect.sandbox_view after
     the doctor's). Its facts: PreflightFacts below."""
@@ -45,7 +45,7 @@ class PreflightReport(Document):
 
 # --- the preflight probe's facts: preflight/probe.py's stdout inside the transient unit (PreflightReport.facts) ------
 
-@dataclass(frozen=True)
+@document
 class PreflightNode(Document):
     """One device node as the service sees it (probe.node_facts); a missing node has its path and exists only."""
     path: str
@@ -62,21 +62,21 @@ class PreflightNode(Document):
     errno: int | None = None  # the failed open's errno (13 EACCES: the mode; 1 EPERM: the cgroup's device filter)
 
 
-@dataclass(frozen=True)
+@document
 class PreflightLimit(Document):
     """One resource limit from /proc/self/limits, as written there ("unlimited" or a number)."""
     soft: str
     hard: str
 
 
-@dataclass(frozen=True)
+@document
 class PreflightLimits(Document):
     """probe.parse_limits: the limits as the service gets them; None: the line was not in /proc/self/limits."""
     nofile: PreflightLimit | None = None
     memlock: PreflightLimit | None = None
 
 
-@dataclass(frozen=True)
+@document
 class PreflightToolchain(Document):
     """What the first JIT compile needs (probe.toolchain): each compiler's path (None: not found) and Python.h."""
     KEYS: ClassVar[dict] = {"gxx": "g++"}
@@ -86,7 +86,7 @@ class PreflightToolchain(Document):
     python_h_present: bool
 
 
-@dataclass(frozen=True)
+@document
 class PreflightSandbox(Document):
     """What the unit's sandbox enforces, seen from inside (probe.sandbox_facts)."""
     usr_read_only: bool
@@ -100,7 +100,7 @@ class PreflightSandbox(Document):
     lxc_nesting_mounts: bool
 
 
-@dataclass(frozen=True)
+@document
 class PreflightResolution(Document):
     """SGLang's whole resolution of the release's argv on the host (probe.resolution); a cached acceptance has at
     and cached."""
@@ -112,7 +112,7 @@ class PreflightResolution(Document):
     cached: bool = False
 
 
-@dataclass(frozen=True)
+@document
 class PreflightDriver(Document):
     """The CUDA driver as the service (probe.cuda_driver_facts); a libcuda that does not load has error alone."""
     kernel_module: str | None
@@ -122,7 +122,7 @@ class PreflightDriver(Document):
     cu_init_name: str | None = None
 
 
-@dataclass(frozen=True)
+@document
 class PreflightAllReduce(Document):
     """The two-process all-reduce (allreduce.run): one process per GPU, as SGLang's TP ranks."""
     world: int
@@ -141,7 +141,7 @@ class PreflightAllReduce(Document):
     unkillable: list | None = None  # pids that did not die; None: none
 
 
-@dataclass(frozen=True)
+@document
 class PreflightTorch(Document):
     """torch as the service (probe.torch_facts): an import that failed has error alone; a simulated host has count,
     torch and, with 2+ GPUs, the stand-in's all-reduce; a real one the rest (up to the step that raised: error)."""
@@ -158,7 +158,7 @@ class PreflightTorch(Document):
     all_reduce_2p: PreflightAllReduce | None = None  # None: one GPU, or not reached
 
 
-@dataclass(frozen=True)
+@document
 class PreflightTriton(Document):
     """A Triton kernel compiled and run on GPU 0 (probe.triton_facts)."""
     error: str | None
@@ -166,7 +166,7 @@ class PreflightTriton(Document):
     cache_dir: str | None
 
 
-@dataclass(frozen=True)
+@document
 class PreflightOutside(Document):
     """What the runner adds from outside the sandbox (runner.outside_facts)."""
     serving: bool | None  # the service is active now; None: not asked
@@ -176,7 +176,7 @@ class PreflightOutside(Document):
     gpu_processes: list | None  # nvidia-smi's compute apps; None: simulated, or nvidia-smi failed
 
 
-@dataclass(frozen=True)
+@document
 class PreflightFacts(Document):
     """What probe.py prints (probe.probe), with the runner's outside view; findings.diagnose judges it."""
     FILE: ClassVar[str] = "the preflight probe's answer"
@@ -200,7 +200,7 @@ class PreflightFacts(Document):
 
 # --- the GPU probe's answer: hostside/gpu_probe.py's stdout (the doctor's --probe) -----------------------------------
 
-@dataclass(frozen=True)
+@document
 class ProbeDevice(Document):
     index: int
     name: str
@@ -208,7 +208,7 @@ class ProbeDevice(Document):
     total_gib: int | float
 
 
-@dataclass(frozen=True)
+@document
 class ProbeBandwidth(Document):
     """One GPU's memory bandwidth (gpu_probe.bandwidth), GB/s."""
     copy_gbs: int | float
@@ -217,7 +217,7 @@ class ProbeBandwidth(Document):
     buffer_gib: int | float
 
 
-@dataclass(frozen=True)
+@document
 class ProbeP2P(Document):
     """GPU 0 and 1 peer to peer (gpu_probe.p2p)."""
     can_access_0_1: bool
@@ -225,7 +225,7 @@ class ProbeP2P(Document):
     copy_0_to_1_gbs: int | float
 
 
-@dataclass(frozen=True)
+@document
 class ProbeAllreduce(Document):
     """NCCL all-reduce latency over every GPU (gpu_probe.allreduce), by message size ("10KiB": us)."""
     world_size: int
@@ -233,7 +233,7 @@ class ProbeAllreduce(Document):
     latency_us: dict
 
 
-@dataclass(frozen=True)
+@document
 class GpuProbe(Document):
     """What hostside/gpu_probe.py prints (it runs alone with the release's python, -I: it prints its dict itself;
     tests/test_outputs.py keeps the two spellings one); doctor_collect reads it through this class. A probe that
@@ -266,7 +266,7 @@ class GpuProbe(Document):
 
 # --- the doctor's collection: hostside.doctor_collect's stdout -------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class SandboxView(Document):
     """The active release's preflight without its GPU steps (doctor_collect.sandbox_view); or why not (error)."""
     findings: list[PreflightFinding] = field(default_factory=list)
@@ -275,7 +275,7 @@ class SandboxView(Document):
     error: str | None = None  # the view could not be taken: why (and nothing else)
 
 
-@dataclass(frozen=True)
+@document
 class DoctorCollection(Document):
     """What the doctor's collector gathers on the host (hostside/doctor_collect.py), redacted; doctor.py diagnoses it
     (sglang_deploy/doctor/diagnosis.py diagnose, with_collection)."""

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from .document import Document, DocumentError
+from .document import Document, DocumentError, document
 
 # A release's files that are not typed below, and the reports' file names: named once.
 PROFILE_FILE = "profile.json"  # the validated profile, as the controller read it
@@ -36,7 +36,7 @@ AGGREGATE_ROUNDS = 2  # bench.py --aggregate-rounds' default (the gate, the watc
 
 # --- a release: releases/<id>/meta.json (written last: a directory without it is not a release) ----------------------
 
-@dataclass(frozen=True)
+@document
 class ReleaseMeta(Document):
     """What a release is and what became of it. The controller writes the first ten fields and the ones below
     them (release_plan.build_meta); the host's switch and watch add the verdict and the history."""
@@ -76,13 +76,13 @@ class ReleaseMeta(Document):
         return self.but(history=[*self.history, HistoryEvent(at=at, event=event)], **changes)
 
 
-@dataclass(frozen=True)
+@document
 class HistoryEvent(Document):
     at: str
     event: str  # "activated (deploy)", "marked bad (rollback)", "restarted by the watch (...)", ...
 
 
-@dataclass(frozen=True)
+@document
 class GateMark(Document):
     """The last gate's verdict in a release's meta.json (switch.switch_locked): what the baseline choice, the
     release list and the perf watch read; the whole result is the release's gate-result.json (GateResult)."""
@@ -93,7 +93,7 @@ class GateMark(Document):
     baseline: str | None = None  # the release compared with; None: none (and releases from before 2026-12-01)
 
 
-@dataclass(frozen=True)
+@document
 class NodeMark(Document):
     """A multi-node server's release in meta.json: this host's place in it (release_plan.build_meta)."""
     rank: int  # 0 serves HTTP; the others join it
@@ -101,7 +101,7 @@ class NodeMark(Document):
     dist_init_addr: str  # rank 0's rendezvous, host:port
 
 
-@dataclass(frozen=True)
+@document
 class SnapshotMark(Document):
     """A verified weights snapshot in a release's meta.json (its weights, its draft, each of its offered_drafts):
     sglang_deploy/weights.Weights.meta writes it; the switch, the doctor and the weights' prune read it."""
@@ -114,7 +114,7 @@ class SnapshotMark(Document):
     files: int
 
 
-@dataclass(frozen=True)
+@document
 class TokenMapMark(Document):
     """A token map a release ships (meta.json's token_map, each of offered_token_maps): token_map/part.py MapPart.meta
     writes it; the switch's check, the weights' prune and the listing read it."""
@@ -124,7 +124,7 @@ class TokenMapMark(Document):
     file: str | None = None  # the controller's file name (None: not recorded)
 
 
-@dataclass(frozen=True)
+@document
 class TuneMark(Document):
     """A tune's temporary release in meta.json (tune/host.py stage_files): never marked good, removed at the end."""
     session: str
@@ -134,7 +134,7 @@ class TuneMark(Document):
 
 # --- the gate: releases/<id>/gate-config.json ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class GateSettings(Document):
     """The profile's gate section (sglang_deploy/profile/sections.py GateSection, which validates and holds the
     defaults): the controller writes every field, so none has a default here."""
@@ -153,7 +153,7 @@ class GateSettings(Document):
     rounds_budget_s: int | float = 0.0
 
 
-@dataclass(frozen=True)
+@document
 class GateExpect(Document):
     """What the running server and process must show (sglang_deploy/gate.expectations)."""
     RETIRED: ClassVar[frozenset] = frozenset({  # replaced by SGLang's own resolution (resolved) on 2026-11-30
@@ -167,7 +167,7 @@ class GateExpect(Document):
     served_name: str | None = None  # releases from before 2026-12-01: the output check asks for "default"
 
 
-@dataclass(frozen=True)
+@document
 class GateConfig(Document):
     FILE: ClassVar[str] = "gate-config.json"
     settings: GateSettings
@@ -176,7 +176,7 @@ class GateConfig(Document):
 
 # --- the gate's outcome: releases/<id>/gate-result.json --------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class GateResult(Document):
     """The gate's checks, measurement and verdict (hostside/lib/gate.run; switch.run_gate adds the baseline), redacted.
     A later gate reads the passed ones as its baseline (switch.run_gate); the switch's outcome carries it too."""
@@ -201,7 +201,7 @@ class GateResult(Document):
 
 # --- the bench's measurement (hostside/bench.py's stdout; GateResult.measurement) ------------------------------------
 
-@dataclass(frozen=True)
+@document
 class Summary(Document):
     """One metric over the samples (bench.summary): its median and how much the samples spread."""
     median: int | float
@@ -213,7 +213,7 @@ class Summary(Document):
     cv_pct: int | float  # the coefficient of variation, in %
 
 
-@dataclass(frozen=True)
+@document
 class Sample(Document):
     """One single-stream request (bench.Client.generate), measured on the client's clock."""
     kind: str  # the prompt's content class: prose, code, chat
@@ -230,7 +230,7 @@ class Sample(Document):
     position: int | None = None
 
 
-@dataclass(frozen=True)
+@document
 class BenchConfig(Document):
     """The bench's own arguments."""
     samples: int
@@ -240,7 +240,7 @@ class BenchConfig(Document):
     aggregate_rounds: int
 
 
-@dataclass(frozen=True)
+@document
 class Measurement(Document):
     """What `python3 -m hostside.bench` prints: the samples, a Summary of each metric and the request errors."""
     FILE: ClassVar[str] = MEASUREMENT
@@ -295,7 +295,7 @@ class Measurement(Document):
 
 # --- the output check (hostside/lib/output_check.py; GateResult.output, its counts in the tune's results) ----------------
 
-@dataclass(frozen=True)
+@document
 class OutputRow(Document):
     """One prompt's answer and what the check found in it."""
     id: str  # the prompt's id in the prompt set
@@ -307,7 +307,7 @@ class OutputRow(Document):
     first_divergence: int | None = None  # the first word differing from the baseline's; None: agrees, or not compared
 
 
-@dataclass(frozen=True)
+@document
 class OutputCheck(Document):
     """The output check of one server: its verdict, why, the counts and each prompt's row."""
     FILE: ClassVar[str] = OUTPUT_CHECK
@@ -329,7 +329,7 @@ class OutputCheck(Document):
                             degenerate=self.degenerate, prompts_digest=self.prompts_digest)
 
 
-@dataclass(frozen=True)
+@document
 class OutputCounts(Document):
     """An output check's verdict and counts, without its rows (OutputCheck.counts): the tune's item results carry it.
     Every version of the tune wrote these five (since 2026-12-01), so each is required."""
@@ -342,7 +342,7 @@ class OutputCounts(Document):
 
 # --- the bound on decode: releases/<id>/roofline.json ----------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class Roofline(Document):
     """What the controller knows of the release's bandwidth bound (sglang_deploy/roofline.release_inputs); the perf
     watch adds the checkpoint's bytes and the measured acceptance length (hostside/watch.roofline_bound)."""
@@ -359,7 +359,7 @@ class Roofline(Document):
 
 # --- what a release ships beside its unit: resolved.json and profile.json --------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class Resolution(Document):
     """SGLang's own resolution of the unit's command line (sglang_deploy/resolution.document): the doctor reads the
     parallelism, the rollback's preflight the resolved fields it compares."""
@@ -382,7 +382,7 @@ class Resolution(Document):
         return int(resolved.get("tp_size") or 1) * int(resolved.get("pp_size") or 1)
 
 
-@dataclass(frozen=True)
+@document
 class ProfileService(Document):
     """The profile's service section (sglang_deploy/profile/sections.py ServiceSection, the validator)."""
     name: str
@@ -394,7 +394,7 @@ class ProfileService(Document):
     relax: list = field(default_factory=list)
 
 
-@dataclass(frozen=True)
+@document
 class ProfileSnapshot(Document):
     """profile.json, the validated profile as the controller read it (release_plan.profile_snapshot). The host reads
     its service section; the other sections are the controller's (its pydantic model validates them)."""
@@ -405,7 +405,7 @@ class ProfileSnapshot(Document):
 
 # --- the doctor's report: releases/<id>/doctor.json ------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class DoctorBound(Document):
     """The bandwidth roofline the doctor computed (hostside/lib/roofline.roofline, with where the bandwidth came from):
     the perf watch prefers a measured bandwidth to the datasheet's."""
@@ -428,7 +428,7 @@ class DoctorBound(Document):
         return self.bandwidth_source.startswith("measured")
 
 
-@dataclass(frozen=True)
+@document
 class DoctorReport(Document):
     """What the perf doctor found for a release (sglang_deploy/doctor/diagnosis.py diagnose, and doctor.py's release, errors,
     probe and sandbox): the perf watch reads its roofline, the tune orders its axes by its suspects."""
@@ -455,7 +455,7 @@ class DoctorReport(Document):
 
 # --- the tune's results and the doctor's A/B: releases/<id>/tune-results.json, ab-results.json -----------------------
 
-@dataclass(frozen=True)
+@document
 class TuneEntry(Document):
     """One measured candidate (tune/search.Measured.to_json; Measured.from_json reads it back for a resumed tune)."""
     id: str
@@ -480,7 +480,7 @@ class TuneEntry(Document):
     allreduce: dict | None = None
 
 
-@dataclass(frozen=True)
+@document
 class TuneRestore(Document):
     """What the session's end did (tune_runner.Session.restore): the original release back, temporaries removed."""
     needed: bool  # something else was installed
@@ -491,7 +491,7 @@ class TuneRestore(Document):
     removed: list = field(default_factory=list)  # the temporary releases removed
 
 
-@dataclass(frozen=True)
+@document
 class TuneResults(Document):
     """A tune of the active release (tune/controller.py document, written after each candidate and at the end):
     a later tune reuses its measurements under the same settings (tune/results.py), the doctor reads its control
@@ -518,7 +518,7 @@ class TuneResults(Document):
     by_kind: str | None = None
 
 
-@dataclass(frozen=True)
+@document
 class ABResults(Document):
     """The doctor's A/B on request, kept beside the active release (sglang_deploy/doctor/ab.py host_document): the
     active release as the original and its no-speculation control, in the tune's entries, so a later doctor reads it
@@ -532,7 +532,7 @@ class ABResults(Document):
 
 # --- the perf watch's history: releases/<id>/watch.jsonl, one entry a line -------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class WatchOutput(Document):
     """The short output check of a watch run (hostside/lib/output_check.run, its verdict and counts)."""
     verdict: str  # pass, fail, inconclusive
@@ -543,7 +543,7 @@ class WatchOutput(Document):
     degenerate: int  # answers that repeat or ramble
 
 
-@dataclass(frozen=True)
+@document
 class WatchEntry(Document):
     """One run of the perf watch (hostside/watch.py): a measurement, a skipped run, a restart or a withheld one.
     The watch reads its own history back (the drift streak, the day's restarts, the last success for the

@@ -7,17 +7,17 @@ writer always writes is required. Standard library only: shipped to the host.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
-from .document import Document
+from .document import Document, document
 from .release import OutputCounts, TuneRestore
 from .store import Readiness
 
 
 # --- the queue: <session>/queue/<seq>.json ---------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class TuneMeasure(Document):
     """How each candidate is measured (tune/controller.Settings.measurement): written whole by the controller."""
     repeats: int
@@ -28,7 +28,7 @@ class TuneMeasure(Document):
     warmup: int
 
 
-@dataclass(frozen=True)
+@document
 class TuneItem(Document):
     """A candidate the controller queued for the host's session (tune/host.py run_item; hostside/lib/tune_runner.py
     stages, switches and measures it). Written and read within one session by one checkout: every field is written."""
@@ -44,7 +44,7 @@ class TuneItem(Document):
 
 # --- a measured item: <session>/results/<seq>.json -------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class TuneItemResult(Document):
     """A measured queue item (tune_runner.Session.measure_item: <store>/tune/<session>/results/<seq>.json), as poll
     passes it on. Every path writes the first six fields; the others say how far the item got."""
@@ -68,7 +68,7 @@ class TuneItemResult(Document):
 
 # --- the session's own files: session.json and close -----------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class TuneStatus(Document):
     """The session's state (tune_runner.Session.save_status), read by its open, poll and close commands
     (tune_session.py), a later session's clean-up, and the controller (tune/host.py)."""
@@ -93,7 +93,7 @@ class TuneStatus(Document):
         return self.state in ("closed", "aborted", "failed")
 
 
-@dataclass(frozen=True)
+@document
 class TuneClose(Document):
     """The controller's request to end the session (tune_session.py close): the watchdog reads it."""
     FILE: ClassVar[str] = "close"
@@ -104,7 +104,7 @@ class TuneClose(Document):
 
 # --- hostside.tune_session's answers, its last line (sglang_deploy/tune/host.py) -------------------------------------
 
-@dataclass(frozen=True)
+@document
 class TuneSession(Document):
     """`tune_session open` and `close`: the session's status, or why there is none (state failed: open could not
     start it; missing: no such session)."""
@@ -120,7 +120,7 @@ class TuneSession(Document):
         return self.status.restore if self.status else None
 
 
-@dataclass(frozen=True)
+@document
 class TunePoll(Document):
     """`tune_session poll`: the session's status, its log from --log-offset, and the results from --results-from."""
     FILE: ClassVar[str] = "hostside.tune_session poll's answer"

@@ -6,16 +6,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import ClassVar
 
-from .document import Document
+from .document import Document, document
 from .release import GateResult
 
 
 # --- the store's state: <store root>/state.json ----------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class StoreState(Document):
     """Written by the host alone (switch, tune); every default is the empty store's."""
     FILE: ClassVar[str] = "state.json"
@@ -26,7 +25,7 @@ class StoreState(Document):
     recovered: Recovery | None = None  # the last boot recovery that changed something (hostside/recover.py)
 
 
-@dataclass(frozen=True)
+@document
 class Switching(Document):
     """A switch under way in state.json (hostside/switch.py, tune_runner.switch_to): left behind, it names the
     interrupted switch, and the release it was installing stays out of prune's reach."""
@@ -37,7 +36,7 @@ class Switching(Document):
     reason: str | None = None  # deploy, rollback, tune session ...
 
 
-@dataclass(frozen=True)
+@document
 class Recovery(Document):
     """What the boot recovery (hostside/recover.py) found and did: an interrupted switch rolled back to the last good
     release (or committed, when its release passed its gate before the cut), or installed files put back."""
@@ -51,7 +50,7 @@ class Recovery(Document):
 
 # --- the store's lock: <store root>/lock.json ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class LockInfo(Document):
     """Who holds the store's lock (written by the holder: switch, prune, tune, perf watch); "unknown" when the
     file is gone or unreadable while the lock is held."""
@@ -69,7 +68,7 @@ class LockInfo(Document):
 
 # --- the last switch: <store root>/last_switch.json ------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@document
 class SwitchOutcome(Document):
     """What the last switch did (hostside/switch.finish), redacted; the controller reads it to report a switch
     (roles/release.py), the tune for its start estimate."""
@@ -94,7 +93,7 @@ class SwitchOutcome(Document):
     verdict: str | None = None  # its verdict after a successful switch
 
 
-@dataclass(frozen=True)
+@document
 class Readiness(Document):
     """A start's staged readiness (hostside/lib/readiness.wait_ready, wait_running)."""
     ready: bool
