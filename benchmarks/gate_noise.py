@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 from sglang_deploy.flags import flag_args  # noqa: E402
-from sglang_deploy.hostside.contract.release import GateSettings, Measurement  # noqa: E402
+from sglang_deploy.hostside.contract.gate import GateSettings, Measurement  # noqa: E402
 from sglang_deploy.hostside.lib.gate import evaluate  # noqa: E402
 from sglang_deploy.profile import load_profile  # noqa: E402
 from testbed.local_sim import LocalSim, stub_model_dir  # noqa: E402

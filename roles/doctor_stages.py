@@ -28,7 +28,7 @@ from sglang_deploy.hostfacts import uvm_warning
 from sglang_deploy.hostside.lib.client import printable
 from sglang_deploy.hostside.contract.probes import DoctorCollection
 from sglang_deploy.hostside.contract.document import DocumentError
-from sglang_deploy.hostside.contract.release import DoctorReport
+from sglang_deploy.hostside.contract.findings import DoctorReport
 from sglang_deploy.hostside.store import RELEASE_ID
 from sglang_deploy.layout import ServicePaths, host_program
 from sglang_deploy.release_plan import service_of

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
-from sglang_deploy.hostside.contract.answers import SnapshotStatus, StoreHistory, StoreReport, VenvHooks, WeightsFailure
+from sglang_deploy.hostside.contract.answers import SnapshotStatus, StoreReport, VenvHooks, WeightsFailure
 from sglang_deploy.hostside.contract.document import DocumentError
+from sglang_deploy.hostside.contract.history import StoreHistory
 from sglang_deploy.layout import HOSTSIDE, host_package, host_program
 from sglang_deploy.results import cache_dir
 

@@ -21,8 +21,9 @@ from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.results import save_result
 from sglang_deploy.hostside.contract.document import DocumentError
-from sglang_deploy.hostside.contract.release import PACKAGES_FILE, ReleaseFiles, ReleaseMeta
-from sglang_deploy.hostside.contract.store import SwitchOutcome
+from sglang_deploy.hostside.contract.files import ReleaseFiles
+from sglang_deploy.hostside.contract.release import PACKAGES_FILE, ReleaseMeta
+from sglang_deploy.hostside.contract.switch import SwitchOutcome
 from sglang_deploy.layout import HOST_LIB, HOST_PACKAGE, PREFLIGHT_DIR, ServicePaths, host_package, host_program
 from sglang_deploy.release_plan import controller_identity, release_dir
 from sglang_deploy.switch_options import SwitchOptions

@@ -72,7 +72,7 @@ def gate_through_router(check_url, workers, gate):
     ok, output = host.run_shell_command(command, _sudo=sudo())
     if not ok:
         raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
-    from sglang_deploy.hostside.contract.release import Measurement
+    from sglang_deploy.hostside.contract.gate import Measurement
 
     try:  # the bench's answer through its class: a field renamed on either side is named here
         measurement = Measurement.loads(output.stdout, Measurement.FILE)

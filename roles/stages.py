@@ -23,7 +23,8 @@ from roles import recover as recover_role, weights as weights_role
 from roles.facts import DeployState
 from roles.settings import host_settings, of
 from sglang_deploy.drafter import draft_weights, offered_weights
-from sglang_deploy.hostside.contract.release import ReleaseFiles, Resolution
+from sglang_deploy.hostside.contract.files import ReleaseFiles
+from sglang_deploy.hostside.contract.release import Resolution
 from sglang_deploy.layout import ServicePaths, host_package, venv_path
 from sglang_deploy.plan import Plan, PlanError, plan_for_host, refusals
 from sglang_deploy.release_plan import Decision, build_meta, decide as decide_release, profile_snapshot, with_peers

@@ -19,7 +19,8 @@ from . import bisect_release
 from .results import save_result
 from .hostside.contract.document import DocumentError
 from .hostside.contract.paths import ServicePaths
-from .hostside.contract.release import PROFILE_FILE, RESOLVED_FILE, GateResult
+from .hostside.contract.gate import GateResult
+from .hostside.contract.release import PROFILE_FILE, RESOLVED_FILE
 from .tune import search as tune
 from .tune.controller import settings_from
 from .tune.host import HostSession, TuneError

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .hostside.contract.release import GateConfig, GateSettings
+from .hostside.contract.gate import GateConfig, GateSettings
 from .hostside.lib.gate import decode_backend
 from .layout import venv_path
 from .validate.resolution import COMPARED_FIELDS

@@ -1,13 +1,13 @@
 """The release history as a table and a picture (history.py): gate results and perf-watch samples of every
 retained release, over time, with the release switches marked. Pure functions of the store's history
-(hostside/contract/answers.StoreHistory, read through its attributes); no external assets."""
+(hostside/contract/history.StoreHistory, read through its attributes); no external assets."""
 
 from __future__ import annotations
 
 import datetime
 import html
 
-from .hostside.contract.answers import StoreHistory
+from .hostside.contract.history import StoreHistory
 from .hostside.store import environment_differences, flag_differences
 
 SERIES = (("decode_tok_s", "decode tok/s (1 stream)", "#1f77b4"), ("accept_length", "acceptance length τ", "#d62728"))

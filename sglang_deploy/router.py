@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 
-from .hostside.contract.release import GateSettings
+from .hostside.contract.gate import GateSettings
 from .multinode import NodeError, node_address
 from .results import cache_dir
 from .settings import HostSettings, RouterSettings
@@ -180,7 +180,7 @@ def gate_verdict(measurement, floors: GateSettings, workers: int) -> dict:
     """The fleet's gate measured through the router: the workers' own floors on single-stream decode and
     acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/lib/gate.below_floor), request
     errors fail it; the aggregate over the workers is reported. /server_info is not proxied by the router: its
-    error does not count. measurement: the bench's (hostside/contract/release.Measurement)."""
+    error does not count. measurement: the bench's (hostside/contract/gate.Measurement)."""
     from .hostside.lib.gate import below_floor
 
     errors = [e for e in measurement.errors if not e.startswith("/server_info")]

@@ -97,17 +97,17 @@ def store_report(*releases, active=None, last_good=None, consistent=True, lock=N
 
 
 def watch_entry(**fields):
-    """One perf-watch run (hostside/contract/release.WatchEntry) as the watch stamps it, with `fields` changed."""
-    from sglang_deploy.hostside.contract.release import WatchEntry
+    """One perf-watch run (hostside/contract/findings.WatchEntry) as the watch stamps it, with `fields` changed."""
+    from sglang_deploy.hostside.contract.findings import WatchEntry
 
     return WatchEntry.from_dict({"status": "ok", "at": "2026-12-01T00:00:00+00:00", "unix": 0,
                                  "release": "0001-aaaaaaaa", **fields}, "a test's watch entry")
 
 
 def gate_document(**settings):
-    """A complete gate-config.json (hostside/contract/release.GateConfig): the profile's default gate section with
+    """A complete gate-config.json (hostside/contract/gate.GateConfig): the profile's default gate section with
     `settings` changed, and plain expectations."""
-    from sglang_deploy.hostside.contract.release import GateConfig
+    from sglang_deploy.hostside.contract.gate import GateConfig
     from sglang_deploy.profile.sections import GateSection
 
     return GateConfig.from_dict({"settings": GateSection(**settings).model_dump(mode="json"), "expect": {
@@ -120,11 +120,11 @@ DFLASH_CONFIG = REPO / "manifests" / "local--qwen3.6-27b-dflash.config.reconstru
 
 
 def bench_measurement(rates=(52.0,), taus=None, errors=(), kinds=None, aggregates=(), concurrency=4, **fields):
-    """The bench client's answer (hostside/contract/release.Measurement) as bench.py builds it: one sample per decode
+    """The bench client's answer (hostside/contract/gate.Measurement) as bench.py builds it: one sample per decode
     rate (tau 3.2 each unless given, kinds cycling prose/code/chat), the summaries by bench.summary, `fields`
     changed."""
     from sglang_deploy.hostside import bench
-    from sglang_deploy.hostside.contract.release import BenchConfig, Sample
+    from sglang_deploy.hostside.contract.gate import BenchConfig, Sample
 
     taus = list(taus) if taus is not None else [3.2] * len(rates)
     kinds = kinds or [bench.PROMPTS[index % len(bench.PROMPTS)][0] for index in range(len(rates))]

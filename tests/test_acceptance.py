@@ -9,7 +9,7 @@ import pytest
 
 from conftest import bench_measurement
 from sglang_deploy.hostside.lib import acceptance, gate
-from sglang_deploy.hostside.contract.release import GateResult, Sample
+from sglang_deploy.hostside.contract.gate import GateResult, Sample
 from sglang_deploy.sim import hardware
 from sglang_deploy.sim.engine import Engine
 
@@ -36,7 +36,7 @@ def test_a_drop_at_one_position_is_named():
 
 
 def sample(kind, histogram):
-    """One of the bench's samples (hostside/contract/release.Sample) with this histogram."""
+    """One of the bench's samples (hostside/contract/gate.Sample) with this histogram."""
     return Sample(kind=kind, completion_tokens=256, e2e_s=5.0, ttft_s=0.1, decode_tok_s=50.0, accept_length=3.0,
                   server_e2e_s=None, correct_drafts_histogram=histogram)
 

@@ -121,7 +121,7 @@ def test_a_later_doctor_names_the_suspect_from_the_ab_kept_with_the_release(tmp_
     speculation slower than none, saying it comes from the A/B; a healthy A/B names nothing."""
     from conftest import doctor_collection
     from sglang_deploy.doctor.diagnosis import diagnose
-    from sglang_deploy.hostside.contract.release import ABResults
+    from sglang_deploy.hostside.contract.findings import ABResults
     from sglang_deploy.hostside.safetensors_headers import summarize
     from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
     from test_doctor_levers import A6000

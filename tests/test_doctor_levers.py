@@ -11,7 +11,7 @@ from conftest import doctor_collection
 from sglang_deploy.doctor import levers as doctor_levers
 from sglang_deploy.doctor.diagnosis import diagnose, format_report
 from sglang_deploy.hostside import evidence
-from sglang_deploy.hostside.contract.release import TuneResults
+from sglang_deploy.hostside.contract.findings import TuneResults
 from sglang_deploy.hostside.safetensors_headers import summarize
 from sglang_deploy.sim.synthetic_checkpoint import write as write_qwen_like
 from test_doctor_logic import GATE, PCIE, PROVEN_INFO

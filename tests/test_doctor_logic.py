@@ -65,7 +65,7 @@ PROVEN_INFO = {"tp_size": 2, "speculative_algorithm": "EAGLE", "speculative_num_
                "internal_states": [{"avg_spec_accept_length": 3.2, "effective_max_running_requests_per_dp": 16,
                                     "memory_usage": {"graph": {"target_verify": 0.4}}}]}
 PCIE = {"interconnect": "pcie", "p2p_read_ok": True, "p2p_read_statuses": ["OK"]}
-GATE = bench_measurement([52.0], [3.2], concurrency=4)  # the bench's answer (hostside/contract/release.Measurement)
+GATE = bench_measurement([52.0], [3.2], concurrency=4)  # the bench's answer (hostside/contract/gate.Measurement)
 
 
 def top(info=PROVEN_INFO, environ=None, topology=PCIE, gpus=(), gate=GATE, log_findings=None, costly_env=()):

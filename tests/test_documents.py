@@ -8,7 +8,8 @@ import pytest
 from conftest import PROVEN, bench_measurement, doctor_collection, gate_document, release_meta
 from sglang_deploy.hostside.contract import paths as host_paths
 from sglang_deploy.hostside.contract.document import DocumentError
-from sglang_deploy.hostside.contract.release import GateConfig, GateExpect, GateSettings, ReleaseMeta
+from sglang_deploy.hostside.contract.gate import GateConfig, GateExpect, GateSettings
+from sglang_deploy.hostside.contract.release import ReleaseMeta
 from sglang_deploy.hostside.contract.store import StoreState
 from sglang_deploy.hostside import store as store_module
 from sglang_deploy.profile.sections import GateSection
@@ -157,7 +158,7 @@ OUTCOME = {"release": "0002-bbbbbbbb", "ok": True, "exit_code": 0, "finished": "
     ({**OUTCOME, "ok": "yes"}, "last_switch.json: field 'ok' is 'yes'; accepted: bool"),
 ])
 def test_the_switch_outcome_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.contract.store import SwitchOutcome
+    from sglang_deploy.hostside.contract.switch import SwitchOutcome
 
     with pytest.raises(DocumentError) as error:
         SwitchOutcome.from_dict(data)
@@ -169,7 +170,7 @@ def test_the_gate_writes_exactly_the_results_fields(monkeypatch):
     holds: a key renamed in one of them fails here (and, strict, when the gate writes it), never as a baseline
     the next gate reads as None."""
     from sglang_deploy.hostside.lib import gate
-    from sglang_deploy.hostside.contract.release import GateResult
+    from sglang_deploy.hostside.contract.gate import GateResult
 
     evaluated = gate.evaluate(bench_measurement([50.0]), GateSettings.from_dict(SETTINGS))
     added = {"measurement", "output", "config_problems", "simulated", "duration_s"}  # gate.run
@@ -188,7 +189,7 @@ def test_the_gate_writes_exactly_the_results_fields(monkeypatch):
 
 def test_the_switch_writes_its_outcome_typed_and_refuses_a_misspelt_field(tmp_path, monkeypatch):
     from sglang_deploy.hostside import switch
-    from sglang_deploy.hostside.contract.store import SwitchOutcome
+    from sglang_deploy.hostside.contract.switch import SwitchOutcome
 
     monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
     store = store_module.Store("sglang")
@@ -224,8 +225,8 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
     without acceptance) and a refused switch's last_switch.json (no readiness): the fields added since read as their
     safe defaults. A failed run stored as its errors alone (before 2026-12-04) reads as a failed measurement."""
     from sglang_deploy.hostside.lib import gate
-    from sglang_deploy.hostside.contract.release import GateResult
-    from sglang_deploy.hostside.contract.store import SwitchOutcome
+    from sglang_deploy.hostside.contract.gate import GateResult
+    from sglang_deploy.hostside.contract.switch import SwitchOutcome
 
     first = {key: GATE[key] for key in ("verdict", "reasons", "inconclusive", "rows", "config_problems",
                                         "simulated", "duration_s")}
@@ -251,7 +252,7 @@ def test_gate_results_and_outcomes_already_on_hosts_read():
     assert switch.describe(refused) == "switch refused: 3 automatic rollbacks"
 
 
-# --- the reports a release keeps: doctor.json and tune-results.json (hostside/contract/release.py) -------
+# --- the reports a release keeps: doctor.json and tune-results.json (hostside/contract/findings.py) ------
 
 def doctor_report(tmp_path, **gate):
     """What doctor.py saves: the diagnosis of a checkpoint with a measured decode, with the collector's parts."""
@@ -269,7 +270,7 @@ def doctor_report(tmp_path, **gate):
 def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
     """diagnose and with_collection spell the fields DoctorReport holds, roofline() those of its bound: a key renamed
     in the doctor fails here (and, strict, when doctor.py writes it), never as a bandwidth the watch reads as none."""
-    from sglang_deploy.hostside.contract.release import DoctorBound, DoctorReport
+    from sglang_deploy.hostside.contract.findings import DoctorBound, DoctorReport
 
     written = doctor_report(tmp_path)
     assert set(written) == DoctorReport.field_names()
@@ -284,7 +285,7 @@ def test_the_doctor_writes_exactly_the_reports_fields(tmp_path):
 def test_the_tune_writes_exactly_the_entries_fields():
     """tune/search.Measured is written as TuneEntry (Measured.entry) and read back from it (from_entry): one
     description of the fields. A stored entry still reads, and a field renamed in the document fails by name."""
-    from sglang_deploy.hostside.contract.release import TuneEntry
+    from sglang_deploy.hostside.contract.findings import TuneEntry
     from sglang_deploy.tune import search
 
     measured = search.Measured(search.BASELINE, repeats=[{"decode_tok_s": 50.0, "aggregate_tok_s": 120.0}] * 3)
@@ -315,7 +316,7 @@ TUNE = {"host": "ct129", "service": "sglang", "profile": "p.yaml", "original": "
      "doctor.json: unknown field 'memmory'"),
 ])
 def test_the_doctor_report_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.contract.release import DoctorReport
+    from sglang_deploy.hostside.contract.findings import DoctorReport
 
     with pytest.raises(DocumentError) as error:
         DoctorReport.from_dict(data)
@@ -335,7 +336,7 @@ def test_the_doctor_report_reader_names_the_field(data, message):
     ({**TUNE, "restore": {"needed": True}}, "tune-results.json restore: required field 'ready' is missing"),
 ])
 def test_the_tune_results_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.contract.release import TuneResults
+    from sglang_deploy.hostside.contract.findings import TuneResults
 
     with pytest.raises(DocumentError) as error:
         TuneResults.from_dict(data)
@@ -345,7 +346,7 @@ def test_the_tune_results_reader_names_the_field(data, message):
 def test_reports_already_on_hosts_read_with_the_safe_defaults():
     """A doctor.json from before the opportunities, the all-reduce path and the memory budget, and a tune's results
     saved after a candidate (no report yet) and from before the drafter and the classes."""
-    from sglang_deploy.hostside.contract.release import DoctorReport, TuneResults
+    from sglang_deploy.hostside.contract.findings import DoctorReport, TuneResults
 
     old = DoctorReport.from_dict({"roofline": None, "suspects": [], "notes": [], "simulated": False,
                                   "release": "0001-aaaaaaaa", "errors": []})
@@ -414,7 +415,7 @@ def test_the_resolution_and_the_profile_snapshot_are_what_the_controller_writes(
 
 # --- no string-key read of a store document comes back --------------------------------------------------------
 
-# The host programs whose answers are typed (hostside/contract/answers.py, release.py), as the controller runs them:
+# The host programs whose answers are typed (hostside/contract/answers.py, gate.py), as the controller runs them:
 # host_program, inline_host, inline_store or a TuneHost's sh with the program (or the store's subcommand) first;
 # PREFLIGHT_DIR holds the preflight's report. The bench is also run as `-m <package>.bench` (gate.measure_builtin,
 # tune_runner.bench_command).
@@ -654,3 +655,44 @@ def test_every_document_compares_hashes_and_prints_as_a_generated_dataclass_woul
         mark.verdict = "fail"
     with pytest.raises(TypeError, match="unhashable"):
         hash(VenvHooks(sglang=None, site=None, problems=[]))
+
+
+@pytest.mark.parametrize("module", ["answers", "files", "findings", "gate", "history", "probes", "release", "session",
+                                    "store", "switch"])
+def test_each_contract_module_alone_registers_every_document_its_fields_name(module):
+    """A field annotated with a document's name reads as that document only if its class is registered: the module
+    whose field names it must import it (contract/document.py). Each module is imported alone in a fresh interpreter,
+    as a host program imports only what it needs (a no-op deploy's `deploy_facts` loads answers, release and store)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    script = f"""
+import dataclasses, re
+import sglang_deploy.hostside.contract.{module} as module
+from sglang_deploy.hostside.contract.document import _DOCUMENTS, _TYPES, Document
+for cls in vars(module).values():
+    if isinstance(cls, type) and issubclass(cls, Document) and cls.__module__ == module.__name__:
+        for f in dataclasses.fields(cls):
+            for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", str(f.type)):
+                assert word in _DOCUMENTS or word in _TYPES, (cls.__name__, f.name, word)
+print(len(_DOCUMENTS))
+"""
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert int(run.stdout) > 0
+
+
+def test_a_no_op_deploys_host_program_loads_none_of_the_gates_documents():
+    """deploy_facts (every deploy's one round trip) reads the store's state and the releases' meta.json: importing
+    it loads neither the gate's, the reports', the switch's nor the history's documents (about 0.4 ms a class on
+    the host's python; contract/document.py)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+    run = subprocess.run([sys.executable, "-c", "import sys, sglang_deploy.hostside.deploy_facts; print(' '.join("
+                          "sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith("
+                          "'sglang_deploy.hostside.contract.'))))"], cwd=REPO, capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.split() == ["answers", "document", "paths", "release", "store"]

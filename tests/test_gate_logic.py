@@ -7,7 +7,7 @@ import pytest
 
 from conftest import INCIDENT, PROVEN, bench_measurement, release_meta
 from sglang_deploy.gate import expectations, gate_config
-from sglang_deploy.hostside.contract.release import GateExpect, GateResult, GateSettings
+from sglang_deploy.hostside.contract.gate import GateExpect, GateResult, GateSettings
 from sglang_deploy.hostside.lib.gate import config_problems, evaluate, ratio_interval, table
 from sglang_deploy.hostside.switch import choose_baseline
 from sglang_deploy.plan import plan_for_host

@@ -11,7 +11,7 @@ import random
 import pytest
 
 from conftest import bench_measurement
-from sglang_deploy.hostside.contract.release import GateResult, GateSettings
+from sglang_deploy.hostside.contract.gate import GateResult, GateSettings
 from sglang_deploy.hostside.lib.gate import (ALPHA, evaluate, look_alpha, merged, paired_ratios, ratio_interval, sequential, straddles, t95, t_one_sided, table)
 
 SETTINGS = GateSettings(min_decode_tok_s=None, min_accept_length=None, max_regression_pct=10, samples=8, warmup=1,

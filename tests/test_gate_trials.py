@@ -8,7 +8,7 @@ fail. Inconclusive runs are tolerated up to 3 of 10 and printed.
 from conftest import PROVEN
 from sglang_deploy.gate import gate_settings
 from sglang_deploy.hostside.lib.gate import evaluate
-from sglang_deploy.hostside.contract.release import Measurement
+from sglang_deploy.hostside.contract.gate import Measurement
 from sglang_deploy.profile import load_profile
 from testbed.calibration import gate_trials
 

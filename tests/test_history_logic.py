@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from sglang_deploy import history
-from sglang_deploy.hostside.contract.answers import StoreHistory
+from sglang_deploy.hostside.contract.history import StoreHistory
 
 DOCUMENT = {
     "service": "sglang", "state": {"active": "0002-bbbbbbbb"},

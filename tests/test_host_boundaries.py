@@ -313,7 +313,7 @@ def test_server_text_reaches_the_terminal_escaped(text, shown):
 
 def test_the_gate_table_escapes_what_the_server_said():
     from sglang_deploy.hostside.lib import gate
-    from sglang_deploy.hostside.contract.release import GateResult
+    from sglang_deploy.hostside.contract.gate import GateResult
 
     table = gate.table(GateResult(verdict="inconclusive", rows=[], reasons=[], config_problems=[],
                                   inconclusive=["sample 1: HTTP Error 500: \x1b[31mfake\x1b[0m\nGATE PASS"]))

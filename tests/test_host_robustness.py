@@ -12,7 +12,7 @@ import pytest
 
 from conftest import bench_measurement, release_meta
 from sglang_deploy.hostside.contract import paths as host_paths
-from sglang_deploy.hostside.contract.release import GateResult
+from sglang_deploy.hostside.contract.gate import GateResult
 from sglang_deploy.hostside.lib import client, listener
 from sglang_deploy.hostside import store as store_module, switch
 
@@ -144,6 +144,7 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
 
     contract = sorted(f"contract/{path.stem}" for path in (Path(__file__).resolve().parents[1] / "sglang_deploy/hostside/contract").glob("*.py"))
     assert {"contract/answers", "contract/document", "contract/release", "contract/session", "contract/store",
+            "contract/gate", "contract/findings", "contract/files", "contract/switch", "contract/history",
             "contract/paths", "contract/__init__"} <= set(contract)  # the contract ships whole, whatever one reads
     assert host_modules("store") == sorted(contract + ["lib/__init__", "lib/service", "store"])
     assert {"weights/__init__", "weights/__main__", "weights/fetch", "weights/manifest", "weights/prune"} <= \
@@ -162,7 +163,7 @@ def test_a_fact_runs_the_host_modules_it_sends_inline(tmp_path):
                                cwd=PACKAGE_PARENT, env=env, capture_output=True, text=True)
     assert inline.returncode == installed.returncode == 0, inline.stderr + installed.stderr
     assert json.loads(inline.stdout) == json.loads(installed.stdout)
-    from sglang_deploy.hostside.contract.answers import StoreHistory
+    from sglang_deploy.hostside.contract.history import StoreHistory
 
     assert StoreHistory.loads(inline.stdout).releases[0].id == "0001-0123abcd"
     assert StoreHistory.loads(inline.stdout).releases[0].gate.decode_tok_s == 51.0

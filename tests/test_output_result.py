@@ -1,4 +1,4 @@
-"""The output check's answer (hostside/contract/release.py OutputCheck): built by output_check.evaluate through its class, stored in
+"""The output check's answer (hostside/contract/gate.py OutputCheck): built by output_check.evaluate through its class, stored in
 the gate's result and read back as the next gate's baseline, carried short by the watch and the tune; what earlier
 versions stored reads, a renamed field on either side fails."""
 
@@ -6,8 +6,8 @@ import pytest
 
 from sglang_deploy.hostside.lib import output_check
 from sglang_deploy.hostside.contract.document import DocumentError
-from sglang_deploy.hostside.contract.release import (GateResult, OutputCheck, OutputCounts, OutputRow, WatchEntry,
-                                                     WatchOutput)
+from sglang_deploy.hostside.contract.findings import WatchEntry, WatchOutput
+from sglang_deploy.hostside.contract.gate import GateResult, OutputCheck, OutputCounts, OutputRow
 from sglang_deploy.hostside.contract.session import TuneItemResult
 from test_documents import string_key_reads
 from test_output_check import DIGEST, DOCUMENT, answers

@@ -12,10 +12,12 @@ import pytest
 
 from conftest import REPO, bench_measurement, gate_document, release_meta
 from sglang_deploy.hostside.contract import paths as host_paths
-from sglang_deploy.hostside.contract.answers import StoreHistory, VenvHooks
+from sglang_deploy.hostside.contract.answers import VenvHooks
+from sglang_deploy.hostside.contract.history import StoreHistory
 from sglang_deploy.hostside.contract.probes import DoctorCollection, PreflightFinding, PreflightReport, SandboxView
 from sglang_deploy.hostside.contract.document import DocumentError, line
-from sglang_deploy.hostside.contract.release import GateResult, WatchEntry
+from sglang_deploy.hostside.contract.findings import WatchEntry
+from sglang_deploy.hostside.contract.gate import GateResult
 from sglang_deploy.hostside import store as store_module
 
 
@@ -417,7 +419,7 @@ def test_the_bench_writes_its_measurement_through_the_class(monkeypatch, capsys)
     """bench.main on its normal path (a server streaming two chunks per request): every field Measurement, Sample,
     Summary and BenchConfig hold is written, and the gate's reader reads it back by attribute."""
     from sglang_deploy.hostside import bench
-    from sglang_deploy.hostside.contract.release import BenchConfig, Measurement, Sample, Summary
+    from sglang_deploy.hostside.contract.gate import BenchConfig, Measurement, Sample, Summary
 
     def stream(request, timeout):
         return Stream([{"meta_info": {"completion_tokens": 1}},
@@ -460,7 +462,7 @@ def measured(**changes):
     ({"errors": "timed out"}, "hostside.bench's measurement: required field 'url' is missing"),  # no failed run's
 ])
 def test_the_measurement_reader_names_the_field(data, message):
-    from sglang_deploy.hostside.contract.release import Measurement
+    from sglang_deploy.hostside.contract.gate import Measurement
 
     with pytest.raises(DocumentError) as error:
         Measurement.loads(json.dumps(data))
@@ -481,7 +483,7 @@ def test_the_gate_reads_the_bench_through_the_class(monkeypatch):
     """measure_builtin: the bench's answer by attribute; a renamed field, an exit status or a timeout is a failed
     measurement naming why, and the gate is inconclusive saying so (a renamed field read as no sample before)."""
     from sglang_deploy.hostside.lib import gate
-    from sglang_deploy.hostside.contract.release import GateSettings
+    from sglang_deploy.hostside.contract.gate import GateSettings
 
     answers = []
     monkeypatch.setattr(gate.subprocess, "run", lambda command, **kwargs: answers.pop(0))

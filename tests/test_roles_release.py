@@ -11,7 +11,8 @@ from conftest import gate_document, release_meta
 from fakehost import run_role
 from sglang_deploy.switch_options import SwitchOptions
 from roles import release
-from sglang_deploy.hostside.contract.release import ReleaseFiles, Resolution
+from sglang_deploy.hostside.contract.files import ReleaseFiles
+from sglang_deploy.hostside.contract.release import Resolution
 from sglang_deploy.layout import host_package
 from sglang_deploy.release_plan import controller_identity
 from sglang_deploy.roofline import release_inputs

@@ -16,8 +16,8 @@ ALL = ("nospec", "spec", "drafter", "kv", "attention", "graphs", "nccl")
 
 
 def doctor_json(suspects=(), opportunities=()):
-    """The doctor's report as the tune reads it (doctor.json, hostside/contract/release.DoctorReport)."""
-    from sglang_deploy.hostside.contract.release import DoctorReport
+    """The doctor's report as the tune reads it (doctor.json, hostside/contract/findings.DoctorReport)."""
+    from sglang_deploy.hostside.contract.findings import DoctorReport
 
     return DoctorReport.from_dict({"roofline": None, "suspects": list(suspects), "notes": [], "simulated": False,
                                    "release": "0001-aaaaaaaa", "errors": [], "opportunities": list(opportunities)})

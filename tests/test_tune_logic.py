@@ -256,7 +256,7 @@ def test_saved_results_resume_without_measuring_again(runner, tmp_path):
     candidate = tune.spec_candidate(flags_of(INCIDENT), 3, 1)
     done = tune.Measured(candidate, repeats=[{"decode_tok_s": 51, "aggregate_tok_s": 140}] * 3, duration_s=20)
     runner.all_results = [done]
-    from sglang_deploy.hostside.contract.release import TuneResults  # the runner's document and report() spell its fields
+    from sglang_deploy.hostside.contract.findings import TuneResults# the runner's document and report() spell its fields
     assert set(runner.document()) | {"restore", "tuned_profile", "table", "by_kind"} == TuneResults.field_names()
     path = runner.results_path()
     path.parent.mkdir(parents=True, exist_ok=True)

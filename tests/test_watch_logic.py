@@ -8,7 +8,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from conftest import PROVEN, gate_document, proven_with, release_meta, watch_entry
 from sglang_deploy.hostside.contract import paths as host_paths
 from sglang_deploy.hostside.contract.document import DocumentError
-from sglang_deploy.hostside.contract.release import DoctorReport, Roofline
+from sglang_deploy.hostside.contract.findings import DoctorReport
+from sglang_deploy.hostside.contract.release import Roofline
 from sglang_deploy.hostside.contract.store import StoreState
 from sglang_deploy.hostside import watch
 from sglang_deploy.profile import ProfileError, load_profile
@@ -187,7 +188,7 @@ def test_wrong_answers_at_full_speed_are_drift(tmp_path, monkeypatch):
         "status": "ok", "decode_tok_s": 52.0, "accept_length": 3.2, "ttft_s": 0.03, "samples": 3})
     asked = []
 
-    from sglang_deploy.hostside.contract.release import OutputCheck
+    from sglang_deploy.hostside.contract.gate import OutputCheck
 
     def output_run(url, api_key, model, baseline=None, limit=None):
         asked.append(limit)

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import proven_with
 from sglang_deploy.history import points as history_points
-from sglang_deploy.hostside.contract.answers import StoreHistory
+from sglang_deploy.hostside.contract.history import StoreHistory
 from test_deploy_sim import grand_total
 
 pytestmark = pytest.mark.simhost

@@ -17,7 +17,8 @@ from ..bisect_run import Bisect
 from .levers import nospec_suspect
 from ..results import save_result
 from ..hostside.contract.paths import ServicePaths
-from ..hostside.contract.release import AB_RESULTS_FILE, ABResults
+from ..hostside.contract.findings import ABResults
+from ..hostside.contract.release import AB_RESULTS_FILE
 from ..tune import search as tune
 from ..tune.axes import nospec_candidate
 from ..tune.controller import settings_from

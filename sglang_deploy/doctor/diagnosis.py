@@ -36,7 +36,7 @@ def _tp(server_info: dict) -> int:
 
 def suspects_from(server_info: dict, environ: dict, topology: dict | None, gpus: list[dict], gate, probe,
                   log_findings: dict | None = None, costly_env=()) -> list[Suspect]:
-    """server_info: /server_info (SGLang's resolved values); gate: the last measurement (hostside/contract/release.py
+    """server_info: /server_info (SGLang's resolved values); gate: the last measurement (hostside/contract/gate.py
     Measurement, or None); probe: the GPU probe's answer (hostside/contract/probes.GpuProbe, or None); log_findings and
     costly_env: hostside/evidence.py."""
     found: list[Suspect] = []
@@ -216,7 +216,7 @@ def diagnose(collected: DoctorCollection, gpus: list[dict], topology: dict | Non
 def with_collection(result: dict, collected: DoctorCollection) -> dict:
     """The diagnosis with what the host's collector (hostside/doctor_collect.py, its probes.DoctorCollection) adds to
     the saved report: the release, the collector's errors, the GPU probe and the sandbox view
-    (hostside/contract/release.DoctorReport's fields)."""
+    (hostside/contract/findings.DoctorReport's fields)."""
     return {**result, "release": collected.active, "errors": list(collected.errors),
             "probe": collected.probe.to_dict() if collected.probe else None,
             "sandbox": collected.sandbox.to_dict()}

@@ -11,7 +11,7 @@ custom all-reduce on a P2P pair +7 to +12.5 %).
 
 from __future__ import annotations
 
-from ..hostside.contract.release import ABResults, TuneResults
+from ..hostside.contract.findings import ABResults, TuneResults
 from ..tune import search as tune
 from ..hostside.evidence import allreduce_path  # noqa: F401 - the doctor's name for it
 from ..roofline import separate_draft

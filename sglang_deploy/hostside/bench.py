@@ -23,7 +23,7 @@ import urllib.request
 from .lib import acceptance
 from .lib.client import MAX_BODY_BYTES, headers, is_simulated, printable, read_api_key, read_bounded, urlopen
 from .lib.listener import guard_unit
-from .contract.release import AGGREGATE_ROUNDS, BenchConfig, Measurement, Sample, Summary
+from .contract.gate import AGGREGATE_ROUNDS, BenchConfig, Measurement, Sample, Summary
 
 PROMPTS = [
     ("prose", "Write a detailed, well-structured essay about the history of the transatlantic telegraph "

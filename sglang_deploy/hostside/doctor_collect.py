@@ -21,7 +21,9 @@ from .lib.client import get_json, read_api_key
 from .contract.probes import DoctorCollection, GpuProbe, PreflightReport, SandboxView
 from .contract.document import DocumentError, line
 from .contract.paths import ServicePaths
-from .contract.release import ABResults, GateConfig, GateResult, ProfileSnapshot, Resolution, TuneResults
+from .contract.findings import ABResults, TuneResults
+from .contract.gate import GateConfig, GateResult
+from .contract.release import ProfileSnapshot, Resolution
 from .lib.listener import foreign_listener, guard_unit
 from .lib.service import service_status
 from .store import Store, service_name

@@ -21,8 +21,10 @@ from .lib import forensics, gate
 from .weights import manifest as weights_manifest
 from .contract.document import Document, DocumentError
 from .contract.paths import SIMULATED_MARKER, ServicePaths
-from .contract.release import GateConfig, GateMark, GateResult
-from .contract.store import Switching, SwitchOutcome
+from .contract.gate import GateConfig, GateResult
+from .contract.release import GateMark
+from .contract.store import Switching
+from .contract.switch import SwitchOutcome
 from .lib.client import LOOPBACK_URL, loopback_url, read_api_key
 from .lib.listener import foreign_listener, guard_unit
 from .lib.readiness import wait_ready, wait_running

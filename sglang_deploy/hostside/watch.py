@@ -37,7 +37,9 @@ from . import evidence, safetensors_headers
 from .lib import gate, output_check, roofline
 from .lib.client import LOOPBACK_URL, http, read_api_key
 from .contract.document import DocumentError
-from .contract.release import WATCH_HISTORY_FILE, DoctorReport, GateConfig, Roofline, WatchEntry, WatchOutput
+from .contract.findings import DoctorReport, WatchEntry, WatchOutput
+from .contract.gate import GateConfig
+from .contract.release import WATCH_HISTORY_FILE, Roofline
 from .lib.listener import foreign_listener, guard_unit
 from .lib.readiness import wait_healthy
 from .lib.service import systemctl
@@ -72,7 +74,7 @@ def drift_streak(history):
     """Drifting measurements in a row at the end of the history; skipped runs neither count nor break it,
     a restart or a measurement without drift ends it."""
     streak = 0
-    for entry in reversed(history):  # WatchEntry (contract/release.py)
+    for entry in reversed(history):  # WatchEntry (contract/findings.py)
         if entry.event == "restart":
             break
         if entry.status != "ok":
@@ -124,7 +126,7 @@ def textfile(service, release_id, history, verdict, now, floors=None, recovered=
     ({"decode": tok/s, "accept": tau}, the floors drift is judged by) as gauges the alert rules compare with
     (dashboards/sglang-deploy.rules.yml)."""
     labels = f'service="{_label(service)}",release="{_label(release_id)}"'
-    last_ok = next((e for e in reversed(history) if e.status == "ok"), None)  # WatchEntry (contract/release.py)
+    last_ok = next((e for e in reversed(history) if e.status == "ok"), None)  # WatchEntry (contract/findings.py)
     last = history[-1] if history else None
     lines = []
 

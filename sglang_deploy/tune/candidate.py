@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from ..hostside.contract.release import TuneEntry
+from ..hostside.contract.findings import TuneEntry
 
 ROBUST_K = 1.4826  # MAD -> standard deviation for normal noise (vLLM's tune_speculative_k scores the same way)
 
@@ -123,7 +123,7 @@ class Measured:
         return spread_pct(self.values(key))
 
     def entry(self) -> TuneEntry:
-        """The measurement as the tune's results document keeps it (hostside/contract/release.TuneEntry: the one
+        """The measurement as the tune's results document keeps it (hostside/contract/findings.TuneEntry: the one
         description of its fields; to_json is its dict)."""
         return TuneEntry(id=self.candidate.id, axis=self.candidate.axis, flags=self.candidate.flag_changes,
                          env=self.candidate.env_changes, valid=self.valid, repeats=self.repeats,

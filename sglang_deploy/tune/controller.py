@@ -20,7 +20,8 @@ from ..settings import SettingsError, TuneArgs, origin
 from ..settings_types import int_list
 from ..hostside.contract.document import DocumentError
 from ..hostside.contract.paths import ServicePaths
-from ..hostside.contract.release import DOCTOR_FILE, TUNE_RESULTS_FILE, DoctorReport, TuneResults
+from ..hostside.contract.findings import DoctorReport, TuneResults
+from ..hostside.contract.release import DOCTOR_FILE, TUNE_RESULTS_FILE
 from .host import HostSession, Overlay, TuneError, allow_candidates  # noqa: F401 - the verb's and tests' names
 
 
@@ -102,7 +103,7 @@ class Runner(HostSession):
         """The doctor's report for the active release (doctor.json), whose estimates order the axes."""
         ok, stdout, _ = self.remote.run(shlex.join(["cat", ServicePaths(self.service).release_file(self.active,
                                                                                                        DOCTOR_FILE)]))
-        try:  # read as the doctor wrote it (hostside/contract/release.DoctorReport); an unreadable one orders nothing
+        try:  # read as the doctor wrote it (hostside/contract/findings.DoctorReport); an unreadable one orders nothing
             return DoctorReport.loads(stdout) if ok and stdout.strip() else None
         except DocumentError as error:
             self.say(f"the doctor's report is not used: {error}")

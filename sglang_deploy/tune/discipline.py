@@ -9,7 +9,7 @@ A tuner that picked a configuration from noise (TurboLLM#62) and a tuned command
 from __future__ import annotations
 
 from . import search as tune
-from ..hostside.contract.release import DoctorReport
+from ..hostside.contract.findings import DoctorReport
 
 # Expected gain of each axis on CT129-class hosts, % single-stream decode: the doctor's own estimates (doctor.py and
 # doctor/levers.py gain_pct; sources in ../shared/notes/anchors-refresh-4.md). nospec is the control: always first.

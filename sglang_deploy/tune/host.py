@@ -19,7 +19,8 @@ from ..results import RESULTS_DIR
 from ..hostside.contract.document import DocumentError
 from ..hostside.contract.answers import StoreReport
 from ..hostside.contract.paths import ServicePaths
-from ..hostside.contract.release import ReleaseFiles, Resolution, TuneMark
+from ..hostside.contract.files import ReleaseFiles
+from ..hostside.contract.release import Resolution, TuneMark
 from ..hostside.contract.session import TuneItem, TunePoll, TuneSession
 from ..hostside.store import content_hash, next_release_id
 from ..layout import host_program

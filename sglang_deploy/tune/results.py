@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from ..hostside.contract.document import DocumentError
-from ..hostside.contract.release import TuneResults
+from ..hostside.contract.findings import TuneResults
 from .search import Candidate, Measured
 
 

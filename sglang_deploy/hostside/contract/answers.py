@@ -1,6 +1,6 @@
-"""What host programs answer the controller on stdout, typed once: `hostside.store state` and `history`, the
-weights' answers and the venv's hooks: what every deploy reads (the diagnostic programs' answers: probes.py; the
-bench's measurement: release.py, where the gate stores it; the tune session's: session.py).
+"""What host programs answer the controller on stdout, typed once: `hostside.store state`, the weights' answers and
+the venv's hooks: what every deploy reads (`hostside.store history`'s: history.py; the diagnostic programs' answers:
+probes.py; the bench's measurement: gate.py, where the gate stores it; the tune session's: session.py).
 
 The host program builds its answer through the class (a field renamed in the writer fails at the write), the
 controller reads it with `Class.loads(text, source)` and attributes, never `json.loads(...)["key"]`: a renamed field
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from .document import Document, document
-from .release import HistoryEvent, ReleaseMeta, WatchEntry
+from .release import ReleaseMeta
 from .store import LockInfo, StoreState
 
 
@@ -50,52 +50,6 @@ class StoreReport(Document):
     def release(self, release_id):
         """The retained release's meta (ReleaseMeta), or None."""
         return next((meta for meta in self.releases if meta.id == release_id), None)
-
-
-# --- the store's history: hostside.store history (roles/facts.ReleaseStore view="history", history.py) ---------------
-
-@document
-class HistoryFloors(Document):
-    """The release's gate floors (GateSettings); None: none, or the gate config unreadable."""
-    decode_tok_s: int | float | None
-    accept_length: int | float | None
-
-
-@document
-class HistoryGate(Document):
-    """The release's gate result, its medians."""
-    verdict: str
-    at: str | None  # meta.json's gate mark; None: none
-    decode_tok_s: int | float | None
-    accept_length: int | float | None
-    ttft_s: int | float | None
-
-
-@document
-class HistoryRelease(Document):
-    """One retained release in the history (store.cmd_history)."""
-    id: str
-    created: str
-    history: list[HistoryEvent]
-    verdict: str | None
-    exec_start: list
-    environment: dict  # the release's environment file, secrets masked
-    floors: HistoryFloors
-    gate: HistoryGate | None  # None: no gate result
-    watch: list[WatchEntry]  # the perf watch's last entries
-
-
-@document
-class StoreHistory(Document):
-    """`hostside.store history`: every retained release's switches, gate medians and perf-watch entries, oldest
-    first (sglang_deploy/history.py draws it)."""
-    FILE: ClassVar[str] = "hostside.store history's output"
-    service: str
-    state: StoreState
-    releases: list[HistoryRelease]
-
-    def release(self, release_id):
-        return next((release for release in self.releases if release.id == release_id), None)
 
 
 # --- the weights' answers: hostside.weights' last line (roles/weights.py, roles/facts.WeightsStatus) -----------------

@@ -1,6 +1,6 @@
 """The typed seam's mechanism: `Document`, the strict reader every document of the release store and every host
-program's answer is read with. The documents are filed by where they live (this package: release.py, store.py,
-session.py, answers.py). A field annotated with a document's name reads as that document; the module that defines it is
+program's answer is read with. The documents are filed by where they live (this package: release.py, gate.py,
+findings.py, store.py, switch.py, session.py, answers.py, ...). A field annotated with a document's name reads as that document; the module that defines it is
 imported by the module whose field names it, so every class a read can meet is registered before the read.
 
 The reader is tolerant of releases already on hosts and strict about everything else: a missing required field, an

@@ -12,7 +12,9 @@ from dataclasses import field
 from typing import ClassVar
 
 from .document import Document, DocumentError, document
-from .release import ABResults, Measurement, ReleaseMeta, TuneResults
+from .findings import ABResults, TuneResults
+from .gate import Measurement
+from .release import ReleaseMeta
 
 
 # --- the preflight's report: /run/sglang-deploy/preflight/<service>.json (hostside/preflight/runner.py) --------------

@@ -11,8 +11,9 @@ from dataclasses import field
 from typing import ClassVar
 
 from .document import Document, document
-from .release import OutputCounts, TuneRestore
-from .store import Readiness
+from .findings import TuneRestore
+from .gate import OutputCounts
+from .switch import Readiness
 
 
 # --- the queue: <session>/queue/<seq>.json ---------------------------------------------------------------------------

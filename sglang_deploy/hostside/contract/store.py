@@ -1,7 +1,8 @@
-"""The store's own documents, beside its releases (paths.ServicePaths): its state (state.json), its lock's holder
-(lock.json) and what the last switch did (last_switch.json, with the start's readiness). Written by the host alone
-(switch, tune, recover, the lock's holders); the controller reads them in `hostside.store state`'s answer
-(answers.StoreReport) and the switch's outcome. Standard library only: shipped to the host.
+"""The store's own documents, beside its releases (paths.ServicePaths): its state (state.json) and its lock's holder
+(lock.json); what the last switch did (last_switch.json, also at the store's root) carries the gate's result and is
+in switch.py, so that a no-op deploy's host program, which reads these two, loads none of the gate's documents.
+Written by the host alone (switch, tune, recover, the lock's holders); the controller reads them in `hostside.store
+state`'s answer (answers.StoreReport). Standard library only: shipped to the host.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 from typing import ClassVar
 
 from .document import Document, document
-from .release import GateResult
 
 
 # --- the store's state: <store root>/state.json ----------------------------------------------------------------------
@@ -64,41 +64,3 @@ class LockInfo(Document):
         """The one sentence for a change refused while another holds the lock: the switch on the host, the
         deploy's refusals (plan.refusals) and the rollback on the controller."""
         return f"another deploy or rollback is running: {self.owner} (pid {self.pid}, since {self.since})"
-
-
-# --- the last switch: <store root>/last_switch.json ------------------------------------------------------------------
-
-@document
-class SwitchOutcome(Document):
-    """What the last switch did (hostside/switch.finish), redacted; the controller reads it to report a switch
-    (roles/release.py), the tune for its start estimate."""
-    FILE: ClassVar[str] = "last_switch.json"
-    release: str
-    ok: bool
-    exit_code: int
-    finished: str
-    error: str | None = None  # refused before any restart: why (no readiness then)
-    previous: str | None = None  # the release active before
-    reason: str | None = None  # deploy, rollback, tune, ...
-    readiness: Readiness | None = None  # None: refused before the restart
-    auth: str | None = None  # the release's authentication (store.release_auth)
-    auth_change: str | None = None  # a sentence when the switch changed it
-    gate: GateResult | None = None  # None: no gate ran
-    failure: str | None = None  # why the release failed (readiness or gate)
-    rolled_back_to: str | None = None  # the automatic rollback's target; None: none
-    rollback_readiness: Readiness | None = None
-    rollback_auth_change: str | None = None
-    forensics: str | None = None  # where what the service user wrote was moved aside before a start (forensics.py)
-    active: str | None = None  # the release active after a successful switch
-    verdict: str | None = None  # its verdict after a successful switch
-
-
-@document
-class Readiness(Document):
-    """A start's staged readiness (hostside/lib/readiness.wait_ready, wait_running)."""
-    ready: bool
-    stage: str  # the stage reached: active, health, listener, generate, auth, weights, ...
-    elapsed_s: int | float
-    detail: str | None = None  # why not ready
-    journal: str = ""  # the failed start's last journal lines
-    auth: str | None = None  # the authentication checked (api-key, none, n/a)

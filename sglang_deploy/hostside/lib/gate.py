@@ -20,7 +20,7 @@ import urllib.error
 from . import acceptance, client, output_check
 from .client import get_json, is_simulated, printable
 from ..contract.document import DocumentError
-from ..contract.release import AGGREGATE_ROUNDS, BenchConfig, GateResult, Measurement
+from ..contract.gate import AGGREGATE_ROUNDS, BenchConfig, GateResult, Measurement
 
 # The bench client runs as `python -m <this package>.bench` from the directory that holds the package.
 PROGRAMS_PACKAGE = __package__.rpartition(".")[0]  # the host package (hostside): its programs run with -m
@@ -284,7 +284,7 @@ def below_floor(value, floor):
 
 def evaluate(measurement, settings, baseline=None, look=1):
     """Floors, then the comparison with the baseline: a measurement on the same host that passed its gate.
-    measurement, baseline: release.Measurement; settings: the release's GateSettings (contract/release.py).
+    measurement, baseline: release.Measurement; settings: the release's GateSettings (contract/gate.py).
 
     Without a baseline the verdict rests on the floors. The comparison is one-sided (see compare): it
     fails a release that is slower, passes one that is as fast or faster, and is inconclusive only when
@@ -504,7 +504,7 @@ def run(probe_url, secrets_path, api_key, pid, cmdline_ok, cmdline, config, base
 
     evidence: {"findings": SGLang's own log lines since the unit started, "environ": the process's
     whole environment, "costly_env": undeclared costly variables with their sources} (evidence.py).
-    config: the release's GateConfig; returns a GateResult (contract/release.py)."""
+    config: the release's GateConfig; returns a GateResult (contract/gate.py)."""
     started = time.monotonic()
     settings, expect = config.settings, config.expect
     try:

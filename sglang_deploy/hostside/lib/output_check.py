@@ -15,7 +15,7 @@ So the gate first sends a shipped, versioned prompt set (prompts/output-check-v1
 
 A wrong known answer or degenerate output fails the release ("output: 3 of 8 known answers wrong: ...").
 
-Its answer is an OutputCheck (hostside/contract/release.py), built here through the class and read by attribute.
+Its answer is an OutputCheck (hostside/contract/gate.py), built here through the class and read by attribute.
 """
 
 import ast
@@ -26,7 +26,7 @@ import re
 import urllib.error
 
 from .client import http
-from ..contract.release import OutputCheck, OutputRow
+from ..contract.gate import OutputCheck, OutputRow
 
 PROMPTS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "prompts", "output-check-v1.json")
 SEED = 1234
@@ -131,7 +131,7 @@ def ask(url, api_key, model, item, timeout=120):
 
 def evaluate(answers, document, digest, baseline=None):
     """answers: {id: (text, finish_reason) or an error string}; baseline: a previous OutputCheck on the same weights.
-    Returns an OutputCheck (hostside/contract/release.py)."""
+    Returns an OutputCheck (hostside/contract/gate.py)."""
     reference = {row.id: row for row in baseline.results} if baseline else {}
     if baseline and baseline.prompts_digest != digest:
         reference = {}  # another prompt set: nothing to agree with

@@ -18,9 +18,12 @@ from .. import evidence
 from . import gate, output_check
 from .client import read_api_key
 from ..contract.document import DocumentError
-from ..contract.release import GateConfig, Measurement, ReleaseFiles, TuneRestore
+from ..contract.files import ReleaseFiles
+from ..contract.findings import TuneRestore
+from ..contract.gate import GateConfig, Measurement
 from ..contract.session import TuneClose, TuneItem, TuneItemResult, TuneStatus
-from ..contract.store import Switching, SwitchOutcome
+from ..contract.store import Switching
+from ..contract.switch import SwitchOutcome
 from .listener import foreign_listener
 from .service import cmdline_matches, service_status
 from ..store import RELEASE_ID, Lock, Locked, Store, atomic_write, content_hash, now
