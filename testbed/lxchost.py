@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
-import json
 import os
 import shutil
 import subprocess
@@ -244,22 +243,8 @@ class LxcHost(SimHost):
             raise SimHostError(f"lxc-start failed: {result.stderr.strip()[-800:]}; see {self.state_dir / 'lxc.log'}")
         subprocess.run(["ip", "addr", "replace", f"{self.gateway}/24", "dev", self.veth], check=True)
         subprocess.run(["ip", "link", "set", self.veth, "up"], check=True)
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            try:
-                state = self.ssh("systemctl", "is-system-running", check=False, timeout=10).stdout.strip()
-                if state in ("running", "degraded"):
-                    (self.state_dir / "info.json").write_text(json.dumps(self.info(), indent=2))
-                    log(f"up: ssh -i {self.key} -p {self.ssh_port} root@{self.address} (LXC, unprivileged, "
-                        f"nesting {'on' if self.nesting else 'off'}, devices {self.device_mode:04o}; systemd {state})")
-                    return
-            except subprocess.TimeoutExpired:
-                pass
-            time.sleep(0.5)
-        self.down()
-        raise SimHostError(f"the LXC container was not reachable over SSH within {timeout:.0f} s (systemd state "
-                           f"{state!r}); see {self.console_log}")
+        details = f"LXC, unprivileged, nesting {'on' if self.nesting else 'off'}, devices {self.device_mode:04o}; "
+        self.wait_booted(timeout, "the LXC container", details)
 
     def down(self, timeout: float = 30) -> None:
         if not self.pid():
