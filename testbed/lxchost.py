@@ -28,7 +28,6 @@ import argparse
 import errno
 import fcntl
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -36,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.rootfs import build_rootfs_tarball
-from testbed.simhost import REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, ensure_api_key, log, run_action
+from testbed.simhost import (REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, check_prerequisites, ensure_api_key,
+                             log, run_action)
 
 ID_BASE, ID_COUNT = 100000, 65536  # Proxmox's id map for unprivileged containers
 LXCFS_DIR = Path("/var/lib/lxcfs")
@@ -66,11 +66,7 @@ def mounted(path: Path) -> bool:
 
 
 def ensure_prerequisites() -> None:
-    if os.geteuid() != 0:
-        raise SimHostError("the LXC test host needs root")
-    missing = [f"{tool} ({hint})" for tool, hint in PREREQUISITES.items() if not shutil.which(tool)]
-    if missing:
-        raise SimHostError("missing prerequisites: " + ", ".join(missing))
+    check_prerequisites(PREREQUISITES, "the LXC test host needs root")
     for path in ("/etc/subuid", "/etc/subgid"):  # root may map the container's range (Proxmox's /etc/subuid has it)
         text = Path(path).read_text() if Path(path).exists() else ""
         if f"root:{ID_BASE}:{ID_COUNT}" not in text.split():

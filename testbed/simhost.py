@@ -65,10 +65,13 @@ def log(message: str) -> None:
     print(f"[simhost] {message}", file=sys.stderr, flush=True)
 
 
-def check_prerequisites() -> None:
+def check_prerequisites(tools: dict = PREREQUISITES,
+                        no_root: str = "the simulated host needs root (debootstrap and systemd-nspawn); run as root"
+                        ) -> None:
+    """Root, and each of `tools` (tool -> how to install it) on PATH."""
     if os.geteuid() != 0:
-        raise SimHostError("the simulated host needs root (debootstrap and systemd-nspawn); run as root")
-    missing = [f"{tool} ({hint})" for tool, hint in PREREQUISITES.items() if not shutil.which(tool)]
+        raise SimHostError(no_root)
+    missing = [f"{tool} ({hint})" for tool, hint in tools.items() if not shutil.which(tool)]
     if missing:
         raise SimHostError("missing prerequisites: " + ", ".join(missing))
 
