@@ -1,8 +1,10 @@
 """The tool's own validation rules: their ids, which a profile may waive, and the lists they use.
 
 Imported by the profile schema (waivers name rule ids), the validator and the doctor; it imports
-nothing of the project, so no import cycle runs through it.
+nothing of the project, so no import cycle runs through it. The tune's axes are declared here too (TUNE_AXES).
 """
+
+from typing import NamedTuple
 
 # rule id -> what it protects. Ids are what `waivers:` in a profile refers to.
 RULES = {
@@ -112,6 +114,55 @@ NCCL_DEBUG_KNOBS = (
     "NCCL_LL_BUFFSIZE", "NCCL_LL128_BUFFSIZE", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_SHM_DISABLE",
 )
 
-# The tune's axes in the search's order (tune/axes.py declares each; tune/search.py walks them), named here, below
-# tune/, because the tune_space setting accepts them (settings_types.axes_problem).
-AXES = ("nospec", "spec", "drafter", "vocab", "kv", "attention", "graphs", "nccl")
+
+class Lever(NamedTuple):
+    """A flag of a tune axis set to each value SGLang's resolution accepts (tune/axes.accepted_values)."""
+
+    flag: str
+    dest: str  # SGLang's resolved field, a dotted path for a nested one
+    choices_of: str  # the dest whose parser choices list its values
+    prefix: str  # a candidate's id: <prefix>-<value>
+    runs: str | None = None  # the part of start_feasibility's Verdict.runs that says what runs for it
+    with_spec: bool = False  # only when the profile speculates
+
+
+class Axis(NamedTuple):
+    """One tune axis: what the search (tune/search.py, tune/axes.py), its order (tune/discipline.py), the report
+    and the tune_space setting read of it. Its candidates are tune/'s `axis_<name>`."""
+
+    name: str
+    gain_pct: float | None  # expected single-stream decode gain on CT129-class hosts, %; None: the control, first
+    suspects: tuple[str, ...] = ()  # the doctor's suspect and opportunity ids that speak for it (doctor.json)
+    after: str | None = None  # an axis it must come after
+    levers: tuple[Lever, ...] = ()
+    by_kind: bool = False  # its gain depends on the text: the per-class table lists its candidates
+
+
+# The tune's axes in the search's order (tune/search.py walks them), declared here, below tune/, because the
+# tune_space setting accepts them (settings_types.axes_problem). The gains are the doctor's own estimates (doctor.py
+# and doctor/levers.py gain_pct; sources in ../shared/notes/anchors-refresh-4.md).
+TUNE_AXES = (
+    Axis("nospec", None, by_kind=True),
+    # weak-speculation: the incident's 1 -> 3 steps, ~40 -> ~52 tok/s
+    Axis("spec", 30.0, ("weak-speculation", "no-speculation", "low-acceptance")),
+    # a DFlash-class drafter over MTP: peers +30-45 %; it replaces the speculation the spec axis tuned
+    Axis("drafter", 37.0, ("drafter",), after="spec", by_kind=True),
+    # token-map: a 40k draft vocabulary +10 % on one 3090 (syv-ai); roofline +22 %
+    Axis("vocab", 10.0, ("token-map",), by_kind=True),
+    # fp8-kv-on-ampere: peers up to +32 % with FlashAttention, SGLang's unmeasured
+    Axis("kv", 15.0, ("fp8-kv-on-ampere",), levers=(
+        Lever("--kv-cache-dtype", "kv_cache_dtype", "kv_cache_dtype", "kv", runs="kv"),), by_kind=True),
+    # the other half of the same peer figure; the draft's backend on top of the best target backend
+    Axis("attention", 10.0, levers=(
+        Lever("--attention-backend", "attention_backend", "attention_backend", "attention", runs="target"),
+        Lever("--speculative-draft-attention-backend", "speculative_draft_attention_backend", "attention_backend",
+              "draft-attention", runs="draft", with_spec=True)), by_kind=True),
+    # batch-limit / graph-batch-limit: aggregate throughput; the decode graph backend (full, breakable, disabled),
+    # which SGLang folds into cuda_graph_config
+    Axis("graphs", 8.0, ("batch-limit", "graph-batch-limit", "cuda-graphs"), levers=(
+        Lever("--cuda-graph-backend-decode", "cuda_graph_config.decode.backend", "cuda_graph_backend_decode",
+              "decode-graphs"),)),
+    # custom-all-reduce: +3-8 %
+    Axis("nccl", 5.5, ("custom-all-reduce", "p2p-unavailable", "nccl-debug-knobs")),
+)
+AXES = tuple(axis.name for axis in TUNE_AXES)

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from . import safety
 from .provision import DRIVER_PACKAGE_VERSION, NCCL_PACKAGE_VERSION
+from .rules import AXES
 from .settings_types import (AbArm, CudaVersion, DriverPackageVersion, Flag, GroupName, HostName, Int, NcclPackageVersion,
                              NcclVersion, Number, PackageList, ProvisionMode, ReleaseId, RouterPolicy, SimServer, Text,
                              Topology, api_key_env_problem, attention_problem, axes_problem, int_list_problem,
@@ -310,8 +311,8 @@ class RouterSettings(Settings):
 
 class TuneArgs(Settings):
     title: ClassVar[str] = "tune.py"
-    space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description="What to search: nospec, "
-                                       "spec, drafter, vocab, kv, attention, graphs, nccl, all, or a comma list.")
+    space: Text(axes_problem) = Field("spec,drafter", alias="tune_space", description=f"What to search: "
+                                       f"{', '.join(AXES)}, all, or a comma list.")
     attention: Text(attention_problem) = Field("all", alias="tune_attention", description="The attention axis's "
                                                "backends: all (every --attention-backend choice SGLang's resolution "
                                                "accepts for the profile on the host's GPUs) or a comma list (each "

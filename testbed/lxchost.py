@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import errno
 import fcntl
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -37,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.rootfs import build_rootfs_tarball
-from testbed.simhost import REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, ensure_api_key, log, run_action
+from testbed.simhost import (REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, check_prerequisites, ensure_api_key,
+                             log, run_action)
 
 ID_BASE, ID_COUNT = 100000, 65536  # Proxmox's id map for unprivileged containers
 LXCFS_DIR = Path("/var/lib/lxcfs")
@@ -67,11 +66,7 @@ def mounted(path: Path) -> bool:
 
 
 def ensure_prerequisites() -> None:
-    if os.geteuid() != 0:
-        raise SimHostError("the LXC test host needs root")
-    missing = [f"{tool} ({hint})" for tool, hint in PREREQUISITES.items() if not shutil.which(tool)]
-    if missing:
-        raise SimHostError("missing prerequisites: " + ", ".join(missing))
+    check_prerequisites(PREREQUISITES, "the LXC test host needs root")
     for path in ("/etc/subuid", "/etc/subgid"):  # root may map the container's range (Proxmox's /etc/subuid has it)
         text = Path(path).read_text() if Path(path).exists() else ""
         if f"root:{ID_BASE}:{ID_COUNT}" not in text.split():
@@ -244,22 +239,8 @@ class LxcHost(SimHost):
             raise SimHostError(f"lxc-start failed: {result.stderr.strip()[-800:]}; see {self.state_dir / 'lxc.log'}")
         subprocess.run(["ip", "addr", "replace", f"{self.gateway}/24", "dev", self.veth], check=True)
         subprocess.run(["ip", "link", "set", self.veth, "up"], check=True)
-        deadline = time.monotonic() + timeout
-        state = ""
-        while time.monotonic() < deadline:
-            try:
-                state = self.ssh("systemctl", "is-system-running", check=False, timeout=10).stdout.strip()
-                if state in ("running", "degraded"):
-                    (self.state_dir / "info.json").write_text(json.dumps(self.info(), indent=2))
-                    log(f"up: ssh -i {self.key} -p {self.ssh_port} root@{self.address} (LXC, unprivileged, "
-                        f"nesting {'on' if self.nesting else 'off'}, devices {self.device_mode:04o}; systemd {state})")
-                    return
-            except subprocess.TimeoutExpired:
-                pass
-            time.sleep(0.5)
-        self.down()
-        raise SimHostError(f"the LXC container was not reachable over SSH within {timeout:.0f} s (systemd state "
-                           f"{state!r}); see {self.console_log}")
+        details = f"LXC, unprivileged, nesting {'on' if self.nesting else 'off'}, devices {self.device_mode:04o}; "
+        self.wait_booted(timeout, "the LXC container", details)
 
     def down(self, timeout: float = 30) -> None:
         if not self.pid():

@@ -65,10 +65,13 @@ def log(message: str) -> None:
     print(f"[simhost] {message}", file=sys.stderr, flush=True)
 
 
-def check_prerequisites() -> None:
+def check_prerequisites(tools: dict = PREREQUISITES,
+                        no_root: str = "the simulated host needs root (debootstrap and systemd-nspawn); run as root"
+                        ) -> None:
+    """Root, and each of `tools` (tool -> how to install it) on PATH."""
     if os.geteuid() != 0:
-        raise SimHostError("the simulated host needs root (debootstrap and systemd-nspawn); run as root")
-    missing = [f"{tool} ({hint})" for tool, hint in PREREQUISITES.items() if not shutil.which(tool)]
+        raise SimHostError(no_root)
+    missing = [f"{tool} ({hint})" for tool, hint in tools.items() if not shutil.which(tool)]
     if missing:
         raise SimHostError("missing prerequisites: " + ", ".join(missing))
 
@@ -298,23 +301,34 @@ class SimHost:
             process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=console,
                                        stderr=subprocess.STDOUT, start_new_session=True)
         self.pidfile.write_text(str(process.pid))
+
+        def exited():
+            if process.poll() is None:
+                return None
+            return f"systemd-nspawn exited with {process.returncode}; see {self.console_log}"
+        self.wait_booted(timeout, "the container", "", exited)
+
+    def wait_booted(self, timeout: float, what: str, details: str, exited=lambda: None) -> None:
+        """Until the container's systemd is up (running or degraded, asked over SSH): then info.json and the SSH line
+        (`details` before its systemd state). `exited()`: why the container's process is gone, or None. Past
+        `timeout`: down(), and an error naming `what`."""
         deadline = time.monotonic() + timeout
         state = ""
         while time.monotonic() < deadline:
-            if process.poll() is not None:
-                raise SimHostError(f"systemd-nspawn exited with {process.returncode}; see {self.console_log}")
+            gone = exited()
+            if gone:
+                raise SimHostError(gone)
             try:
-                result = self.ssh("systemctl", "is-system-running", check=False, timeout=10)
-                state = result.stdout.strip()
+                state = self.ssh("systemctl", "is-system-running", check=False, timeout=10).stdout.strip()
                 if state in ("running", "degraded"):
                     (self.state_dir / "info.json").write_text(json.dumps(self.info(), indent=2))
-                    log(f"up: ssh -i {self.key} -p {self.ssh_port} root@{self.address} (systemd {state})")
+                    log(f"up: ssh -i {self.key} -p {self.ssh_port} root@{self.address} ({details}systemd {state})")
                     return
             except subprocess.TimeoutExpired:
                 pass
             time.sleep(0.5)
         self.down()
-        raise SimHostError(f"the container did not become reachable over SSH within {timeout:.0f} s "
+        raise SimHostError(f"{what} did not become reachable over SSH within {timeout:.0f} s "
                            f"(last systemd state {state!r}); see {self.console_log}")
 
     def down(self, timeout: float = 30) -> None:
@@ -324,18 +338,7 @@ class SimHost:
             log(f"not running ({self.machine})")
             return
         os.kill(pid, signal.SIGTERM)  # nspawn asks the container's systemd to power off
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
-            try:
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
-            time.sleep(0.2)
-        if Path(f"/proc/{pid}").exists():
-            os.kill(pid, signal.SIGKILL)
-        self.pidfile.unlink(missing_ok=True)
-        self.unmount()
-        log(f"down ({self.machine})")
+        self._gone(pid, timeout, f"down ({self.machine})")
 
     def power_cut(self, timeout: float = 30) -> None:
         """Every process of the container at once, as a power cut ends them: SIGKILL to its init, whose PID namespace
@@ -349,6 +352,11 @@ class SimHost:
         if not children:
             raise SimHostError(f"systemd-nspawn (pid {pid}) has no container init to kill")
         os.kill(int(children[0]), signal.SIGKILL)
+        self._gone(pid, timeout, f"power cut ({self.machine}): its init and every process in it killed at once")
+
+    def _gone(self, pid: int, timeout: float, done: str) -> None:
+        """After down's or power_cut's signal: wait up to `timeout` s for nspawn (`pid`) to exit, SIGKILL it past
+        that, then drop the pid file and the overlay and log `done`."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and Path(f"/proc/{pid}").exists():
             try:
@@ -360,7 +368,7 @@ class SimHost:
             os.kill(pid, signal.SIGKILL)
         self.pidfile.unlink(missing_ok=True)
         self.unmount()
-        log(f"power cut ({self.machine}): its init and every process in it killed at once")
+        log(done)
 
     def unmount(self) -> None:
         if self.overlay_lower is not None and os.path.ismount(self.rootfs):

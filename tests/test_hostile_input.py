@@ -104,6 +104,13 @@ PROFILE_CASES = [
         "model.source", "source:", "is not a weights source; accepted: hf://ORG/NAME@<40-hex commit>"),
     Bad("source-file-dotdot", "  path: /srv/models/Qwen3.6-27B-FP8", "  source: file:///srv/../etc",
         "model.source", "source:", "no '..'"),
+    Bad("architecture-not-a-class-name", "  architecture: Qwen3_5ForConditionalGeneration",
+        '  architecture: "Qwen3_5; id"', "model.architecture", "architecture:",
+        "must be a model class name such as Qwen3_5ForConditionalGeneration, got 'Qwen3_5; id'"),
+    Bad("draft-source-shell", "\ngate:", '\nspeculative:\n  draft:\n    source: "file:///srv/x;id"\ngate:',
+        "speculative.draft.source", "    source:", "expected file:///absolute/directory on the controller"),
+    Bad("socket-ifname-space", "\ngate:", '\nmultinode:\n  socket_ifname: "eth0 lo"\ngate:', "multinode.socket_ifname",
+        "socket_ifname:", "is not an interface list; accepted: names such as eth0 or ens1f0"),
     # The Hub endpoint is the host's: a profile naming one would get the host's token (security review 2, finding 2).
     Bad("hub-endpoint-in-the-profile", "  path: /srv/models/Qwen3.6-27B-FP8",
         "  path: /srv/models/Qwen3.6-27B-FP8\n  mirror: https://attacker.example", "model.mirror", "mirror:",

@@ -108,11 +108,13 @@ def test_nospec_removes_every_speculative_flag_and_the_draft_model(tmp_path):
 
 def test_lever_candidates_are_named_by_axis_and_value():
     flags = flags_of(PROVEN)
-    assert [c.id for c in tune_axes.kv_candidates(CHOICES)] == ["kv-fp8_e4m3"]
-    assert [(c.id, c.axis) for c in tune_axes.attention_candidates(CHOICES)] == \
+    draft = "--speculative-draft-attention-backend"
+    assert [c.id for c in tune_axes.lever_candidates("--kv-cache-dtype", flags, CHOICES)] == ["kv-fp8_e4m3"]
+    assert [(c.id, c.axis) for c in tune_axes.lever_candidates("--attention-backend", flags, CHOICES)] == \
         [("attention-fa3", "attention"), ("attention-triton", "attention"), ("attention-wave", "attention")]
-    assert [c.id for c in tune_axes.draft_attention_candidates(flags, CHOICES)] == ["draft-attention-fa3"]
-    assert tune_axes.draft_attention_candidates({}, CHOICES) == []  # no speculation, no draft backend
+    assert [(c.id, c.axis) for c in tune_axes.lever_candidates(draft, flags, CHOICES)] == \
+        [("draft-attention-fa3", "attention")]
+    assert tune_axes.lever_candidates(draft, {}, CHOICES) == []  # no speculation, no draft backend
 
 
 # --- the search against the simulator's model ----------------------------------------------------------------
@@ -245,7 +247,7 @@ def test_the_graphs_axis_offers_the_decode_graph_backends_and_the_rules_refuse_d
     from sglang_deploy.tune import search as tune
 
     choices = {"--cuda-graph-backend-decode": accepted("--cuda-graph-backend-decode", "breakable", "disabled")}
-    found = tune_axes.graph_backend_candidates(choices)
+    found = tune_axes.lever_candidates("--cuda-graph-backend-decode", {"--tp-size": 2}, choices)
     assert [c.id for c in found] == ["decode-graphs-breakable", "decode-graphs-disabled"]
     assert all(c.axis == "graphs" for c in found)
     search = tune.Search({"--tp-size": 2}, {}, ("graphs",), 4, "pcie", None, choices=choices)

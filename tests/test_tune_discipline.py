@@ -40,6 +40,19 @@ def test_the_axes_run_largest_expected_gain_first(doctor, order):
     assert tune_discipline.axis_order(("graphs", "spec")) == ["spec", "graphs"]  # only the asked axes
 
 
+def test_each_axis_is_raised_only_by_suspects_the_doctor_reports():
+    """An axis's suspect ids (rules.TUNE_AXES) are ids the doctor writes: a renamed suspect would no longer raise it."""
+    from pathlib import Path
+
+    from sglang_deploy import doctor
+    from sglang_deploy.rules import TUNE_AXES
+
+    source = "".join(path.read_text() for path in Path(doctor.__file__).parent.glob("*.py"))
+    suspects = [suspect for axis in TUNE_AXES for suspect in axis.suspects]
+    assert len(suspects) == len(set(suspects)) == len(tune_discipline.SUSPECT_AXES)  # one axis per suspect
+    assert [suspect for suspect in suspects if f'"{suspect}"' not in source] == []
+
+
 def test_the_budget_names_what_it_did_not_reach():
     flags = flags_of(PROVEN)
     inner = fake_measure(flags)

@@ -33,7 +33,7 @@ def test_values_that_cannot_start_are_dropped_and_one_configuration_is_one_candi
     def ask(extra, base=None):
         resolved = {"attention_backend": "flashinfer", "kv_cache_dtype": "auto", **(base or {})}
         if extra:
-            resolved[tune_axes.LEVERS[extra[0]][0]] = answers[extra[0]][extra[1]]
+            resolved[tune_axes.LEVERS[extra[0]].dest] = answers[extra[0]][extra[1]]
         return None, resolved
 
     kv = tune_axes.accepted_values("--kv-cache-dtype", list(answers["--kv-cache-dtype"]), ask, start=fake_start)

@@ -49,16 +49,12 @@ FlagScalar = Union[StrictBool, StrictInt, StrictFloat, StrictStr]
 FlagValue = Union[FlagScalar, list[Union[StrictInt, StrictFloat, StrictStr]]]
 
 
-def _refuse(problem: str | None) -> None:
-    """A validator's refusal: the check's message as pydantic's ValueError, or nothing when it found none."""
-    if problem:
-        raise ValueError(problem)
-
-
 def Checked(base, problem):
     """`base` refused where `problem(value)` names a problem (its message is the error), as settings_types.Text is."""
     def check(value):
-        _refuse(problem(value))
+        message = problem(value)
+        if message:
+            raise ValueError(message)
         return value
     return Annotated[base, AfterValidator(check)]
 
@@ -111,6 +107,41 @@ def config_file_problem(value: str) -> str | None:
     return None
 
 
+def version_problem(value: str) -> str | None:
+    return None if VERSION_PIN.fullmatch(value) else f"must be an exact release such as '1.2.3', got {value!r}"
+
+
+def architecture_problem(value: str) -> str | None:
+    if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
+        return None
+    return f"must be a model class name such as Qwen3_5ForConditionalGeneration, got {value!r}"
+
+
+def socket_ifname_problem(value: str) -> str | None:
+    if safety.SOCKET_IFNAME.fullmatch(value):
+        return None
+    return (f"{value!r} is not an interface list; accepted: names such as eth0 or ens1f0, comma-separated, "
+            "optionally prefixed with ^ (exclude) or = (exact)")
+
+
+def model_source_problem(value: str) -> str | None:
+    """model.source: a pinned source, and a file:// directory under a weights directory (weights.source_problem)."""
+    from ..weights import source_problem
+
+    return source_problem(value)
+
+
+def draft_source_problem(value: str) -> str | None:
+    """A draft's source: a pinned source (weights.parse_source); drafter.py checks a file:// directory's place."""
+    from ..weights import WeightsSourceError, parse_source
+
+    try:
+        parse_source(value)
+    except WeightsSourceError as error:
+        return str(error)
+    return None
+
+
 class Strict(BaseModel):
     # inf and nan are no numbers a profile means (YAML's .inf/.nan would pass every "at least" check)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -120,7 +151,7 @@ class ModelSection(Strict):
     path: Checked(StrictStr, safety.model_path_problem) | None = Field(
         None, description="Absolute path of a checkpoint directory the tool does not manage (no source, nothing "
                           "verified); with model.source the path is derived and must not be set.")
-    source: StrictStr | None = Field(
+    source: Checked(StrictStr, model_source_problem) | None = Field(
         None, description="hf://ORG/NAME@<40-hex commit> or file:///dir on the controller: the weights are part of "
                           "the release, verified on the host against the manifest before the switch.")
     manifest: StrictStr | None = Field(
@@ -129,27 +160,12 @@ class ModelSection(Strict):
     served_name: Checked(StrictStr, safety.served_name_problem) = Field(
         description="Model name the API reports (--served-model-name).")
     hybrid: StrictBool = Field(False, description="Hybrid linear-attention model (e.g. Gated DeltaNet + attention).")
-    architecture: StrictStr | None = Field(
+    architecture: Checked(StrictStr, architecture_problem) | None = Field(
         None, description="The checkpoint's config.json architectures[0], e.g. Qwen3_5ForConditionalGeneration; "
                           "when model.config is given, it must agree with it.")
     config: config_json("the checkpoint's", config_file_problem) | None = Field(
         None, description="The checkpoint's config.json (relative to the repository, or absolute): an input of SGLang's "
                           "resolution (its ModelConfig reads it). Required by the full check and every deploy.")
-
-    @field_validator("architecture")
-    @classmethod
-    def python_identifier(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", value):
-            raise ValueError(f"must be a model class name such as Qwen3_5ForConditionalGeneration, got {value!r}")
-        return value
-
-    @field_validator("source")
-    @classmethod
-    def weights_source(cls, value: str | None) -> str | None:
-        from ..weights import source_problem
-
-        _refuse(source_problem(value) if value is not None else None)
-        return value
 
     @model_validator(mode="after")
     def derived_path(self) -> "ModelSection":
@@ -174,7 +190,7 @@ class ModelSection(Strict):
 
 
 class SGLangSection(Strict):
-    version: StrictStr = Field(description="Exact SGLang release, one of sglang_deploy/releases/ (`sglang-deploy sglang add <version>` adds one).")
+    version: Checked(StrictStr, version_problem) = Field(description="Exact SGLang release, one of sglang_deploy/releases/ (`sglang-deploy sglang add <version>` adds one).")
     launcher: Literal["serve", "launch_server"] = Field(
         "serve", description="'serve' runs `sglang serve`; 'launch_server' runs `python -m sglang.launch_server`.")
     extras: Checked(list[StrictStr], each(safety.extra_problem)) = Field(
@@ -185,13 +201,6 @@ class SGLangSection(Strict):
     flags: dict[str, FlagValue] = Field(
         default_factory=dict,
         description="Full flag names -> values; true renders a bare flag, false omits it, a list repeats values.")
-
-    @field_validator("version")
-    @classmethod
-    def pinned(cls, value: str) -> str:
-        if not VERSION_PIN.fullmatch(value):
-            raise ValueError(f"must be an exact release such as '1.2.3', got {value!r}")
-        return value
 
     @field_validator("flags")
     @classmethod
@@ -249,17 +258,9 @@ class MultinodeSection(Strict):
 
     dist_init_port: Annotated[StrictInt, Field(ge=1024, le=65535)] = Field(
         50000, description="Port of rank 0's torch.distributed rendezvous (--dist-init-addr <rank 0>:<port>).")
-    socket_ifname: StrictStr | None = Field(
+    socket_ifname: Checked(StrictStr, socket_ifname_problem) | None = Field(
         None, description="NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME: the interface the nodes talk over (eth0, "
                           "^docker,lo); host data nccl_socket_ifname overrides it per host.")
-
-    @field_validator("socket_ifname")
-    @classmethod
-    def interface_names(cls, value: str | None) -> str | None:
-        if value is not None and not safety.SOCKET_IFNAME.fullmatch(value):
-            raise ValueError(f"{value!r} is not an interface list; accepted: names such as eth0 or ens1f0, "
-                             "comma-separated, optionally prefixed with ^ (exclude) or = (exact)")
-        return value
 
 
 class GateSection(Strict):
@@ -364,7 +365,7 @@ class WatchSection(Strict):
 
 
 class DraftSection(Strict):
-    source: StrictStr = Field(
+    source: Checked(StrictStr, draft_source_problem) = Field(
         description="The draft model SGLang's DFLASH/EAGLE3/STANDALONE decoding reads: hf://ORG/NAME@<40-hex commit> or "
                     "file:///dir on the controller (a drafter you trained: `sglang-deploy manifest file:///dir` "
                     "freezes it), verified on the host like model.source; the tool derives "
@@ -376,17 +377,6 @@ class DraftSection(Strict):
         None, description="The draft's config.json (relative to the repository) for SGLang's resolution, which reads "
                           "the DFLASH block size from it; default: config.json of a file:// source's directory. Must be "
                           "the file the manifest lists.")
-
-    @field_validator("source")
-    @classmethod
-    def draft_source(cls, value: str) -> str:
-        from ..weights import WeightsSourceError, parse_source
-
-        try:
-            parse_source(value)
-        except WeightsSourceError as error:
-            raise ValueError(str(error)) from None
-        return value
 
 class OfferedDraft(DraftSection):
     algorithm: Literal["DFLASH", "DSPARK", "EAGLE3", "STANDALONE"] = Field(

@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..rules import TUNE_AXES, Axis
 from .candidate import Candidate, Measured, spec_settings
 
 SPEC_FLAGS = ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
               "--speculative-num-draft-tokens", "--speculative-token-map", "--speculative-draft-attention-backend")
-# flag -> (SGLang's dest, the dest whose parser choices list its values)
-LEVERS = {"--kv-cache-dtype": ("kv_cache_dtype", "kv_cache_dtype"),
-          "--attention-backend": ("attention_backend", "attention_backend"),
-          "--speculative-draft-attention-backend": ("speculative_draft_attention_backend", "attention_backend"),
-          # the graphs axis's decode graph backend (full, breakable, disabled): SGLang folds it into cuda_graph_config
-          "--cuda-graph-backend-decode": ("cuda_graph_config.decode.backend", "cuda_graph_backend_decode")}
+LEVER_AXES = tuple(axis for axis in TUNE_AXES if axis.levers)  # kv, attention, graphs
+LEVERS = {lever.flag: lever for axis in LEVER_AXES for lever in axis.levers}
+AXIS_OF = {lever.flag: axis.name for axis in LEVER_AXES for lever in axis.levers}
+NOTED = ("kv", "attention")  # the lever axes whose counts end the table (axis_notes)
 
 
 def resolved_value(resolved: dict, dest: str):
@@ -59,31 +58,27 @@ class Accepted:
         return "; ".join(parts)
 
 
-# flag -> the part of start_feasibility's Verdict.runs that says what runs for it (auto/bf16/bfloat16 KV on a bf16
-# checkpoint is one configuration; fa3 with fp8_e5m2 KV runs triton)
-RUNS = {"--kv-cache-dtype": "kv", "--attention-backend": "target", "--speculative-draft-attention-backend": "draft"}
-
-
 def accepted_values(flag: str, choices, resolve, wanted=None, start=None) -> Accepted:
     """Ask SGLang's resolution about each choice: `resolve(extra_argv) -> (error or None, resolved dict)`.
     `wanted`: only these choices (tune_attention); a wanted value the parser does not offer is refused.
     `start(resolved) -> start_feasibility.Verdict` (levers.starter): a value that cannot start on the host's card,
     or that the release's code does not show to start there, is dropped with the reason before any deploy; values
     that run the same configuration (the original's own included) are one."""
-    dest = LEVERS[flag][0]
+    lever = LEVERS[flag]
+    dest = lever.dest
     error, resolved = resolve([])
     if error:
         raise ValueError(f"the profile itself does not resolve: {error}")
     result = Accepted(flag, resolved_value(resolved, dest))
 
+    # what runs for the flag: auto/bf16/bfloat16 KV on a bf16 checkpoint is one configuration; fa3 with fp8_e5m2 KV
+    # runs triton
     def runs(answer):
         value = resolved_value(answer, dest)
-        if start is None or flag not in RUNS:
+        if start is None or lever.runs is None:
             return value, None
         verdict = start(answer)
-        if verdict.starts is not True:
-            return verdict.runs.get(RUNS[flag]) or value, verdict
-        return verdict.runs.get(RUNS[flag]) or value, None
+        return verdict.runs.get(lever.runs) or value, (verdict if verdict.starts is not True else None)
 
     current, _ = runs(resolved)
     seen = {current} if current is not None else set()
@@ -147,32 +142,19 @@ def nccl_candidates(flags: dict, env: dict, topology: str | None) -> list[Candid
     return out
 
 
-def lever_candidates(flag: str, prefix: str, axis: str, accepted: Accepted | None) -> list:
-
-    return [Candidate(f"{prefix}-{value}", axis, ((flag, value),)) for value in (accepted.values if accepted else [])]
-
-
-def kv_candidates(choices: dict) -> list:
-    return lever_candidates("--kv-cache-dtype", "kv", "kv", choices.get("--kv-cache-dtype"))
-
-
-def attention_candidates(choices: dict) -> list:
-    return lever_candidates("--attention-backend", "attention", "attention", choices.get("--attention-backend"))
-
-
-def graph_backend_candidates(choices: dict) -> list:
-    """The decode CUDA graph backends SGLang's resolution accepts beside the current one (a `disabled` backend is
-    refused by the rule cuda-graphs-on unless the profile waives it: listed as invalid, never started)."""
-    return lever_candidates("--cuda-graph-backend-decode", "decode-graphs", "graphs",
-                            choices.get("--cuda-graph-backend-decode"))
-
-
-def draft_attention_candidates(flags: dict, choices: dict) -> list:
-
-    if not spec_settings(flags):
+def lever_candidates(flag: str, flags: dict, choices: dict) -> list:
+    """One candidate per value SGLang's resolution accepts for a lever flag beside the current one (choices: flag ->
+    Accepted); none for a speculative lever when the profile does not speculate. A `disabled` decode graph backend
+    is refused by the rule cuda-graphs-on unless the profile waives it: listed as invalid, never started."""
+    lever, accepted = LEVERS[flag], choices.get(flag)
+    if accepted is None or (lever.with_spec and not spec_settings(flags)):
         return []
-    return lever_candidates("--speculative-draft-attention-backend", "draft-attention", "attention",
-                            choices.get("--speculative-draft-attention-backend"))
+    return [Candidate(f"{lever.prefix}-{value}", AXIS_OF[flag], ((flag, value),)) for value in accepted.values]
+
+
+def axis_candidates(axis: Axis, flags: dict, choices: dict) -> list:
+    """Every lever candidate of an axis, its levers in order."""
+    return [c for lever in axis.levers for c in lever_candidates(lever.flag, flags, choices)]
 
 
 class LeverAxes:
@@ -180,11 +162,10 @@ class LeverAxes:
     run_one/clear_winner)."""
 
     def lever_count(self) -> int:
-        """How many candidates these axes may add (for the ETA)."""
+        """How many candidates the nospec, vocab and lever axes may add (for the ETA)."""
         count = int("nospec" in self.axes and nospec_candidate(self.flags) is not None)
-        count += len(kv_candidates(self.choices)) if "kv" in self.axes else 0
-        if "attention" in self.axes:
-            count += len(attention_candidates(self.choices)) + len(draft_attention_candidates(self.flags, self.choices))
+        count += sum(len(axis_candidates(axis, self.flags, self.choices)) for axis in LEVER_AXES
+                     if axis.name in self.axes)
         if "vocab" in self.axes:
             from .vocab import FLAG, candidates
 
@@ -198,10 +179,7 @@ class LeverAxes:
 
         offered = self.choices.get(FLAG)
         for measured in not_candidates(offered):
-            if measured.candidate.id not in self.results:
-                self.results[measured.candidate.id] = measured
-                if getattr(self, "on_invalid", None):
-                    self.on_invalid(measured)
+            self.record_invalid(measured.candidate, measured.invalid_reason)
         return self.clear_winner(best, candidates(offered))
 
     def axis_nospec(self, best):
@@ -212,18 +190,23 @@ class LeverAxes:
             self.run_one(candidate)
         return best
 
-    def record_dropped(self, flag: str, prefix: str, axis: str):
+    def record_dropped(self, axis: str):
         """The values dropped before any start (they cannot start, or are not shown to, on the host's card): rows
         of the table with the reason, never deployed."""
 
-        accepted = self.choices.get(flag)
-        for value, why in (accepted.dropped if accepted else {}).items():
-            candidate = Candidate(f"{prefix}-{value}", axis, ((flag, value),))
-            if candidate.id not in self.results:
-                measured = Measured(candidate, valid=False, invalid_reason=f"dropped, never started: {why}")
-                self.results[candidate.id] = measured
-                if getattr(self, "on_invalid", None):
-                    self.on_invalid(measured)
+        for flag in (flag for flag, of in AXIS_OF.items() if of == axis):
+            accepted = self.choices.get(flag)
+            for value, why in (accepted.dropped if accepted else {}).items():
+                self.record_invalid(Candidate(f"{LEVERS[flag].prefix}-{value}", axis, ((flag, value),)),
+                                    f"dropped, never started: {why}")
+
+    def record_invalid(self, candidate: Candidate, why: str):
+        """A row of the table without a measurement (dropped values, vocab's sizes that are not candidates)."""
+        if candidate.id not in self.results:
+            measured = Measured(candidate, valid=False, invalid_reason=why)
+            self.results[candidate.id] = measured
+            if getattr(self, "on_invalid", None):
+                self.on_invalid(measured)
 
     def axis_notes(self) -> list[str]:
         """Per lever axis searched: how many values were candidates, the same configuration, refused or dropped,
@@ -231,8 +214,7 @@ class LeverAxes:
         from .vocab import FLAG as VOCAB
 
         lines = []
-        for flag, axis in (("--kv-cache-dtype", "kv"), ("--attention-backend", "attention"),
-                           ("--speculative-draft-attention-backend", "attention"), (VOCAB, "vocab")):
+        for flag, axis in [(flag, axis) for flag, axis in AXIS_OF.items() if axis in NOTED] + [(VOCAB, "vocab")]:
             accepted = self.choices.get(flag)
             if axis not in self.axes or accepted is None:
                 continue
@@ -249,15 +231,14 @@ class LeverAxes:
         return lines
 
     def axis_kv(self, best):
-        self.record_dropped("--kv-cache-dtype", "kv", "kv")
-        return self.clear_winner(best, kv_candidates(self.choices))
+        self.record_dropped("kv")
+        return self.clear_winner(best, lever_candidates("--kv-cache-dtype", self.flags, self.choices))
 
     def axis_attention(self, best):
         """The target's attention backends, then (with speculation) the draft's on top of the best of them."""
-        self.record_dropped("--attention-backend", "attention", "attention")
-        self.record_dropped("--speculative-draft-attention-backend", "draft-attention", "attention")
-        top = self.clear_winner(best, attention_candidates(self.choices))
-        drafts = draft_attention_candidates(self.flags, self.choices)
+        self.record_dropped("attention")
+        top = self.clear_winner(best, lever_candidates("--attention-backend", self.flags, self.choices))
+        drafts = lever_candidates("--speculative-draft-attention-backend", self.flags, self.choices)
         if top.candidate.axis == "attention":  # with_best would replace the winner's backend: carry it explicitly
 
             drafts = [Candidate(f"{top.candidate.id}+{c.id}", c.axis, top.candidate.merged(c).flags,

@@ -88,14 +88,17 @@ class Measured:
     def values(self, key: str) -> list[float]:
         return [r.get(key) for r in self.repeats if r.get(key)]
 
+    def median(self, key: str) -> float | None:
+        values = self.values(key)
+        return statistics.median(values) if values else None
+
     @property
     def decode(self) -> float | None:
         return robust_score(self.values("decode_tok_s"))
 
     @property
     def median_decode(self) -> float | None:
-        values = self.values("decode_tok_s")
-        return statistics.median(values) if values else None
+        return self.median("decode_tok_s")
 
     @property
     def aggregate(self) -> float | None:
@@ -103,8 +106,7 @@ class Measured:
 
     @property
     def tau(self) -> float | None:
-        values = self.values("accept_length")
-        return statistics.median(values) if values else None
+        return self.median("accept_length")
 
     def by_kind(self) -> dict:
         """Median single-stream decode per content class of the prompt mix (prose, code, chat) over the repeats."""

@@ -166,10 +166,7 @@ class Runner(HostSession):
         from . import axes as tune_axes
         from .levers import asker
 
-        wanted = {"--kv-cache-dtype": ("kv", None), "--attention-backend": ("attention", self.settings.attention),
-                  "--speculative-draft-attention-backend": ("attention", self.settings.attention),
-                  "--cuda-graph-backend-decode": ("graphs", None)}
-        flags = [flag for flag, (axis, _) in wanted.items() if axis in self.settings.axes]
+        flags = [flag for flag, axis in tune_axes.AXIS_OF.items() if axis in self.settings.axes]
         if not flags and "vocab" not in self.settings.axes:
             return {}
         ask, choices = asker(self.plan, self.data, self.detected)
@@ -183,10 +180,11 @@ class Runner(HostSession):
             out[tune_vocab.FLAG] = tune_vocab.offer(self.profile, self.original_flags, ask)
             self.say(f"SGLang's resolution: {out[tune_vocab.FLAG].summary()}")
         for flag in flags:
-            if flag == "--speculative-draft-attention-backend" and not tune.spec_settings(self.original_flags):
+            if tune_axes.LEVERS[flag].with_spec and not tune.spec_settings(self.original_flags):
                 continue
+            wanted = self.settings.attention if tune_axes.AXIS_OF[flag] == "attention" else None  # tune_attention
             try:
-                out[flag] = tune_axes.accepted_values(flag, choices(flag), ask, wanted[flag][1], start)
+                out[flag] = tune_axes.accepted_values(flag, choices(flag), ask, wanted, start)
             except ValueError as error:
                 raise TuneError(f"{flag}: {error}") from None
             self.say(f"SGLang's resolution: {out[flag].summary()}")

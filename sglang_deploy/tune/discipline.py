@@ -10,24 +10,14 @@ from __future__ import annotations
 
 from . import search as tune
 from ..hostside.contract.findings import DoctorReport
+from ..rules import TUNE_AXES
+from .axes import LEVER_AXES, axis_candidates, nospec_candidate
 
-# Expected gain of each axis on CT129-class hosts, % single-stream decode: the doctor's own estimates (doctor.py and
-# doctor/levers.py gain_pct; sources in ../shared/notes/anchors-refresh-4.md). nospec is the control: always first.
-EXPECTED_GAIN_PCT = {"spec": 30.0,  # weak-speculation: the incident's 1 -> 3 steps, ~40 -> ~52 tok/s
-                     "drafter": 37.0,  # a DFlash-class drafter over MTP: peers +30-45 %
-                     "kv": 15.0,  # fp8-kv-on-ampere: peers up to +32 % with FlashAttention, SGLang's unmeasured
-                     "attention": 10.0,  # the other half of the same peer figure
-                     "vocab": 10.0,  # token-map: a 40k draft vocabulary +10 % on one 3090 (syv-ai); roofline +22 %
-                     "graphs": 8.0,  # batch-limit / graph-batch-limit: aggregate throughput
-                     "nccl": 5.5}  # custom-all-reduce: +3-8 %
-# Which suspect of the doctor's report (doctor.json) speaks for which axis.
-SUSPECT_AXES = {"weak-speculation": "spec", "no-speculation": "spec", "low-acceptance": "spec",
-                "drafter": "drafter", "token-map": "vocab", "fp8-kv-on-ampere": "kv", "custom-all-reduce": "nccl",
-                "p2p-unavailable": "nccl",
-                "nccl-debug-knobs": "nccl", "batch-limit": "graphs", "graph-batch-limit": "graphs",
-                "cuda-graphs": "graphs"}
-# An axis that must come after another: a drafter replaces the speculation the spec axis tuned (Search.with_best).
-AFTER = {"drafter": "spec"}
+# Each axis's record (rules.TUNE_AXES): its expected gain, % single-stream decode (nospec is the control: always
+# first), the doctor's suspects that speak for it, and the axis it must come after (Search.with_best).
+EXPECTED_GAIN_PCT = {axis.name: axis.gain_pct for axis in TUNE_AXES if axis.gain_pct is not None}
+SUSPECT_AXES = {suspect: axis.name for axis in TUNE_AXES for suspect in axis.suspects}
+AFTER = {axis.name: axis.after for axis in TUNE_AXES if axis.after}
 
 
 def expected_gains(doctor: DoctorReport | None = None) -> dict:
@@ -71,26 +61,22 @@ def unreached(search, stopped_axis: str | None, why: str | None) -> list[str]:
 
 
 def candidate_ids(search, axis: str) -> list[str]:
-    from . import axes as tune_axes
-
+    levers = [c.id for record in LEVER_AXES if record.name == axis
+              for c in axis_candidates(record, search.flags, search.choices)]
     if axis == "graphs":
-        return [c.id for c in tune.graph_candidates(search.flags, search.concurrency)
-                + tune_axes.graph_backend_candidates(search.choices)]
+        return [c.id for c in tune.graph_candidates(search.flags, search.concurrency)] + levers
     if axis == "nccl":
         return [c.id for c in tune.nccl_candidates(search.flags, search.env, search.topology)]
     if axis == "drafter":
         return [c.id for c in tune.drafter_candidates(search.flags, search.drafters)]
-    if axis == "kv":
-        return [c.id for c in tune_axes.kv_candidates(search.choices)]
-    if axis == "attention":
-        return [c.id for c in tune_axes.attention_candidates(search.choices)
-                + tune_axes.draft_attention_candidates(search.flags, search.choices)]
+    if axis in ("kv", "attention"):
+        return levers
     if axis == "vocab":
         from .vocab import FLAG, candidates
 
         return [c.id for c in candidates(search.choices.get(FLAG))]
     if axis == "nospec":
-        return ["nospec"] if tune_axes.nospec_candidate(search.flags) else []
+        return ["nospec"] if nospec_candidate(search.flags) else []
     return []  # spec: a walk whose candidates depend on what it measures
 
 

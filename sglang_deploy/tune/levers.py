@@ -35,7 +35,7 @@ def asker(plan, data, detected=None):
         return document.get("error"), document.get("resolved") or {}
 
     def choices(flag):
-        dest = LEVERS[flag][1]
+        dest = LEVERS[flag].choices_of
         table = load_table(version) or export_table(version)  # the committed option table, else SGLang's own
         action = next((a for a in table["actions"] if a.get("dest") == dest), None)
         return list((action or {}).get("choices") or [])

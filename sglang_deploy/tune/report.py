@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..rules import TUNE_AXES
 from .search import BASELINE, Measured, Objective, acceptable, pareto, spec_settings
 from .axes import slower_than_nospec
 
@@ -81,7 +82,7 @@ def kind_gains(measured: Measured, baseline: Measured) -> str:
 def kind_table(results: list[Measured], baseline: Measured | None) -> str:
     """Median decode per content class for the original and every measured drafter, no-speculation, KV dtype,
     attention and token-map candidate (acceptance, and so their gain, depends on the text)."""
-    axes = ("drafter", "nospec", "kv", "attention", "vocab")
+    axes = {axis.name for axis in TUNE_AXES if axis.by_kind}
     rows = [m for m in results if m.measured and (m.candidate.axis in axes or m is baseline) and m.by_kind()]
     if baseline is None or len(rows) < 2:
         return ""

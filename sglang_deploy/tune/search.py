@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..rules import AXES  # the search's order, named below tune/ (the tune_space setting reads it too)
-from .axes import NCCL_PROTOS_PCIE, LeverAxes, graph_backend_candidates, nccl_candidates  # noqa: F401
+from .axes import NCCL_PROTOS_PCIE, LeverAxes, lever_candidates, nccl_candidates  # noqa: F401
 from .candidate import (BASELINE, ROBUST_K, Candidate, Measured, mad, robust_score,  # noqa: F401 - the search's names
                         spec_settings, spread_pct)
 
@@ -205,7 +205,7 @@ class Search(LeverAxes):
             count += len(self.drafters)
         count += self.lever_count()
         if "graphs" in self.axes:
-            count += len(graph_candidates(self.flags, self.concurrency)) + len(graph_backend_candidates(self.choices))
+            count += len(graph_candidates(self.flags, self.concurrency))
         if "nccl" in self.axes:
             count += len(nccl_candidates(self.flags, self.env, self.topology))
         return count
@@ -299,7 +299,7 @@ class Search(LeverAxes):
 
     def axis_graphs(self, best: Measured) -> Measured:
         return self.clear_winner(best, graph_candidates(self.flags, self.concurrency)
-                                 + graph_backend_candidates(self.choices))
+                                 + lever_candidates("--cuda-graph-backend-decode", self.flags, self.choices))
 
     def axis_nccl(self, best: Measured) -> Measured:
         return self.clear_winner(best, nccl_candidates(self.flags, self.env, self.topology))
