@@ -152,27 +152,27 @@ def check_profile(profile: Profile, gpus: int | None = None, topology: str | Non
         tp = profile.sglang.flags.get("--tp-size", 1)
         count = gpus or max(1, (tp if isinstance(tp, int) else 1) // profile.nodes)
         sglang = resolution.answer(profile, argv, algorithms, gpu, count, env)
-        probe, answer, config, config_problems = sglang.probe, sglang.document, sglang.config, sglang.problems
-    parser = parser_checks.findings(profile, argv, probe, table, port, node)
-    problems = parser.layer + config_problems
+        probe, answer, config, config_problems = sglang.parser, sglang.document, sglang.config, sglang.problems
+    parsed = parser_checks.findings(profile, argv, probe, table, port, node)
+    problems = parsed.layer + config_problems
     # A command line SGLang's parser refuses has no values to hold against the host: a misspelled --tp-size gets its
     # parser message, not a second one about the TP 1 the rule would read in its place.
-    unparsed = any(p.rule == "sglang-parser" for p in parser.layer)
-    rules = (parser.rules + token_map.problems(profile) + token_map_part.problems(profile) + parser.derived
-             + rule_checks.findings(profile, parser.read, probe["algorithms"], answer, None if unparsed else gpus,
+    unparsed = any(p.rule == "sglang-parser" for p in parsed.layer)
+    rules = (parsed.rules + token_map.problems(profile) + token_map_part.problems(profile) + parsed.derived
+             + rule_checks.findings(profile, parsed.read, probe["algorithms"], answer, None if unparsed else gpus,
                                     topology, env, table))
     # SGLang's own verdict first, whatever the tool's rules found and whatever they waive: a waiver covers only the
     # tool's rules (rules.WAIVABLE), never SGLang's refusal. A refusal at the parse is parser_problems' line; one the
     # rules that quote SGLang's own verdict already name (SGLANG_VERDICT_RULES, not waivable) is not said twice.
     sglang_refusal = []
     said = any(p.rule in SGLANG_VERDICT_RULES for p in problems + rules)
-    if answer["error"] and not said and not (answer.get("step") == "parse" and parser.layer):
+    if answer["error"] and not said and not (answer.get("step") == "parse" and parsed.layer):
         sglang_refusal.append(Problem("sglang-resolution", _refusal_field(profile, answer["error"]),
                                       f"SGLang {profile.sglang.version} refuses the command line at "
                                       f"{answer.get('step') or 'resolution'}: {answer['error']}"))
     start, start_notes = start_feasibility.problems(profile, gpu, config, answer.get("resolved"))
     sglang_refusal += start
-    problems += [as_written(p, parser.written) for p in rules]
+    problems += [as_written(p, parsed.written) for p in rules]
     problems = sglang_refusal + [p for p in problems if not (p.rule in WAIVABLE and p.rule in profile.waivers)]
     problems = [with_waiver_hint(p) for p in problems]
     warnings = [p for p in problems if p.rule in WARNING_RULES] + start_notes

@@ -110,10 +110,10 @@ def resolve_argv(version: str, argv: list[str], model_config: dict, gpu: gpu_fac
 
 @dataclass
 class Answer:
-    """SGLang's answer for a profile's command line on the full path (check_profile's stage): the probe's (option
-    table, parser verdict, algorithms), the resolution document, and the checkpoint's config.json it read, with the
-    problems of reading it."""
-    probe: dict
+    """SGLang's answer for a profile's command line on the full path (check_profile's stage): its parser's (the
+    probe's option table, verdict on the command line and on the speculative algorithm), the resolution document,
+    and the checkpoint's config.json it read, with the problems of reading it."""
+    parser: dict
     document: dict
     config: dict | None
     problems: list[Problem]
