@@ -31,10 +31,11 @@ SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 def base_environment(layout: ServicePaths, venv: str, cuda_home: str | None = None,
                      max_jobs: int | None = None) -> dict[str, str]:
     """Settings every SGLang service needs; the profile's environment is applied on top."""
+    state, cache = layout.own_dirs
     environment = {
-        "HOME": layout.state_dir,
-        "SGLANG_CACHE_DIR": layout.cache_dir,  # parent of the Triton/Inductor/FlashInfer JIT caches
-        "HF_HOME": f"{layout.cache_dir}/huggingface",
+        "HOME": state,
+        "SGLANG_CACHE_DIR": cache,  # parent of the Triton/Inductor/FlashInfer JIT caches
+        "HF_HOME": f"{cache}/huggingface",
         "HF_HUB_OFFLINE": "1",  # local checkpoint only: no hub access at start
         # python -m (launcher launch_server) would put the working directory, the service user's own state
         # directory, first on sys.path: what a compromised service user wrote there would be imported at the next
@@ -46,8 +47,8 @@ def base_environment(layout: ServicePaths, venv: str, cuda_home: str | None = No
         environment["PATH"] = f"{cuda_home}/bin:{venv}/bin:{SYSTEM_PATH}"
     # /tmp is private to the service (PrivateTmp) and wiped at each start: the JIT caches live in the
     # cache directory, which ProtectSystem=strict leaves writable and a restart keeps.
-    environment["TRITON_CACHE_DIR"] = f"{layout.cache_dir}/triton"
-    environment["TORCHINDUCTOR_CACHE_DIR"] = f"{layout.cache_dir}/torchinductor"
+    environment["TRITON_CACHE_DIR"] = f"{cache}/triton"
+    environment["TORCHINDUCTOR_CACHE_DIR"] = f"{cache}/torchinductor"
     if max_jobs:  # FlashInfer's and torch's JIT size their parallel compiles by it, else by os.cpu_count(), which
         # in a CT with nesting sees the Proxmox host's CPUs (the unit's fresh /proc) and can exhaust its memory
         environment["MAX_JOBS"] = str(int(max_jobs))
@@ -150,8 +151,7 @@ def render(profile: Profile, api_key: str | None = None, port: int | None = None
     admin_key = admin_key if api_key else None
     context = dict(profile=profile, service=profile.service, layout=layout, api_key=api_key, admin_key=admin_key,
                    weights_comment=snapshots_comment(profile))
-    hardening, relaxed = hardening_directives(unit_value(layout.state_dir), unit_value(layout.cache_dir),
-                                              profile.service.relax)
+    hardening, relaxed = hardening_directives(*(unit_value(d) for d in layout.own_dirs), profile.service.relax)
     unit = env.get_template("sglang.service.j2").render(exec_start=exec_start_line(argv), hardening=hardening,
                                                         relaxed=relaxed, **context)
     check_unit_structure(unit, argv)

@@ -211,7 +211,7 @@ SHARED_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/shm", "/run/user", "/run/lo
 def model_path_location_problem(path: str, service: str | None = None) -> str | None:
     """model.path must not be in a directory that other users write, nor (with `service`) in the directories
     the service user writes."""
-    writable = SHARED_DIRS + ((ServicePaths(service).state_dir, ServicePaths(service).cache_dir) if service else ())
+    writable = SHARED_DIRS + (ServicePaths(service).own_dirs if service else ())
     for directory in writable:
         if path == directory or path.startswith(directory + "/"):
             return (f"{path!r} is under {directory}, which "

@@ -143,11 +143,13 @@ def test_a_resolved_exposure_or_code_field_not_set_by_the_flags_is_refused(tmp_p
                                                                            rule):
     """What SGLang resolves for the proven command line, with one field as the environment would set it (e.g.
     SGLANG_GRPC_PORT): the rule reads the resolution, not the argv."""
+    from sglang_deploy.validate import flag_table
     from sglang_deploy.validate.rule_checks import resolved_class_problems
 
     profile = load_profile(proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_GRPC_PORT: "50051"\n'))
-    assert resolved_class_problems(profile, proven_resolution) == []
-    [problem] = resolved_class_problems(profile, {**proven_resolution, dest: value})
+    table = flag_table.load(profile.sglang.version)
+    assert resolved_class_problems(profile, proven_resolution, table) == []
+    [problem] = resolved_class_problems(profile, {**proven_resolution, dest: value}, table)
     assert problem.rule == rule and f"resolves {dest} to {value!r}" in problem.message
     assert problem.field == (("environment", "SGLANG_GRPC_PORT") if dest == "grpc_port" else ("environment",))
 

@@ -52,12 +52,14 @@ def test_the_backstop_parses_the_rendered_argv_for_the_tools_own_values():
     from conftest import PROVEN
     from sglang_deploy.flags import server_args
     from sglang_deploy.profile import load_profile
+    from sglang_deploy.validate import flag_table
     from sglang_deploy.validate.parser_checks import derived_values_problems
 
     profile = load_profile(PROVEN)
-    argv = server_args(profile)
-    assert derived_values_problems(profile, argv, None) == []
-    [problem] = derived_values_problems(profile, argv + ["--lora-target-modules", "all", "--host", "0.0.0.0"], None)
+    argv, table = server_args(profile), flag_table.load(profile.sglang.version)
+    assert derived_values_problems(profile, argv, table, None) == []
+    [problem] = derived_values_problems(profile, argv + ["--lora-target-modules", "all", "--host", "0.0.0.0"], table,
+                                        None)
     assert problem.rule == "tool-flags-intact" and "host='0.0.0.0' (the tool sets '127.0.0.1')" in problem.message
 
 

@@ -144,7 +144,8 @@ def private_probe(tmp_path_factory):
     from pathlib import Path
 
     from sglang_deploy.validate import probe_client, resolution, validator_env
-    from sglang_deploy.validate.check import model_config_problems, server_args
+    from sglang_deploy.flags import server_args
+    from sglang_deploy.validate.resolution import model_config_problems
 
     gpu = gpu_facts.model("a6000")
 

@@ -133,11 +133,12 @@ def test_no_outbound_media_fetch_unless_the_profile_names_domains(tmp_path):
 
 
 def test_the_tools_own_media_list_is_not_a_resolved_exposure():
+    from sglang_deploy.validate import flag_table
     from sglang_deploy.validate.rule_checks import resolved_class_problems
 
     # SGLang's resolution of the proven command line carries the tool's `invalid`; it is the tool's, not the profile's
-    resolved = {"allowed_media_domains": ["invalid"]}
-    assert resolved_class_problems(load_profile(PROVEN), resolved) == []
+    resolved, profile = {"allowed_media_domains": ["invalid"]}, load_profile(PROVEN)
+    assert resolved_class_problems(profile, resolved, flag_table.load(profile.sglang.version)) == []
 
 
 # --- class 2: values that mean nothing ------------------------------------------------------------------------

@@ -11,7 +11,8 @@ from conftest import DFLASH_CONFIG, PROVEN
 from sglang_deploy.validate import gpu_facts
 from sglang_deploy.validate import validator_env
 from sglang_deploy.profile import load_profile
-from sglang_deploy.validate.check import model_config_problems, server_args
+from sglang_deploy.flags import server_args
+from sglang_deploy.validate.resolution import model_config_problems
 
 SCRIPT = r"""
 import json, os, sys, tempfile, importlib.util

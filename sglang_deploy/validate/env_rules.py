@@ -15,6 +15,7 @@ import re
 from ..hostside.contract.paths import MODELS_ROOT
 from ..layout import ServicePaths
 from .. import releases
+from ..profile.problem import Problem, env_field, remove_or_waive
 from ..rules import CODE_LOADING_ENV, TOOL_ENV
 
 BOOL01 = ("0", "1")
@@ -59,8 +60,7 @@ MORE_CODE_LOADING_ENV = (r"NCCL_CONF_FILE", r"TRITON_\w*OVERRIDE\w*", r"TRITON_H
 
 
 def path_problem(value: str, service: str) -> str | None:
-    layout = ServicePaths(service)
-    roots = (layout.state_dir, layout.cache_dir, MODELS_ROOT)
+    roots = (*ServicePaths(service).own_dirs, MODELS_ROOT)
     if not value.startswith("/") or posixpath.normpath(value) != value or "/.." in value:
         return "is not a normalized absolute path"
     if not any(value == root or value.startswith(root + "/") for root in roots):
@@ -108,3 +108,42 @@ def not_read(name: str, version: str) -> bool:
     registry = releases.env_registry(version)
     return (bool(registry) and name.startswith("SGLANG_") and name not in registry
             and name not in releases.env_mentioned(version))
+
+
+def problems(profile, env: dict[str, str]) -> list[Problem]:
+    """The profile's environment (`env`: its env_values) against this allow-list of names and values."""
+
+    out = []
+    for key in profile.environment:
+        kind = classify(key, profile.sglang.version)
+        if kind == "tool-owned":
+            out.append(Problem("env-tool-owned", env_field(key),
+                               f"{key} is set by the tool (offline start, the service's own JIT caches, the "
+                               "pinned toolkit); remove it from environment"))
+        elif kind == "faked":
+            out.append(Problem("env-fakes-measurement", env_field(key),
+                               f"{key} makes SGLang simulate speculative acceptance: the gate's floors would "
+                               "read a made-up acceptance length and production would serve unverified draft "
+                               "tokens; remove it"))
+        elif kind == "code":
+            out.append(Problem("env-loads-code", env_field(key),
+                               f"{key} makes the server load code or a config from a path or by name; "
+                               + remove_or_waive("env-loads-code")))
+        elif kind == "allowed":
+            found = value_problem(key, env[key], profile.service.name, profile.sglang.version)
+            if found:
+                out.append(Problem("env-value", env_field(key), f"{key}: {found}"))
+        elif kind == "unreviewed" and not_read(key, profile.sglang.version):
+            out.append(Problem("env-not-reviewed", env_field(key),
+                               f"{key} is not read by SGLang {profile.sglang.version}: its env registry "
+                               "(sglang/srt/environ.py) does not declare it and no module of its package names "
+                               "it, so setting it changes nothing (a name from another release or fork?); "
+                               + remove_or_waive("env-not-reviewed")))
+        elif kind == "unreviewed":
+            out.append(Problem("env-not-reviewed", env_field(key),
+                               f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
+                               "hundreds; some open listeners, load code or change what is served); "
+                               "accepted without a waiver: the names of releases/"
+                               f"{profile.sglang.version}/environment.json (docs/refusals.md); "
+                               + remove_or_waive("env-not-reviewed")))
+    return out

@@ -5,6 +5,7 @@ and flags that run code or serve unverified weights."""
 from __future__ import annotations
 
 import difflib
+from dataclasses import dataclass
 
 from .. import releases
 from ..drafter import draft_path
@@ -221,10 +222,11 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
     return problems
 
 
-def derived_values_problems(profile: Profile, argv: list[str], port: int | None, node=None) -> list[Problem]:
-    """Backstop: the rendered argv, parsed by the table of SGLang's own parser, gives the tool's own values for the
-    fields the tool sets (whatever the profile's flags do to the parse)."""
-    table = flag_table.load(profile.sglang.version)
+def derived_values_problems(profile: Profile, argv: list[str], table: dict | None, port: int | None,
+                            node=None) -> list[Problem]:
+    """Backstop: the rendered argv, parsed by the table of SGLang's own parser (flag_table.load of the profile's
+    version), gives the tool's own values for the fields the tool sets (whatever the profile's flags do to the
+    parse)."""
     if table is None:
         return []
     try:
@@ -266,3 +268,33 @@ def unit_line_problems(profile: Profile, argv: list[str]) -> list[Problem]:
     return [Problem("unit-line-length", field,
                     f"the unit's command line would be {size} bytes (this flag's value is the longest); accepted: at "
                     f"most {MAX_UNIT_LINE_BYTES} bytes in all (systemd loads no unit with a longer line)")]
+
+
+@dataclass
+class ParserFindings:
+    """Layer a, as check_profile reads it: SGLang's parser on the flags (`identity`: one spelling per dest, none the
+    tool sets; `layer`: those and the parser's verdict), the profile as that parser reads it (`read`, with `written`
+    pointing back at the profile's spelling), and the tool's checks that read the parser's option table (`rules`:
+    the reviewed classes and the unit's line; `derived`: the tool's own values intact, run only while `identity`
+    found nothing)."""
+    identity: list[Problem]
+    layer: list[Problem]
+    read: Profile
+    written: dict
+    rules: list[Problem]
+    derived: list[Problem]
+
+
+def findings(profile: Profile, argv: list[str], probe: dict, table: dict | None, port: int | None,
+             node=None) -> ParserFindings:
+    """check_profile's parser stage: `probe` is SGLang's answer (its option table, the parse), `table` the exported
+    option table of the profile's version (None where the checkout has none)."""
+    spec = tuple(probe["actions"])
+    identity = flag_identity_problems(profile, spec)
+    layer = identity + parser_problems(profile, spec, probe)
+    # The rules read the flags as SGLang's parser does (an abbreviation under its full name), so that a flag written
+    # short gets one message (full-flag-names), not a second one about a value the rule did not see.
+    read, written = spelled_in_full(profile, spec)
+    rules = code_and_weights_problems(read, spec) + unit_line_problems(profile, argv)
+    derived = [] if identity else derived_values_problems(profile, argv, table, port, node)
+    return ParserFindings(identity, layer, read, written, rules, derived)

@@ -12,8 +12,11 @@ choice), is not in it; docs/conformance.md lists those fields.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
+from .. import drafter
+from ..profile.problem import Problem
 from . import gpu_facts, validator_env
 
 # /server_info fields the gate compares with the running server, besides the decode graph backend.
@@ -45,6 +48,26 @@ def load_model_config(value: str) -> dict:
     if not isinstance(config, dict) or not isinstance(config.get("architectures"), list):
         raise ModelConfigError(f"{value} has no `architectures` list: not a checkpoint's config.json")
     return config
+
+
+def model_config_problems(profile) -> tuple[list[Problem], dict | None]:
+    """The checkpoint's config.json, which SGLang's resolution reads (ModelConfig), and its agreement with
+    model.architecture."""
+    if profile.model.config is None:
+        return [Problem("model-config", ("model",),
+                        "model.config is required for SGLang's resolution, which reads the checkpoint's config.json "
+                        "(ModelConfig: architecture, layers, quantization); write `config: <path of the "
+                        "checkpoint's config.json>` (`sglang-deploy manifest` writes it beside the manifest)")], None
+    try:
+        config = load_model_config(profile.model.config)
+    except ModelConfigError as error:
+        return [Problem("model-config", ("model", "config"), str(error))], None
+    declared, found = profile.model.architecture, (config["architectures"] or [None])[0]
+    if declared is not None and declared != found:
+        return [Problem("model-config", ("model", "architecture"),
+                        f"model.architecture is {declared} but {profile.model.config} says {found}; "
+                        "accepted: the config's architectures[0], or leave model.architecture out")], config
+    return [], config
 
 
 # What the tool sets in every unit (render.base_environment) that is not a path on the host: an input of the
@@ -83,3 +106,33 @@ def resolve_argv(version: str, argv: list[str], model_config: dict, gpu: gpu_fac
                                         resolve=request(argv, model_config, gpu, count, draft_config, environment))
     return document(version, argv, answer)
 
+
+
+@dataclass
+class Answer:
+    """SGLang's answer for a profile's command line on the full path (check_profile's stage): its parser's (the
+    probe's option table, verdict on the command line and on the speculative algorithm), the resolution document,
+    and the checkpoint's config.json it read, with the problems of reading it."""
+    parser: dict
+    document: dict
+    config: dict | None
+    problems: list[Problem]
+
+
+def answer(profile, argv: list[str], algorithms: list[str], gpu: gpu_facts.GpuModel, count: int,
+           environment: dict[str, str]) -> Answer:
+    """The parser and, where the checkpoint's config.json reads, SGLang's whole resolution for `argv` under `count`
+    of `gpu` and the unit's `environment` (the profile's env_values), answered by the validator environment of the
+    profile's SGLang version (validator_env.probe_cached: cached by content). Without a config no resolution runs:
+    the document says nothing resolved and no error."""
+    version = profile.sglang.version
+    problems, config = model_config_problems(profile)
+    if config is None:
+        return Answer(validator_env.probe_cached(version, [argv], algorithms), {"resolved": None, "error": None},
+                      None, problems)
+    probe = validator_env.probe_cached(version, [argv], algorithms,
+                                       resolve=request(argv, config, gpu, count, drafter.resolution_config(profile),
+                                                       environment))
+    found = {**document(version, argv, probe), "gpu": {"model": gpu.name, "count": count},
+             "model_config": profile.model.config}
+    return Answer(probe, found, config, problems)

@@ -10,7 +10,7 @@ from ..profile import Profile
 from ..profile.problem import Problem, env_field, flag_field, remove_or_waive
 from ..rules import NCCL_DEBUG_KNOBS, PIN_FAMILY
 from ..weights import WeightsSourceError, profile_weights
-from . import env_rules, flag_classes, flag_table
+from . import env_rules, flag_classes
 from .resolution import config_path
 
 MEM_FRACTION_RANGE = (0.5, 0.95)
@@ -146,12 +146,12 @@ def resource_problems(profile: Profile, gpus: int | None, resolved: dict | None 
     return problems
 
 
-def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Problem]:
+def resolved_class_problems(profile: Profile, resolved: dict | None, table: dict | None) -> list[Problem]:
     """SGLang's resolved configuration (full path only) against the reviewed dest classes: an exposure or code
-    field set by the environment or a config file is refused like the flag would be (validate/flag_classes.py)."""
+    field set by the environment or a config file is refused like the flag would be (validate/flag_classes.py).
+    `table`: the exported option table of the profile's version (flag_table.load), for the dests and defaults."""
 
-    table = flag_table.load(profile.sglang.version) if resolved else None
-    if table is None:
+    if not resolved or table is None:
         return []
     options = {opt: action["dest"] for action in table["actions"] for opt in action["options"]}
     defaults = {action["dest"]: action["default"] for action in table["actions"]}
@@ -167,46 +167,6 @@ def resolved_class_problems(profile: Profile, resolved: dict | None) -> list[Pro
     return [Problem(rule, field(dest), f"{message}; " + remove_or_waive(rule))
             for rule, dest, message in flag_classes.resolved_problems(profile.sglang.version, resolved, flag_dests,
                                                                        defaults)]
-
-
-def environment_problems(profile: Profile) -> list[Problem]:
-    """The environment against the allow-list of names and values (validate/env_rules.py)."""
-
-    problems = []
-    env = profile.env_values()
-    for key in profile.environment:
-        kind = env_rules.classify(key, profile.sglang.version)
-        if kind == "tool-owned":
-            problems.append(Problem("env-tool-owned", env_field(key),
-                                    f"{key} is set by the tool (offline start, the service's own JIT caches, the "
-                                    "pinned toolkit); remove it from environment"))
-        elif kind == "faked":
-            problems.append(Problem("env-fakes-measurement", env_field(key),
-                                    f"{key} makes SGLang simulate speculative acceptance: the gate's floors would "
-                                    "read a made-up acceptance length and production would serve unverified draft "
-                                    "tokens; remove it"))
-        elif kind == "code":
-            problems.append(Problem("env-loads-code", env_field(key),
-                                    f"{key} makes the server load code or a config from a path or by name; "
-                                    + remove_or_waive("env-loads-code")))
-        elif kind == "allowed":
-            found = env_rules.value_problem(key, env[key], profile.service.name, profile.sglang.version)
-            if found:
-                problems.append(Problem("env-value", env_field(key), f"{key}: {found}"))
-        elif kind == "unreviewed" and env_rules.not_read(key, profile.sglang.version):
-            problems.append(Problem("env-not-reviewed", env_field(key),
-                                    f"{key} is not read by SGLang {profile.sglang.version}: its env registry "
-                                    "(sglang/srt/environ.py) does not declare it and no module of its package names "
-                                    "it, so setting it changes nothing (a name from another release or fork?); "
-                                    + remove_or_waive("env-not-reviewed")))
-        elif kind == "unreviewed":
-            problems.append(Problem("env-not-reviewed", env_field(key),
-                                    f"{key} is not a variable the tool has reviewed (SGLang, NCCL, CUDA and torch read "
-                                    "hundreds; some open listeners, load code or change what is served); "
-                                    "accepted without a waiver: the names of releases/"
-                                    f"{profile.sglang.version}/environment.json (docs/refusals.md); "
-                                    + remove_or_waive("env-not-reviewed")))
-    return problems
 
 
 # Directives of the sandbox that keep the server from gaining privileges or writing the system; relaxing one needs a
@@ -226,8 +186,8 @@ def sandbox_problems(profile: Profile) -> list[Problem]:
                                     f"relaxing {name} lets the server gain privileges or write the system; "
                                     f"relaxable without a reason: the directives other than "
                                     f"{', '.join(PRIVILEGE_DIRECTIVES)}; " + remove_or_waive("relax-privileges")))
-    layout, textfile = ServicePaths(profile.service.name), profile.watch.textfile_dir
-    own = [d for d in (layout.state_dir, layout.cache_dir) if textfile == d or textfile.startswith(d + "/")]
+    textfile = profile.watch.textfile_dir
+    own = [d for d in ServicePaths(profile.service.name).own_dirs if textfile == d or textfile.startswith(d + "/")]
     if own or not any(textfile == root or textfile.startswith(root + "/") for root in TEXTFILE_ROOTS):
         problems.append(Problem("watch-textfile-dir", ("watch", "textfile_dir"),
                                 f"{textfile} is " + (f"the service's own directory {own[0]} (the service user could "
@@ -254,8 +214,8 @@ def pin_problems(profile: Profile) -> list[Problem]:
     return problems
 
 
-def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
-    env = profile.env_values()
+def nccl_problems(profile: Profile, topology: str | None, env: dict[str, str]) -> list[Problem]:
+    """NCCL's variables of `env` (the profile's env_values) against the host's topology."""
     problems = []
     proto = env.get("NCCL_PROTO", "")
     if topology == "pcie" and "ll128" in proto.lower() and not proto.startswith("^"):
@@ -281,3 +241,16 @@ def nccl_problems(profile: Profile, topology: str | None) -> list[Problem]:
                 f"{key} is an NCCL debugging knob; NCCL's defaults are best unless a verified fault needs it. "
                 f"Write it as `{key}: {{value: \"{env[key]}\", reason: \"...\"}}` or remove it"))
     return problems
+
+
+def findings(profile: Profile, read: Profile, algorithm_errors: dict, answer: dict, gpus: int | None,
+             topology: str | None, env: dict[str, str], table: dict | None) -> list[Problem]:
+    """check_profile's stage of the rules, in their order: `read` is the profile as SGLang's parser reads it
+    (parser_checks.ParserFindings.read), `algorithm_errors` the probe's verdict on the speculative algorithm,
+    `answer` SGLang's resolution document, `gpus` the host's count (None: unknown or the flags did not parse),
+    `env` the profile's env_values, `table` the exported option table."""
+    return (speculative_problems(read, algorithm_errors) + draft_problems(read, answer)
+            + model_config_pinned_problems(profile) + resource_problems(read, gpus, answer["resolved"])
+            + resolved_class_problems(read, answer["resolved"], table)  # set through the environment or a config
+            + nccl_problems(profile, topology, env) + env_rules.problems(profile, env) + sandbox_problems(profile)
+            + pin_problems(profile))

@@ -20,7 +20,8 @@ and the tune would spend a start on each. `derive-start` reads, in the validator
 
 each with its file:line, into sglang_deploy/releases/<version>/start-feasibility.json. (The SGLANG_* variables a
 release reads are in its environment.json, written by `sglang-deploy sglang add`: validate/scan.py.)
-`judge` evaluates a resolved configuration against that data; `check` and the tune use it. A pattern the derivation
+`judge` evaluates a resolved configuration against that data (the tune uses it; `problems` is check's stage of the
+start). A pattern the derivation
 no longer finds is an error: a new release is read again, not assumed.
 
     python -m sglang_deploy.validate.start_feasibility derive-start VERSION   # writes start-feasibility.json
@@ -37,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import releases
+from ..profile.problem import Problem, flag_field
 
 FEASIBILITY_FILE = "start-feasibility.json"
 # The algorithms whose draft worker builds its backends from draft_utils' maps (NEXTN and EAGLE3 resolve to EAGLE's
@@ -447,6 +449,30 @@ def swaps(data: dict, flags: dict, resolved: dict) -> list[tuple[str, str]]:
             out.append((f"--attention-backend {asked} with --kv-cache-dtype {swap['kv']} runs {swap['to']}: "
                         f"{swap['reason']}", swap["source"]))
     return out
+
+
+def problems(profile, gpu, config: dict | None, resolved: dict | None) -> tuple[list, list]:
+    """What SGLang's start does with the resolved configuration on the target's card (this module's data, derived
+    from the release's code and kernel wheels): a combination that cannot start is SGLang's refusal (not waivable:
+    it names SGLang's file:line); one SGLang silently replaces, and one the release's code does not show to start
+    there, are warnings naming what will run. check_profile's stage of the start."""
+    data = load(profile.sglang.version) if resolved and gpu is not None else None
+    if data is None:
+        return [], []
+    verdict = judge(data, tuple(gpu.capability), config, resolved)
+    card = f"{gpu.name} (sm_{gpu.capability[0]}{gpu.capability[1]})"
+    fields = [name for name in ("--attention-backend", "--speculative-draft-attention-backend", "--kv-cache-dtype")
+              if name in profile.sglang.flags]
+    where = flag_field(fields[0]) if fields else ("sglang", "flags")
+    runs = ", ".join(f"{role} {value}" for role, value in verdict.runs.items() if value)
+    refused = [Problem("sglang-start", where, f"SGLang {profile.sglang.version} cannot start this on {card} "
+                                              f"({runs}): {reason} [{source}]")
+               for reason, source in verdict.fails]
+    notes = [Problem("sglang-swap", where, f"{message} [{source}]; what runs: {runs}")
+             for message, source in swaps(data, profile.sglang.flags, resolved)]
+    notes += [Problem("start-not-shown", where, f"{backend}: {why} (validate/start_feasibility.py)")
+              for backend, why in verdict.unshown if not verdict.fails]
+    return refused, notes
 
 
 def main(argv: list[str]) -> int:

@@ -86,6 +86,11 @@ class ServicePaths:
     def cache_dir(self) -> str:
         return f"/var/cache/{self.service}"
 
+    @property
+    def own_dirs(self) -> tuple[str, str]:
+        """The directories the service itself writes: its state and its cache."""
+        return self.state_dir, self.cache_dir
+
     def preflight_report(self, suffix: str = "") -> str:
         """The preflight's report: the deploy's (suffix ""), the doctor's ("-doctor")."""
         return f"{PREFLIGHT_DIR}/{self.service}{suffix}.json"
