@@ -38,7 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import releases
-from ..profile.problem import Problem, flag_field
 
 FEASIBILITY_FILE = "start-feasibility.json"
 # The algorithms whose draft worker builds its backends from draft_utils' maps (NEXTN and EAGLE3 resolve to EAGLE's
@@ -456,6 +455,10 @@ def problems(profile, gpu, config: dict | None, resolved: dict | None) -> tuple[
     from the release's code and kernel wheels): a combination that cannot start is SGLang's refusal (not waivable:
     it names SGLang's file:line); one SGLang silently replaces, and one the release's code does not show to start
     there, are warnings naming what will run. check_profile's stage of the start."""
+    # deferred: optional, the simulated host's server ships this module without the profile package
+    # (roles/simulator.SIM_SHIPS), which imports pydantic
+    from ..profile.problem import Problem, flag_field
+
     data = load(profile.sglang.version) if resolved and gpu is not None else None
     if data is None:
         return [], []
