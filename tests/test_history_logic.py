@@ -31,7 +31,7 @@ DOCUMENT = {
 
 
 def typed(document):
-    """A test's document as `hostside.store history` prints it (answers.StoreHistory): what it leaves out filled
+    """A test's document as `hostside.store history` prints it (contract/history.StoreHistory): what it leaves out filled
     with the values of a release that has none (no created time, no floors, watch entries without a unix time)."""
     releases = [{"created": "2026-10-31T00:00:00+00:00", "verdict": None, "exec_start": [], "environment": {},
                  "history": [], "gate": None, **release,
