@@ -47,12 +47,14 @@ def arguments() -> DoctorArgs:
 def measure(args: DoctorArgs) -> None:
     """The doctor's diagnosis, or the measuring session the arguments name, as one operation."""
     if args.bisect:
-        from sglang_deploy.bisect_run import Bisect  # its import only where a bisect runs
+        # deferred: 21 ms (bisect_run) on doctor.py, only where a bisect runs
+        from sglang_deploy.bisect_run import Bisect
 
         python.call(name=f"Regression bisect of {args.bisect}", function=session, kind=Bisect, what=args.bisect,
                     label=f"bisect {args.bisect}")
     elif args.ab:
-        from sglang_deploy.doctor.ab import SpecAB  # its import only where an A/B runs
+        # deferred: 21 ms (doctor.ab) on doctor.py, only where an A/B runs
+        from sglang_deploy.doctor.ab import SpecAB
 
         python.call(name=f"A/B: the active release against {args.ab}", function=session, kind=SpecAB, what=args.ab,
                     label=f"ab {args.ab}")
@@ -62,7 +64,8 @@ def measure(args: DoctorArgs) -> None:
 
 def tune() -> None:
     """The tune (sglang_deploy/tune/controller.Runner) as one operation."""
-    from sglang_deploy.tune.controller import Runner  # its import only where a tune runs
+    # deferred: 12 ms (tune.controller) on doctor.py, only where a tune runs
+    from sglang_deploy.tune.controller import Runner
 
     python.call(name="Tune", function=session, kind=lambda name, data, remote, log, what, detected:
                 Runner(name, data, remote, log, detected), what=None, label="tune")

@@ -12,11 +12,14 @@ from pathlib import Path
 
 from pyinfra.api import FactBase
 
+from sglang_deploy import hostfacts
+from sglang_deploy.hostfacts import GPU_QUERY, parse_venv_torch
 from sglang_deploy.hostside.contract.answers import SnapshotStatus, StoreReport, VenvHooks, WeightsFailure
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.history import StoreHistory
-from sglang_deploy.layout import HOSTSIDE, host_package, host_program
+from sglang_deploy.layout import HOSTSIDE, SIMULATED_MARKER, host_package, host_program, python_argv
 from sglang_deploy.results import cache_dir
+from sglang_deploy.safety import UNIT_MARKER, USER_MARKER
 
 # The controller's cache of carried programs (inline_program), one file per program.
 INLINE_CACHE = cache_dir() / "inline"
@@ -159,6 +162,7 @@ class SecretsDigest(FactBase):
     hashed there; no key is printed."""
 
     def command(self, path: str) -> str:
+        # deferred: 36 ms (render: jinja2) on facts.py and releases.py, for the deploy's facts only
         from sglang_deploy.render import secrets_digest_command
 
         return f"{secrets_digest_command(path)} || true"
@@ -182,10 +186,6 @@ class DeployState(FactBase):
         """With `user`: also ServiceAccount's and UnitOwnership's answers (read before any change); with `weights`
         (manifest, snapshot directory, hub python or None): WeightsStatus's; with `draft` the same for the draft
         model."""
-        import shlex
-
-        from sglang_deploy.layout import SIMULATED_MARKER
-
         snapshots = ([(weights, "weights")] if weights else []) + ([(draft, "draft")] if draft else []) + [
             ((manifest, directory), f"offered{index}") for index, (manifest, directory) in enumerate(offered)]
         # The store and every snapshot's status in one host program (hostside/deploy_facts.py: one python start),
@@ -207,6 +207,7 @@ class DeployState(FactBase):
                           f"echo '@@sha256'; set --; for f in {quoted}; do [ -f \"$f\" ] && set -- \"$@\" \"$f\"; done; "
                           '[ $# -eq 0 ] || sha256sum -- "$@" 2>/dev/null; echo')
         if secrets:  # the secrets file's digest but for the admin key (render.secrets_digest)
+            # deferred: 36 ms (render: jinja2) on facts.py and releases.py, for the deploy's facts only
             from sglang_deploy.render import secrets_digest_command
 
             checks.append(f"echo '@@secrets_digest'; {secrets_digest_command(secrets)}; echo")
@@ -275,6 +276,7 @@ def _user(text):
 
 def container_facts(text: dict) -> dict:
     """The container sections of GpuHost's output, parsed (sglang_deploy/container.py)."""
+    # deferred: 8 ms (container) on every deploy, for facts.py's GpuHost only
     from sglang_deploy import container
 
     compilers = dict(line.split("=", 1) for line in text.get("compilers", "").splitlines() if "=" in line)
@@ -297,9 +299,6 @@ class GpuHost(FactBase):
     """GPUs, drivers, container, CUDA toolkit, NCCL and topology in one round trip (all optional)."""
 
     def command(self) -> str:
-        from sglang_deploy.hostfacts import GPU_QUERY
-        from sglang_deploy.layout import SIMULATED_MARKER
-
         sections = {
             "gpus": f"nvidia-smi --query-gpu={GPU_QUERY} --format=csv,noheader,nounits",
             "proc_driver": "cat /proc/driver/nvidia/version",
@@ -337,8 +336,6 @@ class GpuHost(FactBase):
         return "; ".join(f"echo '@@{name}'; ({command}) 2>/dev/null; echo" for name, command in sections.items()) + "; true"
 
     def process(self, output):
-        from sglang_deploy import hostfacts
-
         sections = split_sections(output)
         text = {key: "\n".join(value) for key, value in sections.items()}
         return {
@@ -363,16 +360,12 @@ class VenvTorch(FactBase):
     venv's python runs as the service user (layout.python_argv), never as root."""
 
     def command(self, python: str, user: str = "sglang") -> str:
-        from sglang_deploy.layout import python_argv
-
         program = ("import json, torch; print(json.dumps({'torch': torch.__version__, 'cuda': torch.version.cuda, "
                    "'nccl': '.'.join(map(str, torch.cuda.nccl.version())) if torch.cuda.is_available() else None, "
                    "'cuda_available': torch.cuda.is_available(), 'device_count': torch.cuda.device_count()}))")
         return f"{shlex.join(python_argv(python, ['-c', program], user))} 2>/dev/null || echo null"
 
     def process(self, output):
-        from sglang_deploy.hostfacts import parse_venv_torch
-
         return parse_venv_torch("\n".join(output))
 
 
@@ -413,8 +406,6 @@ class UnitOwnership(FactBase):
     the owner is an account the tool created (its GECOS marker)."""
 
     def command(self, service: str) -> str:
-        from sglang_deploy.safety import UNIT_MARKER, USER_MARKER
-
         unit = shlex.quote(f"{service}.service")
         files = " ".join(shlex.quote(f"{directory}/{service}.service") for directory in (
             "/etc/systemd/system", "/run/systemd/system", "/lib/systemd/system", "/usr/lib/systemd/system"))

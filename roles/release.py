@@ -19,6 +19,8 @@ from pyinfra.operations import files, python, server
 from roles.ops import managed_file, preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
+from sglang_deploy.hostside.lib.service import server_argv
+from sglang_deploy.provision import PACKAGES_FILE as VENV_PACKAGES_FILE
 from sglang_deploy.results import save_result
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.files import ReleaseFiles
@@ -61,8 +63,6 @@ def stage(service: str, release_id: str, release_files: ReleaseFiles):
     files.directory(name=f"Release directory {release_id}", path=directory, mode=755)
     for name, content, mode in release_files.members():
         if name == ReleaseMeta.FILE and release_files.meta.venv:  # what the venv's install recorded, before meta.json:
-            from sglang_deploy.provision import PACKAGES_FILE as VENV_PACKAGES_FILE  # every package and its hash
-
             source = shlex.quote(f"{release_files.meta.venv}/{VENV_PACKAGES_FILE}")
             dest = shlex.quote(f"{directory}/{PACKAGES_FILE}")
             server.shell(name=f"{release_id}/{PACKAGES_FILE} (the venv's packages and their hashes)",
@@ -100,8 +100,7 @@ def _report(service):
     else:
         host.log(f"the switch succeeded, but its report {problem}: see releases.py", logger.warning)
         return
-    # Only after a switch: the gate's modules pull in urllib, http.client and statistics, about 10 ms of every deploy's
-    # import, a no-op's included (measured 2026-12-06).
+    # deferred: 12 ms (hostside.lib.gate, client: urllib, http.client) on every deploy, only after a switch
     from sglang_deploy.hostside.lib.client import printable
     from sglang_deploy.hostside.lib.gate import table as gate_table
 
@@ -141,8 +140,6 @@ PREFLIGHT_FIELDS = ("tp_size", "speculative_algorithm", "speculative_num_steps",
 
 def preflight_inputs(exec_start: list[str], resolved: dict | None) -> tuple[list[str], dict]:
     """(SGLang's argv after `serve`, the resolved fields the host's resolution is compared with)."""
-    from sglang_deploy.hostside.lib.service import server_argv
-
     argv = server_argv(exec_start)
     argv = argv[argv.index("serve") + 1:] if "serve" in argv else argv[1:]
     expected = {key: (resolved or {}).get(key) for key in PREFLIGHT_FIELDS if key in (resolved or {})}
@@ -165,6 +162,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
 def _preflight_report(service):
     """The passed preflight's warnings and steps (contract/probes.PreflightReport); a report that cannot be read as
     one is a DeployError naming the field (the preflight itself passed: its exit status decided)."""
+    # deferred: 14 ms (contract.probes) on every deploy, only after a preflight
     from sglang_deploy.hostside.contract.probes import PreflightReport
 
     path = ServicePaths(service).preflight_report()

@@ -18,6 +18,7 @@ from roles.ops import managed_file
 from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.gate import gate_settings
+from sglang_deploy.hostside.contract.gate import Measurement
 from sglang_deploy.results import save_result
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.layout import HOSTSIDE, host_program
@@ -72,8 +73,6 @@ def gate_through_router(check_url, workers, gate):
     ok, output = host.run_shell_command(command, _sudo=sudo())
     if not ok:
         raise OperationError(f"the gate's client could not run through the router:\n{output.stderr[-2000:]}")
-    from sglang_deploy.hostside.contract.gate import Measurement
-
     try:  # the bench's answer through its class: a field renamed on either side is named here
         measurement = Measurement.loads(output.stdout, Measurement.FILE)
     except DocumentError as error:

@@ -18,6 +18,7 @@ import functools
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from io import BytesIO
 from pathlib import Path
@@ -25,7 +26,7 @@ from pathlib import Path
 from pyinfra.api import deploy
 from pyinfra.operations import files, server
 
-from sglang_deploy import shipment
+from sglang_deploy import releases, shipment
 from sglang_deploy.hostside.weights.manifest import manifest_hash
 from sglang_deploy.layout import venv_path
 from sglang_deploy.profile import Profile
@@ -76,8 +77,6 @@ def check_server(profile: Profile, server: str) -> None:
     """`sglang` runs the simulated host's one SGLang install (the newest reviewed release); any other release the
     tool has data for is served by the model-only simulator, labelled (docs/sglang-releases.md: fitting another
     release's own front end onto the simulated host is not done)."""
-    from sglang_deploy import releases
-
     if server not in SIM_SERVERS:
         raise SimServerError(f"sim_server: {server!r}; accepted: {', '.join(SIM_SERVERS)}")
     host_release = releases.newest_reviewed()
@@ -143,7 +142,6 @@ def synthetic_weights(profile: Profile) -> Weights:
         try:
             os.rename(scratch, directory)
         except OSError:  # another worker made it first
-            import shutil
             shutil.rmtree(scratch, ignore_errors=True)
         manifest = manifest_from_directory(directory, f"file://{directory}")
         tmp = manifest_file.with_suffix(f".tmp-{os.getpid()}")

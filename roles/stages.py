@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyinfra import host, inventory, logger
+from pyinfra import host, inventory, logger, state
 from pyinfra.api.exceptions import DeployError
 
 from roles import multinode, release, secrets as secrets_role, service_user, target, watch as watch_role
@@ -33,6 +33,7 @@ from sglang_deploy.roofline import release_inputs
 from sglang_deploy.settings import DeployArgs
 from sglang_deploy.switch_options import SwitchOptions
 from sglang_deploy.token_map.part import shipped as shipped_maps
+from sglang_deploy.validate.validator_env import ValidatorEnvError
 from sglang_deploy.weights import Weights, profile_weights
 
 FIRST_START_TIMEOUT_S = 3600  # a cold first start on CT129: weights, FlashInfer/Triton JIT for sm_86, graph capture
@@ -149,14 +150,12 @@ def announce(plan: Plan, facts: dict) -> None:
 def upgrade_diff(plan: Plan, store) -> None:
     """With --diff, when the profile's SGLang release differs from the active release's: the resolved arguments of
     this profile under each release, by each release's own resolution (sglang_deploy/validate/upgrade.py)."""
-    from pyinfra import state
-
     active = store.release(store.state.active) if store.state.active else None
     if not state.config.DIFF or active is None or active.sglang_version == plan.profile.sglang.version \
             or not plan.resolution:
         return
+    # deferred: 1.4 ms (validate.upgrade) on every deploy, only with --diff and another SGLang release
     from sglang_deploy.validate import upgrade
-    from sglang_deploy.validate.validator_env import ValidatorEnvError
 
     try:
         lines = upgrade.for_profile(plan.profile, active.sglang_version, plan.resolution, port=plan.port,
@@ -269,7 +268,7 @@ def stage(plan: Plan, decision: Decision, snaps: Snapshots) -> None:
     release.show_changes(service=service, unit=plan.rendered.unit, env=plan.rendered.env)
     if not decision.is_new:
         return
-    # Only for a new release: the gate's modules cost about 10 ms of import (roles/release.py _report)
+    # deferred: 13 ms (gate) on every deploy, only for a new release
     from sglang_deploy.gate import gate_config
 
     gpu = plan.target.gpu(plan.rendered.environment, host)

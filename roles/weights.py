@@ -11,6 +11,7 @@ A mismatch names the file and stops the deploy: nothing is staged or switched.
 - token maps (speculative.token_map, tune.token_maps): pushed to /srv/models/token-maps/<sha256>.pt.
 """
 
+import hashlib
 import shlex
 from io import BytesIO
 from pathlib import Path
@@ -22,6 +23,8 @@ from pyinfra.operations import files, server
 from pyinfra.operations import python as python_op
 
 from roles.settings import host_settings, sudo
+from sglang_deploy.hostside.contract.answers import WeightsFailure, WeightsPlaced
+from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.weights.fetch import staging_dir
 from sglang_deploy.hostside.weights.manifest import MODELS_ROOT, TOOL_DIR, human
 from sglang_deploy.layout import TOOL_ROOT, host_program
@@ -44,8 +47,6 @@ def manifest_in_place(found_files: dict, weights: Weights) -> bool:
     """Whether the manifests directory and this snapshot's manifest are on the host as `ensure` would write them
     (mode, owner, group and, for the file, the content's sha256, as the DeployState fact found them): then nothing
     is uploaded, and a no-op redeploy spends no round trip on them."""
-    import hashlib
-
     return (found_files.get(MANIFESTS_DIR, [])[:3] == ["755", "root", "root"]
             and found_files.get(weights.host_manifest, []) == [
                 "644", "root", "root", hashlib.sha256(manifest_text(weights).encode()).hexdigest()])
@@ -85,9 +86,6 @@ def _fetch_live(command: str):
     lines, every few seconds, show on the controller during the transfer, not only when it fails). Its answer, the
     last line, through its class (answers.WeightsPlaced, or WeightsFailure when it refuses): a field renamed on
     either side is named."""
-    from sglang_deploy.hostside.contract.answers import WeightsFailure, WeightsPlaced
-    from sglang_deploy.hostside.contract.document import DocumentError
-
     ok, output = host.run_shell_command(command, print_output=True, _sudo=sudo())
     lines = output.stdout_lines
     if ok:

@@ -30,6 +30,7 @@ import json
 import re
 from dataclasses import dataclass
 
+from .validate import flag_table
 from .validate.upgrade import SECRET_DESTS
 from .tune import edit as tune_edit, search as tune
 
@@ -140,8 +141,6 @@ def changed_defaults(good_version: str, refused_version: str, good_resolved: dic
     """The fields whose value differs between the two releases (their resolutions when given, else their option
     tables' defaults), those the profile sets (set_dests) and the secrets left out; each with the refused release's
     flags that pin it back to the good release's value."""
-    from .validate import flag_table
-
     good_table = flag_table.load(good_version) or {"actions": []}
     refused_table = flag_table.load(refused_version) or {"actions": []}
     actions = {action["dest"]: action for action in refused_table["actions"]}
@@ -157,8 +156,6 @@ def changed_defaults(good_version: str, refused_version: str, good_resolved: dic
 
 
 def flag_dests(flags: dict, version: str) -> frozenset:
-    from .validate import flag_table
-
     table = flag_table.load(version) or {"actions": []}
     options = {option: action["dest"] for action in table["actions"] for option in action["options"]}
     return frozenset(options[name] for name in flags if name in options)

@@ -4,16 +4,24 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
+from .drafter import config_copy
+from .token_map.file import DEFAULT_DIR, TokenMapError
 from .validate.gpu_facts import DEFAULT_MODEL, KNOWN, GpuFactsError, from_host_gpus, model
 from .hostfacts import detected_hardware
 from .plan import PlanError, reconcile_hardware
 from .profile import ProfileError, load_profile
 from .rollout import add_parser as add_rollout
 from .validate.check import TOPOLOGIES, check_profile
+from .validate.token_counter import build
 from .validate.validator_env import ValidatorEnvError
+from .weights import (REPO_ROOT, WeightsSourceError, default_manifest_path, manifest_from_directory, manifest_from_hub,
+                      parse_source, resolve_manifest_path, write_manifest)
 
 
 def hardware_for_check(args: argparse.Namespace) -> tuple[int | None, str | None]:
@@ -47,6 +55,7 @@ def stand_in_node(profile):
     """A multi-node profile is checked with the node flags a deploy adds (rank 0's), not as one host's server."""
     if profile.nodes == 1:
         return None
+    # deferred: 1.5 ms (multinode) on sglang-deploy check, for a multi-node profile only
     from .multinode import Node
 
     return Node(rank=0, nnodes=profile.nodes, dist_init_addr=f"127.0.0.1:{profile.multinode.dist_init_port}",
@@ -92,13 +101,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     """Write the frozen manifest of a weights source: from the Hub's metadata (huggingface_hub's API; files stored
     without LFS are downloaded and hashed) or from a local directory (every file hashed)."""
-    import shutil
-    import tempfile
-
-    from .drafter import config_copy
-    from .weights import (WeightsSourceError, default_manifest_path, manifest_from_directory, manifest_from_hub,
-                          parse_source, resolve_manifest_path, write_manifest)
-
     scratch = Path(tempfile.mkdtemp(prefix="sglang-deploy-manifest-")) / "config.json"
     try:
         source = parse_source(args.source, allow_branch=True)
@@ -133,12 +135,6 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 def cmd_token_map(args: argparse.Namespace) -> int:
     """Build the hot-vocabulary map SGLang's --speculative-token-map reads (validate/token_counter.py), with its frozen digest."""
-    import os
-
-    from .token_map.file import DEFAULT_DIR, TokenMapError
-    from .validate.token_counter import build
-    from .weights import REPO_ROOT
-
     model_dir = Path(args.model)
     output = Path(args.output) if args.output else DEFAULT_DIR / f"{model_dir.resolve().name}-{args.size}.pt"
     try:
@@ -157,6 +153,7 @@ def cmd_token_map(args: argparse.Namespace) -> int:
 
 
 def cmd_sglang_add(args: argparse.Namespace) -> int:
+    # deferred: 8.1 ms (validate.add) on every sglang-deploy command, for sglang-add only
     from .validate import add as release_add
 
     return release_add.main(args)
@@ -164,8 +161,7 @@ def cmd_sglang_add(args: argparse.Namespace) -> int:
 
 def cmd_proxmox_config(args: argparse.Namespace) -> int:
     """The Proxmox CT configuration a host needs, from the facts facts.py saved (results/<host>/facts.json)."""
-    import json
-
+    # deferred: 9.3 ms (container) on every sglang-deploy command, for proxmox-config only
     from .container import proxmox_config, proxmox_notes
 
     try:

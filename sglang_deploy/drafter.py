@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .hostside.contract.paths import MODELS_ROOT
-from .weights import (Weights, WeightsSourceError, default_manifest_path, parse_source, resolve_manifest_path,
-                      weights_for)
+from .weights import (Weights, WeightsSourceError, default_manifest_path, local_dir_problem, manifest_path_problem,
+                      parse_source, resolve_manifest_path, weights_for)
 
 DRAFT_ALGORITHMS = ("DFLASH", "DSPARK", "EAGLE", "EAGLE3", "STANDALONE")  # may read a separate draft model
 # ... and need one named: SGLang fills in EAGLE's draft path for checkpoints with MTP layers (DeepSeek-V3, GLM-MoE,
@@ -132,8 +132,6 @@ def problems(profile) -> list[DraftProblem]:
 def draft_problems(profile, draft, where: tuple) -> list[DraftProblem]:
     """One draft model: where it may come from, its frozen manifest, and the config.json the resolution reads being
     the one it pins."""
-    from .weights import local_dir_problem, manifest_path_problem
-
     source = parse_source(draft.source)
     problem = local_dir_problem(source.local_dir) if source.kind == "dir" else None
     if problem:  # a file:// draft is pushed from the controller: only from the operator's weights directories

@@ -20,10 +20,12 @@ class PlotUnavailable(RuntimeError):
 
 def _pyplot():
     try:
+        # deferred: optional, matplotlib is the plot extra (pyproject.toml)
         import matplotlib
     except ImportError as error:
         raise PlotUnavailable("matplotlib is not installed (pip install -e '.[plot]'): no history.png") from error
     matplotlib.use("Agg")
+    # deferred: optional, matplotlib is the plot extra (pyproject.toml)
     import matplotlib.pyplot as plt
 
     return plt
@@ -38,6 +40,7 @@ def picture(document, path: Path, host_name: str) -> dict:
     """Write the PNG to `path`; returns {path, points, switches: [label] (switches, restarts, withheld restarts),
     floors, roofline_points, series}."""
     plt = _pyplot()
+    # deferred: optional, matplotlib is the plot extra (pyproject.toml)
     from matplotlib.lines import Line2D
 
     rows, marks, floors = points(document), switches(document), gate_floors(document)

@@ -12,11 +12,14 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from .layout import SIMULATED_MARKER
 from .profile import Profile, ProfileError, line_of, load_profile
 from . import safety
+from .safety import account_problem, unit_problem
 from .settings import DEFAULT_API_KEY_ENV, HostSettings, SettingsError, origin
 from .render import ADMIN_KEY_PREFIX, RenderError, Rendered, render
 from .validate.check import check_profile
+from .validate.gpu_facts import GpuFactsError, from_host_gpus, model
 from .validate.validator_env import ValidatorEnvError
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -143,8 +146,6 @@ def reconcile_hardware(data, detected: dict | None, declared_by: str = "inventor
 
 def gpu_model_for_host(settings: HostSettings, detected: dict | None) -> tuple:
     """The GPU model SGLang's resolution runs under: what the host's nvidia-smi reports, else host data gpu_model."""
-    from .validate.gpu_facts import GpuFactsError, from_host_gpus, model
-
     names = (detected or {}).get("gpu_names") or []
     try:
         reported = from_host_gpus([{"name": name} for name in names])
@@ -171,6 +172,7 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
         raise PlanError("invalid profile:\n" + "\n".join(error.problems)) from None
     gpus, topology, notes = reconcile_hardware({"gpus": settings.gpus, "gpu_topology": settings.gpu_topology}, detected)
     port = settings.port or profile.service.port
+    # deferred: 1.5 ms (multinode) on sglang-deploy check, which plans no host
     from .multinode import NodeError, placement
 
     try:
@@ -208,8 +210,6 @@ def plan_for_host(data, detected: dict | None = None, need_key: bool = True, gro
 def host_problems(plan: Plan, account: dict | None, unit_report: dict | None, ssh_user: str | None = None) -> list[str]:
     """What the host reports about the service user and the unit, checked before anything changes:
     `file:line: field: message` lines (empty when the deploy may go on)."""
-    from .safety import account_problem, unit_problem
-
     profile, service = plan.profile, plan.profile.service
     where = {field: f"{profile.source}:{line_of(profile.source, ('service', field))}: service.{field}"
              for field in ("user", "name")}
@@ -233,8 +233,6 @@ def refusals(plan: Plan, facts: dict, settings: HostSettings, needs_hub_client: 
     deploy holding the store's lock, a hub_wheelhouse that holds no wheels when the hub client must be
     installed from it, and a weights status the host answered unreadably (roles/facts.WeightsStatus names the
     field). Empty when the deploy may go on."""
-    from .layout import SIMULATED_MARKER
-
     refused = host_problems(plan, facts["account"], facts["units"], ssh_user=settings.ssh_user)
     if plan.simulated != facts["simulated"]:
         refused.append(f"the inventory says simulated={plan.simulated} but the host "

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import jinja2
 
+from .drafter import draft_weights, offered_weights
 from .flags import exec_start_args, exec_start_line
 from .hardening import DIRECTIVES as HARDENING_DIRECTIVES, directives as hardening_directives
-from .layout import ServicePaths, venv_path
+from .layout import HOST_LIB, ServicePaths, host_program_argv, venv_path
 from .profile import Profile
 from .results import cache_dir
 from .safety import control_message
 from .units import recover_path, watch_paths  # noqa: F401 - the unit files render.py writes
+from .weights import WeightsSourceError, profile_weights
 
 TEMPLATES_DIR = Path(__file__).resolve().parent / "templates"
 _ENV_SAFE = re.compile(r"[A-Za-z0-9_@%+=:,./-]*")
@@ -114,9 +116,6 @@ def _jinja() -> jinja2.Environment:
 def snapshots_comment(profile: Profile) -> str | None:
     """The unit's lines naming every snapshot the release serves or offers (weights, draft model, the tune's
     drafters), with their manifests' hashes: another snapshot makes another release, which records it."""
-    from .drafter import draft_weights, offered_weights
-    from .weights import WeightsSourceError, profile_weights
-
     lines = []
     weights = profile_weights(profile)
     if weights:
@@ -173,8 +172,6 @@ class RenderedWatch:
 
 def render_watch(profile: Profile) -> RenderedWatch:
     """The perf watch's oneshot service and timer (same profile -> byte-identical files)."""
-    from .layout import HOST_LIB, ServicePaths, host_program_argv
-
     watch, gate = profile.watch, profile.gate
     argv = host_program_argv("watch", "--service", profile.service.name, "--samples", str(watch.samples),
                              "--max-running-requests", str(watch.max_running_requests), "--on-drift", watch.on_drift,
@@ -211,8 +208,6 @@ class RenderedRecover:
 def render_recover(profile: Profile) -> RenderedRecover:
     """The boot recovery's oneshot unit: the service's, not the profile's (every profile of a service -> one
     byte-identical file, so a deploy refused after the host's preparation leaves it as it was)."""
-    from .layout import HOST_LIB, host_program_argv
-
     argv = host_program_argv("recover", "--service", profile.service.name)
     service = _jinja().get_template("sglang-recover.service.j2").render(
         exec_start=exec_start_line(argv), working_directory=unit_value(HOST_LIB), service=profile.service)

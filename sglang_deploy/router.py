@@ -13,11 +13,17 @@ The router's keys, their types and defaults are settings.RouterSettings (docs/se
 
 from __future__ import annotations
 
+import fcntl
 import re
 import shlex
+import subprocess
+import sys
+from pathlib import Path
 
 from .hostside.contract.gate import GateSettings
+from .hostside.lib.gate import below_floor
 from .multinode import NodeError, node_address
+from .render import parse_unit, unquote_exec
 from .results import cache_dir
 from .settings import HostSettings, RouterSettings
 from .hostside.contract.paths import CONFIG_ROOT, ROUTER_LIB, UNIT_DIR, VENV_ROOT
@@ -132,8 +138,6 @@ def render_unit(router: RouterSettings, workers: list[str]) -> str:
     lines += ["", "[Install]", "WantedBy=multi-user.target", ""]
     unit = "\n".join(lines)
     # Parsed back as systemd reads it: the template's sections, one ExecStart handing argv over unchanged.
-    from .render import parse_unit, unquote_exec
-
     entries = parse_unit(unit)
     sections = [section for section, key, _ in entries if not key]
     exec_starts = [value for _, key, value in entries if key == "ExecStart"]
@@ -146,11 +150,6 @@ def wheelhouse(python_version: str, machine: str, cache_root=None):
     """sglang-router and its dependencies as wheels for the host's Python (X.Y) and architecture (uname -m),
     downloaded once on the controller with pip (PyPI or the controller's configured index) and cached, so the
     router host needs no index (GPU hosts are often firewalled)."""
-    import fcntl
-    import subprocess
-    import sys
-    from pathlib import Path
-
     if not re.fullmatch(r"3\.[0-9]{1,2}", python_version) or machine not in ("x86_64", "aarch64"):
         raise RouterError(f"the router host reports Python {python_version!r} on {machine!r}: "
                           "need Python 3.x on x86_64 or aarch64")
@@ -181,8 +180,6 @@ def gate_verdict(measurement, floors: GateSettings, workers: int) -> dict:
     acceptance (the router adds a hop, not speed; the gate's one floor rule, hostside/lib/gate.below_floor), request
     errors fail it; the aggregate over the workers is reported. /server_info is not proxied by the router: its
     error does not count. measurement: the bench's (hostside/contract/gate.Measurement)."""
-    from .hostside.lib.gate import below_floor
-
     errors = [e for e in measurement.errors if not e.startswith("/server_info")]
     decode, tau = measurement.decode_median, measurement.tau_median
     reasons = [f"{len(errors)} request error(s): {errors[0]}"] if errors else []

@@ -12,6 +12,8 @@ import ipaddress
 import re
 import unicodedata
 
+from packaging.requirements import InvalidRequirement, Requirement
+
 from .hostside.contract.paths import ServicePaths
 from .units import ROUTER_SERVICE, UVM_UNIT, beside_suffixes
 
@@ -240,8 +242,6 @@ def served_name_problem(name: str) -> str | None:
 
 def extra_problem(extra: str, version: str = "0") -> str | None:
     """A pip extra of the sglang package, as PEP 508 defines it (parsed by `packaging`)."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     if not full(EXTRA_NAME, extra):
         return f"extra {extra!r} is not a PEP 508 extra name (letters, digits, '.', '_', '-'); e.g. 'all'"
     try:
@@ -255,8 +255,6 @@ def extra_problem(extra: str, version: str = "0") -> str | None:
 
 def pin_problem(pin: str) -> str | None:
     """An exact PEP 508 pin: name[extras]==version, no URL, no environment marker."""
-    from packaging.requirements import InvalidRequirement, Requirement
-
     example = "accepted: an exact pin such as 'nvidia-nccl-cu13==2.28.9'"
     if control_message(pin) or any(c.isspace() for c in pin):
         return f"pin {pin!r} contains whitespace or control characters; {example}"

@@ -245,8 +245,7 @@ def int_list(text: str) -> tuple[int, ...]:
 def attention_problem(value: str) -> str | None:
     """tune_attention: all, or backends that SGLang's parser offers for --attention-backend (in an exported option
     table; the tune asks the pinned version's resolution about each again)."""
-    # Here, not at the top: the option table's module and the release loader cost about 18 ms of import
-    # (python -X importtime), paid only when tune_attention names backends.
+    # deferred: 5.1 ms (releases, validate.flag_table) on facts.py, only when tune_attention names backends
     from . import releases
     from .validate.flag_table import load
 

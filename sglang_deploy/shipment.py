@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import shlex
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,8 +53,6 @@ def tree(source: Path, prefix: str, mode: int = 0o644) -> list[tuple[str, bytes,
 
 def unpack_command(shipment: Shipment) -> str:
     """Unpack into the root, record the hash, drop the archive (one shell command)."""
-    import shlex
-
     root, manifest, archive = (shlex.quote(p) for p in (shipment.root, shipment.manifest, shipment.upload_path))
     return (f"mkdir -p {root} && tar -C {root} --no-same-owner -xf {archive} && "
             f"echo {shipment.digest} > {manifest} && rm -f {archive}")

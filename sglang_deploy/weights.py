@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,8 +137,6 @@ def resolve_manifest_path(value: str) -> Path:
 
 
 def load_manifest(path: Path) -> dict:
-    import stat
-
     try:
         status = os.stat(path)
         if not stat.S_ISREG(status.st_mode) or status.st_size > MANIFEST_MAX_BYTES:
@@ -242,8 +242,7 @@ def manifest_from_hub(repo: str, revision: str, endpoint: str | None = None, tok
                       config_out: Path | None = None) -> dict:
     """From the Hub's metadata through huggingface_hub's own API: sizes and LFS sha256 for every file; files the Hub
     stores without LFS (config, tokenizer) carry no sha256 there and are downloaded and hashed."""
-    import tempfile
-
+    # deferred: 100 ms (huggingface_hub) on every deploy, for sglang-deploy manifest only
     from huggingface_hub import HfApi, hf_hub_download
 
     api = HfApi(endpoint=endpoint, token=token)

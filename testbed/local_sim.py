@@ -13,6 +13,8 @@ import urllib.request
 from pathlib import Path
 
 from sglang_deploy import releases
+from sglang_deploy.validate import gpu_facts
+from sglang_deploy.validate.resolution import load_model_config, resolve_argv
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SGLANG_VERSION = releases.newest_reviewed()  # the newest reviewed release (sglang_deploy/releases/)
@@ -50,9 +52,6 @@ class LocalSim:
     def start(self, log_path: Path) -> "LocalSim":
         """Resolve the command line with the pinned SGLang's own code (as a deploy ships resolved.json),
         then start the simulator on it."""
-        from sglang_deploy.validate import gpu_facts
-        from sglang_deploy.validate.resolution import load_model_config, resolve_argv
-
         self.log_path = log_path
         server_argv = self.argv()[4:]
         if "--api-key" in server_argv:  # the key does not change the resolution; keep it out of the cache

@@ -34,9 +34,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from sglang_deploy.validate import validator_env
 from testbed.rootfs import build_rootfs_tarball
-from testbed.simhost import (REPO_ROOT, SGLANG_INSTALL, SimHost, SimHostError, check_prerequisites, ensure_api_key,
-                             log, run_action)
+from testbed.simhost import (REPO_ROOT, SGLANG_INSTALL, SGLANG_VERSION, SimHost, SimHostError, check_prerequisites,
+                             ensure_api_key, log, run_action)
 
 ID_BASE, ID_COUNT = 100000, 65536  # Proxmox's id map for unprivileged containers
 LXCFS_DIR = Path("/var/lib/lxcfs")
@@ -150,9 +151,6 @@ class LxcHost(SimHost):
                         "-exec", "chown", "-h", f"{ID_BASE}:{ID_BASE}", "{}", "+"], check=True)
 
     def write_config(self) -> None:
-        from sglang_deploy.validate import validator_env
-        from testbed.simhost import SGLANG_VERSION
-
         lines = [
             "lxc.include = /usr/share/lxc/config/common.conf",
             "lxc.include = /usr/share/lxc/config/userns.conf",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,8 +60,6 @@ class Fleet:
         hosts = self.hosts()
         # One API key for the fleet: SGLang's router sends a single key to every worker behind it.
         ensure_api_key(self.state_dir)
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=self.count) as pool:
             errors = [f for f in [pool.submit(host.up, fresh) for host in hosts]]
             problems = [str(f.exception()) for f in errors if f.exception()]
@@ -71,8 +70,6 @@ class Fleet:
             f"service ports {self.service_port}-{self.service_port + self.count - 1}")
 
     def down(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
         with ThreadPoolExecutor(max_workers=max(1, self.count)) as pool:
             list(pool.map(lambda host: host.down(), self.hosts()))
 

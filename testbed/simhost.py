@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sglang_deploy import releases
+from sglang_deploy.validate import gpu_facts, validator_env
 from testbed import sglang_env
 from testbed.rootfs import build_rootfs_tarball
 
@@ -55,8 +56,6 @@ class SimHostError(RuntimeError):
 def ensure_sglang_install() -> Path:
     """SGLang's front end for the simulated host, built once (testbed/sglang_env.py); returns the GPU stand-in's
     directory (the stub libcuda.so.1)."""
-    from sglang_deploy.validate import validator_env
-
     sglang_env.ensure(SGLANG_VERSION)
     return validator_env.standin_dir(SGLANG_VERSION)
 
@@ -243,8 +242,6 @@ class SimHost:
         host has them: nvidia-smi in /usr/bin and libcuda.so.1 in the library path (stand-ins from
         sglang_deploy/gpu_standin; no GPU work can run through them). The SGLang install's torch.cuda stand-in
         reads the same facts (testbed/sglang_env.py)."""
-        from sglang_deploy.validate import gpu_facts
-
         standin = ensure_sglang_install()
         facts = self.rootfs / sglang_env.HOST_GPU_FACTS.lstrip("/")
         facts.parent.mkdir(parents=True, exist_ok=True)
@@ -268,8 +265,6 @@ class SimHost:
         host's own python3 from SGLANG_PYTHON (the `sglang` shim of roles/simulator.py)."""
         if not self.simulated:
             return []
-        from sglang_deploy.validate import validator_env
-
         return [f"--bind-ro={validator_env.env_dir(SGLANG_VERSION)}:{SGLANG_INSTALL}"] + [
             f"--bind={node}:/dev/{node.name}" for node in self.device_nodes()]
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from sglang_deploy.validate import validator_env
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -40,8 +42,6 @@ def install(wheel: Path, venv: Path) -> Path:
     """A fresh virtualenv with the wheel and its dependencies (not editable); returns its python."""
     uv = _uv()
     if uv:  # uv's resolver and parallel unpacking, with this machine's pip configuration (validator_env.installer)
-        from sglang_deploy.validate import validator_env
-
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
         command = [part for part in validator_env.installer(venv / "bin/python") if part != "--compile-bytecode"]
     else:

@@ -12,7 +12,7 @@ from dataclasses import asdict
 
 from . import levers as doctor_levers
 from .suspect import Suspect
-from ..hostside.contract.probes import DoctorCollection
+from ..hostside.contract.probes import DoctorCollection, SandboxView
 from ..hostside.lib.client import is_simulated, printable
 from ..hostside.lib.gate import decode_backend, decode_graphs_captured
 from ..roofline import datasheet_bandwidth, roofline, separate_draft
@@ -335,9 +335,8 @@ def format_report(result: dict) -> str:
 def sandbox_lines(view: dict | None) -> list[str]:
     """The host and sandbox section: what the unit declares next to what this host enforces, and the preflight's
     findings that are not ok (devices, shm, toolchain)."""
+    # deferred: 3.5 ms (hostside.preflight.findings) on doctor.py, for a report's sandbox section only
     from ..hostside.preflight.findings import sandbox_report
-
-    from ..hostside.contract.probes import SandboxView
 
     if not view:
         return []

@@ -25,6 +25,7 @@ def install(gpu: dict | None = None) -> dict | None:
     gpu = gpu or facts()
     if not gpu:
         return None
+    # deferred: optional, torch is in the validator's virtualenv only, not the controller's
     import torch
 
     capability = tuple(gpu["capability"])

@@ -11,6 +11,7 @@ asked, the GPU probe run with the release's own virtualenv (it refuses while the
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,8 +57,6 @@ def card_memory_mib():
 # NCCL settings the probe repeats: from the release's root-owned environment file (never from the running
 # process, whose environ block the service user can rewrite), without variables that name files or plugins.
 def probe_nccl_env(env_text):
-    import shlex
-
     nccl = {}
     for line in (env_text or "").splitlines():
         key, sep, value = line.partition("=")

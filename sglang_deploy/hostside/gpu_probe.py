@@ -13,7 +13,9 @@ GPU, each collective queued behind a short GPU sleep so the figure is GPU time, 
 
 import argparse
 import json
+import multiprocessing as mp
 import os
+import socket
 import statistics
 import sys
 
@@ -70,6 +72,7 @@ def p2p(torch, gib):
 
 
 def allreduce_worker(rank, world, port, sizes, queue):
+    # deferred: optional, torch is in the release's virtualenv only (the tests import this module without it)
     import torch
     import torch.distributed as dist
 
@@ -103,9 +106,6 @@ def allreduce_worker(rank, world, port, sizes, queue):
 
 
 def allreduce(torch, extra_env):
-    import multiprocessing as mp
-    import socket
-
     world = torch.cuda.device_count()
     if world < 2:
         return None
@@ -139,6 +139,7 @@ def main():
     parser.add_argument("--allreduce-env", default="{}", help="JSON of NCCL variables for a second all-reduce run")
     parser.add_argument("--force", action="store_true", help="run although GPU memory is in use")
     args = parser.parse_args()
+    # deferred: optional, torch is in the release's virtualenv only (the tests import this module without it)
     import torch
 
     if not torch.cuda.is_available():

@@ -345,7 +345,7 @@ def cmd_state(args):
 def cmd_history(args):
     """Every retained release's switches, gate result (medians) and perf-watch history, oldest first
     (history.StoreHistory)."""
-    # deferred: 7 ms on the host's python (the gate's, the reports' and the history's documents, 23 classes), not
+    # deferred: 7 ms (the gate's, the reports' and the history's documents, 23 classes) on the host's python, not
     # needed by every deploy's `deploy_facts`, which imports this module (`python3 -X importtime` on the simulated
     # host, best of 10, 2026-12-06)
     from .contract.findings import WatchEntry

@@ -14,6 +14,7 @@ import errno
 import os
 import signal
 import sys
+import threading
 import time
 
 from . import evidence
@@ -42,8 +43,6 @@ class StderrShield:
     breaks only that copy: no program gets a BrokenPipeError, so a good release is not rolled back for it."""
 
     def __init__(self, log_path):
-        import threading
-
         self.original = os.dup(2)
         read_end, write_end = os.pipe()
         os.dup2(write_end, 2)

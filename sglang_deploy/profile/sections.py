@@ -4,8 +4,11 @@ Each field says what it accepts and refuses a value that would reach a unit, a s
 (safety.py); unknown keys are errors. The whole profile and its loading are in load.py.
 """
 
+import ipaddress
 import math
+import os
 import re
+import stat
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr
@@ -13,6 +16,7 @@ from pydantic import AfterValidator, field_validator, model_validator
 
 from .. import safety
 from ..hardening import DIRECTIVES
+from ..weights import REPO_ROOT, WeightsSourceError, manifest_path_problem, parse_source, source_problem, weights_for
 from .parts import TokenMapPart
 
 # Flags the tool derives from other sections; a profile must not set them under sglang.flags.
@@ -90,11 +94,6 @@ def config_json(whose: str, problem=lambda value: None):
 def config_file_problem(value: str) -> str | None:
     """model.config follows the manifest path rules (under manifests/, or a weights directory of the controller) and
     is a regular file of at most 1 MiB (a FIFO would hang the check). A missing file is the resolution's to name."""
-    import os
-    import stat
-
-    from ..weights import REPO_ROOT, manifest_path_problem
-
     problem = manifest_path_problem(value)
     if problem:
         return problem.replace("model.manifest", "model.config").replace("a relative manifest", "a relative config")
@@ -126,15 +125,11 @@ def socket_ifname_problem(value: str) -> str | None:
 
 def model_source_problem(value: str) -> str | None:
     """model.source: a pinned source, and a file:// directory under a weights directory (weights.source_problem)."""
-    from ..weights import source_problem
-
     return source_problem(value)
 
 
 def draft_source_problem(value: str) -> str | None:
     """A draft's source: a pinned source (weights.parse_source); drafter.py checks a file:// directory's place."""
-    from ..weights import WeightsSourceError, parse_source
-
     try:
         parse_source(value)
     except WeightsSourceError as error:
@@ -169,8 +164,6 @@ class ModelSection(Strict):
 
     @model_validator(mode="after")
     def derived_path(self) -> "ModelSection":
-        from ..weights import WeightsSourceError, weights_for
-
         if self.source is None:
             if self.path is None:
                 raise ValueError("model.source or model.path is required: model.source "
@@ -245,8 +238,6 @@ class ServiceSection(Strict):
 
     @model_validator(mode="after")
     def no_open_unauthenticated_server(self) -> "ServiceSection":
-        import ipaddress
-
         if self.auth == "none" and not ipaddress.ip_address(self.host).is_loopback:
             raise ValueError(f"auth: none with host {self.host} serves without authentication on every interface; "
                              "accepted: auth: none only with a loopback host (127.0.0.1, ::1)")

@@ -4,6 +4,7 @@ hardware model gives (hardware.py); tokens are emitted in real time. Standard li
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -333,8 +334,6 @@ class Engine:
     def use_capacity(self, capacity: dict) -> None:
         """SGLang's own pool sizing (sim/sglang_memory.py): the KV tokens and the cap on running requests (the mamba
         state cache's among them) replace the model's."""
-        import dataclasses
-
         self.capacity = capacity
         self.eff = dataclasses.replace(self.eff, max_running=min(self.eff.max_running,
                                                                  capacity["max_running_requests"]))

@@ -12,9 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
+import struct
 from dataclasses import dataclass, field
 from pathlib import Path
+
+# shipped beside the simulator (roles/simulator.py SIM_SHIPS)
+from sglang_deploy import releases
+from sglang_deploy.token_map.size import map_size
+from sglang_deploy.validate import gpu_facts, start_feasibility
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 
@@ -72,9 +79,6 @@ def default_decode_max_bs(gpu_memory_gib: float, tp: int) -> int:
 
 def checkpoint_bytes(directory: str) -> int:
     """Tensor bytes a checkpoint declares in its safetensors headers (data regions may be absent)."""
-    import os
-    import struct
-
     total = 0
     for name in sorted(os.listdir(directory)):
         if name.endswith(".safetensors"):
@@ -151,8 +155,6 @@ def token_map(resolved: dict, algorithm: str | None, drafter: str | None, notes:
         return 0, None
     if algorithm not in ("EAGLE", "NEXTN"):
         return 0, None
-    from sglang_deploy.token_map.size import map_size  # shipped beside the simulator (roles/simulator.py)
-
     size, why = map_size(str(path))
     if not size:
         return 0, f"FileNotFoundError: --speculative-token-map {path}: {why} (SIMULATED: load_token_map)"
@@ -243,10 +245,6 @@ def start_problem(eff: Effective, machine: dict) -> str | None:
 def served_version() -> str:
     """The release the simulator serves: the profile's (the model-only server's shim sets SGLANG_SIM_SGLANG_VERSION,
     roles/simulator.py), else the newest reviewed (the simulated host's SGLang install)."""
-    import os
-
-    from sglang_deploy import releases  # shipped beside the simulator (roles/simulator.py)
-
     return os.environ.get("SGLANG_SIM_SGLANG_VERSION") or releases.newest_reviewed()
 
 
@@ -254,9 +252,6 @@ def combination_problem(eff: Effective, machine: dict) -> str | None:
     """The backend x KV dtype x draft backend combination judged together, as the real card would at start
     (validate/start_feasibility.py's data for the simulated SGLang release on the machine's compute capability): fa3 or
     triton with fp8_e4m3 KV on sm_86 fails although each value alone runs."""
-    from sglang_deploy.validate import gpu_facts  # shipped beside the simulator (roles/simulator.py)
-    from sglang_deploy.validate import start_feasibility  # shipped beside the simulator
-
     data = start_feasibility.load(served_version())
     known = [gpu for gpu in gpu_facts.KNOWN.values() if gpu.name == machine.get("gpu")]
     if data is None or not known:

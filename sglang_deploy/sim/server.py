@@ -51,6 +51,7 @@ import time
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 
+from . import multinode
 from sglang_deploy.validate import flag_table  # shipped next to this package on a simulated host
 
 from .engine import SGLANG_VERSION, Engine, die_like_a_failed_scheduler, log
@@ -171,7 +172,6 @@ def main(argv: list[str] | None = None) -> int:
     if error:
         return fail(error)
     signal.signal(signal.SIGTERM, lambda *_: (log.info("Received SIGTERM, shutting down"), os._exit(0)))
-    from . import multinode  # --nnodes > 1: rendezvous at --dist-init-addr (rank 0 serves, the others join)
     error = multinode.rendezvous(args.nnodes or 1, args.node_rank or 0, args.dist_init_addr,
                                  float(args.dist_timeout or 1800), die_like_a_failed_scheduler)
     if error:

@@ -13,6 +13,8 @@ placeholder (the size is read per rank, as SGLang does with TP; nothing is reduc
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import types
 
 GIB = 1 << 30
@@ -22,6 +24,7 @@ def sglang_capacity(server_args, weights_gib: float) -> dict:
     """{max_total_num_tokens, max_running_requests, max_mamba_cache_size, mamba_ratio, kv_budget_gib} as SGLang's
     ``_resolve_memory_pool_config`` derives them before it allocates; max_mamba_cache_size is also written where
     SGLang writes it (the runtime context's post-publish override, which internal_states then serves)."""
+    # deferred: optional, SGLang and torch are on the simulated host only
     import torch
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.mem_cache import kv_cache_configurator as kcc
@@ -72,9 +75,6 @@ def sglang_capacity(server_args, weights_gib: float) -> dict:
 
 def _accepted(cls, arguments: dict) -> dict:
     """The arguments `cls` (a dataclass, else any callable) declares."""
-    import dataclasses
-    import inspect
-
     names = ({f.name for f in dataclasses.fields(cls) if f.init} if dataclasses.is_dataclass(cls)
              else set(inspect.signature(cls).parameters))
     return {name: value for name, value in arguments.items() if name in names}

@@ -27,6 +27,7 @@ import types
 
 from .engine import ANSWER_BASE, ANSWER_END, DECODE_GRAPH_PHASES, SGLANG_VERSION, WORDS, Engine, log
 from .http_api import simulated_state
+from .sglang_memory import sglang_capacity
 from .startup import load_and_capture
 
 # Token ids the synthetic checkpoint's tokenizer decodes as words (synthetic_checkpoint.py: 256 byte tokens, then
@@ -46,6 +47,7 @@ def _fail(message: str) -> None:
 
 class SimulatedScheduler:
     def __init__(self, server_args, port_args, *args, **kwargs):
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         import zmq
         from sglang.srt.observability.startup_time import build_scheduler_startup_time
         from sglang.srt.runtime_context import get_context, get_parallel
@@ -61,8 +63,6 @@ class SimulatedScheduler:
         self.env = dict(os.environ)
         self.engine = Engine(argparse.Namespace(enable_metrics=bool(server_args.enable_metrics)), self.env,
                              self.resolved)
-        from .sglang_memory import sglang_capacity
-
         weights = (self.engine.model["weights_gib"] + self.engine.eff.draft_bytes / (1 << 30)) / self.engine.eff.tp
         self.engine.use_capacity(sglang_capacity(server_args, weights))
         if self.tp_rank == 0:
@@ -90,6 +90,7 @@ class SimulatedScheduler:
         effective max running requests) and the tokens per request; empty when no decode graph is captured."""
         if not self.engine.eff.decode_graphs:
             return []
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         from sglang.srt.model_executor.runner.base_cuda_graph_runner import get_batch_sizes_to_capture
 
         runner = types.SimpleNamespace(req_to_token_pool=types.SimpleNamespace(size=self.engine.eff.max_running),
@@ -108,6 +109,7 @@ class SimulatedScheduler:
     # --- SGLang's messages ------------------------------------------------------------------------
 
     def _internal_state(self):
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         from sglang.srt.managers import io_struct as io
         from sglang.srt.managers.scheduler_components.memory_usage import build_memory_usage
         from sglang.srt.runtime_context import get_context, get_parallel
@@ -139,6 +141,7 @@ class SimulatedScheduler:
             while not self.gracefully_exit:  # the other ranks exist; their parent's death ends them
                 time.sleep(3600)
             return
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         from sglang.srt.managers import io_struct as io
         from sglang.srt.managers.io_struct import sock_recv, sock_send
 
@@ -192,6 +195,7 @@ class SimulatedScheduler:
         """The prompt as text (the chat path sends only token ids), with the checkpoint's tokenizer, which SGLang's
         own scheduler loads too."""
         if getattr(self, "_tokenizer", None) is None:
+            # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(self.server_args.tokenizer_path or self.server_args.model_path)
@@ -204,6 +208,7 @@ class SimulatedScheduler:
         return self._end
 
     def _drain(self, running: dict):
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         from sglang.srt.managers import io_struct as io
 
         rows = []
@@ -266,6 +271,7 @@ class SimulatedScheduler:
     def _collector(self):
         if not self.server_args.enable_metrics:
             return None
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         from sglang.srt.observability.metrics_collector import SchedulerMetricsCollector
         from sglang.srt.runtime_context import get_parallel
 
@@ -277,6 +283,7 @@ class SimulatedScheduler:
             server_args=self.server_args)
 
     def _log_stats(self, collector, running: int) -> None:
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         from sglang.srt.observability.metrics_collector import QueueCount, SchedulerStats
 
         stats = self.engine.stats
@@ -292,6 +299,7 @@ class SimulatedScheduler:
 def running_version() -> str:
     """The SGLang release whose front end loaded this plugin (its own version module), else the simulator's."""
     try:
+        # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
         from sglang.version import __version__
     except ImportError:
         return SGLANG_VERSION
@@ -300,6 +308,7 @@ def running_version() -> str:
 
 def register() -> None:
     """Entry point (group sglang.srt.plugins): SGLang calls it in every process that loads plugins."""
+    # deferred: optional, SGLang (zmq, transformers) is on the simulated host only
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register("sglang.srt.managers.scheduler.Scheduler", SimulatedScheduler, hook_type=HookType.REPLACE)

@@ -8,6 +8,7 @@ import threading
 import time
 
 from .engine import log
+from .hardware import start_problem
 
 # What SGLang appends to a failed decode graph capture (model_executor/runner_backend_utils).
 CUDA_GRAPH_CAPTURE_FAILED_MSG = (
@@ -29,8 +30,6 @@ def load_and_capture(engine, resolved: dict, env: dict, context_length, fail) ->
     if env.get("SGLANG_SIM_CRASH_AT_START") == "1":
         fail("RuntimeError: CUDA error: an illegal memory access was encountered "
              "(SIMULATED FAULT: SGLANG_SIM_CRASH_AT_START)")
-    from .hardware import start_problem
-
     problem = start_problem(engine.eff, engine.machine)
     if problem:
         fail(problem)

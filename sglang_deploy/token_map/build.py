@@ -16,6 +16,7 @@ import sys
 def main() -> int:
     request = json.loads(sys.stdin.read())
     try:
+        # deferred: optional, transformers and torch are in the validator's virtualenv only
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(request["model_dir"])
@@ -35,6 +36,7 @@ def main() -> int:
         return 0
     # most frequent first; equal counts by id, so the same corpus gives the same file
     hot = [token for token, _ in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:size]]
+    # deferred: optional, transformers and torch are in the validator's virtualenv only
     import torch
 
     torch.save(hot, request["output"])

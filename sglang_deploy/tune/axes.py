@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ..rules import TUNE_AXES, Axis
 from .candidate import Candidate, Measured, spec_settings
+from .vocab import FLAG as VOCAB, candidates, not_candidates
 
 SPEC_FLAGS = ("--speculative-algorithm", "--speculative-num-steps", "--speculative-eagle-topk",
               "--speculative-num-draft-tokens", "--speculative-token-map", "--speculative-draft-attention-backend")
@@ -167,17 +168,13 @@ class LeverAxes:
         count += sum(len(axis_candidates(axis, self.flags, self.choices)) for axis in LEVER_AXES
                      if axis.name in self.axes)
         if "vocab" in self.axes:
-            from .vocab import FLAG, candidates
-
-            count += len(candidates(self.choices.get(FLAG)))
+            count += len(candidates(self.choices.get(VOCAB)))
         return count
 
     def axis_vocab(self, best):
         """Each hot-vocabulary map SGLang's resolution accepts on top of the best so far (tune/vocab.py); the sizes
         that are not candidates (not built, refused) are rows of the table, never started."""
-        from .vocab import FLAG, candidates, not_candidates
-
-        offered = self.choices.get(FLAG)
+        offered = self.choices.get(VOCAB)
         for measured in not_candidates(offered):
             self.record_invalid(measured.candidate, measured.invalid_reason)
         return self.clear_winner(best, candidates(offered))
@@ -211,8 +208,6 @@ class LeverAxes:
     def axis_notes(self) -> list[str]:
         """Per lever axis searched: how many values were candidates, the same configuration, refused or dropped,
         and for an axis without a candidate why and what would give it one."""
-        from .vocab import FLAG as VOCAB
-
         lines = []
         for flag, axis in [(flag, axis) for flag, axis in AXIS_OF.items() if axis in NOTED] + [(VOCAB, "vocab")]:
             accepted = self.choices.get(flag)

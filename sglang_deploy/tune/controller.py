@@ -14,7 +14,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import discipline as tune_discipline, edit as tune_edit, report as tune_report, results as tune_results
+from . import (axes as tune_axes, discipline as tune_discipline, edit as tune_edit, report as tune_report,
+               results as tune_results, vocab as tune_vocab)
 from . import search as tune
 from ..settings import SettingsError, TuneArgs, origin
 from ..settings_types import int_list
@@ -22,7 +23,9 @@ from ..hostside.contract.document import DocumentError
 from ..hostside.contract.paths import ServicePaths
 from ..hostside.contract.findings import DoctorReport, TuneResults
 from ..hostside.contract.release import DOCTOR_FILE, TUNE_RESULTS_FILE
+from ..sim import hardware
 from .host import HostSession, Overlay, TuneError, allow_candidates  # noqa: F401 - the verb's and tests' names
+from .levers import asker, starter
 
 
 @dataclass(frozen=True)
@@ -140,8 +143,6 @@ class Runner(HostSession):
         a real host, where every figure is measured."""
         if not self.plan.simulated:
             return None
-        from ..sim import hardware
-
         env = self.profile.env_values()
         machine = hardware.load_data(env.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))
         model = hardware.load_data(env.get("SGLANG_SIM_MODEL", "qwen3.6-27b-fp8"))
@@ -163,20 +164,13 @@ class Runner(HostSession):
     def lever_choices(self) -> dict:
         """The kv, attention and graphs axes' values: what SGLang's resolution accepts (axes.accepted_values); the
         vocab axis's maps (vocab.offer)."""
-        from . import axes as tune_axes
-        from .levers import asker
-
         flags = [flag for flag, axis in tune_axes.AXIS_OF.items() if axis in self.settings.axes]
         if not flags and "vocab" not in self.settings.axes:
             return {}
         ask, choices = asker(self.plan, self.data, self.detected)
-        from .levers import starter
-
         start = starter(self.plan, self.data, self.detected)
         out = {}
         if "vocab" in self.settings.axes:  # the maps the snapshots hold, each asked of SGLang's resolution
-            from . import vocab as tune_vocab
-
             out[tune_vocab.FLAG] = tune_vocab.offer(self.profile, self.original_flags, ask)
             self.say(f"SGLang's resolution: {out[tune_vocab.FLAG].summary()}")
         for flag in flags:

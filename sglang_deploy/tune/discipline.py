@@ -12,6 +12,7 @@ from . import search as tune
 from ..hostside.contract.findings import DoctorReport
 from ..rules import TUNE_AXES
 from .axes import LEVER_AXES, axis_candidates, nospec_candidate
+from .vocab import FLAG, candidates
 
 # Each axis's record (rules.TUNE_AXES): its expected gain, % single-stream decode (nospec is the control: always
 # first), the doctor's suspects that speak for it, and the axis it must come after (Search.with_best).
@@ -72,8 +73,6 @@ def candidate_ids(search, axis: str) -> list[str]:
     if axis in ("kv", "attention"):
         return levers
     if axis == "vocab":
-        from .vocab import FLAG, candidates
-
         return [c.id for c in candidates(search.choices.get(FLAG))]
     if axis == "nospec":
         return ["nospec"] if nospec_candidate(search.flags) else []

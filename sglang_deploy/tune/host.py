@@ -6,6 +6,7 @@ there, the budget. Shared by the tune (controller.py: the search and its report)
 
 from __future__ import annotations
 
+import os
 import shlex
 import signal
 import time
@@ -13,6 +14,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from . import edit as tune_edit, search as tune
+from ..drafter import draft_weights
+from ..settings_types import PROFILE_DIRS_VARIABLE
 from .vocab import label_ignored
 from ..gate import gate_config
 from ..results import RESULTS_DIR
@@ -51,10 +54,6 @@ class Overlay:
 def allow_candidates(directory: Path) -> None:
     """The tune's own candidate profiles (written by this process under results/) are profiles host data may name:
     the directory is added to $SGLANG_DEPLOY_PROFILE_DIRS for this process, as an operator names theirs."""
-    import os
-
-    from ..settings_types import PROFILE_DIRS_VARIABLE
-
     named = [p for p in os.environ.get(PROFILE_DIRS_VARIABLE, "").split(":") if p]
     if str(directory.resolve()) not in named:
         os.environ[PROFILE_DIRS_VARIABLE] = ":".join(named + [str(directory.resolve())])
@@ -261,8 +260,6 @@ class HostSession:
         release_id = next_release_id(self.release_ids, digest)
         self.release_ids.append(release_id)
         self.by_hash[digest] = release_id
-        from ..drafter import draft_weights
-
         # the candidate's draft model, recorded like a deploy's: a switch to it checks the snapshot, prune keeps it
         meta = build_meta(plan, release_id, draft=draft_weights(plan.profile)).but(
             tune=TuneMark(session=self.session, temporary=True, candidate=candidate.id))

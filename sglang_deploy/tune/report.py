@@ -125,9 +125,11 @@ def steps_plot(results: list[Measured], original_flags: dict, path: Path) -> Pat
     """Single-stream decode over speculative steps, a line per topk, written to `path`; None without matplotlib
     or without a measured speculative candidate."""
     try:
+        # deferred: optional, matplotlib is the plot extra (pyproject.toml)
         import matplotlib
 
         matplotlib.use("Agg")
+        # deferred: optional, matplotlib is the plot extra (pyproject.toml)
         import matplotlib.pyplot as plt
     except ImportError:
         return None

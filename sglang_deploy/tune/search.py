@@ -8,6 +8,7 @@ against a model. A candidate's profile text is edit.py's, the tables and the plo
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -57,8 +58,6 @@ def spec_candidate(flags: dict, steps: int, topk: int) -> Candidate:
 def drafter_name(draft: dict) -> str:
     """A short, unique name for an offered drafter: its algorithm, repository or directory name, and a digest of
     its source and manifest (two drafters of one name, or one offered with two algorithms, stay apart)."""
-    import hashlib
-
     source = draft["source"]
     tail = re.sub(r"[^A-Za-z0-9._-]", "-", source.split("@")[0].rstrip("/").split("/")[-1])[:32]
     digest = hashlib.sha256(json.dumps([source, draft.get("manifest"), draft.get("algorithm") or "DFLASH"])

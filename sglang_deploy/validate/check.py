@@ -18,6 +18,7 @@ start_feasibility.py) and orders what they found; each problem is a profile.prob
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..flags import server_args
@@ -81,8 +82,6 @@ def _refusal_field(profile: Profile, message: str) -> tuple:
     """The one profile flag a refusal names, as an option (--page-size) or as SGLang's field (page_size), the
     profile field behind a flag the tool sets (served_model_name: model.served_name), or the one variable of the
     profile's environment it names; else sglang.flags (none or several named)."""
-    import re
-
     def mentions(text: str) -> bool:
         return re.search(rf"(?<![\w-]){re.escape(text)}(?![\w-])", message) is not None
 

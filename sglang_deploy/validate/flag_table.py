@@ -191,7 +191,8 @@ def algorithm_error(table: dict, name: str) -> str | None:
 
 def export(version: str) -> Path:
     """Re-export the table from SGLang <version>'s own parser (builds the validator environment once)."""
-    from . import validator_env  # here: the simulated host runs this module without validator_env (roles/simulator.py)
+    # deferred: optional, validator_env is not shipped beside the simulator (roles/simulator.py SIM_SHIPS)
+    from . import validator_env
 
     table = validator_env.export_table(version)
     path = table_path(version)

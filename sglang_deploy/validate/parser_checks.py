@@ -4,7 +4,10 @@ and flags that run code or serve unverified weights."""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import io
+import os
 from dataclasses import dataclass
 
 from .. import releases
@@ -166,8 +169,6 @@ def code_and_weights_problems(profile: Profile, spec: tuple[dict, ...]) -> list[
     """Each flag by the reviewed class of its SGLang dest (validate/flag_classes.py; every spelling counts): only `allowed`
     passes as it is; `exposure`, `code` and `other-weights` need a waiver with a reason, which the unit and the
     release listing then show; a dest nobody classified for this SGLang version is refused (not waivable)."""
-    import os
-
     options = {opt: action for action in spec for opt in action["options"]}
     classes = flag_classes.load(profile.sglang.version)
     snapshot = profile.model.path if profile.model.source else None  # verified on the host before any switch
@@ -230,9 +231,6 @@ def derived_values_problems(profile: Profile, argv: list[str], table: dict | Non
     if table is None:
         return []
     try:
-        import contextlib
-        import io
-
         with contextlib.redirect_stderr(io.StringIO()):
             parsed = vars(flag_table.build_parser(table).parse_args(argv))
     except flag_table.ParseFailure:

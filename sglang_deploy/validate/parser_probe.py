@@ -24,10 +24,16 @@ message.
 
 import argparse
 import contextlib
+import importlib.util
 import io
 import json
 import logging
+import os
+import runpy
+import signal
+import socket
 import sys
+import traceback
 
 
 class ParseFailure(Exception):
@@ -65,6 +71,7 @@ def export_table(sglang, parser, SpeculativeAlgorithm):
     """What the light check (sglang_deploy/validate/flag_table.py) needs to rebuild this parser without SGLang: the
     option table, the speculative algorithm names from_string accepts, and the data SGLang's own argparse
     type functions check against."""
+    # deferred: optional, SGLang is in the validator's virtualenv only
     from sglang.srt.model_executor import cuda_graph_config
     from sglang.srt.speculative import spec_info
 
@@ -114,9 +121,6 @@ def answer(request, sglang, parser, SpeculativeAlgorithm):
 
 def _resolution_module():
     """hostside/lib/sglang_resolution.py, by path: the one home of the resolution, shared with the host's preflight."""
-    import importlib.util
-    import os
-
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # sglang_deploy/
     path = os.path.join(package, "hostside", "lib", "sglang_resolution.py")
     spec = importlib.util.spec_from_file_location("sglang_deploy_resolution", path)
@@ -127,9 +131,6 @@ def _resolution_module():
 
 def install_gpu_standin():
     """The target's GPU facts, before SGLang is imported (it caches what it reads of the platform)."""
-    import os
-    import runpy
-
     path = os.environ.get("SGLANG_DEPLOY_GPU_STANDIN")
     if not path:
         return None
@@ -140,6 +141,7 @@ def load():
     """SGLang's parser, once per process: the GPU facts are installed before SGLang is imported (it caches what it
     reads of the platform). Returns what reply() needs."""
     gpu = install_gpu_standin()
+    # deferred: optional, SGLang is in the validator's virtualenv only
     import sglang
     from sglang.srt.server_args import ServerArgs
     from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
@@ -148,6 +150,7 @@ def load():
         # flashinfer is a pinned dependency of every sglang install (flashinfer_python==0.7.2): the layer installs
         # it (without its CUDA dependencies) so that the hooks that import its modules (mamba_hook.py) find them
         # as on the host, and the fact SGLang derives from it on a GPU is stated (runtime_context.py).
+        # deferred: optional, SGLang is in the validator's virtualenv only
         from sglang.srt.runtime_context import override_platform
 
         override_platform(has_flashinfer=True).install()
@@ -170,8 +173,6 @@ def reply(request, loaded):
 def _answer_connection(connection, loaded):
     """In a fork of the server: one request line in, one answer line out. A failure of the probe itself is
     answered as {"probe_error": traceback}, so that the client reports it instead of asking again."""
-    import traceback
-
     with connection, connection.makefile("rw", encoding="utf-8") as stream:
         line = stream.readline()
         try:
@@ -188,10 +189,6 @@ def serve(path, idle_s):
     the modules SGLang imports on its first resolution are loaded, and then every connection to the Unix socket at
     `path` is answered in a fork of this process, so no request sees another's state. Exits after idle_s seconds
     without a connection, or on SIGTERM; the socket is removed either way (if it is still this server's)."""
-    import os
-    import signal
-    import socket
-
     logging.disable(logging.CRITICAL)
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         loaded = load()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import json
+import types
 from functools import lru_cache
 from pathlib import Path
 
@@ -142,8 +143,6 @@ class _Unset(dict):
 def registered(routes: list[dict]) -> list[dict]:
     """The routes SGLang registers in the tool's environment: each route's condition (`when`) evaluated with an
     empty os.environ and every module name it reads unset."""
-    import types
-
     names = _Unset(os=types.SimpleNamespace(environ={}))
     return [route for route in routes if not route["when"] or eval(route["when"], {"__builtins__": {}}, names)]  # noqa: S307
 

@@ -3,6 +3,11 @@ CUDA graphs (read from SGLang's resolution), the environment, pins and NCCL."""
 
 from __future__ import annotations
 
+import hashlib
+
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
 from .. import drafter
 from ..flags import MEDIA_DOMAINS_FLAG
 from ..layout import ServicePaths
@@ -71,8 +76,6 @@ def draft_problems(profile: Profile, answer: dict) -> list[Problem]:
 def model_config_pinned_problems(profile: Profile) -> list[Problem]:
     """model.config of managed weights is the config.json their manifest pins (as the draft's must be): the
     resolution reads the model the host serves."""
-    import hashlib
-
     if not profile.model.source or not profile.model.config:
         return []
     try:
@@ -199,9 +202,6 @@ def sandbox_problems(profile: Profile) -> list[Problem]:
 
 
 def pin_problems(profile: Profile) -> list[Problem]:
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
     problems = []
     for position, pin in enumerate(profile.sglang.pins):
         name = canonicalize_name(Requirement(pin).name)  # the schema made it an exact PEP 508 pin

@@ -234,7 +234,8 @@ def _flashmla(src: Source, cuobjdump: Path) -> dict:
 
 
 def site_packages(version: str) -> Path:
-    from .validator_env import env_dir  # here: the simulated host runs this module without it (roles/simulator.py)
+    # deferred: optional, validator_env is not shipped beside the simulator (roles/simulator.py SIM_SHIPS)
+    from .validator_env import env_dir
 
     found = sorted(env_dir(version).glob("lib/python3*/site-packages"))
     if not found:

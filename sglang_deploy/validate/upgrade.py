@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import flag_table, gpu_facts
+from .check import check_profile
+
 MISSING = "<absent>"  # a field one release does not have
 SECRET_DESTS = ("api_key", "admin_api_key")  # never printed, whatever they hold
 
@@ -60,9 +63,6 @@ def for_profile(profile, old_version: str, resolution: dict, port=None, node=Non
     resolution by the profile's own release; as describe() lines."""
     # Here, not at the top: the check and what it reads cost about 200 ms of import (measured: 25 ms -> 230 ms for
     # this module), paid only for a --diff; bisect_release imports this module for SECRET_DESTS alone.
-    from . import flag_table, gpu_facts
-    from .check import check_profile
-
     gpu = next((model for model in gpu_facts.KNOWN.values() if model.name == resolution["gpu"]["model"]), None)
     old_profile = profile.model_copy(update={"sglang": profile.sglang.model_copy(update={"version": old_version})})
     report = check_profile(old_profile, gpus=resolution["gpu"]["count"], port=port, node=node, gpu=gpu, path="full")

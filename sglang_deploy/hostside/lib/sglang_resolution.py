@@ -12,8 +12,14 @@ preflight runs it in the release's own venv with the host's real GPUs (hostside/
 the pinned SGLang refuses on that host is refused before anything running is touched.
 """
 
+import ast
+import builtins
+import importlib.util
 import json
 import logging
+import os
+import shutil
+import tempfile
 
 
 class _CapturedLog(logging.Handler):
@@ -38,9 +44,6 @@ def _replace_strings(value, old, new):
 def _config_directory(config):
     """A checkpoint's config.json (an input of SGLang's ModelConfig, and of the DFLASH block size for a draft
     model) in a directory of its own, standing in for the path the host has; None without a config."""
-    import os
-    import tempfile
-
     if config is None:
         return None
     directory = tempfile.mkdtemp(prefix="sglang-deploy-model-")
@@ -80,10 +83,6 @@ def engine_function(name):
     missing package) where the engine module itself would not import here: its third-party imports are checked
     first, so this answers as `from sglang.srt.entrypoints import engine` would. tests/test_resolution.py holds the
     result to the imported module's own function (same bytecode, same bound objects)."""
-    import ast
-    import builtins
-    import importlib.util
-
     spec = importlib.util.find_spec(ENGINE_MODULE)
     if spec is None or not spec.origin:
         raise ImportError(f"No module named {ENGINE_MODULE!r}")
@@ -145,6 +144,7 @@ def _launch_checks(skipped):
             steps.append(("_set_envs_and_config", set_envs))
     steps.append(("check_server_args", lambda server_args: server_args.check_server_args()))
     try:
+        # deferred: optional, SGLang is in the validator's and the release's virtualenv only
         from sglang.srt.parser.template_detection import resolve_auto_parsers
     except ImportError:
         pass
@@ -157,9 +157,7 @@ def resolve(request):
     """SGLang's own parse (prepare_server_args) and its whole resolution (ServerArgs.resolve_once: every step of
     run_resolution_pipeline) for one argv, under the GPU facts this process was started with (gpu_standin), and
     the answer SGLang's own ServerArgs.resolved_dict() gives: the projection /server_info serves."""
-    import os
-    import shutil
-
+    # deferred: optional, SGLang is in the validator's and the release's virtualenv only
     from sglang.srt.arg_groups import pipeline
     from sglang.srt.server_args import prepare_server_args
 

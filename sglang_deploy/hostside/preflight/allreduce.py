@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 
 SIZES = (1024, 1 << 20)  # float32 elements: NCCL's low-latency protocol and its bulk one (4 MiB per rank)
 STANDIN_ELEMENTS = 4096
@@ -69,8 +70,7 @@ def _touch(path):
 
 def rank_nccl(rank, world, directory):
     """A real rank: torch.distributed with NCCL on GPU `rank`; every size ITERATIONS times, the last one timed."""
-    from datetime import timedelta
-
+    # deferred: optional, torch is in the release's virtualenv only; the stand-in rank runs without it
     import torch
     import torch.distributed as dist
 

@@ -10,14 +10,20 @@ Standard library only and self-contained (no imports from its package): it runs 
 """
 
 import argparse
+import contextlib
 import grp
+import importlib.util
+import io
 import json
 import os
 import pwd
 import re
+import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
+import tempfile
 import time
 
 
@@ -81,11 +87,7 @@ def limits():
 
 
 def toolchain():
-    import sysconfig
-
     include = sysconfig.get_paths().get("include") or ""
-    import shutil
-
     return {"gcc": shutil.which("gcc"), "g++": shutil.which("g++"), "python_h": os.path.join(include, "Python.h"),
             "python_h_present": os.path.exists(os.path.join(include, "Python.h"))}
 
@@ -152,8 +154,6 @@ def read_text(path):
 
 def _load(path, module_name):
     """A module loaded by path (the probe runs by path in the release's python, -I: no package to import from)."""
-    import importlib.util
-
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -186,6 +186,7 @@ def resolution_key(argv):
     """What SGLang's answer depends on: the argv, the environment (the unit's EnvironmentFile: SGLang's hooks read
     SGLANG_* variables while resolving), the interpreter and its install, the checkpoint's config.json, the GPUs
     nvidia-smi reports and the resolution code itself. An unchanged key reuses an earlier acceptance."""
+    # deferred: 2.5 ms (hashlib) on hostside.preflight, only where the probe resolves a command line
     import hashlib
 
     digest = hashlib.sha256(json.dumps(argv).encode())
@@ -214,9 +215,6 @@ def resolution(argv, fresh=False):
     """SGLang's whole resolution of argv in this interpreter; an acceptance is kept in the service's cache
     directory under resolution_key (a refusal is always asked again). fresh: a rollback's preflight, which never
     trusts an acceptance the service user's directory holds (security review 3, finding 6)."""
-    import contextlib
-    import io
-
     cache_dir = os.path.join(os.environ.get("SGLANG_CACHE_DIR") or "/nonexistent", "sglang-deploy-preflight")
     cached = os.path.join(cache_dir, resolution_key(argv) + ".json")
     try:
@@ -272,6 +270,7 @@ def library_version(maps_text, name="libcuda.so"):
 def cuda_driver_facts():
     """What the CUDA driver says as the service: cuInit's CUresult, the kernel module's version and the user-space
     library's (libcuda.so.VERSION as loaded). A mismatch between them is CUDA_ERROR_SYSTEM_DRIVER_MISMATCH (803)."""
+    # deferred: 1.2 ms (ctypes) on hostside.preflight and facts.py, only on a host with a real GPU
     import ctypes
 
     found = {"kernel_module": kernel_module_version(read_text("/proc/driver/nvidia/version")), "libcuda": None,
@@ -301,6 +300,7 @@ def torch_facts(gpus, simulated, step_timeout=120.0):
     all-reduce in this process and, with 2+ GPUs, one over one process per GPU (on a simulated host: its model)."""
     found = {"error": None}
     try:
+        # deferred: optional, torch is in the release's virtualenv only; facts.py imports this module without it
         import torch
     except Exception as error:  # noqa: BLE001 - the message is the finding
         return {"error": f"import torch: {type(error).__name__}: {error}"}
@@ -361,11 +361,9 @@ def add_one(x_ptr, n, BLOCK: tl.constexpr):
 
 def triton_facts():
     """A Triton kernel compiled into TRITON_CACHE_DIR (its launcher needs gcc and Python.h) and run on GPU 0."""
-    import importlib.util
-    import tempfile
-
     started = time.perf_counter()
     try:
+        # deferred: optional, torch is in the release's virtualenv only; facts.py imports this module without it
         import torch
 
         with tempfile.TemporaryDirectory() as directory:
