@@ -47,7 +47,7 @@ def arguments() -> DoctorArgs:
 def measure(args: DoctorArgs) -> None:
     """The doctor's diagnosis, or the measuring session the arguments name, as one operation."""
     if args.bisect:
-        # deferred: 21 ms (bisect_run) on doctor.py, only where a bisect runs
+        # deferred: 20 ms (bisect_run) on doctor.py, only where a bisect runs
         from sglang_deploy.bisect_run import Bisect
 
         python.call(name=f"Regression bisect of {args.bisect}", function=session, kind=Bisect, what=args.bisect,

@@ -162,7 +162,7 @@ class SecretsDigest(FactBase):
     hashed there; no key is printed."""
 
     def command(self, path: str) -> str:
-        # deferred: 36 ms (render: jinja2) on facts.py and releases.py, for the deploy's facts only
+        # deferred: 37 ms (render: jinja2) on facts.py and releases.py, for the deploy's facts only
         from sglang_deploy.render import secrets_digest_command
 
         return f"{secrets_digest_command(path)} || true"
@@ -207,7 +207,7 @@ class DeployState(FactBase):
                           f"echo '@@sha256'; set --; for f in {quoted}; do [ -f \"$f\" ] && set -- \"$@\" \"$f\"; done; "
                           '[ $# -eq 0 ] || sha256sum -- "$@" 2>/dev/null; echo')
         if secrets:  # the secrets file's digest but for the admin key (render.secrets_digest)
-            # deferred: 36 ms (render: jinja2) on facts.py and releases.py, for the deploy's facts only
+            # deferred: 37 ms (render: jinja2) on facts.py and releases.py, for the deploy's facts only
             from sglang_deploy.render import secrets_digest_command
 
             checks.append(f"echo '@@secrets_digest'; {secrets_digest_command(secrets)}; echo")

@@ -162,7 +162,7 @@ def preflight_command(service: str, release_id: str, python: str, gpus: int, var
 def _preflight_report(service):
     """The passed preflight's warnings and steps (contract/probes.PreflightReport); a report that cannot be read as
     one is a DeployError naming the field (the preflight itself passed: its exit status decided)."""
-    # deferred: 14 ms (contract.probes) on every deploy, only after a preflight
+    # deferred: 9 ms (contract.probes) on every deploy, only after a preflight
     from sglang_deploy.hostside.contract.probes import PreflightReport
 
     path = ServicePaths(service).preflight_report()

@@ -154,7 +154,7 @@ def upgrade_diff(plan: Plan, store) -> None:
     if not state.config.DIFF or active is None or active.sglang_version == plan.profile.sglang.version \
             or not plan.resolution:
         return
-    # deferred: 1.4 ms (validate.upgrade) on every deploy, only with --diff and another SGLang release
+    # deferred: 1.2 ms (validate.upgrade) on every deploy, only with --diff and another SGLang release
     from sglang_deploy.validate import upgrade
 
     try:

@@ -55,7 +55,7 @@ def stand_in_node(profile):
     """A multi-node profile is checked with the node flags a deploy adds (rank 0's), not as one host's server."""
     if profile.nodes == 1:
         return None
-    # deferred: 1.5 ms (multinode) on sglang-deploy check, for a multi-node profile only
+    # deferred: 1.4 ms (multinode) on sglang-deploy check, for a multi-node profile only
     from .multinode import Node
 
     return Node(rank=0, nnodes=profile.nodes, dist_init_addr=f"127.0.0.1:{profile.multinode.dist_init_port}",
@@ -153,7 +153,7 @@ def cmd_token_map(args: argparse.Namespace) -> int:
 
 
 def cmd_sglang_add(args: argparse.Namespace) -> int:
-    # deferred: 8.1 ms (validate.add) on every sglang-deploy command, for sglang-add only
+    # deferred: 7.7 ms (validate.add) on every sglang-deploy command, for sglang-add only
     from .validate import add as release_add
 
     return release_add.main(args)
@@ -161,7 +161,7 @@ def cmd_sglang_add(args: argparse.Namespace) -> int:
 
 def cmd_proxmox_config(args: argparse.Namespace) -> int:
     """The Proxmox CT configuration a host needs, from the facts facts.py saved (results/<host>/facts.json)."""
-    # deferred: 9.3 ms (container) on every sglang-deploy command, for proxmox-config only
+    # deferred: 8.4 ms (container) on every sglang-deploy command, for proxmox-config only
     from .container import proxmox_config, proxmox_notes
 
     try:

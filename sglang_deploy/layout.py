@@ -26,7 +26,7 @@ def host_package():
     """The host package (sglang_deploy/hostside: every module, standard library only) as one archive for
     HOST_LIB/hostside, named by its hash (HOST_LIB/.manifest on the host). Built once per process: the facts and the
     install both need its digest."""
-    # deferred: 1.9 ms (shipment) on facts.py and sglang-deploy check, for the host package only
+    # deferred: 2.1 ms (shipment) on facts.py and sglang-deploy check, for the host package only
     from . import shipment
 
     return shipment.build("programs", HOST_LIB, f"{HOST_LIB}/.manifest", shipment.tree(HOSTSIDE, HOST_PACKAGE))

@@ -10,7 +10,7 @@ from .hostside.lib.roofline import DATASHEET_GBS, datasheet_bandwidth, per_gpu_b
 def model_gpu(environment: dict) -> str | None:
     """The GPU whose bandwidth bounds decode on a simulated host: the hardware model's (SGLANG_SIM_MACHINE,
     sim/data/); None when unknown."""
-    # deferred: 4.4 ms (sim.hardware) on every deploy, for a new release's gate only
+    # deferred: 4.6 ms (sim.hardware) on every deploy, for a new release's gate only
     from .sim.hardware import load_data
 
     name = str(environment.get("SGLANG_SIM_MACHINE", "2xa6000-pcie"))

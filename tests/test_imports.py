@@ -7,7 +7,7 @@ upward imports: a unit never imports one that imports it back, so no folder reac
 (issue 51: 0 upward imports; a piece two folders share moves below both).
 
 An import inside a function stays there only for a measured cost or an optional module, and says so in one form
-(issue 51): `# deferred: 4.5 ms (concurrent.futures) on hostside.deploy_facts, why` or `# deferred: optional, why`,
+(issue 51): `# deferred: 4.8 ms (concurrent.futures) on hostside.deploy_facts, why` or `# deferred: optional, why`,
 at the end of the statement or on the comment line above it (a run of imports shares the line above the first)."""
 
 import ast

@@ -20,7 +20,7 @@ def _typed(answer, name):
     through it. Imported here, not at the top: container.py imports this module for unprivileged() alone."""
     if not isinstance(answer, dict):
         return answer
-    # deferred: 13 ms (contract.probes) on facts.py, which imports this module for container.unprivileged alone
+    # deferred: 15 ms (contract.probes) on facts.py, which imports this module for container.unprivileged alone
     from ..contract import probes
 
     return getattr(probes, name).from_dict(answer)
