@@ -379,7 +379,7 @@ ENVIRONMENT = {
     "SGLANG_DEPLOY_SIMFLEET_DIR": "testbed: the simulated fleet's state directory (default .simfleet)",
     "SGLANG_DEPLOY_SIM_PORT": "inventory/sim.py: the simulated host's service port (default the profile's)",
     "SGLANG_DEPLOY_LXCHOST_DIR": "testbed: the LXC test host's state directory",
-    "SGLANG_DEPLOY_DEBIAN_MIRROR": "testbed: the Debian mirror the rootfs is debootstrapped from",
+    "SGLANG_DEPLOY_DEBIAN_MIRROR": "testbed: the Debian mirror the rootfs is built from (mmdebstrap, or debootstrap)",
     # the test suite (docs/testing.md)
     "SGLANG_DEPLOY_REQUIRE_SIMHOST": "tests: fail, not skip, what needs the simulated host or Chromium (CI)",
     "SGLANG_DEPLOY_TEST_WORKERS": "tests: pytest-xdist workers (default 7)",

@@ -106,8 +106,16 @@ def frontend_dir(version: str) -> Path:
 
 
 def ensure(version: str = SGLANG_VERSION, quiet: bool = False) -> Path:
-    """The front end's python (built once under a lock; rebuilt when the recipe changes)."""
+    """The front end's python (built once under a lock; rebuilt when the recipe changes), on the validator env with
+    its full-resolution layer."""
     validator_env.ensure_full_layer(version, quiet)
+    return ensure_frontend_layer(version, quiet)
+
+
+def ensure_frontend_layer(version: str = SGLANG_VERSION, quiet: bool = False) -> Path:
+    """The front-end layer alone: it needs the validator env, not its full-resolution layer (a lock of its own), so
+    testbed/prepare.py builds the two side by side."""
+    validator_env.ensure_env(version, quiet)
     target = frontend_dir(version)
     marker = target / ".complete"
     digest = recipe_digest(version)

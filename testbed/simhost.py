@@ -278,7 +278,7 @@ class SimHost:
         if port_in_use(self.ssh_port):
             raise SimHostError(f"127.0.0.1:{self.ssh_port} is already in use: another simulated host, or one left "
                                "running by an interrupted test run? Stop it, or choose another SSH port")
-        if self.simulated:  # on empty caches: SGLang's install is built while the rootfs is debootstrapped
+        if self.simulated:  # on empty caches: SGLang's install is built while the rootfs is (testbed/prepare.py)
             with ThreadPoolExecutor(max_workers=1) as pool:
                 install = pool.submit(ensure_sglang_install)
                 self._prepare_rootfs(fresh)  # its _install_gpus waits for the install (the build's lock)

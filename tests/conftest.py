@@ -198,7 +198,8 @@ class SimHostSession:
         self.preflight_stack = True
         self.transcript: list[str] = []  # what every pyinfra run printed (stdout, stderr): key_leaks
         # Each worker's host on an overlay over the rootfs unpacked once (the fleet's lower layer), its writes in its
-        # own upper layer: unpacking the 350 MB tarball took about 4.5 CPU-s and 9 s per worker, all 7 at the start.
+        # own upper layer: unpacking the tarball (350 MB then) took about 4.5 CPU-s and 9 s per worker, all 7 at the
+        # start.
         self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine=TEST_MACHINE,
                             overlay_lower=shared_lower_rootfs())
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),

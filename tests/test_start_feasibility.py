@@ -3,6 +3,7 @@ code and its kernel wheels say (re-derived and compared where the validator env 
 resolved configuration on a card, and `check` refusing what cannot start on the host's card."""
 
 import json
+import os
 
 import pytest
 
@@ -13,7 +14,7 @@ from sglang_deploy.validate import start_feasibility as sf
 from sglang_deploy.validate import scan as release_scan
 from sglang_deploy.profile import load_profile
 from sglang_deploy.validate.check import check_profile
-from sglang_deploy.validate.validator_env import env_built
+from sglang_deploy.validate.validator_env import ensure_full_layer, env_built
 
 DATA = sf.load("0.5.23")
 CONFIG = json.loads((PROVEN.parent.parent / "manifests/Qwen--Qwen3.6-27B-FP8/config.reconstructed.json").read_text())
@@ -26,9 +27,13 @@ def judge(capability, target, kv="auto", draft=None, algorithm="EAGLE", steps=3)
                                               "speculative_algorithm": algorithm, "speculative_num_steps": steps})
 
 
-@pytest.mark.skipif(not env_built("0.5.23"), reason="the validator env of SGLang 0.5.23 is not built here")
 def test_the_committed_data_is_what_the_release_says():
     """Re-derived from the validator env's sglang, sglang-kernel and triton: equal to the committed files."""
+    if not env_built("0.5.23"):
+        # CI (the whole test bed required) on empty caches: scripts/test's testbed/prepare.py is building it; wait
+        if os.environ.get("SGLANG_DEPLOY_REQUIRE_SIMHOST") != "1":
+            pytest.skip("the validator env of SGLang 0.5.23 is not built here")
+        ensure_full_layer("0.5.23", quiet=True)
     assert sf.derive("0.5.23") == DATA, "run: python -m sglang_deploy.validate.start_feasibility derive-start 0.5.23"
     sources = {path.relative_to(sf.site_packages("0.5.23") / "sglang").as_posix(): path.read_text(errors="replace")
                .splitlines() for path in (sf.site_packages("0.5.23") / "sglang").rglob("*.py")}
