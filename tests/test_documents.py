@@ -1,11 +1,14 @@
 """The release store's documents (hostside/contract/): the controller's and the host's spelling of each field is
 one, the reader is strict about new documents and tolerant of releases already on hosts."""
 
+import dataclasses
 import json
+import subprocess
+import sys
 
 import pytest
 
-from conftest import PROVEN, bench_measurement, doctor_collection, gate_document, release_meta
+from conftest import PROVEN, REPO, bench_measurement, doctor_collection, gate_document, release_meta
 from sglang_deploy.hostside.contract import paths as host_paths
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.gate import GateConfig, GateExpect, GateSettings
@@ -634,8 +637,6 @@ def test_every_document_compares_hashes_and_prints_as_a_generated_dataclass_woul
     """Document writes __eq__, __hash__ and __repr__ once (contract/document.py `document`); each class must behave
     as `dataclass(frozen=True)` would have made it: compared by its fields and its class, hashed by its fields (a list
     field unhashable), printed with every field, and still frozen."""
-    import dataclasses
-
     from sglang_deploy.hostside.contract import answers, probes, session  # noqa: F401 (every class registered)
     from sglang_deploy.hostside.contract.answers import VenvHooks
     from sglang_deploy.hostside.contract.document import _DOCUMENTS
@@ -663,10 +664,6 @@ def test_each_contract_module_alone_registers_every_document_its_fields_name(mod
     """A field annotated with a document's name reads as that document only if its class is registered: the module
     whose field names it must import it (contract/document.py). Each module is imported alone in a fresh interpreter,
     as a host program imports only what it needs (a no-op deploy's `deploy_facts` loads answers, release and store)."""
-    import subprocess
-    import sys
-
-    from conftest import REPO
     script = f"""
 import dataclasses, re
 import sglang_deploy.hostside.contract.{module} as module
@@ -687,10 +684,6 @@ def test_a_no_op_deploys_host_program_loads_none_of_the_gates_documents():
     """deploy_facts (every deploy's one round trip) reads the store's state and the releases' meta.json: importing
     it loads neither the gate's, the reports', the switch's nor the history's documents (about 0.4 ms a class on
     the host's python; contract/document.py)."""
-    import subprocess
-    import sys
-
-    from conftest import REPO
     run = subprocess.run([sys.executable, "-c", "import sys, sglang_deploy.hostside.deploy_facts; print(' '.join("
                           "sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith("
                           "'sglang_deploy.hostside.contract.'))))"], cwd=REPO, capture_output=True, text=True)

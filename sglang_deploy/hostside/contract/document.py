@@ -1,7 +1,8 @@
 """The typed seam's mechanism: `Document`, the strict reader every document of the release store and every host
 program's answer is read with. The documents are filed by where they live (this package: release.py, gate.py,
-findings.py, store.py, switch.py, session.py, answers.py, ...). A field annotated with a document's name reads as that document; the module that defines it is
-imported by the module whose field names it, so every class a read can meet is registered before the read.
+findings.py, store.py, switch.py, session.py, answers.py, ...). A field annotated with a document's name reads as
+that document; the module that defines it is imported by the module whose field names it, so every class a read can
+meet is registered before the read.
 
 The reader is tolerant of releases already on hosts and strict about everything else: a missing required field, an
 unknown field, a value of the wrong type or a newer format is a DocumentError naming the document and the field.
@@ -61,7 +62,8 @@ class Document:
         return hash(self._compared())
 
     def __repr__(self):
-        return f"{type(self).__qualname__}({', '.join(f'{f.name}={getattr(self, f.name)!r}' for f in dataclasses.fields(self) if f.repr)})"
+        shown = (f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self) if f.repr)
+        return f"{type(self).__qualname__}({', '.join(shown)})"
 
     @classmethod
     def field_names(cls) -> set:
