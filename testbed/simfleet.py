@@ -30,6 +30,7 @@ class Fleet:
     ssh_port: int = DEFAULT_FLEET_SSH_PORT
     service_port: int = DEFAULT_FLEET_SERVICE_PORT
     machine: str = "ct129-fleet"
+    start_seconds: float | None = None  # each host's (SimHost.start_seconds)
 
     @classmethod
     def load(cls, state_dir: Path) -> "Fleet":
@@ -46,7 +47,7 @@ class Fleet:
     def hosts(self, lower: Path | None = None) -> list[SimHost]:
         lower = lower or shared_lower_rootfs()
         return [SimHost(state_dir=self.state_dir / self.name(i), ssh_port=self.ssh_port + i, machine=self.name(i),
-                        overlay_lower=lower) for i in range(self.count)]
+                        overlay_lower=lower, start_seconds=self.start_seconds) for i in range(self.count)]
 
     def up(self, fresh: bool = False) -> None:
         check_prerequisites()

@@ -107,6 +107,10 @@ class SimHost:
     overlay_lower: Path | None = None
     # The mode of the GPU stand-in device nodes (/dev/nvidia*): NVIDIA's own 0666 by default.
     device_mode: int = 0o666
+    # The model-only simulator's modelled start (weight loading, graph capture: SGLANG_SIM_START_SECONDS, 3 s by
+    # default) on this host, for every unit its systemd starts (DefaultEnvironment); a release's environment file
+    # that sets the variable wins. None: the simulator's default.
+    start_seconds: float | None = None
     address = "127.0.0.1"  # where its sshd and services listen (this machine's network namespace)
 
     @property
@@ -208,6 +212,12 @@ class SimHost:
         (self.rootfs / "etc/default/prometheus-node-exporter").write_text(
             f'ARGS="--web.listen-address={self.address}:{self.node_exporter_port} '
             f'--collector.textfile.directory={TEXTFILE_DIR}"\n')
+        manager = self.rootfs / "etc/systemd/system.conf.d/simhost.conf"
+        if self.start_seconds is None:
+            manager.unlink(missing_ok=True)
+        else:
+            manager.parent.mkdir(parents=True, exist_ok=True)
+            manager.write_text(f"[Manager]\nDefaultEnvironment=SGLANG_SIM_START_SECONDS={self.start_seconds:g}\n")
         # A marker the deploy reads to say loudly that this host is simulated.
         if self.simulated:
             (self.rootfs / "etc/sglang-deploy-simulated").write_text(

@@ -187,6 +187,11 @@ SGLANG_FRONTEND_MODULES = {"test_frontend_sim.py"}
 # were about 35 and 25 CPU-s of CI for no other reading).
 PREFLIGHT_STACK_MODULES = {"test_lxc_sim.py"}
 FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
+# The modelled GPU start on the tests' simulated hosts (SimHost.start_seconds; the simulator's default, the demo's, is
+# 3 s): a run starts a server about 300 times, and each start waited its modelled 3 s in real time, about 900 of the
+# suite's 4,200 worker-seconds. With 1 s a start is ready after the switch's 2 s settle time. A test whose start must
+# last (a concurrent deploy while one starts, a start timeout) sets SGLANG_SIM_START_SECONDS in its profile.
+SIM_START_SECONDS = 1
 
 
 class SimHostSession:
@@ -201,7 +206,7 @@ class SimHostSession:
         # own upper layer: unpacking the tarball (350 MB then) took about 4.5 CPU-s and 9 s per worker, all 7 at the
         # start.
         self.host = SimHost(state_dir=state_dir, ssh_port=TEST_SSH_PORT, machine=TEST_MACHINE,
-                            overlay_lower=shared_lower_rootfs())
+                            overlay_lower=shared_lower_rootfs(), start_seconds=SIM_START_SECONDS)
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMHOST_DIR": str(state_dir),
                     "SGLANG_DEPLOY_SIM_PORT": str(TEST_SERVICE_PORT), "PYTHONUNBUFFERED": "1"}
 

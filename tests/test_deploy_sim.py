@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import PROVEN, TEST_SERVICE_PORT, proven_with
+from conftest import PROVEN, SIM_START_SECONDS, TEST_SERVICE_PORT, proven_with
 
 pytestmark = pytest.mark.simhost
 
@@ -41,6 +41,9 @@ def test_deploy_starts_the_service_as_declared(deployed):
     assert simhost.sh(f"stat -c %U /proc/{pid}").strip() == "sglang"
     environ = simhost.sh(f"tr '\\0' '\\n' < /proc/{pid}/environ")
     assert "NCCL_CUMEM_ENABLE=0" in environ.splitlines() and "HF_HUB_OFFLINE=1" in environ.splitlines()
+    # the tests' modelled start (conftest.SIM_START_SECONDS), from the simulated host's systemd, not the release
+    assert f"SGLANG_SIM_START_SECONDS={SIM_START_SECONDS}" in environ.splitlines()
+    assert "SGLANG_SIM_START_SECONDS" not in simhost.sh(f"cat {ENV}")
 
 
 def test_files_have_safe_modes_and_no_secret_outside_the_secrets_file(deployed):

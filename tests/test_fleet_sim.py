@@ -15,7 +15,7 @@ import subprocess
 import pytest
 
 from conftest import CONTROLLER, FLEET_MACHINE, FLEET_SERVICE_PORT, FLEET_SSH_PORT, PROVEN, REPO, proven_with, \
-    simhost_available, write_profile
+    SIM_START_SECONDS, simhost_available, write_profile
 
 pytestmark = pytest.mark.simhost
 
@@ -29,7 +29,7 @@ class FleetSession:
         from testbed.simfleet import Fleet
 
         self.fleet = Fleet(state_dir=state_dir, count=3, ssh_port=FLEET_SSH_PORT, service_port=FLEET_SERVICE_PORT,
-                           machine=FLEET_MACHINE)
+                           machine=FLEET_MACHINE, start_seconds=SIM_START_SECONDS)
         self.env = {**os.environ, "SGLANG_DEPLOY_SIMFLEET_DIR": str(state_dir), "PYTHONUNBUFFERED": "1"}
         self.hosts = []
 
