@@ -284,14 +284,6 @@ INDEPENDENT_TESTS = {"test_releases_sim.py", "test_gate_sim.py", "test_doctor_si
 # (SGLANG_DEPLOY_TEST_TIMELINE), and the 25 slowest of later runs; every module not named takes under 5 s.
 # pytest-xdist hands a worker its next unit while the worker's last test still runs (it needs the next item to
 # start one), so a unit is bound to a worker one unit ahead: the order only approximates "the next free worker".
-# Host-less, CPU-bound, longest first (seconds with `pytest -n 2 -m "not simhost" --durations=0`, 2026-12-06); they run
-# at nice 19 (_priority_for_local_servers), so the simulated servers a gate or a tune measures keep the CPU they ask for.
-BACKGROUND_MODULES = ("test_token_map.py",  # 44 s
-                      "test_sglang_memory.py",  # 28 s
-                      "test_weights_logic.py",  # 21 s
-                      "test_start_feasibility.py",  # 17.5 s
-                      "test_security_review4.py",  # 14.6 s
-                      "test_flag_table.py", "test_cli.py", "test_allow_lists.py", "test_upgrade_logic.py")  # 10.6-12.4 s
 LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, in one chain
                  # the gate's measuring tests (170-230 s, mostly real-time waits) beside the CPU-heavy chains
                  "test_gate_sim.py::test_seed_incident_is_refused_then_forced_and_the_proven_release_passes_again",
@@ -310,11 +302,6 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_watch_sim.py", "test_sim.py",  # 170-190 s
                  "test_drafter_sim.py",  # two tests, 80-100 s each
                  "test_lxc_sim.py",  # about 125 s
-                 # The heavy modules without a host (SGLang's own code imported, parser probes), at nice 19
-                 # (BACKGROUND_MODULES): handed out here, they start while the long tests above wait on real-time
-                 # servers and the two cores are 30-45 % idle (200-300 s into a warm run, process accounting,
-                 # 2026-12-06); at the end of the order they were CPU work added to the run's busiest stretch.
-                 *BACKGROUND_MODULES,
                  # the local front end's users (about 120 s), in the order that keeps them together
                  # (LOCAL_FRONTEND_MODULES)
                  "test_outside_clients.py", "test_output_check.py::test_sglangs_own_front_end_returns_the_modelled_answers",
@@ -324,8 +311,18 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_doctor_sim.py::test_the_ab_on_request_finds_that_the_proven_speculation_pays",
                  "test_gate_sim.py",  # the rest of it: 25-40 s each, refused before any measurement
                  "test_releases_sim.py", "test_doctor_sim.py", "test_gate_trials.py", "test_tune_sim.py",
-                 # The shorter modules without a host (5-10 s each, with `pytest -n 2 -m "not simhost" --durations=0`
-                 # on the shared 2 cores, 2026-12-06) last, so that the last units handed out are short ones.
+                 # The modules without a host that take more than about 5 s (SGLang's own code imported, local
+                 # simulators, parser probes), longest first, so that the last units handed out are the short ones:
+                 # left in file order the heaviest came last (token_map, upgrade_logic, weights_logic: t-w), and
+                 # in a loaded CI run (2026-12-06, 1138 s) the workers' last work spread over 100 s (1014-1116 s),
+                 # test_upgrade_logic and test_weights_logic among it. Each module's time with
+                 # `pytest -n 2 -m "not simhost" --durations=0` on the shared 2 cores, 2026-12-06.
+                 "test_token_map.py",  # 44 s
+                 "test_sglang_memory.py",  # 28 s
+                 "test_weights_logic.py",  # 21 s
+                 "test_start_feasibility.py",  # 17.5 s
+                 "test_security_review4.py",  # 14.6 s
+                 "test_flag_table.py", "test_cli.py", "test_allow_lists.py", "test_upgrade_logic.py",  # 10.6-12.4 s
                  "test_host_boundaries.py", "test_resolution.py",  # 9.6-10 s
                  "test_gate_sequential.py", "test_render.py", "test_driver_apt.py", "test_history_browser.py",
                  "test_acceptance.py",  # 8-8.5 s
@@ -516,17 +513,10 @@ TIMING_SENSITIVE = {"test_sim.py", "test_gate_trials.py"}
 
 @pytest.fixture(scope="module", autouse=True)  # module: before the modules' own server fixtures
 def _priority_for_local_servers(request):
-    if request.path.name not in TIMING_SENSITIVE | set(BACKGROUND_MODULES) or os.geteuid() != 0:
+    if request.path.name not in TIMING_SENSITIVE or os.geteuid() != 0:
         yield
         return
     policy, param, nice = os.sched_getscheduler(0), os.sched_getparam(0), os.getpriority(os.PRIO_PROCESS, 0)
-    if request.path.name in BACKGROUND_MODULES:  # the idle CPU only, inherited by the SGLang processes they start
-        os.setpriority(os.PRIO_PROCESS, 0, 19)
-        try:
-            yield
-        finally:
-            os.setpriority(os.PRIO_PROCESS, 0, nice)
-        return
     try:
         os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))
     except OSError:  # no real-time scheduling here (a restricted container): the next best

@@ -23,15 +23,8 @@ def test_each_longest_first_entry_names_a_module_or_a_test(entry):
 
 def test_the_worker_groups_name_modules():
     groups = (conftest.INDEPENDENT_TESTS | conftest.LOCAL_FRONTEND_MODULES | conftest.TIMING_SENSITIVE
-              | conftest.SGLANG_FRONTEND_MODULES | set(conftest.BACKGROUND_MODULES))
+              | conftest.SGLANG_FRONTEND_MODULES)
     assert [module for module in sorted(groups) if not (REPO / "tests" / module).is_file()] == []
-
-
-def test_the_background_modules_have_no_host_and_no_front_end():
-    """BACKGROUND_MODULES run at nice 19: no simulated host (its servers would measure slower), and none of the local
-    front end's users (its start has a deadline)."""
-    background = set(conftest.BACKGROUND_MODULES)
-    assert background & (conftest.SIMHOST_MODULES | conftest.LOCAL_FRONTEND_MODULES | conftest.TIMING_SENSITIVE) == set()
 
 
 PLUGIN = '''
