@@ -293,6 +293,9 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_tune_sim.py::test_the_graphs_and_nccl_axes_run_every_candidate_through_the_switch",
                  "test_tune_sim.py::test_the_lever_axes_run_the_control_and_never_adopt_the_fast_garbage_backend",
                  "test_fleet_sim.py",  # about 250 s
+                 # about 125 s alone, 200 s under the suite's load; handed out after the drafter's tests it started at
+                 # 385 s and ended 20 s after every other worker (2026-12-06)
+                 "test_lxc_sim.py",
                  "test_tune_sim.py::test_tune_from_the_incident_finds_the_optimum_within_its_budget",
                  # the incident's diagnosis and bisect (110-180 s; its A/B, 45-75 s, a test of its own below)
                  "test_doctor_sim.py::test_one_step_speculation_is_the_top_suspect_and_the_bisect_names_it",
@@ -301,7 +304,6 @@ LONGEST_FIRST = ["test_frontend_sim.py",  # 2 starts of SGLang's own front end, 
                  "test_gate_sim.py::test_a_faster_release_that_answers_garbage_never_passes",  # about 110 s
                  "test_watch_sim.py", "test_sim.py",  # 170-190 s
                  "test_drafter_sim.py",  # two tests, 80-100 s each
-                 "test_lxc_sim.py",  # about 125 s
                  # the local front end's users (about 120 s), in the order that keeps them together
                  # (LOCAL_FRONTEND_MODULES)
                  "test_outside_clients.py", "test_output_check.py::test_sglangs_own_front_end_returns_the_modelled_answers",
