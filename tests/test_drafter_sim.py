@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import PROVEN, dflash_profile, synthetic_draft
+from conftest import PROVEN, dflash_profile, proven_with, synthetic_draft
 from sglang_deploy.weights import WEIGHTS_DIRS_VARIABLE
 
 pytestmark = pytest.mark.simhost
@@ -23,6 +23,13 @@ def running_argv(simhost) -> list[str]:
     return simhost.sh(f"tr '\\0' '\\n' < /proc/{simhost.main_pid()}/cmdline").splitlines()
 
 
+def deploy_alone(simhost, tmp_path, note):
+    """A release of the proven profile of its own (SGLANG_SIM_NOTE), and only it kept (keep_releases=1)."""
+    variant = proven_with(tmp_path, "environment:\n", f'environment:\n  SGLANG_SIM_NOTE: "{note}"\n', f"{note}.yaml")
+    result = simhost.deploy("--data", "keep_releases=1", profile=variant)
+    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+
+
 def test_a_dflash_release_deploys_gates_and_rolls_back_to_mtp(simhost, tmp_path):
     try:
         dflash_release_deploys_gates_and_rolls_back(simhost, tmp_path)
@@ -30,10 +37,7 @@ def test_a_dflash_release_deploys_gates_and_rolls_back_to_mtp(simhost, tmp_path)
         # The DFlash release passed its gate at ~68 tok/s: left retained, it would be the baseline every later MTP
         # release on this worker's host is compared with (and found 25 % slower). A switch with keep_releases=1
         # prunes it, and its draft snapshot with it.
-        variant = tmp_path / "after-dflash.yaml"
-        variant.write_text(PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_NOTE: "after dflash"\n', 1))
-        result = simhost.deploy("--data", "keep_releases=1", profile=variant)
-        assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+        deploy_alone(simhost, tmp_path, "after-dflash")
         assert not any(r.get("draft") for r in state(simhost)["releases"])
 
 
@@ -45,10 +49,7 @@ def dflash_release_deploys_gates_and_rolls_back(simhost, tmp_path):
     profile.write_text(profile.read_text().replace("min_decode_tok_s: 55", "min_decode_tok_s: 30"))
     # An MTP release of its own, and only it kept: a release an earlier test gated on this worker's host would be
     # the DFlash gate's baseline, and per prompt DFlash ran 0.7-2.2x of MTP (inconclusive after 4 looks, 2026-12-06).
-    start = tmp_path / "before-dflash.yaml"
-    start.write_text(PROVEN.read_text().replace("environment:\n", 'environment:\n  SGLANG_SIM_NOTE: "before dflash"\n', 1))
-    result = simhost.deploy("--data", "keep_releases=1", profile=start)
-    assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
+    deploy_alone(simhost, tmp_path, "before-dflash")
     mtp = state(simhost)["state"]["active"]
 
     result = simhost.deploy(profile=profile, gate=True)
