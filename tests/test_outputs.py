@@ -6,6 +6,9 @@ import ast
 import json
 import os
 import subprocess
+import sys
+import threading
+import time
 import types
 
 import pytest
@@ -273,7 +276,7 @@ def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
         "repeats": [{"decode_tok_s": 50.0}]})
     with open(paths.log, "w") as log:
         log.write("candidate steps-1: ready after 3 s\n")
-    args = types.SimpleNamespace(service="sglang", session="s1", log_offset=0, results_from=0)
+    args = types.SimpleNamespace(service="sglang", session="s1", log_offset=0, results_from=0, wait_s=0.0)
     assert tune_session.cmd_poll(args) == 0
     poll = TunePoll.loads(capsys.readouterr().out)
     assert (poll.status.state, poll.log_offset, poll.result(3).repeats, poll.result(4)) == (
@@ -291,6 +294,66 @@ def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
     poll = TunePoll.loads(capsys.readouterr().out)
     assert (poll.result(5).readiness.stage, poll.result(5).readiness.elapsed_s) == ("health", 60.0)
     assert any("0006.json readiness: unknown field 'elapsed'" in line for line in poll.unreadable), poll.unreadable
+
+
+def test_a_waiting_poll_answers_at_the_first_news_or_at_its_deadline(tmp_path, monkeypatch, capsys):
+    """tune_session poll --wait-s: no news (a running session, nothing new in its log or results) waits out W; a log
+    line, a result or the session's end answers at once; the heartbeat is touched as the poll starts."""
+    from sglang_deploy.hostside import tune_session
+    from sglang_deploy.hostside.contract.session import TunePoll, TuneStatus
+    from sglang_deploy.hostside.lib import tune_runner
+
+    monkeypatch.setattr(host_paths, "STORE_ROOT", str(tmp_path))
+    paths = tune_runner.Paths("sglang", "s1")
+    os.makedirs(paths.results)
+    running = TuneStatus(session="s1", service="sglang", state="running", pid=1, started="t")
+    tune_runner.atomic_write(paths.status, running.dump(), 0o600)
+    with open(paths.log, "w") as log:
+        log.write("candidate a: switching\n")
+    with open(paths.heartbeat, "w"):
+        pass
+    os.utime(paths.heartbeat, (0, 0))
+    offset = os.path.getsize(paths.log)
+
+    def poll(wait_s, results_from=1):
+        started = time.monotonic()
+        args = types.SimpleNamespace(service="sglang", session="s1", log_offset=offset, results_from=results_from,
+                                     wait_s=wait_s)
+        assert tune_session.cmd_poll(args) == 0
+        return TunePoll.loads(capsys.readouterr().out), time.monotonic() - started
+
+    answer, took = poll(0.6)
+    assert 0.6 <= took < 1.5 and answer.log == "" and answer.results == [] and answer.status.state == "running"
+    assert os.path.getmtime(paths.heartbeat) > 1000  # touched
+    news = threading.Timer(0.3, lambda: open(paths.log, "a").write("candidate a: ready after 1 s\n"))
+    news.start()
+    answer, took = poll(5.0)
+    news.join()
+    assert took < 2.5 and answer.log == "candidate a: ready after 1 s\n", (took, answer)
+    offset = answer.log_offset
+    tune_runner.write_json(os.path.join(paths.results, "0001.json"), {
+        "seq": 1, "id": "a", "release_id": "0002-bbbbbbbb", "ok": True, "at": "t", "duration_s": 1.0})
+    answer, took = poll(5.0)
+    assert took < 1.0 and answer.result(1).ok
+    tune_runner.atomic_write(paths.status, running.but(state="aborted").dump(), 0o600)
+    answer, took = poll(5.0, results_from=2)
+    assert took < 1.0 and answer.status.state == "aborted"
+    with pytest.raises(SystemExit):
+        monkeypatch.setattr(sys, "argv", ["tune_session.py", "poll", "--service", "sglang", "--session", "s1",
+                                          "--wait-s", "60"])
+        tune_session.main()
+    assert "not a wait of 0 to 10 s: '60'" in capsys.readouterr().err
+
+
+def test_the_controller_waits_on_the_host_well_within_the_heartbeat():
+    """A poll touches the heartbeat only as it starts: its wait is at most a quarter of the session's heartbeat."""
+    from sglang_deploy.tune.host import POLL_WAIT_S, HostSession
+
+    session = HostSession("h", {}, Answers(""), lambda line: None)
+    for heartbeat_s, wait_s in ((30.0, POLL_WAIT_S), (4.0, 1.0), (90.0, POLL_WAIT_S)):
+        session.settings = types.SimpleNamespace(heartbeat_s=heartbeat_s)
+        assert session.poll_wait_s() == wait_s
+    assert POLL_WAIT_S <= 10  # tune_session.py's POLL_WAIT_MAX_S
 
 
 class Answers:

@@ -2,7 +2,7 @@
 """A tune session on the host: temporary releases measured one after the other, the original always restored.
 
     python3 tune_session.py open  --service S --session ID [--heartbeat-s 30] [--owner WHO]
-    python3 tune_session.py poll  --service S --session ID [--log-offset N]
+    python3 tune_session.py poll  --service S --session ID [--log-offset N] [--results-from SEQ] [--wait-s W]
     python3 tune_session.py close --service S --session ID [--abort] [--wait-s 1800]
     python3 tune_session.py run   ...   (started by `open` through systemd-run; not by hand)
 
@@ -41,6 +41,8 @@ from .store import atomic_write, lock_holder, now, service_name
 from .lib.tune_runner import EXIT_LOCKED, PACKAGE_PARENT, Paths, Session, read_json, read_status
 
 SESSION_ID = re.compile(r"[a-z0-9][a-z0-9-]{0,39}\Z")
+POLL_WAIT_STEP_S = 0.2  # how often a waiting poll looks for news (a stat or two; the answer's latency)
+POLL_WAIT_MAX_S = 10.0  # --wait-s is at most this
 
 
 # --- commands -------------------------------------------------------------------------------------
@@ -86,17 +88,21 @@ def cmd_open(args):
 
 
 def cmd_poll(args):
+    """The session's news: its results from --results-from on, its log from --log-offset on, its status. With
+    --wait-s the answer waits up to W seconds for news (a result, a log line, the session's end): one process per
+    news instead of one per controller poll. The heartbeat is touched once, as the poll starts, so a poll that
+    outlives its controller (a dropped connection) keeps the session no longer than W; the controller keeps W
+    well under the session's heartbeat (tune/host.py)."""
     paths = Paths(args.service, args.session)
     os.utime(paths.heartbeat) if os.path.exists(paths.heartbeat) else None
-    results, unreadable = [], []
-    if os.path.isdir(paths.results):
-        for name in sorted(os.listdir(paths.results)):
-            if name.endswith(".json") and int(name[:-5]) >= args.results_from:
-                path = os.path.join(paths.results, name)
-                try:
-                    results.append(TuneItemResult.from_dict(read_json(path), path))
-                except DocumentError as error:  # the session wrote it through the class: said, never skipped
-                    unreadable.append(str(error))
+    deadline = time.monotonic() + args.wait_s
+    while True:
+        results, unreadable = poll_results(paths, args.results_from)
+        status = read_status(paths.status)
+        grown = log_size(paths) > args.log_offset
+        if results or unreadable or grown or status is None or status.ended or time.monotonic() >= deadline:
+            break
+        time.sleep(POLL_WAIT_STEP_S)
     log_text, offset = "", args.log_offset
     try:
         with open(paths.log) as f:
@@ -105,10 +111,30 @@ def cmd_poll(args):
             offset = f.tell()
     except FileNotFoundError:
         pass
-    status = read_status(paths.status)
     print(line(TunePoll(status=answer(status), results=results, log=log_text, log_offset=offset,
                         unreadable=unreadable)))
     return 0
+
+
+def poll_results(paths, results_from):
+    """The session's results from sequence number results_from on, and the reasons of those it cannot read."""
+    results, unreadable = [], []
+    if os.path.isdir(paths.results):
+        for name in sorted(os.listdir(paths.results)):
+            if name.endswith(".json") and int(name[:-5]) >= results_from:
+                path = os.path.join(paths.results, name)
+                try:
+                    results.append(TuneItemResult.from_dict(read_json(path), path))
+                except DocumentError as error:  # the session wrote it through the class: said, never skipped
+                    unreadable.append(str(error))
+    return results, unreadable
+
+
+def log_size(paths):
+    try:
+        return os.path.getsize(paths.log)
+    except FileNotFoundError:
+        return 0
 
 
 def cmd_close(args):
@@ -136,6 +162,16 @@ def answer(status, unit=None):
     return TuneSession(state=status.state, message=status.message, status=status, unit=unit)
 
 
+def wait_seconds(value):
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= POLL_WAIT_MAX_S:
+        raise argparse.ArgumentTypeError(f"not a wait of 0 to {POLL_WAIT_MAX_S:.0f} s: {value!r}")
+    return seconds
+
+
 def session_id(value):
     if not SESSION_ID.fullmatch(value):
         raise argparse.ArgumentTypeError(f"not a session id: {value!r}")
@@ -155,6 +191,7 @@ def main():
         if name == "poll":
             command.add_argument("--log-offset", type=int, default=0)
             command.add_argument("--results-from", type=int, default=0)
+            command.add_argument("--wait-s", type=wait_seconds, default=0.0)
         if name == "close":
             command.add_argument("--abort", action="store_true")
             command.add_argument("--why", default=None)

@@ -31,6 +31,9 @@ from ..plan import PlanError, plan_for_host
 from ..release_plan import build_meta, profile_snapshot
 
 POLL_S = 1.5
+# A poll waits on the host up to this long for a result, a log line or the session's end (tune_session.py poll
+# --wait-s): one host process per piece of news instead of one every POLL_S; a Ctrl-C is seen within it.
+POLL_WAIT_S = 5.0
 
 
 class TuneError(RuntimeError):
@@ -184,6 +187,11 @@ class HostSession:
             signal.signal(signal.SIGINT, previous)
         return result, closed
 
+    def poll_wait_s(self) -> float:
+        """How long one poll waits on the host for news: POLL_WAIT_S, and at most a quarter of the heartbeat (the
+        poll touches it only as it starts, so a poll that outlives this controller holds the session that long)."""
+        return max(0.0, min(POLL_WAIT_S, self.settings.heartbeat_s / 4))
+
     def on_sigint(self, *_):
         self.interrupted = True
 
@@ -308,7 +316,7 @@ class HostSession:
             if self.interrupted:
                 raise TuneError("interrupted (Ctrl-C): the host restores the original release")
             document = self.session_cmd("poll", "--log-offset", str(self.log_offset), "--results-from", str(seq),
-                                        check=False)
+                                        "--wait-s", f"{self.poll_wait_s():.1f}", check=False)
             self.show_log(document)
             if document is not None and document.unreadable:
                 raise TuneError(f"the tune session's result could not be read: {document.unreadable[0]}")
@@ -318,7 +326,8 @@ class HostSession:
             status = document.status if document is not None else None
             if status is not None and status.state in ("aborted", "failed", "closed", "missing"):
                 raise TuneError(f"the tune session ended: {status.state}: {status.message}")
-            time.sleep(POLL_S)
+            if document is None:  # a torn answer came at once: the host did not wait
+                time.sleep(POLL_S)
         duration = result.duration_s or 0.0
         self.durations.append(duration)
         measured = tune.Measured(candidate, error=None if result.ok else (result.error or "failed"),
