@@ -189,8 +189,8 @@ PREFLIGHT_STACK_MODULES = {"test_lxc_sim.py"}
 FRONTEND_SLOTS = int(os.environ.get("SGLANG_DEPLOY_TEST_FRONTEND_SLOTS", "2"))
 # The modelled GPU start on the tests' simulated hosts (SimHost.start_seconds; the simulator's default, the demo's, is
 # 3 s): a run starts a server about 300 times, and each start waited its modelled 3 s in real time, about 900 of the
-# suite's 4,200 worker-seconds. With 1 s a start is ready after the switch's 2 s settle time. A test whose start must
-# last (a concurrent deploy while one starts, a start timeout) sets SGLANG_SIM_START_SECONDS in its profile.
+# suite's 4,200 worker-seconds. With 1 s a start is ready in about 1.5 s (readiness asks /health as soon as the unit is
+# active, every 0.5 s). A test whose start must last (a concurrent deploy while one starts, a start timeout) sets SGLANG_SIM_START_SECONDS in its profile.
 SIM_START_SECONDS = 1
 
 

@@ -151,7 +151,7 @@ def test_a_squatter_on_the_port_never_receives_the_key(deployed, tmp_path):
 
     simhost = deployed
     simhost.sh("cat > /usr/local/bin/squatter.py <<'EOF'\n" + SQUATTER + "\nEOF\nrm -f /tmp/squatter.log")
-    # SGLang still loading (4 s) after the switch's 2 s settle time, when readiness first looks at the port
+    # SGLang still loading (4 s) when readiness first looks at the port (as soon as the unit is active)
     variant = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_START_SECONDS: "4"\n')
     simhost.sh("systemctl stop sglang && systemd-run --unit=squatter --uid=nobody python3 /usr/local/bin/squatter.py "
                f"{TEST_SERVICE_PORT} /tmp/squatter.log && sleep 1")

@@ -1,6 +1,6 @@
 """Is the release's server ready, and is it really the release's server? (run inside the switch)
 
-Staged readiness: the unit is active after the settle time, /health answers 200, the port is held by the
+Staged readiness: the unit is active (within the settle time), /health answers 200, the port is held by the
 unit's own processes (before the API key is sent), a real /generate returns tokens, and with auth
 api-key a request without the key is refused. A failed start is explained from the journal.
 """
@@ -58,8 +58,10 @@ def wait_healthy(probe_url, timeout):
 
 
 def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
-    """Stages: unit active after the settle time -> /health 200 -> a real /generate returns tokens -> with
-    auth api-key, a request without the key is refused (401)."""
+    """Stages: unit active (an activating unit may take `settle` seconds) -> /health 200 -> a real /generate returns
+    tokens -> with auth api-key, a request without the key is refused (401). /health is asked from the moment the
+    unit is active (it used to wait out the settle time first: up to 2 s of every start that is ready sooner); a
+    unit that fails or stops at any time is a failed start."""
     start = time.monotonic()
     since = (datetime.datetime.now() - datetime.timedelta(seconds=2)).strftime("%Y-%m-%d %H:%M:%S")
     api_key = read_api_key(store.secrets_path)
@@ -83,7 +85,7 @@ def wait_ready(store, probe_url, timeout, settle, auth="api-key"):
             detail = f"{store.service}.service is {state} ({status['sub_state']}, result {status['result']})"
             return {"ready": False, "stage": "active", "detail": detail + (f": {cause}" if cause else ""),
                     "elapsed_s": round(elapsed, 1), "journal": tail}
-        if elapsed < settle:
+        if state != "active":  # activating, within the settle time
             time.sleep(0.3)
             continue
         stage = "health"
