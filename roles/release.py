@@ -16,7 +16,7 @@ from pyinfra.api.exceptions import DeployError
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files, python, server
 
-from roles.ops import managed_file, preview_diff
+from roles.ops import preview_diff
 from roles.settings import sudo
 from sglang_deploy import shipment
 from sglang_deploy.hostside.lib.service import server_argv
@@ -53,22 +53,29 @@ def install_programs(installed_digest: str | None = None):
 
 @deploy("Release: stage")
 def stage(service: str, release_id: str, release_files: ReleaseFiles):
-    """Write releases/<id>/ (ReleaseFiles, in its order); meta.json goes last, so a directory without it is never
-    used.
+    """Write releases/<id>/ (ReleaseFiles) from one archive: one upload and one command, instead of an upload and
+    its checks per file (about 0.25 s each). meta.json is unpacked last, after the venv's packages.json, so a
+    directory without it is never used; the archive waits 0600 in root's upload directory and the same command
+    removes it.
 
     resolved.json is what SGLang resolves for the unit's command line (sglang_deploy.validate.resolution): the
     gate's expectations come from it, and a simulated host's server serves it as /server_info. roofline.json
     (sglang_deploy.roofline.release_inputs) is what the perf watch needs for decode / roofline."""
     directory = release_dir(service, release_id)
-    files.directory(name=f"Release directory {release_id}", path=directory, mode=755)
-    for name, content, mode in release_files.members():
-        if name == ReleaseMeta.FILE and release_files.meta.venv:  # what the venv's install recorded, before meta.json:
-            source = shlex.quote(f"{release_files.meta.venv}/{VENV_PACKAGES_FILE}")
-            dest = shlex.quote(f"{directory}/{PACKAGES_FILE}")
-            server.shell(name=f"{release_id}/{PACKAGES_FILE} (the venv's packages and their hashes)",
-                         commands=[f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi"])
-        managed_file(name=f"{release_id}/{name}" + (f" ({mode:04o})" if mode != 0o644 else ""),
-                     dest=f"{directory}/{name}", content=content, mode=int(f"{mode:o}"), diff=False)
+    members = release_files.members()
+    upload = ServicePaths(service).release_upload(release_id)
+    files.put(name=f"Release files {release_id} ({', '.join(name for name, _, _ in members)})",
+              src=BytesIO(shipment.archive([(name, content.encode(), mode) for name, content, mode in members])),
+              dest=upload, mode=600, create_remote_dir=True)
+    unpack = ["tar", "-C", directory, "--no-same-owner", "--touch", "-xf", upload]  # --touch: now, not the archive's 0
+    commands = [shlex.join(["install", "-d", "-m", "755", directory]),
+                shlex.join([*unpack, "--exclude", ReleaseMeta.FILE])]
+    if release_files.meta.venv:  # what the venv's install recorded, before meta.json
+        source = shlex.quote(f"{release_files.meta.venv}/{VENV_PACKAGES_FILE}")
+        dest = shlex.quote(f"{directory}/{PACKAGES_FILE}")
+        commands.append(f"if [ -f {source} ]; then install -m 644 {source} {dest}; fi")
+    commands += [shlex.join([*unpack, ReleaseMeta.FILE]), shlex.join(["rm", "-f", upload])]
+    server.shell(name=f"Release directory {release_id}: unpacked, meta.json last", commands=[" && ".join(commands)])
 
 
 def show_changes(service: str, unit: str, env: str):

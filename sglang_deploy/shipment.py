@@ -34,14 +34,19 @@ class Shipment:
 
 def build(name: str, root: str, manifest: str, members: list[tuple[str, bytes, int]]) -> Shipment:
     """members: (path relative to root, content, mode). Deterministic: sorted, no times, root owner."""
+    data = archive(members)
+    return Shipment(name, root, manifest, data, hashlib.sha256(data).hexdigest())
+
+
+def archive(members: list[tuple[str, bytes, int]]) -> bytes:
+    """A tar of members (path, content, mode): sorted, no times, root owner, so the same members give the same bytes."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for path, content, mode in sorted(members):
             info = tarfile.TarInfo(path)
             info.size, info.mode, info.mtime, info.uid, info.gid = len(content), mode, 0, 0, 0
-            archive.addfile(info, io.BytesIO(content))
-    data = buffer.getvalue()
-    return Shipment(name, root, manifest, data, hashlib.sha256(data).hexdigest())
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
 
 
 def tree(source: Path, prefix: str, mode: int = 0o644) -> list[tuple[str, bytes, int]]:

@@ -76,27 +76,49 @@ def test_host_programs_are_sent_only_when_the_hosts_manifest_differs():
 RESOLUTION = {"sglang_version": "0.5.23", "argv": ["sglang", "serve", "--tp-size", "2"], "resolved": {"tp_size": 2}}
 
 
-def test_stage_writes_meta_json_last_and_the_environment_0600():
-    ops = run_role(release.stage, service="sglang", release_id="r2", release_files=ReleaseFiles(
-        unit="[Unit]\n", env="A=1\n", profile="{}", gate_config=gate_document(),
-        resolution=Resolution.from_dict(RESOLUTION), meta=release_meta(venv="/opt/v"),
-        roofline=release_inputs({"tp_size": 2}, "/m", "x")))
-    directory = "/var/lib/sglang-deploy/sglang/releases/r2"
+def test_stage_writes_meta_json_last_and_the_environment_0600(tmp_path):
+    """One upload, one command: the archive holds every file with its mode; meta.json is unpacked after the rest and
+    after the venv's packages.json; the archive goes with the same command. Unpacked here by the same commands."""
+    import io
+    import subprocess
+    import tarfile
+
+    release_files = ReleaseFiles(unit="[Unit]\n", env="A=1\n", profile="{}", gate_config=gate_document(),
+                                 resolution=Resolution.from_dict(RESOLUTION), meta=release_meta(venv="/opt/v"),
+                                 roofline=release_inputs({"tp_size": 2}, "/m", "x"))
+    ops = run_role(release.stage, service="sglang", release_id="r2", release_files=release_files)
+    directory, upload = "/var/lib/sglang-deploy/sglang/releases/r2", "/var/lib/sglang-deploy/.upload-release-sglang-r2.tar"
     assert [name.split(" | ")[1] for name in ops.names] == [
-        "Release directory r2", "r2/sglang.service", "r2/sglang.env (0600)", "r2/profile.json", "r2/gate-config.json",
-        "r2/resolved.json", "r2/roofline.json", "r2/packages.json (the venv's packages and their hashes)", "r2/meta.json"]
-    assert ops.named("sglang.env").commands[-1] == f"chmod 600 {directory}/sglang.env"
-    assert ops.named("meta.json").commands[-1] == f"chmod 644 {directory}/meta.json"
-    assert ops.named("packages.json").commands == [
-        f"if [ -f /opt/v/sglang-deploy-packages.json ]; then install -m 644 /opt/v/sglang-deploy-packages.json "
-        f"{directory}/packages.json; fi"]
+        "Release files r2 (sglang.service, sglang.env, profile.json, gate-config.json, resolved.json, roofline.json, "
+        "meta.json)", "Release directory r2: unpacked, meta.json last"]
+    assert ops[0].commands[-2:] == [f"upload {upload}", f"chmod 600 {upload}"]
+    (command,) = ops[1].commands
+    steps = command.split(" && ")
+    assert steps[0] == f"install -d -m 755 {directory}" and steps[-1] == f"rm -f {upload}"
+    assert [step.split(" -xf ")[1] for step in steps if " -xf " in step] == [
+        f"{upload} --exclude meta.json", f"{upload} meta.json"]
+    assert steps.index(next(s for s in steps if "packages.json" in s)) == 2  # between the two
+    # the archive, unpacked by the same tar: every file, its content and its mode
+    data = release.shipment.archive([(name, content.encode(), mode) for name, content, mode in release_files.members()])
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert {member.name: member.mode for member in tar.getmembers()} == {
+            name: mode for name, _, mode in release_files.members()}
+    (tmp_path / "a.tar").write_bytes(data)
+    out = tmp_path / "r2"
+    out.mkdir()
+    subprocess.run(["tar", "-C", str(out), "--no-same-owner", "-xf", str(tmp_path / "a.tar"), "--exclude", "meta.json"],
+                   check=True)
+    assert not (out / "meta.json").exists() and (out / "sglang.env").read_text() == "A=1\n"
+    assert oct((out / "sglang.env").stat().st_mode & 0o777) == "0o600"
+    subprocess.run(["tar", "-C", str(out), "--no-same-owner", "-xf", str(tmp_path / "a.tar"), "meta.json"], check=True)
+    assert (out / "meta.json").read_text() == release_files.meta.dump()
 
 
 def test_stage_without_venv_or_roofline():
     ops = run_role(release.stage, service="sglang", release_id="r2", release_files=ReleaseFiles(
         unit="", env="", profile="{}", gate_config=gate_document(), resolution=Resolution.from_dict(RESOLUTION),
         meta=release_meta(venv="")))
-    assert not [name for name in ops.names if "packages.json" in name or "roofline.json" in name]
+    assert "roofline.json" not in ops.names[0] and "packages.json" not in ops[1].commands[0]
 
 
 def test_switch_then_report():

@@ -5,7 +5,7 @@ import json
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import PROVEN, gate_document, proven_with, release_meta, watch_entry
+from conftest import PROFILES, PROVEN, gate_document, proven_with, release_meta, watch_entry
 from sglang_deploy.hostside.contract import paths as host_paths
 from sglang_deploy.hostside.contract.document import DocumentError
 from sglang_deploy.hostside.contract.findings import DoctorReport
@@ -89,6 +89,10 @@ def test_profile_watch_defaults_and_rendered_units():
     timer = dict((key, value) for section, key, value in parse_unit(rendered.timer) if key)
     assert timer["OnUnitActiveSec"] == "6h" and timer["RandomizedDelaySec"] == "15min"
     assert render_watch(profile) == rendered
+    # the service's watch, not the profile's: another profile with the same watch settings renders the same bytes, so
+    # its deploy neither rewrites the files nor restarts the timer (whose 6 h count would start again)
+    other = load_profile(PROFILES / "qwen3.6-27b-mtp1-2xa6000.yaml")
+    assert other.name != profile.name and other.watch == profile.watch and render_watch(other) == rendered
 
 
 def test_watch_settings_reach_the_command_line(tmp_path):

@@ -57,6 +57,10 @@ class ServicePaths:
         """A file of a release: a document's FILE or one of release.py's *_FILE names."""
         return f"{self.release_dir(release_id)}/{name}"
 
+    def release_upload(self, release_id: str) -> str:
+        """Where a release's files wait as one archive (roles/release.stage) until the same command unpacks them."""
+        return f"{UPLOAD_DIR}/.upload-release-{self.service}-{release_id}.tar"
+
     def tune_dir(self, session: str) -> str:
         """A tune session's directory (session.py's documents)."""
         return f"{self.root}/tune/{session}"
