@@ -297,8 +297,9 @@ def test_poll_answers_through_the_class(tmp_path, monkeypatch, capsys):
 
 
 def test_a_waiting_poll_answers_at_the_first_news_or_at_its_deadline(tmp_path, monkeypatch, capsys):
-    """tune_session poll --wait-s: no news (a running session, nothing new in its log or results) waits out W; a log
-    line, a result or the session's end answers at once; the heartbeat is touched as the poll starts."""
+    """tune_session poll --wait-s: no news (a running session, no new result) waits out W, and the log lines written
+    meanwhile come with the answer; a result or the session's end answers at once; the heartbeat is touched as the
+    poll starts."""
     from sglang_deploy.hostside import tune_session
     from sglang_deploy.hostside.contract.session import TunePoll, TuneStatus
     from sglang_deploy.hostside.lib import tune_runner
@@ -325,16 +326,18 @@ def test_a_waiting_poll_answers_at_the_first_news_or_at_its_deadline(tmp_path, m
     answer, took = poll(0.6)
     assert 0.6 <= took < 1.5 and answer.log == "" and answer.results == [] and answer.status.state == "running"
     assert os.path.getmtime(paths.heartbeat) > 1000  # touched
-    news = threading.Timer(0.3, lambda: open(paths.log, "a").write("candidate a: ready after 1 s\n"))
-    news.start()
-    answer, took = poll(5.0)
-    news.join()
-    assert took < 2.5 and answer.log == "candidate a: ready after 1 s\n", (took, answer)
+    line = threading.Timer(0.2, lambda: open(paths.log, "a").write("candidate a: ready after 1 s\n"))
+    line.start()
+    answer, took = poll(1.0)
+    line.join()
+    assert 1.0 <= took < 2.0 and answer.log == "candidate a: ready after 1 s\n" and not answer.results, (took, answer)
     offset = answer.log_offset
-    tune_runner.write_json(os.path.join(paths.results, "0001.json"), {
-        "seq": 1, "id": "a", "release_id": "0002-bbbbbbbb", "ok": True, "at": "t", "duration_s": 1.0})
+    result = threading.Timer(0.3, lambda: tune_runner.write_json(os.path.join(paths.results, "0001.json"), {
+        "seq": 1, "id": "a", "release_id": "0002-bbbbbbbb", "ok": True, "at": "t", "duration_s": 1.0}))
+    result.start()
     answer, took = poll(5.0)
-    assert took < 1.0 and answer.result(1).ok
+    result.join()
+    assert took < 2.5 and answer.result(1).ok, (took, answer)
     tune_runner.atomic_write(paths.status, running.but(state="aborted").dump(), 0o600)
     answer, took = poll(5.0, results_from=2)
     assert took < 1.0 and answer.status.state == "aborted"

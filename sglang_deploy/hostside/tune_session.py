@@ -89,18 +89,17 @@ def cmd_open(args):
 
 def cmd_poll(args):
     """The session's news: its results from --results-from on, its log from --log-offset on, its status. With
-    --wait-s the answer waits up to W seconds for news (a result, a log line, the session's end): one process per
-    news instead of one per controller poll. The heartbeat is touched once, as the poll starts, so a poll that
-    outlives its controller (a dropped connection) keeps the session no longer than W; the controller keeps W
-    well under the session's heartbeat (tune/host.py)."""
+    --wait-s the answer waits up to W seconds for a result or the session's end; the log lines written meanwhile
+    come with it (a candidate logs about 6, so answering at each line made about one poll a second). The heartbeat
+    is touched once, as the poll starts, so a poll that outlives its controller (a dropped connection) keeps the
+    session no longer than W; the controller keeps W well under the session's heartbeat (tune/host.py)."""
     paths = Paths(args.service, args.session)
     os.utime(paths.heartbeat) if os.path.exists(paths.heartbeat) else None
     deadline = time.monotonic() + args.wait_s
     while True:
         results, unreadable = poll_results(paths, args.results_from)
         status = read_status(paths.status)
-        grown = log_size(paths) > args.log_offset
-        if results or unreadable or grown or status is None or status.ended or time.monotonic() >= deadline:
+        if results or unreadable or status is None or status.ended or time.monotonic() >= deadline:
             break
         time.sleep(POLL_WAIT_STEP_S)
     log_text, offset = "", args.log_offset
@@ -128,13 +127,6 @@ def poll_results(paths, results_from):
                 except DocumentError as error:  # the session wrote it through the class: said, never skipped
                     unreadable.append(str(error))
     return results, unreadable
-
-
-def log_size(paths):
-    try:
-        return os.path.getsize(paths.log)
-    except FileNotFoundError:
-        return 0
 
 
 def cmd_close(args):
