@@ -39,6 +39,11 @@ FLEET_SSH_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_FLEET_SSH_PORT", BASE_SS
 FLEET_SERVICE_PORT = int(os.environ.get("SGLANG_DEPLOY_TEST_FLEET_SERVICE_PORT",
                                         int(os.environ.get("SGLANG_DEPLOY_TEST_SERVICE_PORT", "30100")) + 10))
 FLEET_MACHINE = os.environ.get("SGLANG_DEPLOY_TEST_MACHINE", "ct129-test") + "-fleet"
+# The plan fits this many workers: their SSH pairs stay below the fleet's base (+20), their service ports below the
+# fleet's (+10); more would share ports, so pytest_configure refuses them.
+MAX_WORKERS = 10
+# A port of this worker's alone (above every worker's and the fleet's), for a test that moves the service.
+TEST_SPARE_PORT = TEST_SERVICE_PORT + 50
 
 
 # The controller (pyinfra, with the flag validation it runs) at a lower CPU priority than the servers it deploys
@@ -398,6 +403,10 @@ def needs_host(scope: str) -> bool:
 
 def pytest_configure(config):
     workerinput = getattr(config, "workerinput", None)
+    workers = getattr(config.option, "numprocesses", None)
+    if workerinput is None and isinstance(workers, int) and workers > MAX_WORKERS:
+        raise pytest.UsageError(f"-n {workers}: at most {MAX_WORKERS} workers (tests/conftest.py MAX_WORKERS: each has "
+                                "its own SSH and service ports below the simulated fleet's)")
     if HOSTLESS_WORKER_NICE is not None and workerinput is not None and \
             workerinput["workerid"] == f"gw{int(workerinput['workercount']) - 1}":
         os.nice(HOSTLESS_WORKER_NICE)

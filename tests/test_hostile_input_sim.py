@@ -169,12 +169,12 @@ def test_a_squatter_on_the_port_never_receives_the_key(deployed, tmp_path):
 def test_the_automatic_rollback_probes_the_target_releases_own_port(deployed, tmp_path):
     """A deploy that moves the port and fails: the rollback must probe the good release's port (it used to
     probe the failed one's for start_timeout_s and report a healthy server as 'ROLLBACK ALSO FAILED')."""
-    from conftest import TEST_SERVICE_PORT
+    from conftest import TEST_SPARE_PORT
 
     simhost = deployed
     assert simhost.deploy(profile=PROVEN).returncode == 0
     crash = proven_with(tmp_path, "environment:\n", 'environment:\n  SGLANG_SIM_CRASH_AT_START: "1"\n')
-    result = simhost.deploy("--data", f"port={TEST_SERVICE_PORT + 1}", profile=crash, timeout=240)
+    result = simhost.deploy("--data", f"port={TEST_SPARE_PORT}", profile=crash, timeout=240)
     switch = json.loads(simhost.sh("cat /var/lib/sglang-deploy/sglang/last_switch.json"))
     assert (result.returncode, switch["rollback_readiness"]["ready"], switch["rollback_readiness"]["elapsed_s"] < 60,
             simhost.http("/health")[0]) == (1, True, True, 200), json.dumps(switch, indent=1)[-2000:]
