@@ -130,7 +130,7 @@ def ensure_frontend_layer(version: str = SGLANG_VERSION, quiet: bool = False) ->
                   file=sys.stderr, flush=True)
         shutil.rmtree(target, ignore_errors=True)
         base = base_python(version)
-        subprocess.run([str(base), "-m", "venv", str(target)], check=True, capture_output=True)
+        subprocess.run(validator_env.venv_command(base, target), check=True, capture_output=True)
         site = next((target / "lib").glob("python3*/site-packages"))
         validator_site = next((validator_env.env_dir(version) / "lib").glob("python3*/site-packages"))
         (site / "zz-sglang-validator-env.pth").write_text(str(Path("..") / ".." / ".." / ".." /

@@ -165,3 +165,22 @@ def test_a_half_built_environment_is_rebuilt_and_a_failed_build_names_the_field_
     assert message.startswith(f"sglang.version {OLDEST}: could not create the validation environment")
     assert f"`sglang-deploy sglang add {OLDEST} --check`" in message and "nothing half-built is used" in message
     assert not target.exists()
+
+
+def test_an_environment_uv_fills_is_made_without_pip(tmp_path, monkeypatch):
+    """ensurepip is 3.4 of venv's 3.5 s: an environment that uv fills gets none; with pip as the installer it keeps it,
+    and the environment made either way runs (venv itself, not a stand-in)."""
+    from pathlib import Path
+
+    from sglang_deploy.validate import validator_env
+
+    monkeypatch.setattr(validator_env, "_uv", lambda: "/usr/bin/uv")
+    command = validator_env.venv_command(sys.executable, tmp_path / "env")
+    assert command == [sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "env")]
+    subprocess.run(command, check=True)
+    assert (tmp_path / "env" / "bin" / "python").exists() and not list((tmp_path / "env").rglob("pip"))
+    monkeypatch.setattr(validator_env, "_uv", lambda: None)
+    assert validator_env.venv_command(Path("/usr/bin/python3"), tmp_path / "e2") == [
+        "/usr/bin/python3", "-m", "venv", str(tmp_path / "e2")]
+    assert validator_env.installer(tmp_path / "e2" / "bin" / "python")[1:3] == ["-m", "pip"]
+
