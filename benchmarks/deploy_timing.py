@@ -12,6 +12,7 @@ subtraction, alternating between two releases. Prints median, min and max.
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -53,6 +54,9 @@ def main():
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
+        # a profile outside profiles/ is read only from a directory the controller names (profile/load.py)
+        os.environ["SGLANG_DEPLOY_PROFILE_DIRS"] = os.pathsep.join(
+            filter(None, (os.environ.get("SGLANG_DEPLOY_PROFILE_DIRS"), tmp)))
         variant = Path(tmp) / "variant.yaml"
         variant.write_text(PROVEN.read_text().replace("--max-running-requests: 16", "--max-running-requests: 12"))
         pyinfra("deploy.py", "--data", f"profile={variant}", "--data", "skip_gate=true")
