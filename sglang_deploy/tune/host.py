@@ -31,8 +31,9 @@ from ..plan import PlanError, plan_for_host
 from ..release_plan import build_meta, profile_snapshot
 
 POLL_S = 1.5
-# A poll waits on the host up to this long for a result, a log line or the session's end (tune_session.py poll
-# --wait-s): one host process per piece of news instead of one every POLL_S; a Ctrl-C is seen within it.
+# A poll waits on the host up to this long for a result or the session's end (tune_session.py poll --wait-s), the
+# log lines written meanwhile coming with the answer: one host process per POLL_WAIT_S instead of one every POLL_S;
+# a Ctrl-C is seen within it.
 POLL_WAIT_S = 5.0
 
 
@@ -190,7 +191,7 @@ class HostSession:
     def poll_wait_s(self) -> float:
         """How long one poll waits on the host for news: POLL_WAIT_S, and at most a quarter of the heartbeat (the
         poll touches it only as it starts, so a poll that outlives this controller holds the session that long)."""
-        return max(0.0, min(POLL_WAIT_S, self.settings.heartbeat_s / 4))
+        return min(POLL_WAIT_S, self.settings.heartbeat_s / 4)
 
     def on_sigint(self, *_):
         self.interrupted = True
