@@ -65,3 +65,16 @@ def test_a_bad_hostless_worker_niceness_is_named(value):
                             env={**os.environ, "SGLANG_DEPLOY_TEST_HOSTLESS_WORKER": value})
     assert result.returncode != 0
     assert f"SGLANG_DEPLOY_TEST_HOSTLESS_WORKER={value!r}: accepted is a niceness" in result.stdout + result.stderr
+
+
+def test_more_workers_than_the_port_plan_fits_are_refused_by_name():
+    """Each worker has its own SSH and service ports below the fleet's: -n beyond MAX_WORKERS stops the run naming the
+    limit, before any worker starts."""
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-n", str(conftest.MAX_WORKERS + 1),
+                             "--collect-only", "tests/test_layout.py"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode != 0
+    assert f"-n {conftest.MAX_WORKERS + 1}: at most {conftest.MAX_WORKERS} workers" in result.stdout + result.stderr
